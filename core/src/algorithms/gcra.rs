@@ -1,0 +1,81 @@
+//! GCRA, with exactly redis-cell's `CL.THROTTLE` maths in integer nanoseconds.
+//!
+//! T = interval, tolerance = T × capacity, increment = T × quantity, tat = stored or now;
+//! new_tat = max(now, tat) + increment; limited when now < new_tat − tolerance. On a limit nothing
+//! is stored and retry_after = new_tat − tolerance − now (none when increment > tolerance).
+//! remaining = ⌊(tolerance − ttl) / T⌋ with ttl = new_tat − now when allowed, tat − now when limited.
+
+use crate::decision::Decision;
+use crate::params::MeterParams;
+use crate::time::Nanos;
+
+/// GCRA's only state: the theoretical arrival time of the next request, if any was stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcraState {
+    /// Theoretical arrival time; `None` for a fresh key.
+    pub tat: Option<Nanos>,
+}
+
+/// Decides one request. See the module docs for the maths.
+pub fn decide(p: MeterParams, state: GcraState, now: Nanos, quantity: u64) -> (Decision, GcraState) {
+    let interval = p.interval.max(1);
+    let tolerance = p.tolerance();
+    let increment = p.increment(quantity);
+    let tat = state.tat.unwrap_or(now);
+    let new_tat = now.max(tat).saturating_add(increment);
+    let allowed = new_tat <= now.saturating_add(tolerance);
+    let (ttl, retry_after, next) = if allowed {
+        let next = if quantity == 0 { state } else { GcraState { tat: Some(new_tat) } };
+        (new_tat - now, None, next)
+    } else {
+        let retry = (increment <= tolerance).then(|| new_tat - tolerance - now);
+        (tat.saturating_sub(now), retry, state)
+    };
+    let decision = Decision {
+        allowed,
+        capacity: p.capacity,
+        remaining: tolerance.saturating_sub(ttl) / interval,
+        retry_after,
+        reset_after: ttl,
+        level: ttl as f64 / interval as f64,
+    };
+    (decision, next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::NANOS_PER_SEC;
+
+    const S: u64 = NANOS_PER_SEC;
+
+    fn cell(max_burst: u64, count: u64, period_s: u64) -> MeterParams {
+        MeterParams { interval: period_s * S / count, capacity: max_burst + 1 }
+    }
+
+    #[test]
+    fn fresh_key_first_request_leaves_capacity_minus_one() {
+        let (d, s) = decide(cell(15, 30, 60), GcraState::default(), 1000 * S, 1);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (15, 2 * S));
+        assert_eq!(s.tat, Some(1002 * S));
+    }
+
+    #[test]
+    fn a_denial_stores_nothing() {
+        let p = cell(0, 30, 60);
+        let (_, s) = decide(p, GcraState::default(), 0, 1);
+        let (d, s2) = decide(p, s, 1, 1);
+        assert!(!d.allowed);
+        assert_eq!(s, s2);
+        assert_eq!(d.retry_after, Some(2 * S - 1));
+    }
+
+    #[test]
+    fn quantity_above_capacity_has_no_retry_after() {
+        let (d, _) = decide(cell(15, 30, 60), GcraState::default(), 0, 17);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, None);
+        assert_eq!(d.remaining, 16);
+    }
+}

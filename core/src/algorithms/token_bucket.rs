@@ -1,0 +1,73 @@
+//! Token bucket with continuous refill: tokens (stored as nanoseconds, tokens × T) refill at the
+//! rate up to T × capacity; a request takes T × quantity.
+
+use crate::decision::Decision;
+use crate::params::MeterParams;
+use crate::time::Nanos;
+
+/// Tokens in the bucket at a moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenState {
+    /// Tokens in nanoseconds of refill time (tokens × T).
+    pub tokens: u64,
+    /// When `tokens` was measured.
+    pub last: Nanos,
+}
+
+impl TokenState {
+    /// A full bucket: how a fresh key starts.
+    pub fn full(p: MeterParams) -> TokenState {
+        TokenState { tokens: p.tolerance(), last: 0 }
+    }
+}
+
+/// Decides one request.
+pub fn decide(p: MeterParams, state: TokenState, now: Nanos, quantity: u64) -> (Decision, TokenState) {
+    let interval = p.interval.max(1);
+    let tolerance = p.tolerance();
+    let need = p.increment(quantity);
+    let current = state
+        .tokens
+        .saturating_add(now.saturating_sub(state.last))
+        .min(tolerance);
+    let allowed = current >= need;
+    let (tokens, retry_after, next) = if allowed {
+        let after = current - need;
+        let next = if quantity == 0 {
+            state
+        } else {
+            TokenState { tokens: after, last: now.max(state.last) }
+        };
+        (after, None, next)
+    } else {
+        (current, (need <= tolerance).then(|| need - current), state)
+    };
+    let used = tolerance - tokens;
+    let decision = Decision {
+        allowed,
+        capacity: p.capacity,
+        remaining: tokens / interval,
+        retry_after,
+        reset_after: used,
+        level: used as f64 / interval as f64,
+    };
+    (decision, next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refills_continuously_up_to_capacity() {
+        let p = MeterParams { interval: 1000, capacity: 3 };
+        let (d, s) = decide(p, TokenState::full(p), 5_000, 3);
+        assert!(d.allowed);
+        assert_eq!(s.tokens, 0);
+        let (d, _) = decide(p, s, 5_999, 1);
+        assert_eq!(d.retry_after, Some(1));
+        // Long idle never overfills.
+        let (d, _) = decide(p, s, 1_000_000, 0);
+        assert_eq!(d.remaining, 3);
+    }
+}

@@ -1,0 +1,25 @@
+//! sluice-core: the one definition of sluice's rules, decisions and throttle algorithms.
+//!
+//! Everything here is pure: no I/O, no clock, no async. Time is passed in as integer nanoseconds
+//! since the Unix epoch ([`Nanos`]), so the same code runs in the backend, inside the proxy-wasm
+//! filter and in the dashboard's what-if plot, and is tested at fixed times. The Redis Lua scripts
+//! in the backend are twins of the transitions in [`algorithms`] and are tested against them.
+
+pub mod algorithms;
+pub mod cell;
+pub mod decision;
+pub mod duration;
+pub mod headers;
+pub mod limits;
+pub mod params;
+pub mod rule;
+pub mod state;
+pub mod time;
+pub mod wire;
+
+pub use decision::Decision;
+pub use duration::Span;
+pub use params::{MeterParams, Params, WindowParams};
+pub use rule::{Action, Algorithm, Limit, Mode, Rate, Rule, RuleError};
+pub use state::State;
+pub use time::Nanos;

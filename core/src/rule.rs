@@ -1,0 +1,567 @@
+//! Rules: what an action may do, validated once so invalid values cannot exist afterwards.
+//!
+//! The JSON form is the same in the admin API, the rules file and the dashboard:
+//! `{"action": "reply", "algorithm": "gcra", "capacity": 16, "rate": {"count": 30, "period": "60s"}}`.
+//! Parsing goes through [`Rule::from_json`], which names the field and the reason for every
+//! refusal, so the backend's 400s and the dashboard's inline messages say the same thing.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::duration::Span;
+use crate::params::Params;
+use crate::limits::{
+    MAX_ACTION_LEN, MAX_CAPACITY, MAX_DESCRIPTION_LEN, MAX_HORIZON_NS, MAX_RATE_COUNT,
+    MAX_SLIDING_LOG_CAPACITY,
+};
+
+/// A refused rule: which field, and why. Shown to users as `field: reason`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct RuleError {
+    /// The JSON field at fault, dotted for nested ones (`rate.period`).
+    pub field: String,
+    /// What is wrong and what would be accepted.
+    pub reason: String,
+}
+
+impl RuleError {
+    /// A refusal of `field` for `reason`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> RuleError {
+        RuleError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// An action name: 1–64 characters of `[A-Za-z0-9_.:-]`, safe in Redis keys, URLs and headers.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Action(String);
+
+impl Action {
+    /// Validates an action name.
+    pub fn parse(text: &str) -> Result<Action, String> {
+        if text.is_empty() || text.len() > MAX_ACTION_LEN {
+            return Err(format!(
+                "must be 1 to {MAX_ACTION_LEN} characters long; got {}",
+                text.len()
+            ));
+        }
+        if let Some(bad) = text
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
+        {
+            return Err(format!(
+                "may hold only letters, digits and _ . : - ; found {bad:?}"
+            ));
+        }
+        Ok(Action(text.to_owned()))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The six throttle algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Clock-aligned fixed windows: one counter per window.
+    FixedWindow,
+    /// Exact log of request times over the last window.
+    SlidingLog,
+    /// Two clock-aligned counters, the previous one weighted by how much of it still overlaps.
+    SlidingWindow,
+    /// The funnel: a level that leaks continuously at the rate.
+    LeakyBucket,
+    /// Generic cell rate algorithm, redis-cell's `CL.THROTTLE`.
+    Gcra,
+    /// Tokens refilled continuously at the rate.
+    TokenBucket,
+}
+
+impl Algorithm {
+    /// Every algorithm, in documentation order.
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::LeakyBucket,
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+    ];
+
+    /// The JSON name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::LeakyBucket => "leaky_bucket",
+            Algorithm::Gcra => "gcra",
+            Algorithm::TokenBucket => "token_bucket",
+        }
+    }
+
+    /// Parses the JSON name.
+    pub fn parse(text: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.name() == text)
+    }
+
+    /// Whether the rule takes a `rate` (true) or a `window` (false).
+    pub fn uses_rate(self) -> bool {
+        matches!(
+            self,
+            Algorithm::Gcra | Algorithm::LeakyBucket | Algorithm::TokenBucket
+        )
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether denials are enforced or only reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Deny requests over the limit.
+    #[default]
+    Enforce,
+    /// Decide and report, never deny: for trying a rule on live traffic.
+    Shadow,
+}
+
+impl Mode {
+    /// The JSON name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
+/// `count` requests per `period`: the steady rate of a meter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Rate {
+    /// Requests per period, at least 1.
+    pub count: u64,
+    /// The period.
+    pub period: Span,
+}
+
+impl Rate {
+    /// The emission interval T = period / count in nanoseconds, truncated as redis-cell does.
+    pub fn emission_interval_ns(self) -> u64 {
+        self.period.nanos() / self.count
+    }
+}
+
+/// The rate of a meter, or the window of a window algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    /// For gcra, leaky_bucket and token_bucket.
+    Rate(Rate),
+    /// For fixed_window, sliding_log and sliding_window.
+    Window(Span),
+}
+
+/// A validated rule. Built only by [`Rule::from_json`] / [`Rule::new`], so every field is in range
+/// and the limit kind matches the algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Rule {
+    action: Action,
+    algorithm: Algorithm,
+    capacity: u64,
+    limit: Limit,
+    mode: Mode,
+    description: String,
+    params: Params,
+}
+
+const FIELDS: [&str; 7] = [
+    "action",
+    "algorithm",
+    "capacity",
+    "rate",
+    "window",
+    "mode",
+    "description",
+];
+
+impl Rule {
+    /// Builds and validates a rule from its parts.
+    pub fn new(
+        action: &str,
+        algorithm: Algorithm,
+        capacity: u64,
+        limit: Limit,
+        mode: Mode,
+        description: &str,
+    ) -> Result<Rule, RuleError> {
+        let action = Action::parse(action).map_err(|r| RuleError::new("action", r))?;
+        validate_capacity(algorithm, capacity)?;
+        if let Limit::Rate(rate) = limit {
+            validate_rate(rate, capacity)?;
+        }
+        let params = Params::from_parts(algorithm, capacity, limit).ok_or_else(|| {
+            if algorithm.uses_rate() {
+                RuleError::new(
+                    "rate",
+                    format!("{algorithm} needs a rate ({{\"count\": N, \"period\": \"60s\"}}), not a window"),
+                )
+            } else {
+                RuleError::new("window", format!("{algorithm} needs a window (like \"60s\"), not a rate"))
+            }
+        })?;
+        if description.len() > MAX_DESCRIPTION_LEN {
+            return Err(RuleError::new(
+                "description",
+                format!("must be at most {MAX_DESCRIPTION_LEN} bytes"),
+            ));
+        }
+        Ok(Rule {
+            action,
+            algorithm,
+            capacity,
+            limit,
+            mode,
+            description: description.to_owned(),
+            params,
+        })
+    }
+
+    /// Parses and validates the JSON form, naming the field and the reason on refusal.
+    pub fn from_json(value: &Value) -> Result<Rule, RuleError> {
+        let object = value
+            .as_object()
+            .ok_or_else(|| RuleError::new("rule", "must be a JSON object"))?;
+        if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(RuleError::new(
+                unknown.clone(),
+                format!("unknown field; expected one of {}", FIELDS.join(", ")),
+            ));
+        }
+        let action = required_str(object, "action")?;
+        let algorithm_name = required_str(object, "algorithm")?;
+        let algorithm = Algorithm::parse(algorithm_name).ok_or_else(|| {
+            let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+            RuleError::new(
+                "algorithm",
+                format!("must be one of {}; got {algorithm_name:?}", names.join(", ")),
+            )
+        })?;
+        let capacity = whole_number(object.get("capacity"), "capacity")?;
+        let limit = if algorithm.uses_rate() {
+            if object.get("window").is_some_and(|v| !v.is_null()) {
+                return Err(RuleError::new(
+                    "window",
+                    format!("{algorithm} takes a rate, not a window"),
+                ));
+            }
+            Limit::Rate(parse_rate(object.get("rate"))?)
+        } else {
+            if object.get("rate").is_some_and(|v| !v.is_null()) {
+                return Err(RuleError::new(
+                    "rate",
+                    format!("{algorithm} takes a window, not a rate"),
+                ));
+            }
+            Limit::Window(parse_span(object.get("window"), "window")?)
+        };
+        let mode = match object.get("mode") {
+            None | Some(Value::Null) => Mode::Enforce,
+            Some(Value::String(s)) if s == "enforce" => Mode::Enforce,
+            Some(Value::String(s)) if s == "shadow" => Mode::Shadow,
+            Some(other) => {
+                return Err(RuleError::new(
+                    "mode",
+                    format!("must be \"enforce\" or \"shadow\"; got {other}"),
+                ))
+            }
+        };
+        let description = match object.get("description") {
+            None | Some(Value::Null) => "",
+            Some(Value::String(s)) => s.as_str(),
+            Some(_) => return Err(RuleError::new("description", "must be a string")),
+        };
+        Rule::new(action, algorithm, capacity, limit, mode, description)
+    }
+
+    /// Parses JSON text (see [`Rule::from_json`]).
+    pub fn from_json_str(text: &str) -> Result<Rule, RuleError> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| RuleError::new("rule", format!("not valid JSON: {e}")))?;
+        Rule::from_json(&value)
+    }
+
+    /// The JSON form (the inverse of [`Rule::from_json`]).
+    pub fn to_json(&self) -> Value {
+        let mut object = Map::new();
+        object.insert("action".into(), Value::from(self.action.as_str()));
+        object.insert("algorithm".into(), Value::from(self.algorithm.name()));
+        object.insert("capacity".into(), Value::from(self.capacity));
+        match self.limit {
+            Limit::Rate(rate) => {
+                let mut r = Map::new();
+                r.insert("count".into(), Value::from(rate.count));
+                r.insert("period".into(), Value::from(rate.period.to_string()));
+                object.insert("rate".into(), Value::Object(r));
+            }
+            Limit::Window(window) => {
+                object.insert("window".into(), Value::from(window.to_string()));
+            }
+        }
+        object.insert("mode".into(), Value::from(self.mode.name()));
+        object.insert("description".into(), Value::from(self.description.as_str()));
+        Value::Object(object)
+    }
+
+    /// The action this rule governs.
+    pub fn action(&self) -> &Action {
+        &self.action
+    }
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+    /// Requests that may pass back to back from idle.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    /// The rate or window.
+    pub fn limit(&self) -> Limit {
+        self.limit
+    }
+    /// Enforce or shadow.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    /// The algorithm's parameters in the units its maths uses.
+    pub fn params(&self) -> Params {
+        self.params
+    }
+    /// Free text for operators.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+}
+
+impl serde::Serialize for Rule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Rule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        Rule::from_json(&value).map_err(serde::de::Error::custom)
+    }
+}
+
+fn required_str<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, RuleError> {
+    match object.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err(RuleError::new(field, "is required")),
+        Some(other) => Err(RuleError::new(
+            field,
+            format!("must be a string; got {other}"),
+        )),
+    }
+}
+
+fn whole_number(value: Option<&Value>, field: &str) -> Result<u64, RuleError> {
+    match value {
+        None | Some(Value::Null) => Err(RuleError::new(field, "is required")),
+        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| {
+            RuleError::new(
+                field,
+                format!("must be a whole number of at least 1; got {n}"),
+            )
+        }),
+        Some(other) => Err(RuleError::new(
+            field,
+            format!("must be a whole number; got {other}"),
+        )),
+    }
+}
+
+fn parse_span(value: Option<&Value>, field: &str) -> Result<Span, RuleError> {
+    match value {
+        None | Some(Value::Null) => Err(RuleError::new(
+            field,
+            "is required (a duration like \"60s\")",
+        )),
+        Some(Value::String(s)) => Span::parse(s).map_err(|e| RuleError::new(field, e.to_string())),
+        Some(other) => Err(RuleError::new(
+            field,
+            format!("must be a duration string like \"60s\"; got {other}"),
+        )),
+    }
+}
+
+fn parse_rate(value: Option<&Value>) -> Result<Rate, RuleError> {
+    let object = match value {
+        None | Some(Value::Null) => {
+            return Err(RuleError::new(
+                "rate",
+                "is required ({\"count\": N, \"period\": \"60s\"})",
+            ))
+        }
+        Some(Value::Object(o)) => o,
+        Some(other) => {
+            return Err(RuleError::new(
+                "rate",
+                format!("must be an object like {{\"count\": 30, \"period\": \"60s\"}}; got {other}"),
+            ))
+        }
+    };
+    if let Some(unknown) = object.keys().find(|k| *k != "count" && *k != "period") {
+        return Err(RuleError::new(
+            format!("rate.{unknown}"),
+            "unknown field; expected count, period",
+        ));
+    }
+    let count = whole_number(object.get("count"), "rate.count")?;
+    let period = parse_span(object.get("period"), "rate.period")?;
+    Ok(Rate { count, period })
+}
+
+fn validate_capacity(algorithm: Algorithm, capacity: u64) -> Result<(), RuleError> {
+    let max = if algorithm == Algorithm::SlidingLog {
+        MAX_SLIDING_LOG_CAPACITY
+    } else {
+        MAX_CAPACITY
+    };
+    if capacity == 0 {
+        return Err(RuleError::new("capacity", "must be at least 1"));
+    }
+    if capacity > max {
+        let why = if algorithm == Algorithm::SlidingLog {
+            " (sliding_log keeps one entry per request; use sliding_window or gcra for more)"
+        } else {
+            ""
+        };
+        return Err(RuleError::new(
+            "capacity",
+            format!("must be at most {max} for {algorithm}{why}; got {capacity}"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_rate(rate: Rate, capacity: u64) -> Result<(), RuleError> {
+    if rate.count == 0 {
+        return Err(RuleError::new("rate.count", "must be at least 1"));
+    }
+    if rate.count > MAX_RATE_COUNT {
+        return Err(RuleError::new(
+            "rate.count",
+            format!("must be at most {MAX_RATE_COUNT}; got {}", rate.count),
+        ));
+    }
+    if rate.emission_interval_ns() == 0 {
+        return Err(RuleError::new(
+            "rate.count",
+            format!(
+                "{} per {} is more than one per nanosecond; use a longer period",
+                rate.count, rate.period
+            ),
+        ));
+    }
+    let horizon = u128::from(rate.emission_interval_ns()) * u128::from(capacity);
+    if horizon > u128::from(MAX_HORIZON_NS) {
+        return Err(RuleError::new(
+            "capacity",
+            format!(
+                "a full bucket of {capacity} at {} per {} takes {} days to drain; at most 90 days is supported",
+                rate.count,
+                rate.period,
+                horizon / 86_400_000_000_000
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field_of(value: Value) -> String {
+        match Rule::from_json(&value) {
+            Err(e) => e.field,
+            Ok(rule) => panic!("accepted {rule:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_design_examples() {
+        let reply = Rule::from_json(&json!({"action": "reply", "algorithm": "gcra", "capacity": 16,
+            "rate": {"count": 30, "period": "60s"}, "mode": "enforce", "description": "replies per user"}))
+        .unwrap();
+        assert_eq!(reply.capacity(), 16);
+        assert_eq!(reply.limit(), Limit::Rate(Rate { count: 30, period: Span::parse("60s").unwrap() }));
+        let login = Rule::from_json(&json!({"action": "login", "algorithm": "sliding_log", "capacity": 5, "window": "60s"})).unwrap();
+        assert_eq!(login.mode(), Mode::Enforce);
+        assert_eq!(login.description(), "");
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let base = || json!({"action": "a", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1s"}});
+        let with = |k: &str, v: Value| {
+            let mut b = base();
+            b[k] = v;
+            b
+        };
+        assert_eq!(field_of(with("action", json!(""))), "action");
+        assert_eq!(field_of(with("action", json!("a b"))), "action");
+        assert_eq!(field_of(with("action", json!("x".repeat(65)))), "action");
+        assert_eq!(field_of(with("algorithm", json!("magic"))), "algorithm");
+        assert_eq!(field_of(with("capacity", json!(0))), "capacity");
+        assert_eq!(field_of(with("capacity", json!(-3))), "capacity");
+        assert_eq!(field_of(with("capacity", json!(1.5))), "capacity");
+        assert_eq!(field_of(with("capacity", json!("16"))), "capacity");
+        assert_eq!(field_of(with("capacity", json!(1e30))), "capacity");
+        assert_eq!(field_of(with("rate", json!({"count": 0, "period": "1s"}))), "rate.count");
+        assert_eq!(field_of(with("rate", json!({"count": 1, "period": "0s"}))), "rate.period");
+        assert_eq!(field_of(with("rate", json!({"count": 1, "period": "99999999h"}))), "rate.period");
+        assert_eq!(field_of(with("rate", json!({"count": 1, "period": "1s", "x": 1}))), "rate.x");
+        assert_eq!(field_of(with("window", json!("1s"))), "window");
+        assert_eq!(field_of(with("mode", json!("loud"))), "mode");
+        assert_eq!(field_of(with("surprise", json!(1))), "surprise");
+        assert_eq!(field_of(json!({"action": "a", "algorithm": "fixed_window", "capacity": 1})), "window");
+        assert_eq!(field_of(json!({"action": "a", "algorithm": "sliding_log", "capacity": 10_001, "window": "1s"})), "capacity");
+        assert_eq!(field_of(json!([1])), "rule");
+    }
+
+    #[test]
+    fn a_burst_that_would_take_over_90_days_to_drain_is_refused() {
+        let e = Rule::from_json(&json!({"action": "a", "algorithm": "gcra", "capacity": 10_000_000,
+            "rate": {"count": 1, "period": "1h"}})).unwrap_err();
+        assert_eq!(e.field, "capacity");
+    }
+
+    #[test]
+    fn more_than_one_per_nanosecond_is_refused() {
+        let e = Rule::from_json(&json!({"action": "a", "algorithm": "gcra", "capacity": 1,
+            "rate": {"count": 1_000_000_000, "period": "1ms"}})).unwrap_err();
+        assert_eq!(e.field, "rate.count");
+    }
+}
