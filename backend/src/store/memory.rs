@@ -1,0 +1,1 @@
+//! The memory store (under construction).

@@ -1,0 +1,101 @@
+//! Where throttle state and rules live. One trait, two stores: memory (one process, the embedded
+//! default) and Redis (single node or Cluster, shared by every replica). The conformance suite in
+//! `backend/tests` holds both to the same answers as sluice-core's transitions.
+
+pub mod memory;
+pub mod redis;
+
+use async_trait::async_trait;
+use sluice_core::cell::CellArgs;
+use sluice_core::{Action, Decision, Nanos, Rule};
+
+/// What went wrong talking to the store. A denial is never an error: it is a [`Decision`].
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or refused the command (connection refused, reset, ...).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store did not answer within the configured timeout.
+    #[error("store timed out after {0} ms")]
+    Timeout(u64),
+    /// Too many requests are already waiting on the store; shed rather than queue.
+    #[error("store overloaded: {0} requests already in flight")]
+    Overloaded(usize),
+    /// A key holds data sluice did not write (another Redis type, or garbage).
+    #[error("key {key} holds data sluice cannot read ({detail}); delete it or pick another key prefix")]
+    WrongType {
+        /// The Redis key at fault.
+        key: String,
+        /// What the store said.
+        detail: String,
+    },
+    /// Stored data (a rule, a counter) could not be parsed.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// The rules as stored, with the version that identifies this exact set.
+#[derive(Debug, Clone, Default)]
+pub struct RuleSnapshot {
+    /// Increases on every write; `None` when the store holds no rules bookkeeping at all (a fresh
+    /// or wiped Redis), which tells a replica holding cached rules to publish them again.
+    pub version: Option<u64>,
+    /// Every stored rule.
+    pub rules: Vec<Rule>,
+}
+
+/// Recent traffic of one key, batched by each replica and flushed every ≤ 250 ms so the
+/// dashboard's live view costs no store round trip per decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Activity {
+    /// The action.
+    pub action: Action,
+    /// The key.
+    pub key: String,
+    /// When the key was last seen, in milliseconds since the epoch.
+    pub last_seen_ms: u64,
+    /// Requests allowed in this batch.
+    pub allowed: u64,
+    /// Requests denied in this batch.
+    pub denied: u64,
+}
+
+/// The storage behind the decision and admin APIs.
+///
+/// `at` is the decision time: `None` in production (the store's own clock: Redis `TIME`, or the
+/// system clock for memory), `Some` in tests that hold stores to fixed-time tables.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A short name for logs and `/readyz`: "memory", "redis", "redis-cluster".
+    fn kind(&self) -> &'static str;
+
+    /// Decides one request for `key` under `rule`, atomically.
+    async fn throttle(&self, rule: &Rule, key: &str, quantity: u64, at: Option<Nanos>) -> Result<Decision, StoreError>;
+
+    /// redis-cell `CL.THROTTLE` semantics (gcra), under its own key namespace.
+    async fn cell_throttle(&self, key: &str, args: CellArgs, at: Option<Nanos>) -> Result<Decision, StoreError>;
+
+    /// Levels of many keys as of now (quantity-0 peeks: nothing changes).
+    async fn peek_many(&self, rule: &Rule, keys: &[String], at: Option<Nanos>) -> Result<Vec<Decision>, StoreError>;
+
+    /// Every rule and the current version.
+    async fn load_rules(&self) -> Result<RuleSnapshot, StoreError>;
+
+    /// Creates or replaces a rule; returns the new version.
+    async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError>;
+
+    /// Deletes a rule; returns the new version, or `None` if there was no such rule.
+    async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError>;
+
+    /// The current rules version (cheap; polled by every replica).
+    async fn rules_version(&self) -> Result<Option<u64>, StoreError>;
+
+    /// Records a batch of recent activity.
+    async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError>;
+
+    /// The most recently active keys of an action, newest first, with their activity.
+    async fn recent_activity(&self, action: &Action, limit: usize) -> Result<Vec<Activity>, StoreError>;
+
+    /// Whether the store answers (for `/readyz`).
+    async fn ping(&self) -> Result<(), StoreError>;
+}

@@ -1,0 +1,1 @@
+//! sluice-dashboard (under construction).

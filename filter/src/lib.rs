@@ -1,0 +1,1 @@
+//! sluice-filter: the proxy-wasm filter (under construction).

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The one test command (README, .ci/run): installs what the tests need on a fresh machine, then
+# runs every suite: cargo tests (core, backend on memory + a real redis-server + a real Redis
+# Cluster, filter logic), the core build/dependency checks, then each tests/suites/*.sh in order
+# (Envoy end to end, browser, demo, reliability).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+bash scripts/install.sh
+
+echo "== cargo test (workspace)"
+cargo test --workspace --locked
+
+for suite in tests/suites/*.sh; do
+  [ -e "$suite" ] || continue
+  echo "== suite $suite"
+  bash "$suite"
+done
+echo "== all suites passed"
