@@ -9,6 +9,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 bash scripts/install.sh
 
+echo "== sluice-core builds for both wasm targets, with no tokio/mio/redis in its tree"
+bash scripts/check-core.sh
+
 echo "== cargo test (workspace)"
 cargo test --workspace --locked
 
