@@ -1,0 +1,46 @@
+-- fixed_window: KEYS[1] is a hash {start (window index since the epoch), count}; windows are
+-- clock-aligned: index = floor(now_ms / W). ARGV[4] window W (ms), ARGV[5] capacity.
+-- Twin of core/src/algorithms/fixed_window.rs.
+local W = tonumber(ARGV[4])
+local cap = tonumber(ARGV[5])
+local q = QUANTITY
+
+local ms_in_s = idiv(NOW_N, 1000000)
+local now_ms = NOW_S * 1000 + ms_in_s
+local sub_ms = NOW_N - ms_in_s * 1000000
+
+local h = redis.call('HMGET', KEYS[1], 'start', 'count')
+local s_start, s_count = 0, 0
+if h[1] then
+  s_start = int(h[1])
+  s_count = int(h[2])
+end
+local start = math.max(idiv(now_ms, W), s_start)
+local count = 0
+if start == s_start then
+  count = s_count
+end
+-- End of the window, relative to now, in ns (never negative: start is at or after now's window).
+local end_rel = ((start + 1) * W - now_ms) * 1000000 - sub_ms
+
+if q <= math.max(cap - count, 0) then
+  local after = count + q
+  if q > 0 then
+    redis.call('HSET', KEYS[1], 'start', fmt(start), 'count', fmt(after))
+    redis.call('PEXPIRE', KEYS[1], TTL_MS)
+  end
+  local reset = 0
+  if after > 0 then
+    reset = math.max(end_rel, 0)
+  end
+  return { 1, math.max(cap - after, 0), -1, reset, after, 0, 0, 0 }
+end
+local retry = -1
+if q <= cap then
+  retry = math.max(end_rel, 0)
+end
+local reset = 0
+if count > 0 then
+  reset = math.max(end_rel, 0)
+end
+return { 0, math.max(cap - count, 0), retry, reset, count, 0, 0, 0 }

@@ -1,0 +1,100 @@
+-- sluice prelude, prepended (in Rust, at load time) to every algorithm script.
+--
+-- Lua 5.1 numbers are IEEE doubles: integers are exact only below 2^53. Nanoseconds since the
+-- epoch (~1.8e18) are not, so the scripts never hold an absolute time in a number. "Now" is kept
+-- as whole seconds (NOW_S) plus nanoseconds within the second (NOW_N); every stored absolute
+-- time (a decimal ns string) is turned into a time RELATIVE to now, which sluice's limits
+-- (core/src/limits.rs: 90-day horizon, capacity x window_ms) keep far below 2^53.
+--
+-- ARGV[1]: "now" in ns as a decimal string (tests), or "" to use Redis TIME (production).
+-- ARGV[2]: quantity. ARGV[3]: TTL in ms for every write. ARGV[4], ARGV[5]: algorithm parameters.
+
+local TWO53 = 9007199254740992
+-- Seconds beyond which a stored time is clamped (104 days, more than the 90-day horizon), so
+-- that every relative value stays below 2^53 in magnitude.
+local CLAMP_S = 9000000
+
+-- Splits a decimal ns string into (seconds, ns within the second); nil when not all digits.
+local function split_ns(text)
+  if type(text) ~= 'string' or not string.find(text, '^%d+$') then
+    return nil
+  end
+  local len = string.len(text)
+  if len > 9 then
+    return tonumber(string.sub(text, 1, len - 9)), tonumber(string.sub(text, len - 8))
+  end
+  return 0, tonumber(text)
+end
+
+local NOW_S, NOW_N
+if ARGV[1] == nil or ARGV[1] == '' then
+  local t = redis.call('TIME')
+  NOW_S = tonumber(t[1])
+  NOW_N = tonumber(t[2]) * 1000
+else
+  NOW_S, NOW_N = split_ns(ARGV[1])
+  if NOW_S == nil then
+    return redis.error_reply('ERR sluice: "now" must be decimal nanoseconds')
+  end
+end
+
+-- Exact floor(x / y) for integers x and y > 0 below 2^53: the float quotient may round the
+-- wrong way near 2^53, so correct it by one in either direction.
+local function idiv(x, y)
+  local q = math.floor(x / y)
+  if q * y > x then
+    q = q - 1
+  elseif (q + 1) * y <= x then
+    q = q + 1
+  end
+  return q
+end
+
+-- Aborts the script with an error the Rust side maps to StoreError::WrongType.
+local function corrupt(what)
+  error({ err = 'WRONGTYPE sluice: key ' .. KEYS[1] .. ' holds ' .. what })
+end
+
+-- A stored integer field (level, tokens, count, ...), which must be all digits.
+local function int(text)
+  if type(text) ~= 'string' or not string.find(text, '^%d+$') then
+    corrupt('a non-integer field')
+  end
+  return tonumber(text)
+end
+
+-- A stored absolute time (decimal ns) as ns relative to now, clamped to +-2^53.
+local function rel(text)
+  local s, n = split_ns(text)
+  if s == nil then
+    corrupt('a non-numeric time')
+  end
+  local ds = s - NOW_S
+  if ds < -CLAMP_S then
+    return -TWO53
+  end
+  if ds > CLAMP_S then
+    return TWO53
+  end
+  return ds * 1000000000 + (n - NOW_N)
+end
+
+-- A relative time (ns, not before the epoch) back to an absolute decimal ns string.
+local function abs(r)
+  local total = NOW_N + r
+  local q = idiv(total, 1000000000)
+  local s = NOW_S + q
+  local n = total - q * 1000000000
+  if s <= 0 then
+    return string.format('%d', s * 1000000000 + n)
+  end
+  return string.format('%d%09d', s, n)
+end
+
+-- An integer (below 2^53) as a decimal string; tostring would print 1e+15 style.
+local function fmt(x)
+  return string.format('%d', x)
+end
+
+local QUANTITY = tonumber(ARGV[2])
+local TTL_MS = ARGV[3]

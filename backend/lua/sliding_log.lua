@@ -1,0 +1,64 @@
+-- sliding_log: KEYS[1] is a list of admission times (absolute ns strings), oldest first, one per
+-- admitted unit. ARGV[4] window W (ms), ARGV[5] capacity (<= 10,000).
+-- Twin of core/src/algorithms/sliding_log.rs.
+local W_NS = tonumber(ARGV[4]) * 1000000
+local cap = tonumber(ARGV[5])
+local q = QUANTITY
+local key = KEYS[1]
+
+local len = redis.call('LLEN', key)
+local function at(i)
+  return rel(redis.call('LINDEX', key, i))
+end
+-- First live entry (t + W > now), by binary search over the sorted list.
+local lo, hi = 0, len
+while lo < hi do
+  local mid = math.floor((lo + hi) / 2)
+  if at(mid) + W_NS > 0 then
+    hi = mid
+  else
+    lo = mid + 1
+  end
+end
+local live_from = lo
+local live = len - live_from
+
+if q <= math.max(cap - live, 0) and q > 0 then
+  local t = 0
+  if live > 0 then
+    t = math.max(0, at(len - 1))
+  end
+  if live_from > 0 then
+    redis.call('LTRIM', key, live_from, -1)
+  end
+  local stamp = abs(t)
+  local left = q
+  while left > 0 do
+    local n = math.min(left, 500)
+    local batch = {}
+    for i = 1, n do
+      batch[i] = stamp
+    end
+    redis.call('RPUSH', key, unpack(batch))
+    left = left - n
+  end
+  redis.call('PEXPIRE', key, TTL_MS)
+  local count = live + q
+  return { 1, math.max(cap - count, 0), -1, t + W_NS, count, 0, 0, 0 }
+end
+
+local allowed = 0
+if q <= math.max(cap - live, 0) then
+  allowed = 1
+end
+local retry = -1
+if allowed == 0 and q <= cap then
+  -- The (live + q - cap)-th oldest live entry must expire first.
+  local must = live + q - cap
+  retry = math.max(at(live_from + must - 1) + W_NS, 0)
+end
+local reset = 0
+if live > 0 then
+  reset = math.max(at(len - 1) + W_NS, 0)
+end
+return { allowed, math.max(cap - live, 0), retry, reset, live, 0, 0, 0 }

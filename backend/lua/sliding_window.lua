@@ -1,0 +1,83 @@
+-- sliding_window: KEYS[1] is a hash {index (current window since the epoch), current, previous}.
+-- ARGV[4] window W (ms), ARGV[5] capacity. Twin of core/src/algorithms/sliding_window.rs: whole
+-- milliseconds and integers, so every product (capacity x W) stays below 2^53.
+local W = tonumber(ARGV[4])
+local cap = tonumber(ARGV[5])
+local q = QUANTITY
+
+local ms_in_s = idiv(NOW_N, 1000000)
+local now_ms = NOW_S * 1000 + ms_in_s
+local sub_ms = NOW_N - ms_in_s * 1000000
+
+local h = redis.call('HMGET', KEYS[1], 'index', 'current', 'previous')
+local s_index, s_cur, s_prev = 0, 0, 0
+if h[1] then
+  s_index = int(h[1])
+  s_cur = int(h[2])
+  s_prev = int(h[3])
+end
+local now_index = idiv(now_ms, W)
+local index, elapsed
+if now_index >= s_index then
+  index = now_index
+  elapsed = now_ms - now_index * W
+else
+  index = s_index -- the clock stepped back: stay at the start of the stored window
+  elapsed = 0
+end
+local cur, prev = 0, 0
+if index == s_index then
+  cur, prev = s_cur, s_prev
+elseif index - s_index == 1 then
+  cur, prev = 0, s_cur
+end
+
+local function first_fit_ms()
+  if q > cap then
+    return nil
+  end
+  local room = cap - (cur + q)
+  if room >= 0 and prev > 0 then
+    local e = math.max(W - idiv(room * W, prev), 0)
+    if e < W then
+      return e
+    end
+  end
+  room = cap - q
+  local e = 0
+  if cur ~= 0 then
+    e = math.max(W - idiv(room * W, cur), 0)
+  end
+  if e < W then
+    return W + e
+  end
+  return 2 * W
+end
+
+-- Start of the current window relative to now, in ns.
+local start_rel = (index * W - now_ms) * 1000000 - sub_ms
+local room = cap - (cur + q)
+local allowed = 0
+local retry = -1
+if room >= 0 and prev * (W - elapsed) <= room * W then
+  allowed = 1
+  if q > 0 then
+    redis.call('HSET', KEYS[1], 'index', fmt(index), 'current', fmt(cur + q), 'previous', fmt(prev))
+    redis.call('PEXPIRE', KEYS[1], TTL_MS)
+  end
+  cur = cur + q
+else
+  local fit = first_fit_ms()
+  if fit then
+    retry = math.max(start_rel + fit * 1000000, 0)
+  end
+end
+local weighted_prev_ceil = idiv(prev * (W - elapsed) + W - 1, W)
+local remaining = math.max(math.max(cap - cur, 0) - weighted_prev_ceil, 0)
+local reset = 0
+if cur > 0 then
+  reset = math.max(start_rel + 2 * W * 1000000, 0)
+elseif prev > 0 then
+  reset = math.max(start_rel + W * 1000000, 0)
+end
+return { allowed, remaining, retry, reset, prev, W - elapsed, W, cur }

@@ -1,0 +1,28 @@
+-- token_bucket: KEYS[1] is a hash {tokens (ns of refill time), last (absolute ns)}; fresh = full.
+-- ARGV[4] interval T (ns), ARGV[5] capacity. Twin of core/src/algorithms/token_bucket.rs.
+local T = tonumber(ARGV[4])
+local cap = tonumber(ARGV[5])
+local tol = T * cap
+local q = QUANTITY
+
+local h = redis.call('HMGET', KEYS[1], 'tokens', 'last')
+local current, last = tol, -TWO53
+if h[1] then
+  local tokens = int(h[1])
+  last = rel(h[2])
+  current = math.min(tokens + math.max(0, -last), tol)
+end
+
+if q <= cap then
+  local need = T * q
+  if current >= need then
+    local after = current - need
+    if q > 0 then
+      redis.call('HSET', KEYS[1], 'tokens', fmt(after), 'last', abs(math.max(0, last)))
+      redis.call('PEXPIRE', KEYS[1], TTL_MS)
+    end
+    return { 1, idiv(after, T), -1, tol - after, tol - after, T, 0, 0 }
+  end
+  return { 0, idiv(current, T), need - current, tol - current, tol - current, T, 0, 0 }
+end
+return { 0, idiv(current, T), -1, tol - current, tol - current, T, 0, 0 }

@@ -1,1 +1,0 @@
-//! The memory store (under construction).

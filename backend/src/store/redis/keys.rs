@@ -1,0 +1,105 @@
+//! Redis key layout. Everything for one (action, subject) shares one hash tag, so each script
+//! touches a single Cluster slot:
+//!
+//! - throttle state: `<prefix>:{<action>:<subject>}:<algorithm>`
+//! - `cl.throttle` state: `<prefix>:cell:{<subject>}`
+//! - rules: hash `{<prefix>:rules}` and version counter `{<prefix>:rules}:version` (one slot)
+//! - activity: `{<prefix>:activity:<action>}:recent` (zset) and `...:counts` (hash)
+//!
+//! A subject is any string. One over 128 bytes, or containing `{` or `}` (which would move the
+//! hash tag), or starting with `h:` (which could collide with a digest) is stored as `h:` + the
+//! hex SHA-256 of it. A `:` in an action is written `%3A` (actions cannot contain `%`), so the
+//! first `:` in a tag always ends the action and no two (action, subject) pairs share a key.
+
+use std::borrow::Cow;
+
+use sha2::{Digest, Sha256};
+use sluice_core::{Action, Algorithm};
+
+/// Longest subject stored verbatim.
+pub const MAX_RAW_SUBJECT: usize = 128;
+
+/// Builds every key sluice writes, under one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyLayout {
+    prefix: String,
+}
+
+impl KeyLayout {
+    /// Keys under `prefix` (which must not contain `{` or `}`; checked at connect).
+    pub(crate) fn new(prefix: &str) -> KeyLayout {
+        KeyLayout { prefix: prefix.to_owned() }
+    }
+
+    /// Throttle state of `subject` under a rule for `action` with `algorithm`.
+    pub(crate) fn state(&self, action: &Action, algorithm: Algorithm, subject: &str) -> String {
+        format!(
+            "{}:{{{}:{}}}:{}",
+            self.prefix,
+            action.as_str().replace(':', "%3A"),
+            stored_subject(subject),
+            algorithm.name()
+        )
+    }
+
+    /// `cl.throttle` state of `subject`.
+    pub(crate) fn cell(&self, subject: &str) -> String {
+        format!("{}:cell:{{{}}}", self.prefix, stored_subject(subject))
+    }
+
+    /// The rules hash and its version counter (same slot).
+    pub(crate) fn rules(&self) -> [String; 2] {
+        let tag = format!("{{{}:rules}}", self.prefix);
+        [tag.clone(), format!("{tag}:version")]
+    }
+
+    /// The recent-keys zset and the counts hash of `action` (same slot).
+    pub(crate) fn activity(&self, action: &Action) -> [String; 2] {
+        let tag = format!("{{{}:activity:{}}}", self.prefix, action.as_str());
+        [format!("{tag}:recent"), format!("{tag}:counts")]
+    }
+}
+
+/// The subject as it appears in a key: verbatim when short and safe, else `h:` + SHA-256 hex.
+pub(crate) fn stored_subject(subject: &str) -> Cow<'_, str> {
+    let unsafe_chars = subject.contains('{') || subject.contains('}') || subject.starts_with("h:");
+    if subject.len() > MAX_RAW_SUBJECT || unsafe_chars {
+        Cow::Owned(format!("h:{}", hex::encode(Sha256::digest(subject.as_bytes()))))
+    } else {
+        Cow::Borrowed(subject)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn action(s: &str) -> Action {
+        Action::parse(s).expect("valid action")
+    }
+
+    #[test]
+    fn short_subjects_are_verbatim_and_tagged() {
+        let k = KeyLayout::new("sluice");
+        assert_eq!(k.state(&action("reply"), Algorithm::Gcra, "laoqian"), "sluice:{reply:laoqian}:gcra");
+        assert_eq!(k.cell("k"), "sluice:cell:{k}");
+    }
+
+    #[test]
+    fn long_braced_and_digest_like_subjects_are_hashed() {
+        let long = "x".repeat(MAX_RAW_SUBJECT + 1);
+        for s in [long.as_str(), "a{b", "a}b", "h:abc"] {
+            let stored = stored_subject(s);
+            assert!(stored.starts_with("h:") && stored.len() == 66, "{s} -> {stored}");
+        }
+        assert_eq!(stored_subject(&"x".repeat(MAX_RAW_SUBJECT)), "x".repeat(MAX_RAW_SUBJECT));
+    }
+
+    #[test]
+    fn colons_in_actions_cannot_collide_with_subjects() {
+        let k = KeyLayout::new("sluice");
+        let a = k.state(&action("a:b"), Algorithm::Gcra, "c");
+        let b = k.state(&action("a"), Algorithm::Gcra, "b:c");
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,285 @@
+//! The Redis store: single node or Cluster, shared by every backend replica.
+//!
+//! Every decision is ONE Lua script (backend/lua), a twin of sluice-core's transition, run
+//! atomically inside Redis with time from Redis `TIME`, so replicas with skewed clocks agree.
+//! Every command is bounded twice: by `timeout` (then [`StoreError::Timeout`]) and by
+//! `max_in_flight` permits taken without waiting (none free: [`StoreError::Overloaded`] at once),
+//! so a slow Redis sheds load instead of queueing it. See docs/storage.md for the key layout and
+//! the precision reasoning of the scripts.
+
+mod conn;
+mod errors;
+mod keys;
+mod scripts;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use redis::RedisResult;
+use sluice_core::cell::CellArgs;
+use sluice_core::{Action, Decision, Nanos, Params, Rule};
+use tokio::sync::Semaphore;
+
+use self::conn::Conn;
+use self::keys::KeyLayout;
+use self::scripts::{algorithm_args, decision, Scripts};
+use super::{Activity, RuleSnapshot, Store, StoreError};
+
+pub use self::keys::MAX_RAW_SUBJECT;
+
+/// Keys of recent activity kept per action.
+pub const ACTIVITY_KEEP: usize = 200;
+/// Activity of an action vanishes after this long without traffic.
+const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Which Redis deployment to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One node: `redis://host:port/db`.
+    Single(String),
+    /// A Redis Cluster, by one or more seed node URLs.
+    Cluster(Vec<String>),
+}
+
+/// How to reach and use Redis.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// The deployment.
+    pub target: RedisTarget,
+    /// Bound on each command, after which the request fails fast with a timeout.
+    pub timeout: Duration,
+    /// Bound on commands in flight; beyond it requests fail fast as overloaded instead of queueing.
+    pub max_in_flight: usize,
+    /// Prefix of every key sluice writes (default "sluice").
+    pub key_prefix: String,
+}
+
+impl RedisConfig {
+    /// Defaults for a target: 1 s timeout, 1024 commands in flight, prefix "sluice".
+    pub fn new(target: RedisTarget) -> RedisConfig {
+        RedisConfig { target, timeout: Duration::from_secs(1), max_in_flight: 1024, key_prefix: "sluice".into() }
+    }
+}
+
+/// Throttle state, rules and activity in Redis.
+pub struct RedisStore {
+    conn: Conn,
+    cluster: bool,
+    keys: KeyLayout,
+    scripts: Scripts,
+    permits: Arc<Semaphore>,
+    max_in_flight: usize,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// Connects (eagerly: a Redis that cannot be reached is [`StoreError::Unavailable`] here) and
+    /// checks the configuration. Scripts are sent to Redis on first use.
+    pub async fn connect(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        if config.key_prefix.contains(['{', '}']) {
+            return Err(StoreError::Unavailable(format!(
+                "key prefix {:?} must not contain '{{' or '}}' (they would break Cluster hash tags)",
+                config.key_prefix
+            )));
+        }
+        if config.max_in_flight == 0 {
+            return Err(StoreError::Unavailable("max_in_flight must be at least 1".into()));
+        }
+        if let RedisTarget::Cluster(urls) = &config.target {
+            if urls.is_empty() {
+                return Err(StoreError::Unavailable("a Redis Cluster needs at least one node URL".into()));
+            }
+        }
+        let connect_bound = config.timeout.max(Duration::from_secs(5));
+        let conn = match tokio::time::timeout(connect_bound, Conn::open(&config.target, config.timeout)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(StoreError::Unavailable(format!("cannot connect to Redis: {e}"))),
+            Err(_) => return Err(StoreError::Timeout(duration_ms(connect_bound))),
+        };
+        Ok(RedisStore {
+            conn,
+            cluster: matches!(config.target, RedisTarget::Cluster(_)),
+            keys: KeyLayout::new(&config.key_prefix),
+            scripts: Scripts::new(),
+            permits: Arc::new(Semaphore::new(config.max_in_flight)),
+            max_in_flight: config.max_in_flight,
+            timeout: config.timeout,
+        })
+    }
+
+    /// Runs one bounded unit of work: a permit taken without waiting, then the timeout. `key`
+    /// names the key in a WRONGTYPE error.
+    async fn bounded<T, F>(&self, key: &str, work: F) -> Result<T, StoreError>
+    where
+        F: Future<Output = RedisResult<T>>,
+    {
+        let _permit = self.permits.try_acquire().map_err(|_| StoreError::Overloaded(self.max_in_flight))?;
+        match tokio::time::timeout(self.timeout, work).await {
+            Err(_) => Err(StoreError::Timeout(duration_ms(self.timeout))),
+            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(duration_ms(self.timeout))),
+            Ok(Err(e)) => Err(errors::map(&e, key)),
+            Ok(Ok(value)) => Ok(value),
+        }
+    }
+
+    /// Runs an algorithm script on one key.
+    async fn decide(&self, key: &str, params: Params, quantity: u64, at: Option<Nanos>) -> Result<Decision, StoreError> {
+        let reply = self.bounded(key, self.invoke_algorithm(key, params, quantity, at)).await?;
+        decision(params, &reply)
+    }
+
+    async fn invoke_algorithm(&self, key: &str, params: Params, quantity: u64, at: Option<Nanos>) -> RedisResult<Vec<i64>> {
+        let mut conn = self.conn.clone();
+        let script = self.scripts.algorithm(params.algorithm());
+        let mut invocation = script.key(key);
+        for arg in algorithm_args(params, quantity, at) {
+            invocation.arg(arg);
+        }
+        invocation.invoke_async(&mut conn).await
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        if self.cluster {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+
+    async fn throttle(&self, rule: &Rule, key: &str, quantity: u64, at: Option<Nanos>) -> Result<Decision, StoreError> {
+        let redis_key = self.keys.state(rule.action(), rule.algorithm(), key);
+        self.decide(&redis_key, rule.params(), quantity, at).await
+    }
+
+    async fn cell_throttle(&self, key: &str, args: CellArgs, at: Option<Nanos>) -> Result<Decision, StoreError> {
+        let redis_key = self.keys.cell(key);
+        self.decide(&redis_key, Params::Gcra(args.params), args.quantity, at).await
+    }
+
+    async fn peek_many(&self, rule: &Rule, keys: &[String], at: Option<Nanos>) -> Result<Vec<Decision>, StoreError> {
+        let params = rule.params();
+        let redis_keys: Vec<String> =
+            keys.iter().map(|k| self.keys.state(rule.action(), rule.algorithm(), k)).collect();
+        let first = redis_keys.first().cloned().unwrap_or_default();
+        // One permit and one timeout for the batch; the calls are pipelined on the multiplexed
+        // connection (and spread over nodes on a Cluster).
+        let replies = self
+            .bounded(&first, try_join_all(redis_keys.iter().map(|k| self.invoke_algorithm(k, params, 0, at))))
+            .await?;
+        replies.iter().map(|reply| decision(params, reply)).collect()
+    }
+
+    async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
+        let [hash, version_key] = self.keys.rules();
+        let mut conn = self.conn.clone();
+        let (version, flat): (Option<String>, Vec<String>) = self
+            .bounded(&hash, self.scripts.rules_load.key(&hash).key(&version_key).invoke_async(&mut conn))
+            .await?;
+        let version = version.map(|v| parse_u64(&v, &version_key)).transpose()?;
+        let mut rules = BTreeMap::new();
+        for pair in flat.chunks(2) {
+            let [action, json] = pair else {
+                return Err(StoreError::Corrupt(format!("{hash}: odd HGETALL reply")));
+            };
+            let rule = Rule::from_json_str(json)
+                .map_err(|e| StoreError::Corrupt(format!("rule {action:?} in {hash}: {e}")))?;
+            rules.insert(action.clone(), rule);
+        }
+        Ok(RuleSnapshot { version, rules: rules.into_values().collect() })
+    }
+
+    async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
+        let [hash, version_key] = self.keys.rules();
+        let json = rule.to_json().to_string();
+        let mut conn = self.conn.clone();
+        let mut invocation = self.scripts.rules_write.key(&hash);
+        invocation.key(&version_key).arg("put").arg(rule.action().as_str()).arg(json);
+        self.bounded(&hash, invocation.invoke_async(&mut conn)).await
+    }
+
+    async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
+        let [hash, version_key] = self.keys.rules();
+        let mut conn = self.conn.clone();
+        let mut invocation = self.scripts.rules_write.key(&hash);
+        invocation.key(&version_key).arg("del").arg(action.as_str());
+        self.bounded(&hash, invocation.invoke_async(&mut conn)).await
+    }
+
+    async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
+        let [_, version_key] = self.keys.rules();
+        let mut conn = self.conn.clone();
+        let version: Option<String> = self
+            .bounded(&version_key, redis::cmd("GET").arg(&version_key).query_async(&mut conn))
+            .await?;
+        version.map(|v| parse_u64(&v, &version_key)).transpose()
+    }
+
+    async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError> {
+        let mut by_action: BTreeMap<&Action, Vec<&Activity>> = BTreeMap::new();
+        for item in batch {
+            by_action.entry(&item.action).or_default().push(item);
+        }
+        let calls = by_action.into_iter().map(|(action, items)| {
+            let [recent, counts] = self.keys.activity(action);
+            let mut conn = self.conn.clone();
+            async move {
+                let mut invocation = self.scripts.activity_record.key(&recent);
+                invocation.key(&counts).arg(ACTIVITY_KEEP).arg(ACTIVITY_TTL_MS);
+                for item in items {
+                    invocation.arg(&item.key).arg(item.last_seen_ms).arg(item.allowed).arg(item.denied);
+                }
+                invocation.invoke_async::<i64>(&mut conn).await
+            }
+        });
+        self.bounded("activity", try_join_all(calls)).await.map(|_| ())
+    }
+
+    async fn recent_activity(&self, action: &Action, limit: usize) -> Result<Vec<Activity>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let [recent, counts] = self.keys.activity(action);
+        let mut conn = self.conn.clone();
+        let flat: Vec<String> = self
+            .bounded(&recent, self.scripts.activity_recent.key(&recent).key(&counts).arg(limit).invoke_async(&mut conn))
+            .await?;
+        flat.chunks(4)
+            .map(|row| {
+                let [key, last, allowed, denied] = row else {
+                    return Err(StoreError::Corrupt(format!("{recent}: short activity row")));
+                };
+                let last_seen_ms = last
+                    .parse::<f64>()
+                    .map_err(|_| StoreError::Corrupt(format!("{recent}: score {last:?}")))?;
+                Ok(Activity {
+                    action: action.clone(),
+                    key: key.clone(),
+                    last_seen_ms: last_seen_ms as u64,
+                    allowed: parse_u64(allowed, &counts)?,
+                    denied: parse_u64(denied, &counts)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: String = self.bounded("PING", redis::cmd("PING").query_async(&mut conn)).await?;
+        Ok(())
+    }
+}
+
+fn parse_u64(text: &str, key: &str) -> Result<u64, StoreError> {
+    text.parse().map_err(|_| StoreError::Corrupt(format!("{key} holds {text:?}, not a whole number")))
+}

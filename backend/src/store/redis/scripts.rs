@@ -1,0 +1,111 @@
+//! The Lua scripts (backend/lua/*.lua), loaded once per process and called by EVALSHA with a
+//! reload on NOSCRIPT (`redis::Script` does both), and the conversion of their replies into
+//! sluice-core [`Decision`]s.
+
+use redis::Script;
+use sluice_core::{Algorithm, Decision, Nanos, Params};
+
+use crate::store::StoreError;
+
+const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
+
+/// Every script sluice runs.
+pub(crate) struct Scripts {
+    gcra: Script,
+    leaky_bucket: Script,
+    token_bucket: Script,
+    fixed_window: Script,
+    sliding_log: Script,
+    sliding_window: Script,
+    /// Put or delete a rule and bump the version.
+    pub(crate) rules_write: Script,
+    /// Read every rule and the version.
+    pub(crate) rules_load: Script,
+    /// Record a batch of activity of one action.
+    pub(crate) activity_record: Script,
+    /// Read the newest keys of one action.
+    pub(crate) activity_recent: Script,
+}
+
+fn with_prelude(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}\n{body}"))
+}
+
+impl Scripts {
+    /// Builds the scripts (computing their SHA1s; nothing is sent to Redis until first use).
+    pub(crate) fn new() -> Scripts {
+        Scripts {
+            gcra: with_prelude(include_str!("../../../lua/gcra.lua")),
+            leaky_bucket: with_prelude(include_str!("../../../lua/leaky_bucket.lua")),
+            token_bucket: with_prelude(include_str!("../../../lua/token_bucket.lua")),
+            fixed_window: with_prelude(include_str!("../../../lua/fixed_window.lua")),
+            sliding_log: with_prelude(include_str!("../../../lua/sliding_log.lua")),
+            sliding_window: with_prelude(include_str!("../../../lua/sliding_window.lua")),
+            rules_write: Script::new(include_str!("../../../lua/rules_write.lua")),
+            rules_load: Script::new(include_str!("../../../lua/rules_load.lua")),
+            activity_record: Script::new(include_str!("../../../lua/activity_record.lua")),
+            activity_recent: Script::new(include_str!("../../../lua/activity_recent.lua")),
+        }
+    }
+
+    /// The script of an algorithm.
+    pub(crate) fn algorithm(&self, algorithm: Algorithm) -> &Script {
+        match algorithm {
+            Algorithm::Gcra => &self.gcra,
+            Algorithm::LeakyBucket => &self.leaky_bucket,
+            Algorithm::TokenBucket => &self.token_bucket,
+            Algorithm::FixedWindow => &self.fixed_window,
+            Algorithm::SlidingLog => &self.sliding_log,
+            Algorithm::SlidingWindow => &self.sliding_window,
+        }
+    }
+}
+
+/// Slack added to every key's TTL beyond the algorithm's idle TTL.
+const TTL_SLACK_MS: u64 = 1_000;
+/// Least TTL when a test passes a fixed time: simulated time must not be cut short by the real
+/// seconds that pass while a test steps through it.
+const FIXED_TIME_MIN_TTL_MS: u64 = 600_000;
+
+/// ARGV of an algorithm script: now ("" = Redis TIME), quantity, TTL in ms, and two parameters
+/// (interval ns and capacity for meters, window ms and capacity for windows), as decimal strings.
+pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -> [String; 5] {
+    let idle_ms = params.idle_ttl_ns().div_ceil(1_000_000).saturating_add(TTL_SLACK_MS);
+    let ttl_ms = if at.is_some() { idle_ms.max(FIXED_TIME_MIN_TTL_MS) } else { idle_ms };
+    let first = match params {
+        Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => m.interval,
+        Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => w.window_ms,
+    };
+    [
+        at.map_or_else(String::new, |t| t.to_string()),
+        quantity.to_string(),
+        ttl_ms.to_string(),
+        first.to_string(),
+        params.capacity().to_string(),
+    ]
+}
+
+/// Builds the decision from a script's reply
+/// `{allowed, remaining, retry_after (-1 = none), reset_after, a, b, c, d}`, where a..d give the
+/// level exactly as core computes it (same f64 operations on the same integers).
+pub(crate) fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreError> {
+    let [allowed, remaining, retry, reset, a, b, c, d] = reply else {
+        return Err(StoreError::Corrupt(format!("script returned {} values, expected 8", reply.len())));
+    };
+    let unsigned = |v: i64, what: &str| {
+        u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("script returned a negative {what}: {v}")))
+    };
+    let level = match params {
+        Params::Gcra(_) | Params::LeakyBucket(_) | Params::TokenBucket(_) => *a as f64 / *b as f64,
+        Params::FixedWindow(_) | Params::SlidingLog(_) => *a as f64,
+        Params::SlidingWindow(_) => *a as f64 * *b as f64 / *c as f64 + *d as f64,
+    };
+    Ok(Decision {
+        allowed: *allowed == 1,
+        capacity: params.capacity(),
+        remaining: unsigned(*remaining, "remaining")?,
+        retry_after: if *retry < 0 { None } else { Some(unsigned(*retry, "retry_after")?) },
+        reset_after: unsigned(*reset, "reset_after")?,
+        level,
+    })
+}
