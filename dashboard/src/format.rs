@@ -1,0 +1,83 @@
+//! Number and duration formatting shared by the table, the live view and the plot.
+
+/// A rate as `"0.5/s"`, `"12/s"`, `"1.2k/s"`: short, and without trailing zeros.
+pub fn per_second(rate: f64) -> String {
+    format!("{}/s", short_number(rate))
+}
+
+/// A number in at most about four significant characters: `0.5`, `12`, `1.2k`, `3.4M`.
+pub fn short_number(x: f64) -> String {
+    if !x.is_finite() {
+        return "–".into();
+    }
+    let (value, suffix) = if x.abs() >= 1e6 {
+        (x / 1e6, "M")
+    } else if x.abs() >= 1e4 {
+        (x / 1e3, "k")
+    } else {
+        (x, "")
+    };
+    let text = if value.abs() >= 100.0 || value == value.trunc() {
+        format!("{value:.0}")
+    } else if value.abs() >= 1.0 {
+        trim(format!("{value:.1}"))
+    } else if value.abs() >= 0.01 {
+        trim(format!("{value:.2}"))
+    } else {
+        trim(format!("{value:.4}"))
+    };
+    format!("{text}{suffix}")
+}
+
+fn trim(text: String) -> String {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
+}
+
+/// Seconds as a plot-axis label: `"0"`, `"250ms"`, `"30s"`, `"2m"`, `"2.5h"`, `"3d"`.
+pub fn duration_label(seconds: f64) -> String {
+    if seconds <= 0.0 {
+        "0".into()
+    } else if seconds < 1.0 {
+        format!("{}ms", short_number(seconds * 1000.0))
+    } else if seconds < 120.0 {
+        format!("{}s", short_number(seconds))
+    } else if seconds < 7200.0 {
+        format!("{}m", short_number(seconds / 60.0))
+    } else if seconds < 172_800.0 {
+        format!("{}h", short_number(seconds / 3600.0))
+    } else {
+        format!("{}d", short_number(seconds / 86_400.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_short() {
+        assert_eq!(short_number(0.5), "0.5");
+        assert_eq!(short_number(12.0), "12");
+        assert_eq!(short_number(12.34), "12.3");
+        assert_eq!(short_number(1234.0), "1234");
+        assert_eq!(short_number(12_345.0), "12.3k");
+        assert_eq!(short_number(2_000_000.0), "2M");
+        assert_eq!(short_number(0.000_277_8), "0.0003");
+        assert_eq!(per_second(0.0), "0/s");
+    }
+
+    #[test]
+    fn durations_pick_a_readable_unit() {
+        assert_eq!(duration_label(0.0), "0");
+        assert_eq!(duration_label(0.25), "250ms");
+        assert_eq!(duration_label(30.0), "30s");
+        assert_eq!(duration_label(180.0), "3m");
+        assert_eq!(duration_label(5400.0), "90m");
+        assert_eq!(duration_label(9000.0), "2.5h");
+        assert_eq!(duration_label(3.0 * 86_400.0), "3d");
+    }
+}

@@ -1,0 +1,188 @@
+//! The live view: per action, the most active keys as funnels, from the SSE `levels` snapshots.
+
+use crate::api::{ActionLevels, LevelsBody};
+use crate::format::{per_second, short_number};
+
+/// Funnels shown per action; the rest are counted, not drawn.
+pub const TOP_KEYS: usize = 8;
+
+/// How full a funnel looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    /// Under half full.
+    Calm,
+    /// Half full or more.
+    Warm,
+    /// 85 % full or more: about to deny.
+    Hot,
+    /// No room for one more request.
+    Full,
+}
+
+impl Tone {
+    /// The tone of a fill ratio with `remaining` requests of room.
+    pub fn of(fill: f64, remaining: u64) -> Tone {
+        if remaining == 0 && fill > 0.0 {
+            Tone::Full
+        } else if fill >= 0.85 {
+            Tone::Hot
+        } else if fill >= 0.5 {
+            Tone::Warm
+        } else {
+            Tone::Calm
+        }
+    }
+
+    /// The CSS class.
+    pub fn class(self) -> &'static str {
+        match self {
+            Tone::Calm => "calm",
+            Tone::Warm => "warm",
+            Tone::Hot => "hot",
+            Tone::Full => "full",
+        }
+    }
+}
+
+/// One key's funnel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunnelView {
+    /// The key (untrusted: rendered as text only).
+    pub key: String,
+    /// Level in requests.
+    pub level: f64,
+    /// Capacity.
+    pub capacity: u64,
+    /// Room left, in requests.
+    pub remaining: u64,
+    /// Level / capacity, clamped to 0..=1 (the drawn height).
+    pub fill: f64,
+    /// Colour.
+    pub tone: Tone,
+    /// `"12.5 / 16"`.
+    pub level_text: String,
+}
+
+/// One action's panel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionView {
+    /// The action.
+    pub action: String,
+    /// Algorithm name.
+    pub algorithm: String,
+    /// Capacity.
+    pub capacity: u64,
+    /// `"3.5/s"`.
+    pub allowed_text: String,
+    /// `"0/s"`.
+    pub denied_text: String,
+    /// Whether anything is being denied right now (the denied figure is highlighted).
+    pub denying: bool,
+    /// The most active keys, fullest first.
+    pub funnels: Vec<FunnelView>,
+    /// Keys in the snapshot beyond those drawn.
+    pub more: usize,
+}
+
+impl ActionView {
+    /// Builds one action's panel, keeping the `top` fullest keys.
+    pub fn of(action: &ActionLevels, top: usize) -> ActionView {
+        let mut keys: Vec<FunnelView> = action
+            .keys
+            .iter()
+            .map(|k| {
+                let capacity = if k.capacity > 0 { k.capacity } else { action.capacity };
+                let fill = if capacity == 0 { 0.0 } else { (k.level / capacity as f64).clamp(0.0, 1.0) };
+                FunnelView {
+                    key: k.key.clone(),
+                    level: k.level,
+                    capacity,
+                    remaining: k.remaining,
+                    fill,
+                    tone: Tone::of(fill, k.remaining),
+                    level_text: format!("{} / {}", short_number(round_level(k.level)), capacity),
+                }
+            })
+            .collect();
+        // Fullest first; ties by name so equal funnels do not swap places between snapshots.
+        keys.sort_by(|a, b| b.level.total_cmp(&a.level).then_with(|| a.key.cmp(&b.key)));
+        let more = keys.len().saturating_sub(top);
+        keys.truncate(top);
+        ActionView {
+            action: action.action.clone(),
+            algorithm: action.algorithm.clone(),
+            capacity: action.capacity,
+            allowed_text: per_second(action.allowed_per_s),
+            denied_text: per_second(action.denied_per_s),
+            denying: action.denied_per_s > 0.0,
+            funnels: keys,
+            more,
+        }
+    }
+}
+
+fn round_level(level: f64) -> f64 {
+    (level * 10.0).round() / 10.0
+}
+
+/// Every action's panel, by action name.
+pub fn live_view(body: &LevelsBody, top: usize) -> Vec<ActionView> {
+    let mut actions: Vec<ActionView> = body.actions.iter().map(|a| ActionView::of(a, top)).collect();
+    actions.sort_by(|a, b| a.action.cmp(&b.action));
+    actions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::KeyLevel;
+
+    fn key(name: &str, level: f64, remaining: u64) -> KeyLevel {
+        KeyLevel { key: name.into(), level, capacity: 10, remaining, last_seen_ms: 0 }
+    }
+
+    #[test]
+    fn fullest_keys_first_and_the_rest_counted() {
+        let body = LevelsBody {
+            at_ms: 1,
+            actions: vec![ActionLevels {
+                action: "reply".into(),
+                algorithm: "gcra".into(),
+                capacity: 10,
+                allowed_per_s: 2.5,
+                denied_per_s: 1.0,
+                keys: vec![key("b", 3.0, 7), key("a", 3.0, 7), key("c", 10.0, 0), key("d", 0.2, 9)],
+            }],
+        };
+        let view = &live_view(&body, 3)[0];
+        let names: Vec<&str> = view.funnels.iter().map(|f| f.key.as_str()).collect();
+        assert_eq!(names, ["c", "a", "b"]);
+        assert_eq!(view.more, 1);
+        assert_eq!(view.allowed_text, "2.5/s");
+        assert!(view.denying);
+        assert_eq!(view.funnels[0].tone, Tone::Full);
+        assert_eq!(view.funnels[0].level_text, "10 / 10");
+    }
+
+    #[test]
+    fn colour_follows_the_fill() {
+        assert_eq!(Tone::of(0.1, 9), Tone::Calm);
+        assert_eq!(Tone::of(0.5, 5), Tone::Warm);
+        assert_eq!(Tone::of(0.9, 1), Tone::Hot);
+        assert_eq!(Tone::of(0.99, 0), Tone::Full);
+        assert_eq!(Tone::of(0.0, 0), Tone::Calm);
+    }
+
+    #[test]
+    fn fill_is_clamped_after_a_rule_shrank() {
+        let action = ActionLevels {
+            action: "a".into(),
+            capacity: 4,
+            keys: vec![KeyLevel { key: "k".into(), level: 9.0, capacity: 0, remaining: 0, last_seen_ms: 0 }],
+            ..Default::default()
+        };
+        let view = ActionView::of(&action, TOP_KEYS);
+        assert_eq!(view.funnels[0].fill, 1.0);
+        assert_eq!(view.funnels[0].capacity, 4);
+    }
+}
