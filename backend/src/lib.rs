@@ -1,4 +1,19 @@
 //! sluice-backend: the decision API (what Envoy's filter calls) and the admin API + dashboard,
 //! over a [`store::Store`]: in memory for one process, or Redis / Redis Cluster for many replicas.
+//!
+//! The binary (`sluice`, see [`cli`]) only parses flags and calls [`app::run`]; tests call
+//! [`app::run`] directly with listeners on port 0.
 
+pub mod activity;
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod levels;
+pub mod metrics;
+pub mod rules;
 pub mod store;
+
+pub use app::{run, Listeners, RunError};
+pub use config::{Config, StoreChoice};

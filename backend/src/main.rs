@@ -1,5 +1,20 @@
-//! The `sluice` binary: flags and environment in, [`sluice_backend`] does the rest.
+//! The `sluice` binary: flags and environment in, [`sluice_backend::run`] does the rest.
 
-fn main() {
-    println!("sluice: under construction");
+use std::process::ExitCode;
+
+use clap::Parser;
+use sluice_backend::cli::{init_logging, main_with, Cli};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match main_with(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("sluice: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,235 @@
+//! Assembly: open the store, load and import rules, start the background tasks, serve both
+//! listeners until shutdown, then stop the tasks and flush what is pending.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::activity::{self, ActivityBook};
+use crate::auth::Auth;
+use crate::config::{Config, StoreChoice};
+use crate::http;
+use crate::levels::LevelsHub;
+use crate::metrics::Metrics;
+use crate::rules::{self, RuleCache, RuleSet};
+use crate::store::{memory::MemoryStore, redis::RedisStore, Store, StoreError};
+
+/// The two listeners, bound by the caller (port 0 in tests).
+pub struct Listeners {
+    /// The decision API (what Envoy calls; keep it off the public network).
+    pub decision: TcpListener,
+    /// The admin API and the dashboard (token protected).
+    pub admin: TcpListener,
+}
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The store could not be opened.
+    #[error("cannot open the {kind} store: {source}")]
+    Store {
+        /// Which store.
+        kind: &'static str,
+        /// Why.
+        source: StoreError,
+    },
+    /// Rules could not be loaded or imported at start.
+    #[error("cannot {what} at start: {source}")]
+    Rules {
+        /// "load the rules from the store" or "import the rules file".
+        what: &'static str,
+        /// Why.
+        source: StoreError,
+    },
+    /// A listener failed.
+    #[error("listener failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Everything the handlers share.
+pub struct App {
+    /// Where state and rules live.
+    pub store: Arc<dyn Store>,
+    /// The rules in force on this replica.
+    pub rules: Arc<RuleCache>,
+    /// The live-activity batch and rates.
+    pub activity: Arc<ActivityBook>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Admin token and sessions.
+    pub auth: Auth,
+    /// Level snapshots for SSE.
+    pub levels: Arc<LevelsHub>,
+    /// Backstop bound on one store call from a handler.
+    pub store_deadline: Duration,
+    /// Turns true at shutdown (ends SSE streams so graceful shutdown does not wait on them).
+    pub stopping: watch::Receiver<bool>,
+}
+
+impl App {
+    /// Runs a store call under the deadline; counts failures.
+    pub async fn store_call<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        self.store_call_within(self.store_deadline, call).await
+    }
+
+    /// Runs a store call (or several) under `deadline`; counts failures.
+    pub async fn store_call_within<T>(
+        &self,
+        deadline: Duration,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+        let result = match tokio::time::timeout(deadline, call).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(ms)),
+        };
+        if let Err(e) = &result {
+            self.metrics.store_error(e);
+        }
+        result
+    }
+}
+
+async fn open_store(choice: StoreChoice) -> Result<Arc<dyn Store>, RunError> {
+    match choice {
+        StoreChoice::Memory => {
+            tracing::warn!("memory store: state is per process; use --redis-url for many replicas");
+            Ok(Arc::new(MemoryStore::new()))
+        }
+        StoreChoice::Redis(config) => {
+            let target = format!("{:?}", config.target);
+            let store = RedisStore::connect(config)
+                .await
+                .map_err(|source| RunError::Store { kind: "redis", source })?;
+            tracing::info!(store = store.kind(), target = %target, "redis store: state and rules shared by every replica");
+            Ok(Arc::new(store))
+        }
+        StoreChoice::Custom(store) => {
+            tracing::info!(store = store.kind(), "custom store");
+            Ok(store)
+        }
+    }
+}
+
+/// Runs the service on `listeners` until `shutdown` completes, then shuts down gracefully:
+/// in-flight requests finish, SSE streams end, the pending activity batch is flushed.
+pub async fn run(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let store = open_store(config.store).await?;
+
+    let snapshot = store
+        .load_rules()
+        .await
+        .map_err(|source| RunError::Rules { what: "load the rules from the store", source })?;
+    let cache = Arc::new(RuleCache::new(RuleSet::from_snapshot(snapshot)));
+    if !config.import_rules.is_empty() {
+        for rule in &config.import_rules {
+            store
+                .put_rule(rule)
+                .await
+                .map_err(|source| RunError::Rules { what: "import the rules file", source })?;
+        }
+        cache
+            .reload(store.as_ref())
+            .await
+            .map_err(|source| RunError::Rules { what: "load the rules from the store", source })?;
+        tracing::info!(imported = config.import_rules.len(), "rules file imported");
+    }
+    let current = cache.current();
+    tracing::info!(
+        rules = current.rules.len(),
+        version = current.version.unwrap_or(0),
+        actions = ?current.rules.keys().collect::<Vec<_>>(),
+        "rules loaded"
+    );
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_rules(current.rules.len());
+    let app = Arc::new(App {
+        store: store.clone(),
+        rules: cache.clone(),
+        activity: Arc::new(ActivityBook::new()),
+        metrics: metrics.clone(),
+        auth: Auth::new(&config.admin_token),
+        levels: Arc::new(LevelsHub::new()),
+        store_deadline: config.store_deadline,
+        stopping: stop_rx.clone(),
+    });
+
+    let intervals = config.intervals;
+    let mut tasks = tokio::task::JoinSet::new();
+    {
+        let metrics = metrics.clone();
+        tasks.spawn(rules::refresh_loop(
+            cache.clone(),
+            store.clone(),
+            intervals.rules_poll,
+            stop_rx.clone(),
+            move |n| metrics.set_rules(n),
+        ));
+    }
+    tasks.spawn(activity::flush_loop(
+        app.activity.clone(),
+        store.clone(),
+        metrics.clone(),
+        intervals.activity_flush,
+        stop_rx.clone(),
+    ));
+    {
+        let hub = app.levels.clone();
+        let (store, book, cache, stop) = (store.clone(), app.activity.clone(), cache.clone(), stop_rx.clone());
+        tasks.spawn(async move { hub.run(store, book, cache, intervals.levels_push, stop).await });
+    }
+
+    let decision_addr = listeners.decision.local_addr()?;
+    let admin_addr = listeners.admin.local_addr()?;
+    let dashboard = http::dashboard::Dashboard::new(config.dashboard_dir.as_deref());
+    tracing::info!(addr = %decision_addr, "decision API listening (POST /v1/throttle, /v1/cl.throttle)");
+    tracing::info!(addr = %admin_addr, dashboard = %dashboard.describe(), "admin API and dashboard listening");
+
+    // One shutdown signal fans out to both servers and every task.
+    {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!("shutting down: finishing in-flight requests");
+            let _ = stop_tx.send(true);
+        });
+    }
+    // If either server fails, the other stops too.
+    let decision_server = async {
+        let r = serve(listeners.decision, http::decision_router(app.clone()), stop_rx.clone()).await;
+        let _ = stop_tx.send(true);
+        r
+    };
+    let admin_server = async {
+        let r = serve(listeners.admin, http::admin_router(app.clone(), dashboard), stop_rx.clone()).await;
+        let _ = stop_tx.send(true);
+        r
+    };
+    let (d, a) = tokio::join!(decision_server, admin_server);
+
+    let _ = stop_tx.send(true);
+    let flush = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(2), flush).await.is_err() {
+        tracing::warn!("background tasks did not stop within 2 s; abandoning them");
+    }
+    tracing::info!("stopped");
+    d.and(a)
+}
+
+async fn serve(listener: TcpListener, router: axum::Router, mut stop: watch::Receiver<bool>) -> Result<(), RunError> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await?;
+    Ok(())
+}

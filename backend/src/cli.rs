@@ -1,0 +1,230 @@
+//! The `sluice` command line: flags (each with a `SLUICE_*` environment twin), logging, signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+
+use crate::config::{read_rules_file, Config, StoreChoice};
+use crate::store::redis::{RedisConfig, RedisTarget};
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// sluice: rate-limit decisions for Envoy, with the rules and live levels on a dashboard.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Rate-limit decisions for Envoy: gcra, leaky/token bucket and window algorithms over memory or Redis",
+    long_about = "sluice answers rate-limit decisions for the sluice Envoy filter (POST /v1/throttle on the \
+decision listener) and serves the admin API and dashboard (rules, live funnel levels) on the admin listener.\n\n\
+Without --redis-url or --redis-cluster, state lives in this process only (fine for one replica). With Redis, \
+every replica shares state and rules; rule changes reach every replica within a second.\n\n\
+Every flag can also be set by its environment variable (shown as [env: ...]); flags win. \
+Log verbosity follows RUST_LOG (default: info).",
+    after_help = "Examples:\n  \
+sluice --rules demo/rules.yaml\n  \
+sluice --redis-url redis://127.0.0.1:6379/ --admin-token \"$TOKEN\"\n  \
+SLUICE_REDIS_CLUSTER=redis://10.0.0.1:7000,redis://10.0.0.2:7000 sluice --log-format json"
+)]
+pub struct Cli {
+    /// Address of the decision API (what Envoy calls; keep it off the public network).
+    #[arg(long, env = "SLUICE_DECISION_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:8081")]
+    pub decision_listen: SocketAddr,
+
+    /// Address of the admin API and dashboard (token protected).
+    #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub admin_listen: SocketAddr,
+
+    /// Redis single node, e.g. redis://127.0.0.1:6379/0 (rediss:// for TLS). Default: memory store.
+    #[arg(long, env = "SLUICE_REDIS_URL", value_name = "URL", conflicts_with = "redis_cluster")]
+    pub redis_url: Option<String>,
+
+    /// Redis Cluster seed nodes, comma-separated, e.g. redis://10.0.0.1:7000,redis://10.0.0.2:7000.
+    #[arg(long, env = "SLUICE_REDIS_CLUSTER", value_name = "URL,URL", value_delimiter = ',', num_args = 1..)]
+    pub redis_cluster: Vec<String>,
+
+    /// Bound on each Redis command; past it the decision fails fast with 503 store_timeout.
+    #[arg(long, env = "SLUICE_REDIS_TIMEOUT_MS", value_name = "MS", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub redis_timeout_ms: u64,
+
+    /// Most Redis commands in flight; beyond it decisions fail fast with 503 overloaded instead of queueing.
+    #[arg(long, env = "SLUICE_MAX_IN_FLIGHT", value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_in_flight: u64,
+
+    /// Prefix of every Redis key sluice writes (to share one Redis between deployments).
+    #[arg(long, env = "SLUICE_KEY_PREFIX", value_name = "PREFIX", default_value = "sluice")]
+    pub key_prefix: String,
+
+    /// Rules to import at start (YAML or JSON: a list of rules, or {rules: [...]}); they replace
+    /// stored rules of the same action. A file with any invalid rule imports nothing.
+    #[arg(long, env = "SLUICE_RULES", value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+
+    /// Token for the admin API (Authorization: Bearer TOKEN, or the dashboard login). If unset,
+    /// a random one is generated and printed once to stderr.
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Directory of the built dashboard (trunk build output). Default: dashboard/dist if it exists.
+    #[arg(long, env = "SLUICE_DASHBOARD_DIR", value_name = "DIR")]
+    pub dashboard_dir: Option<PathBuf>,
+
+    /// Log format.
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Installs the tracing subscriber (RUST_LOG filter, default info).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+impl Cli {
+    /// The store this command line asks for.
+    pub fn store_choice(&self) -> StoreChoice {
+        let redis = |target| {
+            StoreChoice::Redis(RedisConfig {
+                target,
+                timeout: Duration::from_millis(self.redis_timeout_ms),
+                max_in_flight: usize::try_from(self.max_in_flight).unwrap_or(usize::MAX),
+                key_prefix: self.key_prefix.clone(),
+            })
+        };
+        if let Some(url) = &self.redis_url {
+            redis(RedisTarget::Single(url.clone()))
+        } else if !self.redis_cluster.is_empty() {
+            redis(RedisTarget::Cluster(self.redis_cluster.clone()))
+        } else {
+            StoreChoice::Memory
+        }
+    }
+
+    /// Builds the [`Config`]: reads the rules file, settles the token and dashboard directory.
+    /// A generated token is printed here, once.
+    pub fn into_config(self) -> anyhow::Result<Config> {
+        let store = self.store_choice();
+        let store_deadline = match store {
+            StoreChoice::Redis(_) => Duration::from_millis(self.redis_timeout_ms.saturating_mul(4).max(200)),
+            _ => Duration::from_secs(1),
+        };
+        let admin_token = match self.admin_token {
+            Some(t) if t.trim().is_empty() => anyhow::bail!("--admin-token (SLUICE_ADMIN_TOKEN) is empty; give a real token or leave it unset to generate one"),
+            Some(t) => {
+                if t.len() < 16 {
+                    tracing::warn!("the admin token is shorter than 16 characters; use a long random one");
+                }
+                t
+            }
+            None => {
+                let t = crate::auth::generate_token();
+                eprintln!("sluice: no --admin-token given; generated this admin token for this run (set SLUICE_ADMIN_TOKEN to keep one across restarts):\n\n    {t}\n");
+                t
+            }
+        };
+        let import_rules = match &self.rules {
+            Some(path) => read_rules_file(path)?,
+            None => Vec::new(),
+        };
+        let dashboard_dir = self.dashboard_dir.or_else(|| {
+            let default = PathBuf::from("dashboard/dist");
+            default.join("index.html").is_file().then_some(default)
+        });
+        let mut config = Config::new(store, admin_token);
+        config.store_deadline = store_deadline;
+        config.import_rules = import_rules;
+        config.dashboard_dir = dashboard_dir;
+        Ok(config)
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("SIGINT received"),
+        _ = terminate => tracing::info!("SIGTERM received"),
+    }
+}
+
+/// The whole binary: parse, bind, run until a signal.
+pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
+    let (decision_addr, admin_addr) = (cli.decision_listen, cli.admin_listen);
+    let config = cli.into_config()?;
+    let decision = tokio::net::TcpListener::bind(decision_addr)
+        .await
+        .with_context(|| format!("cannot listen on {decision_addr} (--decision-listen)"))?;
+    let admin = tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .with_context(|| format!("cannot listen on {admin_addr} (--admin-listen)"))?;
+    crate::run(crate::Listeners { decision, admin }, config, shutdown_signal()).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_has_an_environment_twin() {
+        for arg in Cli::command().get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+            assert!(env.starts_with("SLUICE_"), "--{id} has no SLUICE_* environment variable");
+        }
+    }
+
+    #[test]
+    fn redis_url_and_cluster_exclude_each_other() {
+        let both = Cli::try_parse_from(["sluice", "--redis-url", "redis://a/", "--redis-cluster", "redis://b/"]);
+        assert!(both.is_err());
+        let cluster = Cli::try_parse_from(["sluice", "--redis-cluster", "redis://a:1,redis://b:2"]).expect("parses");
+        match cluster.store_choice() {
+            StoreChoice::Redis(c) => assert_eq!(c.target, RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])),
+            other => panic!("expected a cluster, got {other:?}"),
+        }
+        let memory = Cli::try_parse_from(["sluice"]).expect("parses");
+        assert!(matches!(memory.store_choice(), StoreChoice::Memory));
+    }
+}

@@ -1,0 +1,246 @@
+//! The admin API: rules, levels, and the dashboard's login session.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_core::{Action, Rule};
+
+use super::error::ApiFailure;
+use super::input;
+use crate::app::App;
+use crate::auth;
+use crate::levels::{self, LevelsBody};
+use crate::rules::RulesBody;
+
+/// Lets a request through only with the admin token (Bearer) or a valid session cookie.
+pub async fn require_admin(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if is_admin(&app, request.headers()) {
+        next.run(request).await
+    } else {
+        ApiFailure::unauthorized().into_response()
+    }
+}
+
+fn is_admin(app: &App, headers: &HeaderMap) -> bool {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| app.auth.bearer_matches(v));
+    bearer
+        || headers.get_all(header::COOKIE).iter().any(|v| {
+            v.to_str()
+                .ok()
+                .and_then(auth::session_from_cookie_header)
+                .is_some_and(|s| app.auth.session_valid(s))
+        })
+}
+
+/// Bound on a whole levels snapshot (many store calls).
+const LEVELS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn path_action(text: &str) -> Result<Action, ApiFailure> {
+    Action::parse(text).map_err(|reason| ApiFailure::invalid("action", reason))
+}
+
+/// Every rule and the rules version.
+#[utoipa::path(get, path = "/v1/rules", tag = "admin",
+    responses(
+        (status = 200, body = super::openapi::RulesBodyDoc),
+        (status = 401, body = super::openapi::ApiErrorDoc),
+    ),
+    security(("bearer" = []), ("session" = [])))]
+pub async fn list_rules(State(app): State<Arc<App>>) -> Json<RulesBody> {
+    Json(app.rules.current().body())
+}
+
+/// One rule.
+#[utoipa::path(get, path = "/v1/rules/{action}", tag = "admin",
+    params(("action" = String, Path, description = "The action")),
+    responses(
+        (status = 200, body = super::openapi::RuleDoc),
+        (status = 400, body = super::openapi::ApiErrorDoc),
+        (status = 401, body = super::openapi::ApiErrorDoc),
+        (status = 404, description = "`unknown_action`", body = super::openapi::ApiErrorDoc),
+    ),
+    security(("bearer" = []), ("session" = [])))]
+pub async fn get_rule(State(app): State<Arc<App>>, Path(action): Path<String>) -> Result<Json<Value>, ApiFailure> {
+    let action = path_action(&action)?;
+    let rules = app.rules.current();
+    rules
+        .rules
+        .get(action.as_str())
+        .map(|r| Json(r.to_json()))
+        .ok_or_else(|| ApiFailure::unknown_action(action.as_str()))
+}
+
+/// Creates or replaces a rule. The body's `action`, if present, must equal the path's.
+#[utoipa::path(put, path = "/v1/rules/{action}", tag = "admin",
+    params(("action" = String, Path, description = "The action")),
+    request_body = super::openapi::RuleDoc,
+    responses(
+        (status = 200, description = "The rule as stored", body = super::openapi::RuleDoc),
+        (status = 400, description = "`invalid_rule` or `invalid_request`, naming the field", body = super::openapi::ApiErrorDoc),
+        (status = 401, body = super::openapi::ApiErrorDoc),
+        (status = 503, body = super::openapi::ApiErrorDoc),
+    ),
+    security(("bearer" = []), ("session" = [])))]
+pub async fn put_rule(
+    State(app): State<Arc<App>>,
+    Path(action): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiFailure> {
+    let action = path_action(&action)?;
+    let body = body.map_err(input::body_failure)?;
+    let mut value: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiFailure::invalid("body", format!("not valid JSON: {e}")))?;
+    let Some(object) = value.as_object_mut() else {
+        return Err(ApiFailure::invalid_rule(sluice_core::RuleError::new("rule", "must be a JSON object")));
+    };
+    match object.get("action") {
+        None | Some(Value::Null) => {
+            object.insert("action".into(), Value::from(action.as_str()));
+        }
+        Some(Value::String(s)) if s == action.as_str() => {}
+        Some(other) => {
+            return Err(ApiFailure::invalid_rule(sluice_core::RuleError::new(
+                "action",
+                format!("must equal the action in the path ({:?}); got {other}", action.as_str()),
+            )))
+        }
+    }
+    let rule = Rule::from_json(&value).map_err(ApiFailure::invalid_rule)?;
+    let version = app.store_call(app.store.put_rule(&rule)).await.map_err(|e| ApiFailure::store(&e))?;
+    tracing::info!(action = %rule.action(), algorithm = %rule.algorithm(), version, "rule stored");
+    let stored = rule.clone();
+    app.rules
+        .after_write(app.store.as_ref(), move |rules| {
+            rules.insert(stored.action().as_str().to_owned(), stored);
+        })
+        .await;
+    app.metrics.set_rules(app.rules.current().rules.len());
+    Ok(Json(rule.to_json()))
+}
+
+/// Deletes a rule.
+#[utoipa::path(delete, path = "/v1/rules/{action}", tag = "admin",
+    params(("action" = String, Path, description = "The action")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, body = super::openapi::ApiErrorDoc),
+        (status = 404, description = "`unknown_action`", body = super::openapi::ApiErrorDoc),
+        (status = 503, body = super::openapi::ApiErrorDoc),
+    ),
+    security(("bearer" = []), ("session" = [])))]
+pub async fn delete_rule(State(app): State<Arc<App>>, Path(action): Path<String>) -> Result<StatusCode, ApiFailure> {
+    let action = path_action(&action)?;
+    let deleted = app.store_call(app.store.delete_rule(&action)).await.map_err(|e| ApiFailure::store(&e))?;
+    let name = action.as_str().to_owned();
+    app.rules.after_write(app.store.as_ref(), move |rules| {
+        rules.remove(&name);
+    }).await;
+    app.metrics.set_rules(app.rules.current().rules.len());
+    match deleted {
+        Some(version) => {
+            tracing::info!(action = %action, version, "rule deleted");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        None => Err(ApiFailure::unknown_action(action.as_str())),
+    }
+}
+
+/// `GET /v1/levels` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct LevelsQuery {
+    /// Only this action (default: every action with a rule).
+    pub action: Option<String>,
+    /// Keys per action, newest first (default 20, at most 1000).
+    pub limit: Option<String>,
+}
+
+/// The most recently active keys of each action with their levels as of now.
+#[utoipa::path(get, path = "/v1/levels", tag = "admin",
+    params(LevelsQuery),
+    responses(
+        (status = 200, body = LevelsBody),
+        (status = 400, body = super::openapi::ApiErrorDoc),
+        (status = 401, body = super::openapi::ApiErrorDoc),
+        (status = 404, description = "`unknown_action`", body = super::openapi::ApiErrorDoc),
+        (status = 503, body = super::openapi::ApiErrorDoc),
+    ),
+    security(("bearer" = []), ("session" = [])))]
+pub async fn get_levels(
+    State(app): State<Arc<App>>,
+    query: Result<Query<LevelsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<LevelsBody>, ApiFailure> {
+    let Query(query) = query.map_err(|e| ApiFailure::invalid("query", e.body_text()))?;
+    let limit = match query.limit.as_deref() {
+        None => levels::DEFAULT_LIMIT,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=levels::MAX_LIMIT).contains(&n) => n,
+            _ => return Err(ApiFailure::invalid("limit", format!("must be a whole number from 1 to {}; got {text:?}", levels::MAX_LIMIT))),
+        },
+    };
+    let set = app.rules.current();
+    let rules: Vec<Rule> = match query.action.as_deref() {
+        None => set.rules.values().cloned().collect(),
+        Some(name) => {
+            let action = path_action(name)?;
+            let rule = set.rules.get(action.as_str()).ok_or_else(|| ApiFailure::unknown_action(action.as_str()))?;
+            vec![rule.clone()]
+        }
+    };
+    let body = app
+        .store_call_within(LEVELS_DEADLINE, levels::snapshot(app.store.as_ref(), &app.activity, &rules, limit))
+        .await
+        .map_err(|e| ApiFailure::store(&e))?;
+    Ok(Json(body))
+}
+
+/// Exchanges the admin token for an HttpOnly session cookie (for the dashboard).
+#[utoipa::path(post, path = "/v1/session", tag = "admin",
+    request_body = super::openapi::SessionRequestDoc,
+    responses(
+        (status = 204, description = "Logged in; `Set-Cookie: sluice_session=...; HttpOnly; SameSite=Strict; Path=/`"),
+        (status = 400, body = super::openapi::ApiErrorDoc),
+        (status = 401, description = "Wrong token", body = super::openapi::ApiErrorDoc),
+    ))]
+pub async fn login(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiFailure> {
+    let body = body.map_err(input::body_failure)?;
+    let map = input::object(&body, &["token"])?;
+    let token = input::string(&map, "token")?;
+    if !app.auth.token_matches(&token) {
+        tracing::warn!("dashboard login with a wrong token");
+        return Err(ApiFailure::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong admin token"));
+    }
+    let cookie = auth::set_cookie(&app.auth.new_session());
+    Ok(session_response(&cookie))
+}
+
+/// Logs out: clears the session cookie (and revokes it on this replica).
+#[utoipa::path(delete, path = "/v1/session", tag = "admin",
+    responses((status = 204, description = "Logged out; the cookie is cleared")))]
+pub async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    for value in headers.get_all(header::COOKIE) {
+        if let Some(session) = value.to_str().ok().and_then(auth::session_from_cookie_header) {
+            app.auth.revoke(session);
+        }
+    }
+    session_response(&auth::clear_cookie())
+}
+
+fn session_response(cookie: &str) -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Ok(value) = HeaderValue::from_str(cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}

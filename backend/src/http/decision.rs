@@ -1,0 +1,100 @@
+//! The decision API: `POST /v1/throttle` (rules by action) and `POST /v1/cl.throttle`
+//! (redis-cell compatibility). A denial is a 200 with `allowed: false`; non-2xx answers mean the
+//! request itself was bad (4xx) or the store failed (5xx), and the filter applies its failure mode.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::Json;
+use sluice_core::cell::{self, CellArgs};
+use sluice_core::wire::ThrottleResponse;
+
+use super::error::ApiFailure;
+use super::input;
+use crate::app::App;
+use crate::levels::now_ms;
+use crate::metrics::Outcome;
+
+/// Decides one request under its action's rule.
+#[utoipa::path(
+    post,
+    path = "/v1/throttle",
+    tag = "decision",
+    request_body = super::openapi::ThrottleRequestDoc,
+    responses(
+        (status = 200, description = "The decision (a denial is `allowed: false`, still 200)", body = super::openapi::ThrottleResponseDoc),
+        (status = 400, description = "Bad input; `field` names the field at fault", body = super::openapi::ApiErrorDoc),
+        (status = 404, description = "`unknown_action`: no rule for the action", body = super::openapi::ApiErrorDoc),
+        (status = 413, description = "Body larger than 64 KiB", body = super::openapi::ApiErrorDoc),
+        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = super::openapi::ApiErrorDoc),
+    )
+)]
+pub async fn throttle(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<ThrottleResponse>, ApiFailure> {
+    let started = Instant::now();
+    let body = body.map_err(input::body_failure)?;
+    let request = input::throttle_request(&body)?;
+    let action = request.validate().map_err(ApiFailure::from_request_error)?;
+    let rules = app.rules.current();
+    let Some(rule) = rules.rules.get(action.as_str()) else {
+        app.metrics.unknown_action();
+        return Err(ApiFailure::unknown_action(action.as_str()));
+    };
+    let decision = app
+        .store_call(app.store.throttle(rule, &request.key, request.quantity, None))
+        .await
+        .map_err(|e| ApiFailure::store(&e))?;
+    let response = ThrottleResponse::new(
+        action.as_str(),
+        &request.key,
+        rule.algorithm(),
+        rule.mode(),
+        rule.params().policy_window_ns(),
+        &decision,
+    );
+    if request.quantity > 0 {
+        app.activity.record(rule.action(), &request.key, decision.allowed, now_ms());
+    }
+    app.metrics.decision(
+        action.as_str(),
+        rule.algorithm(),
+        Outcome::of(decision.allowed, rule.mode()),
+        started.elapsed().as_secs_f64(),
+    );
+    Ok(Json(response))
+}
+
+/// redis-cell `CL.THROTTLE` over HTTP: the 5-tuple `[limited, limit, remaining, retry_after_s,
+/// reset_after_s]`.
+#[utoipa::path(
+    post,
+    path = "/v1/cl.throttle",
+    tag = "decision",
+    request_body = super::openapi::ClThrottleRequestDoc,
+    responses(
+        (status = 200, description = "`[limited, limit, remaining, retry_after_s, reset_after_s]` as redis-cell answers", body = [i64], example = json!([0, 16, 15, -1, 2])),
+        (status = 400, description = "Bad input; `field` names the argument at fault", body = super::openapi::ApiErrorDoc),
+        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = super::openapi::ApiErrorDoc),
+    )
+)]
+pub async fn cl_throttle(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<[i64; 5]>, ApiFailure> {
+    let started = Instant::now();
+    let body = body.map_err(input::body_failure)?;
+    let request = input::cl_throttle_request(&body)?;
+    let args = CellArgs::new(request.max_burst, request.count, request.period, request.quantity)
+        .map_err(ApiFailure::from_request_error)?;
+    let decision = app
+        .store_call(app.store.cell_throttle(&request.key, args, None))
+        .await
+        .map_err(|e| ApiFailure::store(&e))?;
+    app.metrics.latency(started.elapsed().as_secs_f64());
+    Ok(Json(cell::reply(&decision)))
+}

@@ -1,0 +1,36 @@
+//! `GET /v1/events`: server-sent events for the dashboard. Event `rules` (data: the
+//! `GET /v1/rules` body) on connect and on every change; event `levels` (data: the
+//! `GET /v1/levels` body) about every 500 ms while anyone listens. Streams end at shutdown.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::{Stream, StreamExt};
+use tokio_stream::wrappers::WatchStream;
+
+use crate::app::App;
+
+/// The event stream.
+#[utoipa::path(get, path = "/v1/events", tag = "admin",
+    responses(
+        (status = 200, description = "text/event-stream: `rules` events (data: the GET /v1/rules body) on connect and on change; `levels` events (data: the GET /v1/levels body) about every 500 ms", content_type = "text/event-stream", body = String),
+        (status = 401, body = super::openapi::ApiErrorDoc),
+    ),
+    security(("bearer" = []), ("session" = [])))]
+pub async fn events(State(app): State<Arc<App>>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let rules = WatchStream::new(app.rules.subscribe()).map(|set| {
+        let data = serde_json::to_string(&set.body()).unwrap_or_else(|_| "{}".into());
+        Event::default().event("rules").data(data)
+    });
+    let levels = WatchStream::from_changes(app.levels.subscribe())
+        .filter_map(|snapshot| async move { snapshot.map(|text| Event::default().event("levels").data(&*text)) });
+    let mut stopping = app.stopping.clone();
+    let stop = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    };
+    let stream = futures::stream::select(rules, levels).take_until(Box::pin(stop)).map(Ok);
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}

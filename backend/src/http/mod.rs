@@ -1,0 +1,79 @@
+//! HTTP shape: the two routers and their handlers. The decision router serves only decisions and
+//! probes; the admin router serves the token-protected API, the login session and the dashboard.
+
+pub mod admin;
+pub mod dashboard;
+pub mod decision;
+pub mod error;
+pub mod events;
+pub mod input;
+pub mod openapi;
+pub mod probes;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderName, HeaderValue, Uri};
+use axum::routing::{any, get, post};
+use axum::Router;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::app::App;
+use error::ApiFailure;
+
+async fn no_route(uri: Uri) -> ApiFailure {
+    ApiFailure::no_route(uri.path())
+}
+
+fn probes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
+        .route("/metrics", get(probes::metrics))
+        .route("/v1/openapi.json", get(probes::openapi))
+}
+
+/// The decision listener: `POST /v1/throttle`, `POST /v1/cl.throttle` and the probes; every
+/// other path is a JSON 404 (admin routes are not served here).
+pub fn decision_router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/throttle", post(decision::throttle))
+        .route("/v1/cl.throttle", post(decision::cl_throttle))
+        .merge(probes())
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(input::MAX_BODY_BYTES))
+        .with_state(app)
+}
+
+/// The admin listener: the token-protected API, the session routes, the probes, and the
+/// dashboard's files, with security headers on every response.
+pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
+    let protected = Router::new()
+        .route("/v1/rules", get(admin::list_rules))
+        .route(
+            "/v1/rules/{action}",
+            get(admin::get_rule).put(admin::put_rule).delete(admin::delete_rule),
+        )
+        .route("/v1/levels", get(admin::get_levels))
+        .route("/v1/events", get(events::events))
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), admin::require_admin));
+    let csp = dashboard.csp();
+    Router::new()
+        .merge(protected)
+        .route("/v1/session", post(admin::login).delete(admin::logout))
+        .merge(probes())
+        .route("/v1/{*rest}", any(no_route))
+        .with_state(app)
+        .fallback_service(dashboard.router())
+        .layer(DefaultBodyLimit::max(input::MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .layer(SetResponseHeaderLayer::overriding(header::CONTENT_SECURITY_POLICY, csp))
+        .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
+        .layer(SetResponseHeaderLayer::overriding(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")))
+        .layer(SetResponseHeaderLayer::overriding(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            HeaderName::from_static("cross-origin-opener-policy"),
+            HeaderValue::from_static("same-origin"),
+        ))
+}

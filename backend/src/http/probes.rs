@@ -1,0 +1,57 @@
+//! Routes on both listeners: liveness, readiness, metrics and the OpenAPI document.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use utoipa::OpenApi;
+
+use super::error::ApiFailure;
+use crate::app::App;
+
+/// Bound on the readiness ping.
+const PING_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "probes",
+    responses((status = 200, description = "`{\"status\": \"ok\"}`")))]
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Readiness: the store answers a ping.
+#[utoipa::path(get, path = "/readyz", tag = "probes",
+    responses(
+        (status = 200, description = "`{\"status\": \"ready\", \"store\": kind}`"),
+        (status = 503, description = "The store does not answer", body = super::openapi::ApiErrorDoc),
+    ))]
+pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<serde_json::Value>, ApiFailure> {
+    app.store_call_within(PING_DEADLINE, app.store.ping())
+        .await
+        .map_err(|e| ApiFailure::store(&e))?;
+    Ok(Json(json!({"status": "ready", "store": app.store.kind()})))
+}
+
+/// Prometheus metrics (OpenMetrics text).
+#[utoipa::path(get, path = "/metrics", tag = "probes",
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
+pub async fn metrics(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        app.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// This document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "probes",
+    responses((status = 200, description = "The OpenAPI 3.1 document of both listeners", content_type = "application/json")))]
+pub async fn openapi() -> Response {
+    match super::openapi::ApiDoc::openapi().to_json() {
+        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+        Err(e) => ApiFailure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()).into_response(),
+    }
+}

@@ -1,0 +1,203 @@
+//! The per-replica rule cache: the decision path reads rules only from here, never from the store.
+//!
+//! The store holds the truth and a version counter. Each replica polls the version (cheap) and
+//! reloads on change, so a write through any replica is in force everywhere within one poll plus
+//! one load (well under 1 s at the default 250 ms). While the store is down the cache keeps
+//! serving; if the store comes back empty (a restarted Redis without persistence) the cached
+//! rules are published again, so a Redis restart does not silently drop every limit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use sluice_core::Rule;
+use tokio::sync::watch;
+
+use crate::store::{RuleSnapshot, Store, StoreError};
+
+/// One consistent set of rules, by action.
+#[derive(Debug, Clone, Default)]
+pub struct RuleSet {
+    /// The store's version of this set; `None` before any rule was ever stored, or when the set
+    /// was changed locally without a confirmed reload (the next poll reloads it).
+    pub version: Option<u64>,
+    /// The rules, by action name (sorted, so listings are stable).
+    pub rules: BTreeMap<String, Rule>,
+}
+
+impl RuleSet {
+    /// Builds a set from a store snapshot.
+    pub fn from_snapshot(snapshot: RuleSnapshot) -> RuleSet {
+        let rules = snapshot
+            .rules
+            .into_iter()
+            .map(|r| (r.action().as_str().to_owned(), r))
+            .collect();
+        RuleSet { version: snapshot.version, rules }
+    }
+
+    /// The body of `GET /v1/rules` and of the SSE `rules` event.
+    pub fn body(&self) -> RulesBody {
+        RulesBody {
+            version: self.version.unwrap_or(0),
+            rules: self.rules.values().map(Rule::to_json).collect(),
+        }
+    }
+}
+
+/// `GET /v1/rules`: `{"version": N, "rules": [...]}` (version 0 when nothing was ever stored).
+#[derive(Debug, Clone, Serialize)]
+pub struct RulesBody {
+    /// The store's rules version.
+    pub version: u64,
+    /// Every rule, sorted by action.
+    pub rules: Vec<serde_json::Value>,
+}
+
+/// The cache, with change notification (the SSE `rules` event listens to it).
+pub struct RuleCache {
+    tx: watch::Sender<Arc<RuleSet>>,
+}
+
+impl RuleCache {
+    /// A cache holding `set`.
+    pub fn new(set: RuleSet) -> RuleCache {
+        let (tx, _) = watch::channel(Arc::new(set));
+        RuleCache { tx }
+    }
+
+    /// The current rules (a cheap `Arc` clone).
+    pub fn current(&self) -> Arc<RuleSet> {
+        self.tx.borrow().clone()
+    }
+
+    /// Listens for changes; the receiver sees the current set first.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<RuleSet>> {
+        self.tx.subscribe()
+    }
+
+    /// Replaces the set; listeners are told only when something changed.
+    pub fn replace(&self, set: RuleSet) -> bool {
+        self.tx.send_if_modified(|current| {
+            if current.version == set.version && current.rules == set.rules {
+                false
+            } else {
+                *current = Arc::new(set);
+                true
+            }
+        })
+    }
+
+    /// Reloads from the store.
+    pub async fn reload(&self, store: &dyn Store) -> Result<bool, StoreError> {
+        let snapshot = store.load_rules().await?;
+        Ok(self.replace(RuleSet::from_snapshot(snapshot)))
+    }
+
+    /// After a write this replica made: reload so the cache holds the store's exact set; if the
+    /// reload fails, apply the change locally with an unknown version so the next poll reloads.
+    pub async fn after_write(&self, store: &dyn Store, edit: impl FnOnce(&mut BTreeMap<String, Rule>)) {
+        if self.reload(store).await.is_err() {
+            let mut set = (*self.current()).clone();
+            edit(&mut set.rules);
+            set.version = None;
+            self.replace(set);
+        }
+    }
+}
+
+/// What one poll did (for logs and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollOutcome {
+    /// The version matched the cache.
+    Unchanged,
+    /// The rules were reloaded.
+    Reloaded,
+    /// The store was empty and the cached rules were published again.
+    Republished,
+    /// The store could not be asked; the cache keeps serving.
+    StoreDown,
+}
+
+/// One poll: compare versions, reload on change, republish if the store lost everything.
+pub async fn poll_once(cache: &RuleCache, store: &dyn Store) -> PollOutcome {
+    let cached = cache.current();
+    match store.rules_version().await {
+        Ok(Some(v)) if cached.version == Some(v) => PollOutcome::Unchanged,
+        Ok(None) if cached.rules.is_empty() => {
+            if cached.version.is_some() {
+                cache.replace(RuleSet::default());
+            }
+            PollOutcome::Unchanged
+        }
+        Ok(None) => {
+            tracing::warn!(
+                rules = cached.rules.len(),
+                "the store holds no rules at all (a restarted or wiped Redis?); publishing this replica's {} cached rules again",
+                cached.rules.len()
+            );
+            for rule in cached.rules.values() {
+                if let Err(e) = store.put_rule(rule).await {
+                    tracing::warn!(error = %e, "could not republish the cached rules; serving them from cache and retrying");
+                    return PollOutcome::StoreDown;
+                }
+            }
+            match cache.reload(store).await {
+                Ok(_) => PollOutcome::Republished,
+                Err(_) => PollOutcome::StoreDown,
+            }
+        }
+        Ok(Some(_)) => match cache.reload(store).await {
+            Ok(_) => PollOutcome::Reloaded,
+            Err(e) => {
+                tracing::debug!(error = %e, "rules reload failed; keeping the cached rules");
+                PollOutcome::StoreDown
+            }
+        },
+        Err(e) => {
+            tracing::debug!(error = %e, "rules version poll failed; keeping the cached rules");
+            PollOutcome::StoreDown
+        }
+    }
+}
+
+/// Polls every `every` until `stop` turns true, logging store outages once per outage.
+pub async fn refresh_loop(
+    cache: Arc<RuleCache>,
+    store: Arc<dyn Store>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+    on_change: impl Fn(usize) + Send,
+) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut down = false;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let outcome = poll_once(&cache, store.as_ref()).await;
+        match outcome {
+            PollOutcome::StoreDown if !down => {
+                down = true;
+                tracing::warn!(
+                    rules = cache.current().rules.len(),
+                    "cannot reach the store to refresh rules; serving the cached rules until it is back"
+                );
+            }
+            PollOutcome::StoreDown => {}
+            _ if down => {
+                down = false;
+                tracing::info!("store reachable again; rules refresh resumed");
+            }
+            _ => {}
+        }
+        if matches!(outcome, PollOutcome::Reloaded | PollOutcome::Republished) {
+            let set = cache.current();
+            tracing::info!(version = set.version.unwrap_or(0), rules = set.rules.len(), "rules reloaded");
+            on_change(set.rules.len());
+        }
+    }
+}
