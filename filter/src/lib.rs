@@ -1,1 +1,20 @@
-//! sluice-filter: the proxy-wasm filter (under construction).
+//! sluice-filter: the proxy-wasm filter that puts sluice in front of an upstream, inside Envoy.
+//!
+//! Per request: match a route ([`route`]), take its key, answer from the denial cache
+//! ([`cache`]) or ask the backend's decision API, then resume (with rate-limit headers on the
+//! response) or reply 429 ([`reply`]). The logic ([`engine`]) talks to Envoy only through the
+//! [`host::Host`] trait, so it is tested natively; `abi` is the thin proxy-wasm glue, compiled
+//! only for wasm32.
+
+pub mod cache;
+pub mod config;
+pub mod engine;
+pub mod host;
+pub mod reply;
+pub mod route;
+
+#[cfg(target_arch = "wasm32")]
+mod abi;
+
+#[cfg(test)]
+mod fake;

@@ -1,0 +1,213 @@
+//! The proxy-wasm glue: Envoy's callbacks in, [`crate::engine::Flow`] does the work, hostcalls out.
+//!
+//! Hostcalls are used directly (not the SDK's trait helpers, which `unwrap` host errors): every
+//! host error becomes "absent" or is ignored, so no request can panic the VM (with
+//! `panic = "abort"` a panic would kill the VM for every request on that worker).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
+
+use crate::config::Config;
+use crate::engine::{Flow, Next, MAX_RESPONSE_BODY};
+use crate::host::{Callout, Counter, Host};
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+}}
+
+/// Metric ids, defined once per VM (Envoy shares the stats by name across workers).
+#[derive(Debug, Default, Clone)]
+struct Metrics {
+    ids: Vec<Option<u32>>,
+}
+
+impl Metrics {
+    fn define() -> Metrics {
+        Metrics {
+            ids: Counter::ALL
+                .iter()
+                .map(|c| hostcalls::define_metric(MetricType::Counter, c.name()).ok())
+                .collect(),
+        }
+    }
+
+    fn increment(&self, counter: Counter) {
+        if let Some(Some(id)) = self.ids.get(counter.index()) {
+            let _ = hostcalls::increment_metric(*id, 1);
+        }
+    }
+}
+
+/// The root context: parses the configuration once and makes one [`Http`] per request.
+#[derive(Default)]
+struct Root {
+    config: Option<Rc<Config>>,
+    metrics: Rc<Metrics>,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let bytes = match hostcalls::get_buffer(proxy_wasm::types::BufferType::PluginConfiguration, 0, usize::MAX) {
+            Ok(Some(bytes)) => bytes,
+            _ => {
+                log(LogLevel::Error, "sluice: bad plugin configuration: (root): empty; a JSON object is required");
+                return false;
+            }
+        };
+        match Config::from_json(&bytes) {
+            Ok(config) => {
+                self.config = Some(Rc::new(config));
+                self.metrics = Rc::new(Metrics::define());
+                true
+            }
+            Err(e) => {
+                log(LogLevel::Error, &format!("sluice: bad plugin configuration: {e}"));
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Http {
+            flow: self.config.as_ref().map(|c| Flow::new(Rc::clone(c))),
+            host: WasmHost { metrics: Rc::clone(&self.metrics), request_headers: RefCell::new(None) },
+        }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+/// One request. `flow` is `None` only if the configuration was refused (then Envoy does not run
+/// the plugin at all; passing through is the safe answer anyway).
+struct Http {
+    flow: Option<Flow>,
+    host: WasmHost,
+}
+
+impl Context for Http {
+    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        let Some(flow) = self.flow.as_mut() else { return };
+        let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
+        let body = if body_size == 0 {
+            None
+        } else {
+            hostcalls::get_buffer(
+                proxy_wasm::types::BufferType::HttpCallResponseBody,
+                0,
+                body_size.min(MAX_RESPONSE_BODY),
+            )
+            .ok()
+            .flatten()
+        };
+        flow.on_callout_response(&mut self.host, token, status.as_deref(), body.as_deref().unwrap_or_default());
+    }
+}
+
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        match self.flow.as_mut().map(|f| f.on_request_headers(&mut self.host)) {
+            Some(Next::Pause) => Action::Pause,
+            Some(Next::Continue) | None => Action::Continue,
+        }
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if let Some(flow) = self.flow.as_mut() {
+            flow.on_response_headers(&mut self.host);
+        }
+        Action::Continue
+    }
+}
+
+/// [`Host`] over proxy-wasm hostcalls.
+struct WasmHost {
+    metrics: Rc<Metrics>,
+    /// The request's header pairs, fetched on first use.
+    request_headers: RefCell<Option<Vec<(String, Vec<u8>)>>>,
+}
+
+fn log(level: LogLevel, message: &str) {
+    let _ = hostcalls::log(level, message);
+}
+
+impl Host for WasmHost {
+    fn now_ns(&self) -> u64 {
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
+        if name.starts_with(':') {
+            // Pseudo-headers appear once: one cheap lookup.
+            return hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
+                .ok()
+                .flatten()
+                .into_iter()
+                .collect();
+        }
+        // Repeated headers need every pair: fetch the map once per request and keep it.
+        let mut cache = self.request_headers.borrow_mut();
+        let pairs = cache.get_or_insert_with(|| hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default());
+        pairs.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()).collect()
+    }
+
+    fn client_address(&self) -> Option<Vec<u8>> {
+        hostcalls::get_property(vec!["source", "address"]).ok().flatten()
+    }
+
+    fn shared_get(&self, key: &str) -> Option<Vec<u8>> {
+        hostcalls::get_shared_data(key).ok().and_then(|(value, _cas)| value)
+    }
+
+    fn shared_set(&mut self, key: &str, value: &[u8]) {
+        let _ = hostcalls::set_shared_data(key, Some(value), None);
+    }
+
+    fn dispatch(&mut self, call: &Callout) -> Result<u32, String> {
+        let headers: Vec<(&str, &str)> = call.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        hostcalls::dispatch_http_call(
+            &call.cluster,
+            headers,
+            Some(&call.body),
+            Vec::new(),
+            Duration::from_millis(call.timeout_ms),
+        )
+        .map_err(|status| format!("{status:?}"))
+    }
+
+    fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        let _ = hostcalls::send_http_response(u32::from(status), headers.to_vec(), Some(body));
+    }
+
+    fn resume(&mut self) {
+        let _ = hostcalls::resume_http_request();
+    }
+
+    fn set_request_header(&mut self, name: &str, value: &str) {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(value));
+    }
+
+    fn add_response_header(&mut self, name: &str, value: &str) {
+        let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value);
+    }
+
+    fn count(&mut self, counter: Counter) {
+        self.metrics.increment(counter);
+    }
+
+    fn warn(&self, message: &str) {
+        log(LogLevel::Warn, message);
+    }
+}

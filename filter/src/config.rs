@@ -1,0 +1,427 @@
+//! The plugin configuration: JSON parsed and validated once, in the root context, so that a bad
+//! field makes Envoy refuse the configuration (`envoy --mode validate` catches it) instead of
+//! surfacing per request. After [`Config::from_json`] every value is known good.
+
+use serde::Deserialize;
+use sluice_core::headers::HeaderFamilies;
+use sluice_core::limits::MAX_QUANTITY;
+use sluice_core::Action;
+
+/// A refused configuration: the JSON path of the field at fault and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ConfigError {
+    /// Dotted JSON path (`routes[0].key.name`), or `(root)`.
+    pub field: String,
+    /// What is wrong and what would be accepted.
+    pub reason: String,
+}
+
+impl ConfigError {
+    fn new(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError { field: field.into(), reason: reason.into() }
+    }
+}
+
+/// What to do when the backend cannot give a decision (error status, timeout, bad JSON).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Let the request through (fail open). The default: a rate limiter outage should not be a
+    /// site outage.
+    #[default]
+    Allow,
+    /// Answer `failure_status` (fail closed).
+    Deny,
+}
+
+/// What to do when the backend has no rule for the route's action (404 `unknown_action`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownAction {
+    /// Let the request through (a route added before its rule does not block traffic).
+    #[default]
+    Allow,
+    /// Answer 403: no rule means the action is not allowed.
+    Deny,
+}
+
+/// Where the decision backend is.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backend {
+    /// Envoy cluster name of the sluice backend's decision listener.
+    pub cluster: String,
+    /// `:authority` of the callout.
+    #[serde(default = "default_authority")]
+    pub authority: String,
+    /// Path of the decision API.
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Callout timeout in milliseconds; past it the failure mode applies.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_authority() -> String {
+    "sluice-backend".to_owned()
+}
+fn default_path() -> String {
+    "/v1/throttle".to_owned()
+}
+fn default_timeout_ms() -> u64 {
+    25
+}
+
+/// The local denial cache (see `cache.rs` for why it is exact).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DenialCache {
+    /// Whether denials are remembered and answered locally.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Longest time one denial is answered locally, whatever its retry time. This bounds how long
+    /// a rule loosened through the admin API can still be denied locally.
+    #[serde(default = "default_max_ttl_ms")]
+    pub max_ttl_ms: u64,
+    /// Number of shared-data slots: the cache's memory bound (one entry per slot; a newer denial
+    /// whose key hashes to a taken slot replaces the older one).
+    #[serde(default = "default_slots")]
+    pub slots: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_max_ttl_ms() -> u64 {
+    1000
+}
+fn default_slots() -> u64 {
+    65_536
+}
+
+impl Default for DenialCache {
+    fn default() -> Self {
+        DenialCache { enabled: true, max_ttl_ms: default_max_ttl_ms(), slots: default_slots() }
+    }
+}
+
+/// One header condition of a route: present, or equal to a value.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderMatch {
+    /// Header name (matched case-insensitively; stored lowercase).
+    pub name: String,
+    /// When set, some value of the header must equal it byte for byte; else presence suffices.
+    #[serde(default)]
+    pub equals: Option<String>,
+}
+
+/// The conditions of a route, all of which must hold. An empty match matches every request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    /// The path (query string excluded) starts with this.
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    /// The path (query string excluded) is exactly this.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The method is exactly this (uppercase).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Header conditions.
+    #[serde(default)]
+    pub headers: Vec<HeaderMatch>,
+}
+
+/// Where a route's key (the subject being limited) comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case", deny_unknown_fields)]
+pub enum KeySource {
+    /// A request header's value(s); repeated headers are joined with `,` in order.
+    Header {
+        /// Header name (case-insensitive; stored lowercase).
+        name: String,
+        /// Used when the header is missing or empty. Default: the constant `anonymous`, so a
+        /// missing key is one shared bucket, never a free pass.
+        #[serde(default)]
+        on_missing: Option<Box<KeySource>>,
+    },
+    /// The downstream peer's IP address (Envoy's `source.address`, port removed).
+    ClientIp {
+        /// Used when the address is unavailable.
+        #[serde(default)]
+        on_missing: Option<Box<KeySource>>,
+    },
+    /// The request path without the query string.
+    Path {
+        /// Used when the path is missing or empty.
+        #[serde(default)]
+        on_missing: Option<Box<KeySource>>,
+    },
+    /// The same key for every request: one bucket for the whole route.
+    Constant {
+        /// The key.
+        value: String,
+    },
+}
+
+/// The key used when a source yields nothing and no `on_missing` is given.
+pub const DEFAULT_MISSING_KEY: &str = "anonymous";
+
+/// How deep `on_missing` fallbacks may nest.
+pub const MAX_KEY_DEPTH: usize = 4;
+
+/// One route: match → action and key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Conditions; all must hold.
+    #[serde(default, rename = "match")]
+    pub matcher: Match,
+    /// The action whose rule limits this route.
+    pub action: String,
+    /// Where the key comes from.
+    pub key: KeySource,
+    /// Units each request costs (default 1).
+    #[serde(default = "one")]
+    pub quantity: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// HTTP status of a fail-closed answer, default 503.
+fn default_failure_status() -> u16 {
+    503
+}
+
+/// The whole plugin configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The decision backend.
+    pub backend: Backend,
+    /// Backend failure policy (default `allow`).
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+    /// Status of a fail-closed answer (default 503).
+    #[serde(default = "default_failure_status")]
+    pub failure_status: u16,
+    /// Policy for an action without a rule (default `allow`).
+    #[serde(default)]
+    pub unknown_action: UnknownAction,
+    /// Which rate-limit header families to emit (default: both).
+    #[serde(default)]
+    pub headers: HeaderFamilies,
+    /// The local denial cache.
+    #[serde(default)]
+    pub denial_cache: DenialCache,
+    /// Ordered routes; the first that matches applies.
+    pub routes: Vec<Route>,
+}
+
+impl Config {
+    /// Parses and validates the plugin configuration, naming the field at fault on error.
+    pub fn from_json(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path.is_empty() || path == "." { "(root)".to_owned() } else { path };
+            ConfigError::new(field, e.into_inner().to_string())
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&mut self) -> Result<(), ConfigError> {
+        let b = &self.backend;
+        if b.cluster.is_empty() {
+            return Err(ConfigError::new("backend.cluster", "must name an Envoy cluster"));
+        }
+        if b.authority.is_empty() {
+            return Err(ConfigError::new("backend.authority", "must not be empty"));
+        }
+        if !b.path.starts_with('/') {
+            return Err(ConfigError::new("backend.path", format!("must start with /; got {:?}", b.path)));
+        }
+        if !(1..=60_000).contains(&b.timeout_ms) {
+            return Err(ConfigError::new(
+                "backend.timeout_ms",
+                format!("must be 1 to 60000 milliseconds; got {}", b.timeout_ms),
+            ));
+        }
+        if !(400..=599).contains(&self.failure_status) {
+            return Err(ConfigError::new(
+                "failure_status",
+                format!("must be an HTTP error status, 400 to 599; got {}", self.failure_status),
+            ));
+        }
+        let dc = &self.denial_cache;
+        if !(1..=86_400_000).contains(&dc.max_ttl_ms) {
+            return Err(ConfigError::new(
+                "denial_cache.max_ttl_ms",
+                format!("must be 1 to 86400000; got {}", dc.max_ttl_ms),
+            ));
+        }
+        if !(1..=16_777_216).contains(&dc.slots) {
+            return Err(ConfigError::new(
+                "denial_cache.slots",
+                format!("must be 1 to 16777216; got {}", dc.slots),
+            ));
+        }
+        if self.routes.is_empty() {
+            return Err(ConfigError::new("routes", "must hold at least one route"));
+        }
+        for (i, route) in self.routes.iter_mut().enumerate() {
+            validate_route(route, &format!("routes[{i}]"))?;
+        }
+        Ok(())
+    }
+}
+
+fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
+    Action::parse(&route.action).map_err(|r| ConfigError::new(format!("{at}.action"), r))?;
+    if !(1..=MAX_QUANTITY).contains(&route.quantity) {
+        return Err(ConfigError::new(
+            format!("{at}.quantity"),
+            format!("must be 1 to {MAX_QUANTITY}; got {}", route.quantity),
+        ));
+    }
+    let m = &mut route.matcher;
+    if let Some(prefix) = &m.path_prefix {
+        if !prefix.starts_with('/') {
+            return Err(ConfigError::new(format!("{at}.match.path_prefix"), "must start with /"));
+        }
+    }
+    if let Some(path) = &m.path {
+        if !path.starts_with('/') {
+            return Err(ConfigError::new(format!("{at}.match.path"), "must start with /"));
+        }
+    }
+    if let Some(method) = &m.method {
+        if method.is_empty() || !method.bytes().all(|c| c.is_ascii_uppercase()) {
+            return Err(ConfigError::new(
+                format!("{at}.match.method"),
+                format!("must be an uppercase HTTP method such as GET or POST; got {method:?}"),
+            ));
+        }
+    }
+    for (j, h) in m.headers.iter_mut().enumerate() {
+        h.name = header_name(&h.name).map_err(|r| ConfigError::new(format!("{at}.match.headers[{j}].name"), r))?;
+    }
+    validate_key(&mut route.key, &format!("{at}.key"), 1)
+}
+
+fn validate_key(key: &mut KeySource, at: &str, depth: usize) -> Result<(), ConfigError> {
+    if depth > MAX_KEY_DEPTH {
+        return Err(ConfigError::new(at, format!("on_missing may nest at most {MAX_KEY_DEPTH} deep")));
+    }
+    let on_missing = match key {
+        KeySource::Header { name, on_missing } => {
+            *name = header_name(name).map_err(|r| ConfigError::new(format!("{at}.name"), r))?;
+            on_missing
+        }
+        KeySource::ClientIp { on_missing } | KeySource::Path { on_missing } => on_missing,
+        KeySource::Constant { value } => {
+            if value.is_empty() {
+                return Err(ConfigError::new(format!("{at}.value"), "must not be empty"));
+            }
+            return Ok(());
+        }
+    };
+    match on_missing {
+        Some(next) => validate_key(next, &format!("{at}.on_missing"), depth + 1),
+        None => Ok(()),
+    }
+}
+
+/// Lowercases and checks a header name (an RFC 9110 token, or an HTTP/2 pseudo-header).
+fn header_name(name: &str) -> Result<String, String> {
+    let body = name.strip_prefix(':').unwrap_or(name);
+    let token = |c: u8| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c);
+    if body.is_empty() || !body.bytes().all(token) {
+        return Err(format!("must be a header name (letters, digits, - and the like); got {name:?}"));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Config, ConfigError> {
+        Config::from_json(json.as_bytes())
+    }
+
+    const MINIMAL: &str = r#"{"backend": {"cluster": "sluice_backend"},
+        "routes": [{"action": "reply", "key": {"source": "header", "name": "X-User"}}]}"#;
+
+    #[test]
+    fn minimal_config_gets_the_documented_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.backend.timeout_ms, 25);
+        assert_eq!(c.backend.authority, "sluice-backend");
+        assert_eq!(c.backend.path, "/v1/throttle");
+        assert_eq!(c.failure_mode, FailureMode::Allow);
+        assert_eq!(c.failure_status, 503);
+        assert_eq!(c.unknown_action, UnknownAction::Allow);
+        assert_eq!(c.headers, HeaderFamilies::default());
+        assert_eq!(c.denial_cache, DenialCache::default());
+        assert_eq!(c.routes[0].quantity, 1);
+        assert_eq!(c.routes[0].matcher, Match::default());
+        assert_eq!(c.routes[0].key, KeySource::Header { name: "x-user".into(), on_missing: None });
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let cases = [
+            (r#"{"backend": {"cluster": ""}, "routes": []}"#, "backend.cluster"),
+            (r#"{"backend": {"cluster": "c", "timeout_ms": 0}, "routes": []}"#, "backend.timeout_ms"),
+            (r#"{"backend": {"cluster": "c", "timeout_ms": "x"}, "routes": []}"#, "backend.timeout_ms"),
+            (r#"{"backend": {"cluster": "c"}, "routes": []}"#, "routes"),
+            (r#"{"backend": {"cluster": "c"}, "failure_mode": "maybe", "routes": []}"#, "failure_mode"),
+            (r#"{"backend": {"cluster": "c"}, "failure_status": 200, "routes": [{"action": "a", "key": {"source": "path"}}]}"#, "failure_status"),
+            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a b", "key": {"source": "path"}}]}"#, "routes[0].action"),
+            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "path"}, "quantity": 0}]}"#, "routes[0].quantity"),
+            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "header", "name": "a b"}}]}"#, "routes[0].key.name"),
+            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "constant", "value": ""}}]}"#, "routes[0].key.value"),
+            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "match": {"method": "get"}, "key": {"source": "path"}}]}"#, "routes[0].match.method"),
+            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "match": {"path_prefix": "api"}, "key": {"source": "path"}}]}"#, "routes[0].match.path_prefix"),
+            (r#"{"backend": {"cluster": "c"}, "denial_cache": {"slots": 0}, "routes": [{"action": "a", "key": {"source": "path"}}]}"#, "denial_cache.slots"),
+            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path"}}}}}}]}"#, "routes[0].key.on_missing.on_missing.on_missing.on_missing"),
+        ];
+        for (json, field) in cases {
+            let err = parse(json).unwrap_err();
+            assert_eq!(err.field, field, "{json} -> {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_with_their_name() {
+        let err = parse(r#"{"backend": {"cluster": "c", "timeout": 5}, "routes": []}"#).unwrap_err();
+        assert!(err.to_string().contains("timeout"), "{err}");
+        let err = parse(r#"{"backend": {"cluster": "c"}, "routs": []}"#).unwrap_err();
+        assert!(err.to_string().contains("routs"), "{err}");
+    }
+
+    #[test]
+    fn not_json_is_refused() {
+        let err = parse("nope").unwrap_err();
+        assert_eq!(err.field, "(root)");
+    }
+
+    #[test]
+    fn fallback_chain_parses() {
+        let c = parse(
+            r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a",
+            "key": {"source": "header", "name": "x-user", "on_missing": {"source": "client_ip",
+            "on_missing": {"source": "constant", "value": "nobody"}}}}]}"#,
+        )
+        .unwrap();
+        let KeySource::Header { on_missing: Some(next), .. } = &c.routes[0].key else { panic!() };
+        assert!(matches!(**next, KeySource::ClientIp { on_missing: Some(_) }));
+    }
+}

@@ -1,0 +1,275 @@
+//! One request's way through the filter: route → key → denial cache → callout → resume or reply.
+//!
+//! Every path ends in exactly one of: the request continues (synchronously, or by `resume` after
+//! the callout), or the filter replies. Nothing here can panic; the host's errors arrive as values.
+
+use std::rc::Rc;
+
+use sluice_core::wire::{ApiError, ThrottleRequest, ThrottleResponse};
+
+use crate::cache;
+use crate::config::{Config, FailureMode, UnknownAction};
+use crate::host::{Callout, Counter, Host};
+use crate::reply::{self, Numbers, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
+use crate::route::{self, RequestLine};
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// Largest callout response body read (a ThrottleResponse is a few hundred bytes plus the key).
+pub const MAX_RESPONSE_BODY: usize = 64 * 1024;
+
+/// Header on 429s answered from the denial cache.
+pub const CACHE_HEADER: &str = "x-sluice-cache";
+
+/// What the request-headers callback returns to the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Let the request go on now.
+    Continue,
+    /// Hold it: a callout is in flight, or the filter has replied.
+    Pause,
+}
+
+/// What the backend's answer means.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// A decision.
+    Decision(ThrottleResponse),
+    /// 404 `unknown_action`: no rule for the action.
+    UnknownAction,
+    /// Anything else: the failure mode applies; the reason goes in `x-sluice-failure`.
+    Failure(String),
+}
+
+/// Classifies a callout response. A timeout or refused connection arrives from Envoy as a 504 or
+/// 503, so every non-200 other than 404 `unknown_action` is a failure.
+pub fn classify(status: Option<&[u8]>, body: &[u8]) -> Answer {
+    let status = status.and_then(|s| std::str::from_utf8(s).ok()).and_then(|s| s.parse::<u16>().ok());
+    match status {
+        Some(200) => match serde_json::from_slice::<ThrottleResponse>(body) {
+            Ok(r) => Answer::Decision(r),
+            Err(_) => Answer::Failure("bad_response".into()),
+        },
+        Some(404) => match serde_json::from_slice::<ApiError>(body) {
+            Ok(e) if e.error == "unknown_action" => Answer::UnknownAction,
+            _ => Answer::Failure("status_404".into()),
+        },
+        Some(503) => Answer::Failure("unavailable".into()),
+        Some(504) => Answer::Failure("timeout".into()),
+        Some(code) => Answer::Failure(format!("status_{code}")),
+        None => Answer::Failure("bad_response".into()),
+    }
+}
+
+/// A callout in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pending {
+    token: u32,
+    action: String,
+    quantity: u64,
+    sent_ns: u64,
+    identity: Option<Vec<u8>>,
+}
+
+/// The filter's state for one HTTP request.
+#[derive(Debug)]
+pub struct Flow {
+    config: Rc<Config>,
+    pending: Option<Pending>,
+    response_headers: Vec<(&'static str, String)>,
+}
+
+impl Flow {
+    /// A fresh request under `config`.
+    pub fn new(config: Rc<Config>) -> Flow {
+        Flow { config, pending: None, response_headers: Vec::new() }
+    }
+
+    /// Request headers are in: decide whether to meter, answer from the cache, or call out.
+    pub fn on_request_headers(&mut self, host: &mut dyn Host) -> Next {
+        let config = Rc::clone(&self.config);
+        let line = RequestLine::read(host);
+        let Some(route) = route::find(&config.routes, &line, host) else {
+            return Next::Continue;
+        };
+        let key = route::extract_key(&route.key, &line, host);
+        let now = host.now_ns();
+        let identity = if config.denial_cache.enabled {
+            cache::identity(&route.action, route.quantity, &key)
+        } else {
+            None
+        };
+        if let Some(id) = &identity {
+            let slot = cache::slot_key(id, config.denial_cache.slots);
+            if let Some(entry) = host.shared_get(&slot).and_then(|b| cache::lookup(&b, id, now)) {
+                host.count(Counter::CachedDenials);
+                let numbers = Numbers {
+                    allowed: false,
+                    limit: entry.limit,
+                    window_ms: entry.window_ms,
+                    remaining: entry.remaining,
+                    // The entry ends 1 ms before the backend's rounded-up retry time.
+                    retry_after_ns: Some(entry.expires_ns.saturating_sub(now).saturating_add(NS_PER_MS)),
+                    reset_after_ns: entry.reset_ns.saturating_sub(now),
+                };
+                self.deny(host, &route.action, &numbers, true);
+                return Next::Pause;
+            }
+        }
+        let request = ThrottleRequest { action: route.action.clone(), key, quantity: route.quantity };
+        let body = match serde_json::to_vec(&request) {
+            Ok(body) => body,
+            Err(e) => return self.fail(host, &route.action, &format!("encode: {e}"), "encode", true),
+        };
+        let call = Callout {
+            cluster: config.backend.cluster.clone(),
+            headers: vec![
+                (":method", "POST".to_owned()),
+                (":path", config.backend.path.clone()),
+                (":authority", config.backend.authority.clone()),
+                ("content-type", "application/json".to_owned()),
+            ],
+            body,
+            timeout_ms: config.backend.timeout_ms,
+        };
+        match host.dispatch(&call) {
+            Ok(token) => {
+                self.pending = Some(Pending {
+                    token,
+                    action: route.action.clone(),
+                    quantity: route.quantity,
+                    sent_ns: now,
+                    identity,
+                });
+                Next::Pause
+            }
+            Err(e) => {
+                let message = format!("callout to cluster {:?} could not start: {e}", config.backend.cluster);
+                self.fail(host, &route.action, &message, "dispatch", true)
+            }
+        }
+    }
+
+    /// The callout answered (or timed out: Envoy reports that as a 504).
+    pub fn on_callout_response(&mut self, host: &mut dyn Host, token: u32, status: Option<&[u8]>, body: &[u8]) {
+        let Some(pending) = self.pending.take_if(|p| p.token == token) else {
+            host.warn(&format!("sluice: callout response for unknown token {token}; ignored"));
+            return;
+        };
+        match classify(status, body) {
+            Answer::Decision(r) => self.decided(host, &pending, &r),
+            Answer::UnknownAction => {
+                host.count(Counter::UnknownAction);
+                match self.config.unknown_action {
+                    UnknownAction::Allow => {
+                        self.response_headers.push((UNKNOWN_ACTION_HEADER, "allow".to_owned()));
+                        host.resume();
+                    }
+                    UnknownAction::Deny => {
+                        let detail = format!("no rate-limit rule exists for action {:?}", pending.action);
+                        let body = reply::problem(403, "Forbidden", &detail, &pending.action, None);
+                        host.send_reply(
+                            403,
+                            &[("content-type", "application/problem+json"), (UNKNOWN_ACTION_HEADER, "deny")],
+                            &body,
+                        );
+                    }
+                }
+            }
+            Answer::Failure(reason) => {
+                let _ = self.fail(host, &pending.action, "", &reason, false);
+            }
+        }
+    }
+
+    /// Response headers are on their way to the client: add the rate-limit headers.
+    pub fn on_response_headers(&mut self, host: &mut dyn Host) {
+        for (name, value) in std::mem::take(&mut self.response_headers) {
+            host.add_response_header(name, &value);
+        }
+    }
+
+    fn decided(&mut self, host: &mut dyn Host, pending: &Pending, r: &ThrottleResponse) {
+        let numbers = Numbers::of(r);
+        if !r.allowed {
+            host.count(Counter::Denied);
+            self.remember(host, pending, r);
+            self.deny(host, &pending.action, &numbers, false);
+            return;
+        }
+        host.count(Counter::Allowed);
+        self.response_headers = reply::rate_limit_headers(&pending.action, &numbers, self.config.headers);
+        if r.would_deny {
+            host.count(Counter::ShadowWouldDeny);
+            host.set_request_header(SHADOW_HEADER, "would-deny");
+            self.response_headers.push((SHADOW_HEADER, "would-deny".to_owned()));
+        }
+        host.resume();
+    }
+
+    /// Stores a denial in the cache when it is exact to answer it locally (see `cache.rs`).
+    fn remember(&self, host: &mut dyn Host, pending: &Pending, r: &ThrottleResponse) {
+        let (Some(id), Some(retry_ms)) = (&pending.identity, r.retry_after_ms) else { return };
+        if pending.quantity == 0 || !cache::is_exact(r.algorithm) {
+            return;
+        }
+        let dc = &self.config.denial_cache;
+        if let Some(entry) = cache::entry_for(
+            pending.sent_ns,
+            retry_ms,
+            r.reset_after_ms,
+            dc.max_ttl_ms,
+            r.limit,
+            r.window_ms,
+            r.remaining,
+        ) {
+            host.shared_set(&cache::slot_key(id, dc.slots), &cache::encode(&entry, id));
+        }
+    }
+
+    fn deny(&mut self, host: &mut dyn Host, action: &str, numbers: &Numbers, cached: bool) {
+        let rendered = reply::rate_limit_headers(action, numbers, self.config.headers);
+        let mut headers: Vec<(&str, &str)> = rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        headers.push(("content-type", "application/problem+json"));
+        if cached {
+            headers.push((CACHE_HEADER, "hit"));
+        }
+        let body = reply::too_many_requests(action, numbers.retry_after_ns);
+        host.send_reply(429, &headers, &body);
+    }
+
+    /// The backend could not decide: apply the failure mode. `sync` is true inside the
+    /// request-headers callback (answer with [`Next`]), false after a callout (resume or reply).
+    fn fail(&mut self, host: &mut dyn Host, action: &str, log: &str, reason: &str, sync: bool) -> Next {
+        if !log.is_empty() {
+            host.warn(&format!("sluice: {log}"));
+        }
+        match self.config.failure_mode {
+            FailureMode::Allow => {
+                host.count(Counter::FailuresAllow);
+                host.set_request_header(FAILURE_HEADER, reason);
+                self.response_headers.push((FAILURE_HEADER, reason.to_owned()));
+                if sync {
+                    return Next::Continue;
+                }
+                host.resume();
+                Next::Pause
+            }
+            FailureMode::Deny => {
+                host.count(Counter::FailuresDeny);
+                let status = self.config.failure_status;
+                let detail = format!("the rate limiter could not decide ({reason}); failing closed");
+                let body = reply::problem(status, "Rate Limiter Unavailable", &detail, action, None);
+                host.send_reply(
+                    status,
+                    &[("content-type", "application/problem+json"), (FAILURE_HEADER, reason)],
+                    &body,
+                );
+                Next::Pause
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

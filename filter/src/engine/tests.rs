@@ -1,0 +1,280 @@
+//! The engine against a fake host: every path ends in resume or reply, with the right headers,
+//! counters and cache effects.
+
+use std::rc::Rc;
+
+use super::*;
+use crate::fake::FakeHost;
+
+const MS: u64 = 1_000_000;
+const T0: u64 = 1_700_000_000_000 * MS;
+
+fn config(extra: &str) -> Rc<Config> {
+    let json = format!(
+        r#"{{"backend": {{"cluster": "sluice_backend", "authority": "sluice", "timeout_ms": 30}},
+        {extra}
+        "routes": [{{"action": "reply", "match": {{"path_prefix": "/api/"}},
+                     "key": {{"source": "header", "name": "x-user"}}}}]}}"#
+    );
+    Rc::new(Config::from_json(json.as_bytes()).unwrap())
+}
+
+fn user(name: &str) -> FakeHost {
+    let mut h = FakeHost::request("POST", "/api/reply").header("x-user", name.as_bytes());
+    h.now = T0;
+    h
+}
+
+fn decision(allowed: bool, algorithm: &str, retry_ms: Option<u64>, extra: &str) -> Vec<u8> {
+    let retry = retry_ms.map_or("null".to_owned(), |r| r.to_string());
+    format!(
+        r#"{{"allowed": {allowed}, "action": "reply", "key": "alice", "algorithm": "{algorithm}",
+        "mode": "enforce", "limit": 3, "remaining": {rem}, "retry_after_ms": {retry},
+        "reset_after_ms": 60000, "level": 3.0, "capacity": 3, "window_ms": 60000 {extra}}}"#,
+        rem = if allowed { 2 } else { 0 }
+    )
+    .into_bytes()
+}
+
+/// Runs one request through request headers, the callout answer (if any) and response headers.
+fn run(flow: &mut Flow, host: &mut FakeHost, answer: Option<(&[u8], &[u8])>) -> Next {
+    let next = flow.on_request_headers(host);
+    if let (Next::Pause, Some((status, body))) = (next, answer) {
+        if let Some(call) = host.effects.callouts.last() {
+            let _ = call;
+            let token = host.next_token - 1;
+            flow.on_callout_response(host, token, Some(status), body);
+        }
+    }
+    flow.on_response_headers(host);
+    next
+}
+
+/// Every path ends in exactly one resume or reply, or continues synchronously.
+fn ended_once(host: &FakeHost, next: Next) {
+    let ends = host.effects.resumed as usize + host.effects.replies.len() + usize::from(next == Next::Continue);
+    assert_eq!(ends, 1, "{:?}", host.effects);
+}
+
+#[test]
+fn an_unmatched_request_passes_untouched_with_no_callout() {
+    let cfg = config("");
+    let mut h = FakeHost::request("GET", "/static/x").header("x-user", b"alice");
+    let mut flow = Flow::new(cfg);
+    assert_eq!(flow.on_request_headers(&mut h), Next::Continue);
+    flow.on_response_headers(&mut h);
+    assert_eq!(h.effects, Default::default());
+}
+
+#[test]
+fn the_callout_carries_pseudo_headers_timeout_and_the_request() {
+    let mut h = user("alice");
+    let mut flow = Flow::new(config(""));
+    assert_eq!(flow.on_request_headers(&mut h), Next::Pause);
+    let call = &h.effects.callouts[0];
+    assert_eq!(call.cluster, "sluice_backend");
+    assert_eq!(call.timeout_ms, 30);
+    assert!(call.headers.contains(&(":method", "POST".into())));
+    assert!(call.headers.contains(&(":path", "/v1/throttle".into())));
+    assert!(call.headers.contains(&(":authority", "sluice".into())));
+    let req: ThrottleRequest = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(req, ThrottleRequest { action: "reply".into(), key: "alice".into(), quantity: 1 });
+}
+
+#[test]
+fn allowed_resumes_and_puts_rate_limit_headers_on_the_response() {
+    let mut h = user("alice");
+    let mut flow = Flow::new(config(""));
+    let next = run(&mut flow, &mut h, Some((b"200", &decision(true, "gcra", None, ""))));
+    ended_once(&h, next);
+    assert_eq!(h.effects.resumed, 1);
+    assert_eq!(h.counter(Counter::Allowed), 1);
+    assert_eq!(h.response_header("x-ratelimit-remaining").as_deref(), Some("2"));
+    assert_eq!(h.response_header("ratelimit-policy").as_deref(), Some("\"reply\";q=3;w=60"));
+    assert_eq!(h.response_header("retry-after"), None);
+}
+
+#[test]
+fn denied_replies_429_with_headers_and_a_problem_body() {
+    let mut h = user("alice");
+    let mut flow = Flow::new(config(""));
+    let next = run(&mut flow, &mut h, Some((b"200", &decision(false, "gcra", Some(1500), ""))));
+    ended_once(&h, next);
+    let (status, _, body) = &h.effects.replies[0];
+    assert_eq!(*status, 429);
+    assert_eq!(h.reply_header("retry-after").as_deref(), Some("2"));
+    assert_eq!(h.reply_header("content-type").as_deref(), Some("application/problem+json"));
+    assert_eq!(h.reply_header("x-ratelimit-remaining").as_deref(), Some("0"));
+    assert_eq!(h.reply_header("ratelimit").as_deref(), Some("\"reply\";r=0;t=60"));
+    let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(body["action"], "reply");
+    assert_eq!(h.counter(Counter::Denied), 1);
+}
+
+#[test]
+fn shadow_would_deny_passes_and_says_so() {
+    let mut h = user("alice");
+    let mut flow = Flow::new(config(""));
+    let body = decision(true, "gcra", None, r#", "would_deny": true"#);
+    let next = run(&mut flow, &mut h, Some((b"200", &body)));
+    ended_once(&h, next);
+    assert_eq!(h.effects.resumed, 1);
+    assert_eq!(h.response_header("x-sluice-shadow").as_deref(), Some("would-deny"));
+    assert!(h.effects.request_headers_set.contains(&("x-sluice-shadow".into(), "would-deny".into())));
+    assert_eq!(h.counter(Counter::ShadowWouldDeny), 1);
+}
+
+#[test]
+fn failures_follow_the_failure_mode_with_a_reason_header() {
+    let cases: [(&[u8], &[u8], &str); 5] = [
+        (b"503", b"upstream connect error", "unavailable"),
+        (b"504", b"upstream request timeout", "timeout"),
+        (b"500", br#"{"error": "store_unavailable", "message": "x"}"#, "status_500"),
+        (b"200", b"{not json", "bad_response"),
+        (b"404", b"not found", "status_404"),
+    ];
+    for (status, body, reason) in cases {
+        let mut h = user("alice");
+        let mut flow = Flow::new(config(""));
+        let next = run(&mut flow, &mut h, Some((status, body)));
+        ended_once(&h, next);
+        assert_eq!(h.effects.resumed, 1, "{reason}: fail open resumes");
+        assert_eq!(h.response_header("x-sluice-failure").as_deref(), Some(reason));
+        assert_eq!(h.counter(Counter::FailuresAllow), 1);
+
+        let mut h = user("alice");
+        let mut flow = Flow::new(config(r#""failure_mode": "deny","#));
+        let next = run(&mut flow, &mut h, Some((status, body)));
+        ended_once(&h, next);
+        assert_eq!(h.effects.replies[0].0, 503, "{reason}: fail closed answers 503 by default");
+        assert_eq!(h.reply_header("x-sluice-failure").as_deref(), Some(reason));
+        assert_eq!(h.counter(Counter::FailuresDeny), 1);
+    }
+}
+
+#[test]
+fn a_callout_that_cannot_start_fails_synchronously() {
+    let mut h = user("alice");
+    h.dispatch_error = Some("BadArgument".into());
+    let mut flow = Flow::new(config(""));
+    let next = run(&mut flow, &mut h, None);
+    assert_eq!(next, Next::Continue);
+    ended_once(&h, next);
+    assert_eq!(h.response_header("x-sluice-failure").as_deref(), Some("dispatch"));
+    assert!(!h.effects.warnings.borrow().is_empty());
+
+    let mut h = user("alice");
+    h.dispatch_error = Some("BadArgument".into());
+    let mut flow = Flow::new(config(r#""failure_mode": "deny", "failure_status": 429,"#));
+    let next = run(&mut flow, &mut h, None);
+    ended_once(&h, next);
+    assert_eq!(h.effects.replies[0].0, 429);
+}
+
+#[test]
+fn unknown_action_follows_its_policy() {
+    let body = br#"{"error": "unknown_action", "message": "no rule"}"#;
+    let mut h = user("alice");
+    let mut flow = Flow::new(config(""));
+    let next = run(&mut flow, &mut h, Some((b"404", body)));
+    ended_once(&h, next);
+    assert_eq!(h.effects.resumed, 1);
+    assert_eq!(h.counter(Counter::UnknownAction), 1);
+
+    let mut h = user("alice");
+    let mut flow = Flow::new(config(r#""unknown_action": "deny","#));
+    let next = run(&mut flow, &mut h, Some((b"404", body)));
+    ended_once(&h, next);
+    assert_eq!(h.effects.replies[0].0, 403);
+}
+
+#[test]
+fn a_stray_callout_token_is_ignored() {
+    let mut h = user("alice");
+    let mut flow = Flow::new(config(""));
+    flow.on_request_headers(&mut h);
+    flow.on_callout_response(&mut h, 999, Some(b"200"), &decision(true, "gcra", None, ""));
+    assert_eq!(h.effects.resumed, 0);
+    assert!(h.effects.replies.is_empty());
+}
+
+#[test]
+fn a_denial_is_answered_from_the_cache_until_it_expires() {
+    let cfg = config("");
+    let mut h = user("alice");
+    run(&mut Flow::new(Rc::clone(&cfg)), &mut h, Some((b"200", &decision(false, "gcra", Some(500), ""))));
+    assert_eq!(h.effects.callouts.len(), 1);
+
+    // 100 ms later: answered locally, no callout, cache header, counter.
+    let mut h2 = h.next_request("POST", "/api/reply").header("x-user", b"alice");
+    h2.now = T0 + 100 * MS;
+    let next = run(&mut Flow::new(Rc::clone(&cfg)), &mut h2, None);
+    ended_once(&h2, next);
+    assert!(h2.effects.callouts.is_empty());
+    assert_eq!(h2.effects.replies[0].0, 429);
+    assert_eq!(h2.reply_header("x-sluice-cache").as_deref(), Some("hit"));
+    assert_eq!(h2.reply_header("retry-after").as_deref(), Some("1"));
+    assert_eq!(h2.counter(Counter::CachedDenials), 1);
+
+    // Another user is not affected.
+    let mut h3 = h.next_request("POST", "/api/reply").header("x-user", b"bob");
+    h3.now = T0 + 100 * MS;
+    assert_eq!(Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h3), Next::Pause);
+    assert_eq!(h3.effects.callouts.len(), 1);
+
+    // At sent + 499 ms (retry rounded up to 500 ms, minus 1 ms) the backend is asked again.
+    let mut h4 = h.next_request("POST", "/api/reply").header("x-user", b"alice");
+    h4.now = T0 + 499 * MS;
+    assert_eq!(Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h4), Next::Pause);
+    assert_eq!(h4.effects.callouts.len(), 1);
+}
+
+#[test]
+fn the_cache_is_skipped_when_disabled_or_without_retry_time() {
+    let cfg = config(r#""denial_cache": {"enabled": false},"#);
+    let mut h = user("alice");
+    run(&mut Flow::new(Rc::clone(&cfg)), &mut h, Some((b"200", &decision(false, "gcra", Some(5000), ""))));
+    assert!(h.shared.is_empty());
+
+    let cfg = config("");
+    let mut h = user("alice");
+    run(&mut Flow::new(Rc::clone(&cfg)), &mut h, Some((b"200", &decision(false, "gcra", None, ""))));
+    assert!(h.shared.is_empty(), "a request that can never pass has no retry time to cache");
+}
+
+#[test]
+fn max_ttl_bounds_a_long_denial() {
+    let cfg = config(r#""denial_cache": {"max_ttl_ms": 200},"#);
+    let mut h = user("alice");
+    run(&mut Flow::new(Rc::clone(&cfg)), &mut h, Some((b"200", &decision(false, "fixed_window", Some(60_000), ""))));
+    let mut h2 = h.next_request("POST", "/api/reply").header("x-user", b"alice");
+    h2.now = T0 + 199 * MS;
+    Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h2);
+    assert!(h2.effects.callouts.is_empty());
+    let mut h3 = h.next_request("POST", "/api/reply").header("x-user", b"alice");
+    h3.now = T0 + 200 * MS;
+    Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h3);
+    assert_eq!(h3.effects.callouts.len(), 1);
+}
+
+#[test]
+fn header_families_can_be_turned_off() {
+    let mut h = user("alice");
+    let mut flow = Flow::new(config(r#""headers": {"ietf": false},"#));
+    run(&mut flow, &mut h, Some((b"200", &decision(true, "gcra", None, ""))));
+    assert_eq!(h.response_header("ratelimit"), None);
+    assert!(h.response_header("x-ratelimit-limit").is_some());
+}
+
+#[test]
+fn odd_keys_never_panic_and_are_sent_encoded() {
+    for value in [&b""[..], b"\xff\xfe", &[b'k'; 10 * 1024][..]] {
+        let mut h = user("");
+        h.headers.retain(|(n, _)| n != "x-user");
+        h.headers.push(("x-user".into(), value.to_vec()));
+        let mut flow = Flow::new(config(""));
+        assert_eq!(flow.on_request_headers(&mut h), Next::Pause);
+        let req: ThrottleRequest = serde_json::from_slice(&h.effects.callouts[0].body).unwrap();
+        assert!(!req.key.is_empty());
+    }
+}

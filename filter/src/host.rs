@@ -1,0 +1,95 @@
+//! The host trait: everything the filter needs from Envoy, so that the logic in [`crate::engine`]
+//! runs natively against a fake host in tests and against proxy-wasm hostcalls in Envoy
+//! (`abi.rs`). Every method is infallible from the engine's point of view: the wasm
+//! implementation turns host errors into "absent" or a log line, never a panic.
+
+/// Counters the filter keeps as Envoy stats (names in [`Counter::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Counter {
+    /// The backend allowed the request (including shadow-mode would-deny).
+    Allowed,
+    /// The backend denied the request: answered 429.
+    Denied,
+    /// Answered 429 from the local denial cache, with no callout.
+    CachedDenials,
+    /// Shadow mode: the rule would have denied, the request passed.
+    ShadowWouldDeny,
+    /// Backend failure under `failure_mode: allow`: passed.
+    FailuresAllow,
+    /// Backend failure under `failure_mode: deny`: answered `failure_status`.
+    FailuresDeny,
+    /// The backend has no rule for the action (404 `unknown_action`).
+    UnknownAction,
+}
+
+impl Counter {
+    /// Every counter, for defining them once at start.
+    pub const ALL: [Counter; 7] = [
+        Counter::Allowed,
+        Counter::Denied,
+        Counter::CachedDenials,
+        Counter::ShadowWouldDeny,
+        Counter::FailuresAllow,
+        Counter::FailuresDeny,
+        Counter::UnknownAction,
+    ];
+
+    /// The stat name (Envoy shows it as `wasmcustom.<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::Allowed => "sluice.allowed",
+            Counter::Denied => "sluice.denied",
+            Counter::CachedDenials => "sluice.cached_denials",
+            Counter::ShadowWouldDeny => "sluice.shadow_would_deny",
+            Counter::FailuresAllow => "sluice.failures_allow",
+            Counter::FailuresDeny => "sluice.failures_deny",
+            Counter::UnknownAction => "sluice.unknown_action",
+        }
+    }
+
+    /// Index into [`Counter::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The HTTP callout to the decision API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Callout {
+    /// Envoy cluster.
+    pub cluster: String,
+    /// Pseudo-headers and content type.
+    pub headers: Vec<(&'static str, String)>,
+    /// JSON `ThrottleRequest`.
+    pub body: Vec<u8>,
+    /// Timeout in milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// What the filter needs from its host, per request.
+pub trait Host {
+    /// Host wall clock, nanoseconds since the Unix epoch.
+    fn now_ns(&self) -> u64;
+    /// Every value of a request header, in order (empty when absent). Values are raw bytes.
+    fn request_header(&self, name: &str) -> Vec<Vec<u8>>;
+    /// The downstream peer address as Envoy reports it (`ip:port`, `[v6]:port`).
+    fn client_address(&self) -> Option<Vec<u8>>;
+    /// Reads proxy-wasm shared data (shared by every worker of this VM id).
+    fn shared_get(&self, key: &str) -> Option<Vec<u8>>;
+    /// Writes proxy-wasm shared data; failures are ignored (the cache is an optimisation).
+    fn shared_set(&mut self, key: &str, value: &[u8]);
+    /// Starts the callout; `Err` carries why it could not start (unknown cluster, ...).
+    fn dispatch(&mut self, call: &Callout) -> Result<u32, String>;
+    /// Answers the client directly; the request goes no further.
+    fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]);
+    /// Resumes a paused request.
+    fn resume(&mut self);
+    /// Sets (replaces) a request header on the way upstream.
+    fn set_request_header(&mut self, name: &str, value: &str);
+    /// Adds a header to the response on the way to the client.
+    fn add_response_header(&mut self, name: &str, value: &str);
+    /// Increments a stat counter.
+    fn count(&mut self, counter: Counter);
+    /// Logs a warning.
+    fn warn(&self, message: &str);
+}

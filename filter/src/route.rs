@@ -1,0 +1,215 @@
+//! Route matching and key extraction. Header values are bytes from the wire: nothing here assumes
+//! UTF-8, and nothing can panic on an empty, huge or binary value.
+
+use crate::config::{KeySource, Match, Route, DEFAULT_MISSING_KEY};
+use crate::host::Host;
+
+/// The parts of a request that routing looks at, read once from the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestLine {
+    /// `:method`.
+    pub method: Vec<u8>,
+    /// `:path` without the query string.
+    pub path: Vec<u8>,
+}
+
+impl RequestLine {
+    /// Reads `:method` and `:path` (first values) from the host.
+    pub fn read(host: &dyn Host) -> RequestLine {
+        let first = |name: &str| host.request_header(name).into_iter().next().unwrap_or_default();
+        let mut path = first(":path");
+        if let Some(q) = path.iter().position(|&c| c == b'?') {
+            path.truncate(q);
+        }
+        RequestLine { method: first(":method"), path }
+    }
+}
+
+/// The first route whose conditions all hold, if any.
+pub fn find<'a>(routes: &'a [Route], line: &RequestLine, host: &dyn Host) -> Option<&'a Route> {
+    routes.iter().find(|r| matches(&r.matcher, line, host))
+}
+
+fn matches(m: &Match, line: &RequestLine, host: &dyn Host) -> bool {
+    if let Some(prefix) = &m.path_prefix {
+        if !line.path.starts_with(prefix.as_bytes()) {
+            return false;
+        }
+    }
+    if let Some(path) = &m.path {
+        if line.path != path.as_bytes() {
+            return false;
+        }
+    }
+    if let Some(method) = &m.method {
+        if line.method != method.as_bytes() {
+            return false;
+        }
+    }
+    m.headers.iter().all(|h| {
+        let values = host.request_header(&h.name);
+        match &h.equals {
+            None => !values.is_empty(),
+            Some(want) => values.iter().any(|v| v == want.as_bytes()),
+        }
+    })
+}
+
+/// The key for a request: the source's value, else the `on_missing` chain, else
+/// [`DEFAULT_MISSING_KEY`]. Never empty, so a request never escapes its route's limit.
+pub fn extract_key(source: &KeySource, line: &RequestLine, host: &dyn Host) -> String {
+    let mut current = Some(source);
+    // Validation bounds the chain's depth; the loop is bounded by it.
+    while let Some(src) = current {
+        let (value, next) = match src {
+            KeySource::Constant { value } => return value.clone(),
+            KeySource::Header { name, on_missing } => (join_values(host.request_header(name)), on_missing),
+            KeySource::ClientIp { on_missing } => {
+                (host.client_address().map(|a| strip_port(&a).to_vec()), on_missing)
+            }
+            KeySource::Path { on_missing } => (Some(line.path.clone()), on_missing),
+        };
+        match value {
+            Some(v) if !v.is_empty() => return encode_key(&v),
+            _ => current = next.as_deref(),
+        }
+    }
+    DEFAULT_MISSING_KEY.to_owned()
+}
+
+/// Repeated headers joined with `,` in order (RFC 9110's equivalent single field). `None` when the
+/// header is absent.
+fn join_values(values: Vec<Vec<u8>>) -> Option<Vec<u8>> {
+    let mut it = values.into_iter();
+    let mut out = it.next()?;
+    for v in it {
+        out.push(b',');
+        out.extend_from_slice(&v);
+    }
+    Some(out)
+}
+
+/// The IP part of `ip:port` or `[v6]:port`; the input unchanged when it has no port.
+fn strip_port(addr: &[u8]) -> &[u8] {
+    if let Some(rest) = addr.strip_prefix(b"[") {
+        if let Some(end) = rest.iter().position(|&c| c == b']') {
+            return rest.get(..end).unwrap_or(rest);
+        }
+        return addr;
+    }
+    let colons = addr.iter().filter(|&&c| c == b':').count();
+    if colons == 1 {
+        if let Some(at) = addr.iter().rposition(|&c| c == b':') {
+            return addr.get(..at).unwrap_or(addr);
+        }
+    }
+    addr
+}
+
+/// Turns header bytes into a key string, injectively: valid UTF-8 stays as it is except that `%`
+/// becomes `%25`, and each byte of an invalid sequence becomes `%XX`. So two different byte
+/// strings never share a bucket, and binary values are limited like any other.
+pub fn encode_key(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '%' {
+                out.push_str("%25");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            push_pct(&mut out, *b);
+        }
+    }
+    out
+}
+
+fn push_pct(out: &mut String, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(char::from(HEX[usize::from(b >> 4)]));
+    out.push(char::from(HEX[usize::from(b & 15)]));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::fake::FakeHost;
+
+    fn config(routes: &str) -> Config {
+        Config::from_json(format!(r#"{{"backend": {{"cluster": "b"}}, "routes": {routes}}}"#).as_bytes()).unwrap()
+    }
+
+    fn key_of(routes: &str, host: &FakeHost) -> Option<(String, String)> {
+        let c = config(routes);
+        let line = RequestLine::read(host);
+        find(&c.routes, &line, host).map(|r| (r.action.clone(), extract_key(&r.key, &line, host)))
+    }
+
+    const USER: &str = r#"[{"action": "a", "key": {"source": "header", "name": "x-user"}}]"#;
+
+    #[test]
+    fn first_matching_route_wins_and_conditions_are_anded() {
+        let routes = r#"[
+            {"action": "post", "match": {"path_prefix": "/api/", "method": "POST",
+             "headers": [{"name": "X-Kind", "equals": "reply"}]}, "key": {"source": "path"}},
+            {"action": "login", "match": {"path": "/login"}, "key": {"source": "client_ip"}},
+            {"action": "api", "match": {"path_prefix": "/api/", "headers": [{"name": "x-token"}]},
+             "key": {"source": "constant", "value": "all"}}
+        ]"#;
+        let h = FakeHost::request("POST", "/api/x?y=1").header("x-kind", b"reply");
+        assert_eq!(key_of(routes, &h), Some(("post".into(), "/api/x".into())));
+        let h = FakeHost::request("GET", "/api/x").header("x-kind", b"reply");
+        assert_eq!(key_of(routes, &h), None, "no x-token, wrong method");
+        let h = FakeHost::request("GET", "/api/x").header("x-token", b"");
+        assert_eq!(key_of(routes, &h), Some(("api".into(), "all".into())), "present even if empty");
+        let h = FakeHost::request("GET", "/login?next=/").peer("10.1.2.3:5555");
+        assert_eq!(key_of(routes, &h), Some(("login".into(), "10.1.2.3".into())));
+        let h = FakeHost::request("GET", "/login/x");
+        assert_eq!(key_of(routes, &h), None, "exact path");
+    }
+
+    #[test]
+    fn missing_and_empty_keys_fall_back_never_to_a_free_pass() {
+        let h = FakeHost::request("GET", "/");
+        assert_eq!(key_of(USER, &h).unwrap().1, "anonymous");
+        let h = FakeHost::request("GET", "/").header("x-user", b"");
+        assert_eq!(key_of(USER, &h).unwrap().1, "anonymous");
+        let chain = r#"[{"action": "a", "key": {"source": "header", "name": "x-user",
+            "on_missing": {"source": "client_ip", "on_missing": {"source": "constant", "value": "nobody"}}}}]"#;
+        let h = FakeHost::request("GET", "/").peer("[::1]:80");
+        assert_eq!(key_of(chain, &h).unwrap().1, "::1");
+        let h = FakeHost::request("GET", "/");
+        assert_eq!(key_of(chain, &h).unwrap().1, "nobody");
+    }
+
+    #[test]
+    fn odd_header_values_are_keys_like_any_other() {
+        let h = FakeHost::request("GET", "/").header("x-user", b"caf\xc3\xa9\xff\xfe%");
+        assert_eq!(key_of(USER, &h).unwrap().1, "café%FF%FE%25");
+        let big = vec![b'x'; 10 * 1024];
+        let h = FakeHost::request("GET", "/").header("x-user", &big);
+        assert_eq!(key_of(USER, &h).unwrap().1.len(), 10 * 1024);
+        let h = FakeHost::request("GET", "/").header("x-user", b"alice").header("x-user", b"bob");
+        assert_eq!(key_of(USER, &h).unwrap().1, "alice,bob");
+    }
+
+    #[test]
+    fn key_encoding_is_injective_on_tricky_pairs() {
+        assert_ne!(encode_key(b"%FF"), encode_key(b"\xff"));
+        assert_ne!(encode_key(b"%25"), encode_key(b"%"));
+        assert_eq!(encode_key(b"plain-user_1"), "plain-user_1");
+    }
+
+    #[test]
+    fn ports_are_stripped_from_every_address_form() {
+        assert_eq!(strip_port(b"1.2.3.4:80"), b"1.2.3.4");
+        assert_eq!(strip_port(b"[2001:db8::1]:443"), b"2001:db8::1");
+        assert_eq!(strip_port(b"2001:db8::1"), b"2001:db8::1");
+        assert_eq!(strip_port(b"1.2.3.4"), b"1.2.3.4");
+        assert_eq!(strip_port(b"[broken"), b"[broken");
+    }
+}
