@@ -124,3 +124,22 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 }
+
+impl RedisServer {
+    /// Starts a standalone redis-server on a given port (e.g. the port of one just killed, to
+    /// play a Redis restart that lost its data) and waits until it answers PING.
+    pub fn start_on_port(port: u16) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}-again", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.to_str().expect("utf-8 temp dir")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/install/10-redis.sh installs it)");
+        let server = RedisServer { child, port, dir };
+        server.wait_ready();
+        server
+    }
+}
