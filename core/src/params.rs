@@ -129,7 +129,19 @@ impl Params {
 
     /// Decides one request of `quantity` at `now` from `state`. A state of another algorithm
     /// (the rule changed) counts as fresh. Quantity 0 peeks: it reports without changing state.
+    /// Whenever nothing is admitted (a denial or a peek) the returned state is `state` itself.
     pub fn decide(&self, state: &State, now: Nanos, quantity: u64) -> (Decision, State) {
+        let (decision, next) = self.transition(state, now, quantity);
+        if !decision.allowed || quantity == 0 {
+            // Nothing was admitted: hand back the input itself, so that a fresh key (or the state
+            // of another algorithm) stays exactly what it was instead of becoming an equivalent
+            // default of this algorithm.
+            return (decision, state.clone());
+        }
+        (decision, next)
+    }
+
+    fn transition(&self, state: &State, now: Nanos, quantity: u64) -> (Decision, State) {
         match (self, state) {
             (Params::Gcra(p), State::Gcra(s)) => wrap(gcra::decide(*p, *s, now, quantity), State::Gcra),
             (Params::Gcra(p), _) => wrap(gcra::decide(*p, Default::default(), now, quantity), State::Gcra),

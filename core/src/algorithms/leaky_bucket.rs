@@ -3,6 +3,9 @@
 //! One request adds T = period / count nanoseconds of level; the funnel holds T × capacity.
 //! Leaking is continuous to the nanosecond, with none of the textbook version's "skip the leak
 //! until a whole request has drained" quirk, so it admits exactly what gcra admits.
+//!
+//! A clock that steps back (now < last) is treated as no time passing: the level is as at `last`,
+//! and `retry_after` / `reset_after` include the wait for the clock to get back to `last`.
 
 use crate::decision::Decision;
 use crate::params::MeterParams;
@@ -23,6 +26,8 @@ pub fn decide(p: MeterParams, state: LeakyState, now: Nanos, quantity: u64) -> (
     let tolerance = p.tolerance();
     let need = p.increment(quantity);
     let current = state.level.saturating_sub(now.saturating_sub(state.last));
+    // After a clock step back the level is as it was at `last`: every wait starts there.
+    let catch_up = state.last.saturating_sub(now);
     let after = current.saturating_add(need);
     let allowed = after <= tolerance;
     let (level, retry_after, next) = if allowed {
@@ -33,14 +38,14 @@ pub fn decide(p: MeterParams, state: LeakyState, now: Nanos, quantity: u64) -> (
         };
         (after, None, next)
     } else {
-        ((current), (need <= tolerance).then(|| after - tolerance), state)
+        (current, (need <= tolerance).then(|| after - tolerance + catch_up), state)
     };
     let decision = Decision {
         allowed,
         capacity: p.capacity,
         remaining: tolerance.saturating_sub(level) / interval,
         retry_after,
-        reset_after: level,
+        reset_after: if level > 0 { level + catch_up } else { 0 },
         level: level as f64 / interval as f64,
     };
     (decision, next)

@@ -1,5 +1,8 @@
 //! Token bucket with continuous refill: tokens (stored as nanoseconds, tokens × T) refill at the
 //! rate up to T × capacity; a request takes T × quantity.
+//!
+//! A clock that steps back (now < last) is treated as no time passing: the tokens are as at
+//! `last`, and `retry_after` / `reset_after` include the wait for the clock to get back to `last`.
 
 use crate::decision::Decision;
 use crate::params::MeterParams;
@@ -30,6 +33,8 @@ pub fn decide(p: MeterParams, state: TokenState, now: Nanos, quantity: u64) -> (
         .tokens
         .saturating_add(now.saturating_sub(state.last))
         .min(tolerance);
+    // After a clock step back the tokens are as they were at `last`: every wait starts there.
+    let catch_up = state.last.saturating_sub(now);
     let allowed = current >= need;
     let (tokens, retry_after, next) = if allowed {
         let after = current - need;
@@ -40,7 +45,7 @@ pub fn decide(p: MeterParams, state: TokenState, now: Nanos, quantity: u64) -> (
         };
         (after, None, next)
     } else {
-        (current, (need <= tolerance).then(|| need - current), state)
+        (current, (need <= tolerance).then(|| need - current + catch_up), state)
     };
     let used = tolerance - tokens;
     let decision = Decision {
@@ -48,7 +53,7 @@ pub fn decide(p: MeterParams, state: TokenState, now: Nanos, quantity: u64) -> (
         capacity: p.capacity,
         remaining: tokens / interval,
         retry_after,
-        reset_after: used,
+        reset_after: if used > 0 { used + catch_up } else { 0 },
         level: used as f64 / interval as f64,
     };
     (decision, next)

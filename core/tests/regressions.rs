@@ -1,0 +1,92 @@
+//! Regression tests, each named after the behaviour it pins. Each one failed before the fix it
+//! names in its doc comment.
+
+use sluice_core::algorithms::{leaky_bucket, token_bucket};
+use sluice_core::{Algorithm, Limit, Mode, Params, Rate, Rule, Span, State};
+
+fn rule_params(algorithm: Algorithm) -> Params {
+    let limit = if algorithm.uses_rate() {
+        Limit::Rate(Rate { count: 1, period: Span::parse("1s").expect("span") })
+    } else {
+        Limit::Window(Span::parse("1s").expect("span"))
+    };
+    Rule::new("a", algorithm, 2, limit, Mode::Enforce, "").expect("valid").params()
+}
+
+/// `Params::decide` used to turn `State::Fresh` into an equivalent default of the algorithm
+/// (`FixedWindow { start: 0, count: 0 }`, `TokenBucket(full)`, ...) on a peek, breaking "quantity 0
+/// never changes state".
+#[test]
+fn peeking_a_fresh_key_leaves_it_fresh() {
+    for algorithm in Algorithm::ALL {
+        let (d, next) = rule_params(algorithm).decide(&State::Fresh, 1_000_000_000_000, 0);
+        assert!(d.allowed, "{algorithm}");
+        assert_eq!(next, State::Fresh, "{algorithm}");
+    }
+}
+
+/// Same fix: a denial (here a quantity above the capacity) of a fresh key returned a non-fresh
+/// state, breaking "a denial never changes state".
+#[test]
+fn a_denial_of_a_fresh_key_leaves_it_fresh() {
+    for algorithm in Algorithm::ALL {
+        let (d, next) = rule_params(algorithm).decide(&State::Fresh, 1_000_000_000_000, 3);
+        assert!(!d.allowed, "{algorithm}");
+        assert_eq!(next, State::Fresh, "{algorithm}");
+    }
+}
+
+/// A peek under a rule whose algorithm changed hands back the old state untouched (it is still
+/// read as fresh by the new algorithm).
+#[test]
+fn peeking_under_a_changed_algorithm_keeps_the_stored_state() {
+    let (_, gcra_state) = rule_params(Algorithm::Gcra).decide(&State::Fresh, 5, 1);
+    let (_, next) = rule_params(Algorithm::SlidingWindow).decide(&gcra_state, 5, 0);
+    assert_eq!(next, gcra_state);
+}
+
+/// leaky_bucket treats a clock step back as no time passing: the level is as it was at `last`.
+/// Its retry_after used to ignore that the clock first has to get back to `last`, so the same
+/// request was still denied at now + retry_after.
+#[test]
+fn leaky_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
+    let p = sluice_core::MeterParams { interval: 1000, capacity: 2 };
+    let (_, full) = leaky_bucket::decide(p, leaky_bucket::LeakyState::default(), 10_000, 2);
+    // 1000 ns earlier than the last admission: nothing has leaked, one request is 1000 too much.
+    let (d, _) = leaky_bucket::decide(p, full, 9_000, 1);
+    assert_eq!(d.retry_after, Some(2_000));
+    assert!(!leaky_bucket::decide(p, full, 9_000 + 1_999, 1).0.allowed);
+    assert!(leaky_bucket::decide(p, full, 9_000 + 2_000, 1).0.allowed);
+}
+
+/// Same for reset_after: the funnel is empty at last + level, not at now + level.
+#[test]
+fn leaky_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
+    let p = sluice_core::MeterParams { interval: 1000, capacity: 2 };
+    let (_, full) = leaky_bucket::decide(p, leaky_bucket::LeakyState::default(), 10_000, 2);
+    let (d, _) = leaky_bucket::decide(p, full, 9_000, 0);
+    assert_eq!(d.reset_after, 3_000);
+    assert!((d.level - 2.0).abs() < 1e-12);
+    assert_eq!(leaky_bucket::decide(p, full, 12_000, 0).0.level, 0.0);
+}
+
+/// token_bucket, the same clock-step-back fix for retry_after.
+#[test]
+fn token_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
+    let p = sluice_core::MeterParams { interval: 1000, capacity: 2 };
+    let (_, empty) = token_bucket::decide(p, token_bucket::TokenState::full(p), 10_000, 2);
+    let (d, _) = token_bucket::decide(p, empty, 9_000, 1);
+    assert_eq!(d.retry_after, Some(2_000));
+    assert!(!token_bucket::decide(p, empty, 9_000 + 1_999, 1).0.allowed);
+    assert!(token_bucket::decide(p, empty, 9_000 + 2_000, 1).0.allowed);
+}
+
+/// token_bucket, the same clock-step-back fix for reset_after.
+#[test]
+fn token_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
+    let p = sluice_core::MeterParams { interval: 1000, capacity: 2 };
+    let (_, empty) = token_bucket::decide(p, token_bucket::TokenState::full(p), 10_000, 2);
+    let (d, _) = token_bucket::decide(p, empty, 9_000, 0);
+    assert_eq!(d.reset_after, 3_000);
+    assert_eq!(token_bucket::decide(p, empty, 12_000, 0).0.remaining, 2);
+}
