@@ -45,7 +45,7 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub admin_listen: SocketAddr,
 
-    /// Redis single node, e.g. redis://127.0.0.1:6379/0 (rediss:// for TLS). Default: memory store.
+    /// Redis single node, e.g. redis://127.0.0.1:6379/0. Default: memory store.
     #[arg(long, env = "SLUICE_REDIS_URL", value_name = "URL", conflicts_with = "redis_cluster")]
     pub redis_url: Option<String>,
 
@@ -82,7 +82,7 @@ pub struct Cli {
     pub dashboard_dir: Option<PathBuf>,
 
     /// Log format.
-    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
 

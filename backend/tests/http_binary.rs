@@ -1,0 +1,195 @@
+//! The `sluice` binary itself: `--help`, a generated token printed once, `--rules` imported at
+//! start, the memory-store warning, graceful exit on SIGTERM, and a bad rules file refused.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+#[test]
+fn help_reads_like_a_real_tool() {
+    let out = Command::new(BIN).arg("--help").output().expect("run sluice --help");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "Usage: sluice",
+        "--decision-listen <ADDR>",
+        "[env: SLUICE_DECISION_LISTEN=]",
+        "[default: 127.0.0.1:8081]",
+        "--admin-listen <ADDR>",
+        "--redis-url <URL>",
+        "--redis-cluster <URL,URL>",
+        "--redis-timeout-ms <MS>",
+        "--max-in-flight <N>",
+        "--key-prefix <PREFIX>",
+        "--rules <FILE>",
+        "--admin-token <TOKEN>",
+        "--dashboard-dir <DIR>",
+        "--log-format <FORMAT>",
+        "Examples:",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+    let version = Command::new(BIN).arg("--version").output().expect("run sluice --version");
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("sluice "));
+}
+
+struct Running {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_remove("SLUICE_ADMIN_TOKEN")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("stderr pipe");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().expect("lock").push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Running { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().expect("lock").clone()
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "sluice did not exit within {within:?}; stderr:\n{}", self.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_binary_imports_rules_prints_a_token_once_and_stops_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("sluice-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let rules = dir.join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "rules:\n  - action: post\n    algorithm: gcra\n    capacity: 5\n    rate: { count: 10, period: 1m }\n  - action: login\n    algorithm: sliding_log\n    capacity: 5\n    window: 1m\n",
+    )
+    .expect("write rules");
+    let (dport, aport) = (support::free_port(), support::free_port());
+    let decision = format!("127.0.0.1:{dport}");
+    let admin = format!("127.0.0.1:{aport}");
+    let mut sluice = Running::start(&[
+        "--decision-listen",
+        &decision,
+        "--admin-listen",
+        &admin,
+        "--rules",
+        rules.to_str().expect("utf-8"),
+        "--dashboard-dir",
+        dir.to_str().expect("utf-8"),
+    ]);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("client");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(r) = http.get(format!("http://{admin}/readyz")).send().await {
+            if r.status().is_success() {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "sluice not ready; stderr:\n{}", sluice.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stderr = sluice.stderr();
+    assert!(stderr.contains("memory store: state is per process; use --redis-url for many replicas"), "{stderr}");
+    let token = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| l.len() == 64 && l.chars().all(|c| c.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("a generated 64-hex-digit token on stderr:\n{stderr}"))
+        .to_owned();
+    assert_eq!(stderr.matches(&token).count(), 1, "the token is printed exactly once");
+
+    let rules: serde_json::Value = http
+        .get(format!("http://{admin}/v1/rules"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("rules")
+        .json()
+        .await
+        .expect("json");
+    let actions: Vec<&str> = rules["rules"].as_array().expect("rules").iter().filter_map(|r| r["action"].as_str()).collect();
+    assert_eq!(actions, ["login", "post"]);
+    let decision_answer: serde_json::Value = http
+        .post(format!("http://{decision}/v1/throttle"))
+        .json(&serde_json::json!({"action": "post", "key": "u"}))
+        .send()
+        .await
+        .expect("throttle")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(decision_answer["allowed"], true);
+
+    let pid = sluice.child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+    assert!(killed.success());
+    let status = sluice.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "graceful exit on SIGTERM; stderr:\n{}", sluice.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_rules_file_stops_the_start_naming_the_rule_and_field() {
+    let dir = std::env::temp_dir().join(format!("sluice-badrules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let rules = dir.join("rules.json");
+    std::fs::write(
+        &rules,
+        r#"[{"action": "ok", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1s"}},
+            {"action": "broken", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "fortnight"}}]"#,
+    )
+    .expect("write");
+    let mut sluice = Running::start(&[
+        "--decision-listen",
+        &format!("127.0.0.1:{}", support::free_port()),
+        "--admin-listen",
+        &format!("127.0.0.1:{}", support::free_port()),
+        "--admin-token",
+        "a-token-long-enough-1234",
+        "--rules",
+        rules.to_str().expect("utf-8"),
+    ]);
+    let status = sluice.wait_exit(Duration::from_secs(10));
+    assert!(!status.success());
+    let stderr = sluice.stderr();
+    assert!(stderr.contains("rule #2 (broken)") && stderr.contains("rate.period"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
