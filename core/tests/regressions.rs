@@ -90,3 +90,11 @@ fn token_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() 
     assert_eq!(d.reset_after, 3_000);
     assert_eq!(token_bucket::decide(p, empty, 12_000, 0).0.remaining, 2);
 }
+
+/// docs/algorithms.md promises a per-key state of at most 40 bytes in the memory store (plus 8
+/// bytes per sliding_log entry).
+#[test]
+fn per_key_state_stays_within_forty_bytes() {
+    assert!(std::mem::size_of::<State>() <= 40, "State is {} bytes", std::mem::size_of::<State>());
+    assert_eq!(std::mem::size_of::<sluice_core::Nanos>(), 8);
+}
