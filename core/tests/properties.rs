@@ -276,6 +276,35 @@ proptest! {
         check_bound(&p, &admitted)?;
     }
 
+    /// A denial cache is sound: an admission between a denial and its retry time (another caller,
+    /// a smaller quantity) never lets the denied request through before now + retry_after.
+    #[test]
+    fn a_write_never_shortens_a_denial(
+        p in any_params(), t0 in (1u64 << 40)..(1u64 << 61), steps in steps(30),
+        at in 0u64..1000, q2 in 1u64..=3, probe in 0u64..1000,
+    ) {
+        let reqs = requests(&p, t0, &steps);
+        let mut state = State::Fresh;
+        for r in reqs {
+            let (d, next) = p.decide(&state, r.now, r.quantity);
+            if let Some(retry) = d.retry_after {
+                // An admission at some moment within the denial...
+                let write_at = r.now + retry * at / 1000;
+                let (w, written) = p.decide(&state, write_at, q2);
+                if w.allowed {
+                    // ...after which the denied request stays denied until now + retry_after.
+                    let later = write_at + (r.now + retry - 1 - write_at) * probe / 1000;
+                    for t in [write_at, later, r.now + retry - 1] {
+                        prop_assert!(!p.decide(&written, t, r.quantity).0.allowed,
+                            "q {} denied at {} for {} ns, but allowed at {} after admitting {} at {}",
+                            r.quantity, r.now, retry, t, q2, write_at);
+                    }
+                }
+            }
+            state = next;
+        }
+    }
+
     /// Only forward time, many requests per window: the bound is approached, not just respected.
     #[test]
     fn dense_forward_histories_hit_their_bound(p in small_rule().prop_map(|r| r.params()), t0 in 0u64..(1u64 << 61), steps in steps(60)) {
