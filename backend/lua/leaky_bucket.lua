@@ -14,16 +14,26 @@ else
   last = -TWO53 -- fresh: last = the epoch, long ago
 end
 local current = math.max(0, level - math.max(0, -last))
+-- After a clock step back the level is as it was at `last`: every wait starts there.
+local catch_up = math.max(0, last)
+local function reset(l)
+  if l > 0 then
+    return l + catch_up
+  end
+  return 0
+end
 
 if q <= cap then
-  local after = current + T * q
-  if after <= tol then
+  -- current + need may pass 2^53 (2 x tolerance): compare against the room instead.
+  local need = T * q
+  if need <= tol - current then
+    local after = current + need
     if q > 0 then
       redis.call('HSET', KEYS[1], 'level', fmt(after), 'last', abs(math.max(0, last)))
       redis.call('PEXPIRE', KEYS[1], TTL_MS)
     end
-    return { 1, idiv(tol - after, T), -1, after, after, T, 0, 0 }
+    return { 1, idiv(tol - after, T), -1, reset(after), after, T, 0, 0 }
   end
-  return { 0, idiv(math.max(tol - current, 0), T), after - tol, current, current, T, 0, 0 }
+  return { 0, idiv(math.max(tol - current, 0), T), need - (tol - current) + catch_up, reset(current), current, T, 0, 0 }
 end
-return { 0, idiv(math.max(tol - current, 0), T), -1, current, current, T, 0, 0 }
+return { 0, idiv(math.max(tol - current, 0), T), -1, reset(current), current, T, 0, 0 }

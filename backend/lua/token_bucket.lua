@@ -10,7 +10,22 @@ local current, last = tol, -TWO53
 if h[1] then
   local tokens = int(h[1])
   last = rel(h[2])
-  current = math.min(tokens + math.max(0, -last), tol)
+  local elapsed = math.max(0, -last)
+  -- tokens + elapsed may pass 2^53: compare against the room first.
+  if elapsed >= tol - tokens then
+    current = tol
+  else
+    current = tokens + elapsed
+  end
+end
+
+-- After a clock step back the tokens are as they were at `last`: every wait starts there.
+local catch_up = math.max(0, last)
+local function reset(used)
+  if used > 0 then
+    return used + catch_up
+  end
+  return 0
 end
 
 if q <= cap then
@@ -21,8 +36,8 @@ if q <= cap then
       redis.call('HSET', KEYS[1], 'tokens', fmt(after), 'last', abs(math.max(0, last)))
       redis.call('PEXPIRE', KEYS[1], TTL_MS)
     end
-    return { 1, idiv(after, T), -1, tol - after, tol - after, T, 0, 0 }
+    return { 1, idiv(after, T), -1, reset(tol - after), tol - after, T, 0, 0 }
   end
-  return { 0, idiv(current, T), need - current, tol - current, tol - current, T, 0, 0 }
+  return { 0, idiv(current, T), need - current + catch_up, reset(tol - current), tol - current, T, 0, 0 }
 end
-return { 0, idiv(current, T), -1, tol - current, tol - current, T, 0, 0 }
+return { 0, idiv(current, T), -1, reset(tol - current), tol - current, T, 0, 0 }

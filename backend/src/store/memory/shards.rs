@@ -6,7 +6,8 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use sluice_core::{Action, Algorithm, Decision, Nanos, Params, State};
 
@@ -38,13 +39,13 @@ struct Shard {
     ops_since_sweep: usize,
 }
 
-/// Fewest operations between two sweeps of a shard.
-const MIN_SWEEP_INTERVAL: usize = 256;
+/// Fewest operations (or visits) between two sweeps of a shard.
+const MIN_SWEEP_INTERVAL: usize = 64;
 
 impl Shard {
-    /// Drops expired entries once enough operations have passed since the last sweep (at least
-    /// as many as entries), so the cost is amortised to O(1) per operation and the map never
-    /// holds many more entries than were active within their idle TTL.
+    /// Counts one operation on (or visit to) this shard, and drops expired entries once at least
+    /// as many have passed as the shard holds entries: the sweep's cost is amortised to O(1) per
+    /// operation, and the map never holds many more entries than were active within their TTL.
     fn maybe_sweep(&mut self, now: Nanos) {
         self.ops_since_sweep += 1;
         if self.ops_since_sweep >= self.map.len().max(MIN_SWEEP_INTERVAL) {
@@ -58,6 +59,9 @@ impl Shard {
 pub(crate) struct ShardedStates {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
+    /// Round-robin cursor: each operation also visits one shard in turn, so shards whose keys
+    /// went quiet are still swept.
+    cursor: AtomicUsize,
 }
 
 impl ShardedStates {
@@ -66,6 +70,7 @@ impl ShardedStates {
         ShardedStates {
             shards: (0..shards.max(1)).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: RandomState::new(),
+            cursor: AtomicUsize::new(0),
         }
     }
 
@@ -78,6 +83,23 @@ impl ShardedStates {
 
     /// Decides one request atomically: read, pure transition, write back when admitted.
     pub(crate) fn decide(&self, slot: Slot, params: Params, now: Nanos, quantity: u64) -> Decision {
+        let decision = self.decide_locked(slot, params, now, quantity);
+        self.visit_next(now);
+        decision
+    }
+
+    /// Counts a visit to the next shard in turn (skipped if that shard is busy: it is being
+    /// operated on, hence swept, anyway).
+    fn visit_next(&self, now: Nanos) {
+        let index = self.cursor.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        match self.shards[index].try_lock() {
+            Ok(mut shard) => shard.maybe_sweep(now),
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().maybe_sweep(now),
+            Err(TryLockError::WouldBlock) => {}
+        }
+    }
+
+    fn decide_locked(&self, slot: Slot, params: Params, now: Nanos, quantity: u64) -> Decision {
         let mut shard = self.shard(&slot);
         shard.maybe_sweep(now);
         let fresh = State::Fresh;
