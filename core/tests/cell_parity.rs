@@ -5,6 +5,8 @@
 //! 3 ms after the previous one, which is why its rounding rule (whole seconds plus one when at
 //! least a millisecond is left over) turns e.g. 2 s − 3 ms into 2.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
+
 use sluice_core::algorithms::gcra::{self, GcraState};
 use sluice_core::cell::{reply, CellArgs};
 use sluice_core::time::{NANOS_PER_MILLI, NANOS_PER_SEC};

@@ -26,6 +26,8 @@
 //!
 //! (d) rules survive JSON round trips, and spans survive display/parse.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
+
 use proptest::prelude::*;
 use sluice_core::limits::{
     MAX_CAPACITY, MAX_HORIZON_NS, MAX_QUANTITY, MAX_RATE_COUNT, MAX_SLIDING_LOG_CAPACITY, MAX_SPAN_MS,
