@@ -65,7 +65,8 @@ pub async fn tables(store: &dyn Store) {
         (B, 2, true, 0, None, 200 * MS, 2.0),
         (B + 50 * MS, 1, false, 0, Some(50 * MS), 150 * MS, 1.5),
         (B + 100 * MS, 1, true, 0, None, 200 * MS, 2.0),
-        (B + 50 * MS, 1, false, 0, Some(100 * MS), 200 * MS, 2.0), // time went back: no leak
+        // Time went back 50 ms: no leak, and every wait first catches up to `last`.
+        (B + 50 * MS, 1, false, 0, Some(150 * MS), 250 * MS, 2.0),
         (B + S, 3, false, 2, None, 0, 0.0),
         (B + S, 0, true, 2, None, 0, 0.0),
     ]).await;
