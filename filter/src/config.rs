@@ -124,6 +124,9 @@ pub struct Match {
     /// The path (query string excluded) starts with this.
     #[serde(default)]
     pub path_prefix: Option<String>,
+    /// The path (query string excluded) ends with this (`/replies` for `/posts/7/replies`).
+    #[serde(default)]
+    pub path_suffix: Option<String>,
     /// The path (query string excluded) is exactly this.
     #[serde(default)]
     pub path: Option<String>,

@@ -36,6 +36,11 @@ fn matches(m: &Match, line: &RequestLine, host: &dyn Host) -> bool {
             return false;
         }
     }
+    if let Some(suffix) = &m.path_suffix {
+        if !line.path.ends_with(suffix.as_bytes()) {
+            return false;
+        }
+    }
     if let Some(path) = &m.path {
         if line.path != path.as_bytes() {
             return false;
@@ -170,6 +175,10 @@ mod tests {
         assert_eq!(key_of(routes, &h), Some(("login".into(), "10.1.2.3".into())));
         let h = FakeHost::request("GET", "/login/x");
         assert_eq!(key_of(routes, &h), None, "exact path");
+        let suffix = r#"[{"action": "reply", "match": {"path_prefix": "/posts/", "path_suffix": "/replies"},
+            "key": {"source": "constant", "value": "k"}}]"#;
+        assert!(key_of(suffix, &FakeHost::request("POST", "/posts/7/replies?x")).is_some());
+        assert!(key_of(suffix, &FakeHost::request("POST", "/posts/7/like")).is_none());
     }
 
     #[test]

