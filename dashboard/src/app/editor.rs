@@ -1,0 +1,275 @@
+//! The rule editor: fields follow the algorithm, messages come from sluice-core next to their
+//! field, server refusals are shown the same way, and the what-if plot follows every keystroke.
+
+use std::collections::HashSet;
+
+use leptos::prelude::*;
+use sluice_core::{Algorithm, Mode, Rule};
+use wasm_bindgen::JsCast;
+
+use super::{http, whatif::WhatIf, Ctx, Editing};
+use crate::api::RulesBody;
+use crate::form::{EditMode, Field, FieldError, RuleForm};
+
+fn existing_actions(body: &RulesBody) -> Vec<String> {
+    body.rules
+        .iter()
+        .filter_map(|r| r.get("action").and_then(|a| a.as_str()).map(str::to_owned))
+        .collect()
+}
+
+fn focus(id: &str) {
+    if let Some(element) = document().get_element_by_id(id) {
+        if let Ok(element) = element.dyn_into::<web_sys::HtmlElement>() {
+            let _ = element.focus();
+        }
+    }
+}
+
+#[component]
+pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
+    let mode = editing.mode;
+    let form = RwSignal::new(editing.form.clone());
+    let touched = RwSignal::new(HashSet::<Field>::new());
+    let attempted = RwSignal::new(false);
+    let saving = RwSignal::new(false);
+    let server_error = RwSignal::new(None::<FieldError>);
+    let checked = Memo::new(move |_| {
+        let existing = existing_actions(&ctx.rules.get());
+        form.get().validate(mode, &existing)
+    });
+    let params = Memo::new(move |_| checked.get().ok().map(|rule: Rule| rule.params()));
+    // The message next to `field`: the server's refusal until the field changes, else
+    // sluice-core's, once the field was touched or a save was tried.
+    let message = move |field: Field| {
+        move || {
+            if let Some(e) = server_error.get().filter(|e| e.field == field) {
+                return e.message;
+            }
+            match checked.get() {
+                Err(e) if e.field == field && (attempted.get() || touched.get().contains(&field)) => e.message,
+                _ => String::new(),
+            }
+        }
+    };
+    let edit = move |field: Field, change: fn(&mut RuleForm, String)| {
+        move |ev: leptos::ev::Event| {
+            let value = event_target_value(&ev);
+            form.update(|f| change(f, value));
+            touched.update(|t| {
+                t.insert(field);
+            });
+            server_error.set(None);
+        }
+    };
+    let save = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        if saving.get_untracked() {
+            return;
+        }
+        attempted.set(true);
+        let rule = match checked.get_untracked() {
+            Ok(rule) => rule,
+            Err(e) => {
+                focus(e.field.id());
+                return;
+            }
+        };
+        saving.set(true);
+        leptos::task::spawn_local(async move {
+            let action = rule.action().to_string();
+            match http::put_rule(&action, &rule.to_json()).await {
+                Ok(stored) => {
+                    ctx.rules.update(|body| {
+                        match body.rules.iter_mut().find(|r| r.get("action").and_then(|a| a.as_str()) == Some(action.as_str())) {
+                            Some(slot) => *slot = stored,
+                            None => body.rules.push(stored),
+                        }
+                    });
+                    ctx.editing.set(None);
+                    ctx.confirm(format!("Saved the rule for {action}."));
+                }
+                Err(e) if e.is_unauthorized() => ctx.server_failed("Could not save", &e),
+                Err(e) => {
+                    let field_error = FieldError::from_server(&e);
+                    focus(field_error.field.id());
+                    server_error.set(Some(field_error));
+                    ctx.fail(format!("The server refused the rule: {}", e.message));
+                }
+            }
+            saving.set(false);
+        });
+    };
+    let cancel = move |_| ctx.editing.set(None);
+    let title = match mode {
+        EditMode::Create => "New rule".to_owned(),
+        EditMode::Edit => format!("Edit rule “{}”", editing.form.action),
+    };
+    let shows = move |field: Field| move || !form.get().shows(field);
+
+    view! {
+        <section class="card editor" aria-labelledby="editor-title">
+            <div class="section-head">
+                <h2 id="editor-title">{title}</h2>
+            </div>
+            <div class="editor-grid">
+                <form class="rule-form" id="rule-form" on:submit=save novalidate>
+                    <TextField
+                        field=Field::Action
+                        label="Action"
+                        hint="letters, digits, _ . : -"
+                        value=Signal::derive(move || form.get().action)
+                        message=Signal::derive(message(Field::Action))
+                        on_input=edit(Field::Action, |f, v| f.action = v)
+                        readonly=mode == EditMode::Edit
+                    />
+                    <div class="field">
+                        <label for=Field::Algorithm.id()>"Algorithm"</label>
+                        <select
+                            id=Field::Algorithm.id()
+                            on:change=edit(Field::Algorithm, |f, v| {
+                                if let Some(a) = Algorithm::parse(&v) {
+                                    f.algorithm = a;
+                                }
+                            })
+                        >
+                            {Algorithm::ALL
+                                .into_iter()
+                                .map(|a| {
+                                    view! {
+                                        <option value=a.name() selected=move || form.get().algorithm == a>
+                                            {a.name()}
+                                        </option>
+                                    }
+                                })
+                                .collect_view()}
+                        </select>
+                        <p class="field-hint">{move || algorithm_hint(form.get().algorithm)}</p>
+                    </div>
+                    <TextField
+                        field=Field::Capacity
+                        label="Capacity"
+                        hint="requests that may pass back to back from idle"
+                        numeric=true
+                        value=Signal::derive(move || form.get().capacity)
+                        message=Signal::derive(message(Field::Capacity))
+                        on_input=edit(Field::Capacity, |f, v| f.capacity = v)
+                    />
+                    <div class="pair" hidden=shows(Field::RateCount)>
+                        <TextField
+                            field=Field::RateCount
+                            label="Rate: count"
+                            hint="requests…"
+                            numeric=true
+                            value=Signal::derive(move || form.get().rate_count)
+                            message=Signal::derive(message(Field::RateCount))
+                            on_input=edit(Field::RateCount, |f, v| f.rate_count = v)
+                        />
+                        <TextField
+                            field=Field::RatePeriod
+                            label="per period"
+                            hint="like 500ms, 60s, 5m, 1h"
+                            value=Signal::derive(move || form.get().rate_period)
+                            message=Signal::derive(message(Field::RatePeriod))
+                            on_input=edit(Field::RatePeriod, |f, v| f.rate_period = v)
+                        />
+                    </div>
+                    <div hidden=shows(Field::Window)>
+                        <TextField
+                            field=Field::Window
+                            label="Window"
+                            hint="like 1s, 60s, 1h"
+                            value=Signal::derive(move || form.get().window)
+                            message=Signal::derive(message(Field::Window))
+                            on_input=edit(Field::Window, |f, v| f.window = v)
+                        />
+                    </div>
+                    <div class="field">
+                        <label for=Field::Mode.id()>"Mode"</label>
+                        <select
+                            id=Field::Mode.id()
+                            on:change=edit(Field::Mode, |f, v| {
+                                f.mode = if v == "shadow" { Mode::Shadow } else { Mode::Enforce }
+                            })
+                        >
+                            <option value="enforce" selected=move || form.get().mode == Mode::Enforce>
+                                "enforce: deny over the limit"
+                            </option>
+                            <option value="shadow" selected=move || form.get().mode == Mode::Shadow>
+                                "shadow: report only, never deny"
+                            </option>
+                        </select>
+                        <p class="field-hint"></p>
+                    </div>
+                    <div class="field">
+                        <label for=Field::Description.id()>"Description"</label>
+                        <textarea
+                            id=Field::Description.id()
+                            rows="2"
+                            aria-describedby="rule-description-error"
+                            prop:value=move || form.get().description
+                            on:input=edit(Field::Description, |f, v| f.description = v)
+                        ></textarea>
+                        <p class="field-error" id="rule-description-error">{message(Field::Description)}</p>
+                    </div>
+                    <p class="field-error form-error" id="rule-form-error" role="alert">{message(Field::Rule)}</p>
+                    <div class="form-actions">
+                        <button type="submit" class="primary" id="save-rule" disabled=move || saving.get()>
+                            {move || if saving.get() { "Saving…" } else { "Save rule" }}
+                        </button>
+                        <button type="button" class="quiet" id="cancel-edit" on:click=cancel>"Cancel"</button>
+                    </div>
+                </form>
+                <WhatIf params=params.into() />
+            </div>
+        </section>
+    }
+}
+
+fn algorithm_hint(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::Gcra => "exact, one timestamp per key (redis-cell's CL.THROTTLE)",
+        Algorithm::LeakyBucket => "the funnel: fills per request, leaks continuously",
+        Algorithm::TokenBucket => "tokens refill continuously",
+        Algorithm::FixedWindow => "one counter per clock-aligned window; 2× bursts at edges",
+        Algorithm::SlidingLog => "exact, one entry per request (capacity ≤ 10000)",
+        Algorithm::SlidingWindow => "two counters, previous window weighted",
+    }
+}
+
+#[component]
+fn TextField<F>(
+    field: Field,
+    label: &'static str,
+    hint: &'static str,
+    value: Signal<String>,
+    message: Signal<String>,
+    on_input: F,
+    #[prop(optional)] numeric: bool,
+    #[prop(optional)] readonly: bool,
+) -> impl IntoView
+where
+    F: Fn(leptos::ev::Event) + 'static,
+{
+    let id = field.id();
+    let error_id = format!("{id}-error");
+    view! {
+        <div class="field">
+            <label for=id>{label}</label>
+            <input
+                id=id
+                type="text"
+                inputmode=if numeric { "numeric" } else { "text" }
+                autocomplete="off"
+                spellcheck="false"
+                readonly=readonly
+                aria-describedby=error_id.clone()
+                aria-invalid=move || (!message.get().is_empty()).to_string()
+                prop:value=move || value.get()
+                on:input=on_input
+            />
+            <p class="field-error" id=error_id>{move || message.get()}</p>
+            <p class="field-hint">{hint}</p>
+        </div>
+    }
+}

@@ -1,0 +1,79 @@
+//! The SSE stream (`GET /v1/events`): rules on connect and on change, level snapshots about
+//! twice a second. `EventSource` cannot send headers; the session cookie authenticates it.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use leptos::prelude::*;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::JsCast;
+use web_sys::{EventSource, MessageEvent};
+
+use super::{Ctx, Link};
+use crate::api::{LevelsBody, RulesBody};
+
+thread_local! {
+    static SOURCE: RefCell<Option<EventSource>> = const { RefCell::new(None) };
+}
+
+/// Opens the stream (closing any previous one) and feeds the page's signals from it.
+pub fn connect(ctx: Ctx) {
+    disconnect();
+    ctx.link.set(Link::Connecting);
+    let source = match EventSource::new("/v1/events") {
+        Ok(source) => source,
+        Err(_) => {
+            ctx.link.set(Link::Lost);
+            return;
+        }
+    };
+    let on_rules = Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
+        if let Some(text) = event.data().as_string() {
+            match serde_json::from_str::<RulesBody>(&text) {
+                Ok(body) => ctx.apply_rules(body),
+                Err(e) => ctx.fail(format!("could not read a rules update: {e}")),
+            }
+        }
+    });
+    let on_levels = Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
+        if let Some(text) = event.data().as_string() {
+            if let Ok(body) = serde_json::from_str::<LevelsBody>(&text) {
+                ctx.levels.set(body);
+                ctx.link.set(Link::Live);
+            }
+        }
+    });
+    let on_open = Closure::<dyn FnMut()>::new(move || ctx.link.set(Link::Live));
+    let on_error = Closure::<dyn FnMut()>::new(move || {
+        let closed = SOURCE.with(|s| {
+            s.borrow().as_ref().is_some_and(|s| s.ready_state() == EventSource::CLOSED)
+        });
+        if closed {
+            // The browser gave up (the session may have ended): check, then start again.
+            ctx.link.set(Link::Lost);
+            set_timeout(move || ctx.recheck(), Duration::from_secs(3));
+        } else {
+            ctx.link.set(Link::Connecting);
+        }
+    });
+    let _ = source.add_event_listener_with_callback("rules", on_rules.as_ref().unchecked_ref());
+    let _ = source.add_event_listener_with_callback("levels", on_levels.as_ref().unchecked_ref());
+    source.set_onopen(Some(on_open.as_ref().unchecked_ref()));
+    source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    // The handlers live as long as the page; one set per sign-in.
+    on_rules.forget();
+    on_levels.forget();
+    on_open.forget();
+    on_error.forget();
+    SOURCE.with(|s| *s.borrow_mut() = Some(source));
+}
+
+/// Closes the stream (on sign-out).
+pub fn disconnect() {
+    SOURCE.with(|s| {
+        if let Some(source) = s.borrow_mut().take() {
+            source.set_onerror(None);
+            source.close();
+        }
+    });
+}

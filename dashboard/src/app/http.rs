@@ -1,0 +1,82 @@
+//! Calls to the admin API. Same origin, so the session cookie goes along by itself; every
+//! failure comes back as a [`ServerError`] the page shows.
+
+use gloo_net::http::{Request, RequestBuilder, Response};
+use serde_json::Value;
+
+use crate::api::{RulesBody, ServerError};
+
+async fn finish(sent: Result<Response, gloo_net::Error>) -> Result<Response, ServerError> {
+    let response = sent.map_err(|e| ServerError::network(&e.to_string()))?;
+    if response.ok() {
+        Ok(response)
+    } else {
+        let body = response.text().await.unwrap_or_default();
+        Err(ServerError::from_response(response.status(), &body))
+    }
+}
+
+async fn send(builder: RequestBuilder) -> Result<Response, ServerError> {
+    finish(builder.send().await).await
+}
+
+async fn send_json(builder: RequestBuilder, body: &Value) -> Result<Response, ServerError> {
+    let request = builder
+        .json(body)
+        .map_err(|e| ServerError::network(&format!("could not encode the request: {e}")))?;
+    finish(request.send().await).await
+}
+
+async fn read<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, ServerError> {
+    let status = response.status();
+    let text = response.text().await.map_err(|e| ServerError::network(&e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| ServerError {
+        status,
+        code: "bad_body".into(),
+        field: None,
+        message: format!("the server's answer could not be read ({e})"),
+    })
+}
+
+/// `POST /v1/session`: trades the admin token for the session cookie.
+pub async fn sign_in(token: &str) -> Result<(), ServerError> {
+    send_json(Request::post("/v1/session"), &serde_json::json!({ "token": token })).await?;
+    Ok(())
+}
+
+/// `DELETE /v1/session`.
+pub async fn sign_out() -> Result<(), ServerError> {
+    send(Request::delete("/v1/session")).await?;
+    Ok(())
+}
+
+/// `GET /v1/rules` (also how the page learns whether its session is still good).
+pub async fn rules() -> Result<RulesBody, ServerError> {
+    read(send(Request::get("/v1/rules")).await?).await
+}
+
+/// `PUT /v1/rules/{action}`: creates or replaces; answers the stored rule.
+pub async fn put_rule(action: &str, rule: &Value) -> Result<Value, ServerError> {
+    let url = format!("/v1/rules/{}", path_segment(action));
+    read(send_json(Request::put(&url), rule).await?).await
+}
+
+/// `DELETE /v1/rules/{action}`.
+pub async fn delete_rule(action: &str) -> Result<(), ServerError> {
+    send(Request::delete(&format!("/v1/rules/{}", path_segment(action)))).await?;
+    Ok(())
+}
+
+/// Percent-encodes anything outside the action alphabet (valid actions pass unchanged).
+fn path_segment(action: &str) -> String {
+    action
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,101 @@
+//! Live funnels: per action, the most active keys filling and draining, from SSE snapshots.
+//! Keys are untrusted text and are only ever put into text nodes and attributes.
+
+use leptos::prelude::*;
+
+use super::Ctx;
+use crate::live::{live_view, ActionView, FunnelView, TOP_KEYS};
+
+#[component]
+pub fn LivePanel(ctx: Ctx) -> impl IntoView {
+    let actions = Memo::new(move |_| live_view(&ctx.levels.get(), TOP_KEYS));
+    view! {
+        <section class="card live" aria-labelledby="live-title">
+            <div class="section-head">
+                <h2 id="live-title">"Live"</h2>
+                <p class="hint">"Fullest keys per action, updated twice a second."</p>
+            </div>
+            <Show
+                when=move || !actions.get().is_empty()
+                fallback=|| view! { <p class="empty">"No actions yet: add a rule and send traffic through the decision API."</p> }
+            >
+                <div class="actions-grid">
+                    <For
+                        each=move || actions.get()
+                        key=|a: &ActionView| a.action.clone()
+                        children=move |a: ActionView| {
+                            let name = a.action.clone();
+                            let view_of = Memo::new(move |_| actions.get().into_iter().find(|x| x.action == name));
+                            view! { <ActionCard view=view_of /> }
+                        }
+                    />
+                </div>
+            </Show>
+        </section>
+    }
+}
+
+#[component]
+fn ActionCard(view: Memo<Option<ActionView>>) -> impl IntoView {
+    let get = move |f: fn(&ActionView) -> String| move || view.get().map(|v| f(&v)).unwrap_or_default();
+    view! {
+        <article class="action-card" data-action=get(|v| v.action.clone())>
+            <header class="action-head">
+                <h3 class="action-name">{get(|v| v.action.clone())}</h3>
+                <span class="algo">{get(|v| format!("{} · capacity {}", v.algorithm, v.capacity))}</span>
+            </header>
+            <dl class="rates">
+                <div><dt>"allowed"</dt><dd class="allowed-rate">{get(|v| v.allowed_text.clone())}</dd></div>
+                <div class:denying=move || view.get().is_some_and(|v| v.denying)>
+                    <dt>"denied"</dt><dd class="denied-rate">{get(|v| v.denied_text.clone())}</dd>
+                </div>
+            </dl>
+            <Show
+                when=move || view.get().is_some_and(|v| !v.funnels.is_empty())
+                fallback=|| view! { <p class="quiet-text">"No active keys."</p> }
+            >
+                <ul class="funnels">
+                    <For
+                        each=move || view.get().map(|v| v.funnels).unwrap_or_default()
+                        key=|f: &FunnelView| f.key.clone()
+                        children=move |f: FunnelView| {
+                            let key = f.key.clone();
+                            let funnel = Memo::new(move |_| {
+                                view.get().and_then(|v| v.funnels.into_iter().find(|x| x.key == key))
+                            });
+                            view! { <Funnel key=f.key.clone() funnel=funnel /> }
+                        }
+                    />
+                </ul>
+            </Show>
+            <p class="more">
+                {move || view.get().filter(|v| v.more > 0).map(|v| format!("and {} more keys", v.more)).unwrap_or_default()}
+            </p>
+        </article>
+    }
+}
+
+#[component]
+fn Funnel(key: String, funnel: Memo<Option<FunnelView>>) -> impl IntoView {
+    let fill = move || funnel.get().map_or(0.0, |f| f.fill);
+    let tone = move || funnel.get().map_or("calm", |f| f.tone.class());
+    view! {
+        <li class=move || format!("funnel-item {}", tone()) data-key=key.clone() data-level=move || funnel.get().map(|f| format!("{:.3}", f.level)).unwrap_or_default()>
+            <div
+                class="vessel"
+                role="meter"
+                aria-label=format!("funnel of {key}")
+                aria-valuemin="0"
+                aria-valuemax=move || funnel.get().map(|f| f.capacity.to_string()).unwrap_or_default()
+                aria-valuenow=move || funnel.get().map(|f| format!("{:.1}", f.level)).unwrap_or_default()
+            >
+                <div class="liquid" style:transform=move || format!("scaleY({:.4})", fill())></div>
+            </div>
+            <div class="funnel-text">
+                <span class="key-name" title=key.clone()>{key.clone()}</span>
+                <span class="level-text">{move || funnel.get().map(|f| f.level_text).unwrap_or_default()}</span>
+                <span class="remaining-text">{move || funnel.get().map(|f| format!("{} left", f.remaining)).unwrap_or_default()}</span>
+            </div>
+        </li>
+    }
+}

@@ -1,0 +1,272 @@
+//! The Leptos UI (wasm32 only). Components draw the plain models of the crate; state lives in a
+//! few signals in [`Ctx`], fed by the admin API and its SSE stream.
+
+mod editor;
+mod events;
+mod http;
+mod live_view;
+mod rules_view;
+mod signin;
+mod whatif;
+
+use std::time::Duration;
+
+use leptos::prelude::*;
+
+use crate::api::{LevelsBody, RulesBody, ServerError};
+use crate::form::{EditMode, RuleForm};
+
+/// Mounts the page.
+pub fn start() {
+    leptos::mount::mount_to_body(App);
+}
+
+/// Where sign-in stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Auth {
+    /// Asking the backend whether the cookie is still good.
+    Checking,
+    /// Showing the sign-in form, with a message if there is one.
+    SignedOut(Option<String>),
+    /// Signed in.
+    SignedIn,
+}
+
+/// The SSE connection's state, shown in the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// Opening or reopening.
+    Connecting,
+    /// Receiving.
+    Live,
+    /// Closed; a check is scheduled.
+    Lost,
+}
+
+/// The two main views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    /// Rules table and editor.
+    Rules,
+    /// Live funnels.
+    Live,
+}
+
+/// The editor's starting point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Editing {
+    /// New or existing rule.
+    pub mode: EditMode,
+    /// The form's initial contents.
+    pub form: RuleForm,
+}
+
+/// A passing message (an error or a confirmation), shown as a toast so nothing moves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// Errors stay until dismissed; confirmations fade.
+    pub error: bool,
+    /// The text.
+    pub text: String,
+}
+
+/// The page's shared state: all signals, so it is `Copy` and moves into closures freely.
+#[derive(Clone, Copy)]
+pub struct Ctx {
+    /// Sign-in state.
+    pub auth: RwSignal<Auth>,
+    /// The latest rules.
+    pub rules: RwSignal<RulesBody>,
+    /// The latest level snapshot.
+    pub levels: RwSignal<LevelsBody>,
+    /// SSE state.
+    pub link: RwSignal<Link>,
+    /// Which view shows.
+    pub tab: RwSignal<Tab>,
+    /// The open editor, if any.
+    pub editing: RwSignal<Option<Editing>>,
+    /// The current toast.
+    pub notice: RwSignal<Option<Notice>>,
+}
+
+impl Ctx {
+    fn new() -> Ctx {
+        Ctx {
+            auth: RwSignal::new(Auth::Checking),
+            rules: RwSignal::new(RulesBody::default()),
+            levels: RwSignal::new(LevelsBody::default()),
+            link: RwSignal::new(Link::Connecting),
+            tab: RwSignal::new(Tab::Rules),
+            editing: RwSignal::new(None),
+            notice: RwSignal::new(None),
+        }
+    }
+
+    /// Takes a rules snapshot unless a newer one is already shown.
+    pub fn apply_rules(self, body: RulesBody) {
+        let current = self.rules.get_untracked().version;
+        if body.version >= current || body.version == 0 {
+            self.rules.set(body);
+        }
+    }
+
+    /// Shows an error until dismissed.
+    pub fn fail(self, text: String) {
+        self.notice.set(Some(Notice { error: true, text }));
+    }
+
+    /// Shows a confirmation for a few seconds.
+    pub fn confirm(self, text: String) {
+        let notice = Notice { error: false, text };
+        self.notice.set(Some(notice.clone()));
+        set_timeout(
+            move || {
+                if self.notice.get_untracked().as_ref() == Some(&notice) {
+                    self.notice.set(None);
+                }
+            },
+            Duration::from_secs(4),
+        );
+    }
+
+    /// Handles a failed call: back to sign-in when the session is gone, a toast otherwise.
+    pub fn server_failed(self, what: &str, error: &ServerError) {
+        if error.is_unauthorized() {
+            self.signed_out(Some("Your session ended; sign in again.".into()));
+        } else {
+            self.fail(format!("{what}: {}", error.message));
+        }
+    }
+
+    fn signed_out(self, message: Option<String>) {
+        events::disconnect();
+        self.editing.set(None);
+        self.auth.set(Auth::SignedOut(message));
+    }
+
+    /// Loads the rules; on success the page is signed in and the stream opens.
+    pub fn recheck(self) {
+        leptos::task::spawn_local(async move {
+            match http::rules().await {
+                Ok(body) => {
+                    self.apply_rules(body);
+                    if self.auth.get_untracked() != Auth::SignedIn {
+                        self.auth.set(Auth::SignedIn);
+                    }
+                    events::connect(self);
+                }
+                Err(e) if e.is_unauthorized() => self.signed_out(None),
+                Err(e) => {
+                    if self.auth.get_untracked() == Auth::SignedIn {
+                        self.link.set(Link::Lost);
+                        self.fail(format!("Lost the backend: {}", e.message));
+                        set_timeout(move || self.recheck(), Duration::from_secs(3));
+                    } else {
+                        self.auth.set(Auth::SignedOut(Some(e.message)));
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[component]
+fn App() -> impl IntoView {
+    let ctx = Ctx::new();
+    ctx.recheck();
+    view! {
+        <header class="top">
+            <div class="brand">
+                <span class="logo" aria-hidden="true"></span>
+                <h1>"sluice"</h1>
+            </div>
+            <Show when=move || ctx.auth.get() == Auth::SignedIn>
+                <nav class="tabs" aria-label="Views">
+                    <TabButton ctx=ctx tab=Tab::Rules label="Rules" />
+                    <TabButton ctx=ctx tab=Tab::Live label="Live" />
+                </nav>
+                <div class="session">
+                    <LinkBadge ctx=ctx />
+                    <button
+                        class="quiet"
+                        id="sign-out"
+                        on:click=move |_| {
+                            leptos::task::spawn_local(async move {
+                                if let Err(e) = http::sign_out().await {
+                                    ctx.fail(format!("Sign-out failed: {}", e.message));
+                                }
+                                ctx.signed_out(Some("Signed out.".into()));
+                            });
+                        }
+                    >
+                        "Sign out"
+                    </button>
+                </div>
+            </Show>
+        </header>
+        <main>
+            {move || match ctx.auth.get() {
+                Auth::Checking => view! { <p class="checking">"Connecting to sluice…"</p> }.into_any(),
+                Auth::SignedOut(message) => view! { <signin::SignIn ctx=ctx message=message /> }.into_any(),
+                Auth::SignedIn => view! {
+                    <div class="view" hidden=move || ctx.tab.get() != Tab::Rules>
+                        <rules_view::RulesPanel ctx=ctx />
+                    </div>
+                    <div class="view" hidden=move || ctx.tab.get() != Tab::Live>
+                        <live_view::LivePanel ctx=ctx />
+                    </div>
+                }
+                .into_any(),
+            }}
+        </main>
+        <Toast ctx=ctx />
+    }
+}
+
+#[component]
+fn TabButton(ctx: Ctx, tab: Tab, label: &'static str) -> impl IntoView {
+    view! {
+        <button
+            class="tab"
+            id=format!("tab-{}", label.to_lowercase())
+            aria-pressed=move || (ctx.tab.get() == tab).to_string()
+            on:click=move |_| ctx.tab.set(tab)
+        >
+            {label}
+        </button>
+    }
+}
+
+#[component]
+fn LinkBadge(ctx: Ctx) -> impl IntoView {
+    let text = move || match ctx.link.get() {
+        Link::Live => "live",
+        Link::Connecting => "connecting",
+        Link::Lost => "offline",
+    };
+    view! {
+        <span class=move || format!("badge link-{}", text()) role="status" aria-live="polite">
+            {text}
+        </span>
+    }
+}
+
+#[component]
+fn Toast(ctx: Ctx) -> impl IntoView {
+    view! {
+        <div class="toast-area" aria-live="assertive">
+            {move || {
+                ctx.notice.get().map(|notice| {
+                    view! {
+                        <div class=if notice.error { "toast error" } else { "toast ok" } role="alert">
+                            <span class="toast-text">{notice.text}</span>
+                            <button class="quiet" on:click=move |_| ctx.notice.set(None) aria-label="Dismiss">
+                                "×"
+                            </button>
+                        </div>
+                    }
+                })
+            }}
+        </div>
+    }
+}

@@ -1,0 +1,136 @@
+//! The rules table, with create / edit / delete. The editor replaces the table while open.
+
+use leptos::prelude::*;
+
+use super::{editor::Editor, http, Ctx, Editing};
+use crate::form::{EditMode, RuleForm};
+use crate::rules::{rows, RuleRow};
+
+#[component]
+pub fn RulesPanel(ctx: Ctx) -> impl IntoView {
+    view! {
+        {move || match ctx.editing.get() {
+            Some(editing) => view! { <Editor ctx=ctx editing=editing /> }.into_any(),
+            None => view! { <RulesTable ctx=ctx /> }.into_any(),
+        }}
+    }
+}
+
+#[component]
+fn RulesTable(ctx: Ctx) -> impl IntoView {
+    let table = Memo::new(move |_| rows(&ctx.rules.get()));
+    // The action whose delete is awaiting confirmation.
+    let confirming = RwSignal::new(None::<String>);
+    view! {
+        <section class="card rules" aria-labelledby="rules-title">
+            <div class="section-head">
+                <h2 id="rules-title">"Rules"</h2>
+                <button
+                    class="primary"
+                    id="new-rule"
+                    on:click=move |_| {
+                        ctx.editing.set(Some(Editing { mode: EditMode::Create, form: RuleForm::blank() }))
+                    }
+                >
+                    "New rule"
+                </button>
+            </div>
+            <Show
+                when=move || !table.get().is_empty()
+                fallback=|| view! { <p class="empty">"No rules yet. Create one with “New rule”."</p> }
+            >
+                <table class="rules-table">
+                    <thead>
+                        <tr>
+                            <th scope="col">"Action"</th>
+                            <th scope="col">"Algorithm"</th>
+                            <th scope="col" class="num">"Capacity"</th>
+                            <th scope="col">"Rate or window"</th>
+                            <th scope="col">"Mode"</th>
+                            <th scope="col"><span class="sr-only">"Changes"</span></th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        <For
+                            each=move || table.get()
+                            key=|row: &RuleRow| (row.action.clone(), row.limit.clone(), row.capacity.clone(), row.mode.clone(), row.algorithm.clone(), row.description.clone())
+                            children=move |row: RuleRow| view! { <Row ctx=ctx row=row confirming=confirming /> }
+                        />
+                    </tbody>
+                </table>
+            </Show>
+        </section>
+    }
+}
+
+#[component]
+fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl IntoView {
+    let action = row.action.clone();
+    let is_confirming = {
+        let action = action.clone();
+        move || confirming.get().as_deref() == Some(action.as_str())
+    };
+    let edit = {
+        let rule = row.rule.clone();
+        move |_| {
+            if let Some(rule) = &rule {
+                ctx.editing.set(Some(Editing { mode: EditMode::Edit, form: RuleForm::from_rule(rule) }));
+            }
+        }
+    };
+    let ask = {
+        let action = action.clone();
+        move |_| confirming.set(Some(action.clone()))
+    };
+    let delete = {
+        let action = action.clone();
+        move |_| {
+            let action = action.clone();
+            confirming.set(None);
+            leptos::task::spawn_local(async move {
+                match http::delete_rule(&action).await {
+                    Ok(()) => {
+                        ctx.rules.update(|body| {
+                            body.rules.retain(|r| r.get("action").and_then(|a| a.as_str()) != Some(action.as_str()))
+                        });
+                        ctx.confirm(format!("Deleted the rule for {action}."));
+                    }
+                    Err(e) => ctx.server_failed(&format!("Could not delete {action}"), &e),
+                }
+            });
+        }
+    };
+    let editable = row.rule.is_some();
+    let problem = row.problem.clone();
+    let description = row.description.clone();
+    view! {
+        <tr data-action=action.clone()>
+            <th scope="row" data-label="Action">
+                <span class="action-name">{action.clone()}</span>
+                {(!description.is_empty()).then(|| view! { <span class="desc">{description.clone()}</span> })}
+                {problem.map(|p| view! { <span class="problem">{p}</span> })}
+            </th>
+            <td data-label="Algorithm">{row.algorithm.clone()}</td>
+            <td data-label="Capacity" class="num">{row.capacity.clone()}</td>
+            <td data-label="Rate or window">{row.limit.clone()}</td>
+            <td data-label="Mode"><span class=format!("mode mode-{}", row.mode)>{row.mode.clone()}</span></td>
+            <td class="row-actions">
+                <Show
+                    when=is_confirming
+                    fallback=move || {
+                        let edit = edit.clone();
+                        let ask = ask.clone();
+                        view! {
+                            <button class="edit" on:click=edit disabled=!editable>"Edit"</button>
+                            <button class="danger-quiet delete" on:click=ask>"Delete"</button>
+                        }
+                    }
+                >
+                    <span class="confirm-text">"Delete?"</span>
+                    <button class="danger confirm-delete" on:click=delete.clone()>"Delete"</button>
+                    <button class="quiet" on:click=move |_| confirming.set(None)>"Keep"</button>
+                </Show>
+            </td>
+        </tr>
+    }
+}
