@@ -24,7 +24,12 @@ pub struct CellArgs {
 
 impl CellArgs {
     /// Validates the arguments, naming the field at fault.
-    pub fn new(max_burst: u64, count: u64, period_s: u64, quantity: u64) -> Result<CellArgs, RuleError> {
+    pub fn new(
+        max_burst: u64,
+        count: u64,
+        period_s: u64,
+        quantity: u64,
+    ) -> Result<CellArgs, RuleError> {
         if count == 0 {
             return Err(RuleError::new("count", "must be at least 1"));
         }
@@ -32,12 +37,18 @@ impl CellArgs {
             return Err(RuleError::new("period", "must be at least 1 second"));
         }
         if quantity > MAX_QUANTITY {
-            return Err(RuleError::new("quantity", format!("must be at most {MAX_QUANTITY}")));
+            return Err(RuleError::new(
+                "quantity",
+                format!("must be at most {MAX_QUANTITY}"),
+            ));
         }
         let period_ns = u128::from(period_s) * u128::from(NANOS_PER_SEC);
         let interval = period_ns / u128::from(count);
         if interval == 0 {
-            return Err(RuleError::new("count", "more than one per nanosecond; use a longer period"));
+            return Err(RuleError::new(
+                "count",
+                "more than one per nanosecond; use a longer period",
+            ));
         }
         let capacity = u128::from(max_burst) + 1;
         if interval * capacity > u128::from(MAX_HORIZON_NS) {
@@ -47,7 +58,10 @@ impl CellArgs {
             ));
         }
         Ok(CellArgs {
-            params: MeterParams { interval: interval as u64, capacity: capacity as u64 },
+            params: MeterParams {
+                interval: interval as u64,
+                capacity: capacity as u64,
+            },
             quantity,
         })
     }

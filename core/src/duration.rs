@@ -134,20 +134,34 @@ mod tests {
     #[test]
     fn refuses_zero_huge_and_malformed() {
         assert!(matches!(Span::parse("0s"), Err(SpanError::TooShort(_))));
-        assert!(matches!(Span::parse("99999999h"), Err(SpanError::TooLong(_))));
+        assert!(matches!(
+            Span::parse("99999999h"),
+            Err(SpanError::TooLong(_))
+        ));
         assert!(matches!(
             Span::parse("99999999999999999999999s"),
             Err(SpanError::TooLong(_))
         ));
-        for bad in ["", "s", "60", "1.5s", "-1s", " 1s", "1 s", "1S", "1sec", "1µs"] {
-            assert!(matches!(Span::parse(bad), Err(SpanError::Syntax(_))), "{bad}");
+        for bad in [
+            "", "s", "60", "1.5s", "-1s", " 1s", "1 s", "1S", "1sec", "1µs",
+        ] {
+            assert!(
+                matches!(Span::parse(bad), Err(SpanError::Syntax(_))),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn displays_in_the_largest_exact_unit() {
-        assert_eq!(Span::parse("60000ms").map(|s| s.to_string()), Ok("1m".into()));
+        assert_eq!(
+            Span::parse("60000ms").map(|s| s.to_string()),
+            Ok("1m".into())
+        );
         assert_eq!(Span::parse("90s").map(|s| s.to_string()), Ok("90s".into()));
-        assert_eq!(Span::parse("1500ms").map(|s| s.to_string()), Ok("1500ms".into()));
+        assert_eq!(
+            Span::parse("1500ms").map(|s| s.to_string()),
+            Ok("1500ms".into())
+        );
     }
 }

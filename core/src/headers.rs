@@ -22,7 +22,10 @@ fn yes() -> bool {
 
 impl Default for HeaderFamilies {
     fn default() -> Self {
-        HeaderFamilies { ietf: true, x_ratelimit: true }
+        HeaderFamilies {
+            ietf: true,
+            x_ratelimit: true,
+        }
     }
 }
 
@@ -39,7 +42,11 @@ pub struct Policy<'a> {
 
 /// Header names and values for a decision. `Retry-After` is included only on a denial with a
 /// retry time.
-pub fn render(policy: &Policy<'_>, decision: &Decision, families: HeaderFamilies) -> Vec<(&'static str, String)> {
+pub fn render(
+    policy: &Policy<'_>,
+    decision: &Decision,
+    families: HeaderFamilies,
+) -> Vec<(&'static str, String)> {
     let window_s = ceil_secs(policy.window_ns).max(1);
     let reset_s = ceil_secs(decision.reset_after);
     let mut headers = Vec::with_capacity(6);
@@ -54,7 +61,10 @@ pub fn render(policy: &Policy<'_>, decision: &Decision, families: HeaderFamilies
         ));
     }
     if families.x_ratelimit {
-        headers.push(("x-ratelimit-limit", format!("{}, {};w={}", policy.quota, policy.quota, window_s)));
+        headers.push((
+            "x-ratelimit-limit",
+            format!("{}, {};w={}", policy.quota, policy.quota, window_s),
+        ));
         headers.push(("x-ratelimit-remaining", decision.remaining.to_string()));
         headers.push(("x-ratelimit-reset", reset_s.to_string()));
     }
@@ -79,7 +89,11 @@ mod tests {
             reset_after: 32 * S - 5,
             level: 16.0,
         };
-        let policy = Policy { name: "reply", quota: 16, window_ns: 32 * S };
+        let policy = Policy {
+            name: "reply",
+            quota: 16,
+            window_ns: 32 * S,
+        };
         let h = render(&policy, &d, HeaderFamilies::default());
         assert_eq!(
             h,
@@ -96,9 +110,27 @@ mod tests {
 
     #[test]
     fn families_can_be_turned_off() {
-        let d = Decision { allowed: true, capacity: 1, remaining: 0, retry_after: None, reset_after: 0, level: 1.0 };
-        let policy = Policy { name: "a", quota: 1, window_ns: 1 };
-        let h = render(&policy, &d, HeaderFamilies { ietf: false, x_ratelimit: false });
+        let d = Decision {
+            allowed: true,
+            capacity: 1,
+            remaining: 0,
+            retry_after: None,
+            reset_after: 0,
+            level: 1.0,
+        };
+        let policy = Policy {
+            name: "a",
+            quota: 1,
+            window_ns: 1,
+        };
+        let h = render(
+            &policy,
+            &d,
+            HeaderFamilies {
+                ietf: false,
+                x_ratelimit: false,
+            },
+        );
         assert!(h.is_empty());
     }
 }

@@ -1,6 +1,8 @@
 //! Algorithm parameters derived from a validated rule, in the integer units the maths uses.
 
-use crate::algorithms::{fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket};
+use crate::algorithms::{
+    fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+};
 use crate::decision::Decision;
 use crate::rule::{Algorithm, Limit, Rule};
 use crate::state::State;
@@ -70,7 +72,10 @@ impl Params {
     /// not fit the algorithm (a rate for a window algorithm, or the reverse).
     pub fn from_parts(algorithm: Algorithm, capacity: u64, limit: Limit) -> Option<Params> {
         let meter = |interval| MeterParams { interval, capacity };
-        let window = |window_ms| WindowParams { window_ms, capacity };
+        let window = |window_ms| WindowParams {
+            window_ms,
+            capacity,
+        };
         Some(match (algorithm, limit) {
             (Algorithm::Gcra, Limit::Rate(r)) => Params::Gcra(meter(r.emission_interval_ns())),
             (Algorithm::LeakyBucket, Limit::Rate(r)) => {
@@ -112,7 +117,9 @@ impl Params {
     /// takes to drain (capacity requests per that span).
     pub fn policy_window_ns(&self) -> Nanos {
         match self {
-            Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => w.window_ns(),
+            Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => {
+                w.window_ns()
+            }
             Params::LeakyBucket(m) | Params::Gcra(m) | Params::TokenBucket(m) => m.tolerance(),
         }
     }
@@ -143,36 +150,48 @@ impl Params {
 
     fn transition(&self, state: &State, now: Nanos, quantity: u64) -> (Decision, State) {
         match (self, state) {
-            (Params::Gcra(p), State::Gcra(s)) => wrap(gcra::decide(*p, *s, now, quantity), State::Gcra),
-            (Params::Gcra(p), _) => wrap(gcra::decide(*p, Default::default(), now, quantity), State::Gcra),
-            (Params::LeakyBucket(p), State::LeakyBucket(s)) => {
-                wrap(leaky_bucket::decide(*p, *s, now, quantity), State::LeakyBucket)
+            (Params::Gcra(p), State::Gcra(s)) => {
+                wrap(gcra::decide(*p, *s, now, quantity), State::Gcra)
             }
-            (Params::LeakyBucket(p), _) => {
-                wrap(leaky_bucket::decide(*p, Default::default(), now, quantity), State::LeakyBucket)
-            }
-            (Params::TokenBucket(p), State::TokenBucket(s)) => {
-                wrap(token_bucket::decide(*p, *s, now, quantity), State::TokenBucket)
-            }
+            (Params::Gcra(p), _) => wrap(
+                gcra::decide(*p, Default::default(), now, quantity),
+                State::Gcra,
+            ),
+            (Params::LeakyBucket(p), State::LeakyBucket(s)) => wrap(
+                leaky_bucket::decide(*p, *s, now, quantity),
+                State::LeakyBucket,
+            ),
+            (Params::LeakyBucket(p), _) => wrap(
+                leaky_bucket::decide(*p, Default::default(), now, quantity),
+                State::LeakyBucket,
+            ),
+            (Params::TokenBucket(p), State::TokenBucket(s)) => wrap(
+                token_bucket::decide(*p, *s, now, quantity),
+                State::TokenBucket,
+            ),
             (Params::TokenBucket(p), _) => wrap(
                 token_bucket::decide(*p, token_bucket::TokenState::full(*p), now, quantity),
                 State::TokenBucket,
             ),
-            (Params::FixedWindow(p), State::FixedWindow(s)) => {
-                wrap(fixed_window::decide(*p, *s, now, quantity), State::FixedWindow)
-            }
-            (Params::FixedWindow(p), _) => {
-                wrap(fixed_window::decide(*p, Default::default(), now, quantity), State::FixedWindow)
-            }
+            (Params::FixedWindow(p), State::FixedWindow(s)) => wrap(
+                fixed_window::decide(*p, *s, now, quantity),
+                State::FixedWindow,
+            ),
+            (Params::FixedWindow(p), _) => wrap(
+                fixed_window::decide(*p, Default::default(), now, quantity),
+                State::FixedWindow,
+            ),
             (Params::SlidingLog(p), State::SlidingLog(s)) => {
                 wrap(sliding_log::decide(*p, s, now, quantity), State::SlidingLog)
             }
-            (Params::SlidingLog(p), _) => {
-                wrap(sliding_log::decide(*p, &Default::default(), now, quantity), State::SlidingLog)
-            }
-            (Params::SlidingWindow(p), State::SlidingWindow(s)) => {
-                wrap(sliding_window::decide(*p, *s, now, quantity), State::SlidingWindow)
-            }
+            (Params::SlidingLog(p), _) => wrap(
+                sliding_log::decide(*p, &Default::default(), now, quantity),
+                State::SlidingLog,
+            ),
+            (Params::SlidingWindow(p), State::SlidingWindow(s)) => wrap(
+                sliding_window::decide(*p, *s, now, quantity),
+                State::SlidingWindow,
+            ),
             (Params::SlidingWindow(p), _) => wrap(
                 sliding_window::decide(*p, Default::default(), now, quantity),
                 State::SlidingWindow,

@@ -10,11 +10,11 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::duration::Span;
-use crate::params::Params;
 use crate::limits::{
     MAX_ACTION_LEN, MAX_CAPACITY, MAX_DESCRIPTION_LEN, MAX_HORIZON_NS, MAX_RATE_COUNT,
     MAX_SLIDING_LOG_CAPACITY,
 };
+use crate::params::Params;
 
 /// A refused rule: which field, and why. Shown to users as `field: reason`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -134,7 +134,9 @@ impl fmt::Display for Algorithm {
 }
 
 /// Whether denials are enforced or only reported.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Deny requests over the limit.
@@ -261,7 +263,10 @@ impl Rule {
             let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
             RuleError::new(
                 "algorithm",
-                format!("must be one of {}; got {algorithm_name:?}", names.join(", ")),
+                format!(
+                    "must be one of {}; got {algorithm_name:?}",
+                    names.join(", ")
+                ),
             )
         })?;
         let capacity = whole_number(object.get("capacity"), "capacity")?;
@@ -415,21 +420,22 @@ fn parse_span(value: Option<&Value>, field: &str) -> Result<Span, RuleError> {
 }
 
 fn parse_rate(value: Option<&Value>) -> Result<Rate, RuleError> {
-    let object = match value {
-        None | Some(Value::Null) => {
-            return Err(RuleError::new(
+    let object =
+        match value {
+            None | Some(Value::Null) => {
+                return Err(RuleError::new(
+                    "rate",
+                    "is required ({\"count\": N, \"period\": \"60s\"})",
+                ))
+            }
+            Some(Value::Object(o)) => o,
+            Some(other) => return Err(RuleError::new(
                 "rate",
-                "is required ({\"count\": N, \"period\": \"60s\"})",
-            ))
-        }
-        Some(Value::Object(o)) => o,
-        Some(other) => {
-            return Err(RuleError::new(
-                "rate",
-                format!("must be an object like {{\"count\": 30, \"period\": \"60s\"}}; got {other}"),
-            ))
-        }
-    };
+                format!(
+                    "must be an object like {{\"count\": 30, \"period\": \"60s\"}}; got {other}"
+                ),
+            )),
+        };
     if let Some(unknown) = object.keys().find(|k| *k != "count" && *k != "period") {
         return Err(RuleError::new(
             format!("rate.{unknown}"),
@@ -516,8 +522,17 @@ mod tests {
             "rate": {"count": 30, "period": "60s"}, "mode": "enforce", "description": "replies per user"}))
         .unwrap();
         assert_eq!(reply.capacity(), 16);
-        assert_eq!(reply.limit(), Limit::Rate(Rate { count: 30, period: Span::parse("60s").unwrap() }));
-        let login = Rule::from_json(&json!({"action": "login", "algorithm": "sliding_log", "capacity": 5, "window": "60s"})).unwrap();
+        assert_eq!(
+            reply.limit(),
+            Limit::Rate(Rate {
+                count: 30,
+                period: Span::parse("60s").unwrap()
+            })
+        );
+        let login = Rule::from_json(
+            &json!({"action": "login", "algorithm": "sliding_log", "capacity": 5, "window": "60s"}),
+        )
+        .unwrap();
         assert_eq!(login.mode(), Mode::Enforce);
         assert_eq!(login.description(), "");
     }
@@ -539,29 +554,53 @@ mod tests {
         assert_eq!(field_of(with("capacity", json!(1.5))), "capacity");
         assert_eq!(field_of(with("capacity", json!("16"))), "capacity");
         assert_eq!(field_of(with("capacity", json!(1e30))), "capacity");
-        assert_eq!(field_of(with("rate", json!({"count": 0, "period": "1s"}))), "rate.count");
-        assert_eq!(field_of(with("rate", json!({"count": 1, "period": "0s"}))), "rate.period");
-        assert_eq!(field_of(with("rate", json!({"count": 1, "period": "99999999h"}))), "rate.period");
-        assert_eq!(field_of(with("rate", json!({"count": 1, "period": "1s", "x": 1}))), "rate.x");
+        assert_eq!(
+            field_of(with("rate", json!({"count": 0, "period": "1s"}))),
+            "rate.count"
+        );
+        assert_eq!(
+            field_of(with("rate", json!({"count": 1, "period": "0s"}))),
+            "rate.period"
+        );
+        assert_eq!(
+            field_of(with("rate", json!({"count": 1, "period": "99999999h"}))),
+            "rate.period"
+        );
+        assert_eq!(
+            field_of(with("rate", json!({"count": 1, "period": "1s", "x": 1}))),
+            "rate.x"
+        );
         assert_eq!(field_of(with("window", json!("1s"))), "window");
         assert_eq!(field_of(with("mode", json!("loud"))), "mode");
         assert_eq!(field_of(with("surprise", json!(1))), "surprise");
-        assert_eq!(field_of(json!({"action": "a", "algorithm": "fixed_window", "capacity": 1})), "window");
-        assert_eq!(field_of(json!({"action": "a", "algorithm": "sliding_log", "capacity": 10_001, "window": "1s"})), "capacity");
+        assert_eq!(
+            field_of(json!({"action": "a", "algorithm": "fixed_window", "capacity": 1})),
+            "window"
+        );
+        assert_eq!(
+            field_of(
+                json!({"action": "a", "algorithm": "sliding_log", "capacity": 10_001, "window": "1s"})
+            ),
+            "capacity"
+        );
         assert_eq!(field_of(json!([1])), "rule");
     }
 
     #[test]
     fn a_burst_that_would_take_over_90_days_to_drain_is_refused() {
-        let e = Rule::from_json(&json!({"action": "a", "algorithm": "gcra", "capacity": 10_000_000,
-            "rate": {"count": 1, "period": "1h"}})).unwrap_err();
+        let e = Rule::from_json(
+            &json!({"action": "a", "algorithm": "gcra", "capacity": 10_000_000,
+            "rate": {"count": 1, "period": "1h"}}),
+        )
+        .unwrap_err();
         assert_eq!(e.field, "capacity");
     }
 
     #[test]
     fn more_than_one_per_nanosecond_is_refused() {
         let e = Rule::from_json(&json!({"action": "a", "algorithm": "gcra", "capacity": 1,
-            "rate": {"count": 1_000_000_000, "period": "1ms"}})).unwrap_err();
+            "rate": {"count": 1_000_000_000, "period": "1ms"}}))
+        .unwrap_err();
         assert_eq!(e.field, "rate.count");
     }
 }

@@ -1,7 +1,9 @@
 //! Per-key state of any algorithm, for stores that keep state themselves (the memory store, the
 //! dashboard's what-if simulation). The Redis store keeps the same fields in Redis types instead.
 
-use crate::algorithms::{fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket};
+use crate::algorithms::{
+    fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+};
 
 /// The state of one key under one algorithm. `Fresh` is a key never seen (or expired).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

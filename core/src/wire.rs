@@ -90,7 +90,11 @@ impl ThrottleResponse {
             mode,
             limit: decision.capacity,
             remaining: decision.remaining,
-            retry_after_ms: if denied { decision.retry_after.map(ceil_millis) } else { None },
+            retry_after_ms: if denied {
+                decision.retry_after.map(ceil_millis)
+            } else {
+                None
+            },
             reset_after_ms: ceil_millis(decision.reset_after),
             level: decision.level,
             capacity: decision.capacity,

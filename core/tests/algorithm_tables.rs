@@ -24,8 +24,24 @@ struct Row {
 }
 
 #[allow(clippy::too_many_arguments)]
-const fn row(at_ms: u64, quantity: u64, allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64, level: f64) -> Row {
-    Row { at_ms, quantity, allowed, remaining, retry_ms, reset_ms, level }
+const fn row(
+    at_ms: u64,
+    quantity: u64,
+    allowed: bool,
+    remaining: u64,
+    retry_ms: Option<u64>,
+    reset_ms: u64,
+    level: f64,
+) -> Row {
+    Row {
+        at_ms,
+        quantity,
+        allowed,
+        remaining,
+        retry_ms,
+        reset_ms,
+        level,
+    }
 }
 
 fn params(rule: Value) -> Params {
@@ -42,12 +58,35 @@ fn run(name: &str, p: Params, rows: &[Row]) -> State {
     for (i, r) in rows.iter().enumerate() {
         let (d, next) = decide(&p, &state, r.at_ms, r.quantity);
         let got = (d.allowed, d.remaining, d.retry_after, d.reset_after);
-        let want = (r.allowed, r.remaining, r.retry_ms.map(|m| m * MS), r.reset_ms * MS);
-        assert_eq!(got, want, "{name} row {} (t={} ms, q={}): (allowed, remaining, retry, reset)", i + 1, r.at_ms, r.quantity);
-        assert!((d.level - r.level).abs() < 1e-9, "{name} row {}: level {} != {}", i + 1, d.level, r.level);
+        let want = (
+            r.allowed,
+            r.remaining,
+            r.retry_ms.map(|m| m * MS),
+            r.reset_ms * MS,
+        );
+        assert_eq!(
+            got,
+            want,
+            "{name} row {} (t={} ms, q={}): (allowed, remaining, retry, reset)",
+            i + 1,
+            r.at_ms,
+            r.quantity
+        );
+        assert!(
+            (d.level - r.level).abs() < 1e-9,
+            "{name} row {}: level {} != {}",
+            i + 1,
+            d.level,
+            r.level
+        );
         assert_eq!(d.capacity, p.capacity());
         if !d.allowed || r.quantity == 0 {
-            assert_eq!(next, state, "{name} row {}: a denial or a peek must not change state", i + 1);
+            assert_eq!(
+                next,
+                state,
+                "{name} row {}: a denial or a peek must not change state",
+                i + 1
+            );
         }
         state = next;
     }
@@ -59,25 +98,31 @@ fn run(name: &str, p: Params, rows: &[Row]) -> State {
 
 #[test]
 fn fixed_window_table() {
-    let p = params(json!({"action": "a", "algorithm": "fixed_window", "capacity": 3, "window": "1s"}));
-    run("fixed_window", p, &[
-        row(0, 1, true, 2, None, 1000, 1.0),
-        row(900, 2, true, 0, None, 100, 3.0),
-        // Full: the same request waits for the window edge at 1000 ms.
-        row(999, 1, false, 0, Some(1), 1, 3.0),
-        // The edge: a fresh count. 6 requests passed within 100 ms (900..1000): the documented
-        // burst of 2 × capacity across a window edge.
-        row(1000, 3, true, 0, None, 1000, 3.0),
-        // More than the capacity can never pass: no retry_after.
-        row(1500, 4, false, 0, None, 500, 3.0),
-        // Two windows later: idle.
-        row(2500, 0, true, 3, None, 0, 0.0),
-    ]);
+    let p =
+        params(json!({"action": "a", "algorithm": "fixed_window", "capacity": 3, "window": "1s"}));
+    run(
+        "fixed_window",
+        p,
+        &[
+            row(0, 1, true, 2, None, 1000, 1.0),
+            row(900, 2, true, 0, None, 100, 3.0),
+            // Full: the same request waits for the window edge at 1000 ms.
+            row(999, 1, false, 0, Some(1), 1, 3.0),
+            // The edge: a fresh count. 6 requests passed within 100 ms (900..1000): the documented
+            // burst of 2 × capacity across a window edge.
+            row(1000, 3, true, 0, None, 1000, 3.0),
+            // More than the capacity can never pass: no retry_after.
+            row(1500, 4, false, 0, None, 500, 3.0),
+            // Two windows later: idle.
+            row(2500, 0, true, 3, None, 0, 0.0),
+        ],
+    );
 }
 
 #[test]
 fn fixed_window_admits_twice_its_capacity_across_an_edge() {
-    let p = params(json!({"action": "a", "algorithm": "fixed_window", "capacity": 5, "window": "60s"}));
+    let p =
+        params(json!({"action": "a", "algorithm": "fixed_window", "capacity": 5, "window": "60s"}));
     let mut state = State::Fresh;
     let mut admitted = 0;
     // 5 at the last millisecond of window 0, 5 at the first of window 1: 10 within 1 ms.
@@ -99,29 +144,35 @@ fn fixed_window_admits_twice_its_capacity_across_an_edge() {
 
 #[test]
 fn sliding_log_table() {
-    let p = params(json!({"action": "a", "algorithm": "sliding_log", "capacity": 3, "window": "1s"}));
-    run("sliding_log", p, &[
-        row(0, 1, true, 2, None, 1000, 1.0),
-        row(100, 1, true, 1, None, 1000, 2.0),
-        row(200, 1, true, 0, None, 1000, 3.0),
-        // Full: the oldest entry (0 ms) expires at 1000 ms.
-        row(300, 1, false, 0, Some(700), 900, 3.0),
-        row(999, 1, false, 0, Some(1), 201, 3.0),
-        // Entry 0 has expired exactly (0 + 1000 is not > 1000): one slot.
-        row(1000, 1, true, 0, None, 1000, 3.0),
-        // Two slots need entries 100 and 200 gone: at 1200 ms.
-        row(1050, 2, false, 0, Some(150), 950, 3.0),
-        // Entry 100 has gone: one free slot, and the second needs entry 200 gone.
-        row(1199, 2, false, 1, Some(1), 801, 2.0),
-        row(1200, 2, true, 0, None, 1000, 3.0),
-        row(1200, 4, false, 0, None, 1000, 3.0),
-    ]);
+    let p =
+        params(json!({"action": "a", "algorithm": "sliding_log", "capacity": 3, "window": "1s"}));
+    run(
+        "sliding_log",
+        p,
+        &[
+            row(0, 1, true, 2, None, 1000, 1.0),
+            row(100, 1, true, 1, None, 1000, 2.0),
+            row(200, 1, true, 0, None, 1000, 3.0),
+            // Full: the oldest entry (0 ms) expires at 1000 ms.
+            row(300, 1, false, 0, Some(700), 900, 3.0),
+            row(999, 1, false, 0, Some(1), 201, 3.0),
+            // Entry 0 has expired exactly (0 + 1000 is not > 1000): one slot.
+            row(1000, 1, true, 0, None, 1000, 3.0),
+            // Two slots need entries 100 and 200 gone: at 1200 ms.
+            row(1050, 2, false, 0, Some(150), 950, 3.0),
+            // Entry 100 has gone: one free slot, and the second needs entry 200 gone.
+            row(1199, 2, false, 1, Some(1), 801, 2.0),
+            row(1200, 2, true, 0, None, 1000, 3.0),
+            row(1200, 4, false, 0, None, 1000, 3.0),
+        ],
+    );
 }
 
 #[test]
 fn sliding_log_is_exact_where_fixed_window_bursts() {
     // Same traffic as fixed_window_admits_twice_its_capacity_across_an_edge.
-    let p = params(json!({"action": "a", "algorithm": "sliding_log", "capacity": 5, "window": "60s"}));
+    let p =
+        params(json!({"action": "a", "algorithm": "sliding_log", "capacity": 5, "window": "60s"}));
     let (d, s) = decide(&p, &State::Fresh, 59_999, 5);
     assert!(d.allowed);
     let (d, _) = decide(&p, &s, 60_000, 5);
@@ -134,32 +185,41 @@ fn sliding_log_is_exact_where_fixed_window_bursts() {
 
 #[test]
 fn sliding_window_table() {
-    let p = params(json!({"action": "a", "algorithm": "sliding_window", "capacity": 10, "window": "1s"}));
-    run("sliding_window", p, &[
-        // Window 1 (1000..2000 ms) takes 10. Reset: when window 1 stops weighing, at 3000 ms.
-        row(1100, 10, true, 0, None, 1900, 10.0),
-        // Full in window 1; in window 2 the previous 10 weigh 10 × (1000 − e) / 1000, and one
-        // more fits when that is ≤ 9: e ≥ 100 ms, at 2100 ms.
-        row(1500, 1, false, 0, Some(600), 1500, 10.0),
-        // 25% into window 2 the previous 10 weigh 7.5: 2 more fit (9.5 ≤ 10)...
-        row(2250, 2, true, 0, None, 1750, 9.5),
-        // ...a third needs 7 ≥ 10 × (1000 − e) / 1000: e ≥ 300 ms.
-        row(2250, 1, false, 0, Some(50), 1750, 9.5),
-        row(2300, 1, true, 0, None, 1700, 10.0),
-        // At 60% the previous weighs 4: 3 of 10 free (remaining rounds the weight up).
-        row(2600, 0, true, 3, None, 1400, 7.0),
-        row(2600, 11, false, 3, None, 1400, 7.0),
-        // Window 3: window 2's 3 weigh 3 × 0.5.
-        row(3500, 0, true, 8, None, 500, 1.5),
-        // Window 5: idle.
-        row(5000, 0, true, 10, None, 0, 0.0),
-    ]);
+    let p = params(
+        json!({"action": "a", "algorithm": "sliding_window", "capacity": 10, "window": "1s"}),
+    );
+    run(
+        "sliding_window",
+        p,
+        &[
+            // Window 1 (1000..2000 ms) takes 10. Reset: when window 1 stops weighing, at 3000 ms.
+            row(1100, 10, true, 0, None, 1900, 10.0),
+            // Full in window 1; in window 2 the previous 10 weigh 10 × (1000 − e) / 1000, and one
+            // more fits when that is ≤ 9: e ≥ 100 ms, at 2100 ms.
+            row(1500, 1, false, 0, Some(600), 1500, 10.0),
+            // 25% into window 2 the previous 10 weigh 7.5: 2 more fit (9.5 ≤ 10)...
+            row(2250, 2, true, 0, None, 1750, 9.5),
+            // ...a third needs 7 ≥ 10 × (1000 − e) / 1000: e ≥ 300 ms.
+            row(2250, 1, false, 0, Some(50), 1750, 9.5),
+            row(2300, 1, true, 0, None, 1700, 10.0),
+            // At 60% the previous weighs 4: 3 of 10 free (remaining rounds the weight up).
+            row(2600, 0, true, 3, None, 1400, 7.0),
+            row(2600, 11, false, 3, None, 1400, 7.0),
+            // Window 3: window 2's 3 weigh 3 × 0.5.
+            row(3500, 0, true, 8, None, 500, 1.5),
+            // Window 5: idle.
+            row(5000, 0, true, 10, None, 0, 0.0),
+        ],
+    );
 }
 
 #[test]
 fn sliding_window_weighs_the_previous_window_where_fixed_window_would_not() {
-    let sliding = params(json!({"action": "a", "algorithm": "sliding_window", "capacity": 10, "window": "1s"}));
-    let fixed = params(json!({"action": "a", "algorithm": "fixed_window", "capacity": 10, "window": "1s"}));
+    let sliding = params(
+        json!({"action": "a", "algorithm": "sliding_window", "capacity": 10, "window": "1s"}),
+    );
+    let fixed =
+        params(json!({"action": "a", "algorithm": "fixed_window", "capacity": 10, "window": "1s"}));
     let (_, s) = decide(&sliding, &State::Fresh, 1999, 10);
     let (_, f) = decide(&fixed, &State::Fresh, 1999, 10);
     // 1 ms into window 2: the previous 10 still weigh 9.99.
@@ -195,7 +255,9 @@ fn meter_rows() -> Vec<Row> {
 }
 
 fn meter(algorithm: &str) -> Params {
-    params(json!({"action": "a", "algorithm": algorithm, "capacity": 3, "rate": {"count": 1, "period": "1s"}}))
+    params(
+        json!({"action": "a", "algorithm": algorithm, "capacity": 3, "rate": {"count": 1, "period": "1s"}}),
+    )
 }
 
 #[test]
@@ -221,7 +283,10 @@ fn leaky_bucket_leaks_between_whole_requests() {
     assert!(d.allowed);
     // Only half a request has leaked since 1500 ms, but the leak at 1500 ms kept its half.
     let (d, _) = decide(&p, &s, 2000, 1);
-    assert!(d.allowed, "the half request leaked before 1500 ms must not be lost");
+    assert!(
+        d.allowed,
+        "the half request leaked before 1500 ms must not be lost"
+    );
     // And 1 ns of leak already shows in the level.
     let (d, _) = decide(&p, &s, 1500, 0);
     let (d2, _) = p.decide(&s, T0 + 1500 * MS + 1, 0);
@@ -245,17 +310,28 @@ fn token_bucket_refills_continuously_not_in_whole_tokens() {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 33) % below
     }
 }
 
 #[test]
 fn gcra_leaky_bucket_and_token_bucket_admit_the_same_requests() {
-    for (capacity, count, period) in [(1, 1, "1s"), (3, 1, "1s"), (16, 30, "60s"), (7, 1000, "1s"), (100, 3, "7ms")] {
+    for (capacity, count, period) in [
+        (1, 1, "1s"),
+        (3, 1, "1s"),
+        (16, 30, "60s"),
+        (7, 1000, "1s"),
+        (100, 3, "7ms"),
+    ] {
         let rule = |algorithm: &str| {
-            params(json!({"action": "a", "algorithm": algorithm, "capacity": capacity,
-                "rate": {"count": count, "period": period}}))
+            params(
+                json!({"action": "a", "algorithm": algorithm, "capacity": capacity,
+                "rate": {"count": count, "period": period}}),
+            )
         };
         let all = [rule("gcra"), rule("leaky_bucket"), rule("token_bucket")];
         let interval = match all[0] {
@@ -294,6 +370,9 @@ fn gcra_leaky_bucket_and_token_bucket_admit_the_same_requests() {
                 denied += 1;
             }
         }
-        assert!(allowed > 100 && denied > 100, "the traffic must exercise both answers: {allowed}/{denied}");
+        assert!(
+            allowed > 100 && denied > 100,
+            "the traffic must exercise both answers: {allowed}/{denied}"
+        );
     }
 }

@@ -54,20 +54,44 @@ fn k_15_30_60_burst_then_limit_then_quantity_5() {
     }
     assert_eq!(replies[15], [0, 16, 0, -1, 32], "16th");
     assert_eq!(replies[16], [1, 16, 0, 2, 32], "17th");
-    assert_eq!(clock.throttle(&mut k, (15, 30, 60, 5)), [1, 16, 0, 10, 32], "quantity 5 on the exhausted key");
+    assert_eq!(
+        clock.throttle(&mut k, (15, 30, 60, 5)),
+        [1, 16, 0, 10, 32],
+        "quantity 5 on the exhausted key"
+    );
 }
 
 #[test]
 fn j_15_30_60_quantity_5_then_peek() {
     let mut clock = Cell::new();
     let mut j = GcraState::default();
-    assert_eq!(clock.throttle(&mut j, (15, 30, 60, 5)), [0, 16, 11, -1, 10], "1st");
-    assert_eq!(clock.throttle(&mut j, (15, 30, 60, 5)), [0, 16, 6, -1, 20], "2nd");
-    assert_eq!(clock.throttle(&mut j, (15, 30, 60, 5)), [0, 16, 1, -1, 30], "3rd");
+    assert_eq!(
+        clock.throttle(&mut j, (15, 30, 60, 5)),
+        [0, 16, 11, -1, 10],
+        "1st"
+    );
+    assert_eq!(
+        clock.throttle(&mut j, (15, 30, 60, 5)),
+        [0, 16, 6, -1, 20],
+        "2nd"
+    );
+    assert_eq!(
+        clock.throttle(&mut j, (15, 30, 60, 5)),
+        [0, 16, 1, -1, 30],
+        "3rd"
+    );
     let before = j;
-    assert_eq!(clock.throttle(&mut j, (15, 30, 60, 5)), [1, 16, 1, 8, 30], "4th");
+    assert_eq!(
+        clock.throttle(&mut j, (15, 30, 60, 5)),
+        [1, 16, 1, 8, 30],
+        "4th"
+    );
     assert_eq!(j, before, "a limited call stores nothing");
-    assert_eq!(clock.throttle(&mut j, (15, 30, 60, 0)), [0, 16, 1, -1, 30], "quantity 0");
+    assert_eq!(
+        clock.throttle(&mut j, (15, 30, 60, 0)),
+        [0, 16, 1, -1, 30],
+        "quantity 0"
+    );
     assert_eq!(j, before, "quantity 0 stores nothing");
 }
 
@@ -75,28 +99,52 @@ fn j_15_30_60_quantity_5_then_peek() {
 fn m_0_30_60_single_slot() {
     let mut clock = Cell::new();
     let mut m = GcraState::default();
-    assert_eq!(clock.throttle(&mut m, (0, 30, 60, 1)), [0, 1, 0, -1, 2], "1st");
-    assert_eq!(clock.throttle(&mut m, (0, 30, 60, 1)), [1, 1, 0, 2, 2], "2nd");
+    assert_eq!(
+        clock.throttle(&mut m, (0, 30, 60, 1)),
+        [0, 1, 0, -1, 2],
+        "1st"
+    );
+    assert_eq!(
+        clock.throttle(&mut m, (0, 30, 60, 1)),
+        [1, 1, 0, 2, 2],
+        "2nd"
+    );
 }
 
 /// The whole table on one timeline, in the order of the issue, as one redis-cell would see it.
 #[test]
 fn the_issue_table_on_one_timeline() {
     let mut clock = Cell::new();
-    let (mut k, mut j, mut m) = (GcraState::default(), GcraState::default(), GcraState::default());
+    let (mut k, mut j, mut m) = (
+        GcraState::default(),
+        GcraState::default(),
+        GcraState::default(),
+    );
     let mut k_replies = Vec::new();
     for _ in 0..17 {
         k_replies.push(clock.throttle(&mut k, (15, 30, 60, 1)));
     }
     assert_eq!(
         [k_replies[0], k_replies[1], k_replies[15], k_replies[16]],
-        [[0, 16, 15, -1, 2], [0, 16, 14, -1, 4], [0, 16, 0, -1, 32], [1, 16, 0, 2, 32]]
+        [
+            [0, 16, 15, -1, 2],
+            [0, 16, 14, -1, 4],
+            [0, 16, 0, -1, 32],
+            [1, 16, 0, 2, 32]
+        ]
     );
     assert_eq!(clock.throttle(&mut k, (15, 30, 60, 5)), [1, 16, 0, 10, 32]);
-    let j_replies: Vec<_> = (0..4).map(|_| clock.throttle(&mut j, (15, 30, 60, 5))).collect();
+    let j_replies: Vec<_> = (0..4)
+        .map(|_| clock.throttle(&mut j, (15, 30, 60, 5)))
+        .collect();
     assert_eq!(
         j_replies,
-        vec![[0, 16, 11, -1, 10], [0, 16, 6, -1, 20], [0, 16, 1, -1, 30], [1, 16, 1, 8, 30]]
+        vec![
+            [0, 16, 11, -1, 10],
+            [0, 16, 6, -1, 20],
+            [0, 16, 1, -1, 30],
+            [1, 16, 1, 8, 30]
+        ]
     );
     assert_eq!(clock.throttle(&mut j, (15, 30, 60, 0)), [0, 16, 1, -1, 30]);
     assert_eq!(clock.throttle(&mut m, (0, 30, 60, 1)), [0, 1, 0, -1, 2]);
@@ -118,7 +166,12 @@ fn cell_seconds_round_up_only_on_a_whole_leftover_millisecond() {
 
 #[test]
 fn cell_arguments_are_validated_with_the_field_named() {
-    let field = |a: (u64, u64, u64, u64)| CellArgs::new(a.0, a.1, a.2, a.3).map(|_| ()).unwrap_err().field;
+    let field = |a: (u64, u64, u64, u64)| {
+        CellArgs::new(a.0, a.1, a.2, a.3)
+            .map(|_| ())
+            .unwrap_err()
+            .field
+    };
     assert_eq!(field((15, 0, 60, 1)), "count");
     assert_eq!(field((15, 30, 0, 1)), "period");
     assert_eq!(field((15, 30, 60, 1_000_000_001)), "quantity");

@@ -30,7 +30,8 @@
 
 use proptest::prelude::*;
 use sluice_core::limits::{
-    MAX_CAPACITY, MAX_HORIZON_NS, MAX_QUANTITY, MAX_RATE_COUNT, MAX_SLIDING_LOG_CAPACITY, MAX_SPAN_MS,
+    MAX_CAPACITY, MAX_HORIZON_NS, MAX_QUANTITY, MAX_RATE_COUNT, MAX_SLIDING_LOG_CAPACITY,
+    MAX_SPAN_MS,
 };
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::{Algorithm, Decision, Limit, Mode, Params, Rate, Rule, Span, State};
@@ -38,15 +39,28 @@ use sluice_core::{Algorithm, Decision, Limit, Mode, Params, Rate, Rule, Span, St
 const CASES: u32 = 500;
 
 fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Rules
 
-fn build(algorithm: Algorithm, capacity: u64, count: u64, period_ms: u64, window_ms: u64) -> Option<Rule> {
+fn build(
+    algorithm: Algorithm,
+    capacity: u64,
+    count: u64,
+    period_ms: u64,
+    window_ms: u64,
+) -> Option<Rule> {
     let limit = if algorithm.uses_rate() {
-        Limit::Rate(Rate { count, period: Span::from_millis(period_ms)? })
+        Limit::Rate(Rate {
+            count,
+            period: Span::from_millis(period_ms)?,
+        })
     } else {
         Limit::Window(Span::from_millis(window_ms)?)
     };
@@ -59,31 +73,43 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
 
 /// Small capacities, windows and periods: many denials, edges and refills per history.
 fn small_rule() -> impl Strategy<Value = Rule> {
-    (algorithm(), 1..=8u64, 1..=5u64, 1..=20u64, 1..=20u64).prop_filter_map("valid", |(a, cap, count, period, window)| {
-        build(a, cap, count, period, window)
-    })
+    (algorithm(), 1..=8u64, 1..=5u64, 1..=20u64, 1..=20u64)
+        .prop_filter_map("valid", |(a, cap, count, period, window)| {
+            build(a, cap, count, period, window)
+        })
 }
 
 /// Values near the limits: the largest capacities, 7-day windows, bursts near the 90-day horizon.
 fn large_rule() -> impl Strategy<Value = Rule> {
     let count = prop_oneof![Just(1u64), 1..=MAX_RATE_COUNT, Just(MAX_RATE_COUNT)];
     let period = prop_oneof![Just(MAX_SPAN_MS), 1..=MAX_SPAN_MS];
-    (algorithm(), 0..=1000u64, count, period, MAX_SPAN_MS - 1000..=MAX_SPAN_MS).prop_filter_map(
-        "valid",
-        |(a, slack, count, period_ms, window_ms)| {
+    (
+        algorithm(),
+        0..=1000u64,
+        count,
+        period,
+        MAX_SPAN_MS - 1000..=MAX_SPAN_MS,
+    )
+        .prop_filter_map("valid", |(a, slack, count, period_ms, window_ms)| {
             let capacity = if a.uses_rate() {
                 let interval = period_ms * NANOS_PER_MILLI / count;
                 if interval == 0 {
                     return None;
                 }
-                (MAX_HORIZON_NS / interval).min(MAX_CAPACITY).saturating_sub(slack).max(1)
+                (MAX_HORIZON_NS / interval)
+                    .min(MAX_CAPACITY)
+                    .saturating_sub(slack)
+                    .max(1)
             } else {
-                let max = if a == Algorithm::SlidingLog { MAX_SLIDING_LOG_CAPACITY } else { MAX_CAPACITY };
+                let max = if a == Algorithm::SlidingLog {
+                    MAX_SLIDING_LOG_CAPACITY
+                } else {
+                    MAX_CAPACITY
+                };
                 max - slack
             };
             build(a, capacity, count, period_ms, window_ms)
-        },
-    )
+        })
 }
 
 fn any_params() -> impl Strategy<Value = Params> {
@@ -107,7 +133,12 @@ struct Step {
 
 fn steps(max: usize) -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(
-        (0..16u8, 0..=3000u32, 0..8u8, 0..=1100u32).prop_map(|(kind, gap, q_kind, q)| Step { kind, gap, q_kind, q }),
+        (0..16u8, 0..=3000u32, 0..8u8, 0..=1100u32).prop_map(|(kind, gap, q_kind, q)| Step {
+            kind,
+            gap,
+            q_kind,
+            q,
+        }),
         1..=max,
     )
 }
@@ -166,41 +197,89 @@ fn replay(p: &Params, reqs: &[Request]) -> Result<Vec<(u64, u64)>, TestCaseError
         prop_assert_eq!(&after_peek, &state, "quantity 0 changed the state");
         prop_assert_eq!(p.decide(&state, now, 0).0, peek, "two peeks differ");
         if q >= 1 {
-            prop_assert_eq!(d.allowed, q <= peek.remaining, "allowed must mean q <= remaining: {:?} vs {:?}", d, peek);
+            prop_assert_eq!(
+                d.allowed,
+                q <= peek.remaining,
+                "allowed must mean q <= remaining: {:?} vs {:?}",
+                d,
+                peek
+            );
         }
         if d.allowed {
-            prop_assert!(close(d.level, peek.level + q as f64), "level {} != peek {} + {}", d.level, peek.level, q);
+            prop_assert!(
+                close(d.level, peek.level + q as f64),
+                "level {} != peek {} + {}",
+                d.level,
+                peek.level,
+                q
+            );
             prop_assert_eq!(d.remaining, peek.remaining - q);
             prop_assert_eq!(d.retry_after, None);
         } else {
-            prop_assert!(close(d.level, peek.level), "a denial reports level {} but a peek {}", d.level, peek.level);
+            prop_assert!(
+                close(d.level, peek.level),
+                "a denial reports level {} but a peek {}",
+                d.level,
+                peek.level
+            );
             prop_assert_eq!(d.remaining, peek.remaining);
             prop_assert_eq!(&next, &state, "a denial changed the state");
         }
 
         // A quantity above the capacity can never pass.
         let (over, over_state) = p.decide(&state, now, cap + 1);
-        prop_assert!(!over.allowed && over.retry_after.is_none(), "capacity + 1: {:?}", over);
+        prop_assert!(
+            !over.allowed && over.retry_after.is_none(),
+            "capacity + 1: {:?}",
+            over
+        );
         prop_assert_eq!(&over_state, &state);
 
         // (b) retry_after is exact.
         if let Some(retry) = d.retry_after {
             prop_assert!(retry > 0);
             let (early, _) = p.decide(&state, now + retry - 1, q);
-            prop_assert!(!early.allowed, "allowed 1 ns before retry_after {} (now {}, q {})", retry, now, q);
+            prop_assert!(
+                !early.allowed,
+                "allowed 1 ns before retry_after {} (now {}, q {})",
+                retry,
+                now,
+                q
+            );
             let (on_time, _) = p.decide(&state, now + retry, q);
-            prop_assert!(on_time.allowed, "denied at retry_after {} (now {}, q {}): {:?}", retry, now, q, on_time);
+            prop_assert!(
+                on_time.allowed,
+                "denied at retry_after {} (now {}, q {}): {:?}",
+                retry,
+                now,
+                q,
+                on_time
+            );
         } else if !d.allowed {
-            prop_assert!(q > cap, "denied with no retry_after although q {} <= capacity {}", q, cap);
+            prop_assert!(
+                q > cap,
+                "denied with no retry_after although q {} <= capacity {}",
+                q,
+                cap
+            );
         }
 
         // reset_after is exact: idle then, not idle 1 ns before.
         let idle_at = now + peek.reset_after;
         let (idle, _) = p.decide(&state, idle_at, 0);
-        prop_assert!(idle.level == 0.0 && idle.remaining == cap, "not idle at reset_after {}: {:?}", peek.reset_after, idle);
+        prop_assert!(
+            idle.level == 0.0 && idle.remaining == cap,
+            "not idle at reset_after {}: {:?}",
+            peek.reset_after,
+            idle
+        );
         if peek.reset_after > 0 {
             let (busy, _) = p.decide(&state, idle_at - 1, 0);
-            prop_assert!(busy.level > 0.0, "already idle 1 ns before reset_after {}", peek.reset_after);
+            prop_assert!(
+                busy.level > 0.0,
+                "already idle 1 ns before reset_after {}",
+                peek.reset_after
+            );
         }
 
         if d.allowed && q > 0 {
@@ -225,7 +304,10 @@ fn check_bound(p: &Params, admitted: &[(u64, u64)]) -> Result<(), TestCaseError>
                     prop_assert!(
                         sum * t <= t * u128::from(m.capacity) + span,
                         "admitted {} in {} ns (T = {}, capacity {})",
-                        sum, span, t, m.capacity
+                        sum,
+                        span,
+                        t,
+                        m.capacity
                     );
                 }
             }
@@ -233,8 +315,17 @@ fn check_bound(p: &Params, admitted: &[(u64, u64)]) -> Result<(), TestCaseError>
         Params::FixedWindow(w) => {
             let window = w.window_ns();
             for (i, &(t, _)) in admitted.iter().enumerate() {
-                let in_window: u64 = admitted[..=i].iter().filter(|(u, _)| u / window == t / window).map(|x| x.1).sum();
-                prop_assert!(in_window <= w.capacity, "{} in one fixed window of capacity {}", in_window, w.capacity);
+                let in_window: u64 = admitted[..=i]
+                    .iter()
+                    .filter(|(u, _)| u / window == t / window)
+                    .map(|x| x.1)
+                    .sum();
+                prop_assert!(
+                    in_window <= w.capacity,
+                    "{} in one fixed window of capacity {}",
+                    in_window,
+                    w.capacity
+                );
             }
         }
         Params::SlidingWindow(w) => {
@@ -243,24 +334,47 @@ fn check_bound(p: &Params, admitted: &[(u64, u64)]) -> Result<(), TestCaseError>
                 let index = ms(t) / w.window_ms;
                 let elapsed = ms(t) % w.window_ms;
                 let sum_in = |k: u64| -> u64 {
-                    admitted[..=i].iter().filter(|(u, _)| ms(*u) / w.window_ms == k).map(|x| x.1).sum()
+                    admitted[..=i]
+                        .iter()
+                        .filter(|(u, _)| ms(*u) / w.window_ms == k)
+                        .map(|x| x.1)
+                        .sum()
                 };
                 let current = sum_in(index);
                 let previous = if index > 0 { sum_in(index - 1) } else { 0 };
-                prop_assert!(current <= w.capacity, "{} in one window of capacity {}", current, w.capacity);
+                prop_assert!(
+                    current <= w.capacity,
+                    "{} in one window of capacity {}",
+                    current,
+                    w.capacity
+                );
                 prop_assert!(
                     u128::from(previous) * u128::from(w.window_ms - elapsed)
                         <= u128::from(w.capacity - current) * u128::from(w.window_ms),
                     "weighted count over capacity: previous {}, current {}, elapsed {} of {} ms",
-                    previous, current, elapsed, w.window_ms
+                    previous,
+                    current,
+                    elapsed,
+                    w.window_ms
                 );
             }
         }
         Params::SlidingLog(w) => {
             let window = w.window_ns();
             for (i, &(t, _)) in admitted.iter().enumerate() {
-                let in_window: u64 = admitted[..=i].iter().filter(|(u, _)| u + window > t).map(|x| x.1).sum();
-                prop_assert!(in_window <= w.capacity, "{} in ({} - W, {}] for capacity {}", in_window, t, t, w.capacity);
+                let in_window: u64 = admitted[..=i]
+                    .iter()
+                    .filter(|(u, _)| u + window > t)
+                    .map(|x| x.1)
+                    .sum();
+                prop_assert!(
+                    in_window <= w.capacity,
+                    "{} in ({} - W, {}] for capacity {}",
+                    in_window,
+                    t,
+                    t,
+                    w.capacity
+                );
             }
         }
     }
@@ -379,7 +493,13 @@ proptest! {
 // (d) JSON round trips
 
 fn any_span() -> impl Strategy<Value = Span> {
-    let units = prop_oneof![Just(1u64), Just(1_000), Just(60_000), Just(3_600_000), Just(86_400_000)];
+    let units = prop_oneof![
+        Just(1u64),
+        Just(1_000),
+        Just(60_000),
+        Just(3_600_000),
+        Just(86_400_000)
+    ];
     prop_oneof![
         (1..=MAX_SPAN_MS).prop_map(Some),
         (units, 1..=10_000u64).prop_map(|(u, n)| Some(u * n)),
@@ -397,11 +517,25 @@ fn any_rule() -> impl Strategy<Value = Rule> {
         prop_oneof![Just(Mode::Enforce), Just(Mode::Shadow)],
         prop_oneof![Just(String::new()), "\\PC{0,40}", ".{0,300}"],
     )
-        .prop_filter_map("valid", |(action, algorithm, capacity, count, span, mode, description)| {
-            let capacity = if algorithm == Algorithm::SlidingLog { capacity.min(MAX_SLIDING_LOG_CAPACITY) } else { capacity };
-            let limit = if algorithm.uses_rate() { Limit::Rate(Rate { count, period: span }) } else { Limit::Window(span) };
-            Rule::new(&action, algorithm, capacity, limit, mode, &description).ok()
-        })
+        .prop_filter_map(
+            "valid",
+            |(action, algorithm, capacity, count, span, mode, description)| {
+                let capacity = if algorithm == Algorithm::SlidingLog {
+                    capacity.min(MAX_SLIDING_LOG_CAPACITY)
+                } else {
+                    capacity
+                };
+                let limit = if algorithm.uses_rate() {
+                    Limit::Rate(Rate {
+                        count,
+                        period: span,
+                    })
+                } else {
+                    Limit::Window(span)
+                };
+                Rule::new(&action, algorithm, capacity, limit, mode, &description).ok()
+            },
+        )
 }
 
 proptest! {
@@ -481,7 +615,13 @@ fn generated_histories_exercise_denials_retries_and_clock_steps_for_every_algori
     for algorithm in Algorithm::ALL {
         let c = seen.get(&algorithm).copied().unwrap_or_default();
         assert!(c[0] >= 40, "{algorithm}: only {} cases", c[0]);
-        assert!(c[1] >= 200 && c[2] >= 100 && c[3] >= 10, "{algorithm}: admitted {}, retry {}, never {}", c[1], c[2], c[3]);
+        assert!(
+            c[1] >= 200 && c[2] >= 100 && c[3] >= 10,
+            "{algorithm}: admitted {}, retry {}, never {}",
+            c[1],
+            c[2],
+            c[3]
+        );
         assert!(c[4] >= 20, "{algorithm}: only {} clock steps back", c[4]);
         assert!(c[5] >= 5, "{algorithm}: only {} large cases", c[5]);
     }

@@ -9,11 +9,16 @@ use sluice_core::{Algorithm, Limit, Mode, Params, Rate, Rule, Span, State};
 
 fn rule_params(algorithm: Algorithm) -> Params {
     let limit = if algorithm.uses_rate() {
-        Limit::Rate(Rate { count: 1, period: Span::parse("1s").expect("span") })
+        Limit::Rate(Rate {
+            count: 1,
+            period: Span::parse("1s").expect("span"),
+        })
     } else {
         Limit::Window(Span::parse("1s").expect("span"))
     };
-    Rule::new("a", algorithm, 2, limit, Mode::Enforce, "").expect("valid").params()
+    Rule::new("a", algorithm, 2, limit, Mode::Enforce, "")
+        .expect("valid")
+        .params()
 }
 
 /// `Params::decide` used to turn `State::Fresh` into an equivalent default of the algorithm
@@ -53,7 +58,10 @@ fn peeking_under_a_changed_algorithm_keeps_the_stored_state() {
 /// request was still denied at now + retry_after.
 #[test]
 fn leaky_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
-    let p = sluice_core::MeterParams { interval: 1000, capacity: 2 };
+    let p = sluice_core::MeterParams {
+        interval: 1000,
+        capacity: 2,
+    };
     let (_, full) = leaky_bucket::decide(p, leaky_bucket::LeakyState::default(), 10_000, 2);
     // 1000 ns earlier than the last admission: nothing has leaked, one request is 1000 too much.
     let (d, _) = leaky_bucket::decide(p, full, 9_000, 1);
@@ -65,7 +73,10 @@ fn leaky_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() 
 /// Same for reset_after: the funnel is empty at last + level, not at now + level.
 #[test]
 fn leaky_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
-    let p = sluice_core::MeterParams { interval: 1000, capacity: 2 };
+    let p = sluice_core::MeterParams {
+        interval: 1000,
+        capacity: 2,
+    };
     let (_, full) = leaky_bucket::decide(p, leaky_bucket::LeakyState::default(), 10_000, 2);
     let (d, _) = leaky_bucket::decide(p, full, 9_000, 0);
     assert_eq!(d.reset_after, 3_000);
@@ -76,7 +87,10 @@ fn leaky_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() 
 /// token_bucket, the same clock-step-back fix for retry_after.
 #[test]
 fn token_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
-    let p = sluice_core::MeterParams { interval: 1000, capacity: 2 };
+    let p = sluice_core::MeterParams {
+        interval: 1000,
+        capacity: 2,
+    };
     let (_, empty) = token_bucket::decide(p, token_bucket::TokenState::full(p), 10_000, 2);
     let (d, _) = token_bucket::decide(p, empty, 9_000, 1);
     assert_eq!(d.retry_after, Some(2_000));
@@ -87,7 +101,10 @@ fn token_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() 
 /// token_bucket, the same clock-step-back fix for reset_after.
 #[test]
 fn token_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
-    let p = sluice_core::MeterParams { interval: 1000, capacity: 2 };
+    let p = sluice_core::MeterParams {
+        interval: 1000,
+        capacity: 2,
+    };
     let (_, empty) = token_bucket::decide(p, token_bucket::TokenState::full(p), 10_000, 2);
     let (d, _) = token_bucket::decide(p, empty, 9_000, 0);
     assert_eq!(d.reset_after, 3_000);
@@ -98,6 +115,10 @@ fn token_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() 
 /// bytes per sliding_log entry).
 #[test]
 fn per_key_state_stays_within_forty_bytes() {
-    assert!(std::mem::size_of::<State>() <= 40, "State is {} bytes", std::mem::size_of::<State>());
+    assert!(
+        std::mem::size_of::<State>() <= 40,
+        "State is {} bytes",
+        std::mem::size_of::<State>()
+    );
     assert_eq!(std::mem::size_of::<sluice_core::Nanos>(), 8);
 }

@@ -29,17 +29,32 @@ pub fn decide(
     let allowed = quantity <= p.capacity.saturating_sub(count);
     let (count, retry_after, next) = if allowed {
         let after = count + quantity;
-        let next = if quantity == 0 { state } else { FixedWindowState { start, count: after } };
+        let next = if quantity == 0 {
+            state
+        } else {
+            FixedWindowState {
+                start,
+                count: after,
+            }
+        };
         (after, None, next)
     } else {
-        (count, (quantity <= p.capacity).then(|| end.saturating_sub(now)), state)
+        (
+            count,
+            (quantity <= p.capacity).then(|| end.saturating_sub(now)),
+            state,
+        )
     };
     let decision = Decision {
         allowed,
         capacity: p.capacity,
         remaining: p.capacity.saturating_sub(count),
         retry_after,
-        reset_after: if count > 0 { end.saturating_sub(now) } else { 0 },
+        reset_after: if count > 0 {
+            end.saturating_sub(now)
+        } else {
+            0
+        },
         level: count as f64,
     };
     (decision, next)
@@ -52,7 +67,10 @@ mod tests {
 
     #[test]
     fn windows_are_clock_aligned() {
-        let p = WindowParams { window_ms: 60_000, capacity: 2 };
+        let p = WindowParams {
+            window_ms: 60_000,
+            capacity: 2,
+        };
         let (_, s) = decide(p, Default::default(), 61 * S, 2);
         assert_eq!(s.start, 60 * S);
         let (d, _) = decide(p, s, 119 * S, 1);

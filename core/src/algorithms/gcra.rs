@@ -17,7 +17,12 @@ pub struct GcraState {
 }
 
 /// Decides one request. See the module docs for the maths.
-pub fn decide(p: MeterParams, state: GcraState, now: Nanos, quantity: u64) -> (Decision, GcraState) {
+pub fn decide(
+    p: MeterParams,
+    state: GcraState,
+    now: Nanos,
+    quantity: u64,
+) -> (Decision, GcraState) {
     let interval = p.interval.max(1);
     let tolerance = p.tolerance();
     let increment = p.increment(quantity);
@@ -25,7 +30,11 @@ pub fn decide(p: MeterParams, state: GcraState, now: Nanos, quantity: u64) -> (D
     let new_tat = now.max(tat).saturating_add(increment);
     let allowed = new_tat <= now.saturating_add(tolerance);
     let (ttl, retry_after, next) = if allowed {
-        let next = if quantity == 0 { state } else { GcraState { tat: Some(new_tat) } };
+        let next = if quantity == 0 {
+            state
+        } else {
+            GcraState { tat: Some(new_tat) }
+        };
         (new_tat - now, None, next)
     } else {
         let retry = (increment <= tolerance).then(|| new_tat - tolerance - now);
@@ -50,7 +59,10 @@ mod tests {
     const S: u64 = NANOS_PER_SEC;
 
     fn cell(max_burst: u64, count: u64, period_s: u64) -> MeterParams {
-        MeterParams { interval: period_s * S / count, capacity: max_burst + 1 }
+        MeterParams {
+            interval: period_s * S / count,
+            capacity: max_burst + 1,
+        }
     }
 
     #[test]

@@ -21,7 +21,12 @@ pub struct LeakyState {
 }
 
 /// Decides one request.
-pub fn decide(p: MeterParams, state: LeakyState, now: Nanos, quantity: u64) -> (Decision, LeakyState) {
+pub fn decide(
+    p: MeterParams,
+    state: LeakyState,
+    now: Nanos,
+    quantity: u64,
+) -> (Decision, LeakyState) {
     let interval = p.interval.max(1);
     let tolerance = p.tolerance();
     let need = p.increment(quantity);
@@ -34,11 +39,18 @@ pub fn decide(p: MeterParams, state: LeakyState, now: Nanos, quantity: u64) -> (
         let next = if quantity == 0 {
             state
         } else {
-            LeakyState { level: after, last: now.max(state.last) }
+            LeakyState {
+                level: after,
+                last: now.max(state.last),
+            }
         };
         (after, None, next)
     } else {
-        (current, (need <= tolerance).then(|| after - tolerance + catch_up), state)
+        (
+            current,
+            (need <= tolerance).then(|| after - tolerance + catch_up),
+            state,
+        )
     };
     let decision = Decision {
         allowed,
@@ -58,7 +70,10 @@ mod tests {
     #[test]
     fn leaks_continuously_not_in_whole_requests() {
         // Capacity 2, one request per 1000 ns.
-        let p = MeterParams { interval: 1000, capacity: 2 };
+        let p = MeterParams {
+            interval: 1000,
+            capacity: 2,
+        };
         let (_, s) = decide(p, LeakyState::default(), 10_000, 2);
         // 1 ns later the funnel is 1 ns short of full: a whole request does not fit...
         let (d, _) = decide(p, s, 10_001, 1);

@@ -59,7 +59,11 @@ pub fn decide(
         capacity: p.capacity,
         remaining: p.capacity.saturating_sub(live),
         retry_after,
-        reset_after: state.entries.back().filter(|_| live > 0).map_or(0, |t| (t + window).saturating_sub(now)),
+        reset_after: state
+            .entries
+            .back()
+            .filter(|_| live > 0)
+            .map_or(0, |t| (t + window).saturating_sub(now)),
         level: live as f64,
     };
     (decision, state.clone())
@@ -71,7 +75,10 @@ mod tests {
 
     #[test]
     fn retry_waits_for_the_right_entry_to_expire() {
-        let p = WindowParams { window_ms: 1, capacity: 3 };
+        let p = WindowParams {
+            window_ms: 1,
+            capacity: 3,
+        };
         let mut s = SlidingLogState::default();
         for t in [100, 200, 300] {
             s = decide(p, &s, t, 1).1;

@@ -41,8 +41,9 @@ pub fn decide(
         _ => (0, 0),
     };
     let fits = |prev: u64, cur: u64, e: u64| {
-        cap.checked_sub(cur + quantity)
-            .is_some_and(|room| u128::from(prev) * u128::from(w - e) <= u128::from(room) * u128::from(w))
+        cap.checked_sub(cur + quantity).is_some_and(|room| {
+            u128::from(prev) * u128::from(w - e) <= u128::from(room) * u128::from(w)
+        })
     };
     let allowed = fits(previous, current, elapsed);
     let window_start = index * w * NANOS_PER_MILLI;
@@ -50,7 +51,11 @@ pub fn decide(
         let next = if quantity == 0 {
             state
         } else {
-            SlidingWindowState { index, current: current + quantity, previous }
+            SlidingWindowState {
+                index,
+                current: current + quantity,
+                previous,
+            }
         };
         (current + quantity, None, next)
     } else {
@@ -58,8 +63,10 @@ pub fn decide(
             .map(|at_ms| (window_start + at_ms * NANOS_PER_MILLI).saturating_sub(now));
         (current, retry, state)
     };
-    let weighted_prev_ceil = (u128::from(previous) * u128::from(w - elapsed)).div_ceil(u128::from(w));
-    let remaining = u128::from(cap.saturating_sub(current)).saturating_sub(weighted_prev_ceil) as u64;
+    let weighted_prev_ceil =
+        (u128::from(previous) * u128::from(w - elapsed)).div_ceil(u128::from(w));
+    let remaining =
+        u128::from(cap.saturating_sub(current)).saturating_sub(weighted_prev_ceil) as u64;
     let reset_after = if current > 0 {
         (window_start + 2 * w * NANOS_PER_MILLI).saturating_sub(now)
     } else if previous > 0 {
@@ -94,7 +101,11 @@ fn first_fit_ms(w: u64, cap: u64, previous: u64, current: u64, quantity: u64) ->
     }
     // Next window: current becomes previous and the new current is empty.
     let room = cap - quantity;
-    let e = if current == 0 { 0 } else { w.saturating_sub(room * w / current) };
+    let e = if current == 0 {
+        0
+    } else {
+        w.saturating_sub(room * w / current)
+    };
     if e < w {
         return Some(w + e);
     }
@@ -107,8 +118,15 @@ mod tests {
 
     #[test]
     fn previous_window_weighs_by_its_overlap() {
-        let p = WindowParams { window_ms: 1000, capacity: 10 };
-        let s = SlidingWindowState { index: 1, current: 10, previous: 0 };
+        let p = WindowParams {
+            window_ms: 1000,
+            capacity: 10,
+        };
+        let s = SlidingWindowState {
+            index: 1,
+            current: 10,
+            previous: 0,
+        };
         // At 25% into window 2, the previous 10 weigh 7.5: two more fit, three do not.
         let now = 2_250 * NANOS_PER_MILLI;
         let (d, _) = decide(p, s, now, 2);

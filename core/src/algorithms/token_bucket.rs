@@ -20,12 +20,20 @@ pub struct TokenState {
 impl TokenState {
     /// A full bucket: how a fresh key starts.
     pub fn full(p: MeterParams) -> TokenState {
-        TokenState { tokens: p.tolerance(), last: 0 }
+        TokenState {
+            tokens: p.tolerance(),
+            last: 0,
+        }
     }
 }
 
 /// Decides one request.
-pub fn decide(p: MeterParams, state: TokenState, now: Nanos, quantity: u64) -> (Decision, TokenState) {
+pub fn decide(
+    p: MeterParams,
+    state: TokenState,
+    now: Nanos,
+    quantity: u64,
+) -> (Decision, TokenState) {
     let interval = p.interval.max(1);
     let tolerance = p.tolerance();
     let need = p.increment(quantity);
@@ -41,11 +49,18 @@ pub fn decide(p: MeterParams, state: TokenState, now: Nanos, quantity: u64) -> (
         let next = if quantity == 0 {
             state
         } else {
-            TokenState { tokens: after, last: now.max(state.last) }
+            TokenState {
+                tokens: after,
+                last: now.max(state.last),
+            }
         };
         (after, None, next)
     } else {
-        (current, (need <= tolerance).then(|| need - current + catch_up), state)
+        (
+            current,
+            (need <= tolerance).then(|| need - current + catch_up),
+            state,
+        )
     };
     let used = tolerance - tokens;
     let decision = Decision {
@@ -65,7 +80,10 @@ mod tests {
 
     #[test]
     fn refills_continuously_up_to_capacity() {
-        let p = MeterParams { interval: 1000, capacity: 3 };
+        let p = MeterParams {
+            interval: 1000,
+            capacity: 3,
+        };
         let (d, s) = decide(p, TokenState::full(p), 5_000, 3);
         assert!(d.allowed);
         assert_eq!(s.tokens, 0);
