@@ -129,11 +129,14 @@ impl HttpContext for Http {
     }
 }
 
+/// A request's header pairs, as proxy-wasm returns them.
+type HeaderPairs = Vec<(String, Vec<u8>)>;
+
 /// [`Host`] over proxy-wasm hostcalls.
 struct WasmHost {
     metrics: Rc<Metrics>,
     /// The request's header pairs, fetched on first use.
-    request_headers: RefCell<Option<Vec<(String, Vec<u8>)>>>,
+    request_headers: RefCell<Option<HeaderPairs>>,
 }
 
 fn log(level: LogLevel, message: &str) {
@@ -197,6 +200,10 @@ impl Host for WasmHost {
 
     fn set_request_header(&mut self, name: &str, value: &str) {
         let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(value));
+    }
+
+    fn remove_request_header(&mut self, name: &str) {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, None);
     }
 
     fn add_response_header(&mut self, name: &str, value: &str) {

@@ -93,6 +93,9 @@ impl Flow {
             return Next::Continue;
         };
         let key = route::extract_key(&route.key, &line, host);
+        // The upstream trusts these headers from the filter only: drop any a client sent.
+        host.remove_request_header(SHADOW_HEADER);
+        host.remove_request_header(FAILURE_HEADER);
         let now = host.now_ns();
         let identity = if config.denial_cache.enabled {
             cache::identity(&route.action, route.quantity, &key)

@@ -12,6 +12,7 @@ pub struct Effects {
     pub replies: Vec<(u16, Vec<(String, String)>, Vec<u8>)>,
     pub resumed: u32,
     pub request_headers_set: Vec<(String, String)>,
+    pub request_headers_removed: Vec<String>,
     pub response_headers_added: Vec<(String, String)>,
     pub warnings: std::cell::RefCell<Vec<String>>,
 }
@@ -106,6 +107,9 @@ impl Host for FakeHost {
     }
     fn set_request_header(&mut self, name: &str, value: &str) {
         self.effects.request_headers_set.push((name.to_owned(), value.to_owned()));
+    }
+    fn remove_request_header(&mut self, name: &str) {
+        self.effects.request_headers_removed.push(name.to_owned());
     }
     fn add_response_header(&mut self, name: &str, value: &str) {
         self.effects.response_headers_added.push((name.to_owned(), value.to_owned()));

@@ -86,6 +86,8 @@ pub trait Host {
     fn resume(&mut self);
     /// Sets (replaces) a request header on the way upstream.
     fn set_request_header(&mut self, name: &str, value: &str);
+    /// Removes a request header (every value) on the way upstream.
+    fn remove_request_header(&mut self, name: &str);
     /// Adds a header to the response on the way to the client.
     fn add_response_header(&mut self, name: &str, value: &str);
     /// Increments a stat counter.

@@ -121,6 +121,7 @@ fn shadow_would_deny_passes_and_says_so() {
     assert_eq!(h.effects.resumed, 1);
     assert_eq!(h.response_header("x-sluice-shadow").as_deref(), Some("would-deny"));
     assert!(h.effects.request_headers_set.contains(&("x-sluice-shadow".into(), "would-deny".into())));
+    assert!(h.effects.request_headers_removed.contains(&"x-sluice-shadow".to_string()), "client copies dropped");
     assert_eq!(h.counter(Counter::ShadowWouldDeny), 1);
 }
 
