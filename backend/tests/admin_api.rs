@@ -266,10 +266,17 @@ async fn a_built_dashboard_is_served_with_its_inline_loader_hashed_into_the_csp(
     let js = s.http.get(format!("{}/app.js", s.admin)).send().await.expect("get js");
     assert_eq!(js.status().as_u16(), 200);
     assert!(js.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().contains("javascript"));
-    // Client-side routes fall back to index.html.
+    // Client-side routes fall back to index.html, with the same policy.
     let deep = s.http.get(format!("{}/rules/post", s.admin)).send().await.expect("get deep");
     assert_eq!(deep.status().as_u16(), 200);
+    assert_eq!(deep.headers().get("content-security-policy").and_then(|v| v.to_str().ok()), Some(csp.as_str()));
     assert!(deep.text().await.expect("text").contains(loader));
+    // A rebuilt dashboard gets its new loader's hash without a restart.
+    std::fs::write(dir.join("index.html"), "<html><head><script type=\"module\">import init from '/app2.js';</script></head></html>")
+        .expect("rewrite index");
+    let rebuilt = s.http.get(format!("{}/", s.admin)).send().await.expect("get /");
+    let new_csp = rebuilt.headers().get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    assert!(new_csp.contains("'sha256-") && new_csp != csp, "{new_csp}");
     s.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,21 +1,23 @@
 //! The dashboard's static files on the admin listener, and the security headers of every admin
-//! response. Trunk writes one inline module script into index.html (the wasm loader); its SHA-256
-//! is added to the Content-Security-Policy at start, so no `'unsafe-inline'` script is allowed.
+//! response. Trunk writes one inline module script into index.html (the wasm loader); the page is
+//! read on each request and the SHA-256 of its inline scripts goes into that response's
+//! Content-Security-Policy, so no `'unsafe-inline'` script is ever allowed and a rebuilt dashboard
+//! needs no restart.
 
 use std::path::{Path, PathBuf};
 
 use axum::http::{header, HeaderValue};
-use axum::response::{Html, IntoResponse};
+use axum::handler::HandlerWithoutStateExt;
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use sha2::{Digest, Sha256};
-use tower_http::services::{ServeDir, ServeFile};
+use tower_http::services::ServeDir;
 
 /// Where the dashboard comes from.
 #[derive(Debug, Clone)]
 pub struct Dashboard {
     dir: Option<PathBuf>,
-    csp: String,
 }
 
 const NOT_BUILT: &str = r#"<!doctype html>
@@ -81,20 +83,16 @@ pub fn content_security_policy(scripts: &[&str]) -> String {
 impl Dashboard {
     /// The dashboard in `dir` (which must hold index.html), or the "not built" page.
     pub fn new(dir: Option<&Path>) -> Dashboard {
-        let built = dir.and_then(|d| {
+        let dir = dir.and_then(|d| {
             let index = d.join("index.html");
-            match std::fs::read_to_string(&index) {
-                Ok(html) => Some((d.to_owned(), content_security_policy(&inline_scripts(&html)))),
-                Err(e) => {
-                    tracing::warn!(index = %index.display(), error = %e, "dashboard directory has no readable index.html; serving build instructions at /");
-                    None
-                }
+            if index.is_file() {
+                Some(d.to_owned())
+            } else {
+                tracing::warn!(index = %index.display(), "dashboard directory has no index.html; serving build instructions at /");
+                None
             }
         });
-        match built {
-            Some((dir, csp)) => Dashboard { dir: Some(dir), csp },
-            None => Dashboard { dir: None, csp: content_security_policy(&[]) },
-        }
+        Dashboard { dir }
     }
 
     /// For the start-up log.
@@ -105,19 +103,41 @@ impl Dashboard {
         }
     }
 
-    /// The Content-Security-Policy header value.
-    pub fn csp(&self) -> HeaderValue {
-        HeaderValue::from_str(&self.csp).unwrap_or_else(|_| HeaderValue::from_static("default-src 'self'"))
+    /// The Content-Security-Policy of every admin response that is not the dashboard's page.
+    pub fn base_csp() -> HeaderValue {
+        HeaderValue::from_str(&content_security_policy(&[])).unwrap_or_else(|_| HeaderValue::from_static("default-src 'self'"))
     }
 
-    /// The router serving the files (as the admin router's fallback).
+    /// The router serving the files (as the admin router's fallback). Paths that are not files
+    /// get index.html (client-side routes).
     pub fn router(&self) -> Router {
         match &self.dir {
             Some(dir) => {
-                let index = ServeFile::new(dir.join("index.html"));
-                Router::new().fallback_service(ServeDir::new(dir).fallback(index))
+                let index_path = dir.join("index.html");
+                let index = move || serve_index(index_path.clone());
+                Router::new()
+                    .route("/", get(index.clone()))
+                    .route("/index.html", get(index.clone()))
+                    .fallback_service(ServeDir::new(dir).fallback(index.into_service()))
             }
             None => Router::new().route("/", get(not_built)).fallback(|| async { (axum::http::StatusCode::NOT_FOUND, Html("not found\n")) }),
+        }
+    }
+}
+
+async fn serve_index(path: PathBuf) -> Response {
+    match tokio::fs::read_to_string(&path).await {
+        Ok(html) => {
+            let csp = content_security_policy(&inline_scripts(&html));
+            let mut response = ([(header::CACHE_CONTROL, "no-cache")], Html(html)).into_response();
+            if let Ok(value) = HeaderValue::from_str(&csp) {
+                response.headers_mut().insert(header::CONTENT_SECURITY_POLICY, value);
+            }
+            response
+        }
+        Err(e) => {
+            tracing::warn!(index = %path.display(), error = %e, "cannot read the dashboard's index.html");
+            not_built().await.into_response()
         }
     }
 }

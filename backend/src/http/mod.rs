@@ -58,7 +58,7 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         .route("/v1/levels", get(admin::get_levels))
         .route("/v1/events", get(events::events))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), admin::require_admin));
-    let csp = dashboard.csp();
+    let csp = dashboard::Dashboard::base_csp();
     Router::new()
         .merge(protected)
         .route("/v1/session", post(admin::login).delete(admin::logout))
@@ -68,7 +68,7 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         .fallback_service(dashboard.router())
         .layer(DefaultBodyLimit::max(input::MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
-        .layer(SetResponseHeaderLayer::overriding(header::CONTENT_SECURITY_POLICY, csp))
+        .layer(SetResponseHeaderLayer::if_not_present(header::CONTENT_SECURITY_POLICY, csp))
         .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
         .layer(SetResponseHeaderLayer::overriding(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")))
         .layer(SetResponseHeaderLayer::overriding(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
