@@ -5,7 +5,7 @@
 //! next to a field is the message the server would have sent.
 
 use serde_json::{Map, Number, Value};
-use sluice_core::{Algorithm, Limit, Mode, Rule};
+use sluice_core::{Algorithm, Limit, Mode, Params, Rule};
 
 use crate::api::ServerError;
 
@@ -208,6 +208,19 @@ impl RuleForm {
     }
 }
 
+impl RuleForm {
+    /// The algorithm parameters the what-if plot runs, or `None` while the limit fields are
+    /// invalid. The action does not matter to the plot, so a new rule without a name yet (or
+    /// with a name that is taken) still gets a plot.
+    pub fn plot_params(&self) -> Option<Params> {
+        let mut json = self.to_json();
+        json["action"] = Value::from(PLOT_ACTION);
+        Rule::from_json(&json).ok().map(|rule| rule.params())
+    }
+}
+
+const PLOT_ACTION: &str = "what-if";
+
 /// A number input's text as JSON: a number when it reads as one (so sluice-core judges its value:
 /// `-3`, `1.5`, `0`), otherwise the text itself (so sluice-core says it must be a whole number),
 /// and null when empty ("is required").
@@ -289,6 +302,16 @@ mod tests {
         assert!(f.shows(Field::Window) && !f.shows(Field::RateCount));
         let rule = f.validate(EditMode::Create, &[]).unwrap();
         assert_eq!(RuleForm::from_rule(&rule).window, "1m");
+    }
+
+    #[test]
+    fn the_plot_ignores_the_action_but_not_the_limits() {
+        let unnamed = RuleForm::blank();
+        assert!(unnamed.validate(EditMode::Create, &[]).is_err());
+        let params = unnamed.plot_params().unwrap();
+        assert_eq!(params.capacity(), 16);
+        assert!(RuleForm { capacity: "0".into(), ..RuleForm::blank() }.plot_params().is_none());
+        assert!(RuleForm { rate_period: "x".into(), ..RuleForm::blank() }.plot_params().is_none());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use leptos::prelude::*;
-use sluice_core::{Algorithm, Mode, Rule};
+use sluice_core::{Algorithm, Mode};
 use wasm_bindgen::JsCast;
 
 use super::{http, whatif::WhatIf, Ctx, Editing};
@@ -38,7 +38,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
         let existing = existing_actions(&ctx.rules.get());
         form.get().validate(mode, &existing)
     });
-    let params = Memo::new(move |_| checked.get().ok().map(|rule: Rule| rule.params()));
+    let params = Memo::new(move |_| form.get().plot_params());
     // The message next to `field`: the server's refusal until the field changes, else
     // sluice-core's, once the field was touched or a save was tried.
     let message = move |field: Field| {

@@ -9,8 +9,11 @@ use crate::plot::{self, Charts, Pattern, LEFT, LEVEL_HEIGHT, RATE_HEIGHT, WIDTH}
 #[component]
 pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
     let pattern = RwSignal::new(Pattern::BurstThenSteady);
-    // What the user typed for the offered rate; empty means "twice the rule's rate".
-    let offered_text = RwSignal::new(String::new());
+    // The offered traffic stays put while the rule changes (so a new capacity or rate shows its
+    // effect on the same traffic): it starts at twice the rate of the rule as opened, and the
+    // user may type another. Emptied, it follows the current rule.
+    let initial = params.get_untracked().map(|p| plot::default_offered_per_s(&p).to_string());
+    let offered_text = RwSignal::new(initial.unwrap_or_default());
     let offered = Memo::new(move |_| {
         let typed = offered_text.get().trim().parse::<f64>().ok().filter(|r| r.is_finite() && *r >= 0.0);
         match (typed, params.get()) {

@@ -1,0 +1,121 @@
+// The real parts the browser tests run against: a redis-server and a sluice backend on free
+// loopback ports, started as child processes and stopped by PID. Every wait is bounded.
+import { spawn } from 'node:child_process';
+import { createServer, connect } from 'node:net';
+import { mkdtempSync, openSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** A port that was free a moment ago on 127.0.0.1. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Polls `check` (async, truthy = done) every `every` ms until `timeout` ms; throws `what` on timeout. */
+export async function waitFor(what, check, { timeout = 15000, every = 100 } = {}) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeout} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    }
+    await new Promise((r) => setTimeout(r, every));
+  }
+}
+
+function redisPing(port) {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port }, () => socket.write('PING\r\n'));
+    socket.setTimeout(1000, () => { socket.destroy(); resolve(false); });
+    socket.on('data', (d) => { socket.destroy(); resolve(d.toString().startsWith('+PONG')); });
+    socket.on('error', () => resolve(false));
+  });
+}
+
+function stop(child) {
+  if (child && child.exitCode === null && child.signalCode === null) {
+    try { process.kill(child.pid, 'SIGTERM'); } catch { /* already gone */ }
+  }
+}
+
+/**
+ * Starts redis-server and sluice. `bin` is the sluice binary, `dashboardDir` the trunk output,
+ * `logDir` where their logs go. Returns URLs, the token and `stop()`.
+ */
+export async function startStack({ bin, dashboardDir, logDir }) {
+  mkdirSync(logDir, { recursive: true });
+  const children = [];
+  const stopAll = () => children.reverse().forEach(stop);
+  try {
+    const redisPort = await freePort();
+    const redisDir = mkdtempSync(join(tmpdir(), 'sluice-browser-redis-'));
+    const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
+      '--save', '', '--appendonly', 'no', '--dir', redisDir],
+    { stdio: ['ignore', openSync(join(logDir, 'redis.log'), 'w'), 'inherit'] });
+    children.push(redis);
+    await waitFor('redis-server to answer PING', () => redisPing(redisPort), { timeout: 10000 });
+
+    const adminPort = await freePort();
+    const decisionPort = await freePort();
+    const token = `browser-test-${Math.random().toString(36).slice(2)}`;
+    const log = openSync(join(logDir, 'sluice.log'), 'w');
+    const sluice = spawn(bin, [
+      '--admin-listen', `127.0.0.1:${adminPort}`,
+      '--decision-listen', `127.0.0.1:${decisionPort}`,
+      '--admin-token', token,
+      '--dashboard-dir', dashboardDir,
+      '--redis-url', `redis://127.0.0.1:${redisPort}/`,
+      '--key-prefix', `browser${redisPort}`,
+    ], { stdio: ['ignore', log, log], env: { ...process.env, RUST_LOG: 'info' } });
+    children.push(sluice);
+    const admin = `http://127.0.0.1:${adminPort}`;
+    const decision = `http://127.0.0.1:${decisionPort}`;
+    await waitFor('sluice to answer /healthz', async () => {
+      if (sluice.exitCode !== null) throw new Error(`sluice exited with ${sluice.exitCode}; see ${logDir}/sluice.log`);
+      return (await fetch(`${admin}/healthz`)).ok;
+    }, { timeout: 20000 });
+    return { admin, decision, token, stop: stopAll };
+  } catch (e) {
+    stopAll();
+    throw e;
+  }
+}
+
+/** The admin API with the Bearer token: `api(stack)('PUT', '/v1/rules/x', body)` → {status, body}. */
+export function adminApi({ admin, token }) {
+  return async (method, path, body) => {
+    const response = await fetch(`${admin}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    let json = null;
+    try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
+    return { status: response.status, body: json, text };
+  };
+}
+
+/** One decision: `POST /v1/throttle`. */
+export async function throttle({ decision }, action, key, quantity = 1) {
+  const response = await fetch(`${decision}/v1/throttle`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ action, key, quantity }),
+  });
+  return { status: response.status, body: await response.json() };
+}
