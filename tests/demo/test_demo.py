@@ -1,0 +1,115 @@
+"""Drives the quick start's demo command itself (scripts/demo.sh): start, probe, stop.
+
+So that the README's first command cannot rot: the stack must come up from the repository, a curl
+through Envoy must show the rate-limit headers and a 429 after the burst, the dashboard's levels
+must show the traffic generator's users, and Ctrl-C must stop every process the demo started.
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "demo-test-token"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    admin, decision, upstream, envoy, envoy_admin = (free_port() for _ in range(5))
+    env = dict(os.environ,
+               SLUICE_ADMIN_LISTEN=f"127.0.0.1:{admin}",
+               SLUICE_DECISION_LISTEN=f"127.0.0.1:{decision}",
+               SLUICE_DECISION_PORT=str(decision),
+               UPSTREAM_PORT=str(upstream),
+               ENVOY_LISTEN_PORT=str(envoy),
+               ENVOY_ADMIN_PORT=str(envoy_admin),
+               SLUICE_ADMIN_TOKEN=TOKEN,
+               SLUICE_DEMO_PROFILE=os.environ.get("SLUICE_DEMO_PROFILE", "debug"))
+    log_path = tmp_path_factory.mktemp("demo") / "demo.out"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(["bash", "scripts/demo.sh"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 900  # the first run may build everything
+    while "sluice demo is up" not in log_path.read_text():
+        if proc.poll() is not None:
+            pytest.fail(f"demo exited early ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("demo did not come up within 900 s")
+        time.sleep(0.5)
+    yield {"proc": proc, "log": log_path, "admin": admin, "envoy": envoy}
+    if proc.poll() is None:
+        proc.kill()
+    log.close()
+
+
+def test_a_curl_through_envoy_shows_headers_then_429_after_the_burst(demo):
+    url = f"http://127.0.0.1:{demo['envoy']}/posts"
+    statuses = []
+    first = None
+    for _ in range(8):  # the demo's post rule: gcra, capacity 5
+        r = requests.post(url, headers={"x-user-id": "demo-test-user"}, json={"text": "hi"}, timeout=5)
+        first = first or r
+        statuses.append(r.status_code)
+    assert first.status_code == 201
+    assert first.headers["ratelimit-policy"] == '"post";q=5;w=30'
+    assert first.headers["x-ratelimit-remaining"] == "4"
+    assert statuses[:5] == [201] * 5, statuses
+    assert statuses[5:] == [429] * 3, statuses
+    denied = requests.post(url, headers={"x-user-id": "demo-test-user"}, timeout=5)
+    assert denied.status_code == 429
+    assert int(denied.headers["retry-after"]) >= 1
+    assert denied.headers["content-type"] == "application/problem+json"
+    assert denied.json()["action"] == "post"
+
+
+def test_the_dashboard_shows_the_generators_users(demo):
+    admin = f"http://127.0.0.1:{demo['admin']}"
+    assert "<html" in requests.get(admin + "/", timeout=5).text.lower()
+    deadline = time.monotonic() + 30
+    seen = set()
+    while time.monotonic() < deadline:
+        body = requests.get(admin + "/v1/levels", headers={"authorization": f"Bearer {TOKEN}"}, timeout=5).json()
+        seen = {k["key"] for a in body["actions"] for k in a["keys"]}
+        if {"alice", "bob", "carol", "mallory"} <= seen:
+            break
+        time.sleep(0.5)
+    assert {"alice", "bob", "carol", "mallory"} <= seen, seen
+
+
+def test_ctrl_c_stops_everything_it_started(demo):
+    proc = demo["proc"]
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    text = demo["log"].read_text()
+    match = re.search(r"stopping \(pids ([\d ]+)\)", text)
+    assert match, text[-2000:]
+    pids = [int(p) for p in match.group(1).split()]
+    assert len(pids) >= 4  # backend, upstream, envoy, traffic
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if pid_alive(p)]

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The quick start cannot rot: drives scripts/demo.sh itself (start, probe through Envoy, stop),
+# and checks that docker-compose.yml uses the same configuration files as the demo.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+.venv/bin/python -m pytest -q -p no:cacheprovider tests/demo
