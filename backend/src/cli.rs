@@ -194,6 +194,7 @@ pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;

@@ -187,6 +187,7 @@ pub fn parse_rules_text(text: &str) -> Result<Vec<Rule>, RulesTextError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

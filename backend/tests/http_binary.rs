@@ -1,6 +1,8 @@
 //! The `sluice` binary itself: `--help`, a generated token printed once, `--rules` imported at
 //! start, the memory-store warning, graceful exit on SIGTERM, and a bad rules file refused.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "support/mod.rs"]
 mod support;
 

@@ -147,6 +147,7 @@ async fn not_built() -> impl IntoResponse {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

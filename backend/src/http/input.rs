@@ -99,6 +99,7 @@ pub fn cl_throttle_request(body: &[u8]) -> Result<ClThrottleRequest, ApiFailure>
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
