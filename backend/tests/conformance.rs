@@ -1,5 +1,6 @@
 //! The storage conformance suite over both stores: the memory store and a real redis-server
 //! (one per test, on a free loopback port), plus Redis-only failure cases.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod store_suite;
 mod support;

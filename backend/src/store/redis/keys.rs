@@ -71,6 +71,7 @@ pub(crate) fn stored_subject(subject: &str) -> Cow<'_, str> {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
