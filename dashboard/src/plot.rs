@@ -5,7 +5,8 @@
 //! funnel's level. [`Charts::new`] turns that into SVG path data, so the page only draws strings
 //! and everything here is tested natively.
 
-use sluice_core::{Params, State};
+use sluice_core::limits::MAX_SPAN_MS;
+use sluice_core::{Params, Span, State};
 
 use crate::format::{duration_label, short_number};
 use crate::rules::sustained_per_s;
@@ -91,13 +92,19 @@ pub fn default_offered_per_s(params: &Params) -> f64 {
     round_nicely(2.0 * sustained_per_s(params))
 }
 
-/// How much simulated time shows the rule well: four times its window (or the time a full funnel
-/// takes to drain), between 10 ms and 60 days.
-pub fn horizon_ns(params: &Params) -> u64 {
-    params
-        .policy_window_ns()
-        .saturating_mul(4)
-        .clamp(10_000_000, 60 * 86_400 * 1_000_000_000)
+/// How much simulated time shows the rule well, in nanoseconds: about four times its window (or
+/// the time a full funnel takes to drain), rounded up to 1, 2 or 5 × 10^k seconds so it reads
+/// well and stays put while the rule changes a little; between 10 ms and 7 days, in whole
+/// milliseconds (so it is always a valid [`Span`]).
+pub fn auto_horizon_ns(params: &Params) -> u64 {
+    let seconds = nice_ceiling(params.policy_window_ns() as f64 * 4.0 / NS_PER_S);
+    let millis = (seconds * 1000.0).round().clamp(10.0, MAX_SPAN_MS as f64) as u64;
+    millis * 1_000_000
+}
+
+/// A horizon as the user would type it (`"200s"`), for the span input.
+pub fn horizon_text(horizon_ns: u64) -> String {
+    Span::from_millis(horizon_ns / 1_000_000).map(|s| s.to_string()).unwrap_or_default()
 }
 
 /// Request times (offsets from the start, ascending) of a pattern over `horizon` ns, at most
@@ -144,9 +151,10 @@ pub fn timeline(pattern: Pattern, offered_per_s: f64, capacity: u64, horizon: u6
     times
 }
 
-/// Runs `params` over the pattern. Pure and deterministic: the same inputs give the same plot.
-pub fn simulate(params: &Params, pattern: Pattern, offered_per_s: f64) -> Simulation {
-    let mut horizon = horizon_ns(params);
+/// Runs `params` over `horizon` of the pattern. Pure and deterministic: the same inputs give the
+/// same plot.
+pub fn simulate(params: &Params, pattern: Pattern, offered_per_s: f64, horizon_ns: u64) -> Simulation {
+    let mut horizon = horizon_ns.max(1_000_000);
     let mut times = timeline(pattern, offered_per_s, params.capacity(), horizon);
     let truncated = times.len() > MAX_EVENTS;
     if truncated {
@@ -200,22 +208,27 @@ pub struct Tick {
 /// the page never jumps).
 pub const WIDTH: f64 = 640.0;
 /// Height of the offered/allowed chart.
-pub const RATE_HEIGHT: f64 = 180.0;
+pub const COUNT_HEIGHT: f64 = 180.0;
 /// Height of the level chart.
 pub const LEVEL_HEIGHT: f64 = 130.0;
 /// Room on the left for the y labels.
-pub const LEFT: f64 = 48.0;
+pub const LEFT: f64 = 52.0;
 /// Room at the bottom for the x labels.
-pub const BOTTOM: f64 = 22.0;
-const TOP: f64 = 8.0;
-const RIGHT: f64 = 8.0;
+pub const BOTTOM: f64 = 24.0;
+/// Room on the right (half an x label).
+pub const RIGHT: f64 = 16.0;
+const TOP: f64 = 10.0;
 
 /// Everything the two what-if charts draw.
+///
+/// Offered and allowed are drawn as running totals ("requests so far"): a burst is a jump, a
+/// rate is a slope, so a burst of 80 and a steady 3/s read on one linear scale, and the gap
+/// between the two curves is what was denied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Charts {
-    /// Offered requests per second, as a step line.
+    /// Offered requests so far, as a line.
     pub offered_path: String,
-    /// Allowed requests per second, as a closed step area.
+    /// Allowed requests so far, as a closed area.
     pub allowed_path: String,
     /// The funnel level over time.
     pub level_path: String,
@@ -223,49 +236,38 @@ pub struct Charts {
     pub capacity_y: f64,
     /// Time labels (shared by both charts).
     pub x_ticks: Vec<Tick>,
-    /// Rate labels.
-    pub rate_ticks: Vec<Tick>,
+    /// Request-count labels.
+    pub count_ticks: Vec<Tick>,
     /// Level labels.
     pub level_ticks: Vec<Tick>,
-    /// A one-line summary: `"allowed 80 of 128 requests (62%)"`.
+    /// A one-line summary: `"allowed 80 of 128 requests (62%), denied 48, over 2m"`.
     pub summary: String,
 }
 
 impl Charts {
     /// Lays out a simulation.
     pub fn new(sim: &Simulation) -> Charts {
-        let bucket_s = sim.horizon_s / BUCKETS as f64;
         let x = |i: usize| LEFT + (WIDTH - LEFT - RIGHT) * i as f64 / BUCKETS as f64;
-        let rate_of = |n: u64| n as f64 / bucket_s;
-        let peak = sim.buckets.iter().map(|b| rate_of(b.offered)).fold(0.0, f64::max);
-        let rate_top = nice_ceiling(peak);
-        let rate_bottom = RATE_HEIGHT - BOTTOM;
-        let rate_y = |r: f64| rate_bottom - (rate_bottom - TOP) * (r / rate_top);
-        // " H x1 V y1 H x2 ... H xN": a step line across the buckets, after its start point.
-        let steps = |value: &dyn Fn(&Bucket) -> f64| {
+        let count_top = nice_ceiling(sim.offered as f64);
+        let count_bottom = COUNT_HEIGHT - BOTTOM;
+        let count_y = |n: f64| count_bottom - (count_bottom - TOP) * (n / count_top);
+        let running = |value: fn(&Bucket) -> u64| {
+            let mut total = 0u64;
             let mut d = String::new();
             for (i, b) in sim.buckets.iter().enumerate() {
-                if i > 0 {
-                    d += &format!(" V{:.1}", rate_y(value(b)));
-                }
-                d += &format!(" H{:.1}", x(i + 1));
+                total += value(b);
+                d += &format!(" L{:.1} {:.1}", x(i + 1), count_y(total as f64));
             }
             d
         };
-        let first = |value: &dyn Fn(&Bucket) -> f64| rate_y(value(&sim.buckets[0]));
-        let offered_path = format!(
-            "M{:.1} {:.1}{}",
-            x(0),
-            first(&|b| rate_of(b.offered)),
-            steps(&|b| rate_of(b.offered))
-        );
+        let offered_path = format!("M{:.1} {:.1}{}", x(0), count_bottom, running(|b| b.offered));
         let allowed_path = format!(
-            "M{:.1} {:.1} V{:.1}{} V{:.1} Z",
+            "M{:.1} {:.1}{} L{:.1} {:.1} Z",
             x(0),
-            rate_bottom,
-            first(&|b| rate_of(b.allowed)),
-            steps(&|b| rate_of(b.allowed)),
-            rate_bottom
+            count_bottom,
+            running(|b| b.allowed),
+            x(BUCKETS),
+            count_bottom
         );
 
         let level_top = (sim.capacity.max(1) as f64) * 1.1;
@@ -282,9 +284,9 @@ impl Charts {
                 label: duration_label(sim.horizon_s * k as f64 / 4.0),
             })
             .collect();
-        let rate_ticks = [0.0, 0.5, 1.0]
+        let count_ticks = [0.0, 0.5, 1.0]
             .iter()
-            .map(|f| Tick { at: rate_y(rate_top * f), label: format!("{}/s", short_number(rate_top * f)) })
+            .map(|f| Tick { at: count_y(count_top * f), label: short_number(count_top * f) })
             .collect();
         let level_ticks = [0.0, sim.capacity as f64]
             .iter()
@@ -292,10 +294,11 @@ impl Charts {
             .collect();
         let percent = if sim.offered == 0 { 100.0 } else { 100.0 * sim.allowed as f64 / sim.offered as f64 };
         let mut summary = format!(
-            "allowed {} of {} requests ({}%) over {}",
+            "allowed {} of {} requests ({}%), denied {}, over {}",
             sim.allowed,
             sim.offered,
             percent.round(),
+            sim.offered - sim.allowed,
             duration_label(sim.horizon_s)
         );
         if sim.truncated {
@@ -307,7 +310,7 @@ impl Charts {
             level_path,
             capacity_y: level_y(sim.capacity as f64),
             x_ticks,
-            rate_ticks,
+            count_ticks,
             level_ticks,
             summary,
         }
@@ -357,7 +360,7 @@ mod tests {
     #[test]
     fn a_steady_rate_within_the_limit_passes_entirely() {
         let p = gcra(16, 30, "60s");
-        let sim = simulate(&p, Pattern::Steady, 0.25);
+        let sim = simulate(&p, Pattern::Steady, 0.25, auto_horizon_ns(&p));
         assert!(sim.offered > 0);
         assert_eq!(sim.allowed, sim.offered);
         assert!(!sim.truncated);
@@ -367,13 +370,14 @@ mod tests {
 
     #[test]
     fn capacity_16_at_30_per_minute_is_seen_not_guessed() {
-        // 4 × (16 × 2 s) = 128 s, offered at 1/s: 16 back to back, then one per 2 s.
+        // 4 × (16 × 2 s) = 128 s, shown as 200 s; offered at 1/s: 16 back to back, then one per 2 s.
         let p = gcra(16, 30, "60s");
         assert_eq!(default_offered_per_s(&p), 1.0);
-        let sim = simulate(&p, Pattern::Steady, 1.0);
-        assert_eq!(sim.horizon_s, 128.0);
-        assert_eq!(sim.offered, 128);
-        assert!((78..=82).contains(&sim.allowed), "allowed {}", sim.allowed);
+        assert_eq!(horizon_text(auto_horizon_ns(&p)), "200s");
+        let sim = simulate(&p, Pattern::Steady, 1.0, auto_horizon_ns(&p));
+        assert_eq!(sim.horizon_s, 200.0);
+        assert_eq!(sim.offered, 200);
+        assert!((114..=118).contains(&sim.allowed), "allowed {}", sim.allowed);
         // The funnel fills to capacity and stays there while traffic is over the rate.
         assert!(sim.buckets.last().unwrap().level > 15.0);
     }
@@ -381,7 +385,7 @@ mod tests {
     #[test]
     fn a_burst_lets_exactly_capacity_through_at_once() {
         let p = gcra(16, 30, "60s");
-        let sim = simulate(&p, Pattern::BurstThenSteady, 0.1);
+        let sim = simulate(&p, Pattern::BurstThenSteady, 0.1, auto_horizon_ns(&p));
         assert_eq!(sim.buckets[0].offered, 32 + u64::from(sim.horizon_s / 48.0 >= 10.0));
         assert_eq!(sim.buckets[0].allowed, 16);
         assert!((sim.buckets[0].level - 16.0).abs() < 1e-9);
@@ -392,9 +396,9 @@ mod tests {
     #[test]
     fn spikes_are_four_and_each_is_cut_to_what_the_funnel_holds() {
         let p = params(json!({"action": "a", "algorithm": "fixed_window", "capacity": 10, "window": "10s"}));
-        let times = timeline(Pattern::Spikes, 0.0, 10, horizon_ns(&p));
+        let times = timeline(Pattern::Spikes, 0.0, 10, auto_horizon_ns(&p));
         assert_eq!(times.len(), 60);
-        let sim = simulate(&p, Pattern::Spikes, 0.0);
+        let sim = simulate(&p, Pattern::Spikes, 0.0, auto_horizon_ns(&p));
         let spiky: Vec<&Bucket> = sim.buckets.iter().filter(|b| b.offered > 0).collect();
         assert_eq!(spiky.len(), 4);
         assert!(spiky.iter().all(|b| b.offered == 15 && b.allowed == 10));
@@ -404,13 +408,13 @@ mod tests {
     fn every_algorithm_simulates() {
         for algorithm in ["fixed_window", "sliding_log", "sliding_window"] {
             let p = params(json!({"action": "a", "algorithm": algorithm, "capacity": 5, "window": "1s"}));
-            let sim = simulate(&p, Pattern::BurstThenSteady, 10.0);
+            let sim = simulate(&p, Pattern::BurstThenSteady, 10.0, auto_horizon_ns(&p));
             assert!(sim.allowed > 0 && sim.allowed < sim.offered, "{algorithm}");
         }
         for algorithm in ["leaky_bucket", "token_bucket"] {
             let p = params(json!({"action": "a", "algorithm": algorithm, "capacity": 5,
                                   "rate": {"count": 5, "period": "1s"}}));
-            let sim = simulate(&p, Pattern::Spikes, 10.0);
+            let sim = simulate(&p, Pattern::Spikes, 10.0, auto_horizon_ns(&p));
             assert!(sim.allowed > 0 && sim.allowed < sim.offered, "{algorithm}");
         }
     }
@@ -418,7 +422,7 @@ mod tests {
     #[test]
     fn a_huge_pattern_is_cut_and_says_so() {
         let p = params(json!({"action": "a", "algorithm": "sliding_log", "capacity": 10000, "window": "1s"}));
-        let sim = simulate(&p, Pattern::Steady, default_offered_per_s(&p));
+        let sim = simulate(&p, Pattern::Steady, default_offered_per_s(&p), auto_horizon_ns(&p));
         assert!(sim.truncated);
         assert_eq!(sim.offered, MAX_EVENTS as u64);
         assert!(Charts::new(&sim).summary.contains("cut at 4000"));
@@ -426,9 +430,15 @@ mod tests {
 
     #[test]
     fn the_charts_change_when_capacity_or_rate_change() {
-        let base = Charts::new(&simulate(&gcra(16, 30, "60s"), Pattern::Steady, 1.0));
-        let bigger = Charts::new(&simulate(&gcra(32, 30, "60s"), Pattern::Steady, 1.0));
-        let faster = Charts::new(&simulate(&gcra(16, 60, "60s"), Pattern::Steady, 1.0));
+        // The traffic and the span stay put while the rule changes (as in the editor).
+        let span = 200_000_000_000;
+        let run = |p: Params| simulate(&p, Pattern::Steady, 1.0, span);
+        let base_sim = run(gcra(16, 30, "60s"));
+        let faster_sim = run(gcra(16, 45, "60s"));
+        assert!(faster_sim.allowed > base_sim.allowed);
+        let base = Charts::new(&base_sim);
+        let bigger = Charts::new(&run(gcra(32, 30, "60s")));
+        let faster = Charts::new(&faster_sim);
         assert_ne!(base.allowed_path, bigger.allowed_path);
         assert_ne!(base.allowed_path, faster.allowed_path);
         assert_ne!(base.level_path, faster.level_path);
@@ -437,14 +447,33 @@ mod tests {
 
     #[test]
     fn paths_are_well_formed_svg() {
-        let c = Charts::new(&simulate(&gcra(16, 30, "60s"), Pattern::BurstThenSteady, 1.0));
+        let p = gcra(16, 30, "60s");
+        let c = Charts::new(&simulate(&p, Pattern::BurstThenSteady, 1.0, auto_horizon_ns(&p)));
         for d in [&c.offered_path, &c.allowed_path, &c.level_path] {
             assert!(d.starts_with('M'), "{d}");
-            assert!(d.chars().all(|ch| "MLHVZ .-0123456789".contains(ch)), "{d}");
+            assert!(d.chars().all(|ch| "MLZ .-0123456789".contains(ch)), "{d}");
         }
         assert!(c.allowed_path.ends_with('Z'));
         assert_eq!(c.x_ticks.len(), 5);
         assert_eq!(c.x_ticks[0].label, "0");
+    }
+
+    #[test]
+    fn running_totals_end_at_the_totals() {
+        // The offered line ends at the total offered, the allowed area at the total allowed.
+        let p = gcra(16, 30, "60s");
+        let sim = simulate(&p, Pattern::Steady, 1.0, auto_horizon_ns(&p));
+        let c = Charts::new(&sim);
+        let top = nice_ceiling(sim.offered as f64);
+        let y_of = |n: f64| (COUNT_HEIGHT - BOTTOM) - (COUNT_HEIGHT - BOTTOM - TOP) * n / top;
+        let last = |d: &str, nth_from_end: usize| {
+            let points: Vec<&str> = d.split(" L").collect();
+            points[points.len() - 1 - nth_from_end].to_owned()
+        };
+        let y_at = |point: String| point.split(' ').nth(1).and_then(|y| y.parse::<f64>().ok()).unwrap();
+        assert!((y_at(last(&c.offered_path, 0)) - y_of(sim.offered as f64)).abs() < 0.06);
+        assert!((y_at(last(&c.allowed_path, 1)) - y_of(sim.allowed as f64)).abs() < 0.06);
+        assert!(c.summary.contains(&format!("denied {}", sim.offered - sim.allowed)));
     }
 
     #[test]

@@ -27,7 +27,7 @@ async function shot(name, target = page) {
 
 /** The `d` of the what-if allowed area, once the plot has drawn. */
 async function allowedPath() {
-  const d = await page.locator('#whatif-rate-chart path.allowed-area').getAttribute('d');
+  const d = await page.locator('#whatif-count-chart path.allowed-area').getAttribute('d');
   assert.ok(d && d.startsWith('M'), `allowed path drawn: ${d}`);
   return d;
 }
@@ -186,6 +186,12 @@ test('the what-if plot changes when capacity or rate change', async () => {
       (await page.locator('#whatif-level-chart path.level-line').getAttribute('d')) !== levelBefore);
     await page.selectOption('#whatif-pattern', 'burst');
     await page.fill('#whatif-rate', '3');
+    const spanBefore = await allowedPath();
+    await page.fill('#whatif-span', 'a while');
+    await page.locator('#whatif-span-error', { hasText: 'whole number followed by a unit' }).waitFor();
+    await page.fill('#whatif-span', '5m');
+    await waitFor('the plot to follow the span', async () => (await allowedPath()) !== spanBefore);
+    assert.match(await page.locator('#whatif-summary').innerText(), /over 5m$/);
     await shot('04-editor-what-if');
     // An invalid rule has no plot, and says why.
     await page.fill('#rule-capacity', '0');
@@ -263,7 +269,7 @@ test('usable 390 wide: no sideways scrolling, every view reachable', async () =>
   assert.ok(await fits(), 'rules fit');
   await shot('08-phone-rules', phone);
   await phone.locator('tr[data-action="live-demo"] button.edit').click();
-  await phone.locator('#whatif-rate-chart path.allowed-area[d^="M"]').waitFor();
+  await phone.locator('#whatif-count-chart path.allowed-area[d^="M"]').waitFor();
   assert.ok(await fits(), 'editor fits');
   await shot('09-phone-editor', phone);
   await phone.click('#cancel-edit');

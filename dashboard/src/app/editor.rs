@@ -144,12 +144,13 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                                 })
                                 .collect_view()}
                         </select>
-                        <p class="field-hint">{move || algorithm_hint(form.get().algorithm)}</p>
+                        <p class="field-hint" id="rule-algorithm-hint">{move || algorithm_hint(form.get().algorithm)}</p>
+                        <p class="field-error" id="rule-algorithm-error">{message(Field::Algorithm)}</p>
                     </div>
                     <TextField
                         field=Field::Capacity
                         label="Capacity"
-                        hint="requests that may pass back to back from idle"
+                        hint="burst from idle"
                         numeric=true
                         value=Signal::derive(move || form.get().capacity)
                         message=Signal::derive(message(Field::Capacity))
@@ -159,7 +160,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <TextField
                             field=Field::RateCount
                             label="Rate: count"
-                            hint="requests…"
+                            hint="requests"
                             numeric=true
                             value=Signal::derive(move || form.get().rate_count)
                             message=Signal::derive(message(Field::RateCount))
@@ -168,7 +169,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <TextField
                             field=Field::RatePeriod
                             label="per period"
-                            hint="like 500ms, 60s, 5m, 1h"
+                            hint="500ms, 60s, 5m, 1h"
                             value=Signal::derive(move || form.get().rate_period)
                             message=Signal::derive(message(Field::RatePeriod))
                             on_input=edit(Field::RatePeriod, |f, v| f.rate_period = v)
@@ -178,7 +179,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <TextField
                             field=Field::Window
                             label="Window"
-                            hint="like 1s, 60s, 1h"
+                            hint="1s, 60s, 5m, 1h"
                             value=Signal::derive(move || form.get().window)
                             message=Signal::derive(message(Field::Window))
                             on_input=edit(Field::Window, |f, v| f.window = v)
@@ -199,7 +200,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                                 "shadow: report only, never deny"
                             </option>
                         </select>
-                        <p class="field-hint"></p>
+                        <p class="field-error" id="rule-mode-error">{message(Field::Mode)}</p>
                     </div>
                     <div class="field">
                         <label for=Field::Description.id()>"Description"</label>
@@ -253,9 +254,13 @@ where
 {
     let id = field.id();
     let error_id = format!("{id}-error");
+    let hint_id = format!("{id}-hint");
     view! {
         <div class="field">
-            <label for=id>{label}</label>
+            <div class="label-row">
+                <label for=id>{label}</label>
+                <span class="label-hint" id=hint_id.clone()>{hint}</span>
+            </div>
             <input
                 id=id
                 type="text"
@@ -263,13 +268,12 @@ where
                 autocomplete="off"
                 spellcheck="false"
                 readonly=readonly
-                aria-describedby=error_id.clone()
+                aria-describedby=format!("{hint_id} {error_id}")
                 aria-invalid=move || (!message.get().is_empty()).to_string()
                 prop:value=move || value.get()
                 on:input=on_input
             />
-            <p class="field-error" id=error_id>{move || message.get()}</p>
-            <p class="field-hint">{hint}</p>
+            <p class="field-error" id=error_id.clone()>{move || message.get()}</p>
         </div>
     }
 }

@@ -81,7 +81,7 @@ fn Funnel(key: String, funnel: Memo<Option<FunnelView>>) -> impl IntoView {
     let tone = move || funnel.get().map_or("calm", |f| f.tone.class());
     view! {
         <li class=move || format!("funnel-item {}", tone()) data-key=key.clone() data-level=move || funnel.get().map(|f| format!("{:.3}", f.level)).unwrap_or_default()>
-            <div
+            <div class="vessel-frame"><div
                 class="vessel"
                 role="meter"
                 aria-label=format!("funnel of {key}")
@@ -90,7 +90,7 @@ fn Funnel(key: String, funnel: Memo<Option<FunnelView>>) -> impl IntoView {
                 aria-valuenow=move || funnel.get().map(|f| format!("{:.1}", f.level)).unwrap_or_default()
             >
                 <div class="liquid" style:transform=move || format!("scaleY({:.4})", fill())></div>
-            </div>
+            </div></div>
             <div class="funnel-text">
                 <span class="key-name" title=key.clone()>{key.clone()}</span>
                 <span class="level-text">{move || funnel.get().map(|f| f.level_text).unwrap_or_default()}</span>

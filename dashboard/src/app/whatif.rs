@@ -2,9 +2,9 @@
 //! browser. Drawn as inline SVG of fixed proportions, so nothing moves as the numbers change.
 
 use leptos::prelude::*;
-use sluice_core::Params;
+use sluice_core::{Params, Span};
 
-use crate::plot::{self, Charts, Pattern, LEFT, LEVEL_HEIGHT, RATE_HEIGHT, WIDTH};
+use crate::plot::{self, Charts, Pattern, COUNT_HEIGHT, LEFT, LEVEL_HEIGHT, RIGHT, WIDTH};
 
 #[component]
 pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
@@ -22,10 +22,24 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
             (None, None) => None,
         }
     });
+    // The span shown stays put too; emptied, it follows the current rule.
+    let span_text = RwSignal::new(
+        params.get_untracked().map(|p| plot::horizon_text(plot::auto_horizon_ns(&p))).unwrap_or_default(),
+    );
+    let span = Memo::new(move |_| {
+        let text = span_text.get();
+        let text = text.trim();
+        if text.is_empty() {
+            Ok(None)
+        } else {
+            Span::parse(text).map(|s| Some(s.nanos())).map_err(|e| e.to_string())
+        }
+    });
     let charts = Memo::new(move |_| {
         let p = params.get()?;
         let rate = offered.get()?;
-        Some(Charts::new(&plot::simulate(&p, pattern.get(), rate)))
+        let horizon = span.get().ok().flatten().unwrap_or_else(|| plot::auto_horizon_ns(&p));
+        Some(Charts::new(&plot::simulate(&p, pattern.get(), rate, horizon)))
     });
     let placeholder = move || {
         params.get().map_or("twice the rule's rate".to_owned(), |p| plot::default_offered_per_s(&p).to_string())
@@ -37,7 +51,7 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
                     .into_iter()
                     .map(|t| {
                         view! {
-                            <text class="tick" x=format!("{:.1}", t.at) y=format!("{:.1}", height - 6.0) text-anchor="middle">
+                            <text class="tick" x=format!("{:.1}", t.at) y=format!("{:.1}", height - 7.0) text-anchor="middle">
                                 {t.label}
                             </text>
                         }
@@ -53,7 +67,7 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
                     .into_iter()
                     .map(|t| {
                         view! {
-                            <line class="grid" x1=format!("{LEFT}") x2=format!("{}", WIDTH - 8.0) y1=format!("{:.1}", t.at) y2=format!("{:.1}", t.at) />
+                            <line class="grid" x1=format!("{LEFT}") x2=format!("{}", WIDTH - RIGHT) y1=format!("{:.1}", t.at) y2=format!("{:.1}", t.at) />
                             <text class="tick" x=format!("{}", LEFT - 6.0) y=format!("{:.1}", t.at + 4.0) text-anchor="end">
                                 {t.label}
                             </text>
@@ -95,18 +109,35 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
                         on:input=move |ev| offered_text.set(event_target_value(&ev))
                     />
                 </div>
+                <div class="field">
+                    <label for="whatif-span">"Over"</label>
+                    <input
+                        id="whatif-span"
+                        type="text"
+                        autocomplete="off"
+                        spellcheck="false"
+                        placeholder="auto"
+                        aria-describedby="whatif-span-error"
+                        aria-invalid=move || span.get().is_err().to_string()
+                        prop:value=move || span_text.get()
+                        on:input=move |ev| span_text.set(event_target_value(&ev))
+                    />
+                </div>
+                <p class="field-error whatif-error" id="whatif-span-error">
+                    {move || span.get().err().map(|e| format!("Over: {e}")).unwrap_or_default()}
+                </p>
             </div>
             <figure class="chart-box">
                 <figcaption>
                     <span class="key offered">"offered"</span>
                     <span class="key allowed">"allowed"</span>
-                    " requests per second"
+                    " requests so far"
                 </figcaption>
-                <svg id="whatif-rate-chart" class="chart" viewBox=format!("0 0 {WIDTH} {RATE_HEIGHT}") role="img" aria-label="Requests offered and allowed per second over time">
-                    {ticks_y(|c| c.rate_ticks.clone())}
+                <svg id="whatif-count-chart" class="chart" viewBox=format!("0 0 {WIDTH} {COUNT_HEIGHT}") role="img" aria-label="Requests offered and allowed so far, over time">
+                    {ticks_y(|c| c.count_ticks.clone())}
                     <path class="allowed-area" d=move || charts.get().map(|c| c.allowed_path).unwrap_or_default() />
                     <path class="offered-line" d=move || charts.get().map(|c| c.offered_path).unwrap_or_default() />
-                    {ticks_x(RATE_HEIGHT)}
+                    {ticks_x(COUNT_HEIGHT)}
                 </svg>
             </figure>
             <figure class="chart-box">
@@ -119,7 +150,7 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
                     <line
                         class="capacity-line"
                         x1=format!("{LEFT}")
-                        x2=format!("{}", WIDTH - 8.0)
+                        x2=format!("{}", WIDTH - RIGHT)
                         y1=move || charts.get().map(|c| format!("{:.1}", c.capacity_y)).unwrap_or_default()
                         y2=move || charts.get().map(|c| format!("{:.1}", c.capacity_y)).unwrap_or_default()
                     />
