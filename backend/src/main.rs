@@ -12,7 +12,6 @@ async fn main() -> ExitCode {
     match main_with(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
             eprintln!("sluice: {e:#}");
             ExitCode::FAILURE
         }
