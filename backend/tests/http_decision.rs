@@ -136,6 +136,10 @@ async fn the_decision_listener_serves_no_admin_route() {
         let body: Value = r.json().await.expect("json 404");
         assert_eq!(body["error"], "not_found");
     }
+    // A known path with the wrong method is a JSON 405.
+    let r = s.http.get(format!("{}/v1/throttle", s.decision)).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(r.json::<Value>().await.expect("json")["error"], "method_not_allowed");
     // The rule is untouched.
     let (_, rules) = s.admin_get("/v1/rules").await;
     assert_eq!(rules["rules"][0]["capacity"], 2);

@@ -13,7 +13,7 @@ pub mod probes;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::{header, HeaderName, HeaderValue, Uri};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::routing::{any, get, post};
 use axum::Router;
 use tower_http::set_header::SetResponseHeaderLayer;
@@ -24,6 +24,14 @@ use error::ApiFailure;
 
 async fn no_route(uri: Uri) -> ApiFailure {
     ApiFailure::no_route(uri.path())
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> ApiFailure {
+    ApiFailure::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}; see /v1/openapi.json", uri.path()),
+    )
 }
 
 fn probes() -> Router<Arc<App>> {
@@ -42,6 +50,7 @@ pub fn decision_router(app: Arc<App>) -> Router {
         .route("/v1/cl.throttle", post(decision::cl_throttle))
         .merge(probes())
         .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(input::MAX_BODY_BYTES))
         .with_state(app)
 }
@@ -64,6 +73,7 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         .route("/v1/session", post(admin::login).delete(admin::logout))
         .merge(probes())
         .route("/v1/{*rest}", any(no_route))
+        .method_not_allowed_fallback(wrong_method)
         .with_state(app)
         .fallback_service(dashboard.router())
         .layer(DefaultBodyLimit::max(input::MAX_BODY_BYTES))

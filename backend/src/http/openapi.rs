@@ -78,7 +78,7 @@ pub struct ClThrottleRequestDoc {
 #[derive(Serialize, ToSchema)]
 #[schema(as = ApiError)]
 pub struct ApiErrorDoc {
-    /// Stable code: `invalid_request`, `invalid_rule`, `unknown_action`, `unauthorized`, `not_found`,
+    /// Stable code: `invalid_request`, `invalid_rule`, `unknown_action`, `unauthorized`, `not_found`, `method_not_allowed`,
     /// `store_unavailable`, `store_timeout`, `overloaded`, `store_wrong_type`, `store_corrupt`.
     error: String,
     /// The field at fault, when one is (`body` for unreadable JSON).
