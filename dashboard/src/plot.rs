@@ -278,11 +278,9 @@ impl Charts {
             level_path += &format!(" L{:.1} {:.1}", x(i + 1), level_y(b.level));
         }
 
-        let x_ticks = (0..=4)
-            .map(|k| Tick {
-                at: LEFT + (WIDTH - LEFT - RIGHT) * k as f64 / 4.0,
-                label: duration_label(sim.horizon_s * k as f64 / 4.0),
-            })
+        let x_ticks = time_ticks(sim.horizon_s)
+            .into_iter()
+            .map(|(t, label)| Tick { at: LEFT + (WIDTH - LEFT - RIGHT) * t / sim.horizon_s, label })
             .collect();
         let count_ticks = [0.0, 0.5, 1.0]
             .iter()
@@ -315,6 +313,30 @@ impl Charts {
             summary,
         }
     }
+}
+
+/// Time-axis labels for a span of `horizon_s` seconds: 3 to 6 round values in one unit
+/// (`0, 50s, 100s, 150s, 200s` or `0, 1m, 2m, 3m, 4m, 5m`), as (seconds, label).
+pub fn time_ticks(horizon_s: f64) -> Vec<(f64, String)> {
+    let (unit_s, unit) = if horizon_s < 1.0 {
+        (0.001, "ms")
+    } else if horizon_s < 300.0 {
+        (1.0, "s")
+    } else if horizon_s < 3.0 * 3600.0 {
+        (60.0, "m")
+    } else if horizon_s < 3.0 * 86_400.0 {
+        (3600.0, "h")
+    } else {
+        (86_400.0, "d")
+    };
+    let span = horizon_s / unit_s;
+    let step = nice_ceiling(span / 5.0);
+    (0..)
+        .map(|k| k as f64 * step)
+        .take_while(|v| *v <= span * (1.0 + 1e-9))
+        .take(12)
+        .map(|v| (v * unit_s, if v == 0.0 { "0".to_owned() } else { format!("{}{unit}", short_number(v)) }))
+        .collect()
 }
 
 /// The smallest of 1, 2, 5 × 10^k at or above `x` (at least 1), for an axis top.
@@ -454,8 +476,8 @@ mod tests {
             assert!(d.chars().all(|ch| "MLZ .-0123456789".contains(ch)), "{d}");
         }
         assert!(c.allowed_path.ends_with('Z'));
-        assert_eq!(c.x_ticks.len(), 5);
         assert_eq!(c.x_ticks[0].label, "0");
+        assert!(c.x_ticks.iter().all(|t| (LEFT..=WIDTH - RIGHT).contains(&t.at)));
     }
 
     #[test]
@@ -474,6 +496,17 @@ mod tests {
         assert!((y_at(last(&c.offered_path, 0)) - y_of(sim.offered as f64)).abs() < 0.06);
         assert!((y_at(last(&c.allowed_path, 1)) - y_of(sim.allowed as f64)).abs() < 0.06);
         assert!(c.summary.contains(&format!("denied {}", sim.offered - sim.allowed)));
+    }
+
+    #[test]
+    fn time_labels_are_round_in_one_unit() {
+        let labels = |h: f64| time_ticks(h).into_iter().map(|(_, l)| l).collect::<Vec<_>>().join(" ");
+        assert_eq!(labels(200.0), "0 50s 100s 150s 200s");
+        assert_eq!(labels(300.0), "0 1m 2m 3m 4m 5m");
+        assert_eq!(labels(0.05), "0 10ms 20ms 30ms 40ms 50ms");
+        assert_eq!(labels(20.0), "0 5s 10s 15s 20s");
+        assert_eq!(labels(2.0 * 86_400.0), "0 10h 20h 30h 40h");
+        assert_eq!(time_ticks(200.0)[1].0, 50.0);
     }
 
     #[test]

@@ -43,11 +43,18 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     // sluice-core's, once the field was touched or a save was tried.
     let message = move |field: Field| {
         move || {
-            if let Some(e) = server_error.get().filter(|e| e.field == field) {
+            // Algorithm and mode are pickers without a message line: theirs go to the form's.
+            let shown_at = |f: Field| match f {
+                Field::Algorithm | Field::Mode => Field::Rule,
+                other => other,
+            };
+            if let Some(e) = server_error.get().filter(|e| shown_at(e.field) == field) {
                 return e.message;
             }
             match checked.get() {
-                Err(e) if e.field == field && (attempted.get() || touched.get().contains(&field)) => e.message,
+                Err(e) if shown_at(e.field) == field && (attempted.get() || touched.get().contains(&e.field)) => {
+                    e.message
+                }
                 _ => String::new(),
             }
         }
@@ -145,7 +152,6 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                                 .collect_view()}
                         </select>
                         <p class="field-hint" id="rule-algorithm-hint">{move || algorithm_hint(form.get().algorithm)}</p>
-                        <p class="field-error" id="rule-algorithm-error">{message(Field::Algorithm)}</p>
                     </div>
                     <TextField
                         field=Field::Capacity
@@ -160,7 +166,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <TextField
                             field=Field::RateCount
                             label="Rate: count"
-                            hint="requests"
+                            hint=""
                             numeric=true
                             value=Signal::derive(move || form.get().rate_count)
                             message=Signal::derive(message(Field::RateCount))
@@ -168,8 +174,8 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         />
                         <TextField
                             field=Field::RatePeriod
-                            label="per period"
-                            hint="500ms, 60s, 5m, 1h"
+                            label="per"
+                            hint="e.g. 60s"
                             value=Signal::derive(move || form.get().rate_period)
                             message=Signal::derive(message(Field::RatePeriod))
                             on_input=edit(Field::RatePeriod, |f, v| f.rate_period = v)
@@ -179,13 +185,13 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <TextField
                             field=Field::Window
                             label="Window"
-                            hint="1s, 60s, 5m, 1h"
+                            hint="e.g. 60s, 5m, 1h"
                             value=Signal::derive(move || form.get().window)
                             message=Signal::derive(message(Field::Window))
                             on_input=edit(Field::Window, |f, v| f.window = v)
                         />
                     </div>
-                    <div class="field">
+                    <div class="field plain">
                         <label for=Field::Mode.id()>"Mode"</label>
                         <select
                             id=Field::Mode.id()
@@ -200,7 +206,6 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                                 "shadow: report only, never deny"
                             </option>
                         </select>
-                        <p class="field-error" id="rule-mode-error">{message(Field::Mode)}</p>
                     </div>
                     <div class="field">
                         <label for=Field::Description.id()>"Description"</label>
