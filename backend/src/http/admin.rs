@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -50,6 +50,13 @@ fn path_action(text: &str) -> Result<Action, ApiFailure> {
     Action::parse(text).map_err(|reason| ApiFailure::invalid("action", reason))
 }
 
+/// The `{action}` path segment. One that is not UTF-8 (`%FF`) is refused as JSON naming
+/// `action`, like every other bad action (axum's own rejection is plain text).
+fn segment_action(segment: Result<Path<String>, PathRejection>) -> Result<Action, ApiFailure> {
+    let Path(text) = segment.map_err(|e| ApiFailure::invalid("action", e.body_text()))?;
+    path_action(&text)
+}
+
 /// Every rule and the rules version.
 #[utoipa::path(get, path = "/v1/rules", tag = "admin",
     responses(
@@ -71,8 +78,11 @@ pub async fn list_rules(State(app): State<Arc<App>>) -> Json<RulesBody> {
         (status = 404, description = "`unknown_action`", body = super::openapi::ApiErrorDoc),
     ),
     security(("bearer" = []), ("session" = [])))]
-pub async fn get_rule(State(app): State<Arc<App>>, Path(action): Path<String>) -> Result<Json<Value>, ApiFailure> {
-    let action = path_action(&action)?;
+pub async fn get_rule(
+    State(app): State<Arc<App>>,
+    action: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiFailure> {
+    let action = segment_action(action)?;
     let rules = app.rules.current();
     rules
         .rules
@@ -94,10 +104,10 @@ pub async fn get_rule(State(app): State<Arc<App>>, Path(action): Path<String>) -
     security(("bearer" = []), ("session" = [])))]
 pub async fn put_rule(
     State(app): State<Arc<App>>,
-    Path(action): Path<String>,
+    action: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiFailure> {
-    let action = path_action(&action)?;
+    let action = segment_action(action)?;
     let body = body.map_err(input::body_failure)?;
     let mut value: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiFailure::invalid("body", format!("not valid JSON: {e}")))?;
@@ -139,8 +149,11 @@ pub async fn put_rule(
         (status = 503, body = super::openapi::ApiErrorDoc),
     ),
     security(("bearer" = []), ("session" = [])))]
-pub async fn delete_rule(State(app): State<Arc<App>>, Path(action): Path<String>) -> Result<StatusCode, ApiFailure> {
-    let action = path_action(&action)?;
+pub async fn delete_rule(
+    State(app): State<Arc<App>>,
+    action: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiFailure> {
+    let action = segment_action(action)?;
     let deleted = app.store_call(app.store.delete_rule(&action)).await.map_err(|e| ApiFailure::store(&e))?;
     let name = action.as_str().to_owned();
     app.rules.after_write(app.store.as_ref(), move |rules| {
