@@ -339,14 +339,14 @@ pub fn time_ticks(horizon_s: f64) -> Vec<(f64, String)> {
         .collect()
 }
 
-/// The smallest of 1, 2, 5 × 10^k at or above `x` (at least 1), for an axis top.
+/// The smallest of 1, 2, 2.5, 5 × 10^k at or above `x` (1 for nothing), for an axis top.
 pub fn nice_ceiling(x: f64) -> f64 {
     if !(x.is_finite() && x > 0.0) {
         return 1.0;
     }
     let mut step = 10f64.powf(x.log10().floor());
     loop {
-        for m in [1.0, 2.0, 5.0, 10.0] {
+        for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
             if m * step >= x * (1.0 - 1e-9) {
                 return m * step;
             }
@@ -515,6 +515,7 @@ mod tests {
         assert_eq!(nice_ceiling(3.2), 5.0);
         assert_eq!(nice_ceiling(10.0), 10.0);
         assert_eq!(nice_ceiling(11.0), 20.0);
+        assert_eq!(nice_ceiling(239.0), 250.0);
         assert_eq!(nice_ceiling(0.03), 0.05);
         assert_eq!(round_nicely(123.0), 120.0);
     }

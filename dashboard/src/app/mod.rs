@@ -102,12 +102,10 @@ impl Ctx {
         }
     }
 
-    /// Takes a rules snapshot unless a newer one is already shown.
+    /// Shows a rules snapshot. Snapshots come in order on one stream (and a restarted backend
+    /// may start its versions again), so the latest one always wins.
     pub fn apply_rules(self, body: RulesBody) {
-        let current = self.rules.get_untracked().version;
-        if body.version >= current || body.version == 0 {
-            self.rules.set(body);
-        }
+        self.rules.set(body);
     }
 
     /// Shows an error until dismissed.
