@@ -6,6 +6,8 @@
 //! [`plot`] (the what-if simulation and its SVG geometry) and [`live`] (funnels). The Leptos
 //! components in `app` exist only on wasm32 and just draw these models.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod api;
 pub mod form;
 pub mod format;
