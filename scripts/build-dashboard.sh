@@ -27,6 +27,9 @@ if [ "${1:-}" != "--force" ] && [ -f "$stamp" ] && [ -f "$dist/index.html" ] \
   echo "dashboard: $dist is up to date"
 else
   echo "dashboard: building with trunk (release, wasm-opt)"
+  # trunk --offline also makes cargo offline: fetch the wasm-only crates (leptos...) first, which
+  # `cargo test` on the host never downloads. Instant when they are already here.
+  cargo fetch --locked --target wasm32-unknown-unknown
   (cd dashboard && trunk build --release --offline --locked)
   touch "$stamp"
 fi
