@@ -281,6 +281,21 @@ test('usable 390 wide: no sideways scrolling, every view reachable', async () =>
   await phone.close();
 });
 
+test('a backend that went away is reported, not swallowed', async () => {
+  await page.click('#tab-rules');
+  const row = page.locator('tr[data-action="live-demo"]');
+  await row.waitFor();
+  await stack.stopSluice();
+  await page.locator('.badge.link-connecting, .badge.link-offline').waitFor({ timeout: 10000 });
+  await row.locator('button.delete').click();
+  await row.locator('button.confirm-delete').click();
+  const toast = page.locator('.toast.error');
+  await toast.waitFor();
+  assert.match(await toast.innerText(), /Could not delete live-demo: could not reach the sluice backend/);
+  assert.equal(await row.count(), 1, 'the row stays: nothing was deleted');
+  await shot('11-backend-gone');
+});
+
 test('no script errors or panics in the page', () => {
   assert.deepEqual(pageErrors, []);
   assert.deepEqual(dialogs, []);

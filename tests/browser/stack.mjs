@@ -88,7 +88,13 @@ export async function startStack({ bin, dashboardDir, logDir }) {
       if (sluice.exitCode !== null) throw new Error(`sluice exited with ${sluice.exitCode}; see ${logDir}/sluice.log`);
       return (await fetch(`${admin}/healthz`)).ok;
     }, { timeout: 20000 });
-    return { admin, decision, token, stop: stopAll };
+    // Stops only sluice (to see how the page reports a backend that went away).
+    const stopSluice = () => new Promise((resolve) => {
+      if (sluice.exitCode !== null || sluice.signalCode !== null) return resolve();
+      sluice.once('exit', () => resolve());
+      stop(sluice);
+    });
+    return { admin, decision, token, stop: stopAll, stopSluice };
   } catch (e) {
     stopAll();
     throw e;
