@@ -78,7 +78,7 @@ pub struct ActionView {
     pub denied_text: String,
     /// Whether anything is being denied right now (the denied figure is highlighted).
     pub denying: bool,
-    /// The most active keys, fullest first.
+    /// The most active (fullest) keys, in name order.
     pub funnels: Vec<FunnelView>,
     /// Keys in the snapshot beyond those drawn.
     pub more: usize,
@@ -104,10 +104,12 @@ impl ActionView {
                 }
             })
             .collect();
-        // Fullest first; ties by name so equal funnels do not swap places between snapshots.
+        // Keep the fullest `top` (ties by name), then show them by name: funnels that overtake
+        // each other do not swap places twice a second.
         keys.sort_by(|a, b| b.level.total_cmp(&a.level).then_with(|| a.key.cmp(&b.key)));
         let more = keys.len().saturating_sub(top);
         keys.truncate(top);
+        keys.sort_by(|a, b| a.key.cmp(&b.key));
         ActionView {
             action: action.action.clone(),
             algorithm: action.algorithm.clone(),
@@ -142,7 +144,7 @@ mod tests {
     }
 
     #[test]
-    fn fullest_keys_first_and_the_rest_counted() {
+    fn the_fullest_keys_are_kept_in_a_steady_order_and_the_rest_counted() {
         let body = LevelsBody {
             at_ms: 1,
             actions: vec![ActionLevels {
@@ -156,12 +158,12 @@ mod tests {
         };
         let view = &live_view(&body, 3)[0];
         let names: Vec<&str> = view.funnels.iter().map(|f| f.key.as_str()).collect();
-        assert_eq!(names, ["c", "a", "b"]);
+        assert_eq!(names, ["a", "b", "c"]);
         assert_eq!(view.more, 1);
         assert_eq!(view.allowed_text, "2.5/s");
         assert!(view.denying);
-        assert_eq!(view.funnels[0].tone, Tone::Full);
-        assert_eq!(view.funnels[0].level_text, "10 / 10");
+        assert_eq!(view.funnels[2].tone, Tone::Full);
+        assert_eq!(view.funnels[2].level_text, "10 / 10");
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
         <section class="card live" aria-labelledby="live-title">
             <div class="section-head">
                 <h2 id="live-title">"Live"</h2>
-                <p class="hint">"Fullest keys per action, updated twice a second."</p>
+                <p class="hint">"The fullest keys of each action, updated twice a second."</p>
             </div>
             <Show
                 when=move || !actions.get().is_empty()
