@@ -58,3 +58,19 @@ def test_backend_killed_and_restarted_under_load(stack_up):
     assert envoy.proc.alive() and envoy.proc.popen.pid == pid_envoy, "Envoy was not restarted"
     assert burst(envoy, victim, n=1) == [(429, None)], "throttle state in Redis outlived the backend"
     assert [r["action"] for r in backend.admin("GET", "/v1/rules").json()["rules"]] == ["e2e_limited"]
+
+
+def test_a_backend_started_while_redis_is_down_exits_at_once_saying_why(tmp):
+    """Fail fast at start (a supervisor restarts it), never a backend that looks up but has no
+    store and no rules."""
+    dead = stack.free_port()
+    b = rstack.Backend(tmp, f"redis://127.0.0.1:{dead}/")
+    b.proc = stack.Proc([stack.SLUICE, "--decision-listen", f"127.0.0.1:{b.decision_port}",
+                         "--admin-listen", f"127.0.0.1:{b.admin_port}", "--redis-url", b.redis_url,
+                         "--admin-token", rstack.TOKEN], tmp / "sluice-no-redis.log")
+    try:
+        code = b.proc.popen.wait(timeout=15)
+    finally:
+        b.stop()
+    assert code != 0
+    assert "cannot connect to Redis" in b.log_text(), b.log_text()
