@@ -15,6 +15,8 @@ fail() { echo "sluice: $*" >&2; exit 1; }
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   apt_install nodejs npm || fail "could not install node and npm; install Node.js 18+ with npm"
 fi
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+[ "$node_major" -ge 20 ] || fail "the browser tests need Node.js 20 or newer (playwright-core); found $(node --version 2>/dev/null || echo none): install Node 20+ (e.g. from NodeSource)"
 command -v chromium >/dev/null || apt_install chromium || fail "could not install Debian chromium; run: apt-get install chromium"
 
 # trunk 0.22+ needs a newer rustc than this project's; a cold install takes about 8 minutes.

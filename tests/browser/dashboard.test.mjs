@@ -6,11 +6,12 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { startStack, adminApi, throttle, waitFor } from './stack.mjs';
 
-const repo = resolve(import.meta.dirname, '..', '..');
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const bin = process.env.SLUICE_BIN ?? join(repo, 'target', 'debug', 'sluice');
 const dashboardDir = process.env.SLUICE_DASHBOARD_DIR ?? join(repo, 'dashboard', 'dist');
 const artifacts = process.env.SLUICE_ARTIFACTS ?? join(repo, 'artifacts');

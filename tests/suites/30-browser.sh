@@ -17,5 +17,5 @@ export SLUICE_DASHBOARD_DIR="$PWD/dashboard/dist"
 export SLUICE_ARTIFACTS="$PWD/artifacts"
 rm -f artifacts/screenshots/*.png
 # Bounded as a whole: every wait inside is bounded too.
-(cd tests/browser && timeout 600 node --test --test-concurrency=1 dashboard.test.mjs)
+(cd tests/browser && timeout 600 node --test dashboard.test.mjs)
 echo "browser suite: screenshots in artifacts/screenshots/"
