@@ -225,15 +225,16 @@ test('delete it', async () => {
 });
 
 test("traffic to one key makes its funnel rise, then drain", async () => {
-  // 20 back to back, draining 10 per second: full in a moment, empty two seconds later.
+  // Room for 20 back to back, draining 5 per second: full in a moment, empty four seconds later
+  // (slow enough to be seen at two snapshots a second on a busy machine).
   const put = await api('PUT', '/v1/rules/live-demo', {
-    action: 'live-demo', algorithm: 'gcra', capacity: 20, rate: { count: 10, period: '1s' },
+    action: 'live-demo', algorithm: 'gcra', capacity: 20, rate: { count: 5, period: '1s' },
   });
   assert.equal(put.status, 200, put.text);
   await page.click('#tab-live');
   await page.locator('article.action-card[data-action="live-demo"]').waitFor();
   const answers = [];
-  for (let i = 0; i < 24; i++) answers.push(await throttle(stack, 'live-demo', 'alice'));
+  for (let i = 0; i < 30; i++) answers.push(await throttle(stack, 'live-demo', 'alice'));
   assert.ok(answers.some((a) => !a.body.allowed), 'some requests were denied');
   const peak = await waitFor('alice\'s funnel to rise', async () => {
     const level = await levelOf('alice');
@@ -245,7 +246,7 @@ test("traffic to one key makes its funnel rise, then drain", async () => {
   await waitFor('alice\'s funnel to drain', async () => {
     const level = await levelOf('alice');
     return level === null || level < peak / 2;
-  }, { timeout: 6000 });
+  }, { timeout: 8000 });
 });
 
 test('a key that looks like HTML is shown as text', async () => {
