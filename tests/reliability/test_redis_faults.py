@@ -127,6 +127,8 @@ def outage(redis, envoy, backend, keep_data):
         assert requests.get(backend.decision_url + "/readyz", timeout=5).status_code == 503
         r = backend.throttle("e2e_limited", rstack.user("direct"))
         assert r.status_code == 503 and r.json()["error"] in ("store_unavailable", "store_timeout"), r.text
+        w = backend.admin("PUT", "/v1/rules/e2e_other", json={**RULE, "action": "e2e_other"})
+        assert w.status_code == 503, f"a rule write while Redis is down: {w.status_code} {w.text}"
         while time.monotonic() - killed < OUTAGE_S:
             time.sleep(0.05)
         down = [a for a in load.answers if a.started > killed + 0.2]
