@@ -25,8 +25,8 @@ const NOT_BUILT: &str = r#"<!doctype html>
 <body>
 <h1>sluice</h1>
 <p>The admin API is running, but the dashboard has not been built.</p>
-<p>Build it with <code>cd dashboard &amp;&amp; trunk build --release</code> (this writes
-<code>dashboard/dist</code>), then restart <code>sluice</code> from the repository root, or point it at
+<p>Build it with <code>scripts/install/40-dashboard.sh &amp;&amp; scripts/build-dashboard.sh</code>
+from the repository root (this writes <code>dashboard/dist</code>), then restart <code>sluice</code> from the repository root, or point it at
 the build with <code>--dashboard-dir DIR</code> (<code>SLUICE_DASHBOARD_DIR</code>).</p>
 <p>The API is described at <a href="/v1/openapi.json">/v1/openapi.json</a>.</p>
 </body></html>
