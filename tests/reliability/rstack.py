@@ -149,8 +149,10 @@ class Answer:
 
 @dataclass
 class Load:
-    """Background GETs through Envoy from a few threads, paced to a bounded rate and stopped by
-    count or time, recording every answer (or the exception if there was none)."""
+    """Background GETs through Envoy from a few threads, paced (one request per `pause_s` per
+    thread) and stopped by count or time, recording every answer (or the exception if there was
+    none). With `users` None every request is a fresh user, so each one is a callout that a
+    healthy stack allows."""
     envoy: object
     path: str
     listeners: list
@@ -158,7 +160,7 @@ class Load:
     pause_s: float = 0.02
     max_seconds: float = 60.0
     max_requests: int = 20000
-    users: list = field(default_factory=lambda: [user("load") for _ in range(8)])
+    users: list = None
     answers: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -175,7 +177,7 @@ class Load:
                 if len(self.answers) >= self.max_requests:
                     return
             listener = rnd.choice(self.listeners)
-            who = rnd.choice(self.users)
+            who = rnd.choice(self.users) if self.users else user("load")
             a = Answer(listener, who, time.monotonic(), 0.0)
             try:
                 r = session.get(self.envoy.url(listener) + self.path, headers={"x-user": who}, timeout=10)
@@ -200,7 +202,3 @@ class Load:
         for t in self._workers:
             t.join(timeout=15)
         return self
-
-    def between(self, start, end):
-        with self._lock:
-            return [a for a in self.answers if start <= a.started <= end]

