@@ -128,8 +128,10 @@ def test_a_foreign_cell_key(redis, backend):
 def test_the_rules_key_clobbered(redis, backend):
     """The rules hash replaced by a string: rule writes fail clearly, decisions keep using the
     cached rules, and once the key is deleted the backend publishes its rules again."""
-    redis.cli("DEL", "{sluice:rules}", "{sluice:rules}:version")
-    redis.cli("SET", "{sluice:rules}", "foreign")
+    # In one step: a rules poll between a DEL and a SET would republish in between.
+    redis.cli("EVAL", "redis.call('DEL', KEYS[1], KEYS[2]); return redis.call('SET', KEYS[1], 'foreign')",
+              "2", "{sluice:rules}", "{sluice:rules}:version")
+    assert redis.cli("TYPE", "{sluice:rules}") == "string"
     r = backend.admin("PUT", "/v1/rules/fk_new", json={"algorithm": "gcra", "capacity": 1,
                                                        "rate": {"count": 1, "period": "1h"}})
     assert_wrong_type(r, "{sluice:rules}")
