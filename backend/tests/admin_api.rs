@@ -236,7 +236,7 @@ async fn the_dashboard_page_explains_how_to_build_it_with_security_headers() {
     assert_eq!(headers.get("referrer-policy").map(|v| v.as_bytes()), Some(&b"no-referrer"[..]));
     assert_eq!(headers.get("x-frame-options").map(|v| v.as_bytes()), Some(&b"DENY"[..]));
     let page = r.text().await.expect("text");
-    assert!(page.contains("trunk build"), "{page}");
+    assert!(page.contains("scripts/build-dashboard.sh"), "{page}");
     // Security headers on API answers too (401 included).
     let r = s.http.get(format!("{}/v1/rules", s.admin)).send().await.expect("get");
     assert_eq!(r.status().as_u16(), 401);
