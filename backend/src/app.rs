@@ -204,13 +204,14 @@ pub async fn run(
         });
     }
     // If either server fails, the other stops too.
+    let header_read_timeout = config.header_read_timeout;
     let decision_server = async {
-        let r = serve(listeners.decision, http::decision_router(app.clone()), stop_rx.clone()).await;
+        let r = serve(listeners.decision, http::decision_router(app.clone()), header_read_timeout, stop_rx.clone()).await;
         let _ = stop_tx.send(true);
         r
     };
     let admin_server = async {
-        let r = serve(listeners.admin, http::admin_router(app.clone(), dashboard), stop_rx.clone()).await;
+        let r = serve(listeners.admin, http::admin_router(app.clone(), dashboard), header_read_timeout, stop_rx.clone()).await;
         let _ = stop_tx.send(true);
         r
     };
@@ -225,11 +226,12 @@ pub async fn run(
     d.and(a)
 }
 
-async fn serve(listener: TcpListener, router: axum::Router, mut stop: watch::Receiver<bool>) -> Result<(), RunError> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await?;
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    header_read_timeout: Duration,
+    stop: watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    crate::serve::serve(listener, router, header_read_timeout, stop).await?;
     Ok(())
 }

@@ -63,6 +63,12 @@ pub struct Cli {
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_in_flight: u64,
 
+    /// Bound on reading a request's headers on both listeners (slow clients are cut off); the
+    /// body must follow within the same time, and a keep-alive connection idle this long closes.
+    #[arg(long, env = "SLUICE_HEADER_READ_TIMEOUT_MS", value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub header_read_timeout_ms: u64,
+
     /// Prefix of every Redis key sluice writes (to share one Redis between deployments).
     #[arg(long, env = "SLUICE_KEY_PREFIX", value_name = "PREFIX", default_value = "sluice")]
     pub key_prefix: String,
@@ -152,6 +158,7 @@ impl Cli {
         config.store_deadline = store_deadline;
         config.import_rules = import_rules;
         config.dashboard_dir = dashboard_dir;
+        config.header_read_timeout = Duration::from_millis(self.header_read_timeout_ms);
         Ok(config)
     }
 }

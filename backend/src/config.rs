@@ -67,6 +67,9 @@ pub struct Config {
     pub dashboard_dir: Option<PathBuf>,
     /// Background cadences.
     pub intervals: Intervals,
+    /// Bound on reading a request's head on both listeners (and its body after the head, and a
+    /// keep-alive connection's idle time), so slow clients cannot hold connections forever.
+    pub header_read_timeout: Duration,
 }
 
 impl Config {
@@ -79,6 +82,7 @@ impl Config {
             import_rules: Vec::new(),
             dashboard_dir: None,
             intervals: Intervals::default(),
+            header_read_timeout: crate::serve::DEFAULT_HEADER_READ_TIMEOUT,
         }
     }
 }

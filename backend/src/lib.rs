@@ -13,6 +13,7 @@ pub mod http;
 pub mod levels;
 pub mod metrics;
 pub mod rules;
+pub mod serve;
 pub mod store;
 
 pub use app::{run, Listeners, RunError};

@@ -1,0 +1,157 @@
+//! The HTTP/1.1 serve loop of both listeners, with bounds on slow clients.
+//!
+//! `axum::serve` gives hyper no timer, so a client that sends half a request and then nothing
+//! holds its connection, and a file descriptor, forever; enough of them exhaust `ulimit -n` and
+//! then neither listener can accept (slowloris). Here every connection is bounded:
+//!
+//! - **Request head**: it must arrive in full within `header_read_timeout` of the server starting
+//!   to wait for it (hyper's `header_read_timeout`; the deadline does not move when bytes trickle
+//!   in). This also holds between requests on a keep-alive connection, so a keep-alive connection
+//!   idle for that long is closed: idle connections are bounded too, at no extra cost.
+//! - **Request body**: it must arrive in full within the same time after the head ([`DeadlineBody`];
+//!   the timer is only armed if the body is not already there, so the common small body that
+//!   arrives with its head costs one clock read).
+//! - **Accept errors** (`EMFILE` when descriptors run out): accepting pauses 100 ms and resumes,
+//!   with one warning per second at most, instead of spinning or giving up on the listener.
+//!
+//! Keep-alive stays on (Envoy reuses its connections to the decision listener); `TCP_NODELAY`
+//! is set so small responses are never held back by Nagle's algorithm. Graceful shutdown stops
+//! accepting, lets in-flight requests finish and closes idle connections at once.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::extract::Request;
+use axum::Router;
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Sleep;
+use tower::ServiceExt;
+
+/// Default bound on reading a request's head (and its body, and a keep-alive connection's idle
+/// time).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause after an accept error that is not about one connection (e.g. out of descriptors).
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Serves `router` on `listener` until `stop` turns true (or its sender is dropped), then shuts
+/// down gracefully: no new connections, in-flight requests finish, idle connections close.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    header_read_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout).keep_alive(true);
+    let service = router.map_request(move |req: Request<Incoming>| {
+        req.map(|body| DeadlineBody::new(body, header_read_timeout))
+    });
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                    last_warning = Some(Instant::now());
+                    tracing::warn!(
+                        error = %e,
+                        addr = ?listener.local_addr().ok(),
+                        "cannot accept connections (out of file descriptors? raise ulimit -n); retrying every 100 ms"
+                    );
+                }
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => break,
+                    _ = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => continue,
+                }
+            }
+        };
+        // Best effort: a socket that refuses the option still serves.
+        let _ = stream.set_nodelay(true);
+        let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service.clone()));
+        let watched = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = watched.await {
+                tracing::debug!(error = %e, "connection closed with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Errors about one connection that went away before it was accepted: just accept the next.
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// A request body that must arrive in full within a bound after its head, so a client cannot
+/// hold a connection by sending a `Content-Length` and then trickling (or never sending) bytes.
+pub struct DeadlineBody {
+    inner: Incoming,
+    started: Instant,
+    limit: Duration,
+    /// Armed on the first poll that finds no data ready.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl DeadlineBody {
+    /// Wraps `inner`; the bound runs from now.
+    pub fn new(inner: Incoming, limit: Duration) -> DeadlineBody {
+        DeadlineBody { inner, started: Instant::now(), limit, timer: None }
+    }
+}
+
+/// The request body did not arrive within the bound.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {0} ms")]
+pub struct BodyTimeout(u64);
+
+impl Body for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|r| r.map_err(axum::BoxError::from)));
+        }
+        let deadline = tokio::time::Instant::from_std(this.started + this.limit);
+        let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                let ms = u64::try_from(this.limit.as_millis()).unwrap_or(u64::MAX);
+                Poll::Ready(Some(Err(Box::new(BodyTimeout(ms)))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
