@@ -3,8 +3,9 @@
 //! The store holds the truth and a version counter. Each replica polls the version (cheap) and
 //! reloads on change, so a write through any replica is in force everywhere within one poll plus
 //! one load (well under 1 s at the default 250 ms). While the store is down the cache keeps
-//! serving; if the store comes back empty (a restarted Redis without persistence) the cached
-//! rules are published again, so a Redis restart does not silently drop every limit.
+//! serving; if the store comes back empty (a restarted Redis without persistence, or the rules
+//! key deleted or evicted on its own: the version lives inside it) the cached rules are published
+//! again, so losing the rules in Redis does not silently drop every limit.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -108,16 +109,32 @@ impl RuleCache {
 }
 
 /// What one poll did (for logs and tests).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PollOutcome {
     /// The version matched the cache.
     Unchanged,
     /// The rules were reloaded.
     Reloaded,
-    /// The store was empty and the cached rules were published again.
+    /// The store held no rules bookkeeping (wiped, restarted empty, or the rules key deleted or
+    /// evicted) and the cached rules were published again.
     Republished,
-    /// The store could not be asked; the cache keeps serving.
-    StoreDown,
+    /// The store could not be asked (unreachable, timed out, overloaded); the cache keeps
+    /// serving. Holds the error.
+    StoreDown(String),
+    /// The store answered but its rules bookkeeping cannot be read (a version that is not a
+    /// number, foreign data in the rules key); the cache keeps serving until it is repaired.
+    /// Holds the error.
+    Unreadable(String),
+}
+
+/// Sorts a failed store call into "cannot reach" and "cannot read", so the log says which.
+fn failed(e: &StoreError) -> PollOutcome {
+    match e {
+        StoreError::Corrupt(_) | StoreError::WrongType { .. } => PollOutcome::Unreadable(e.to_string()),
+        StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Overloaded(_) => {
+            PollOutcome::StoreDown(e.to_string())
+        }
+    }
 }
 
 /// One poll: compare versions, reload on change, republish if the store lost everything.
@@ -134,35 +151,37 @@ pub async fn poll_once(cache: &RuleCache, store: &dyn Store) -> PollOutcome {
         Ok(None) => {
             tracing::warn!(
                 rules = cached.rules.len(),
-                "the store holds no rules at all (a restarted or wiped Redis?); publishing this replica's {} cached rules again",
+                "the store holds no rules at all (a restarted or wiped Redis, or the rules key deleted or evicted?); publishing this replica's {} cached rules again",
                 cached.rules.len()
             );
             for rule in cached.rules.values() {
                 if let Err(e) = store.put_rule(rule).await {
                     tracing::warn!(error = %e, "could not republish the cached rules; serving them from cache and retrying");
-                    return PollOutcome::StoreDown;
+                    return failed(&e);
                 }
             }
             match cache.reload(store).await {
                 Ok(_) => PollOutcome::Republished,
-                Err(_) => PollOutcome::StoreDown,
+                Err(e) => failed(&e),
             }
         }
         Ok(Some(_)) => match cache.reload(store).await {
             Ok(_) => PollOutcome::Reloaded,
             Err(e) => {
                 tracing::debug!(error = %e, "rules reload failed; keeping the cached rules");
-                PollOutcome::StoreDown
+                failed(&e)
             }
         },
         Err(e) => {
             tracing::debug!(error = %e, "rules version poll failed; keeping the cached rules");
-            PollOutcome::StoreDown
+            failed(&e)
         }
     }
 }
 
-/// Polls every `every` until `stop` turns true, logging store outages once per outage.
+/// Polls every `every` until `stop` turns true. Trouble is logged once when it starts (or its
+/// cause changes) and once when it ends: an unreachable store at WARN, unreadable rules
+/// bookkeeping at ERROR (someone must repair it).
 pub async fn refresh_loop(
     cache: Arc<RuleCache>,
     store: Arc<dyn Store>,
@@ -172,27 +191,40 @@ pub async fn refresh_loop(
 ) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut down = false;
+    // The trouble last logged: None, or the outcome that started it.
+    let mut trouble: Option<PollOutcome> = None;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         let outcome = poll_once(&cache, store.as_ref()).await;
-        match outcome {
-            PollOutcome::StoreDown if !down => {
-                down = true;
-                tracing::warn!(
-                    rules = cache.current().rules.len(),
-                    "cannot reach the store to refresh rules; serving the cached rules until it is back"
-                );
+        match &outcome {
+            PollOutcome::StoreDown(error) => {
+                if !matches!(trouble, Some(PollOutcome::StoreDown(_))) {
+                    tracing::warn!(
+                        rules = cache.current().rules.len(),
+                        error = %error,
+                        "cannot reach the store to refresh rules; serving the cached rules until it is back"
+                    );
+                    trouble = Some(outcome.clone());
+                }
             }
-            PollOutcome::StoreDown => {}
-            _ if down => {
-                down = false;
-                tracing::info!("store reachable again; rules refresh resumed");
+            PollOutcome::Unreadable(error) => {
+                if trouble.as_ref() != Some(&outcome) {
+                    tracing::error!(
+                        rules = cache.current().rules.len(),
+                        error = %error,
+                        "the rules in the store cannot be read; serving this replica's cached rules until it is repaired (fix or delete the rules key: once it is deleted, the cached rules are published again)"
+                    );
+                    trouble = Some(outcome.clone());
+                }
             }
-            _ => {}
+            _ => match trouble.take() {
+                Some(PollOutcome::StoreDown(_)) => tracing::info!("store reachable again; rules refresh resumed"),
+                Some(_) => tracing::info!("the rules in the store are readable again; rules refresh resumed"),
+                None => {}
+            },
         }
         if matches!(outcome, PollOutcome::Reloaded | PollOutcome::Republished) {
             let set = cache.current();

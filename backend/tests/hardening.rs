@@ -15,10 +15,17 @@ mod harness;
 #[path = "support/mod.rs"]
 mod support;
 
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use harness::Sluice;
+use sluice_backend::rules::{poll_once, PollOutcome, RuleCache, RuleSet};
+use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
+use sluice_backend::store::Store;
 use sluice_backend::{Config, StoreChoice};
+use sluice_core::Rule;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -26,6 +33,8 @@ use tokio::net::TcpStream;
 const TIMEOUT: Duration = Duration::from_millis(300);
 /// Slack on top of it for a busy 2-core machine.
 const SLACK: Duration = Duration::from_millis(1500);
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 async fn start_short_timeout() -> Sluice {
     let mut config = Config::new(StoreChoice::Memory, harness::TOKEN);
@@ -192,4 +201,246 @@ async fn graceful_shutdown_is_not_held_by_a_slow_client() {
     let started = Instant::now();
     s.stop().await;
     assert!(started.elapsed() < Duration::from_secs(2), "shutdown took {:?}", started.elapsed());
+}
+
+// ---- The rules bookkeeping ----
+
+/// The `sluice` binary, its stderr collected (the tests read its log lines).
+struct Running {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    decision: String,
+    admin: String,
+}
+
+impl Running {
+    /// Starts the binary on free ports with `args` and waits until `/readyz` answers 200.
+    async fn start(args: &[&str]) -> Running {
+        let decision = format!("127.0.0.1:{}", support::free_port());
+        let admin = format!("127.0.0.1:{}", support::free_port());
+        let mut child = Command::new(BIN)
+            .args(["--decision-listen", &decision, "--admin-listen", &admin, "--admin-token", harness::TOKEN])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("stderr pipe");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().expect("lock").push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let running = Running { child, stderr, decision, admin };
+        let http = harness::client();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(r) = http.get(format!("http://{}/readyz", running.admin)).send().await {
+                if r.status().is_success() {
+                    return running;
+                }
+            }
+            assert!(Instant::now() < deadline, "sluice not ready; stderr:\n{}", running.stderr());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().expect("lock").clone()
+    }
+
+    async fn throttle(&self, action: &str, key: &str) -> (u16, serde_json::Value) {
+        let r = harness::client()
+            .post(format!("http://{}/v1/throttle", self.decision))
+            .json(&serde_json::json!({"action": action, "key": key}))
+            .send()
+            .await
+            .expect("throttle");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or_default())
+    }
+
+    async fn put_rule(&self, rule: serde_json::Value) -> (u16, serde_json::Value) {
+        let action = rule["action"].as_str().expect("action").to_owned();
+        let r = harness::client()
+            .put(format!("http://{}/v1/rules/{action}", self.admin))
+            .bearer_auth(harness::TOKEN)
+            .json(&rule)
+            .send()
+            .await
+            .expect("put rule");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or_default())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rules_file(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-hardening-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("rules.yaml");
+    std::fs::write(
+        &path,
+        "rules:\n  - action: post\n    algorithm: gcra\n    capacity: 5\n    rate: { count: 1, period: 1h }\n  - action: login\n    algorithm: sliding_log\n    capacity: 3\n    window: 1h\n",
+    )
+    .expect("write rules");
+    path
+}
+
+/// Polls `check` every 10 ms until it holds; returns how long that took, or panics after `within`.
+async fn time_until(within: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    loop {
+        if check() {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_key_deleted_alone_is_republished_within_a_second() {
+    let redis = support::RedisServer::start();
+    let rules = rules_file("deleted");
+    let sluice = Running::start(&["--redis-url", &redis.url(), "--rules", rules.to_str().expect("utf-8")]).await;
+    let hkeys = || {
+        let mut keys: Vec<String> = redis.cli(&["HKEYS", "{sluice:rules}"]).split_whitespace().map(str::to_owned).collect();
+        keys.sort();
+        keys
+    };
+    let both_rules = || {
+        let keys = hkeys();
+        keys.iter().any(|k| k == "post") && keys.iter().any(|k| k == "login")
+    };
+    assert!(both_rules());
+
+    // A stray DEL (or an eviction) of the rules hash alone.
+    assert_eq!(redis.cli(&["DEL", "{sluice:rules}"]).trim(), "1");
+    let took = time_until(Duration::from_secs(5), "rules back in Redis", both_rules).await;
+    eprintln!("rules republished {took:?} after the DEL");
+    assert!(took < Duration::from_millis(1500), "republished after {took:?} (poll every 250 ms; bound ~1 s)");
+    time_until(Duration::from_secs(2), "the republish log line", || {
+        sluice.stderr().contains("publishing this replica's 2 cached rules again")
+    })
+    .await;
+    // Decisions never lost their rules, and a replica started now finds them in the store.
+    assert_eq!(sluice.throttle("post", "u").await.0, 200);
+    let other = Sluice::start(harness::redis(&redis.url())).await;
+    let (_, listed) = other.admin_get("/v1/rules").await;
+    let actions: Vec<&str> = listed["rules"].as_array().expect("rules").iter().filter_map(|r| r["action"].as_str()).collect();
+    assert_eq!(actions, ["login", "post"], "{listed}");
+    other.stop().await;
+    // The version lives inside the rules hash, so the two cannot be lost apart.
+    assert_eq!(hkeys(), ["#version", "login", "post"]);
+    assert_eq!(redis.cli(&["EXISTS", "{sluice:rules}:version"]).trim(), "0", "no separate version key");
+    let _ = std::fs::remove_dir_all(rules.parent().expect("dir"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_version_that_is_not_a_number_is_reported_as_unreadable() {
+    let redis = support::RedisServer::start();
+    let rules = rules_file("corrupt");
+    let sluice = Running::start(&["--redis-url", &redis.url(), "--rules", rules.to_str().expect("utf-8")]).await;
+    redis.cli(&["HSET", "{sluice:rules}", "#version", "not-a-number"]);
+    time_until(Duration::from_secs(3), "the unreadable-rules log line", || {
+        sluice.stderr().contains("the rules in the store cannot be read")
+    })
+    .await;
+    let log = sluice.stderr();
+    assert!(log.contains("not-a-number"), "the log names the bad value:\n{log}");
+    assert!(!log.contains("cannot reach the store"), "Redis is reachable; the log must not say otherwise:\n{log}");
+    // Decisions keep the cached rules; a rule write is refused clearly, naming the key.
+    assert_eq!(sluice.throttle("post", "u").await.0, 200);
+    let (status, body) = sluice
+        .put_rule(serde_json::json!({"action": "new", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}))
+        .await;
+    assert_eq!((status, body["error"].as_str()), (500, Some("store_wrong_type")), "{body}");
+    assert!(body["message"].as_str().unwrap_or_default().contains("{sluice:rules}"), "{body}");
+    // Repaired: the log says so and writes work again.
+    redis.cli(&["HSET", "{sluice:rules}", "#version", "41"]);
+    time_until(Duration::from_secs(3), "the readable-again log line", || {
+        sluice.stderr().contains("the rules in the store are readable again")
+    })
+    .await;
+    let (status, body) = sluice
+        .put_rule(serde_json::json!({"action": "new", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(redis.cli(&["HGET", "{sluice:rules}", "#version"]).trim(), "42");
+    let _ = std::fs::remove_dir_all(rules.parent().expect("dir"));
+}
+
+async fn redis_store(redis: &support::RedisServer) -> RedisStore {
+    let mut config = RedisConfig::new(RedisTarget::Single(redis.url()));
+    config.timeout = Duration::from_secs(5);
+    RedisStore::connect(config).await.expect("connect")
+}
+
+fn rule(json: &str) -> Rule {
+    Rule::from_json_str(json).expect("valid rule")
+}
+
+#[tokio::test]
+async fn the_old_layout_with_a_separate_version_key_is_read_and_migrated() {
+    let redis = support::RedisServer::start();
+    let json = r#"{"action":"post","algorithm":"gcra","capacity":5,"rate":{"count":10,"period":"1m"}}"#;
+    redis.cli(&["HSET", "{sluice:rules}", "post", json]);
+    redis.cli(&["SET", "{sluice:rules}:version", "7"]);
+    let store = redis_store(&redis).await;
+    let snapshot = store.load_rules().await.expect("load");
+    assert_eq!(snapshot.version, Some(7));
+    assert_eq!(snapshot.rules, vec![rule(json)]);
+    assert_eq!(redis.cli(&["HGET", "{sluice:rules}", "#version"]).trim(), "7", "moved into the hash");
+    assert_eq!(redis.cli(&["EXISTS", "{sluice:rules}:version"]).trim(), "0", "the old key is gone");
+    assert_eq!(store.rules_version().await.expect("version"), Some(7));
+    assert_eq!(store.put_rule(&rule(json)).await.expect("put"), 8);
+
+    // The old layout with the hash already lost: the version goes too, so replicas republish.
+    let other = support::RedisServer::start();
+    other.cli(&["SET", "{sluice:rules}:version", "3"]);
+    let store = redis_store(&other).await;
+    let snapshot = store.load_rules().await.expect("load");
+    assert_eq!((snapshot.version, snapshot.rules.len()), (None, 0));
+    assert_eq!(other.cli(&["EXISTS", "{sluice:rules}:version"]).trim(), "0");
+}
+
+#[tokio::test]
+async fn deleting_every_rule_keeps_the_version_so_nothing_is_republished() {
+    let redis = support::RedisServer::start();
+    let store = redis_store(&redis).await;
+    let a = rule(r#"{"action":"a","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"1s"}}"#);
+    store.put_rule(&a).await.expect("put");
+    // Another replica caches {a} at version 1.
+    let replica = RuleCache::new(RuleSet::from_snapshot(store.load_rules().await.expect("load")));
+    assert_eq!(store.delete_rule(a.action()).await.expect("delete"), Some(2));
+    assert_eq!(store.rules_version().await.expect("version"), Some(2), "an empty set keeps its version");
+    assert_eq!(poll_once(&replica, &store).await, PollOutcome::Reloaded, "the deletion reaches the replica");
+    assert!(replica.current().rules.is_empty());
+    assert_eq!(poll_once(&replica, &store).await, PollOutcome::Unchanged);
+    assert_eq!(redis.cli(&["HKEYS", "{sluice:rules}"]).trim(), "#version", "the deleted rule was not republished");
+
+    // Whereas the hash lost outright is noticed and the cached rules come back.
+    store.put_rule(&a).await.expect("put");
+    assert_eq!(poll_once(&replica, &store).await, PollOutcome::Reloaded);
+    redis.cli(&["DEL", "{sluice:rules}"]);
+    assert_eq!(store.rules_version().await.expect("version"), None);
+    assert_eq!(poll_once(&replica, &store).await, PollOutcome::Republished);
+    assert_eq!(store.load_rules().await.expect("load").rules, vec![a]);
+    // A corrupt version is "unreadable", not "store down".
+    redis.cli(&["HSET", "{sluice:rules}", "#version", "x"]);
+    assert!(matches!(poll_once(&replica, &store).await, PollOutcome::Unreadable(e) if e.contains("#version")));
 }

@@ -3,7 +3,8 @@
 //!
 //! - throttle state: `<prefix>:{<action>:<subject>}:<algorithm>`
 //! - `cl.throttle` state: `<prefix>:cell:{<subject>}`
-//! - rules: hash `{<prefix>:rules}` and version counter `{<prefix>:rules}:version` (one slot)
+//! - rules: hash `{<prefix>:rules}`, action -> rule JSON, with the version in its field `#version`
+//!   (older releases kept the version in `{<prefix>:rules}:version`, same slot: migrated on load)
 //! - activity: `{<prefix>:activity:<action>}:recent` (zset) and `...:counts` (hash)
 //!
 //! A subject is any string. One over 128 bytes, or containing `{` or `}` (which would move the
@@ -47,7 +48,8 @@ impl KeyLayout {
         format!("{}:cell:{{{}}}", self.prefix, stored_subject(subject))
     }
 
-    /// The rules hash and its version counter (same slot).
+    /// The rules hash (which holds the version in a field) and the separate version key of older
+    /// releases, migrated and deleted by `load_rules` (same slot).
     pub(crate) fn rules(&self) -> [String; 2] {
         let tag = format!("{{{}:rules}}", self.prefix);
         [tag.clone(), format!("{tag}:version")]

@@ -33,6 +33,11 @@ pub use self::keys::MAX_RAW_SUBJECT;
 
 /// Keys of recent activity kept per action.
 pub const ACTIVITY_KEEP: usize = 200;
+/// The field of the rules hash that holds the rules version. Kept inside the hash (not in a key
+/// of its own) so that losing the hash, by a stray `DEL` or eviction, loses the version too: the
+/// replicas then see no version and publish their cached rules again. No action can be named so
+/// (actions are `[A-Za-z0-9_.:-]`).
+pub const VERSION_FIELD: &str = "#version";
 /// Activity of an action vanishes after this long without traffic.
 const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
@@ -181,17 +186,20 @@ impl Store for RedisStore {
     }
 
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
-        let [hash, version_key] = self.keys.rules();
+        let [hash, legacy_version_key] = self.keys.rules();
         let mut conn = self.conn.clone();
         let (version, flat): (Option<String>, Vec<String>) = self
-            .bounded(&hash, self.scripts.rules_load.key(&hash).key(&version_key).invoke_async(&mut conn))
+            .bounded(&hash, self.scripts.rules_load.key(&hash).key(&legacy_version_key).invoke_async(&mut conn))
             .await?;
-        let version = version.map(|v| parse_u64(&v, &version_key)).transpose()?;
+        let version = version.map(|v| parse_version(&v, &hash)).transpose()?;
         let mut rules = BTreeMap::new();
         for pair in flat.chunks(2) {
             let [action, json] = pair else {
                 return Err(StoreError::Corrupt(format!("{hash}: odd HGETALL reply")));
             };
+            if action == VERSION_FIELD {
+                continue;
+            }
             let rule = Rule::from_json_str(json)
                 .map_err(|e| StoreError::Corrupt(format!("rule {action:?} in {hash}: {e}")))?;
             rules.insert(action.clone(), rule);
@@ -200,29 +208,29 @@ impl Store for RedisStore {
     }
 
     async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
-        let [hash, version_key] = self.keys.rules();
+        let [hash, _] = self.keys.rules();
         let json = rule.to_json().to_string();
         let mut conn = self.conn.clone();
         let mut invocation = self.scripts.rules_write.key(&hash);
-        invocation.key(&version_key).arg("put").arg(rule.action().as_str()).arg(json);
+        invocation.arg("put").arg(rule.action().as_str()).arg(json);
         self.bounded(&hash, invocation.invoke_async(&mut conn)).await
     }
 
     async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
-        let [hash, version_key] = self.keys.rules();
+        let [hash, _] = self.keys.rules();
         let mut conn = self.conn.clone();
         let mut invocation = self.scripts.rules_write.key(&hash);
-        invocation.key(&version_key).arg("del").arg(action.as_str());
+        invocation.arg("del").arg(action.as_str());
         self.bounded(&hash, invocation.invoke_async(&mut conn)).await
     }
 
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
-        let [_, version_key] = self.keys.rules();
+        let [hash, _] = self.keys.rules();
         let mut conn = self.conn.clone();
         let version: Option<String> = self
-            .bounded(&version_key, redis::cmd("GET").arg(&version_key).query_async(&mut conn))
+            .bounded(&hash, redis::cmd("HGET").arg(&hash).arg(VERSION_FIELD).query_async(&mut conn))
             .await?;
-        version.map(|v| parse_u64(&v, &version_key)).transpose()
+        version.map(|v| parse_version(&v, &hash)).transpose()
     }
 
     async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError> {
@@ -278,6 +286,14 @@ impl Store for RedisStore {
         let _: String = self.bounded("PING", redis::cmd("PING").query_async(&mut conn)).await?;
         Ok(())
     }
+}
+
+/// Parses the rules version held in the field [`VERSION_FIELD`] of the rules hash `hash`.
+fn parse_version(text: &str, hash: &str) -> Result<u64, StoreError> {
+    text.parse().map_err(|_| {
+        let shown: String = text.chars().take(40).collect();
+        StoreError::Corrupt(format!("the rules version (field {VERSION_FIELD} of {hash}) holds {shown:?}, not a whole number"))
+    })
 }
 
 fn parse_u64(text: &str, key: &str) -> Result<u64, StoreError> {
