@@ -11,6 +11,10 @@
 //! - **Request body**: it must arrive in full within the same time after the head ([`DeadlineBody`];
 //!   the timer is only armed if the body is not already there, so the common small body that
 //!   arrives with its head costs one clock read).
+//! - **Response writes**: a write that makes no progress for the same time (a client that stopped
+//!   reading its answer, e.g. a large asset or an SSE stream) fails and the connection closes
+//!   ([`StallGuard`]; the timer is only armed when the socket's send buffer is full). This also
+//!   keeps a stalled reader from holding up graceful shutdown.
 //! - **Accept errors** (`EMFILE` when descriptors run out): accepting pauses 100 ms and resumes,
 //!   with one warning per second at most, instead of spinning or giving up on the listener.
 //!
@@ -31,7 +35,8 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Sleep;
 use tower::ServiceExt;
@@ -84,7 +89,8 @@ pub async fn serve(
         };
         // Best effort: a socket that refuses the option still serves.
         let _ = stream.set_nodelay(true);
-        let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service.clone()));
+        let io = TokioIo::new(StallGuard::new(stream, header_read_timeout));
+        let connection = builder.serve_connection(io, TowerToHyperService::new(service.clone()));
         let watched = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = watched.await {
@@ -153,5 +159,87 @@ impl Body for DeadlineBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// A connection whose writes fail once they have made no progress for `stall`: a client that stops
+/// reading cannot hold its connection (and a descriptor) forever. The timer is armed only when a
+/// write finds the send buffer full, and disarmed by any progress.
+pub struct StallGuard {
+    inner: TcpStream,
+    stall: Duration,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl StallGuard {
+    /// Guards `inner` with the bound `stall`.
+    pub fn new(inner: TcpStream, stall: Duration) -> StallGuard {
+        StallGuard { inner, stall, timer: None }
+    }
+
+    /// Maps one write-side poll: progress disarms the timer; no progress arms it, and fails the
+    /// write once it fires.
+    fn guard<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Ready(result) => {
+                self.timer = None;
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                let stall = self.stall;
+                let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        self.timer = None;
+                        let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
+                        Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("the client read nothing of the response for {ms} ms"),
+                        )))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for StallGuard {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for StallGuard {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.guard(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.guard(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        this.guard(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.guard(cx, polled)
     }
 }

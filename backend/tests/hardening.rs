@@ -203,6 +203,33 @@ async fn graceful_shutdown_is_not_held_by_a_slow_client() {
     assert!(started.elapsed() < Duration::from_secs(2), "shutdown took {:?}", started.elapsed());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_its_answer_is_cut_off() {
+    const SIZE: usize = 32 << 20;
+    let dir = std::env::temp_dir().join(format!("sluice-hardening-{}-dash", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("index.html"), "<!doctype html><title>t</title>").expect("index");
+    std::fs::write(dir.join("big.bin"), vec![b'x'; SIZE]).expect("big file");
+    let mut config = Config::new(StoreChoice::Memory, harness::TOKEN);
+    config.header_read_timeout = TIMEOUT;
+    config.dashboard_dir = Some(dir.clone());
+    let s = Sluice::start_with(config).await;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("small receive buffer");
+    let mut c = socket.connect(host_port(&s.admin).parse().expect("addr")).await.expect("connect");
+    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+    // The stimulus: a client that reads nothing for well past the bound.
+    tokio::time::sleep(TIMEOUT + SLACK).await;
+    let (got, closed) = read_until_closed(&mut c, Duration::from_secs(10)).await;
+    assert!(closed, "the connection is still open");
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got[..got.len().min(200)]));
+    assert!(got.len() < SIZE, "the whole {} bytes were sent: the stalled writer was never cut off", got.len());
+    // Other clients were served all along, and shutdown is not held.
+    assert_eq!(s.http.get(format!("{}/healthz", s.admin)).send().await.expect("healthz").status().as_u16(), 200);
+    s.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // ---- The rules bookkeeping ----
 
 /// The `sluice` binary, its stderr collected (the tests read its log lines).
