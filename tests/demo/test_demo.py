@@ -66,21 +66,37 @@ def demo(tmp_path_factory):
     log.close()
 
 
+def burst(url, user, count):
+    return [requests.post(url, headers={"x-user-id": user}, json={"text": "hi"}, timeout=5)
+            for _ in range(count)]
+
+
 def test_a_curl_through_envoy_shows_headers_then_429_after_the_burst(demo):
     url = f"http://127.0.0.1:{demo['envoy']}/posts"
-    statuses = []
-    first = None
-    for _ in range(8):  # the demo's post rule: gcra, capacity 5
-        r = requests.post(url, headers={"x-user-id": "demo-test-user"}, json={"text": "hi"}, timeout=5)
-        first = first or r
-        statuses.append(r.status_code)
+    # Warm the path (Envoy's connection to the backend) so the 25 ms callout timeout is about
+    # the decision, not a cold start; bounded.
+    deadline = time.monotonic() + 30
+    while "x-ratelimit-remaining" not in burst(url, "demo-warm-up", 1)[0].headers:
+        assert time.monotonic() < deadline, "no rate-limit headers through Envoy within 30 s"
+        time.sleep(0.2)
+    # A burst as one fresh user. A fail-open answer (x-sluice-failure: the callout timed out on
+    # this loaded machine) makes a burst's count meaningless, so such a burst is retried with
+    # another fresh user, at most three times.
+    for attempt in range(3):
+        responses = burst(url, f"demo-test-user-{attempt}", 8)  # the demo's post rule: gcra, capacity 5
+        if not any("x-sluice-failure" in r.headers for r in responses):
+            break
+    else:
+        raise AssertionError("every burst saw a backend failure: " +
+                             str([r.headers.get("x-sluice-failure") for r in responses]))
+    statuses = [r.status_code for r in responses]
+    first = responses[0]
     assert first.status_code == 201
     assert first.headers["ratelimit-policy"] == '"post";q=5;w=30'
     assert first.headers["x-ratelimit-remaining"] == "4"
     assert statuses[:5] == [201] * 5, statuses
     assert statuses[5:] == [429] * 3, statuses
-    denied = requests.post(url, headers={"x-user-id": "demo-test-user"}, timeout=5)
-    assert denied.status_code == 429
+    denied = responses[-1]
     assert int(denied.headers["retry-after"]) >= 1
     assert denied.headers["content-type"] == "application/problem+json"
     assert denied.json()["action"] == "post"
