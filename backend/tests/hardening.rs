@@ -230,6 +230,60 @@ async fn a_client_that_stops_reading_its_answer_is_cut_off() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_past_the_descriptor_limit_are_shed_and_the_listener_recovers() {
+    // The binary under `ulimit -n 48`: 80 half-sent requests run it out of descriptors.
+    let (dport, aport) = (support::free_port(), support::free_port());
+    let script = format!(
+        "ulimit -n 48 && exec {BIN} --decision-listen 127.0.0.1:{dport} --admin-listen 127.0.0.1:{aport} \
+         --admin-token {} --header-read-timeout-ms 500",
+        harness::TOKEN
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice");
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stderr.take().expect("stderr");
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().expect("lock").push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let http = harness::client();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !matches!(http.get(format!("http://127.0.0.1:{dport}/healthz")).send().await, Ok(r) if r.status().is_success()) {
+        assert!(Instant::now() < deadline, "sluice not up:\n{}", log.lock().expect("lock"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut slow = Vec::new();
+    for _ in 0..80 {
+        let mut c = TcpStream::connect(format!("127.0.0.1:{dport}")).await.expect("connect (kernel backlog)");
+        c.write_all(b"GET /healthz HT").await.expect("write");
+        slow.push(c);
+    }
+    // A real request now waits in the backlog until slow clients are cut off, then is answered.
+    let started = Instant::now();
+    let fresh = harness::client();
+    let answer = fresh.get(format!("http://127.0.0.1:{dport}/healthz")).send().await;
+    let took = started.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = log.lock().expect("lock").clone();
+    let status = answer.map(|r| r.status().as_u16());
+    assert_eq!(status.ok(), Some(200), "answered after {took:?}; log:\n{log}");
+    assert!(took < Duration::from_secs(5), "answered only after {took:?}");
+    assert!(log.contains("cannot accept connections"), "the descriptor shortage is logged:\n{log}");
+}
+
 // ---- The rules bookkeeping ----
 
 /// The `sluice` binary, its stderr collected (the tests read its log lines).
