@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
-# Envoy benchmark: requests/s and p50/p99 latency through one Envoy, side by side, for
-#   no filter | Envoy's local_ratelimit (huge bucket) | sluice allowed | sluice denied (every
-#   request asks the backend) | sluice cached denial (answered from shared data)
-# and the ratio of the sluice allowed path to no filter.
+# Envoy benchmark: requests/s and p50/p99 latency through Envoy, side by side in one run, for
+#   no filter | Envoy's local_ratelimit (huge bucket) | sluice allowed, backend on the memory
+#   store | sluice allowed, backend on Redis | sluice denied (every request asks the backend),
+#   memory and Redis | sluice cached denial (answered from shared data, no callout)
+# and the ratios of the sluice allowed paths to no filter. Each row also shows where the CPU went:
+# microseconds of CPU per request in Envoy, the backend, redis-server and wrk, and the total CPU
+# use (200% = both cores of a 2-core machine busy). The memory-store rows isolate the callout's
+# cost from Redis's.
 # Load: wrk (Debian package), DURATION seconds per path after a 1 s warm-up, CONNECTIONS
-# connections, one wrk thread. Backend: release `sluice` on a real redis-server. Everything on
-# 127.0.0.1, stopped by PID at exit. Bounded: about 5 × (DURATION + 1) seconds of load.
-#   DURATION=5 CONNECTIONS=16 ENVOY_CONCURRENCY=1 benches/envoy/run.sh
+# connections, one wrk thread. Backends: release `sluice`, one on a real redis-server, one on the
+# memory store, each with BACKEND_THREADS tokio workers (default: one per CPU). The memory rows run
+# through a second Envoy rendered from the same envoy/bench.yaml, pointed at the memory backend
+# (idle while the other rows run). Everything on 127.0.0.1, stopped by PID at exit. Bounded:
+# about 7 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
+#   DURATION=5 CONNECTIONS=16 ENVOY_CONCURRENCY=1 BACKEND_THREADS=2 benches/envoy/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 DURATION=${DURATION:-5}
 CONNECTIONS=${CONNECTIONS:-16}
 ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
+BACKEND_THREADS=${BACKEND_THREADS:-$(nproc)}
+PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
 TOKEN=bench-admin-token-0123456789abcdef
 
 command -v wrk >/dev/null || { source scripts/apt.sh; apt_install wrk; }
 command -v redis-server >/dev/null || bash scripts/install/10-redis.sh
 [ -x .venv/bin/envoy ] || bash scripts/install/30-python.sh
-bash scripts/build-filter.sh >/dev/null
-cargo build --locked -q --release -p sluice-backend --bin sluice
+[ -n "${SKIP_BUILD:-}" ] || {
+  bash scripts/build-filter.sh >/dev/null
+  cargo build --locked -q --release -p sluice-backend --bin sluice
+}
 
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 pids=()
@@ -38,69 +49,95 @@ wait_for() { # URL: bounded wait (20 s) for a 200
   echo "sluice bench: $1 did not come up; logs in $work" >&2; exit 1
 }
 
-export REDIS_PORT=$(free_port) BACKEND_PORT=$(free_port) ADMIN_PORT=$(free_port) ENVOY_ADMIN_PORT=$(free_port)
-export BENCH_UPSTREAM_PORT=$(free_port) BENCH_PLAIN_PORT=$(free_port) BENCH_LOCAL_RL_PORT=$(free_port)
-export BENCH_ALLOWED_PORT=$(free_port) BENCH_DENIED_PORT=$(free_port) BENCH_CACHED_PORT=$(free_port)
-export FILTER_WASM=$PWD/target/wasm32-wasip1/wasm-release/sluice_filter.wasm
-
+REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
-pids+=($!)
-RUST_LOG=warn target/release/sluice --decision-listen "127.0.0.1:$BACKEND_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
-  --redis-url "redis://127.0.0.1:$REDIS_PORT/" --admin-token "$TOKEN" >"$work/sluice.log" 2>&1 &
-pids+=($!)
-wait_for "http://127.0.0.1:$ADMIN_PORT/readyz"
-put_rule() {
-  curl -sf -X PUT -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \
-    --data "$2" "http://127.0.0.1:$ADMIN_PORT/v1/rules/$1" >/dev/null
+redis_server_pid=$!; pids+=($redis_server_pid)
+
+# backend NAME [sluice flags...]: starts a release backend; sets <NAME>_pid, <NAME>_port, <NAME>_admin.
+backend() {
+  local name=$1; shift
+  local port admin; port=$(free_port) admin=$(free_port)
+  TOKIO_WORKER_THREADS=$BACKEND_THREADS RUST_LOG=warn target/release/sluice --decision-listen "127.0.0.1:$port" \
+    --admin-listen "127.0.0.1:$admin" --admin-token "$TOKEN" "$@" >"$work/sluice-$name.log" 2>&1 &
+  local pid=$!; pids+=($pid)
+  printf -v "${name}_pid" %s "$pid"; printf -v "${name}_port" %s "$port"; printf -v "${name}_admin" %s "$admin"
+  wait_for "http://127.0.0.1:$admin/readyz"
+  put_rule "$admin" bench_allowed '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}}'
+  put_rule "$admin" bench_denied '{"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}'
 }
-put_rule bench_allowed '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}}'
-put_rule bench_denied '{"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}'
+put_rule() { # ADMIN_PORT ACTION JSON
+  curl -sf -X PUT -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \
+    --data "$3" "http://127.0.0.1:$1/v1/rules/$2" >/dev/null
+}
+backend on_redis --redis-url "redis://127.0.0.1:$REDIS_PORT/"
+backend on_memory
 
-envoy/render.sh bench.yaml >"$work/envoy.yaml"
-.venv/bin/envoy -c "$work/envoy.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn \
-  >"$work/envoy.log" 2>&1 &
-pids+=($!)
-wait_for "http://127.0.0.1:$ENVOY_ADMIN_PORT/ready"
+# envoy NAME BACKEND_PORT: an Envoy from envoy/bench.yaml calling that backend; sets <NAME>_pid and
+# the BENCH_*_PORT of its listeners as <NAME>_<listener>.
+export FILTER_WASM=$PWD/target/wasm32-wasip1/wasm-release/sluice_filter.wasm
+envoy() {
+  local name=$1 listener
+  local -A ports=([ENVOY_ADMIN_PORT]=$(free_port) [BACKEND_PORT]=$2)
+  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED DENIED CACHED; do ports[BENCH_${listener}_PORT]=$(free_port); done
+  local env=(); for k in "${!ports[@]}"; do env+=("$k=${ports[$k]}"); done
+  env "${env[@]}" envoy/render.sh bench.yaml >"$work/envoy-$name.yaml"
+  .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
+  local pid=$!; pids+=($pid)
+  printf -v "${name}_pid" %s "$pid"
+  for listener in PLAIN LOCAL_RL ALLOWED DENIED CACHED ENVOY_ADMIN; do
+    local k=BENCH_${listener}_PORT; [ "$listener" = ENVOY_ADMIN ] && k=ENVOY_ADMIN_PORT
+    printf -v "${name}_${listener,,}" %s "${ports[$k]}"
+  done
+  local admin_var="${name}_envoy_admin"
+  wait_for "http://127.0.0.1:${!admin_var}/ready"
+}
+envoy envoy_redis "$on_redis_port"
+envoy envoy_memory "$on_memory_port"
 
-# Use up bench_denied's single request, then check each path answers what it should.
-curl -s -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$BENCH_DENIED_PORT/"
+# Use up bench_denied's single request on both backends, then check each path answers what it should.
 probe() { # PORT EXPECTED_STATUS [HEADER]
   local out; out=$(curl -s -D - -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$1/")
   grep -q "^HTTP/1.1 $2" <<<"$out" || { echo "sluice bench: port $1 answered $(head -1 <<<"$out"), expected $2" >&2; exit 1; }
   [ -z "${3:-}" ] || grep -qi "^$3" <<<"$out" || { echo "sluice bench: port $1 lacks $3" >&2; exit 1; }
 }
-probe "$BENCH_PLAIN_PORT" 200
-probe "$BENCH_LOCAL_RL_PORT" 200
-probe "$BENCH_ALLOWED_PORT" 200 x-ratelimit-remaining
-probe "$BENCH_DENIED_PORT" 429 retry-after
-probe "$BENCH_CACHED_PORT" 429   # the first denial fills the cache
-probe "$BENCH_CACHED_PORT" 429 "x-sluice-cache: hit"
+curl -s -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$envoy_redis_denied/"
+curl -s -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$envoy_memory_denied/"
+probe "$envoy_redis_plain" 200
+probe "$envoy_redis_local_rl" 200
+probe "$envoy_memory_allowed" 200 x-ratelimit-remaining
+probe "$envoy_redis_allowed" 200 x-ratelimit-remaining
+probe "$envoy_memory_denied" 429 retry-after
+probe "$envoy_redis_denied" 429 retry-after
+probe "$envoy_redis_cached" 429   # the first denial fills the cache
+probe "$envoy_redis_cached" 429 "x-sluice-cache: hit"
 
-run() { # NAME PORT -> "rps p50_ms p99_ms"
-  wrk -t1 -c"$CONNECTIONS" -d1s -H 'x-user: bench' "http://127.0.0.1:$2/" >/dev/null 2>&1
-  wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -H 'x-user: bench' "http://127.0.0.1:$2/" >"$work/wrk-$1.txt" 2>&1
-  python3 - "$work/wrk-$1.txt" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-def ms(v, unit):
-    return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-pct = {p: ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)}
-print(f"{rps:.0f} {pct['50']:.3f} {pct['99']:.3f}")
-PY
-}
-
-echo "sluice Envoy benchmark: Envoy 1.40 (--concurrency $ENVOY_CONCURRENCY), wrk 1 thread × $CONNECTIONS connections × ${DURATION}s per path, backend: release sluice on redis-server, $(nproc) CPUs shared by all"
-printf '%-28s %12s %10s %10s\n' path "requests/s" "p50 ms" "p99 ms"
+declare -A port_of=(
+  [no_filter]=$envoy_redis_plain [local_ratelimit]=$envoy_redis_local_rl
+  [sluice_allowed_memory]=$envoy_memory_allowed [sluice_allowed_redis]=$envoy_redis_allowed
+  [sluice_denied_memory]=$envoy_memory_denied [sluice_denied_redis]=$envoy_redis_denied
+  [sluice_cached_denial]=$envoy_redis_cached
+)
+echo "sluice Envoy benchmark: Envoy 1.40 (--concurrency $ENVOY_CONCURRENCY), wrk 1 thread × $CONNECTIONS connections × ${DURATION}s per path,"
+echo "backend: release sluice ($BACKEND_THREADS tokio workers) on the memory store and on redis-server, $(nproc) CPUs shared by all"
+printf '%-24s %10s %8s %8s | %-31s %6s\n' "" "" "" "" "CPU µs per request" "CPU"
+printf '%-24s %10s %8s %8s | %7s %7s %7s %7s %6s\n' path "requests/s" "p50 ms" "p99 ms" envoy backend redis wrk "use %"
 declare -A rps
-for spec in "no_filter:$BENCH_PLAIN_PORT" "local_ratelimit:$BENCH_LOCAL_RL_PORT" "sluice_allowed:$BENCH_ALLOWED_PORT" \
-            "sluice_denied:$BENCH_DENIED_PORT" "sluice_cached_denial:$BENCH_CACHED_PORT"; do
-  name=${spec%%:*} port=${spec##*:}
-  read -r r p50 p99 < <(run "$name" "$port")
+for name in $PATHS; do
+  port=${port_of[$name]:?unknown path $name}
+  read -r _ r p50 p99 c_envoy c_backend c_redis c_wrk busy bad < <(
+    python3 benches/envoy/measure.py "$name" "http://127.0.0.1:$port/" "$DURATION" "$CONNECTIONS" "$work" \
+      envoy="$envoy_redis_pid" envoy="$envoy_memory_pid" backend="$on_memory_pid" backend="$on_redis_pid" \
+      redis="$redis_server_pid")
   rps[$name]=$r
-  printf '%-28s %12s %10s %10s\n' "$name" "$r" "$p50" "$p99"
+  printf '%-24s %10s %8s %8s | %7s %7s %7s %7s %6s\n' "$name" "$r" "$p50" "$p99" "$c_envoy" "$c_backend" "$c_redis" "$c_wrk" "$busy"
+  [ "$bad" = 0 ] || [[ $name == *denied* ]] || echo "  ($bad answers were not 2xx: see $work/wrk-$name.txt)"
 done
-python3 -c "import sys; print(f'ratio sluice_allowed / no_filter: {int(sys.argv[1]) / int(sys.argv[2]):.2f}x')" \
-  "${rps[sluice_allowed]}" "${rps[no_filter]}"
-stats=$(curl -s "http://127.0.0.1:$ENVOY_ADMIN_PORT/stats?filter=wasmcustom")
-echo "filter counters: $(tr '\n' ' ' <<<"$stats")"
+for name in sluice_allowed_memory sluice_allowed_redis; do
+  [ -n "${rps[$name]:-}" ] && [ -n "${rps[no_filter]:-}" ] || continue
+  python3 -c "import sys; print(f'ratio {sys.argv[1]} / no_filter: {int(sys.argv[2]) / int(sys.argv[3]):.2f}x')" \
+    "$name" "${rps[$name]}" "${rps[no_filter]}"
+done
+for e in envoy_redis envoy_memory; do
+  admin_var="${e}_envoy_admin"
+  echo "filter counters ($e): $(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=wasmcustom" | tr '\n' ' ')"
+done
