@@ -8,21 +8,33 @@
 # use (200% = both cores of a 2-core machine busy). The memory-store rows isolate the callout's
 # cost from Redis's.
 # Load: wrk (Debian package), DURATION seconds per path after a 1 s warm-up, CONNECTIONS
-# connections, one wrk thread. Backends: release `sluice`, one on a real redis-server, one on the
-# memory store, each with BACKEND_THREADS tokio workers (default: one per CPU). The memory rows run
+# connections, one wrk thread; ROUNDS rounds over all paths, each row the medians of its rounds
+# (this machine's figures swing by ±30% from one run of a few seconds to the next). Backends:
+# release `sluice`, one on a real redis-server, one on the memory store, each with BACKEND_THREADS tokio workers (default: one per CPU). The memory rows run
 # through a second Envoy rendered from the same envoy/bench.yaml, pointed at the memory backend
 # (idle while the other rows run). Everything on 127.0.0.1, stopped by PID at exit. Bounded:
-# about 7 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
-#   DURATION=5 CONNECTIONS=16 ENVOY_CONCURRENCY=1 BACKEND_THREADS=2 benches/envoy/run.sh
+# about ROUNDS × 7 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
+#   DURATION=5 ROUNDS=3 CONNECTIONS=16 ENVOY_CONCURRENCY=1 BACKEND_THREADS=1 PIN=1 benches/envoy/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
 BACKEND_THREADS=${BACKEND_THREADS:-$(nproc)}
 PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
 TOKEN=bench-admin-token-0123456789abcdef
+# BACKEND_BIN: the backend binary (to compare builds). CALLOUT_PROTOCOL=h2: Envoy calls the backend
+# over HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1; needs a backend that serves h2c.
+BACKEND_BIN=${BACKEND_BIN:-target/release/sluice}
+CALLOUT_PROTOCOL=${CALLOUT_PROTOCOL:-h1}
+# PIN=1: Envoy on CPU 0, everything else (wrk, backends, redis-server) on the other CPUs.
+PIN=${PIN:-0}
+PIN_ENVOY= PIN_OTHERS=
+if [ "$PIN" = 1 ]; then
+  PIN_ENVOY="taskset -c 0" PIN_OTHERS="taskset -c 1-$(($(nproc) - 1))"
+fi
 
 command -v wrk >/dev/null || { source scripts/apt.sh; apt_install wrk; }
 command -v redis-server >/dev/null || bash scripts/install/10-redis.sh
@@ -40,7 +52,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Free loopback ports, never one handed out before in this run (two quick binds to port 0 can
+# return the same port).
+: >"$work/ports"
+free_port() {
+  python3 - "$work/ports" <<'PY'
+import socket, sys
+used = set(open(sys.argv[1]).read().split())
+for _ in range(100):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = str(s.getsockname()[1]); s.close()
+    if port not in used:
+        open(sys.argv[1], "a").write(port + "\n"); print(port); break
+else:
+    sys.exit("sluice bench: no free port")
+PY
+}
 wait_for() { # URL: bounded wait (20 s) for a 200
   for _ in $(seq 1 200); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' "$1" || true)" = 200 ] && return 0
@@ -50,14 +76,14 @@ wait_for() { # URL: bounded wait (20 s) for a 200
 }
 
 REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
+$PIN_OTHERS redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 redis_server_pid=$!; pids+=($redis_server_pid)
 
 # backend NAME [sluice flags...]: starts a release backend; sets <NAME>_pid, <NAME>_port, <NAME>_admin.
 backend() {
   local name=$1; shift
   local port admin; port=$(free_port) admin=$(free_port)
-  TOKIO_WORKER_THREADS=$BACKEND_THREADS RUST_LOG=warn target/release/sluice --decision-listen "127.0.0.1:$port" \
+  TOKIO_WORKER_THREADS=$BACKEND_THREADS RUST_LOG=warn $PIN_OTHERS "$BACKEND_BIN" --decision-listen "127.0.0.1:$port" \
     --admin-listen "127.0.0.1:$admin" --admin-token "$TOKEN" "$@" >"$work/sluice-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"; printf -v "${name}_port" %s "$port"; printf -v "${name}_admin" %s "$admin"
@@ -81,7 +107,10 @@ envoy() {
   for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED DENIED CACHED; do ports[BENCH_${listener}_PORT]=$(free_port); done
   local env=(); for k in "${!ports[@]}"; do env+=("$k=${ports[$k]}"); done
   env "${env[@]}" envoy/render.sh bench.yaml >"$work/envoy-$name.yaml"
-  .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
+  if [ "$CALLOUT_PROTOCOL" = h2 ]; then # only the sluice_backend cluster says http_protocol_options
+    sed -i 's/explicit_http_config: {http_protocol_options: {}}/explicit_http_config: {http2_protocol_options: {}}/' "$work/envoy-$name.yaml"
+  fi
+  $PIN_ENVOY .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"
   for listener in PLAIN LOCAL_RL ALLOWED DENIED CACHED ENVOY_ADMIN; do
@@ -117,26 +146,27 @@ declare -A port_of=(
   [sluice_denied_memory]=$envoy_memory_denied [sluice_denied_redis]=$envoy_redis_denied
   [sluice_cached_denial]=$envoy_redis_cached
 )
-echo "sluice Envoy benchmark: Envoy 1.40 (--concurrency $ENVOY_CONCURRENCY), wrk 1 thread × $CONNECTIONS connections × ${DURATION}s per path,"
-echo "backend: release sluice ($BACKEND_THREADS tokio workers) on the memory store and on redis-server, $(nproc) CPUs shared by all"
-printf '%-24s %10s %8s %8s | %-31s %6s\n' "" "" "" "" "CPU µs per request" "CPU"
-printf '%-24s %10s %8s %8s | %7s %7s %7s %7s %6s\n' path "requests/s" "p50 ms" "p99 ms" envoy backend redis wrk "use %"
-declare -A rps
+# Warm every path once before measuring any (the first row would otherwise also pay for start-up
+# work still going on in the background, e.g. V8 compiling the filter).
 for name in $PATHS; do
-  port=${port_of[$name]:?unknown path $name}
-  read -r _ r p50 p99 c_envoy c_backend c_redis c_wrk busy bad < <(
-    python3 benches/envoy/measure.py "$name" "http://127.0.0.1:$port/" "$DURATION" "$CONNECTIONS" "$work" \
+  $PIN_OTHERS wrk -t1 -c"$CONNECTIONS" -d1s -H 'x-user: bench' "http://127.0.0.1:${port_of[$name]:?unknown path $name}/" >/dev/null 2>&1
+done
+echo "sluice Envoy benchmark: Envoy 1.40 (--concurrency $ENVOY_CONCURRENCY$([ "$PIN" = 1 ] && echo ", pinned to CPU 0; the rest on the other CPUs")),"
+echo "wrk 1 thread × $CONNECTIONS connections × ${DURATION}s per path, medians of $ROUNDS interleaved rounds;"
+echo "backend: $BACKEND_BIN ($BACKEND_THREADS tokio workers; callouts over $CALLOUT_PROTOCOL) on the memory store and on redis-server; $(nproc) CPUs shared by all"
+# Rounds run the paths in turn (reversed every other round), so a slow spell of this shared machine
+# hits every path alike instead of one row.
+paths=($PATHS) reversed=()
+for ((i = ${#paths[@]} - 1; i >= 0; i--)); do reversed+=("${paths[$i]}"); done
+for round in $(seq 1 "$ROUNDS"); do
+  if ((round % 2)); then order=("${paths[@]}"); else order=("${reversed[@]}"); fi
+  for name in "${order[@]}"; do
+    $PIN_OTHERS python3 benches/envoy/measure.py "$name" "http://127.0.0.1:${port_of[$name]}/" "$DURATION" "$CONNECTIONS" "$work" \
       envoy="$envoy_redis_pid" envoy="$envoy_memory_pid" backend="$on_memory_pid" backend="$on_redis_pid" \
-      redis="$redis_server_pid")
-  rps[$name]=$r
-  printf '%-24s %10s %8s %8s | %7s %7s %7s %7s %6s\n' "$name" "$r" "$p50" "$p99" "$c_envoy" "$c_backend" "$c_redis" "$c_wrk" "$busy"
-  [ "$bad" = 0 ] || [[ $name == *denied* ]] || echo "  ($bad answers were not 2xx: see $work/wrk-$name.txt)"
+      redis="$redis_server_pid" >>"$work/rows.txt"
+  done
 done
-for name in sluice_allowed_memory sluice_allowed_redis; do
-  [ -n "${rps[$name]:-}" ] && [ -n "${rps[no_filter]:-}" ] || continue
-  python3 -c "import sys; print(f'ratio {sys.argv[1]} / no_filter: {int(sys.argv[2]) / int(sys.argv[3]):.2f}x')" \
-    "$name" "${rps[$name]}" "${rps[no_filter]}"
-done
+python3 benches/envoy/summarize.py "$work/rows.txt" "${paths[@]}"
 for e in envoy_redis envoy_memory; do
   admin_var="${e}_envoy_admin"
   echo "filter counters ($e): $(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=wasmcustom" | tr '\n' ' ')"
