@@ -25,7 +25,7 @@ def main():
         cpu = " ".join(f"{med(i):7.0f}" for i in range(4, 8))
         print(f"{path:24} {med(1):10.0f} {spread:>13} {med(2):7.2f} {med(3):7.2f} | {cpu} {med(8):6.0f}")
         bad = max(int(r[9]) for r in mine)
-        if bad and "denied" not in path:
+        if bad and "denied" not in path and "denial" not in path:
             print(f"  ({path}: up to {bad} answers per round were not 2xx)")
     for path in ("sluice_allowed_memory", "sluice_allowed_redis"):
         if path in rps and rps.get("no_filter"):
