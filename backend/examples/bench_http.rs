@@ -31,11 +31,25 @@ struct Redis {
 
 impl Redis {
     fn start() -> Redis {
-        let port = StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = std::env::temp_dir().join(format!("sluice-bench-redis-{}-{port}", std::process::id()));
+        let port = StdListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("sluice-bench-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--dir", dir.to_str().unwrap()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -44,7 +58,10 @@ impl Redis {
         let redis = Redis { child, port, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            let out = Command::new("redis-cli").args(["-p", &port.to_string(), "PING"]).output().unwrap();
+            let out = Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "PING"])
+                .output()
+                .unwrap();
             if String::from_utf8_lossy(&out.stdout).trim() == "PONG" {
                 return redis;
             }
@@ -76,9 +93,16 @@ async fn start(store: StoreChoice) -> Server {
     let admin = format!("http://{}", a.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(async move {
-        run(Listeners { decision: d, admin: a }, Config::new(store, TOKEN), async move {
-            let _ = stopped.await;
-        })
+        run(
+            Listeners {
+                decision: d,
+                admin: a,
+            },
+            Config::new(store, TOKEN),
+            async move {
+                let _ = stopped.await;
+            },
+        )
         .await
         .unwrap();
     });
@@ -89,7 +113,12 @@ async fn start(store: StoreChoice) -> Server {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Server { decision, admin, stop: Some(stop), handle }
+    Server {
+        decision,
+        admin,
+        stop: Some(stop),
+        handle,
+    }
 }
 
 impl Server {
@@ -101,8 +130,18 @@ impl Server {
             } else {
                 json!({"action": algorithm, "algorithm": algorithm, "capacity": 100, "window": "1s"})
             };
-            let r = http.put(format!("{}/v1/rules/{algorithm}", self.admin)).bearer_auth(TOKEN).json(&rule).send().await.unwrap();
-            assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
+            let r = http
+                .put(format!("{}/v1/rules/{algorithm}", self.admin))
+                .bearer_auth(TOKEN)
+                .json(&rule)
+                .send()
+                .await
+                .unwrap();
+            assert!(
+                r.status().is_success(),
+                "{}",
+                r.text().await.unwrap_or_default()
+            );
         }
     }
 
@@ -114,7 +153,14 @@ impl Server {
     }
 }
 
-const ALGORITHMS: [&str; 6] = ["fixed_window", "sliding_log", "sliding_window", "leaky_bucket", "gcra", "token_bucket"];
+const ALGORITHMS: [&str; 6] = [
+    "fixed_window",
+    "sliding_log",
+    "sliding_window",
+    "leaky_bucket",
+    "gcra",
+    "token_bucket",
+];
 
 struct Figures {
     per_s: f64,
@@ -132,7 +178,10 @@ async fn drive(base: &str, action: Option<&str>, secs: f64, clients: usize) -> F
         let base = base.clone();
         let action = action.map(str::to_owned);
         tasks.spawn(async move {
-            let http = reqwest::Client::builder().pool_max_idle_per_host(1).build().unwrap();
+            let http = reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .build()
+                .unwrap();
             let mut latencies = Vec::with_capacity(16_384);
             let mut errors = 0u64;
             let mut i = c;
@@ -141,7 +190,12 @@ async fn drive(base: &str, action: Option<&str>, secs: f64, clients: usize) -> F
                 let ok = match &action {
                     Some(a) => {
                         let body = json!({"action": a, "key": format!("user-{}", i % KEYS)});
-                        match http.post(format!("{base}/v1/throttle")).json(&body).send().await {
+                        match http
+                            .post(format!("{base}/v1/throttle"))
+                            .json(&body)
+                            .send()
+                            .await
+                        {
                             Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
                             Err(_) => false,
                         }
@@ -170,8 +224,17 @@ async fn drive(base: &str, action: Option<&str>, secs: f64, clients: usize) -> F
     }
     let elapsed = started.elapsed().as_secs_f64().max(secs);
     all.sort_unstable();
-    let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or(0);
-    Figures { per_s: all.len() as f64 / elapsed, p50_us: pct(0.50), p99_us: pct(0.99), errors }
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    Figures {
+        per_s: all.len() as f64 / elapsed,
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        errors,
+    }
 }
 
 #[tokio::main]
@@ -194,7 +257,10 @@ async fn main() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     println!("sluice HTTP decisions: {clients} keep-alive clients, {secs} s per cell, {KEYS} keys, client and server in one process");
-    println!("{:<16} {:>14} {:>16} {:>14} {:>16} {:>8}", "workload", "memory/s", "memory p50/p99", "redis/s", "redis p50/p99", "ratio");
+    println!(
+        "{:<16} {:>14} {:>16} {:>14} {:>16} {:>8}",
+        "workload", "memory/s", "memory p50/p99", "redis/s", "redis p50/p99", "ratio"
+    );
     let row = |name: &str, m: &Figures, r: &Figures| {
         println!(
             "{:<16} {:>14.0} {:>16} {:>14.0} {:>16} {:>7.2}x{}",
@@ -204,7 +270,11 @@ async fn main() {
             r.per_s,
             format!("{}/{} us", r.p50_us, r.p99_us),
             m.per_s / r.per_s.max(1.0),
-            if m.errors + r.errors > 0 { format!("  ({} errors)", m.errors + r.errors) } else { String::new() },
+            if m.errors + r.errors > 0 {
+                format!("  ({} errors)", m.errors + r.errors)
+            } else {
+                String::new()
+            },
         );
     };
     let m = drive(&memory.decision, None, secs, clients).await;

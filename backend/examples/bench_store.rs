@@ -28,7 +28,16 @@ impl Server {
     fn start() -> Result<Server> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -45,7 +54,10 @@ impl Server {
     }
 
     fn cli(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &self.port.to_string()]).args(args).output()?;
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -56,7 +68,10 @@ impl Server {
             .lines()
             .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
             .with_context(|| format!("no cmdstat_{command} in INFO commandstats"))?;
-        let field = line.split([':', ',']).find_map(|f| f.strip_prefix("usec_per_call=")).context("usec_per_call")?;
+        let field = line
+            .split([':', ','])
+            .find_map(|f| f.strip_prefix("usec_per_call="))
+            .context("usec_per_call")?;
         Ok(field.parse()?)
     }
 }
@@ -74,7 +89,9 @@ fn rule_for(algorithm: &str) -> Result<Rule> {
     } else {
         r#""rate":{"count":100,"period":"1s"}"#
     };
-    let json = format!(r#"{{"action":"bench-{algorithm}","algorithm":"{algorithm}","capacity":100,{limit}}}"#);
+    let json = format!(
+        r#"{{"action":"bench-{algorithm}","algorithm":"{algorithm}","capacity":100,{limit}}}"#
+    );
     Ok(Rule::from_json_str(&json)?)
 }
 
@@ -109,7 +126,10 @@ async fn run_incr(url: &str, total: usize, tasks: usize) -> Result<f64> {
             let mut conn = conn.clone();
             tokio::spawn(async move {
                 for i in (t..total).step_by(tasks) {
-                    let _: i64 = redis::cmd("INCR").arg(format!("bench:incr:{}", i % KEYS)).query_async(&mut conn).await?;
+                    let _: i64 = redis::cmd("INCR")
+                        .arg(format!("bench:incr:{}", i % KEYS))
+                        .query_async(&mut conn)
+                        .await?;
                 }
                 Ok::<_, redis::RedisError>(())
             })
@@ -128,7 +148,8 @@ async fn main() -> Result<()> {
     let tasks: usize = args.next().map_or(Ok(16), |a| a.parse())?;
     let server = Server::start()?;
     let url = format!("redis://127.0.0.1:{}/", server.port);
-    let redis: Arc<dyn Store> = Arc::new(RedisStore::connect(RedisConfig::new(RedisTarget::Single(url.clone()))).await?);
+    let redis: Arc<dyn Store> =
+        Arc::new(RedisStore::connect(RedisConfig::new(RedisTarget::Single(url.clone()))).await?);
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
 
     server.cli(&["CONFIG", "RESETSTAT"])?;
@@ -140,8 +161,18 @@ async fn main() -> Result<()> {
         "{:<16} {:>14} {:>14} {:>10} {:>16} {:>12}",
         "algorithm", "memory dec/s", "redis dec/s", "mem/redis", "redis usec/call", "x INCR"
     );
-    println!("{:<16} {:>14} {:>14.0} {:>10} {:>16.2} {:>12.2}", "INCR (baseline)", "-", incr_rate, "-", incr_usec, 1.0);
-    for algorithm in ["gcra", "leaky_bucket", "token_bucket", "fixed_window", "sliding_log", "sliding_window"] {
+    println!(
+        "{:<16} {:>14} {:>14.0} {:>10} {:>16.2} {:>12.2}",
+        "INCR (baseline)", "-", incr_rate, "-", incr_usec, 1.0
+    );
+    for algorithm in [
+        "gcra",
+        "leaky_bucket",
+        "token_bucket",
+        "fixed_window",
+        "sliding_log",
+        "sliding_window",
+    ] {
         let rule = Arc::new(rule_for(algorithm)?);
         let memory_rate = run(memory.clone(), rule.clone(), total, tasks).await?;
         server.cli(&["CONFIG", "RESETSTAT"])?;

@@ -78,11 +78,14 @@ impl ActivityBook {
         let pending = &mut *pending;
         let batch = match pending.actions.get_mut(action.as_str()) {
             Some(b) => b,
-            None => pending.actions.entry(action.as_str().to_owned()).or_insert_with(|| ActionBatch {
-                action: action.clone(),
-                totals: Counts::default(),
-                keys: HashMap::new(),
-            }),
+            None => pending
+                .actions
+                .entry(action.as_str().to_owned())
+                .or_insert_with(|| ActionBatch {
+                    action: action.clone(),
+                    totals: Counts::default(),
+                    keys: HashMap::new(),
+                }),
         };
         bump(&mut batch.totals, allowed, now_ms);
         if let Some(counts) = batch.keys.get_mut(key) {
@@ -104,11 +107,11 @@ impl ActivityBook {
         let mut out = Vec::with_capacity(taken.keys);
         let mut history = lock(&self.history);
         for (name, batch) in taken.actions {
-            history
-                .samples
-                .entry(name)
-                .or_default()
-                .push_back((now, batch.totals.allowed, batch.totals.denied));
+            history.samples.entry(name).or_default().push_back((
+                now,
+                batch.totals.allowed,
+                batch.totals.denied,
+            ));
             for (key, c) in batch.keys {
                 out.push(Activity {
                     action: batch.action.clone(),
@@ -120,7 +123,10 @@ impl ActivityBook {
             }
         }
         history.samples.retain(|_, samples| {
-            while samples.front().is_some_and(|(at, _, _)| now.duration_since(*at) > RATE_SPAN) {
+            while samples
+                .front()
+                .is_some_and(|(at, _, _)| now.duration_since(*at) > RATE_SPAN)
+            {
                 samples.pop_front();
             }
             !samples.is_empty()
@@ -142,7 +148,10 @@ impl ActivityBook {
             }
         }
         let secs = RATE_SPAN.as_secs_f64();
-        Rates { allowed_per_s: allowed as f64 / secs, denied_per_s: denied as f64 / secs }
+        Rates {
+            allowed_per_s: allowed as f64 / secs,
+            denied_per_s: denied as f64 / secs,
+        }
     }
 }
 
@@ -216,7 +225,10 @@ mod tests {
         batch.sort_by(|x, y| x.key.cmp(&y.key));
         assert_eq!(dropped, 0);
         assert_eq!(batch.len(), 2);
-        assert_eq!((batch[0].allowed, batch[0].denied, batch[0].last_seen_ms), (1, 1, 12));
+        assert_eq!(
+            (batch[0].allowed, batch[0].denied, batch[0].last_seen_ms),
+            (1, 1, 12)
+        );
         assert_eq!((batch[1].allowed, batch[1].denied), (1, 0));
         assert!(book.take(Instant::now()).0.is_empty());
     }
@@ -232,7 +244,13 @@ mod tests {
         book.record(&a, "k", false, 0);
         let _ = book.take(start);
         let r = book.rates("post", start);
-        assert_eq!(r, Rates { allowed_per_s: 2.0, denied_per_s: 0.5 });
+        assert_eq!(
+            r,
+            Rates {
+                allowed_per_s: 2.0,
+                denied_per_s: 0.5
+            }
+        );
         let later = start + RATE_SPAN + Duration::from_millis(1);
         assert_eq!(book.rates("post", later), Rates::default());
     }

@@ -71,7 +71,10 @@ pub struct App {
 
 impl App {
     /// Runs a store call under the deadline; counts failures.
-    pub async fn store_call<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    pub async fn store_call<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         self.store_call_within(self.store_deadline, call).await
     }
 
@@ -103,7 +106,10 @@ async fn open_store(choice: StoreChoice) -> Result<Arc<dyn Store>, RunError> {
             let target = format!("{:?}", config.target);
             let store = RedisStore::connect(config)
                 .await
-                .map_err(|source| RunError::Store { kind: "redis", source })?;
+                .map_err(|source| RunError::Store {
+                    kind: "redis",
+                    source,
+                })?;
             tracing::info!(store = store.kind(), target = %target, "redis store: state and rules shared by every replica");
             Ok(Arc::new(store))
         }
@@ -123,22 +129,28 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let store = open_store(config.store).await?;
 
-    let snapshot = store
-        .load_rules()
-        .await
-        .map_err(|source| RunError::Rules { what: "load the rules from the store", source })?;
+    let snapshot = store.load_rules().await.map_err(|source| RunError::Rules {
+        what: "load the rules from the store",
+        source,
+    })?;
     let cache = Arc::new(RuleCache::new(RuleSet::from_snapshot(snapshot)));
     if !config.import_rules.is_empty() {
         for rule in &config.import_rules {
             store
                 .put_rule(rule)
                 .await
-                .map_err(|source| RunError::Rules { what: "import the rules file", source })?;
+                .map_err(|source| RunError::Rules {
+                    what: "import the rules file",
+                    source,
+                })?;
         }
         cache
             .reload(store.as_ref())
             .await
-            .map_err(|source| RunError::Rules { what: "load the rules from the store", source })?;
+            .map_err(|source| RunError::Rules {
+                what: "load the rules from the store",
+                source,
+            })?;
         tracing::info!(imported = config.import_rules.len(), "rules file imported");
     }
     let current = cache.current();
@@ -184,8 +196,16 @@ pub async fn run(
     ));
     {
         let hub = app.levels.clone();
-        let (store, book, cache, stop) = (store.clone(), app.activity.clone(), cache.clone(), stop_rx.clone());
-        tasks.spawn(async move { hub.run(store, book, cache, intervals.levels_push, stop).await });
+        let (store, book, cache, stop) = (
+            store.clone(),
+            app.activity.clone(),
+            cache.clone(),
+            stop_rx.clone(),
+        );
+        tasks.spawn(async move {
+            hub.run(store, book, cache, intervals.levels_push, stop)
+                .await
+        });
     }
 
     let decision_addr = listeners.decision.local_addr()?;
@@ -206,12 +226,24 @@ pub async fn run(
     // If either server fails, the other stops too.
     let header_read_timeout = config.header_read_timeout;
     let decision_server = async {
-        let r = serve(listeners.decision, http::decision_router(app.clone()), header_read_timeout, stop_rx.clone()).await;
+        let r = serve(
+            listeners.decision,
+            http::decision_router(app.clone()),
+            header_read_timeout,
+            stop_rx.clone(),
+        )
+        .await;
         let _ = stop_tx.send(true);
         r
     };
     let admin_server = async {
-        let r = serve(listeners.admin, http::admin_router(app.clone(), dashboard), header_read_timeout, stop_rx.clone()).await;
+        let r = serve(
+            listeners.admin,
+            http::admin_router(app.clone(), dashboard),
+            header_read_timeout,
+            stop_rx.clone(),
+        )
+        .await;
         let _ = stop_tx.send(true);
         r
     };
@@ -219,7 +251,10 @@ pub async fn run(
 
     let _ = stop_tx.send(true);
     let flush = async { while tasks.join_next().await.is_some() {} };
-    if tokio::time::timeout(Duration::from_secs(2), flush).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(2), flush)
+        .await
+        .is_err()
+    {
         tracing::warn!("background tasks did not stop within 2 s; abandoning them");
     }
     tracing::info!("stopped");

@@ -28,7 +28,10 @@ pub struct Auth {
 }
 
 fn unix_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
@@ -75,7 +78,9 @@ impl Auth {
     pub fn bearer_matches(&self, header: &str) -> bool {
         let mut parts = header.trim().splitn(2, ' ');
         match (parts.next(), parts.next()) {
-            (Some(scheme), Some(token)) if scheme.eq_ignore_ascii_case("bearer") => self.token_matches(token.trim()),
+            (Some(scheme), Some(token)) if scheme.eq_ignore_ascii_case("bearer") => {
+                self.token_matches(token.trim())
+            }
             _ => false,
         }
     }
@@ -84,21 +89,33 @@ impl Auth {
     pub fn new_session(&self) -> String {
         let mut nonce = [0u8; 16];
         rand::rng().fill_bytes(&mut nonce);
-        let payload = format!("{}.{}", hex::encode(nonce), unix_secs() + SESSION_TTL.as_secs());
+        let payload = format!(
+            "{}.{}",
+            hex::encode(nonce),
+            unix_secs() + SESSION_TTL.as_secs()
+        );
         let mac = hmac_sha256(&self.key, payload.as_bytes());
         format!("{payload}.{}", hex::encode(mac))
     }
 
     /// Whether a session cookie value is genuine, unexpired and not logged out here.
     pub fn session_valid(&self, value: &str) -> bool {
-        let Some((payload, mac_hex)) = value.rsplit_once('.') else { return false };
-        let Some((nonce, expiry)) = payload.split_once('.') else { return false };
-        let Ok(mac) = hex::decode(mac_hex) else { return false };
+        let Some((payload, mac_hex)) = value.rsplit_once('.') else {
+            return false;
+        };
+        let Some((nonce, expiry)) = payload.split_once('.') else {
+            return false;
+        };
+        let Ok(mac) = hex::decode(mac_hex) else {
+            return false;
+        };
         let expected = hmac_sha256(&self.key, payload.as_bytes());
         if !bool::from(expected.as_slice().ct_eq(mac.as_slice())) {
             return false;
         }
-        let Ok(expiry) = expiry.parse::<u64>() else { return false };
+        let Ok(expiry) = expiry.parse::<u64>() else {
+            return false;
+        };
         if expiry <= unix_secs() {
             return false;
         }
@@ -112,7 +129,10 @@ impl Auth {
             return;
         }
         let mut parts = value.split('.');
-        if let (Some(nonce), Some(expiry)) = (parts.next(), parts.next().and_then(|e| e.parse::<u64>().ok())) {
+        if let (Some(nonce), Some(expiry)) = (
+            parts.next(),
+            parts.next().and_then(|e| e.parse::<u64>().ok()),
+        ) {
             let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
             let now = unix_secs();
             revoked.retain(|_, exp| *exp > now);
@@ -131,7 +151,10 @@ pub fn session_from_cookie_header(header: &str) -> Option<&str> {
 
 /// `Set-Cookie` value for a new session.
 pub fn set_cookie(value: &str) -> String {
-    format!("{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}", SESSION_TTL.as_secs())
+    format!(
+        "{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        SESSION_TTL.as_secs()
+    )
 }
 
 /// `Set-Cookie` value that clears the session cookie.
@@ -147,7 +170,10 @@ mod tests {
     #[test]
     fn hmac_matches_rfc4231_case_2() {
         let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
-        assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        assert_eq!(
+            hex::encode(mac),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
     }
 
     #[test]
@@ -166,7 +192,10 @@ mod tests {
         let a = Auth::new("t1");
         let session = a.new_session();
         assert!(a.session_valid(&session));
-        assert!(Auth::new("t1").session_valid(&session), "another replica with the same token");
+        assert!(
+            Auth::new("t1").session_valid(&session),
+            "another replica with the same token"
+        );
         assert!(!Auth::new("t2").session_valid(&session));
         let mut forged = session.clone();
         forged.replace_range(0..1, if forged.starts_with('0') { "1" } else { "0" });
@@ -178,7 +207,10 @@ mod tests {
 
     #[test]
     fn cookie_header_parsing_finds_the_session() {
-        assert_eq!(session_from_cookie_header("a=1; sluice_session=xyz; b=2"), Some("xyz"));
+        assert_eq!(
+            session_from_cookie_header("a=1; sluice_session=xyz; b=2"),
+            Some("xyz")
+        );
         assert_eq!(session_from_cookie_header("a=1"), None);
     }
 }

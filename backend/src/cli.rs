@@ -38,15 +38,30 @@ SLUICE_REDIS_CLUSTER=redis://10.0.0.1:7000,redis://10.0.0.2:7000 sluice --log-fo
 )]
 pub struct Cli {
     /// Address of the decision API (what Envoy calls; keep it off the public network).
-    #[arg(long, env = "SLUICE_DECISION_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:8081")]
+    #[arg(
+        long,
+        env = "SLUICE_DECISION_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8081"
+    )]
     pub decision_listen: SocketAddr,
 
     /// Address of the admin API and dashboard (token protected).
-    #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long,
+        env = "SLUICE_ADMIN_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080"
+    )]
     pub admin_listen: SocketAddr,
 
     /// Redis single node, e.g. redis://127.0.0.1:6379/0. Default: memory store.
-    #[arg(long, env = "SLUICE_REDIS_URL", value_name = "URL", conflicts_with = "redis_cluster")]
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_URL",
+        value_name = "URL",
+        conflicts_with = "redis_cluster"
+    )]
     pub redis_url: Option<String>,
 
     /// Redis Cluster seed nodes, comma-separated, e.g. redis://10.0.0.1:7000,redis://10.0.0.2:7000.
@@ -70,7 +85,12 @@ pub struct Cli {
     pub header_read_timeout_ms: u64,
 
     /// Prefix of every Redis key sluice writes (to share one Redis between deployments).
-    #[arg(long, env = "SLUICE_KEY_PREFIX", value_name = "PREFIX", default_value = "sluice")]
+    #[arg(
+        long,
+        env = "SLUICE_KEY_PREFIX",
+        value_name = "PREFIX",
+        default_value = "sluice"
+    )]
     pub key_prefix: String,
 
     /// Rules to import at start (YAML or JSON: a list of rules, or {rules: [...]}); they replace
@@ -80,7 +100,12 @@ pub struct Cli {
 
     /// Token for the admin API (Authorization: Bearer TOKEN, or the dashboard login). If unset,
     /// a random one is generated and printed once to stderr.
-    #[arg(long, env = "SLUICE_ADMIN_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "SLUICE_ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
     pub admin_token: Option<String>,
 
     /// Directory of the built dashboard (trunk build output). Default: dashboard/dist if it exists.
@@ -97,7 +122,10 @@ pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
@@ -129,7 +157,9 @@ impl Cli {
     pub fn into_config(self) -> anyhow::Result<Config> {
         let store = self.store_choice();
         let store_deadline = match store {
-            StoreChoice::Redis(_) => Duration::from_millis(self.redis_timeout_ms.saturating_mul(4).max(200)),
+            StoreChoice::Redis(_) => {
+                Duration::from_millis(self.redis_timeout_ms.saturating_mul(4).max(200))
+            }
             _ => Duration::from_secs(1),
         };
         let admin_token = match self.admin_token {
@@ -197,7 +227,12 @@ pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("cannot listen on {admin_addr} (--admin-listen)"))?;
-    crate::run(crate::Listeners { decision, admin }, config, shutdown_signal()).await?;
+    crate::run(
+        crate::Listeners { decision, admin },
+        config,
+        shutdown_signal(),
+    )
+    .await?;
     Ok(())
 }
 
@@ -220,17 +255,30 @@ mod tests {
                 continue;
             }
             let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
-            assert!(env.starts_with("SLUICE_"), "--{id} has no SLUICE_* environment variable");
+            assert!(
+                env.starts_with("SLUICE_"),
+                "--{id} has no SLUICE_* environment variable"
+            );
         }
     }
 
     #[test]
     fn redis_url_and_cluster_exclude_each_other() {
-        let both = Cli::try_parse_from(["sluice", "--redis-url", "redis://a/", "--redis-cluster", "redis://b/"]);
+        let both = Cli::try_parse_from([
+            "sluice",
+            "--redis-url",
+            "redis://a/",
+            "--redis-cluster",
+            "redis://b/",
+        ]);
         assert!(both.is_err());
-        let cluster = Cli::try_parse_from(["sluice", "--redis-cluster", "redis://a:1,redis://b:2"]).expect("parses");
+        let cluster = Cli::try_parse_from(["sluice", "--redis-cluster", "redis://a:1,redis://b:2"])
+            .expect("parses");
         match cluster.store_choice() {
-            StoreChoice::Redis(c) => assert_eq!(c.target, RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])),
+            StoreChoice::Redis(c) => assert_eq!(
+                c.target,
+                RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+            ),
             other => panic!("expected a cluster, got {other:?}"),
         }
         let memory = Cli::try_parse_from(["sluice"]).expect("parses");

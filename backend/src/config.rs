@@ -154,7 +154,12 @@ impl RulesTextError {
         let path = path.to_owned();
         match self {
             RulesTextError::Shape(message) => RulesFileError::Shape { path, message },
-            RulesTextError::Rule(index, action, error) => RulesFileError::Rule { path, index, action, error },
+            RulesTextError::Rule(index, action, error) => RulesFileError::Rule {
+                path,
+                index,
+                action,
+                error,
+            },
             RulesTextError::Duplicate(action) => RulesFileError::Duplicate { path, action },
         }
     }
@@ -170,18 +175,33 @@ pub fn parse_rules_text(text: &str) -> Result<Vec<Rule>, RulesTextError> {
             Some(Value::Array(list)) if object.is_empty() => list,
             Some(Value::Array(_)) => {
                 let extra: Vec<&String> = object.keys().collect();
-                return Err(RulesTextError::Shape(format!("unknown top-level keys {extra:?}; expected only \"rules\"")));
+                return Err(RulesTextError::Shape(format!(
+                    "unknown top-level keys {extra:?}; expected only \"rules\""
+                )));
             }
             Some(Value::Null) if object.is_empty() => Vec::new(),
-            _ => return Err(RulesTextError::Shape("expected a list of rules or {rules: [...]}".into())),
+            _ => {
+                return Err(RulesTextError::Shape(
+                    "expected a list of rules or {rules: [...]}".into(),
+                ))
+            }
         },
         Value::Null => Vec::new(),
-        _ => return Err(RulesTextError::Shape("expected a list of rules or {rules: [...]}".into())),
+        _ => {
+            return Err(RulesTextError::Shape(
+                "expected a list of rules or {rules: [...]}".into(),
+            ))
+        }
     };
     let mut rules: Vec<Rule> = Vec::with_capacity(list.len());
     for (i, item) in list.iter().enumerate() {
-        let action = item.get("action").and_then(Value::as_str).unwrap_or("?").to_owned();
-        let rule = Rule::from_json(item).map_err(|e| RulesTextError::Rule(i + 1, action.clone(), e))?;
+        let action = item
+            .get("action")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_owned();
+        let rule =
+            Rule::from_json(item).map_err(|e| RulesTextError::Rule(i + 1, action.clone(), e))?;
         if rules.iter().any(|r| r.action() == rule.action()) {
             return Err(RulesTextError::Duplicate(action));
         }
@@ -201,7 +221,8 @@ mod tests {
         let rules = parse_rules_text(yaml).expect("yaml");
         assert_eq!(rules.len(), 1);
         assert_eq!(rules[0].action().as_str(), "post");
-        let json = r#"[{"action": "login", "algorithm": "sliding_log", "capacity": 5, "window": "60s"}]"#;
+        let json =
+            r#"[{"action": "login", "algorithm": "sliding_log", "capacity": 5, "window": "60s"}]"#;
         assert_eq!(parse_rules_text(json).expect("json")[0].capacity(), 5);
     }
 
@@ -221,8 +242,14 @@ mod tests {
     fn duplicate_actions_and_odd_shapes_are_refused() {
         let dup = "- {action: a, algorithm: gcra, capacity: 1, rate: {count: 1, period: 1s}}\n- {action: a, algorithm: gcra, capacity: 2, rate: {count: 1, period: 1s}}\n";
         assert!(matches!(parse_rules_text(dup), Err(RulesTextError::Duplicate(a)) if a == "a"));
-        assert!(matches!(parse_rules_text("42"), Err(RulesTextError::Shape(_))));
-        assert!(matches!(parse_rules_text("{rules: [], extra: 1}"), Err(RulesTextError::Shape(_))));
+        assert!(matches!(
+            parse_rules_text("42"),
+            Err(RulesTextError::Shape(_))
+        ));
+        assert!(matches!(
+            parse_rules_text("{rules: [], extra: 1}"),
+            Err(RulesTextError::Shape(_))
+        ));
         assert!(parse_rules_text("").expect("empty file").is_empty());
     }
 }

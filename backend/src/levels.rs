@@ -68,10 +68,19 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-async fn action_levels(store: &dyn Store, book: &ActivityBook, rule: &Rule, limit: usize) -> Result<ActionLevels, StoreError> {
+async fn action_levels(
+    store: &dyn Store,
+    book: &ActivityBook,
+    rule: &Rule,
+    limit: usize,
+) -> Result<ActionLevels, StoreError> {
     let recent = store.recent_activity(rule.action(), limit).await?;
     let keys: Vec<String> = recent.iter().map(|a| a.key.clone()).collect();
-    let decisions = if keys.is_empty() { Vec::new() } else { store.peek_many(rule, &keys, None).await? };
+    let decisions = if keys.is_empty() {
+        Vec::new()
+    } else {
+        store.peek_many(rule, &keys, None).await?
+    };
     let rates = book.rates(rule.action().as_str(), Instant::now());
     Ok(ActionLevels {
         action: rule.action().as_str().to_owned(),
@@ -151,7 +160,9 @@ impl LevelsHub {
                     }
                     Err(e) => tracing::warn!(error = %e, "cannot encode a level snapshot"),
                 },
-                Err(e) => tracing::debug!(error = %e, "level snapshot failed; SSE listeners get the next one"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "level snapshot failed; SSE listeners get the next one")
+                }
             }
         }
     }

@@ -97,23 +97,47 @@ impl Metrics {
             unknown_action.clone(),
         );
         let rules = Gauge::default();
-        registry.register("sluice_rules", "Rules in this replica's cache", rules.clone());
+        registry.register(
+            "sluice_rules",
+            "Rules in this replica's cache",
+            rules.clone(),
+        );
         let activity_dropped = Counter::default();
         registry.register(
             "sluice_activity_dropped",
             "Live-activity records dropped (batch full, or the store refused the flush)",
             activity_dropped.clone(),
         );
-        for kind in ["unavailable", "timeout", "overloaded", "wrong_type", "corrupt"] {
-            let _ = store_errors.get_or_create(&ErrorLabels { kind: kind.to_owned() });
+        for kind in [
+            "unavailable",
+            "timeout",
+            "overloaded",
+            "wrong_type",
+            "corrupt",
+        ] {
+            let _ = store_errors.get_or_create(&ErrorLabels {
+                kind: kind.to_owned(),
+            });
         }
-        Metrics { registry, decisions, duration, store_errors, unknown_action, rules, activity_dropped }
+        Metrics {
+            registry,
+            decisions,
+            duration,
+            store_errors,
+            unknown_action,
+            rules,
+            activity_dropped,
+        }
     }
 
     /// Counts one decision and its latency.
     pub fn decision(&self, action: &str, algorithm: Algorithm, outcome: Outcome, seconds: f64) {
         self.decisions
-            .get_or_create(&DecisionLabels { action: action.to_owned(), algorithm: algorithm.name().to_owned(), outcome })
+            .get_or_create(&DecisionLabels {
+                action: action.to_owned(),
+                algorithm: algorithm.name().to_owned(),
+                outcome,
+            })
             .inc();
         self.duration.observe(seconds);
     }
@@ -125,7 +149,11 @@ impl Metrics {
 
     /// Counts one failed store call.
     pub fn store_error(&self, error: &StoreError) {
-        self.store_errors.get_or_create(&ErrorLabels { kind: error_kind(error).to_owned() }).inc();
+        self.store_errors
+            .get_or_create(&ErrorLabels {
+                kind: error_kind(error).to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one decision request for an action without a rule.

@@ -35,7 +35,10 @@ impl RuleSet {
             .into_iter()
             .map(|r| (r.action().as_str().to_owned(), r))
             .collect();
-        RuleSet { version: snapshot.version, rules }
+        RuleSet {
+            version: snapshot.version,
+            rules,
+        }
     }
 
     /// The body of `GET /v1/rules` and of the SSE `rules` event.
@@ -98,7 +101,11 @@ impl RuleCache {
 
     /// After a write this replica made: reload so the cache holds the store's exact set; if the
     /// reload fails, apply the change locally with an unknown version so the next poll reloads.
-    pub async fn after_write(&self, store: &dyn Store, edit: impl FnOnce(&mut BTreeMap<String, Rule>)) {
+    pub async fn after_write(
+        &self,
+        store: &dyn Store,
+        edit: impl FnOnce(&mut BTreeMap<String, Rule>),
+    ) {
         if self.reload(store).await.is_err() {
             let mut set = (*self.current()).clone();
             edit(&mut set.rules);
@@ -130,7 +137,9 @@ pub enum PollOutcome {
 /// Sorts a failed store call into "cannot reach" and "cannot read", so the log says which.
 fn failed(e: &StoreError) -> PollOutcome {
     match e {
-        StoreError::Corrupt(_) | StoreError::WrongType { .. } => PollOutcome::Unreadable(e.to_string()),
+        StoreError::Corrupt(_) | StoreError::WrongType { .. } => {
+            PollOutcome::Unreadable(e.to_string())
+        }
         StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Overloaded(_) => {
             PollOutcome::StoreDown(e.to_string())
         }
@@ -221,14 +230,22 @@ pub async fn refresh_loop(
                 }
             }
             _ => match trouble.take() {
-                Some(PollOutcome::StoreDown(_)) => tracing::info!("store reachable again; rules refresh resumed"),
-                Some(_) => tracing::info!("the rules in the store are readable again; rules refresh resumed"),
+                Some(PollOutcome::StoreDown(_)) => {
+                    tracing::info!("store reachable again; rules refresh resumed")
+                }
+                Some(_) => tracing::info!(
+                    "the rules in the store are readable again; rules refresh resumed"
+                ),
                 None => {}
             },
         }
         if matches!(outcome, PollOutcome::Reloaded | PollOutcome::Republished) {
             let set = cache.current();
-            tracing::info!(version = set.version.unwrap_or(0), rules = set.rules.len(), "rules reloaded");
+            tracing::info!(
+                version = set.version.unwrap_or(0),
+                rules = set.rules.len(),
+                "rules reloaded"
+            );
             on_change(set.rules.len());
         }
     }

@@ -58,7 +58,10 @@ pub async fn serve(
 ) -> io::Result<()> {
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout).keep_alive(true);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .keep_alive(true);
     let service = router.map_request(move |req: Request<Incoming>| {
         req.map(|body| DeadlineBody::new(body, header_read_timeout))
     });
@@ -107,7 +110,9 @@ pub async fn serve(
 fn is_connection_error(e: &io::Error) -> bool {
     matches!(
         e.kind(),
-        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
     )
 }
 
@@ -124,7 +129,12 @@ pub struct DeadlineBody {
 impl DeadlineBody {
     /// Wraps `inner`; the bound runs from now.
     pub fn new(inner: Incoming, limit: Duration) -> DeadlineBody {
-        DeadlineBody { inner, started: Instant::now(), limit, timer: None }
+        DeadlineBody {
+            inner,
+            started: Instant::now(),
+            limit,
+            timer: None,
+        }
     }
 }
 
@@ -137,13 +147,18 @@ impl Body for DeadlineBody {
     type Data = Bytes;
     type Error = axum::BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
             return Poll::Ready(frame.map(|r| r.map_err(axum::BoxError::from)));
         }
         let deadline = tokio::time::Instant::from_std(this.started + this.limit);
-        let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
         match timer.as_mut().poll(cx) {
             Poll::Ready(()) => {
                 let ms = u64::try_from(this.limit.as_millis()).unwrap_or(u64::MAX);
@@ -174,12 +189,20 @@ pub struct StallGuard {
 impl StallGuard {
     /// Guards `inner` with the bound `stall`.
     pub fn new(inner: TcpStream, stall: Duration) -> StallGuard {
-        StallGuard { inner, stall, timer: None }
+        StallGuard {
+            inner,
+            stall,
+            timer: None,
+        }
     }
 
     /// Maps one write-side poll: progress disarms the timer; no progress arms it, and fails the
     /// write once it fires.
-    fn guard<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn guard<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
         match polled {
             Poll::Ready(result) => {
                 self.timer = None;
@@ -187,7 +210,9 @@ impl StallGuard {
             }
             Poll::Pending => {
                 let stall = self.stall;
-                let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+                let timer = self
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
                         self.timer = None;
@@ -205,13 +230,21 @@ impl StallGuard {
 }
 
 impl AsyncRead for StallGuard {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for StallGuard {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
         this.guard(cx, polled)

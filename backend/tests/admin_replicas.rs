@@ -28,25 +28,40 @@ async fn a_rule_written_through_a_is_in_force_on_b_within_one_second() {
 
     let rule = json!({"action": "post", "algorithm": "gcra", "capacity": 3, "rate": {"count": 1, "period": "1h"}});
     assert_eq!(a.put_rule(rule).await.0, 200);
-    eventually(Duration::from_secs(1), "B uses the rule written through A", || async {
-        let (status, body) = b.throttle("post", "u", 0).await;
-        (status == 200 && body["capacity"] == 3).then_some(())
-    })
+    eventually(
+        Duration::from_secs(1),
+        "B uses the rule written through A",
+        || async {
+            let (status, body) = b.throttle("post", "u", 0).await;
+            (status == 200 && body["capacity"] == 3).then_some(())
+        },
+    )
     .await;
 
     // A change, then a delete, travel the same way.
-    let changed = json!({"action": "post", "algorithm": "fixed_window", "capacity": 7, "window": "1h"});
+    let changed =
+        json!({"action": "post", "algorithm": "fixed_window", "capacity": 7, "window": "1h"});
     assert_eq!(a.put_rule(changed).await.0, 200);
-    eventually(Duration::from_secs(1), "B uses the changed rule", || async {
-        let (_, body) = b.throttle("post", "u", 0).await;
-        (body["algorithm"] == "fixed_window" && body["capacity"] == 7).then_some(())
-    })
+    eventually(
+        Duration::from_secs(1),
+        "B uses the changed rule",
+        || async {
+            let (_, body) = b.throttle("post", "u", 0).await;
+            (body["algorithm"] == "fixed_window" && body["capacity"] == 7).then_some(())
+        },
+    )
     .await;
-    let r = a.admin_req(reqwest::Method::DELETE, "/v1/rules/post").send().await.expect("delete");
+    let r = a
+        .admin_req(reqwest::Method::DELETE, "/v1/rules/post")
+        .send()
+        .await
+        .expect("delete");
     assert_eq!(r.status().as_u16(), 204);
-    eventually(Duration::from_secs(1), "B forgets the deleted rule", || async {
-        (b.throttle("post", "u", 0).await.0 == 404).then_some(())
-    })
+    eventually(
+        Duration::from_secs(1),
+        "B forgets the deleted rule",
+        || async { (b.throttle("post", "u", 0).await.0 == 404).then_some(()) },
+    )
     .await;
     a.stop().await;
     b.stop().await;
@@ -58,19 +73,26 @@ async fn traffic_through_a_shows_in_b_levels_within_one_second_and_then_drains()
     // Drains fully in 1 s: capacity 10 leaking 10 per second.
     let rule = json!({"action": "reply", "algorithm": "leaky_bucket", "capacity": 10, "rate": {"count": 10, "period": "1s"}});
     assert_eq!(a.put_rule(rule).await.0, 200);
-    eventually(Duration::from_secs(1), "B has the rule", || async { (b.throttle("reply", "x", 0).await.0 == 200).then_some(()) }).await;
+    eventually(Duration::from_secs(1), "B has the rule", || async {
+        (b.throttle("reply", "x", 0).await.0 == 200).then_some(())
+    })
+    .await;
 
     for _ in 0..10 {
         assert_eq!(a.throttle("reply", "alice", 1).await.0, 200);
     }
     let sent = Instant::now();
-    let seen = eventually(Duration::from_secs(1), "A's traffic in B's levels", || async {
-        let (status, body) = b.admin_get("/v1/levels?action=reply").await;
-        assert_eq!(status, 200);
-        let keys = body["actions"][0]["keys"].as_array()?.clone();
-        let alice = keys.into_iter().find(|k| k["key"] == "alice")?;
-        (alice["level"].as_f64()? > 0.5).then_some(alice)
-    })
+    let seen = eventually(
+        Duration::from_secs(1),
+        "A's traffic in B's levels",
+        || async {
+            let (status, body) = b.admin_get("/v1/levels?action=reply").await;
+            assert_eq!(status, 200);
+            let keys = body["actions"][0]["keys"].as_array()?.clone();
+            let alice = keys.into_iter().find(|k| k["key"] == "alice")?;
+            (alice["level"].as_f64()? > 0.5).then_some(alice)
+        },
+    )
     .await;
     assert!(sent.elapsed() <= Duration::from_secs(1));
     let first_level = seen["level"].as_f64().expect("level");
@@ -79,7 +101,11 @@ async fn traffic_through_a_shows_in_b_levels_within_one_second_and_then_drains()
     // No more traffic: the level falls to (nearly) empty, read through B.
     let drained = eventually(Duration::from_secs(3), "alice's level drains", || async {
         let (_, body) = b.admin_get("/v1/levels?action=reply").await;
-        let alice = body["actions"][0]["keys"].as_array()?.iter().find(|k| k["key"] == "alice")?.clone();
+        let alice = body["actions"][0]["keys"]
+            .as_array()?
+            .iter()
+            .find(|k| k["key"] == "alice")?
+            .clone();
         (alice["remaining"].as_u64()? == 10).then_some(alice)
     })
     .await;
@@ -119,7 +145,10 @@ async fn next_event<T>(
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "wanted SSE event not seen within {within:?}");
+        assert!(
+            !left.is_zero(),
+            "wanted SSE event not seen within {within:?}"
+        );
         match tokio::time::timeout(left, response.chunk()).await {
             Ok(Ok(Some(chunk))) => buffer.push_str(&String::from_utf8_lossy(&chunk)),
             Ok(Ok(None)) => panic!("SSE stream ended"),
@@ -134,7 +163,10 @@ async fn b_event_stream_carries_rules_on_connect_and_change_and_level_snapshots(
     let (_redis, a, b) = pair().await;
     let first = json!({"action": "like", "algorithm": "token_bucket", "capacity": 20, "rate": {"count": 2, "period": "1s"}});
     assert_eq!(a.put_rule(first).await.0, 200);
-    eventually(Duration::from_secs(1), "B has the rule", || async { (b.throttle("like", "x", 0).await.0 == 200).then_some(()) }).await;
+    eventually(Duration::from_secs(1), "B has the rule", || async {
+        (b.throttle("like", "x", 0).await.0 == 200).then_some(())
+    })
+    .await;
 
     let mut events = b
         .http
@@ -151,28 +183,48 @@ async fn b_event_stream_carries_rules_on_connect_and_change_and_level_snapshots(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream")));
     let mut buffer = String::new();
-    let on_connect = next_event(&mut events, &mut buffer, Duration::from_secs(2), |name, data| {
-        (name == "rules").then(|| data.clone())
-    })
+    let on_connect = next_event(
+        &mut events,
+        &mut buffer,
+        Duration::from_secs(2),
+        |name, data| (name == "rules").then(|| data.clone()),
+    )
     .await;
     assert_eq!(on_connect["rules"][0]["action"], "like");
     let version = on_connect["version"].as_u64().expect("version");
 
-    let second = json!({"action": "login", "algorithm": "sliding_window", "capacity": 5, "window": "1m"});
+    let second =
+        json!({"action": "login", "algorithm": "sliding_window", "capacity": 5, "window": "1m"});
     assert_eq!(a.put_rule(second).await.0, 200);
-    let changed = next_event(&mut events, &mut buffer, Duration::from_secs(2), |name, data| {
-        (name == "rules" && data["rules"].as_array().map_or(0, Vec::len) == 2).then(|| data.clone())
-    })
+    let changed = next_event(
+        &mut events,
+        &mut buffer,
+        Duration::from_secs(2),
+        |name, data| {
+            (name == "rules" && data["rules"].as_array().map_or(0, Vec::len) == 2)
+                .then(|| data.clone())
+        },
+    )
     .await;
     assert!(changed["version"].as_u64().expect("version") > version);
 
     for _ in 0..3 {
         a.throttle("like", "dave", 1).await;
     }
-    let levels = next_event(&mut events, &mut buffer, Duration::from_secs(3), |name, data| {
-        let like = data["actions"].as_array()?.iter().find(|x| x["action"] == "like")?.clone();
-        (name == "levels" && like["keys"].as_array()?.iter().any(|k| k["key"] == "dave")).then_some(data.clone())
-    })
+    let levels = next_event(
+        &mut events,
+        &mut buffer,
+        Duration::from_secs(3),
+        |name, data| {
+            let like = data["actions"]
+                .as_array()?
+                .iter()
+                .find(|x| x["action"] == "like")?
+                .clone();
+            (name == "levels" && like["keys"].as_array()?.iter().any(|k| k["key"] == "dave"))
+                .then_some(data.clone())
+        },
+    )
     .await;
     assert!(levels["at_ms"].as_u64().is_some());
 

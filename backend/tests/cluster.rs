@@ -19,11 +19,19 @@ async fn cluster_passes_the_conformance_suite() {
     let cluster = RedisCluster::start();
     let mut config = RedisConfig::new(RedisTarget::Cluster(cluster.urls()));
     config.timeout = Duration::from_secs(5);
-    let store = Arc::new(RedisStore::connect(config).await.expect("connect to the test cluster"));
+    let store = Arc::new(
+        RedisStore::connect(config)
+            .await
+            .expect("connect to the test cluster"),
+    );
     assert_eq!(store.kind(), "redis-cluster");
     store.ping().await.expect("ping");
 
-    assert_eq!(store.rules_version().await.expect("version"), None, "an empty cluster has no version");
+    assert_eq!(
+        store.rules_version().await.expect("version"),
+        None,
+        "an empty cluster has no version"
+    );
     tables(store.as_ref()).await;
     cell_sequences(store.as_ref()).await;
     awkward_subjects_are_independent(store.as_ref()).await;
@@ -34,14 +42,28 @@ async fn cluster_passes_the_conformance_suite() {
     concurrency_admits_exactly_the_bound(store.clone()).await;
 
     // Keys really are spread over the masters (hash tags per (action, subject), not one slot).
-    let holding = cluster.nodes.iter().filter(|n| n.cli(&["DBSIZE"]).trim() != "0").count();
+    let holding = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.cli(&["DBSIZE"]).trim() != "0")
+        .count();
     assert_eq!(holding, 3, "every master holds some keys");
 
     // A wrong type on a cluster node is the same clear error.
-    let r = rule(r#"{"action":"w","algorithm":"gcra","capacity":2,"rate":{"count":1,"period":"1s"}}"#);
+    let r =
+        rule(r#"{"action":"w","algorithm":"gcra","capacity":2,"rate":{"count":1,"period":"1s"}}"#);
     for node in &cluster.nodes {
         node.cli(&["-c", "LPUSH", "sluice:{w:bad}:gcra", "x"]);
     }
-    assert!(matches!(err(store.throttle(&r, "bad", 1, None).await), StoreError::WrongType { .. }));
-    assert!(store.throttle(&r, "good", 1, None).await.expect("a good key works").allowed);
+    assert!(matches!(
+        err(store.throttle(&r, "bad", 1, None).await),
+        StoreError::WrongType { .. }
+    ));
+    assert!(
+        store
+            .throttle(&r, "good", 1, None)
+            .await
+            .expect("a good key works")
+            .allowed
+    );
 }

@@ -64,7 +64,10 @@ async fn exact_bound_for_every_algorithm(s: &Sluice) {
         assert_eq!(status, 200, "{body}");
         let (allowed, denied) = hammer(s, &action).await;
         assert_eq!(allowed + denied, (CLIENTS * PER_CLIENT) as u64);
-        assert_eq!(allowed, CAPACITY, "{algorithm}: admitted {allowed}, bound is {CAPACITY}");
+        assert_eq!(
+            allowed, CAPACITY,
+            "{algorithm}: admitted {allowed}, bound is {CAPACITY}"
+        );
     }
 }
 

@@ -17,7 +17,9 @@ use support::RedisServer;
 async fn redis_store(server: &RedisServer) -> RedisStore {
     let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
     config.timeout = Duration::from_secs(5);
-    RedisStore::connect(config).await.expect("connect to the test redis-server")
+    RedisStore::connect(config)
+        .await
+        .expect("connect to the test redis-server")
 }
 
 macro_rules! both_stores {
@@ -36,20 +38,55 @@ macro_rules! both_stores {
 }
 
 both_stores!(tables, memory_tables, redis_tables);
-both_stores!(cell_sequences, memory_cell_sequences_match_redis_cell, redis_cell_sequences_match_redis_cell);
-both_stores!(awkward_subjects_are_independent, memory_awkward_subjects_are_independent, redis_awkward_subjects_are_independent);
-both_stores!(peek_many_reports_without_writing, memory_peek_many_reports_without_writing, redis_peek_many_reports_without_writing);
-both_stores!(rules_round_trip, memory_rules_round_trip, redis_rules_round_trip);
-both_stores!(activity_round_trip, memory_activity_round_trip, redis_activity_round_trip);
+both_stores!(
+    cell_sequences,
+    memory_cell_sequences_match_redis_cell,
+    redis_cell_sequences_match_redis_cell
+);
+both_stores!(
+    awkward_subjects_are_independent,
+    memory_awkward_subjects_are_independent,
+    redis_awkward_subjects_are_independent
+);
+both_stores!(
+    peek_many_reports_without_writing,
+    memory_peek_many_reports_without_writing,
+    redis_peek_many_reports_without_writing
+);
+both_stores!(
+    rules_round_trip,
+    memory_rules_round_trip,
+    redis_rules_round_trip
+);
+both_stores!(
+    activity_round_trip,
+    memory_activity_round_trip,
+    redis_activity_round_trip
+);
 
 /// Seed and size of the randomized comparison; override with SLUICE_CONFORMANCE_SEED and
 /// SLUICE_CONFORMANCE_SEQUENCES to explore further.
 async fn randomized(store: &dyn Store) {
-    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
     let sequences = env("SLUICE_CONFORMANCE_SEQUENCES", 60) as usize;
-    randomized_against_core(store, env("SLUICE_CONFORMANCE_SEED", 0x5111ce), sequences, 40).await;
+    randomized_against_core(
+        store,
+        env("SLUICE_CONFORMANCE_SEED", 0x5111ce),
+        sequences,
+        40,
+    )
+    .await;
 }
-both_stores!(randomized, memory_matches_core_on_random_sequences, redis_lua_matches_core_on_random_sequences);
+both_stores!(
+    randomized,
+    memory_matches_core_on_random_sequences,
+    redis_lua_matches_core_on_random_sequences
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_concurrency_admits_exactly_the_bound() {
@@ -69,24 +106,42 @@ async fn redis_rules_version_is_none_on_an_empty_redis() {
     assert_eq!(store.rules_version().await.expect("version"), None);
     let snap = store.load_rules().await.expect("load");
     assert_eq!((snap.version, snap.rules.len()), (None, 0));
-    let v = store.put_rule(&rule(r#"{"action":"x","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"1s"}}"#)).await;
+    let v = store
+        .put_rule(&rule(
+            r#"{"action":"x","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"1s"}}"#,
+        ))
+        .await;
     assert_eq!(v.expect("put"), 1);
     server.cli(&["FLUSHALL"]);
-    assert_eq!(store.rules_version().await.expect("version"), None, "a wiped Redis has no version");
+    assert_eq!(
+        store.rules_version().await.expect("version"),
+        None,
+        "a wiped Redis has no version"
+    );
 }
 
 #[tokio::test]
 async fn redis_wrong_type_is_a_clear_error_and_the_next_request_works() {
     let server = RedisServer::start();
     let store = redis_store(&server).await;
-    let gcra = rule(r#"{"action":"w","algorithm":"gcra","capacity":2,"rate":{"count":1,"period":"1s"}}"#);
-    let leaky = rule(r#"{"action":"w","algorithm":"leaky_bucket","capacity":2,"rate":{"count":1,"period":"1s"}}"#);
+    let gcra =
+        rule(r#"{"action":"w","algorithm":"gcra","capacity":2,"rate":{"count":1,"period":"1s"}}"#);
+    let leaky = rule(
+        r#"{"action":"w","algorithm":"leaky_bucket","capacity":2,"rate":{"count":1,"period":"1s"}}"#,
+    );
     let log = rule(r#"{"action":"w","algorithm":"sliding_log","capacity":2,"window":"1s"}"#);
     server.cli(&["LPUSH", "sluice:{w:bad}:gcra", "x"]);
     server.cli(&["SET", "sluice:{w:bad}:leaky_bucket", "x"]);
     server.cli(&["SET", "sluice:{w:bad}:sliding_log", "x"]);
     server.cli(&["SET", "sluice:{w:garbage}:gcra", "not-a-time"]);
-    server.cli(&["HSET", "sluice:{w:garbage}:leaky_bucket", "level", "1.5e3", "last", "0"]);
+    server.cli(&[
+        "HSET",
+        "sluice:{w:garbage}:leaky_bucket",
+        "level",
+        "1.5e3",
+        "last",
+        "0",
+    ]);
     for (rule, key, redis_key) in [
         (&gcra, "bad", "sluice:{w:bad}:gcra"),
         (&leaky, "bad", "sluice:{w:bad}:leaky_bucket"),
@@ -101,11 +156,20 @@ async fn redis_wrong_type_is_a_clear_error_and_the_next_request_works() {
             }
             other => panic!("{redis_key}: expected WrongType, got {other:?}"),
         }
-        assert!(store.throttle(rule, "good", 1, None).await.expect("a good key still works").allowed);
+        assert!(
+            store
+                .throttle(rule, "good", 1, None)
+                .await
+                .expect("a good key still works")
+                .allowed
+        );
     }
     let cell = sluice_core::cell::CellArgs::new(1, 1, 1, 1).expect("args");
     server.cli(&["HSET", "sluice:cell:{c}", "a", "b"]);
-    assert!(matches!(err(store.cell_throttle("c", cell, None).await), StoreError::WrongType { .. }));
+    assert!(matches!(
+        err(store.cell_throttle("c", cell, None).await),
+        StoreError::WrongType { .. }
+    ));
     store.ping().await.expect("the server is still up");
 }
 
@@ -127,9 +191,14 @@ async fn redis_commands_beyond_max_in_flight_are_shed_at_once() {
     let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
     config.max_in_flight = 1;
     let store = RedisStore::connect(config).await.expect("connect");
-    let r = rule(r#"{"action":"o","algorithm":"gcra","capacity":100,"rate":{"count":1,"period":"1s"}}"#);
+    let r = rule(
+        r#"{"action":"o","algorithm":"gcra","capacity":100,"rate":{"count":1,"period":"1s"}}"#,
+    );
     let results = futures::future::join_all((0..8).map(|_| store.throttle(&r, "k", 1, None))).await;
-    let shed = results.iter().filter(|r| matches!(r, Err(StoreError::Overloaded(1)))).count();
+    let shed = results
+        .iter()
+        .filter(|r| matches!(r, Err(StoreError::Overloaded(1))))
+        .count();
     let ok = results.iter().filter(|r| r.is_ok()).count();
     assert_eq!((ok, shed), (1, 7), "{results:?}");
 }
@@ -144,12 +213,22 @@ async fn redis_slow_server_times_out() {
     let port = server.port;
     let sleeper = std::thread::spawn(move || {
         std::process::Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "DEBUG", "SLEEP", "1.5"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "DEBUG",
+                "SLEEP",
+                "1.5",
+            ])
             .output()
             .expect("redis-cli")
     });
     // Wait (bounded) until the server is busy sleeping: a PING through the store times out.
-    let r = rule(r#"{"action":"slow","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"1s"}}"#);
+    let r = rule(
+        r#"{"action":"slow","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"1s"}}"#,
+    );
     let mut saw_timeout = false;
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < deadline {
@@ -172,12 +251,31 @@ async fn memory_idle_keys_are_evicted() {
     let store = MemoryStore::new();
     let r = rule(r#"{"action":"e","algorithm":"fixed_window","capacity":5,"window":"1s"}"#);
     for i in 0..5_000u64 {
-        store.throttle(&r, &format!("k{i}"), 1, Some(B + i)).await.expect("memory");
+        store
+            .throttle(&r, &format!("k{i}"), 1, Some(B + i))
+            .await
+            .expect("memory");
     }
-    assert!(store.state_count() >= 4_000, "entries stay while live: {}", store.state_count());
+    assert!(
+        store.state_count() >= 4_000,
+        "entries stay while live: {}",
+        store.state_count()
+    );
     // Much later, traffic on other keys sweeps the idle ones away shard by shard.
     for i in 0..20_000u64 {
-        store.throttle(&r, &format!("new{}", i % 10), 1, Some(B + 3_600 * 1_000_000_000 + i)).await.expect("memory");
+        store
+            .throttle(
+                &r,
+                &format!("new{}", i % 10),
+                1,
+                Some(B + 3_600 * 1_000_000_000 + i),
+            )
+            .await
+            .expect("memory");
     }
-    assert!(store.state_count() <= 100, "idle keys remain: {}", store.state_count());
+    assert!(
+        store.state_count() <= 100,
+        "idle keys remain: {}",
+        store.state_count()
+    );
 }

@@ -71,7 +71,11 @@ async fn read_response(stream: &mut TcpStream) -> (String, String) {
             let head = String::from_utf8_lossy(&got[..end]).into_owned();
             let length: usize = head
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().expect("length")))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().expect("length"))
+                })
                 .expect("a content-length");
             if got.len() >= end + 4 + length {
                 let body = String::from_utf8_lossy(&got[end + 4..end + 4 + length]).into_owned();
@@ -82,7 +86,11 @@ async fn read_response(stream: &mut TcpStream) -> (String, String) {
             .await
             .expect("a response within 5 s")
             .expect("read");
-        assert!(n > 0, "connection closed before a whole response: {:?}", String::from_utf8_lossy(&got));
+        assert!(
+            n > 0,
+            "connection closed before a whole response: {:?}",
+            String::from_utf8_lossy(&got)
+        );
         got.extend_from_slice(&buf[..n]);
     }
 }
@@ -95,18 +103,33 @@ async fn a_half_sent_request_is_cut_off_on_both_listeners_and_requests_keep_work
         let mut slow = TcpStream::connect(host_port(base)).await.expect("connect");
         slow.write_all(b"GET /healthz HT").await.expect("write");
         // Meanwhile a normal request is answered at once.
-        let r = s.http.get(format!("{base}/healthz")).send().await.expect("healthz");
+        let r = s
+            .http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .expect("healthz");
         assert_eq!(r.status().as_u16(), 200);
         let (_, closed) = read_until_closed(&mut slow, TIMEOUT + SLACK).await;
         let took = started.elapsed();
-        assert!(closed, "{base}: a half-sent request line still open after {took:?}");
-        assert!(took >= TIMEOUT, "{base}: closed after {took:?}, before the timeout: something else closed it");
+        assert!(
+            closed,
+            "{base}: a half-sent request line still open after {took:?}"
+        );
+        assert!(
+            took >= TIMEOUT,
+            "{base}: closed after {took:?}, before the timeout: something else closed it"
+        );
     }
     // A request head trickled byte by byte is cut off at the same deadline (it does not move).
     let started = Instant::now();
-    let mut trickle = TcpStream::connect(host_port(&s.decision)).await.expect("connect");
+    let mut trickle = TcpStream::connect(host_port(&s.decision))
+        .await
+        .expect("connect");
     let mut closed_at = None;
-    for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+    for byte in
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    {
         if trickle.write_all(&[*byte]).await.is_err() {
             closed_at = Some(started.elapsed());
             break;
@@ -119,10 +142,17 @@ async fn a_half_sent_request_is_cut_off_on_both_listeners_and_requests_keep_work
             }
             _ => {}
         }
-        assert!(started.elapsed() < TIMEOUT + SLACK, "a trickled head is still open after {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < TIMEOUT + SLACK,
+            "a trickled head is still open after {:?}",
+            started.elapsed()
+        );
     }
     let closed_at = closed_at.expect("the trickled head was cut off");
-    assert!(closed_at >= TIMEOUT && closed_at < TIMEOUT + SLACK, "closed after {closed_at:?}");
+    assert!(
+        closed_at >= TIMEOUT && closed_at < TIMEOUT + SLACK,
+        "closed after {closed_at:?}"
+    );
     s.stop().await;
 }
 
@@ -134,15 +164,24 @@ async fn many_slow_clients_do_not_stop_the_listeners_and_all_are_closed() {
     for i in 0..64 {
         let base = if i % 2 == 0 { &s.decision } else { &s.admin };
         let mut c = TcpStream::connect(host_port(base)).await.expect("connect");
-        c.write_all(b"POST /v1/throttle HTTP/1.1\r\nHost: x\r\n").await.expect("write");
+        c.write_all(b"POST /v1/throttle HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
         slow.push(c);
     }
     let (status, body) = s.throttle("nothing", "u", 1).await;
-    assert_eq!(status, 404, "decisions still answered while 64 slow clients hang: {body}");
+    assert_eq!(
+        status, 404,
+        "decisions still answered while 64 slow clients hang: {body}"
+    );
     for (i, c) in slow.iter_mut().enumerate() {
         let left = (TIMEOUT + SLACK).saturating_sub(started.elapsed());
         let (_, closed) = read_until_closed(c, left).await;
-        assert!(closed, "slow client #{i} still open after {:?}", started.elapsed());
+        assert!(
+            closed,
+            "slow client #{i} still open after {:?}",
+            started.elapsed()
+        );
     }
     s.stop().await;
 }
@@ -151,23 +190,33 @@ async fn many_slow_clients_do_not_stop_the_listeners_and_all_are_closed() {
 async fn a_trickled_body_is_cut_off() {
     let s = start_short_timeout().await;
     let started = Instant::now();
-    let mut c = TcpStream::connect(host_port(&s.decision)).await.expect("connect");
+    let mut c = TcpStream::connect(host_port(&s.decision))
+        .await
+        .expect("connect");
     c.write_all(b"POST /v1/throttle HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"act")
         .await
         .expect("write");
     let (answer, closed) = read_until_closed(&mut c, TIMEOUT + SLACK).await;
     let took = started.elapsed();
-    assert!(closed, "a body that never arrives still holds the connection after {took:?}");
+    assert!(
+        closed,
+        "a body that never arrives still holds the connection after {took:?}"
+    );
     assert!(took >= TIMEOUT, "closed after {took:?}, before the timeout");
     let answer = String::from_utf8_lossy(&answer);
-    assert!(!answer.starts_with("HTTP/1.1 5"), "no server error for a slow body: {answer}");
+    assert!(
+        !answer.starts_with("HTTP/1.1 5"),
+        "no server error for a slow body: {answer}"
+    );
     s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_works_and_an_idle_connection_is_closed_after_the_timeout() {
     let s = start_short_timeout().await;
-    let mut c = TcpStream::connect(host_port(&s.decision)).await.expect("connect");
+    let mut c = TcpStream::connect(host_port(&s.decision))
+        .await
+        .expect("connect");
     let body = br#"{"action":"nothing","key":"u"}"#;
     let request = format!(
         "POST /v1/throttle HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
@@ -183,8 +232,15 @@ async fn keep_alive_works_and_an_idle_connection_is_closed_after_the_timeout() {
     let idle_from = Instant::now();
     let (rest, closed) = read_until_closed(&mut c, TIMEOUT + SLACK).await;
     let idle = idle_from.elapsed();
-    assert!(closed, "an idle keep-alive connection still open after {idle:?}");
-    assert!(rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"), "{:?}", String::from_utf8_lossy(&rest));
+    assert!(
+        closed,
+        "an idle keep-alive connection still open after {idle:?}"
+    );
+    assert!(
+        rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
+        "{:?}",
+        String::from_utf8_lossy(&rest)
+    );
     s.stop().await;
 }
 
@@ -193,14 +249,22 @@ async fn graceful_shutdown_is_not_held_by_a_slow_client() {
     let mut config = Config::new(StoreChoice::Memory, harness::TOKEN);
     config.header_read_timeout = Duration::from_secs(60);
     let s = Sluice::start_with(config).await;
-    let mut idle = TcpStream::connect(host_port(&s.decision)).await.expect("connect");
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+    let mut idle = TcpStream::connect(host_port(&s.decision))
+        .await
+        .expect("connect");
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
     let (head, _) = read_response(&mut idle).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // An idle keep-alive connection does not hold the shutdown (Sluice::stop bounds it to 5 s).
     let started = Instant::now();
     s.stop().await;
-    assert!(started.elapsed() < Duration::from_secs(2), "shutdown took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,17 +279,41 @@ async fn a_client_that_stops_reading_its_answer_is_cut_off() {
     config.dashboard_dir = Some(dir.clone());
     let s = Sluice::start_with(config).await;
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4096).expect("small receive buffer");
-    let mut c = socket.connect(host_port(&s.admin).parse().expect("addr")).await.expect("connect");
-    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("small receive buffer");
+    let mut c = socket
+        .connect(host_port(&s.admin).parse().expect("addr"))
+        .await
+        .expect("connect");
+    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
     // The stimulus: a client that reads nothing for well past the bound.
     tokio::time::sleep(TIMEOUT + SLACK).await;
     let (got, closed) = read_until_closed(&mut c, Duration::from_secs(10)).await;
     assert!(closed, "the connection is still open");
-    assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got[..got.len().min(200)]));
-    assert!(got.len() < SIZE, "the whole {} bytes were sent: the stalled writer was never cut off", got.len());
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got[..got.len().min(200)])
+    );
+    assert!(
+        got.len() < SIZE,
+        "the whole {} bytes were sent: the stalled writer was never cut off",
+        got.len()
+    );
     // Other clients were served all along, and shutdown is not held.
-    assert_eq!(s.http.get(format!("{}/healthz", s.admin)).send().await.expect("healthz").status().as_u16(), 200);
+    assert_eq!(
+        s.http
+            .get(format!("{}/healthz", s.admin))
+            .send()
+            .await
+            .expect("healthz")
+            .status()
+            .as_u16(),
+        200
+    );
     s.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -255,33 +343,55 @@ async fn slow_clients_past_the_descriptor_limit_are_shed_and_the_listener_recove
             if n == 0 {
                 break;
             }
-            sink.lock().expect("lock").push_str(&String::from_utf8_lossy(&buf[..n]));
+            sink.lock()
+                .expect("lock")
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     });
     let http = harness::client();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !matches!(http.get(format!("http://127.0.0.1:{dport}/healthz")).send().await, Ok(r) if r.status().is_success()) {
-        assert!(Instant::now() < deadline, "sluice not up:\n{}", log.lock().expect("lock"));
+    while !matches!(http.get(format!("http://127.0.0.1:{dport}/healthz")).send().await, Ok(r) if r.status().is_success())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "sluice not up:\n{}",
+            log.lock().expect("lock")
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut slow = Vec::new();
     for _ in 0..80 {
-        let mut c = TcpStream::connect(format!("127.0.0.1:{dport}")).await.expect("connect (kernel backlog)");
+        let mut c = TcpStream::connect(format!("127.0.0.1:{dport}"))
+            .await
+            .expect("connect (kernel backlog)");
         c.write_all(b"GET /healthz HT").await.expect("write");
         slow.push(c);
     }
     // A real request now waits in the backlog until slow clients are cut off, then is answered.
     let started = Instant::now();
     let fresh = harness::client();
-    let answer = fresh.get(format!("http://127.0.0.1:{dport}/healthz")).send().await;
+    let answer = fresh
+        .get(format!("http://127.0.0.1:{dport}/healthz"))
+        .send()
+        .await;
     let took = started.elapsed();
     let _ = child.kill();
     let _ = child.wait();
     let log = log.lock().expect("lock").clone();
     let status = answer.map(|r| r.status().as_u16());
-    assert_eq!(status.ok(), Some(200), "answered after {took:?}; log:\n{log}");
-    assert!(took < Duration::from_secs(5), "answered only after {took:?}");
-    assert!(log.contains("cannot accept connections"), "the descriptor shortage is logged:\n{log}");
+    assert_eq!(
+        status.ok(),
+        Some(200),
+        "answered after {took:?}; log:\n{log}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "answered only after {took:?}"
+    );
+    assert!(
+        log.contains("cannot accept connections"),
+        "the descriptor shortage is logged:\n{log}"
+    );
 }
 
 // ---- The rules bookkeeping ----
@@ -300,7 +410,14 @@ impl Running {
         let decision = format!("127.0.0.1:{}", support::free_port());
         let admin = format!("127.0.0.1:{}", support::free_port());
         let mut child = Command::new(BIN)
-            .args(["--decision-listen", &decision, "--admin-listen", &admin, "--admin-token", harness::TOKEN])
+            .args([
+                "--decision-listen",
+                &decision,
+                "--admin-listen",
+                &admin,
+                "--admin-token",
+                harness::TOKEN,
+            ])
             .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -316,19 +433,34 @@ impl Running {
                 if n == 0 {
                     break;
                 }
-                sink.lock().expect("lock").push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock()
+                    .expect("lock")
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let running = Running { child, stderr, decision, admin };
+        let running = Running {
+            child,
+            stderr,
+            decision,
+            admin,
+        };
         let http = harness::client();
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            if let Ok(r) = http.get(format!("http://{}/readyz", running.admin)).send().await {
+            if let Ok(r) = http
+                .get(format!("http://{}/readyz", running.admin))
+                .send()
+                .await
+            {
                 if r.status().is_success() {
                     return running;
                 }
             }
-            assert!(Instant::now() < deadline, "sluice not ready; stderr:\n{}", running.stderr());
+            assert!(
+                Instant::now() < deadline,
+                "sluice not ready; stderr:\n{}",
+                running.stderr()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -397,9 +529,19 @@ async fn time_until(within: Duration, what: &str, mut check: impl FnMut() -> boo
 async fn the_rules_key_deleted_alone_is_republished_within_a_second() {
     let redis = support::RedisServer::start();
     let rules = rules_file("deleted");
-    let sluice = Running::start(&["--redis-url", &redis.url(), "--rules", rules.to_str().expect("utf-8")]).await;
+    let sluice = Running::start(&[
+        "--redis-url",
+        &redis.url(),
+        "--rules",
+        rules.to_str().expect("utf-8"),
+    ])
+    .await;
     let hkeys = || {
-        let mut keys: Vec<String> = redis.cli(&["HKEYS", "{sluice:rules}"]).split_whitespace().map(str::to_owned).collect();
+        let mut keys: Vec<String> = redis
+            .cli(&["HKEYS", "{sluice:rules}"])
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
         keys.sort();
         keys
     };
@@ -413,21 +555,35 @@ async fn the_rules_key_deleted_alone_is_republished_within_a_second() {
     assert_eq!(redis.cli(&["DEL", "{sluice:rules}"]).trim(), "1");
     let took = time_until(Duration::from_secs(5), "rules back in Redis", both_rules).await;
     eprintln!("rules republished {took:?} after the DEL");
-    assert!(took < Duration::from_millis(1500), "republished after {took:?} (poll every 250 ms; bound ~1 s)");
+    assert!(
+        took < Duration::from_millis(1500),
+        "republished after {took:?} (poll every 250 ms; bound ~1 s)"
+    );
     time_until(Duration::from_secs(2), "the republish log line", || {
-        sluice.stderr().contains("publishing this replica's 2 cached rules again")
+        sluice
+            .stderr()
+            .contains("publishing this replica's 2 cached rules again")
     })
     .await;
     // Decisions never lost their rules, and a replica started now finds them in the store.
     assert_eq!(sluice.throttle("post", "u").await.0, 200);
     let other = Sluice::start(harness::redis(&redis.url())).await;
     let (_, listed) = other.admin_get("/v1/rules").await;
-    let actions: Vec<&str> = listed["rules"].as_array().expect("rules").iter().filter_map(|r| r["action"].as_str()).collect();
+    let actions: Vec<&str> = listed["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["action"].as_str())
+        .collect();
     assert_eq!(actions, ["login", "post"], "{listed}");
     other.stop().await;
     // The version lives inside the rules hash, so the two cannot be lost apart.
     assert_eq!(hkeys(), ["#version", "login", "post"]);
-    assert_eq!(redis.cli(&["EXISTS", "{sluice:rules}:version"]).trim(), "0", "no separate version key");
+    assert_eq!(
+        redis.cli(&["EXISTS", "{sluice:rules}:version"]).trim(),
+        "0",
+        "no separate version key"
+    );
     let _ = std::fs::remove_dir_all(rules.parent().expect("dir"));
 }
 
@@ -435,33 +591,70 @@ async fn the_rules_key_deleted_alone_is_republished_within_a_second() {
 async fn a_rules_version_that_is_not_a_number_is_reported_as_unreadable() {
     let redis = support::RedisServer::start();
     let rules = rules_file("corrupt");
-    let sluice = Running::start(&["--redis-url", &redis.url(), "--rules", rules.to_str().expect("utf-8")]).await;
+    let sluice = Running::start(&[
+        "--redis-url",
+        &redis.url(),
+        "--rules",
+        rules.to_str().expect("utf-8"),
+    ])
+    .await;
     redis.cli(&["HSET", "{sluice:rules}", "#version", "not-a-number"]);
-    time_until(Duration::from_secs(3), "the unreadable-rules log line", || {
-        sluice.stderr().contains("the rules in the store cannot be read")
-    })
+    time_until(
+        Duration::from_secs(3),
+        "the unreadable-rules log line",
+        || {
+            sluice
+                .stderr()
+                .contains("the rules in the store cannot be read")
+        },
+    )
     .await;
     let log = sluice.stderr();
-    assert!(log.contains("not-a-number"), "the log names the bad value:\n{log}");
-    assert!(!log.contains("cannot reach the store"), "Redis is reachable; the log must not say otherwise:\n{log}");
+    assert!(
+        log.contains("not-a-number"),
+        "the log names the bad value:\n{log}"
+    );
+    assert!(
+        !log.contains("cannot reach the store"),
+        "Redis is reachable; the log must not say otherwise:\n{log}"
+    );
     // Decisions keep the cached rules; a rule write is refused clearly, naming the key.
     assert_eq!(sluice.throttle("post", "u").await.0, 200);
     let (status, body) = sluice
         .put_rule(serde_json::json!({"action": "new", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}))
         .await;
-    assert_eq!((status, body["error"].as_str()), (500, Some("store_wrong_type")), "{body}");
-    assert!(body["message"].as_str().unwrap_or_default().contains("{sluice:rules}"), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (500, Some("store_wrong_type")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("{sluice:rules}"),
+        "{body}"
+    );
     // Repaired: the log says so and writes work again.
     redis.cli(&["HSET", "{sluice:rules}", "#version", "41"]);
-    time_until(Duration::from_secs(3), "the readable-again log line", || {
-        sluice.stderr().contains("the rules in the store are readable again")
-    })
+    time_until(
+        Duration::from_secs(3),
+        "the readable-again log line",
+        || {
+            sluice
+                .stderr()
+                .contains("the rules in the store are readable again")
+        },
+    )
     .await;
     let (status, body) = sluice
         .put_rule(serde_json::json!({"action": "new", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}))
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(redis.cli(&["HGET", "{sluice:rules}", "#version"]).trim(), "42");
+    assert_eq!(
+        redis.cli(&["HGET", "{sluice:rules}", "#version"]).trim(),
+        "42"
+    );
     let _ = std::fs::remove_dir_all(rules.parent().expect("dir"));
 }
 
@@ -478,15 +671,24 @@ fn rule(json: &str) -> Rule {
 #[tokio::test]
 async fn the_old_layout_with_a_separate_version_key_is_read_and_migrated() {
     let redis = support::RedisServer::start();
-    let json = r#"{"action":"post","algorithm":"gcra","capacity":5,"rate":{"count":10,"period":"1m"}}"#;
+    let json =
+        r#"{"action":"post","algorithm":"gcra","capacity":5,"rate":{"count":10,"period":"1m"}}"#;
     redis.cli(&["HSET", "{sluice:rules}", "post", json]);
     redis.cli(&["SET", "{sluice:rules}:version", "7"]);
     let store = redis_store(&redis).await;
     let snapshot = store.load_rules().await.expect("load");
     assert_eq!(snapshot.version, Some(7));
     assert_eq!(snapshot.rules, vec![rule(json)]);
-    assert_eq!(redis.cli(&["HGET", "{sluice:rules}", "#version"]).trim(), "7", "moved into the hash");
-    assert_eq!(redis.cli(&["EXISTS", "{sluice:rules}:version"]).trim(), "0", "the old key is gone");
+    assert_eq!(
+        redis.cli(&["HGET", "{sluice:rules}", "#version"]).trim(),
+        "7",
+        "moved into the hash"
+    );
+    assert_eq!(
+        redis.cli(&["EXISTS", "{sluice:rules}:version"]).trim(),
+        "0",
+        "the old key is gone"
+    );
     assert_eq!(store.rules_version().await.expect("version"), Some(7));
     assert_eq!(store.put_rule(&rule(json)).await.expect("put"), 8);
 
@@ -503,16 +705,34 @@ async fn the_old_layout_with_a_separate_version_key_is_read_and_migrated() {
 async fn deleting_every_rule_keeps_the_version_so_nothing_is_republished() {
     let redis = support::RedisServer::start();
     let store = redis_store(&redis).await;
-    let a = rule(r#"{"action":"a","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"1s"}}"#);
+    let a =
+        rule(r#"{"action":"a","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"1s"}}"#);
     store.put_rule(&a).await.expect("put");
     // Another replica caches {a} at version 1.
-    let replica = RuleCache::new(RuleSet::from_snapshot(store.load_rules().await.expect("load")));
-    assert_eq!(store.delete_rule(a.action()).await.expect("delete"), Some(2));
-    assert_eq!(store.rules_version().await.expect("version"), Some(2), "an empty set keeps its version");
-    assert_eq!(poll_once(&replica, &store).await, PollOutcome::Reloaded, "the deletion reaches the replica");
+    let replica = RuleCache::new(RuleSet::from_snapshot(
+        store.load_rules().await.expect("load"),
+    ));
+    assert_eq!(
+        store.delete_rule(a.action()).await.expect("delete"),
+        Some(2)
+    );
+    assert_eq!(
+        store.rules_version().await.expect("version"),
+        Some(2),
+        "an empty set keeps its version"
+    );
+    assert_eq!(
+        poll_once(&replica, &store).await,
+        PollOutcome::Reloaded,
+        "the deletion reaches the replica"
+    );
     assert!(replica.current().rules.is_empty());
     assert_eq!(poll_once(&replica, &store).await, PollOutcome::Unchanged);
-    assert_eq!(redis.cli(&["HKEYS", "{sluice:rules}"]).trim(), "#version", "the deleted rule was not republished");
+    assert_eq!(
+        redis.cli(&["HKEYS", "{sluice:rules}"]).trim(),
+        "#version",
+        "the deleted rule was not republished"
+    );
 
     // Whereas the hash lost outright is noticed and the cached rules come back.
     store.put_rule(&a).await.expect("put");
@@ -523,5 +743,7 @@ async fn deleting_every_rule_keeps_the_version_so_nothing_is_republished() {
     assert_eq!(store.load_rules().await.expect("load").rules, vec![a]);
     // A corrupt version is "unreadable", not "store down".
     redis.cli(&["HSET", "{sluice:rules}", "#version", "x"]);
-    assert!(matches!(poll_once(&replica, &store).await, PollOutcome::Unreadable(e) if e.contains("#version")));
+    assert!(
+        matches!(poll_once(&replica, &store).await, PollOutcome::Unreadable(e) if e.contains("#version"))
+    );
 }

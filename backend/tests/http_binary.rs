@@ -15,7 +15,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 #[test]
 fn help_reads_like_a_real_tool() {
-    let out = Command::new(BIN).arg("--help").output().expect("run sluice --help");
+    let out = Command::new(BIN)
+        .arg("--help")
+        .output()
+        .expect("run sluice --help");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     for needle in [
@@ -37,7 +40,10 @@ fn help_reads_like_a_real_tool() {
     ] {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
-    let version = Command::new(BIN).arg("--version").output().expect("run sluice --version");
+    let version = Command::new(BIN)
+        .arg("--version")
+        .output()
+        .expect("run sluice --version");
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("sluice "));
 }
 
@@ -65,7 +71,9 @@ impl Running {
                 if n == 0 {
                     break;
                 }
-                sink.lock().expect("lock").push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock()
+                    .expect("lock")
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
         Running { child, stderr }
@@ -81,7 +89,11 @@ impl Running {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return status;
             }
-            assert!(Instant::now() < deadline, "sluice did not exit within {within:?}; stderr:\n{}", self.stderr());
+            assert!(
+                Instant::now() < deadline,
+                "sluice did not exit within {within:?}; stderr:\n{}",
+                self.stderr()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -117,7 +129,10 @@ async fn the_binary_imports_rules_prints_a_token_once_and_stops_on_sigterm() {
         "--dashboard-dir",
         dir.to_str().expect("utf-8"),
     ]);
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("client");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if let Ok(r) = http.get(format!("http://{admin}/readyz")).send().await {
@@ -125,18 +140,29 @@ async fn the_binary_imports_rules_prints_a_token_once_and_stops_on_sigterm() {
                 break;
             }
         }
-        assert!(Instant::now() < deadline, "sluice not ready; stderr:\n{}", sluice.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "sluice not ready; stderr:\n{}",
+            sluice.stderr()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let stderr = sluice.stderr();
-    assert!(stderr.contains("memory store: state is per process; use --redis-url for many replicas"), "{stderr}");
+    assert!(
+        stderr.contains("memory store: state is per process; use --redis-url for many replicas"),
+        "{stderr}"
+    );
     let token = stderr
         .lines()
         .map(str::trim)
         .find(|l| l.len() == 64 && l.chars().all(|c| c.is_ascii_hexdigit()))
         .unwrap_or_else(|| panic!("a generated 64-hex-digit token on stderr:\n{stderr}"))
         .to_owned();
-    assert_eq!(stderr.matches(&token).count(), 1, "the token is printed exactly once");
+    assert_eq!(
+        stderr.matches(&token).count(),
+        1,
+        "the token is printed exactly once"
+    );
 
     let rules: serde_json::Value = http
         .get(format!("http://{admin}/v1/rules"))
@@ -147,7 +173,12 @@ async fn the_binary_imports_rules_prints_a_token_once_and_stops_on_sigterm() {
         .json()
         .await
         .expect("json");
-    let actions: Vec<&str> = rules["rules"].as_array().expect("rules").iter().filter_map(|r| r["action"].as_str()).collect();
+    let actions: Vec<&str> = rules["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["action"].as_str())
+        .collect();
     assert_eq!(actions, ["login", "post"]);
     let decision_answer: serde_json::Value = http
         .post(format!("http://{decision}/v1/throttle"))
@@ -161,10 +192,17 @@ async fn the_binary_imports_rules_prints_a_token_once_and_stops_on_sigterm() {
     assert_eq!(decision_answer["allowed"], true);
 
     let pid = sluice.child.id().to_string();
-    let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM");
     assert!(killed.success());
     let status = sluice.wait_exit(Duration::from_secs(10));
-    assert!(status.success(), "graceful exit on SIGTERM; stderr:\n{}", sluice.stderr());
+    assert!(
+        status.success(),
+        "graceful exit on SIGTERM; stderr:\n{}",
+        sluice.stderr()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -192,6 +230,9 @@ fn a_bad_rules_file_stops_the_start_naming_the_rule_and_field() {
     let status = sluice.wait_exit(Duration::from_secs(10));
     assert!(!status.success());
     let stderr = sluice.stderr();
-    assert!(stderr.contains("rule #2 (broken)") && stderr.contains("rate.period"), "{stderr}");
+    assert!(
+        stderr.contains("rule #2 (broken)") && stderr.contains("rate.period"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -41,11 +41,16 @@ async fn a_throttle_round_trip_allows_then_denies_with_the_wire_fields() {
     let (status, third) = s.throttle("reply", "laoqian", 1).await;
     assert_eq!(status, 200, "a denial is a value, not an error");
     assert_eq!(third["allowed"], false);
-    let retry = third["retry_after_ms"].as_u64().expect("retry_after_ms after a denial");
+    let retry = third["retry_after_ms"]
+        .as_u64()
+        .expect("retry_after_ms after a denial");
     assert!(retry > 3_500_000 && retry <= 3_600_000, "retry {retry}");
     // Another key is independent; quantity 0 peeks without spending.
     let (_, other) = s.throttle("reply", "someone-else", 0).await;
-    assert_eq!((other["allowed"].clone(), other["remaining"].clone()), (json!(true), json!(2)));
+    assert_eq!(
+        (other["allowed"].clone(), other["remaining"].clone()),
+        (json!(true), json!(2))
+    );
     s.stop().await;
 }
 
@@ -55,8 +60,15 @@ async fn an_action_without_a_rule_is_404_unknown_action_and_counted() {
     let (status, body) = s.throttle("nope", "k", 1).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"], "unknown_action");
-    assert!(body["message"].as_str().unwrap_or_default().contains("nope"));
-    assert!(s.metrics().await.contains("sluice_unknown_action_total 1"), "{}", s.metrics().await);
+    assert!(body["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("nope"));
+    assert!(
+        s.metrics().await.contains("sluice_unknown_action_total 1"),
+        "{}",
+        s.metrics().await
+    );
     s.stop().await;
 }
 
@@ -72,37 +84,122 @@ async fn every_bad_input_is_a_4xx_naming_the_field() {
         ("/v1/throttle", br#"{"action": "reply"}"#, "key"),
         ("/v1/throttle", br#"{"action": 5, "key": "k"}"#, "action"),
         ("/v1/throttle", br#"{"action": "reply", "key": 5}"#, "key"),
-        ("/v1/throttle", br#"{"action": "reply", "key": null}"#, "key"),
-        ("/v1/throttle", br#"{"action": "re ply", "key": "k"}"#, "action"),
+        (
+            "/v1/throttle",
+            br#"{"action": "reply", "key": null}"#,
+            "key",
+        ),
+        (
+            "/v1/throttle",
+            br#"{"action": "re ply", "key": "k"}"#,
+            "action",
+        ),
         ("/v1/throttle", br#"{"action": "", "key": "k"}"#, "action"),
-        ("/v1/throttle", br#"{"action": "reply", "key": "k", "quantity": -1}"#, "quantity"),
-        ("/v1/throttle", br#"{"action": "reply", "key": "k", "quantity": 2.5}"#, "quantity"),
-        ("/v1/throttle", br#"{"action": "reply", "key": "k", "quantity": "1"}"#, "quantity"),
-        ("/v1/throttle", br#"{"action": "reply", "key": "k", "quantity": 1000000001}"#, "quantity"),
-        ("/v1/throttle", br#"{"action": "reply", "key": "k", "quantity": 99999999999999999999999}"#, "quantity"),
-        ("/v1/throttle", br#"{"action": "reply", "key": "k", "extra": true}"#, "extra"),
-        ("/v1/cl.throttle", br#"{"key": "k", "max_burst": 1, "count": 0, "period": 60}"#, "count"),
-        ("/v1/cl.throttle", br#"{"key": "k", "max_burst": 1, "count": 1, "period": 0}"#, "period"),
-        ("/v1/cl.throttle", br#"{"key": "k", "count": 1, "period": 60}"#, "max_burst"),
-        ("/v1/cl.throttle", br#"{"key": "k", "max_burst": -1, "count": 1, "period": 60}"#, "max_burst"),
-        ("/v1/cl.throttle", br#"{"key": "k", "max_burst": 18446744073709551615, "count": 1, "period": 60}"#, "max_burst"),
-        ("/v1/cl.throttle", br#"{"key": "k", "max_burst": 1, "count": 1, "period": 60, "quantity": -5}"#, "quantity"),
-        ("/v1/cl.throttle", br#"{"key": "k", "max_burst": 1, "count": 1, "period": "60"}"#, "period"),
-        ("/v1/cl.throttle", br#"{"key": 1, "max_burst": 1, "count": 1, "period": 60}"#, "key"),
-        ("/v1/cl.throttle", br#"{"key": "k", "max_burst": 1, "count": 1, "period": 60, "x": 1}"#, "x"),
+        (
+            "/v1/throttle",
+            br#"{"action": "reply", "key": "k", "quantity": -1}"#,
+            "quantity",
+        ),
+        (
+            "/v1/throttle",
+            br#"{"action": "reply", "key": "k", "quantity": 2.5}"#,
+            "quantity",
+        ),
+        (
+            "/v1/throttle",
+            br#"{"action": "reply", "key": "k", "quantity": "1"}"#,
+            "quantity",
+        ),
+        (
+            "/v1/throttle",
+            br#"{"action": "reply", "key": "k", "quantity": 1000000001}"#,
+            "quantity",
+        ),
+        (
+            "/v1/throttle",
+            br#"{"action": "reply", "key": "k", "quantity": 99999999999999999999999}"#,
+            "quantity",
+        ),
+        (
+            "/v1/throttle",
+            br#"{"action": "reply", "key": "k", "extra": true}"#,
+            "extra",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": "k", "max_burst": 1, "count": 0, "period": 60}"#,
+            "count",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": "k", "max_burst": 1, "count": 1, "period": 0}"#,
+            "period",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": "k", "count": 1, "period": 60}"#,
+            "max_burst",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": "k", "max_burst": -1, "count": 1, "period": 60}"#,
+            "max_burst",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": "k", "max_burst": 18446744073709551615, "count": 1, "period": 60}"#,
+            "max_burst",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": "k", "max_burst": 1, "count": 1, "period": 60, "quantity": -5}"#,
+            "quantity",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": "k", "max_burst": 1, "count": 1, "period": "60"}"#,
+            "period",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": 1, "max_burst": 1, "count": 1, "period": 60}"#,
+            "key",
+        ),
+        (
+            "/v1/cl.throttle",
+            br#"{"key": "k", "max_burst": 1, "count": 1, "period": 60, "x": 1}"#,
+            "x",
+        ),
         ("/v1/cl.throttle", b"nope", "body"),
     ];
     for (path, body, field) in cases {
         let (status, answer) = s.post_raw(path, body).await;
         let shown = String::from_utf8_lossy(body);
-        assert!((400..500).contains(&status), "{path} {shown}: status {status} {answer}");
+        assert!(
+            (400..500).contains(&status),
+            "{path} {shown}: status {status} {answer}"
+        );
         assert_eq!(answer["field"], field, "{path} {shown}: {answer}");
-        assert_eq!(answer["error"], "invalid_request", "{path} {shown}: {answer}");
-        assert!(answer["message"].as_str().is_some_and(|m| m.contains(field)), "{path} {shown}: {answer}");
+        assert_eq!(
+            answer["error"], "invalid_request",
+            "{path} {shown}: {answer}"
+        );
+        assert!(
+            answer["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(field)),
+            "{path} {shown}: {answer}"
+        );
     }
     // Too large a body: 413, still JSON naming the body.
     let big = vec![b' '; 70 * 1024];
-    let r = s.http.post(format!("{}/v1/throttle", s.decision)).body(big).send().await.expect("post");
+    let r = s
+        .http
+        .post(format!("{}/v1/throttle", s.decision))
+        .body(big)
+        .send()
+        .await
+        .expect("post");
     assert_eq!(r.status().as_u16(), 413);
     let answer: Value = r.json().await.expect("json");
     assert_eq!(answer["field"], "body");
@@ -132,14 +229,26 @@ async fn the_decision_listener_serves_no_admin_route() {
             .send()
             .await
             .expect("request");
-        assert_eq!(r.status().as_u16(), 404, "{method} {path} on the decision listener");
+        assert_eq!(
+            r.status().as_u16(),
+            404,
+            "{method} {path} on the decision listener"
+        );
         let body: Value = r.json().await.expect("json 404");
         assert_eq!(body["error"], "not_found");
     }
     // A known path with the wrong method is a JSON 405.
-    let r = s.http.get(format!("{}/v1/throttle", s.decision)).send().await.expect("get");
+    let r = s
+        .http
+        .get(format!("{}/v1/throttle", s.decision))
+        .send()
+        .await
+        .expect("get");
     assert_eq!(r.status().as_u16(), 405);
-    assert_eq!(r.json::<Value>().await.expect("json")["error"], "method_not_allowed");
+    assert_eq!(
+        r.json::<Value>().await.expect("json")["error"],
+        "method_not_allowed"
+    );
     // The rule is untouched.
     let (_, rules) = s.admin_get("/v1/rules").await;
     assert_eq!(rules["rules"][0]["capacity"], 2);
@@ -154,7 +263,10 @@ async fn shadow_mode_allows_and_reports_would_deny_and_counts_shadow_denied() {
         .await;
     assert_eq!(status, 200);
     let (_, first) = s.throttle("like", "u", 1).await;
-    assert_eq!((first["allowed"].clone(), first["would_deny"].clone()), (json!(true), json!(false)));
+    assert_eq!(
+        (first["allowed"].clone(), first["would_deny"].clone()),
+        (json!(true), json!(false))
+    );
     let (_, second) = s.throttle("like", "u", 1).await;
     assert_eq!(second["allowed"], true);
     assert_eq!(second["would_deny"], true);
@@ -164,7 +276,9 @@ async fn shadow_mode_allows_and_reports_would_deny_and_counts_shadow_denied() {
         metrics.contains(r#"sluice_decisions_total{action="like",algorithm="fixed_window",outcome="shadow_denied"} 1"#),
         "{metrics}"
     );
-    assert!(metrics.contains(r#"sluice_decisions_total{action="like",algorithm="fixed_window",outcome="allowed"} 1"#));
+    assert!(metrics.contains(
+        r#"sluice_decisions_total{action="like",algorithm="fixed_window",outcome="allowed"} 1"#
+    ));
     s.stop().await;
 }
 
@@ -176,15 +290,48 @@ async fn metrics_have_the_promised_families_and_never_the_key() {
         s.throttle("reply", secret_key, 1).await;
     }
     let metrics = s.metrics().await;
-    assert!(metrics.contains(r#"sluice_decisions_total{action="reply",algorithm="gcra",outcome="allowed"} 2"#), "{metrics}");
-    assert!(metrics.contains(r#"sluice_decisions_total{action="reply",algorithm="gcra",outcome="denied"} 1"#), "{metrics}");
-    assert!(metrics.contains("sluice_decision_duration_seconds_bucket"), "{metrics}");
-    assert!(metrics.contains("sluice_decision_duration_seconds_count 3"), "{metrics}");
-    assert!(metrics.contains(r#"sluice_store_errors_total{kind="timeout"} 0"#), "{metrics}");
-    assert!(metrics.contains("sluice_unknown_action_total 0"), "{metrics}");
-    assert!(!metrics.contains(secret_key), "the raw key must never be a label");
+    assert!(
+        metrics.contains(
+            r#"sluice_decisions_total{action="reply",algorithm="gcra",outcome="allowed"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"sluice_decisions_total{action="reply",algorithm="gcra",outcome="denied"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_decision_duration_seconds_bucket"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_decision_duration_seconds_count 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"sluice_store_errors_total{kind="timeout"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_unknown_action_total 0"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains(secret_key),
+        "the raw key must never be a label"
+    );
     // The admin listener exports the same registry.
-    let admin = s.http.get(format!("{}/metrics", s.admin)).send().await.expect("metrics").text().await.expect("text");
+    let admin = s
+        .http
+        .get(format!("{}/metrics", s.admin))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
     assert!(admin.contains("sluice_decisions_total"));
     s.stop().await;
 }
@@ -193,19 +340,60 @@ async fn metrics_have_the_promised_families_and_never_the_key() {
 async fn probes_and_the_openapi_document_are_on_both_listeners() {
     let s = started().await;
     for base in [&s.decision, &s.admin] {
-        let health: Value = s.http.get(format!("{base}/healthz")).send().await.expect("healthz").json().await.expect("json");
+        let health: Value = s
+            .http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .expect("healthz")
+            .json()
+            .await
+            .expect("json");
         assert_eq!(health["status"], "ok");
-        let ready = s.http.get(format!("{base}/readyz")).send().await.expect("readyz");
+        let ready = s
+            .http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .expect("readyz");
         assert_eq!(ready.status().as_u16(), 200);
         let ready: Value = ready.json().await.expect("json");
         assert_eq!(ready["store"], "memory");
-        let doc: Value = s.http.get(format!("{base}/v1/openapi.json")).send().await.expect("openapi").json().await.expect("json");
+        let doc: Value = s
+            .http
+            .get(format!("{base}/v1/openapi.json"))
+            .send()
+            .await
+            .expect("openapi")
+            .json()
+            .await
+            .expect("json");
         assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
-        for path in ["/v1/throttle", "/v1/cl.throttle", "/v1/rules", "/v1/rules/{action}", "/v1/levels", "/v1/events", "/v1/session", "/readyz"] {
+        for path in [
+            "/v1/throttle",
+            "/v1/cl.throttle",
+            "/v1/rules",
+            "/v1/rules/{action}",
+            "/v1/levels",
+            "/v1/events",
+            "/v1/session",
+            "/readyz",
+        ] {
             assert!(doc["paths"][path].is_object(), "openapi lacks {path}");
         }
-        for schema in ["ThrottleRequest", "ThrottleResponse", "ClThrottleRequest", "ApiError", "Rule", "RulesBody", "LevelsBody"] {
-            assert!(doc["components"]["schemas"][schema].is_object(), "openapi lacks schema {schema}");
+        for schema in [
+            "ThrottleRequest",
+            "ThrottleResponse",
+            "ClThrottleRequest",
+            "ApiError",
+            "Rule",
+            "RulesBody",
+            "LevelsBody",
+        ] {
+            assert!(
+                doc["components"]["schemas"][schema].is_object(),
+                "openapi lacks schema {schema}"
+            );
         }
     }
     s.stop().await;
@@ -214,7 +402,15 @@ async fn probes_and_the_openapi_document_are_on_both_listeners() {
 #[tokio::test]
 async fn the_openapi_schemas_list_exactly_the_fields_the_wire_types_send() {
     let s = started().await;
-    let doc: Value = s.http.get(format!("{}/v1/openapi.json", s.decision)).send().await.expect("get").json().await.expect("json");
+    let doc: Value = s
+        .http
+        .get(format!("{}/v1/openapi.json", s.decision))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
     let props = |name: &str| -> Vec<String> {
         let mut v: Vec<String> = doc["components"]["schemas"][name]["properties"]
             .as_object()
@@ -224,16 +420,31 @@ async fn the_openapi_schemas_list_exactly_the_fields_the_wire_types_send() {
         v
     };
     let (_, response) = s.throttle("reply", "k", 1).await;
-    let mut sent: Vec<String> = response.as_object().expect("object").keys().cloned().collect();
+    let mut sent: Vec<String> = response
+        .as_object()
+        .expect("object")
+        .keys()
+        .cloned()
+        .collect();
     sent.sort();
     assert_eq!(props("ThrottleResponse"), sent);
     let (_, rules) = s.admin_get("/v1/rules").await;
-    let mut rule_fields: Vec<String> = rules["rules"][0].as_object().expect("rule").keys().cloned().collect();
+    let mut rule_fields: Vec<String> = rules["rules"][0]
+        .as_object()
+        .expect("rule")
+        .keys()
+        .cloned()
+        .collect();
     rule_fields.push("window".into());
     rule_fields.sort();
     assert_eq!(props("Rule"), rule_fields);
     let (_, levels) = s.admin_get("/v1/levels").await;
-    let mut level_fields: Vec<String> = levels.as_object().expect("levels").keys().cloned().collect();
+    let mut level_fields: Vec<String> = levels
+        .as_object()
+        .expect("levels")
+        .keys()
+        .cloned()
+        .collect();
     level_fields.sort();
     assert_eq!(props("LevelsBody"), level_fields);
     s.stop().await;
@@ -242,7 +453,12 @@ async fn the_openapi_schemas_list_exactly_the_fields_the_wire_types_send() {
 #[tokio::test]
 async fn cl_throttle_over_memory_answers_the_redis_cell_tuple() {
     let s = started().await;
-    let (status, first) = s.post_decision("/v1/cl.throttle", json!({"key": "k", "max_burst": 15, "count": 30, "period": 60})).await;
+    let (status, first) = s
+        .post_decision(
+            "/v1/cl.throttle",
+            json!({"key": "k", "max_burst": 15, "count": 30, "period": 60}),
+        )
+        .await;
     assert_eq!(status, 200, "{first}");
     assert_eq!(first, json!([0, 16, 15, -1, 2]));
     s.stop().await;

@@ -30,9 +30,20 @@ async fn a_redis_outage_is_a_quick_503_and_a_restart_gets_the_rules_back() {
     let took = started.elapsed();
     assert_eq!(status, 503, "{body}");
     let code = body["error"].as_str().unwrap_or_default().to_owned();
-    assert!(["store_unavailable", "store_timeout", "overloaded"].contains(&code.as_str()), "{body}");
-    assert!(took < Duration::from_secs(3), "a store failure must answer quickly; took {took:?}");
-    let ready = s.http.get(format!("{}/readyz", s.decision)).send().await.expect("readyz");
+    assert!(
+        ["store_unavailable", "store_timeout", "overloaded"].contains(&code.as_str()),
+        "{body}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "a store failure must answer quickly; took {took:?}"
+    );
+    let ready = s
+        .http
+        .get(format!("{}/readyz", s.decision))
+        .send()
+        .await
+        .expect("readyz");
     assert_eq!(ready.status().as_u16(), 503);
     let metrics = s.metrics().await;
     let errors: u64 = metrics
@@ -48,13 +59,23 @@ async fn a_redis_outage_is_a_quick_503_and_a_restart_gets_the_rules_back() {
 
     // Redis comes back, empty.
     let redis = support::RedisServer::start_on_port(port);
-    eventually(Duration::from_secs(15), "decisions resume after the restart", || async {
-        (s.throttle("post", "u", 1).await.0 == 200).then_some(())
-    })
+    eventually(
+        Duration::from_secs(15),
+        "decisions resume after the restart",
+        || async { (s.throttle("post", "u", 1).await.0 == 200).then_some(()) },
+    )
     .await;
-    eventually(Duration::from_secs(15), "cached rules republished to the restarted Redis", || async {
-        (!redis.cli(&["--scan", "--pattern", "*rules*"]).trim().is_empty()).then_some(())
-    })
+    eventually(
+        Duration::from_secs(15),
+        "cached rules republished to the restarted Redis",
+        || async {
+            (!redis
+                .cli(&["--scan", "--pattern", "*rules*"])
+                .trim()
+                .is_empty())
+            .then_some(())
+        },
+    )
     .await;
     // A new replica started now finds the rule in the store.
     let b = Sluice::start(harness::redis(&redis.url())).await;

@@ -420,22 +420,23 @@ fn parse_span(value: Option<&Value>, field: &str) -> Result<Span, RuleError> {
 }
 
 fn parse_rate(value: Option<&Value>) -> Result<Rate, RuleError> {
-    let object =
-        match value {
-            None | Some(Value::Null) => {
-                return Err(RuleError::new(
-                    "rate",
-                    "is required ({\"count\": N, \"period\": \"60s\"})",
-                ))
-            }
-            Some(Value::Object(o)) => o,
-            Some(other) => return Err(RuleError::new(
+    let object = match value {
+        None | Some(Value::Null) => {
+            return Err(RuleError::new(
+                "rate",
+                "is required ({\"count\": N, \"period\": \"60s\"})",
+            ))
+        }
+        Some(Value::Object(o)) => o,
+        Some(other) => {
+            return Err(RuleError::new(
                 "rate",
                 format!(
                     "must be an object like {{\"count\": 30, \"period\": \"60s\"}}; got {other}"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if let Some(unknown) = object.keys().find(|k| *k != "count" && *k != "period") {
         return Err(RuleError::new(
             format!("rate.{unknown}"),

@@ -115,7 +115,12 @@ impl ServerError {
                 } else {
                     parsed.message
                 };
-                return ServerError { status, code, field: parsed.field, message };
+                return ServerError {
+                    status,
+                    code,
+                    field: parsed.field,
+                    message,
+                };
             }
         }
         let text = body.trim();
@@ -127,7 +132,12 @@ impl ServerError {
         } else {
             format!("the server answered HTTP {status}: {shown}")
         };
-        ServerError { status, code: format!("http_{status}"), field: None, message }
+        ServerError {
+            status,
+            code: format!("http_{status}"),
+            field: None,
+            message,
+        }
     }
 
     /// A request that got no answer at all (backend down, network gone).
@@ -196,7 +206,11 @@ mod tests {
     fn a_non_json_error_is_shown_not_swallowed() {
         let e = ServerError::from_response(502, "<html>Bad gateway</html>");
         assert_eq!(e.code, "http_502");
-        assert!(e.message.contains("502") && e.message.contains("Bad gateway"), "{}", e.message);
+        assert!(
+            e.message.contains("502") && e.message.contains("Bad gateway"),
+            "{}",
+            e.message
+        );
         let empty = ServerError::from_response(500, "");
         assert!(empty.message.contains("500"));
         let long = ServerError::from_response(500, &"x".repeat(1000));
@@ -205,7 +219,8 @@ mod tests {
 
     #[test]
     fn wrong_token_gets_a_clear_message() {
-        let e = ServerError::from_response(401, r#"{"error":"unauthorized","message":"bad token"}"#);
+        let e =
+            ServerError::from_response(401, r#"{"error":"unauthorized","message":"bad token"}"#);
         assert_eq!(sign_in_failure(&e), WRONG_TOKEN);
         let down = ServerError::network("connection refused");
         assert!(sign_in_failure(&down).contains("could not reach"));

@@ -256,7 +256,10 @@ mod tests {
     use serde_json::json;
 
     fn form() -> RuleForm {
-        RuleForm { action: "reply".into(), ..RuleForm::blank() }
+        RuleForm {
+            action: "reply".into(),
+            ..RuleForm::blank()
+        }
     }
 
     fn error_of(f: &RuleForm) -> FieldError {
@@ -275,27 +278,99 @@ mod tests {
 
     #[test]
     fn messages_land_next_to_the_right_input() {
-        let e = error_of(&RuleForm { capacity: "0".into(), ..form() });
-        assert_eq!(e, FieldError { field: Field::Capacity, message: "must be at least 1".into() });
-        let e = error_of(&RuleForm { capacity: "abc".into(), ..form() });
+        let e = error_of(&RuleForm {
+            capacity: "0".into(),
+            ..form()
+        });
+        assert_eq!(
+            e,
+            FieldError {
+                field: Field::Capacity,
+                message: "must be at least 1".into()
+            }
+        );
+        let e = error_of(&RuleForm {
+            capacity: "abc".into(),
+            ..form()
+        });
         assert_eq!(e.field, Field::Capacity);
         assert!(e.message.contains("whole number"), "{}", e.message);
-        assert_eq!(error_of(&RuleForm { capacity: "-3".into(), ..form() }).field, Field::Capacity);
-        assert_eq!(error_of(&RuleForm { capacity: "1.5".into(), ..form() }).field, Field::Capacity);
-        assert_eq!(error_of(&RuleForm { capacity: " ".into(), ..form() }).message, "is required");
-        assert_eq!(error_of(&RuleForm { rate_count: "0".into(), ..form() }).field, Field::RateCount);
-        assert_eq!(error_of(&RuleForm { rate_period: "soon".into(), ..form() }).field, Field::RatePeriod);
-        assert_eq!(error_of(&RuleForm { rate_period: "".into(), ..form() }).field, Field::RatePeriod);
-        assert_eq!(error_of(&RuleForm { action: "a b".into(), ..form() }).field, Field::Action);
-        let windowed = RuleForm { algorithm: Algorithm::FixedWindow, window: "1x".into(), ..form() };
+        assert_eq!(
+            error_of(&RuleForm {
+                capacity: "-3".into(),
+                ..form()
+            })
+            .field,
+            Field::Capacity
+        );
+        assert_eq!(
+            error_of(&RuleForm {
+                capacity: "1.5".into(),
+                ..form()
+            })
+            .field,
+            Field::Capacity
+        );
+        assert_eq!(
+            error_of(&RuleForm {
+                capacity: " ".into(),
+                ..form()
+            })
+            .message,
+            "is required"
+        );
+        assert_eq!(
+            error_of(&RuleForm {
+                rate_count: "0".into(),
+                ..form()
+            })
+            .field,
+            Field::RateCount
+        );
+        assert_eq!(
+            error_of(&RuleForm {
+                rate_period: "soon".into(),
+                ..form()
+            })
+            .field,
+            Field::RatePeriod
+        );
+        assert_eq!(
+            error_of(&RuleForm {
+                rate_period: "".into(),
+                ..form()
+            })
+            .field,
+            Field::RatePeriod
+        );
+        assert_eq!(
+            error_of(&RuleForm {
+                action: "a b".into(),
+                ..form()
+            })
+            .field,
+            Field::Action
+        );
+        let windowed = RuleForm {
+            algorithm: Algorithm::FixedWindow,
+            window: "1x".into(),
+            ..form()
+        };
         assert_eq!(error_of(&windowed).field, Field::Window);
-        let long = RuleForm { description: "x".repeat(2000), ..form() };
+        let long = RuleForm {
+            description: "x".repeat(2000),
+            ..form()
+        };
         assert_eq!(error_of(&long).field, Field::Description);
     }
 
     #[test]
     fn only_the_limit_the_algorithm_uses_is_sent() {
-        let f = RuleForm { algorithm: Algorithm::SlidingLog, capacity: "5".into(), ..form() };
+        let f = RuleForm {
+            algorithm: Algorithm::SlidingLog,
+            capacity: "5".into(),
+            ..form()
+        };
         let json = f.to_json();
         assert_eq!(json["window"], json!("60s"));
         assert!(json.get("rate").is_none());
@@ -310,14 +385,27 @@ mod tests {
         assert!(unnamed.validate(EditMode::Create, &[]).is_err());
         let params = unnamed.plot_params().unwrap();
         assert_eq!(params.capacity(), 16);
-        assert!(RuleForm { capacity: "0".into(), ..RuleForm::blank() }.plot_params().is_none());
-        assert!(RuleForm { rate_period: "x".into(), ..RuleForm::blank() }.plot_params().is_none());
+        assert!(RuleForm {
+            capacity: "0".into(),
+            ..RuleForm::blank()
+        }
+        .plot_params()
+        .is_none());
+        assert!(RuleForm {
+            rate_period: "x".into(),
+            ..RuleForm::blank()
+        }
+        .plot_params()
+        .is_none());
     }
 
     #[test]
     fn a_new_rule_may_not_take_an_existing_action() {
         let taken = vec!["reply".to_owned()];
-        assert_eq!(form().validate(EditMode::Create, &taken).unwrap_err().field, Field::Action);
+        assert_eq!(
+            form().validate(EditMode::Create, &taken).unwrap_err().field,
+            Field::Action
+        );
         assert!(form().validate(EditMode::Edit, &taken).is_ok());
     }
 

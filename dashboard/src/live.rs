@@ -91,8 +91,16 @@ impl ActionView {
             .keys
             .iter()
             .map(|k| {
-                let capacity = if k.capacity > 0 { k.capacity } else { action.capacity };
-                let fill = if capacity == 0 { 0.0 } else { (k.level / capacity as f64).clamp(0.0, 1.0) };
+                let capacity = if k.capacity > 0 {
+                    k.capacity
+                } else {
+                    action.capacity
+                };
+                let fill = if capacity == 0 {
+                    0.0
+                } else {
+                    (k.level / capacity as f64).clamp(0.0, 1.0)
+                };
                 FunnelView {
                     key: k.key.clone(),
                     level: k.level,
@@ -129,7 +137,11 @@ fn round_level(level: f64) -> f64 {
 
 /// Every action's panel, by action name.
 pub fn live_view(body: &LevelsBody, top: usize) -> Vec<ActionView> {
-    let mut actions: Vec<ActionView> = body.actions.iter().map(|a| ActionView::of(a, top)).collect();
+    let mut actions: Vec<ActionView> = body
+        .actions
+        .iter()
+        .map(|a| ActionView::of(a, top))
+        .collect();
     actions.sort_by(|a, b| a.action.cmp(&b.action));
     actions
 }
@@ -140,7 +152,13 @@ mod tests {
     use crate::api::KeyLevel;
 
     fn key(name: &str, level: f64, remaining: u64) -> KeyLevel {
-        KeyLevel { key: name.into(), level, capacity: 10, remaining, last_seen_ms: 0 }
+        KeyLevel {
+            key: name.into(),
+            level,
+            capacity: 10,
+            remaining,
+            last_seen_ms: 0,
+        }
     }
 
     #[test]
@@ -153,7 +171,12 @@ mod tests {
                 capacity: 10,
                 allowed_per_s: 2.5,
                 denied_per_s: 1.0,
-                keys: vec![key("b", 3.0, 7), key("a", 3.0, 7), key("c", 10.0, 0), key("d", 0.2, 9)],
+                keys: vec![
+                    key("b", 3.0, 7),
+                    key("a", 3.0, 7),
+                    key("c", 10.0, 0),
+                    key("d", 0.2, 9),
+                ],
             }],
         };
         let view = &live_view(&body, 3)[0];
@@ -180,7 +203,13 @@ mod tests {
         let action = ActionLevels {
             action: "a".into(),
             capacity: 4,
-            keys: vec![KeyLevel { key: "k".into(), level: 9.0, capacity: 0, remaining: 0, last_seen_ms: 0 }],
+            keys: vec![KeyLevel {
+                key: "k".into(),
+                level: 9.0,
+                capacity: 0,
+                remaining: 0,
+                last_seen_ms: 0,
+            }],
             ..Default::default()
         };
         let view = ActionView::of(&action, TOP_KEYS);

@@ -7,6 +7,8 @@ fn main() {
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
-    eprintln!("sluice-dashboard runs in a browser: build it with scripts/build-dashboard.sh (trunk)");
+    eprintln!(
+        "sluice-dashboard runs in a browser: build it with scripts/build-dashboard.sh (trunk)"
+    );
     std::process::exit(2);
 }

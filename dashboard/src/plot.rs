@@ -104,7 +104,9 @@ pub fn auto_horizon_ns(params: &Params) -> u64 {
 
 /// A horizon as the user would type it (`"200s"`), for the span input.
 pub fn horizon_text(horizon_ns: u64) -> String {
-    Span::from_millis(horizon_ns / 1_000_000).map(|s| s.to_string()).unwrap_or_default()
+    Span::from_millis(horizon_ns / 1_000_000)
+        .map(|s| s.to_string())
+        .unwrap_or_default()
 }
 
 /// Request times (offsets from the start, ascending) of a pattern over `horizon` ns, at most
@@ -135,7 +137,11 @@ pub fn timeline(pattern: Pattern, offered_per_s: f64, capacity: u64, horizon: u6
         Pattern::Steady => steady(&mut times, offered_per_s, 0),
         Pattern::BurstThenSteady => {
             at_once(&mut times, capacity.saturating_mul(2), 0);
-            let gap = if offered_per_s > 0.0 { (NS_PER_S / offered_per_s) as u64 } else { horizon };
+            let gap = if offered_per_s > 0.0 {
+                (NS_PER_S / offered_per_s) as u64
+            } else {
+                horizon
+            };
             steady(&mut times, offered_per_s, gap.max(1));
         }
         Pattern::Spikes => {
@@ -153,7 +159,12 @@ pub fn timeline(pattern: Pattern, offered_per_s: f64, capacity: u64, horizon: u6
 
 /// Runs `params` over `horizon` of the pattern. Pure and deterministic: the same inputs give the
 /// same plot.
-pub fn simulate(params: &Params, pattern: Pattern, offered_per_s: f64, horizon_ns: u64) -> Simulation {
+pub fn simulate(
+    params: &Params,
+    pattern: Pattern,
+    offered_per_s: f64,
+    horizon_ns: u64,
+) -> Simulation {
     let mut horizon = horizon_ns.max(1_000_000);
     let mut times = timeline(pattern, offered_per_s, params.capacity(), horizon);
     let truncated = times.len() > MAX_EVENTS;
@@ -163,7 +174,8 @@ pub fn simulate(params: &Params, pattern: Pattern, offered_per_s: f64, horizon_n
         horizon = times.last().map_or(horizon, |t| (t + 1).max(1_000_000));
     }
     let mut buckets = vec![Bucket::default(); BUCKETS];
-    let bucket_of = |t: u64| ((t as u128 * BUCKETS as u128 / horizon as u128) as usize).min(BUCKETS - 1);
+    let bucket_of =
+        |t: u64| ((t as u128 * BUCKETS as u128 / horizon as u128) as usize).min(BUCKETS - 1);
     let end_of = |i: usize| (horizon as u128 * (i as u128 + 1) / BUCKETS as u128) as u64;
     let mut state = State::Fresh;
     let (mut offered, mut allowed) = (0u64, 0u64);
@@ -272,7 +284,8 @@ impl Charts {
 
         let level_top = (sim.capacity.max(1) as f64) * 1.1;
         let level_bottom = LEVEL_HEIGHT - BOTTOM;
-        let level_y = |l: f64| level_bottom - (level_bottom - TOP) * (l.max(0.0) / level_top).min(1.0);
+        let level_y =
+            |l: f64| level_bottom - (level_bottom - TOP) * (l.max(0.0) / level_top).min(1.0);
         let mut level_path = format!("M{:.1} {:.1}", x(0), level_y(0.0));
         for (i, b) in sim.buckets.iter().enumerate() {
             level_path += &format!(" L{:.1} {:.1}", x(i + 1), level_y(b.level));
@@ -280,17 +293,30 @@ impl Charts {
 
         let x_ticks = time_ticks(sim.horizon_s)
             .into_iter()
-            .map(|(t, label)| Tick { at: LEFT + (WIDTH - LEFT - RIGHT) * t / sim.horizon_s, label })
+            .map(|(t, label)| Tick {
+                at: LEFT + (WIDTH - LEFT - RIGHT) * t / sim.horizon_s,
+                label,
+            })
             .collect();
         let count_ticks = [0.0, 0.5, 1.0]
             .iter()
-            .map(|f| Tick { at: count_y(count_top * f), label: short_number(count_top * f) })
+            .map(|f| Tick {
+                at: count_y(count_top * f),
+                label: short_number(count_top * f),
+            })
             .collect();
         let level_ticks = [0.0, sim.capacity as f64]
             .iter()
-            .map(|l| Tick { at: level_y(*l), label: short_number(*l) })
+            .map(|l| Tick {
+                at: level_y(*l),
+                label: short_number(*l),
+            })
             .collect();
-        let percent = if sim.offered == 0 { 100.0 } else { 100.0 * sim.allowed as f64 / sim.offered as f64 };
+        let percent = if sim.offered == 0 {
+            100.0
+        } else {
+            100.0 * sim.allowed as f64 / sim.offered as f64
+        };
         let mut summary = format!(
             "allowed {} of {} requests ({}%), denied {}, over {}",
             sim.allowed,
@@ -335,7 +361,16 @@ pub fn time_ticks(horizon_s: f64) -> Vec<(f64, String)> {
         .map(|k| k as f64 * step)
         .take_while(|v| *v <= span * (1.0 + 1e-9))
         .take(12)
-        .map(|v| (v * unit_s, if v == 0.0 { "0".to_owned() } else { format!("{}{unit}", short_number(v)) }))
+        .map(|v| {
+            (
+                v * unit_s,
+                if v == 0.0 {
+                    "0".to_owned()
+                } else {
+                    format!("{}{unit}", short_number(v))
+                },
+            )
+        })
         .collect()
 }
 
@@ -375,8 +410,10 @@ mod tests {
     }
 
     fn gcra(capacity: u64, count: u64, period: &str) -> Params {
-        params(json!({"action": "a", "algorithm": "gcra", "capacity": capacity,
-                      "rate": {"count": count, "period": period}}))
+        params(
+            json!({"action": "a", "algorithm": "gcra", "capacity": capacity,
+                      "rate": {"count": count, "period": period}}),
+        )
     }
 
     #[test]
@@ -399,7 +436,11 @@ mod tests {
         let sim = simulate(&p, Pattern::Steady, 1.0, auto_horizon_ns(&p));
         assert_eq!(sim.horizon_s, 200.0);
         assert_eq!(sim.offered, 200);
-        assert!((114..=118).contains(&sim.allowed), "allowed {}", sim.allowed);
+        assert!(
+            (114..=118).contains(&sim.allowed),
+            "allowed {}",
+            sim.allowed
+        );
         // The funnel fills to capacity and stays there while traffic is over the rate.
         assert!(sim.buckets.last().unwrap().level > 15.0);
     }
@@ -408,7 +449,10 @@ mod tests {
     fn a_burst_lets_exactly_capacity_through_at_once() {
         let p = gcra(16, 30, "60s");
         let sim = simulate(&p, Pattern::BurstThenSteady, 0.1, auto_horizon_ns(&p));
-        assert_eq!(sim.buckets[0].offered, 32 + u64::from(sim.horizon_s / 48.0 >= 10.0));
+        assert_eq!(
+            sim.buckets[0].offered,
+            32 + u64::from(sim.horizon_s / 48.0 >= 10.0)
+        );
         assert_eq!(sim.buckets[0].allowed, 16);
         assert!((sim.buckets[0].level - 16.0).abs() < 1e-9);
         // ...and then drains: the last bucket's level is below capacity.
@@ -417,7 +461,9 @@ mod tests {
 
     #[test]
     fn spikes_are_four_and_each_is_cut_to_what_the_funnel_holds() {
-        let p = params(json!({"action": "a", "algorithm": "fixed_window", "capacity": 10, "window": "10s"}));
+        let p = params(
+            json!({"action": "a", "algorithm": "fixed_window", "capacity": 10, "window": "10s"}),
+        );
         let times = timeline(Pattern::Spikes, 0.0, 10, auto_horizon_ns(&p));
         assert_eq!(times.len(), 60);
         let sim = simulate(&p, Pattern::Spikes, 0.0, auto_horizon_ns(&p));
@@ -429,7 +475,9 @@ mod tests {
     #[test]
     fn every_algorithm_simulates() {
         for algorithm in ["fixed_window", "sliding_log", "sliding_window"] {
-            let p = params(json!({"action": "a", "algorithm": algorithm, "capacity": 5, "window": "1s"}));
+            let p = params(
+                json!({"action": "a", "algorithm": algorithm, "capacity": 5, "window": "1s"}),
+            );
             let sim = simulate(&p, Pattern::BurstThenSteady, 10.0, auto_horizon_ns(&p));
             assert!(sim.allowed > 0 && sim.allowed < sim.offered, "{algorithm}");
         }
@@ -443,8 +491,15 @@ mod tests {
 
     #[test]
     fn a_huge_pattern_is_cut_and_says_so() {
-        let p = params(json!({"action": "a", "algorithm": "sliding_log", "capacity": 10000, "window": "1s"}));
-        let sim = simulate(&p, Pattern::Steady, default_offered_per_s(&p), auto_horizon_ns(&p));
+        let p = params(
+            json!({"action": "a", "algorithm": "sliding_log", "capacity": 10000, "window": "1s"}),
+        );
+        let sim = simulate(
+            &p,
+            Pattern::Steady,
+            default_offered_per_s(&p),
+            auto_horizon_ns(&p),
+        );
         assert!(sim.truncated);
         assert_eq!(sim.offered, MAX_EVENTS as u64);
         assert!(Charts::new(&sim).summary.contains("cut at 4000"));
@@ -470,14 +525,22 @@ mod tests {
     #[test]
     fn paths_are_well_formed_svg() {
         let p = gcra(16, 30, "60s");
-        let c = Charts::new(&simulate(&p, Pattern::BurstThenSteady, 1.0, auto_horizon_ns(&p)));
+        let c = Charts::new(&simulate(
+            &p,
+            Pattern::BurstThenSteady,
+            1.0,
+            auto_horizon_ns(&p),
+        ));
         for d in [&c.offered_path, &c.allowed_path, &c.level_path] {
             assert!(d.starts_with('M'), "{d}");
             assert!(d.chars().all(|ch| "MLZ .-0123456789".contains(ch)), "{d}");
         }
         assert!(c.allowed_path.ends_with('Z'));
         assert_eq!(c.x_ticks[0].label, "0");
-        assert!(c.x_ticks.iter().all(|t| (LEFT..=WIDTH - RIGHT).contains(&t.at)));
+        assert!(c
+            .x_ticks
+            .iter()
+            .all(|t| (LEFT..=WIDTH - RIGHT).contains(&t.at)));
     }
 
     #[test]
@@ -492,15 +555,29 @@ mod tests {
             let points: Vec<&str> = d.split(" L").collect();
             points[points.len() - 1 - nth_from_end].to_owned()
         };
-        let y_at = |point: String| point.split(' ').nth(1).and_then(|y| y.parse::<f64>().ok()).unwrap();
+        let y_at = |point: String| {
+            point
+                .split(' ')
+                .nth(1)
+                .and_then(|y| y.parse::<f64>().ok())
+                .unwrap()
+        };
         assert!((y_at(last(&c.offered_path, 0)) - y_of(sim.offered as f64)).abs() < 0.06);
         assert!((y_at(last(&c.allowed_path, 1)) - y_of(sim.allowed as f64)).abs() < 0.06);
-        assert!(c.summary.contains(&format!("denied {}", sim.offered - sim.allowed)));
+        assert!(c
+            .summary
+            .contains(&format!("denied {}", sim.offered - sim.allowed)));
     }
 
     #[test]
     fn time_labels_are_round_in_one_unit() {
-        let labels = |h: f64| time_ticks(h).into_iter().map(|(_, l)| l).collect::<Vec<_>>().join(" ");
+        let labels = |h: f64| {
+            time_ticks(h)
+                .into_iter()
+                .map(|(_, l)| l)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         assert_eq!(labels(200.0), "0 50s 100s 150s 200s");
         assert_eq!(labels(300.0), "0 1m 2m 3m 4m 5m");
         assert_eq!(labels(0.05), "0 10ms 20ms 30ms 40ms 50ms");

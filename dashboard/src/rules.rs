@@ -134,6 +134,9 @@ mod tests {
         let rows = rows(&body);
         assert_eq!(rows.len(), 1);
         assert!(rows[0].rule.is_none());
-        assert_eq!(rows[0].problem.as_deref(), Some("capacity: must be at least 1"));
+        assert_eq!(
+            rows[0].problem.as_deref(),
+            Some("capacity: must be at least 1")
+        );
     }
 }

@@ -55,10 +55,17 @@ impl Context for Root {}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = match hostcalls::get_buffer(proxy_wasm::types::BufferType::PluginConfiguration, 0, usize::MAX) {
+        let bytes = match hostcalls::get_buffer(
+            proxy_wasm::types::BufferType::PluginConfiguration,
+            0,
+            usize::MAX,
+        ) {
             Ok(Some(bytes)) => bytes,
             _ => {
-                log(LogLevel::Error, "sluice: bad plugin configuration: (root): empty; a JSON object is required");
+                log(
+                    LogLevel::Error,
+                    "sluice: bad plugin configuration: (root): empty; a JSON object is required",
+                );
                 return false;
             }
         };
@@ -69,7 +76,10 @@ impl RootContext for Root {
                 true
             }
             Err(e) => {
-                log(LogLevel::Error, &format!("sluice: bad plugin configuration: {e}"));
+                log(
+                    LogLevel::Error,
+                    &format!("sluice: bad plugin configuration: {e}"),
+                );
                 false
             }
         }
@@ -78,7 +88,10 @@ impl RootContext for Root {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Http {
             flow: self.config.as_ref().map(|c| Flow::new(Rc::clone(c))),
-            host: WasmHost { metrics: Rc::clone(&self.metrics), request_headers: RefCell::new(None) },
+            host: WasmHost {
+                metrics: Rc::clone(&self.metrics),
+                request_headers: RefCell::new(None),
+            },
         }))
     }
 
@@ -95,9 +108,19 @@ struct Http {
 }
 
 impl Context for Http {
-    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
-        let Some(flow) = self.flow.as_mut() else { return };
-        let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let Some(flow) = self.flow.as_mut() else {
+            return;
+        };
+        let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
+            .ok()
+            .flatten();
         let body = if body_size == 0 {
             None
         } else {
@@ -109,13 +132,22 @@ impl Context for Http {
             .ok()
             .flatten()
         };
-        flow.on_callout_response(&mut self.host, token, status.as_deref(), body.as_deref().unwrap_or_default());
+        flow.on_callout_response(
+            &mut self.host,
+            token,
+            status.as_deref(),
+            body.as_deref().unwrap_or_default(),
+        );
     }
 }
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        match self.flow.as_mut().map(|f| f.on_request_headers(&mut self.host)) {
+        match self
+            .flow
+            .as_mut()
+            .map(|f| f.on_request_headers(&mut self.host))
+        {
             Some(Next::Pause) => Action::Pause,
             Some(Next::Continue) | None => Action::Continue,
         }
@@ -162,16 +194,26 @@ impl Host for WasmHost {
         }
         // Repeated headers need every pair: fetch the map once per request and keep it.
         let mut cache = self.request_headers.borrow_mut();
-        let pairs = cache.get_or_insert_with(|| hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default());
-        pairs.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()).collect()
+        let pairs = cache.get_or_insert_with(|| {
+            hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
+        });
+        pairs
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     fn client_address(&self) -> Option<Vec<u8>> {
-        hostcalls::get_property(vec!["source", "address"]).ok().flatten()
+        hostcalls::get_property(vec!["source", "address"])
+            .ok()
+            .flatten()
     }
 
     fn shared_get(&self, key: &str) -> Option<Vec<u8>> {
-        hostcalls::get_shared_data(key).ok().and_then(|(value, _cas)| value)
+        hostcalls::get_shared_data(key)
+            .ok()
+            .and_then(|(value, _cas)| value)
     }
 
     fn shared_set(&mut self, key: &str, value: &[u8]) {
@@ -179,7 +221,8 @@ impl Host for WasmHost {
     }
 
     fn dispatch(&mut self, call: &Callout) -> Result<u32, String> {
-        let headers: Vec<(&str, &str)> = call.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let headers: Vec<(&str, &str)> =
+            call.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
         hostcalls::dispatch_http_call(
             &call.cluster,
             headers,

@@ -124,7 +124,14 @@ pub fn entry_for(
 pub fn encode(entry: &Entry, identity: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + identity.len());
     out.push(VERSION);
-    for n in [entry.sent_ns, entry.expires_ns, entry.reset_ns, entry.limit, entry.window_ms, entry.remaining] {
+    for n in [
+        entry.sent_ns,
+        entry.expires_ns,
+        entry.reset_ns,
+        entry.limit,
+        entry.window_ms,
+        entry.remaining,
+    ] {
         out.extend_from_slice(&n.to_le_bytes());
     }
     out.extend_from_slice(identity);
@@ -156,7 +163,9 @@ pub fn lookup(bytes: &[u8], identity: &[u8], now_ns: u64) -> Option<Entry> {
 
 /// FNV-1a, 64 bit: a fast, dependency-free slot hash (collisions only cost a miss).
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -178,7 +187,11 @@ mod tests {
         assert_eq!(lookup(&bytes, &id, 1_499 * MS), None);
         assert_eq!(lookup(&bytes, &id, 999 * MS), None, "clock stepped back");
         let other = identity("reply", 1, "bob").unwrap();
-        assert_eq!(lookup(&bytes, &other, 1_000 * MS), None, "slot collision is a miss");
+        assert_eq!(
+            lookup(&bytes, &other, 1_000 * MS),
+            None,
+            "slot collision is a miss"
+        );
         assert_eq!(lookup(&bytes[..10], &id, 1_000 * MS), None, "truncated");
         assert_eq!(lookup(&[], &id, 1_000 * MS), None);
     }
@@ -242,13 +255,20 @@ mod tests {
                 for i in 0..steps {
                     let t = t0 + retry * i / steps;
                     let (d, after) = params.decide(&state, t, 1);
-                    assert!(!d.allowed, "{json} phase {phase}: allowed at t0 + {}", t - t0);
+                    assert!(
+                        !d.allowed,
+                        "{json} phase {phase}: allowed at t0 + {}",
+                        t - t0
+                    );
                     assert_eq!(after, state, "{json}: a denial changed state");
                 }
                 let (d, _) = params.decide(&state, t0 + retry - 1, 1);
                 assert!(!d.allowed, "{json}: allowed 1 ns early");
                 let (d, _) = params.decide(&state, t0 + retry, 1);
-                assert!(d.allowed, "{json} phase {phase}: still denied at t0 + retry");
+                assert!(
+                    d.allowed,
+                    "{json} phase {phase}: still denied at t0 + retry"
+                );
             }
         }
     }

@@ -19,7 +19,10 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn new(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError { field: field.into(), reason: reason.into() }
+        ConfigError {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -102,7 +105,11 @@ fn default_slots() -> u64 {
 
 impl Default for DenialCache {
     fn default() -> Self {
-        DenialCache { enabled: true, max_ttl_ms: default_max_ttl_ms(), slots: default_slots() }
+        DenialCache {
+            enabled: true,
+            max_ttl_ms: default_max_ttl_ms(),
+            slots: default_slots(),
+        }
     }
 }
 
@@ -232,7 +239,11 @@ impl Config {
         let de = &mut serde_json::Deserializer::from_slice(bytes);
         let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            let field = if path.is_empty() || path == "." { "(root)".to_owned() } else { path };
+            let field = if path.is_empty() || path == "." {
+                "(root)".to_owned()
+            } else {
+                path
+            };
             ConfigError::new(field, e.into_inner().to_string())
         })?;
         config.validate()?;
@@ -242,13 +253,19 @@ impl Config {
     fn validate(&mut self) -> Result<(), ConfigError> {
         let b = &self.backend;
         if b.cluster.is_empty() {
-            return Err(ConfigError::new("backend.cluster", "must name an Envoy cluster"));
+            return Err(ConfigError::new(
+                "backend.cluster",
+                "must name an Envoy cluster",
+            ));
         }
         if b.authority.is_empty() {
             return Err(ConfigError::new("backend.authority", "must not be empty"));
         }
         if !b.path.starts_with('/') {
-            return Err(ConfigError::new("backend.path", format!("must start with /; got {:?}", b.path)));
+            return Err(ConfigError::new(
+                "backend.path",
+                format!("must start with /; got {:?}", b.path),
+            ));
         }
         if !(1..=60_000).contains(&b.timeout_ms) {
             return Err(ConfigError::new(
@@ -259,7 +276,10 @@ impl Config {
         if !(400..=599).contains(&self.failure_status) {
             return Err(ConfigError::new(
                 "failure_status",
-                format!("must be an HTTP error status, 400 to 599; got {}", self.failure_status),
+                format!(
+                    "must be an HTTP error status, 400 to 599; got {}",
+                    self.failure_status
+                ),
             ));
         }
         let dc = &self.denial_cache;
@@ -296,12 +316,18 @@ fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
     let m = &mut route.matcher;
     if let Some(prefix) = &m.path_prefix {
         if !prefix.starts_with('/') {
-            return Err(ConfigError::new(format!("{at}.match.path_prefix"), "must start with /"));
+            return Err(ConfigError::new(
+                format!("{at}.match.path_prefix"),
+                "must start with /",
+            ));
         }
     }
     if let Some(path) = &m.path {
         if !path.starts_with('/') {
-            return Err(ConfigError::new(format!("{at}.match.path"), "must start with /"));
+            return Err(ConfigError::new(
+                format!("{at}.match.path"),
+                "must start with /",
+            ));
         }
     }
     if let Some(method) = &m.method {
@@ -313,14 +339,18 @@ fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
         }
     }
     for (j, h) in m.headers.iter_mut().enumerate() {
-        h.name = header_name(&h.name).map_err(|r| ConfigError::new(format!("{at}.match.headers[{j}].name"), r))?;
+        h.name = header_name(&h.name)
+            .map_err(|r| ConfigError::new(format!("{at}.match.headers[{j}].name"), r))?;
     }
     validate_key(&mut route.key, &format!("{at}.key"), 1)
 }
 
 fn validate_key(key: &mut KeySource, at: &str, depth: usize) -> Result<(), ConfigError> {
     if depth > MAX_KEY_DEPTH {
-        return Err(ConfigError::new(at, format!("on_missing may nest at most {MAX_KEY_DEPTH} deep")));
+        return Err(ConfigError::new(
+            at,
+            format!("on_missing may nest at most {MAX_KEY_DEPTH} deep"),
+        ));
     }
     let on_missing = match key {
         KeySource::Header { name, on_missing } => {
@@ -346,7 +376,9 @@ fn header_name(name: &str) -> Result<String, String> {
     let body = name.strip_prefix(':').unwrap_or(name);
     let token = |c: u8| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c);
     if body.is_empty() || !body.bytes().all(token) {
-        return Err(format!("must be a header name (letters, digits, - and the like); got {name:?}"));
+        return Err(format!(
+            "must be a header name (letters, digits, - and the like); got {name:?}"
+        ));
     }
     Ok(name.to_ascii_lowercase())
 }
@@ -375,26 +407,71 @@ mod tests {
         assert_eq!(c.denial_cache, DenialCache::default());
         assert_eq!(c.routes[0].quantity, 1);
         assert_eq!(c.routes[0].matcher, Match::default());
-        assert_eq!(c.routes[0].key, KeySource::Header { name: "x-user".into(), on_missing: None });
+        assert_eq!(
+            c.routes[0].key,
+            KeySource::Header {
+                name: "x-user".into(),
+                on_missing: None
+            }
+        );
     }
 
     #[test]
     fn bad_fields_are_named() {
         let cases = [
-            (r#"{"backend": {"cluster": ""}, "routes": []}"#, "backend.cluster"),
-            (r#"{"backend": {"cluster": "c", "timeout_ms": 0}, "routes": []}"#, "backend.timeout_ms"),
-            (r#"{"backend": {"cluster": "c", "timeout_ms": "x"}, "routes": []}"#, "backend.timeout_ms"),
+            (
+                r#"{"backend": {"cluster": ""}, "routes": []}"#,
+                "backend.cluster",
+            ),
+            (
+                r#"{"backend": {"cluster": "c", "timeout_ms": 0}, "routes": []}"#,
+                "backend.timeout_ms",
+            ),
+            (
+                r#"{"backend": {"cluster": "c", "timeout_ms": "x"}, "routes": []}"#,
+                "backend.timeout_ms",
+            ),
             (r#"{"backend": {"cluster": "c"}, "routes": []}"#, "routes"),
-            (r#"{"backend": {"cluster": "c"}, "failure_mode": "maybe", "routes": []}"#, "failure_mode"),
-            (r#"{"backend": {"cluster": "c"}, "failure_status": 200, "routes": [{"action": "a", "key": {"source": "path"}}]}"#, "failure_status"),
-            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a b", "key": {"source": "path"}}]}"#, "routes[0].action"),
-            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "path"}, "quantity": 0}]}"#, "routes[0].quantity"),
-            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "header", "name": "a b"}}]}"#, "routes[0].key.name"),
-            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "constant", "value": ""}}]}"#, "routes[0].key.value"),
-            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "match": {"method": "get"}, "key": {"source": "path"}}]}"#, "routes[0].match.method"),
-            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "match": {"path_prefix": "api"}, "key": {"source": "path"}}]}"#, "routes[0].match.path_prefix"),
-            (r#"{"backend": {"cluster": "c"}, "denial_cache": {"slots": 0}, "routes": [{"action": "a", "key": {"source": "path"}}]}"#, "denial_cache.slots"),
-            (r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path"}}}}}}]}"#, "routes[0].key.on_missing.on_missing.on_missing.on_missing"),
+            (
+                r#"{"backend": {"cluster": "c"}, "failure_mode": "maybe", "routes": []}"#,
+                "failure_mode",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "failure_status": 200, "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
+                "failure_status",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a b", "key": {"source": "path"}}]}"#,
+                "routes[0].action",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "path"}, "quantity": 0}]}"#,
+                "routes[0].quantity",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "header", "name": "a b"}}]}"#,
+                "routes[0].key.name",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "constant", "value": ""}}]}"#,
+                "routes[0].key.value",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "match": {"method": "get"}, "key": {"source": "path"}}]}"#,
+                "routes[0].match.method",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "match": {"path_prefix": "api"}, "key": {"source": "path"}}]}"#,
+                "routes[0].match.path_prefix",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "denial_cache": {"slots": 0}, "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
+                "denial_cache.slots",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a", "key": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path", "on_missing": {"source": "path"}}}}}}]}"#,
+                "routes[0].key.on_missing.on_missing.on_missing.on_missing",
+            ),
         ];
         for (json, field) in cases {
             let err = parse(json).unwrap_err();
@@ -404,7 +481,8 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_refused_with_their_name() {
-        let err = parse(r#"{"backend": {"cluster": "c", "timeout": 5}, "routes": []}"#).unwrap_err();
+        let err =
+            parse(r#"{"backend": {"cluster": "c", "timeout": 5}, "routes": []}"#).unwrap_err();
         assert!(err.to_string().contains("timeout"), "{err}");
         let err = parse(r#"{"backend": {"cluster": "c"}, "routs": []}"#).unwrap_err();
         assert!(err.to_string().contains("routs"), "{err}");
@@ -424,7 +502,18 @@ mod tests {
             "on_missing": {"source": "constant", "value": "nobody"}}}}]}"#,
         )
         .unwrap();
-        let KeySource::Header { on_missing: Some(next), .. } = &c.routes[0].key else { panic!() };
-        assert!(matches!(**next, KeySource::ClientIp { on_missing: Some(_) }));
+        let KeySource::Header {
+            on_missing: Some(next),
+            ..
+        } = &c.routes[0].key
+        else {
+            panic!()
+        };
+        assert!(matches!(
+            **next,
+            KeySource::ClientIp {
+                on_missing: Some(_)
+            }
+        ));
     }
 }

@@ -44,7 +44,9 @@ pub enum Answer {
 /// Classifies a callout response. A timeout or refused connection arrives from Envoy as a 504 or
 /// 503, so every non-200 other than 404 `unknown_action` is a failure.
 pub fn classify(status: Option<&[u8]>, body: &[u8]) -> Answer {
-    let status = status.and_then(|s| std::str::from_utf8(s).ok()).and_then(|s| s.parse::<u16>().ok());
+    let status = status
+        .and_then(|s| std::str::from_utf8(s).ok())
+        .and_then(|s| s.parse::<u16>().ok());
     match status {
         Some(200) => match serde_json::from_slice::<ThrottleResponse>(body) {
             Ok(r) => Answer::Decision(r),
@@ -82,7 +84,11 @@ pub struct Flow {
 impl Flow {
     /// A fresh request under `config`.
     pub fn new(config: Rc<Config>) -> Flow {
-        Flow { config, pending: None, response_headers: Vec::new() }
+        Flow {
+            config,
+            pending: None,
+            response_headers: Vec::new(),
+        }
     }
 
     /// Request headers are in: decide whether to meter, answer from the cache, or call out.
@@ -104,7 +110,10 @@ impl Flow {
         };
         if let Some(id) = &identity {
             let slot = cache::slot_key(id, config.denial_cache.slots);
-            if let Some(entry) = host.shared_get(&slot).and_then(|b| cache::lookup(&b, id, now)) {
+            if let Some(entry) = host
+                .shared_get(&slot)
+                .and_then(|b| cache::lookup(&b, id, now))
+            {
                 host.count(Counter::CachedDenials);
                 let numbers = Numbers {
                     allowed: false,
@@ -112,17 +121,28 @@ impl Flow {
                     window_ms: entry.window_ms,
                     remaining: entry.remaining,
                     // The entry ends 1 ms before the backend's rounded-up retry time.
-                    retry_after_ns: Some(entry.expires_ns.saturating_sub(now).saturating_add(NS_PER_MS)),
+                    retry_after_ns: Some(
+                        entry
+                            .expires_ns
+                            .saturating_sub(now)
+                            .saturating_add(NS_PER_MS),
+                    ),
                     reset_after_ns: entry.reset_ns.saturating_sub(now),
                 };
                 self.deny(host, &route.action, &numbers, true);
                 return Next::Pause;
             }
         }
-        let request = ThrottleRequest { action: route.action.clone(), key, quantity: route.quantity };
+        let request = ThrottleRequest {
+            action: route.action.clone(),
+            key,
+            quantity: route.quantity,
+        };
         let body = match serde_json::to_vec(&request) {
             Ok(body) => body,
-            Err(e) => return self.fail(host, &route.action, &format!("encode: {e}"), "encode", true),
+            Err(e) => {
+                return self.fail(host, &route.action, &format!("encode: {e}"), "encode", true)
+            }
         };
         let call = Callout {
             cluster: config.backend.cluster.clone(),
@@ -147,16 +167,27 @@ impl Flow {
                 Next::Pause
             }
             Err(e) => {
-                let message = format!("callout to cluster {:?} could not start: {e}", config.backend.cluster);
+                let message = format!(
+                    "callout to cluster {:?} could not start: {e}",
+                    config.backend.cluster
+                );
                 self.fail(host, &route.action, &message, "dispatch", true)
             }
         }
     }
 
     /// The callout answered (or timed out: Envoy reports that as a 504).
-    pub fn on_callout_response(&mut self, host: &mut dyn Host, token: u32, status: Option<&[u8]>, body: &[u8]) {
+    pub fn on_callout_response(
+        &mut self,
+        host: &mut dyn Host,
+        token: u32,
+        status: Option<&[u8]>,
+        body: &[u8],
+    ) {
         let Some(pending) = self.pending.take_if(|p| p.token == token) else {
-            host.warn(&format!("sluice: callout response for unknown token {token}; ignored"));
+            host.warn(&format!(
+                "sluice: callout response for unknown token {token}; ignored"
+            ));
             return;
         };
         match classify(status, body) {
@@ -165,15 +196,20 @@ impl Flow {
                 host.count(Counter::UnknownAction);
                 match self.config.unknown_action {
                     UnknownAction::Allow => {
-                        self.response_headers.push((UNKNOWN_ACTION_HEADER, "allow".to_owned()));
+                        self.response_headers
+                            .push((UNKNOWN_ACTION_HEADER, "allow".to_owned()));
                         host.resume();
                     }
                     UnknownAction::Deny => {
-                        let detail = format!("no rate-limit rule exists for action {:?}", pending.action);
+                        let detail =
+                            format!("no rate-limit rule exists for action {:?}", pending.action);
                         let body = reply::problem(403, "Forbidden", &detail, &pending.action, None);
                         host.send_reply(
                             403,
-                            &[("content-type", "application/problem+json"), (UNKNOWN_ACTION_HEADER, "deny")],
+                            &[
+                                ("content-type", "application/problem+json"),
+                                (UNKNOWN_ACTION_HEADER, "deny"),
+                            ],
                             &body,
                         );
                     }
@@ -201,18 +237,22 @@ impl Flow {
             return;
         }
         host.count(Counter::Allowed);
-        self.response_headers = reply::rate_limit_headers(&pending.action, &numbers, self.config.headers);
+        self.response_headers =
+            reply::rate_limit_headers(&pending.action, &numbers, self.config.headers);
         if r.would_deny {
             host.count(Counter::ShadowWouldDeny);
             host.set_request_header(SHADOW_HEADER, "would-deny");
-            self.response_headers.push((SHADOW_HEADER, "would-deny".to_owned()));
+            self.response_headers
+                .push((SHADOW_HEADER, "would-deny".to_owned()));
         }
         host.resume();
     }
 
     /// Stores a denial in the cache when it is exact to answer it locally (see `cache.rs`).
     fn remember(&self, host: &mut dyn Host, pending: &Pending, r: &ThrottleResponse) {
-        let (Some(id), Some(retry_ms)) = (&pending.identity, r.retry_after_ms) else { return };
+        let (Some(id), Some(retry_ms)) = (&pending.identity, r.retry_after_ms) else {
+            return;
+        };
         if pending.quantity == 0 || !cache::is_exact(r.algorithm) {
             return;
         }
@@ -232,7 +272,8 @@ impl Flow {
 
     fn deny(&mut self, host: &mut dyn Host, action: &str, numbers: &Numbers, cached: bool) {
         let rendered = reply::rate_limit_headers(action, numbers, self.config.headers);
-        let mut headers: Vec<(&str, &str)> = rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let mut headers: Vec<(&str, &str)> =
+            rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
         headers.push(("content-type", "application/problem+json"));
         if cached {
             headers.push((CACHE_HEADER, "hit"));
@@ -243,7 +284,14 @@ impl Flow {
 
     /// The backend could not decide: apply the failure mode. `sync` is true inside the
     /// request-headers callback (answer with [`Next`]), false after a callout (resume or reply).
-    fn fail(&mut self, host: &mut dyn Host, action: &str, log: &str, reason: &str, sync: bool) -> Next {
+    fn fail(
+        &mut self,
+        host: &mut dyn Host,
+        action: &str,
+        log: &str,
+        reason: &str,
+        sync: bool,
+    ) -> Next {
         if !log.is_empty() {
             host.warn(&format!("sluice: {log}"));
         }
@@ -251,7 +299,8 @@ impl Flow {
             FailureMode::Allow => {
                 host.count(Counter::FailuresAllow);
                 host.set_request_header(FAILURE_HEADER, reason);
-                self.response_headers.push((FAILURE_HEADER, reason.to_owned()));
+                self.response_headers
+                    .push((FAILURE_HEADER, reason.to_owned()));
                 if sync {
                     return Next::Continue;
                 }
@@ -261,11 +310,16 @@ impl Flow {
             FailureMode::Deny => {
                 host.count(Counter::FailuresDeny);
                 let status = self.config.failure_status;
-                let detail = format!("the rate limiter could not decide ({reason}); failing closed");
-                let body = reply::problem(status, "Rate Limiter Unavailable", &detail, action, None);
+                let detail =
+                    format!("the rate limiter could not decide ({reason}); failing closed");
+                let body =
+                    reply::problem(status, "Rate Limiter Unavailable", &detail, action, None);
                 host.send_reply(
                     status,
-                    &[("content-type", "application/problem+json"), (FAILURE_HEADER, reason)],
+                    &[
+                        ("content-type", "application/problem+json"),
+                        (FAILURE_HEADER, reason),
+                    ],
                     &body,
                 );
                 Next::Pause

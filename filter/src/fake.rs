@@ -32,7 +32,10 @@ pub struct FakeHost {
 impl FakeHost {
     pub fn request(method: &str, path: &str) -> FakeHost {
         FakeHost {
-            headers: vec![(":method".into(), method.into()), (":path".into(), path.into())],
+            headers: vec![
+                (":method".into(), method.into()),
+                (":path".into(), path.into()),
+            ],
             next_token: 1,
             ..FakeHost::default()
         }
@@ -66,11 +69,18 @@ impl FakeHost {
 
     pub fn reply_header(&self, name: &str) -> Option<String> {
         let (_, headers, _) = self.effects.replies.last()?;
-        headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     }
 
     pub fn response_header(&self, name: &str) -> Option<String> {
-        self.effects.response_headers_added.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        self.effects
+            .response_headers_added
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     }
 }
 
@@ -79,7 +89,11 @@ impl Host for FakeHost {
         self.now
     }
     fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()).collect()
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .collect()
     }
     fn client_address(&self) -> Option<Vec<u8>> {
         self.peer.clone()
@@ -99,20 +113,27 @@ impl Host for FakeHost {
         Ok(self.next_token - 1)
     }
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
-        let headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        let headers = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
         self.effects.replies.push((status, headers, body.to_vec()));
     }
     fn resume(&mut self) {
         self.effects.resumed += 1;
     }
     fn set_request_header(&mut self, name: &str, value: &str) {
-        self.effects.request_headers_set.push((name.to_owned(), value.to_owned()));
+        self.effects
+            .request_headers_set
+            .push((name.to_owned(), value.to_owned()));
     }
     fn remove_request_header(&mut self, name: &str) {
         self.effects.request_headers_removed.push(name.to_owned());
     }
     fn add_response_header(&mut self, name: &str, value: &str) {
-        self.effects.response_headers_added.push((name.to_owned(), value.to_owned()));
+        self.effects
+            .response_headers_added
+            .push((name.to_owned(), value.to_owned()));
     }
     fn count(&mut self, counter: Counter) {
         *self.counters.entry(counter).or_default() += 1;

@@ -40,15 +40,27 @@ impl Numbers {
             limit: r.limit,
             window_ms: r.window_ms,
             remaining: r.remaining,
-            retry_after_ns: if r.allowed { None } else { r.retry_after_ms.map(|ms| ms.saturating_mul(NS_PER_MS)) },
+            retry_after_ns: if r.allowed {
+                None
+            } else {
+                r.retry_after_ms.map(|ms| ms.saturating_mul(NS_PER_MS))
+            },
             reset_after_ns: r.reset_after_ms.saturating_mul(NS_PER_MS),
         }
     }
 }
 
 /// Rate-limit headers for `action` (names lowercase, as HTTP/2 wants).
-pub fn rate_limit_headers(action: &str, n: &Numbers, families: HeaderFamilies) -> Vec<(&'static str, String)> {
-    let policy = Policy { name: action, quota: n.limit, window_ns: n.window_ms.saturating_mul(NS_PER_MS) };
+pub fn rate_limit_headers(
+    action: &str,
+    n: &Numbers,
+    families: HeaderFamilies,
+) -> Vec<(&'static str, String)> {
+    let policy = Policy {
+        name: action,
+        quota: n.limit,
+        window_ns: n.window_ms.saturating_mul(NS_PER_MS),
+    };
     let decision = Decision {
         allowed: n.allowed,
         capacity: n.limit,
@@ -61,7 +73,13 @@ pub fn rate_limit_headers(action: &str, n: &Numbers, families: HeaderFamilies) -
 }
 
 /// An RFC 9457 problem body. `detail` and `action` are escaped by serde_json.
-pub fn problem(status: u16, title: &str, detail: &str, action: &str, extra: Option<(&str, u64)>) -> Vec<u8> {
+pub fn problem(
+    status: u16,
+    title: &str,
+    detail: &str,
+    action: &str,
+    extra: Option<(&str, u64)>,
+) -> Vec<u8> {
     let mut body = serde_json::Map::new();
     body.insert("type".into(), "about:blank".into());
     body.insert("title".into(), title.into());
@@ -77,11 +95,20 @@ pub fn problem(status: u16, title: &str, detail: &str, action: &str, extra: Opti
 /// The 429 body for a denial of `action`.
 pub fn too_many_requests(action: &str, retry_after_ns: Option<u64>) -> Vec<u8> {
     let detail = match retry_after_ns {
-        Some(ns) => format!("rate limit of action {action:?} exceeded; retry after {} s", ceil_secs(ns).max(1)),
+        Some(ns) => format!(
+            "rate limit of action {action:?} exceeded; retry after {} s",
+            ceil_secs(ns).max(1)
+        ),
         None => format!("rate limit of action {action:?} exceeded; this request can never pass"),
     };
     let retry_ms = retry_after_ns.map(|ns| ns.div_ceil(NS_PER_MS));
-    problem(429, "Too Many Requests", &detail, action, retry_ms.map(|ms| ("retry_after_ms", ms)))
+    problem(
+        429,
+        "Too Many Requests",
+        &detail,
+        action,
+        retry_ms.map(|ms| ("retry_after_ms", ms)),
+    )
 }
 
 #[cfg(test)]
@@ -90,7 +117,8 @@ mod tests {
 
     #[test]
     fn denial_body_is_a_problem_naming_the_action() {
-        let body: serde_json::Value = serde_json::from_slice(&too_many_requests("reply", Some(1_500 * NS_PER_MS))).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_slice(&too_many_requests("reply", Some(1_500 * NS_PER_MS))).unwrap();
         assert_eq!(body["status"], 429);
         assert_eq!(body["action"], "reply");
         assert_eq!(body["retry_after_ms"], 1500);

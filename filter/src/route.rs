@@ -16,12 +16,20 @@ pub struct RequestLine {
 impl RequestLine {
     /// Reads `:method` and `:path` (first values) from the host.
     pub fn read(host: &dyn Host) -> RequestLine {
-        let first = |name: &str| host.request_header(name).into_iter().next().unwrap_or_default();
+        let first = |name: &str| {
+            host.request_header(name)
+                .into_iter()
+                .next()
+                .unwrap_or_default()
+        };
         let mut path = first(":path");
         if let Some(q) = path.iter().position(|&c| c == b'?') {
             path.truncate(q);
         }
-        RequestLine { method: first(":method"), path }
+        RequestLine {
+            method: first(":method"),
+            path,
+        }
     }
 }
 
@@ -68,10 +76,13 @@ pub fn extract_key(source: &KeySource, line: &RequestLine, host: &dyn Host) -> S
     while let Some(src) = current {
         let (value, next) = match src {
             KeySource::Constant { value } => return value.clone(),
-            KeySource::Header { name, on_missing } => (join_values(host.request_header(name)), on_missing),
-            KeySource::ClientIp { on_missing } => {
-                (host.client_address().map(|a| strip_port(&a).to_vec()), on_missing)
+            KeySource::Header { name, on_missing } => {
+                (join_values(host.request_header(name)), on_missing)
             }
+            KeySource::ClientIp { on_missing } => (
+                host.client_address().map(|a| strip_port(&a).to_vec()),
+                on_missing,
+            ),
             KeySource::Path { on_missing } => (Some(line.path.clone()), on_missing),
         };
         match value {
@@ -145,7 +156,10 @@ mod tests {
     use crate::fake::FakeHost;
 
     fn config(routes: &str) -> Config {
-        Config::from_json(format!(r#"{{"backend": {{"cluster": "b"}}, "routes": {routes}}}"#).as_bytes()).unwrap()
+        Config::from_json(
+            format!(r#"{{"backend": {{"cluster": "b"}}, "routes": {routes}}}"#).as_bytes(),
+        )
+        .unwrap()
     }
 
     fn key_of(routes: &str, host: &FakeHost) -> Option<(String, String)> {
@@ -170,9 +184,16 @@ mod tests {
         let h = FakeHost::request("GET", "/api/x").header("x-kind", b"reply");
         assert_eq!(key_of(routes, &h), None, "no x-token, wrong method");
         let h = FakeHost::request("GET", "/api/x").header("x-token", b"");
-        assert_eq!(key_of(routes, &h), Some(("api".into(), "all".into())), "present even if empty");
+        assert_eq!(
+            key_of(routes, &h),
+            Some(("api".into(), "all".into())),
+            "present even if empty"
+        );
         let h = FakeHost::request("GET", "/login?next=/").peer("10.1.2.3:5555");
-        assert_eq!(key_of(routes, &h), Some(("login".into(), "10.1.2.3".into())));
+        assert_eq!(
+            key_of(routes, &h),
+            Some(("login".into(), "10.1.2.3".into()))
+        );
         let h = FakeHost::request("GET", "/login/x");
         assert_eq!(key_of(routes, &h), None, "exact path");
         let suffix = r#"[{"action": "reply", "match": {"path_prefix": "/posts/", "path_suffix": "/replies"},
@@ -202,7 +223,9 @@ mod tests {
         let big = vec![b'x'; 10 * 1024];
         let h = FakeHost::request("GET", "/").header("x-user", &big);
         assert_eq!(key_of(USER, &h).unwrap().1.len(), 10 * 1024);
-        let h = FakeHost::request("GET", "/").header("x-user", b"alice").header("x-user", b"bob");
+        let h = FakeHost::request("GET", "/")
+            .header("x-user", b"alice")
+            .header("x-user", b"bob");
         assert_eq!(key_of(USER, &h).unwrap().1, "alice,bob");
     }
 

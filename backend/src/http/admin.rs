@@ -112,7 +112,10 @@ pub async fn put_rule(
     let mut value: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiFailure::invalid("body", format!("not valid JSON: {e}")))?;
     let Some(object) = value.as_object_mut() else {
-        return Err(ApiFailure::invalid_rule(sluice_core::RuleError::new("rule", "must be a JSON object")));
+        return Err(ApiFailure::invalid_rule(sluice_core::RuleError::new(
+            "rule",
+            "must be a JSON object",
+        )));
     };
     match object.get("action") {
         None | Some(Value::Null) => {
@@ -122,12 +125,18 @@ pub async fn put_rule(
         Some(other) => {
             return Err(ApiFailure::invalid_rule(sluice_core::RuleError::new(
                 "action",
-                format!("must equal the action in the path ({:?}); got {other}", action.as_str()),
+                format!(
+                    "must equal the action in the path ({:?}); got {other}",
+                    action.as_str()
+                ),
             )))
         }
     }
     let rule = Rule::from_json(&value).map_err(ApiFailure::invalid_rule)?;
-    let version = app.store_call(app.store.put_rule(&rule)).await.map_err(|e| ApiFailure::store(&e))?;
+    let version = app
+        .store_call(app.store.put_rule(&rule))
+        .await
+        .map_err(|e| ApiFailure::store(&e))?;
     tracing::info!(action = %rule.action(), algorithm = %rule.algorithm(), version, "rule stored");
     let stored = rule.clone();
     app.rules
@@ -154,11 +163,16 @@ pub async fn delete_rule(
     action: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiFailure> {
     let action = segment_action(action)?;
-    let deleted = app.store_call(app.store.delete_rule(&action)).await.map_err(|e| ApiFailure::store(&e))?;
+    let deleted = app
+        .store_call(app.store.delete_rule(&action))
+        .await
+        .map_err(|e| ApiFailure::store(&e))?;
     let name = action.as_str().to_owned();
-    app.rules.after_write(app.store.as_ref(), move |rules| {
-        rules.remove(&name);
-    }).await;
+    app.rules
+        .after_write(app.store.as_ref(), move |rules| {
+            rules.remove(&name);
+        })
+        .await;
     app.metrics.set_rules(app.rules.current().rules.len());
     match deleted {
         Some(version) => {
@@ -198,7 +212,15 @@ pub async fn get_levels(
         None => levels::DEFAULT_LIMIT,
         Some(text) => match text.parse::<usize>() {
             Ok(n) if (1..=levels::MAX_LIMIT).contains(&n) => n,
-            _ => return Err(ApiFailure::invalid("limit", format!("must be a whole number from 1 to {}; got {text:?}", levels::MAX_LIMIT))),
+            _ => {
+                return Err(ApiFailure::invalid(
+                    "limit",
+                    format!(
+                        "must be a whole number from 1 to {}; got {text:?}",
+                        levels::MAX_LIMIT
+                    ),
+                ))
+            }
         },
     };
     let set = app.rules.current();
@@ -206,12 +228,18 @@ pub async fn get_levels(
         None => set.rules.values().cloned().collect(),
         Some(name) => {
             let action = path_action(name)?;
-            let rule = set.rules.get(action.as_str()).ok_or_else(|| ApiFailure::unknown_action(action.as_str()))?;
+            let rule = set
+                .rules
+                .get(action.as_str())
+                .ok_or_else(|| ApiFailure::unknown_action(action.as_str()))?;
             vec![rule.clone()]
         }
     };
     let body = app
-        .store_call_within(LEVELS_DEADLINE, levels::snapshot(app.store.as_ref(), &app.activity, &rules, limit))
+        .store_call_within(
+            LEVELS_DEADLINE,
+            levels::snapshot(app.store.as_ref(), &app.activity, &rules, limit),
+        )
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     Ok(Json(body))
@@ -225,13 +253,20 @@ pub async fn get_levels(
         (status = 400, body = super::openapi::ApiErrorDoc),
         (status = 401, description = "Wrong token", body = super::openapi::ApiErrorDoc),
     ))]
-pub async fn login(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiFailure> {
+pub async fn login(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiFailure> {
     let body = body.map_err(input::body_failure)?;
     let map = input::object(&body, &["token"])?;
     let token = input::string(&map, "token")?;
     if !app.auth.token_matches(&token) {
         tracing::warn!("dashboard login with a wrong token");
-        return Err(ApiFailure::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong admin token"));
+        return Err(ApiFailure::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "wrong admin token",
+        ));
     }
     let cookie = auth::set_cookie(&app.auth.new_session());
     Ok(session_response(&cookie))
@@ -242,7 +277,11 @@ pub async fn login(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejecti
     responses((status = 204, description = "Logged out; the cookie is cleared")))]
 pub async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     for value in headers.get_all(header::COOKIE) {
-        if let Some(session) = value.to_str().ok().and_then(auth::session_from_cookie_header) {
+        if let Some(session) = value
+            .to_str()
+            .ok()
+            .and_then(auth::session_from_cookie_header)
+        {
             app.auth.revoke(session);
         }
     }
@@ -254,6 +293,8 @@ fn session_response(cookie: &str) -> Response {
     if let Ok(value) = HeaderValue::from_str(cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use axum::http::{header, HeaderValue};
 use axum::handler::HandlerWithoutStateExt;
+use axum::http::{header, HeaderValue};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -36,7 +36,11 @@ fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -55,10 +59,14 @@ pub fn inline_scripts(html: &str) -> Vec<&str> {
     let mut rest = html;
     while let Some(start) = rest.find("<script") {
         let after = &rest[start..];
-        let Some(tag_end) = after.find('>') else { break };
+        let Some(tag_end) = after.find('>') else {
+            break;
+        };
         let tag = &after[..tag_end];
         let body_start = &after[tag_end + 1..];
-        let Some(close) = body_start.find("</script>") else { break };
+        let Some(close) = body_start.find("</script>") else {
+            break;
+        };
         if !tag.contains("src=") && !body_start[..close].trim().is_empty() {
             out.push(&body_start[..close]);
         }
@@ -105,7 +113,8 @@ impl Dashboard {
 
     /// The Content-Security-Policy of every admin response that is not the dashboard's page.
     pub fn base_csp() -> HeaderValue {
-        HeaderValue::from_str(&content_security_policy(&[])).unwrap_or_else(|_| HeaderValue::from_static("default-src 'self'"))
+        HeaderValue::from_str(&content_security_policy(&[]))
+            .unwrap_or_else(|_| HeaderValue::from_static("default-src 'self'"))
     }
 
     /// The router serving the files (as the admin router's fallback). Paths that are not files
@@ -120,7 +129,9 @@ impl Dashboard {
                     .route("/index.html", get(index.clone()))
                     .fallback_service(ServeDir::new(dir).fallback(index.into_service()))
             }
-            None => Router::new().route("/", get(not_built)).fallback(|| async { (axum::http::StatusCode::NOT_FOUND, Html("not found\n")) }),
+            None => Router::new()
+                .route("/", get(not_built))
+                .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, Html("not found\n")) }),
         }
     }
 }
@@ -131,7 +142,9 @@ async fn serve_index(path: PathBuf) -> Response {
             let csp = content_security_policy(&inline_scripts(&html));
             let mut response = ([(header::CACHE_CONTROL, "no-cache")], Html(html)).into_response();
             if let Ok(value) = HeaderValue::from_str(&csp) {
-                response.headers_mut().insert(header::CONTENT_SECURITY_POLICY, value);
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_SECURITY_POLICY, value);
             }
             response
         }

@@ -46,7 +46,10 @@ pub async fn throttle(
         return Err(ApiFailure::unknown_action(action.as_str()));
     };
     let decision = app
-        .store_call(app.store.throttle(rule, &request.key, request.quantity, None))
+        .store_call(
+            app.store
+                .throttle(rule, &request.key, request.quantity, None),
+        )
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     let response = ThrottleResponse::new(
@@ -58,7 +61,8 @@ pub async fn throttle(
         &decision,
     );
     if request.quantity > 0 {
-        app.activity.record(rule.action(), &request.key, decision.allowed, now_ms());
+        app.activity
+            .record(rule.action(), &request.key, decision.allowed, now_ms());
     }
     app.metrics.decision(
         action.as_str(),
@@ -89,8 +93,13 @@ pub async fn cl_throttle(
     let started = Instant::now();
     let body = body.map_err(input::body_failure)?;
     let request = input::cl_throttle_request(&body)?;
-    let args = CellArgs::new(request.max_burst, request.count, request.period, request.quantity)
-        .map_err(ApiFailure::from_request_error)?;
+    let args = CellArgs::new(
+        request.max_burst,
+        request.count,
+        request.period,
+        request.quantity,
+    )
+    .map_err(ApiFailure::from_request_error)?;
     let decision = app
         .store_call(app.store.cell_throttle(&request.key, args, None))
         .await

@@ -20,7 +20,14 @@ pub struct ApiFailure {
 impl ApiFailure {
     /// A failure with a code and message, no field.
     pub fn new(status: StatusCode, error: &str, message: impl Into<String>) -> ApiFailure {
-        ApiFailure { status, body: ApiError { error: error.to_owned(), field: None, message: message.into() } }
+        ApiFailure {
+            status,
+            body: ApiError {
+                error: error.to_owned(),
+                field: None,
+                message: message.into(),
+            },
+        }
     }
 
     /// 400 `invalid_request` naming the field at fault.
@@ -29,7 +36,11 @@ impl ApiFailure {
         let message = message.into();
         ApiFailure {
             status: StatusCode::BAD_REQUEST,
-            body: ApiError { error: "invalid_request".into(), message: format!("{field}: {message}"), field: Some(field) },
+            body: ApiError {
+                error: "invalid_request".into(),
+                message: format!("{field}: {message}"),
+                field: Some(field),
+            },
         }
     }
 
@@ -42,7 +53,11 @@ impl ApiFailure {
     pub fn invalid_rule(e: RuleError) -> ApiFailure {
         ApiFailure {
             status: StatusCode::BAD_REQUEST,
-            body: ApiError { error: "invalid_rule".into(), message: format!("{}: {}", e.field, e.reason), field: Some(e.field) },
+            body: ApiError {
+                error: "invalid_rule".into(),
+                message: format!("{}: {}", e.field, e.reason),
+                field: Some(e.field),
+            },
         }
     }
 
@@ -69,7 +84,11 @@ impl ApiFailure {
 
     /// 404 `not_found` for a route that does not exist on this listener.
     pub fn no_route(path: &str) -> ApiFailure {
-        ApiFailure::new(StatusCode::NOT_FOUND, "not_found", format!("no route {path} on this listener"))
+        ApiFailure::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no route {path} on this listener"),
+        )
     }
 
     /// The answer for a failed store call: 503 for outages (retry elsewhere or later), 500 for

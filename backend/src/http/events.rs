@@ -20,17 +20,23 @@ use crate::app::App;
         (status = 401, body = super::openapi::ApiErrorDoc),
     ),
     security(("bearer" = []), ("session" = [])))]
-pub async fn events(State(app): State<Arc<App>>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+pub async fn events(
+    State(app): State<Arc<App>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let rules = WatchStream::new(app.rules.subscribe()).map(|set| {
         let data = serde_json::to_string(&set.body()).unwrap_or_else(|_| "{}".into());
         Event::default().event("rules").data(data)
     });
-    let levels = WatchStream::from_changes(app.levels.subscribe())
-        .filter_map(|snapshot| async move { snapshot.map(|text| Event::default().event("levels").data(&*text)) });
+    let levels =
+        WatchStream::from_changes(app.levels.subscribe()).filter_map(|snapshot| async move {
+            snapshot.map(|text| Event::default().event("levels").data(&*text))
+        });
     let mut stopping = app.stopping.clone();
     let stop = async move {
         let _ = stopping.wait_for(|s| *s).await;
     };
-    let stream = futures::stream::select(rules, levels).take_until(Box::pin(stop)).map(Ok);
+    let stream = futures::stream::select(rules, levels)
+        .take_until(Box::pin(stop))
+        .map(Ok);
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }

@@ -49,19 +49,30 @@ pub fn string(map: &Object, field: &str) -> Result<String, ApiFailure> {
     match map.get(field) {
         Some(Value::String(s)) => Ok(s.clone()),
         None | Some(Value::Null) => Err(ApiFailure::invalid(field, "is required")),
-        Some(other) => Err(ApiFailure::invalid(field, format!("must be a string; got {}", kind(other)))),
+        Some(other) => Err(ApiFailure::invalid(
+            field,
+            format!("must be a string; got {}", kind(other)),
+        )),
     }
 }
 
 /// A whole-number field in `0..=max`, with a default when absent.
 pub fn whole(map: &Object, field: &str, default: Option<u64>, max: u64) -> Result<u64, ApiFailure> {
     match map.get(field) {
-        None | Some(Value::Null) => default.ok_or_else(|| ApiFailure::invalid(field, "is required")),
+        None | Some(Value::Null) => {
+            default.ok_or_else(|| ApiFailure::invalid(field, "is required"))
+        }
         Some(Value::Number(n)) => match n.as_u64() {
             Some(v) if v <= max => Ok(v),
-            _ => Err(ApiFailure::invalid(field, format!("must be a whole number from 0 to {max}; got {n}"))),
+            _ => Err(ApiFailure::invalid(
+                field,
+                format!("must be a whole number from 0 to {max}; got {n}"),
+            )),
         },
-        Some(other) => Err(ApiFailure::invalid(field, format!("must be a whole number; got {}", kind(other)))),
+        Some(other) => Err(ApiFailure::invalid(
+            field,
+            format!("must be a whole number; got {}", kind(other)),
+        )),
     }
 }
 
@@ -112,18 +123,47 @@ mod tests {
         assert_eq!(field_of(throttle_request(b"{")), "body");
         assert_eq!(field_of(throttle_request(b"[]")), "body");
         assert_eq!(field_of(throttle_request(br#"{"key":"k"}"#)), "action");
-        assert_eq!(field_of(throttle_request(br#"{"action":1,"key":"k"}"#)), "action");
+        assert_eq!(
+            field_of(throttle_request(br#"{"action":1,"key":"k"}"#)),
+            "action"
+        );
         assert_eq!(field_of(throttle_request(br#"{"action":"a"}"#)), "key");
-        assert_eq!(field_of(throttle_request(br#"{"action":"a","key":"k","quantity":-1}"#)), "quantity");
-        assert_eq!(field_of(throttle_request(br#"{"action":"a","key":"k","quantity":1.5}"#)), "quantity");
-        assert_eq!(field_of(throttle_request(br#"{"action":"a","key":"k","quantity":1000000001}"#)), "quantity");
-        assert_eq!(field_of(throttle_request(br#"{"action":"a","key":"k","quantity":"1"}"#)), "quantity");
-        assert_eq!(field_of(throttle_request(br#"{"action":"a","key":"k","extra":1}"#)), "extra");
+        assert_eq!(
+            field_of(throttle_request(
+                br#"{"action":"a","key":"k","quantity":-1}"#
+            )),
+            "quantity"
+        );
+        assert_eq!(
+            field_of(throttle_request(
+                br#"{"action":"a","key":"k","quantity":1.5}"#
+            )),
+            "quantity"
+        );
+        assert_eq!(
+            field_of(throttle_request(
+                br#"{"action":"a","key":"k","quantity":1000000001}"#
+            )),
+            "quantity"
+        );
+        assert_eq!(
+            field_of(throttle_request(
+                br#"{"action":"a","key":"k","quantity":"1"}"#
+            )),
+            "quantity"
+        );
+        assert_eq!(
+            field_of(throttle_request(br#"{"action":"a","key":"k","extra":1}"#)),
+            "extra"
+        );
     }
 
     #[test]
     fn quantity_defaults_to_one() {
         let r = throttle_request(br#"{"action":"a","key":""}"#).expect("valid");
-        assert_eq!((r.action.as_str(), r.key.as_str(), r.quantity), ("a", "", 1));
+        assert_eq!(
+            (r.action.as_str(), r.key.as_str(), r.quantity),
+            ("a", "", 1)
+        );
     }
 }

@@ -30,7 +30,10 @@ async fn wrong_method(method: Method, uri: Uri) -> ApiFailure {
     ApiFailure::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        format!("{method} is not allowed on {}; see /v1/openapi.json", uri.path()),
+        format!(
+            "{method} is not allowed on {}; see /v1/openapi.json",
+            uri.path()
+        ),
     )
 }
 
@@ -62,11 +65,16 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         .route("/v1/rules", get(admin::list_rules))
         .route(
             "/v1/rules/{action}",
-            get(admin::get_rule).put(admin::put_rule).delete(admin::delete_rule),
+            get(admin::get_rule)
+                .put(admin::put_rule)
+                .delete(admin::delete_rule),
         )
         .route("/v1/levels", get(admin::get_levels))
         .route("/v1/events", get(events::events))
-        .route_layer(axum::middleware::from_fn_with_state(app.clone(), admin::require_admin));
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            admin::require_admin,
+        ));
     let csp = dashboard::Dashboard::base_csp();
     Router::new()
         .merge(protected)
@@ -78,10 +86,22 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         .fallback_service(dashboard.router())
         .layer(DefaultBodyLimit::max(input::MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
-        .layer(SetResponseHeaderLayer::if_not_present(header::CONTENT_SECURITY_POLICY, csp))
-        .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
-        .layer(SetResponseHeaderLayer::overriding(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")))
-        .layer(SetResponseHeaderLayer::overriding(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CONTENT_SECURITY_POLICY,
+            csp,
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
         .layer(SetResponseHeaderLayer::if_not_present(
             HeaderName::from_static("cross-origin-opener-policy"),
             HeaderValue::from_static("same-origin"),

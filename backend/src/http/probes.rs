@@ -40,7 +40,10 @@ pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<serde_json::Valu
     responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
 pub async fn metrics(State(app): State<Arc<App>>) -> Response {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         app.metrics.encode(),
     )
         .into_response()
@@ -52,6 +55,7 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
 pub async fn openapi() -> Response {
     match super::openapi::ApiDoc::openapi().to_json() {
         Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
-        Err(e) => ApiFailure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()).into_response(),
+        Err(e) => ApiFailure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            .into_response(),
     }
 }

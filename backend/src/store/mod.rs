@@ -22,7 +22,9 @@ pub enum StoreError {
     #[error("store overloaded: {0} requests already in flight")]
     Overloaded(usize),
     /// A key holds data sluice did not write (another Redis type, or garbage).
-    #[error("key {key} holds data sluice cannot read ({detail}); delete it or pick another key prefix")]
+    #[error(
+        "key {key} holds data sluice cannot read ({detail}); delete it or pick another key prefix"
+    )]
     WrongType {
         /// The Redis key at fault.
         key: String,
@@ -70,13 +72,29 @@ pub trait Store: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
 
     /// Decides one request for `key` under `rule`, atomically.
-    async fn throttle(&self, rule: &Rule, key: &str, quantity: u64, at: Option<Nanos>) -> Result<Decision, StoreError>;
+    async fn throttle(
+        &self,
+        rule: &Rule,
+        key: &str,
+        quantity: u64,
+        at: Option<Nanos>,
+    ) -> Result<Decision, StoreError>;
 
     /// redis-cell `CL.THROTTLE` semantics (gcra), under its own key namespace.
-    async fn cell_throttle(&self, key: &str, args: CellArgs, at: Option<Nanos>) -> Result<Decision, StoreError>;
+    async fn cell_throttle(
+        &self,
+        key: &str,
+        args: CellArgs,
+        at: Option<Nanos>,
+    ) -> Result<Decision, StoreError>;
 
     /// Levels of many keys as of now (quantity-0 peeks: nothing changes).
-    async fn peek_many(&self, rule: &Rule, keys: &[String], at: Option<Nanos>) -> Result<Vec<Decision>, StoreError>;
+    async fn peek_many(
+        &self,
+        rule: &Rule,
+        keys: &[String],
+        at: Option<Nanos>,
+    ) -> Result<Vec<Decision>, StoreError>;
 
     /// Every rule and the current version.
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError>;
@@ -94,7 +112,11 @@ pub trait Store: Send + Sync + 'static {
     async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError>;
 
     /// The most recently active keys of an action, newest first, with their activity.
-    async fn recent_activity(&self, action: &Action, limit: usize) -> Result<Vec<Activity>, StoreError>;
+    async fn recent_activity(
+        &self,
+        action: &Action,
+        limit: usize,
+    ) -> Result<Vec<Activity>, StoreError>;
 
     /// Whether the store answers (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;

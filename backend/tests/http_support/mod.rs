@@ -53,7 +53,9 @@ impl Sluice {
 
     /// Starts sluice with a full config, and waits until the admin listener answers /healthz.
     pub async fn start_with(config: Config) -> Sluice {
-        let decision = TcpListener::bind("127.0.0.1:0").await.expect("bind decision");
+        let decision = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind decision");
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let decision_url = format!("http://{}", decision.local_addr().expect("addr"));
         let admin_url = format!("http://{}", admin.local_addr().expect("addr"));
@@ -61,26 +63,46 @@ impl Sluice {
         let handle = tokio::spawn(run(Listeners { decision, admin }, config, async move {
             let _ = stopped.await;
         }));
-        let sluice = Sluice { decision: decision_url, admin: admin_url, http: client(), stop: Some(stop), handle: Some(handle) };
+        let sluice = Sluice {
+            decision: decision_url,
+            admin: admin_url,
+            http: client(),
+            stop: Some(stop),
+            handle: Some(handle),
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(r) = sluice.http.get(format!("{}/healthz", sluice.admin)).send().await {
+            if let Ok(r) = sluice
+                .http
+                .get(format!("{}/healthz", sluice.admin))
+                .send()
+                .await
+            {
                 if r.status().is_success() {
                     return sluice;
                 }
             }
-            assert!(Instant::now() < deadline, "sluice did not answer /healthz within 10 s");
+            assert!(
+                Instant::now() < deadline,
+                "sluice did not answer /healthz within 10 s"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     /// Starts and expects `run` to fail (returns its error).
     pub async fn start_err(config: Config) -> RunError {
-        let decision = TcpListener::bind("127.0.0.1:0").await.expect("bind decision");
+        let decision = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind decision");
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let result = tokio::time::timeout(
             Duration::from_secs(10),
-            run(Listeners { decision, admin }, config, std::future::pending()),
+            run(
+                Listeners { decision, admin },
+                config,
+                std::future::pending(),
+            ),
         )
         .await
         .expect("run returned within 10 s");
@@ -93,19 +115,33 @@ impl Sluice {
             let _ = stop.send(());
         }
         if let Some(handle) = self.handle.take() {
-            let result = tokio::time::timeout(Duration::from_secs(5), handle).await.expect("run returned within 5 s after shutdown");
-            result.expect("run task did not panic").expect("run returned Ok");
+            let result = tokio::time::timeout(Duration::from_secs(5), handle)
+                .await
+                .expect("run returned within 5 s after shutdown");
+            result
+                .expect("run task did not panic")
+                .expect("run returned Ok");
         }
     }
 
     /// `POST /v1/throttle`; returns (status, body).
     pub async fn throttle(&self, action: &str, key: &str, quantity: u64) -> (u16, Value) {
-        self.post_decision("/v1/throttle", json!({"action": action, "key": key, "quantity": quantity})).await
+        self.post_decision(
+            "/v1/throttle",
+            json!({"action": action, "key": key, "quantity": quantity}),
+        )
+        .await
     }
 
     /// POST a JSON body to the decision listener.
     pub async fn post_decision(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self.http.post(format!("{}{path}", self.decision)).json(&body).send().await.expect("decision request");
+        let r = self
+            .http
+            .post(format!("{}{path}", self.decision))
+            .json(&body)
+            .send()
+            .await
+            .expect("decision request");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
@@ -126,27 +162,48 @@ impl Sluice {
 
     /// An admin request with the token.
     pub fn admin_req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http.request(method, format!("{}{path}", self.admin)).bearer_auth(TOKEN)
+        self.http
+            .request(method, format!("{}{path}", self.admin))
+            .bearer_auth(TOKEN)
     }
 
     /// `PUT /v1/rules/{action}` with the token; returns (status, body).
     pub async fn put_rule(&self, rule: Value) -> (u16, Value) {
-        let action = rule["action"].as_str().expect("rule has an action").to_owned();
-        let r = self.admin_req(reqwest::Method::PUT, &format!("/v1/rules/{action}")).json(&rule).send().await.expect("put rule");
+        let action = rule["action"]
+            .as_str()
+            .expect("rule has an action")
+            .to_owned();
+        let r = self
+            .admin_req(reqwest::Method::PUT, &format!("/v1/rules/{action}"))
+            .json(&rule)
+            .send()
+            .await
+            .expect("put rule");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
     /// `GET` an admin path with the token, as JSON.
     pub async fn admin_get(&self, path: &str) -> (u16, Value) {
-        let r = self.admin_req(reqwest::Method::GET, path).send().await.expect("admin get");
+        let r = self
+            .admin_req(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("admin get");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
     /// The text of `/metrics` on the decision listener.
     pub async fn metrics(&self) -> String {
-        self.http.get(format!("{}/metrics", self.decision)).send().await.expect("metrics").text().await.expect("text")
+        self.http
+            .get(format!("{}/metrics", self.decision))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
     }
 }
 
@@ -181,9 +238,18 @@ pub fn long_rule(action: &str, algorithm: &str, capacity: u64) -> Value {
         "gcra" | "leaky_bucket" | "token_bucket" => {
             json!({"action": action, "algorithm": algorithm, "capacity": capacity, "rate": {"count": 1, "period": "1h"}})
         }
-        _ => json!({"action": action, "algorithm": algorithm, "capacity": capacity, "window": "7d"}),
+        _ => {
+            json!({"action": action, "algorithm": algorithm, "capacity": capacity, "window": "7d"})
+        }
     }
 }
 
 /// The six algorithm names.
-pub const ALGORITHMS: [&str; 6] = ["fixed_window", "sliding_log", "sliding_window", "leaky_bucket", "gcra", "token_bucket"];
+pub const ALGORITHMS: [&str; 6] = [
+    "fixed_window",
+    "sliding_log",
+    "sliding_window",
+    "leaky_bucket",
+    "gcra",
+    "token_bucket",
+];

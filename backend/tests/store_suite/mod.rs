@@ -29,8 +29,17 @@ type Row = (Nanos, u64, bool, u64, Option<u64>, u64, f64);
 
 async fn check_table(store: &dyn Store, rule: &Rule, key: &str, rows: &[Row]) {
     for (i, &(at, q, allowed, remaining, retry, reset, level)) in rows.iter().enumerate() {
-        let d = store.throttle(rule, key, q, Some(at)).await.expect("store answers");
-        let got = (d.allowed, d.remaining, d.retry_after, d.reset_after, d.level);
+        let d = store
+            .throttle(rule, key, q, Some(at))
+            .await
+            .expect("store answers");
+        let got = (
+            d.allowed,
+            d.remaining,
+            d.retry_after,
+            d.reset_after,
+            d.level,
+        );
         assert_eq!(
             got,
             (allowed, remaining, retry, reset, level),
@@ -46,78 +55,121 @@ async fn check_table(store: &dyn Store, rule: &Rule, key: &str, rows: &[Row]) {
 /// Hand-computed tables for every algorithm (see each row's comment for the arithmetic).
 pub async fn tables(store: &dyn Store) {
     // gcra: capacity 3, T = 1 s, tolerance 3 s.
-    let r = rule(r#"{"action":"t-gcra","algorithm":"gcra","capacity":3,"rate":{"count":1,"period":"1s"}}"#);
-    check_table(store, &r, "k", &[
-        (B, 1, true, 2, None, S, 1.0),
-        (B, 1, true, 1, None, 2 * S, 2.0),
-        (B, 1, true, 0, None, 3 * S, 3.0),
-        (B, 1, false, 0, Some(S), 3 * S, 3.0),           // new_tat B+4s > B+3s
-        (B + 500 * MS, 1, false, 0, Some(500 * MS), 2_500 * MS, 2.5),
-        (B + S, 1, true, 0, None, 3 * S, 3.0),           // tat B+4s
-        (B + S, 4, false, 0, None, 3 * S, 3.0),          // more than the capacity: no retry
-        (B + 2 * S, 0, true, 1, None, 2 * S, 2.0),       // peek
-        (B + 10 * S, 0, true, 3, None, 0, 0.0),
-    ]).await;
+    let r = rule(
+        r#"{"action":"t-gcra","algorithm":"gcra","capacity":3,"rate":{"count":1,"period":"1s"}}"#,
+    );
+    check_table(
+        store,
+        &r,
+        "k",
+        &[
+            (B, 1, true, 2, None, S, 1.0),
+            (B, 1, true, 1, None, 2 * S, 2.0),
+            (B, 1, true, 0, None, 3 * S, 3.0),
+            (B, 1, false, 0, Some(S), 3 * S, 3.0), // new_tat B+4s > B+3s
+            (B + 500 * MS, 1, false, 0, Some(500 * MS), 2_500 * MS, 2.5),
+            (B + S, 1, true, 0, None, 3 * S, 3.0),  // tat B+4s
+            (B + S, 4, false, 0, None, 3 * S, 3.0), // more than the capacity: no retry
+            (B + 2 * S, 0, true, 1, None, 2 * S, 2.0), // peek
+            (B + 10 * S, 0, true, 3, None, 0, 0.0),
+        ],
+    )
+    .await;
 
     // leaky_bucket: capacity 2, T = 100 ms, tolerance 200 ms.
-    let r = rule(r#"{"action":"t-leaky","algorithm":"leaky_bucket","capacity":2,"rate":{"count":1,"period":"100ms"}}"#);
-    check_table(store, &r, "k", &[
-        (B, 2, true, 0, None, 200 * MS, 2.0),
-        (B + 50 * MS, 1, false, 0, Some(50 * MS), 150 * MS, 1.5),
-        (B + 100 * MS, 1, true, 0, None, 200 * MS, 2.0),
-        // Time went back 50 ms: no leak, and every wait first catches up to `last`.
-        (B + 50 * MS, 1, false, 0, Some(150 * MS), 250 * MS, 2.0),
-        (B + S, 3, false, 2, None, 0, 0.0),
-        (B + S, 0, true, 2, None, 0, 0.0),
-    ]).await;
+    let r = rule(
+        r#"{"action":"t-leaky","algorithm":"leaky_bucket","capacity":2,"rate":{"count":1,"period":"100ms"}}"#,
+    );
+    check_table(
+        store,
+        &r,
+        "k",
+        &[
+            (B, 2, true, 0, None, 200 * MS, 2.0),
+            (B + 50 * MS, 1, false, 0, Some(50 * MS), 150 * MS, 1.5),
+            (B + 100 * MS, 1, true, 0, None, 200 * MS, 2.0),
+            // Time went back 50 ms: no leak, and every wait first catches up to `last`.
+            (B + 50 * MS, 1, false, 0, Some(150 * MS), 250 * MS, 2.0),
+            (B + S, 3, false, 2, None, 0, 0.0),
+            (B + S, 0, true, 2, None, 0, 0.0),
+        ],
+    )
+    .await;
 
     // token_bucket: capacity 4, 2 per second (T = 500 ms), fresh = full.
-    let r = rule(r#"{"action":"t-token","algorithm":"token_bucket","capacity":4,"rate":{"count":2,"period":"1s"}}"#);
-    check_table(store, &r, "k", &[
-        (B, 3, true, 1, None, 1_500 * MS, 3.0),
-        (B, 2, false, 1, Some(500 * MS), 1_500 * MS, 3.0),
-        (B + 250 * MS, 1, true, 0, None, 1_750 * MS, 3.5),
-        (B + 10 * S, 0, true, 4, None, 0, 0.0),
-        (B + 10 * S, 5, false, 4, None, 0, 0.0),
-    ]).await;
+    let r = rule(
+        r#"{"action":"t-token","algorithm":"token_bucket","capacity":4,"rate":{"count":2,"period":"1s"}}"#,
+    );
+    check_table(
+        store,
+        &r,
+        "k",
+        &[
+            (B, 3, true, 1, None, 1_500 * MS, 3.0),
+            (B, 2, false, 1, Some(500 * MS), 1_500 * MS, 3.0),
+            (B + 250 * MS, 1, true, 0, None, 1_750 * MS, 3.5),
+            (B + 10 * S, 0, true, 4, None, 0, 0.0),
+            (B + 10 * S, 5, false, 4, None, 0, 0.0),
+        ],
+    )
+    .await;
 
     // fixed_window: capacity 2 per 60 s, windows aligned to the epoch (B is a minute boundary).
     let r = rule(r#"{"action":"t-fixed","algorithm":"fixed_window","capacity":2,"window":"60s"}"#);
-    check_table(store, &r, "k", &[
-        (B + 10 * S, 1, true, 1, None, 50 * S, 1.0),
-        (B + 20 * S, 1, true, 0, None, 40 * S, 2.0),
-        (B + 30 * S, 1, false, 0, Some(30 * S), 30 * S, 2.0),
-        (B + 30 * S, 3, false, 0, None, 30 * S, 2.0),
-        (B + 60 * S, 2, true, 0, None, 60 * S, 2.0),
-        (B + 59 * S, 1, false, 0, Some(61 * S), 61 * S, 2.0), // back in time: stays in the newer window
-        (B + 120 * S + 1, 0, true, 2, None, 0, 0.0),
-    ]).await;
+    check_table(
+        store,
+        &r,
+        "k",
+        &[
+            (B + 10 * S, 1, true, 1, None, 50 * S, 1.0),
+            (B + 20 * S, 1, true, 0, None, 40 * S, 2.0),
+            (B + 30 * S, 1, false, 0, Some(30 * S), 30 * S, 2.0),
+            (B + 30 * S, 3, false, 0, None, 30 * S, 2.0),
+            (B + 60 * S, 2, true, 0, None, 60 * S, 2.0),
+            (B + 59 * S, 1, false, 0, Some(61 * S), 61 * S, 2.0), // back in time: stays in the newer window
+            (B + 120 * S + 1, 0, true, 2, None, 0, 0.0),
+        ],
+    )
+    .await;
 
     // sliding_log: capacity 2 per 1 s.
     let r = rule(r#"{"action":"t-log","algorithm":"sliding_log","capacity":2,"window":"1s"}"#);
-    check_table(store, &r, "k", &[
-        (B, 1, true, 1, None, S, 1.0),
-        (B + 400 * MS, 1, true, 0, None, S, 2.0),
-        (B + 500 * MS, 1, false, 0, Some(500 * MS), 900 * MS, 2.0),
-        (B + S, 1, true, 0, None, S, 2.0), // B expired exactly now
-        (B + 900 * MS, 1, false, 0, Some(500 * MS), 1_100 * MS, 2.0), // back in time
-        (B + S, 2, false, 0, Some(S), S, 2.0),
-        (B + S, 3, false, 0, None, S, 2.0),
-        (B + 5 * S, 0, true, 2, None, 0, 0.0),
-    ]).await;
+    check_table(
+        store,
+        &r,
+        "k",
+        &[
+            (B, 1, true, 1, None, S, 1.0),
+            (B + 400 * MS, 1, true, 0, None, S, 2.0),
+            (B + 500 * MS, 1, false, 0, Some(500 * MS), 900 * MS, 2.0),
+            (B + S, 1, true, 0, None, S, 2.0), // B expired exactly now
+            (B + 900 * MS, 1, false, 0, Some(500 * MS), 1_100 * MS, 2.0), // back in time
+            (B + S, 2, false, 0, Some(S), S, 2.0),
+            (B + S, 3, false, 0, None, S, 2.0),
+            (B + 5 * S, 0, true, 2, None, 0, 0.0),
+        ],
+    )
+    .await;
 
     // sliding_window: capacity 10 per 1000 ms.
-    let r = rule(r#"{"action":"t-window","algorithm":"sliding_window","capacity":10,"window":"1s"}"#);
-    check_table(store, &r, "k", &[
-        (B, 10, true, 0, None, 2 * S, 10.0),
-        // 250 ms into the next window the previous 10 weigh 7.5: 2 fit (7500 <= 8000).
-        (B + 1_250 * MS, 2, true, 0, None, 1_750 * MS, 9.5),
-        // 1 more needs 10 x (1000 - e) <= 7 x 1000: e >= 300 ms, 50 ms from now.
-        (B + 1_250 * MS, 1, false, 0, Some(50 * MS), 1_750 * MS, 9.5),
-        (B + 1_300 * MS, 1, true, 0, None, 1_700 * MS, 10.0),
-        (B + 1_300 * MS, 11, false, 0, None, 1_700 * MS, 10.0),
-        (B + 3_500 * MS, 0, true, 10, None, 0, 0.0),
-    ]).await;
+    let r =
+        rule(r#"{"action":"t-window","algorithm":"sliding_window","capacity":10,"window":"1s"}"#);
+    check_table(
+        store,
+        &r,
+        "k",
+        &[
+            (B, 10, true, 0, None, 2 * S, 10.0),
+            // 250 ms into the next window the previous 10 weigh 7.5: 2 fit (7500 <= 8000).
+            (B + 1_250 * MS, 2, true, 0, None, 1_750 * MS, 9.5),
+            // 1 more needs 10 x (1000 - e) <= 7 x 1000: e >= 300 ms, 50 ms from now.
+            (B + 1_250 * MS, 1, false, 0, Some(50 * MS), 1_750 * MS, 9.5),
+            (B + 1_300 * MS, 1, true, 0, None, 1_700 * MS, 10.0),
+            (B + 1_300 * MS, 11, false, 0, None, 1_700 * MS, 10.0),
+            (B + 3_500 * MS, 0, true, 10, None, 0, 0.0),
+        ],
+    )
+    .await;
 }
 
 /// The redis-cell sequences of issue 2, calls 3 ms apart.
@@ -125,7 +177,11 @@ pub async fn cell_sequences(store: &dyn Store) {
     let mut at = B;
     let mut call = |key: &'static str, burst, count, period, q| {
         at += 3 * MS;
-        (key, CellArgs::new(burst, count, period, q).expect("valid cell args"), at)
+        (
+            key,
+            CellArgs::new(burst, count, period, q).expect("valid cell args"),
+            at,
+        )
     };
     let mut expect = Vec::new();
     expect.push((call("k", 15, 30, 60, 1), [0, 16, 15, -1, 2]));
@@ -145,7 +201,10 @@ pub async fn cell_sequences(store: &dyn Store) {
     expect.push((call("m", 0, 30, 60, 1), [0, 1, 0, -1, 2]));
     expect.push((call("m", 0, 30, 60, 1), [1, 1, 0, 2, 2]));
     for (i, ((key, args, at), want)) in expect.into_iter().enumerate() {
-        let d = store.cell_throttle(key, args, Some(at)).await.expect("store answers");
+        let d = store
+            .cell_throttle(key, args, Some(at))
+            .await
+            .expect("store answers");
         if want[0] != 9 {
             assert_eq!(reply(&d), want, "cell call {i} on {key} ({})", store.kind());
         }
@@ -159,12 +218,18 @@ fn random_rule(rng: &mut StdRng, name: &str, algorithm: &str) -> Rule {
         1 => rng.random_range(100..=2_000),
         _ => rng.random_range(1..=12),
     };
-    let span = ["1ms", "3ms", "7ms", "250ms", "1s", "1500ms", "60s", "1h", "7d"][rng.random_range(0..9)];
+    let span = [
+        "1ms", "3ms", "7ms", "250ms", "1s", "1500ms", "60s", "1h", "7d",
+    ][rng.random_range(0..9)];
     let json = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
         let count: u64 = [1, 2, 3, 7, 30, 1000][rng.random_range(0..6)];
-        format!(r#"{{"action":"{name}","algorithm":"{algorithm}","capacity":{capacity},"rate":{{"count":{count},"period":"{span}"}}}}"#)
+        format!(
+            r#"{{"action":"{name}","algorithm":"{algorithm}","capacity":{capacity},"rate":{{"count":{count},"period":"{span}"}}}}"#
+        )
     } else {
-        format!(r#"{{"action":"{name}","algorithm":"{algorithm}","capacity":{capacity},"window":"{span}"}}"#)
+        format!(
+            r#"{{"action":"{name}","algorithm":"{algorithm}","capacity":{capacity},"window":"{span}"}}"#
+        )
     };
     match Rule::from_json_str(&json) {
         Ok(rule) => rule,
@@ -173,7 +238,14 @@ fn random_rule(rng: &mut StdRng, name: &str, algorithm: &str) -> Rule {
     }
 }
 
-pub const ALGORITHMS: [&str; 6] = ["gcra", "leaky_bucket", "token_bucket", "fixed_window", "sliding_log", "sliding_window"];
+pub const ALGORITHMS: [&str; 6] = [
+    "gcra",
+    "leaky_bucket",
+    "token_bucket",
+    "fixed_window",
+    "sliding_log",
+    "sliding_window",
+];
 
 /// Random sequences where the store's decision must equal core's transition step by step:
 /// quantity 0, quantities above the capacity, time going backwards, long idles, huge times.
@@ -184,15 +256,24 @@ pub async fn randomized_against_core(store: &dyn Store, seed: u64, sequences: us
             let rule = random_rule(&mut rng, &format!("rnd-{a}-{n}"), algorithm);
             let params = rule.params();
             let unit = params.policy_window_ns().max(1);
-            let mut now: Nanos = if rng.random_bool(0.5) { B + rng.random_range(0..S * 3600) } else { rng.random_range(0..S) };
+            let mut now: Nanos = if rng.random_bool(0.5) {
+                B + rng.random_range(0..S * 3600)
+            } else {
+                rng.random_range(0..S)
+            };
             let mut state = State::Fresh;
             for step in 0..steps {
                 match rng.random_range(0..20) {
                     0 => {} // same instant
                     // Backwards, by at most 7 days: stored times stay within the scripts' exact
                     // range (|t - now| < 2^53 ns, 104 days) given the 90-day horizon.
-                    1 | 2 => now = now.saturating_sub(rng.random_range(0..=unit.min(7 * 86_400 * S))),
-                    3 => now += rng.random_range(0..=(unit.saturating_mul(1000)).min(100_000_000 * S)), // long idle
+                    1 | 2 => {
+                        now = now.saturating_sub(rng.random_range(0..=unit.min(7 * 86_400 * S)))
+                    }
+                    3 => {
+                        now +=
+                            rng.random_range(0..=(unit.saturating_mul(1000)).min(100_000_000 * S))
+                    } // long idle
                     4 => now += rng.random_range(0..1_000),
                     _ => now += rng.random_range(0..=unit / 2 + 1),
                 }
@@ -204,7 +285,10 @@ pub async fn randomized_against_core(store: &dyn Store, seed: u64, sequences: us
                     _ => 1,
                 };
                 let (want, next) = params.decide(&state, now, q);
-                let got = store.throttle(&rule, "subject", q, Some(now)).await.expect("store answers");
+                let got = store
+                    .throttle(&rule, "subject", q, Some(now))
+                    .await
+                    .expect("store answers");
                 assert_eq!(
                     got, want,
                     "seed {seed}, {algorithm} sequence {n} step {step}: rule {} at {now} q {q}, state {state:?} ({})",
@@ -225,7 +309,9 @@ pub async fn concurrency_admits_exactly_the_bound(store: Arc<dyn Store>) {
         } else {
             r#""rate":{"count":1,"period":"60s"}"#
         };
-        let rule = Arc::new(rule(&format!(r#"{{"action":"c-{algorithm}","algorithm":"{algorithm}","capacity":10,{limit}}}"#)));
+        let rule = Arc::new(rule(&format!(
+            r#"{{"action":"c-{algorithm}","algorithm":"{algorithm}","capacity":10,{limit}}}"#
+        )));
         let tasks: Vec<_> = (0..64)
             .map(|_| {
                 let (store, rule) = (store.clone(), rule.clone());
@@ -249,7 +335,16 @@ pub async fn awkward_subjects_are_independent(store: &dyn Store) {
     long2.push('y');
     let digest_like = format!("h:{}", "0".repeat(64));
     let subjects = [
-        long.as_str(), long2.as_str(), "用户-ünïcödé-🚀", "{a}", "a{b}c", "}", "{", "", "h:", digest_like.as_str(),
+        long.as_str(),
+        long2.as_str(),
+        "用户-ünïcödé-🚀",
+        "{a}",
+        "a{b}c",
+        "}",
+        "{",
+        "",
+        "h:",
+        digest_like.as_str(),
         "with space\nand newline",
     ];
     for algorithm in ALGORITHMS {
@@ -258,11 +353,21 @@ pub async fn awkward_subjects_are_independent(store: &dyn Store) {
         } else {
             r#""rate":{"count":1,"period":"60s"}"#
         };
-        let rule = rule(&format!(r#"{{"action":"s-{algorithm}","algorithm":"{algorithm}","capacity":2,{limit}}}"#));
+        let rule = rule(&format!(
+            r#"{{"action":"s-{algorithm}","algorithm":"{algorithm}","capacity":2,{limit}}}"#
+        ));
         for (i, subject) in subjects.iter().enumerate() {
             for n in 0..3 {
-                let d = store.throttle(&rule, subject, 1, Some(B + MS)).await.expect("store answers");
-                assert_eq!(d.allowed, n < 2, "{algorithm}: subject #{i} request {n} ({})", store.kind());
+                let d = store
+                    .throttle(&rule, subject, 1, Some(B + MS))
+                    .await
+                    .expect("store answers");
+                assert_eq!(
+                    d.allowed,
+                    n < 2,
+                    "{algorithm}: subject #{i} request {n} ({})",
+                    store.kind()
+                );
             }
         }
     }
@@ -270,21 +375,40 @@ pub async fn awkward_subjects_are_independent(store: &dyn Store) {
 
 /// Peeks report levels and change nothing.
 pub async fn peek_many_reports_without_writing(store: &dyn Store) {
-    let rule = rule(r#"{"action":"peek","algorithm":"leaky_bucket","capacity":4,"rate":{"count":1,"period":"1s"}}"#);
-    store.throttle(&rule, "a", 2, Some(B)).await.expect("store answers");
+    let rule = rule(
+        r#"{"action":"peek","algorithm":"leaky_bucket","capacity":4,"rate":{"count":1,"period":"1s"}}"#,
+    );
+    store
+        .throttle(&rule, "a", 2, Some(B))
+        .await
+        .expect("store answers");
     let keys = vec!["a".to_string(), "b".to_string()];
     for _ in 0..2 {
-        let levels = store.peek_many(&rule, &keys, Some(B + 500 * MS)).await.expect("store answers");
-        let got: Vec<(f64, u64)> = levels.iter().map(|d: &Decision| (d.level, d.remaining)).collect();
+        let levels = store
+            .peek_many(&rule, &keys, Some(B + 500 * MS))
+            .await
+            .expect("store answers");
+        let got: Vec<(f64, u64)> = levels
+            .iter()
+            .map(|d: &Decision| (d.level, d.remaining))
+            .collect();
         assert_eq!(got, vec![(1.5, 2), (0.0, 4)], "{}", store.kind());
     }
-    assert!(store.peek_many(&rule, &[], None).await.expect("store answers").is_empty());
+    assert!(store
+        .peek_many(&rule, &[], None)
+        .await
+        .expect("store answers")
+        .is_empty());
 }
 
 /// Rules: put, replace, delete and load round trips with increasing versions.
 pub async fn rules_round_trip(store: &dyn Store) {
-    let a = rule(r#"{"action":"r-a","algorithm":"gcra","capacity":16,"rate":{"count":30,"period":"60s"},"description":"replies"}"#);
-    let a2 = rule(r#"{"action":"r-a","algorithm":"sliding_log","capacity":5,"window":"60s","mode":"shadow"}"#);
+    let a = rule(
+        r#"{"action":"r-a","algorithm":"gcra","capacity":16,"rate":{"count":30,"period":"60s"},"description":"replies"}"#,
+    );
+    let a2 = rule(
+        r#"{"action":"r-a","algorithm":"sliding_log","capacity":5,"window":"60s","mode":"shadow"}"#,
+    );
     let b = rule(r#"{"action":"r-b","algorithm":"fixed_window","capacity":100,"window":"1h"}"#);
     let v1 = store.put_rule(&a).await.expect("put");
     let v2 = store.put_rule(&b).await.expect("put");
@@ -296,12 +420,31 @@ pub async fn rules_round_trip(store: &dyn Store) {
     assert!(v3 > v2);
     let snap = store.load_rules().await.expect("load");
     assert!(snap.rules.contains(&a2) && !snap.rules.contains(&a));
-    let v4 = store.delete_rule(a.action()).await.expect("delete").expect("existed");
+    let v4 = store
+        .delete_rule(a.action())
+        .await
+        .expect("delete")
+        .expect("existed");
     assert!(v4 > v3);
-    assert_eq!(store.delete_rule(a.action()).await.expect("delete"), None, "deleting twice");
-    assert_eq!(store.rules_version().await.expect("version"), Some(v4), "a missed delete bumps nothing");
+    assert_eq!(
+        store.delete_rule(a.action()).await.expect("delete"),
+        None,
+        "deleting twice"
+    );
+    assert_eq!(
+        store.rules_version().await.expect("version"),
+        Some(v4),
+        "a missed delete bumps nothing"
+    );
     let snap = store.load_rules().await.expect("load");
-    assert_eq!((snap.version, snap.rules.contains(&b), snap.rules.contains(&a2)), (Some(v4), true, false));
+    assert_eq!(
+        (
+            snap.version,
+            snap.rules.contains(&b),
+            snap.rules.contains(&a2)
+        ),
+        (Some(v4), true, false)
+    );
 }
 
 /// Activity: counts add up, newest first, trimmed to the newest 200 keys.
@@ -314,13 +457,33 @@ pub async fn activity_round_trip(store: &dyn Store) {
         allowed,
         denied,
     };
-    store.record_activity(&[item("k1", 1_000, 1, 0), item("k2", 2_000, 0, 1)]).await.expect("record");
-    store.record_activity(&[item("k1", 3_000, 2, 1)]).await.expect("record");
+    store
+        .record_activity(&[item("k1", 1_000, 1, 0), item("k2", 2_000, 0, 1)])
+        .await
+        .expect("record");
+    store
+        .record_activity(&[item("k1", 3_000, 2, 1)])
+        .await
+        .expect("record");
     let recent = store.recent_activity(&act, 10).await.expect("recent");
-    assert_eq!(recent, vec![item("k1", 3_000, 3, 1), item("k2", 2_000, 0, 1)], "{}", store.kind());
-    assert_eq!(store.recent_activity(&act, 1).await.expect("recent").len(), 1);
-    assert!(store.recent_activity(&action("quiet"), 10).await.expect("recent").is_empty());
-    let many: Vec<Activity> = (0..250).map(|i| item(&format!("m{i:03}"), 10_000 + i, 1, 0)).collect();
+    assert_eq!(
+        recent,
+        vec![item("k1", 3_000, 3, 1), item("k2", 2_000, 0, 1)],
+        "{}",
+        store.kind()
+    );
+    assert_eq!(
+        store.recent_activity(&act, 1).await.expect("recent").len(),
+        1
+    );
+    assert!(store
+        .recent_activity(&action("quiet"), 10)
+        .await
+        .expect("recent")
+        .is_empty());
+    let many: Vec<Activity> = (0..250)
+        .map(|i| item(&format!("m{i:03}"), 10_000 + i, 1, 0))
+        .collect();
     store.record_activity(&many).await.expect("record");
     let recent = store.recent_activity(&act, 1_000).await.expect("recent");
     assert_eq!(recent.len(), 200, "{}", store.kind());

@@ -33,7 +33,16 @@ impl RedisServer {
         let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--dir", dir.to_str().expect("utf-8 temp dir")])
             .args(extra)
             .stdout(Stdio::null())
@@ -68,7 +77,10 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not answer PING within 10 s", self.port);
+        panic!(
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        );
     }
 
     /// Stops the server (SIGKILL by PID) and waits for it.
@@ -96,10 +108,20 @@ impl RedisCluster {
     pub fn start() -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"])
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
             })
             .collect();
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let out = Command::new("redis-cli")
             .arg("--cluster")
             .arg("create")
@@ -107,11 +129,19 @@ impl RedisCluster {
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .output()
             .expect("redis-cli on PATH");
-        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let cluster = RedisCluster { nodes };
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
-            if cluster.nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")) {
+            if cluster
+                .nodes
+                .iter()
+                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+            {
                 return cluster;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -129,10 +159,20 @@ impl RedisServer {
     /// Starts a standalone redis-server on a given port (e.g. the port of one just killed, to
     /// play a Redis restart that lost its data) and waits until it answers PING.
     pub fn start_on_port(port: u16) -> RedisServer {
-        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}-again", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("sluice-redis-{}-{port}-again", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--dir", dir.to_str().expect("utf-8 temp dir")])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -52,7 +52,10 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                 return e.message;
             }
             match checked.get() {
-                Err(e) if shown_at(e.field) == field && (attempted.get() || touched.get().contains(&e.field)) => {
+                Err(e)
+                    if shown_at(e.field) == field
+                        && (attempted.get() || touched.get().contains(&e.field)) =>
+                {
                     e.message
                 }
                 _ => String::new(),
@@ -88,7 +91,9 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
             match http::put_rule(&action, &rule.to_json()).await {
                 Ok(stored) => {
                     ctx.rules.update(|body| {
-                        match body.rules.iter_mut().find(|r| r.get("action").and_then(|a| a.as_str()) == Some(action.as_str())) {
+                        match body.rules.iter_mut().find(|r| {
+                            r.get("action").and_then(|a| a.as_str()) == Some(action.as_str())
+                        }) {
                             Some(slot) => *slot = stored,
                             None => body.rules.push(stored),
                         }

@@ -46,7 +46,9 @@ pub fn connect(ctx: Ctx) {
     let on_open = Closure::<dyn FnMut()>::new(move || ctx.link.set(Link::Live));
     let on_error = Closure::<dyn FnMut()>::new(move || {
         let closed = SOURCE.with(|s| {
-            s.borrow().as_ref().is_some_and(|s| s.ready_state() == EventSource::CLOSED)
+            s.borrow()
+                .as_ref()
+                .is_some_and(|s| s.ready_state() == EventSource::CLOSED)
         });
         if closed {
             // The browser gave up (the session may have ended): check, then start again.

@@ -29,7 +29,10 @@ async fn send_json(builder: RequestBuilder, body: &Value) -> Result<Response, Se
 
 async fn read<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, ServerError> {
     let status = response.status();
-    let text = response.text().await.map_err(|e| ServerError::network(&e.to_string()))?;
+    let text = response
+        .text()
+        .await
+        .map_err(|e| ServerError::network(&e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| ServerError {
         status,
         code: "bad_body".into(),
@@ -40,7 +43,11 @@ async fn read<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, S
 
 /// `POST /v1/session`: trades the admin token for the session cookie.
 pub async fn sign_in(token: &str) -> Result<(), ServerError> {
-    send_json(Request::post("/v1/session"), &serde_json::json!({ "token": token })).await?;
+    send_json(
+        Request::post("/v1/session"),
+        &serde_json::json!({ "token": token }),
+    )
+    .await?;
     Ok(())
 }
 
@@ -63,7 +70,11 @@ pub async fn put_rule(action: &str, rule: &Value) -> Result<Value, ServerError> 
 
 /// `DELETE /v1/rules/{action}`.
 pub async fn delete_rule(action: &str) -> Result<(), ServerError> {
-    send(Request::delete(&format!("/v1/rules/{}", path_segment(action)))).await?;
+    send(Request::delete(&format!(
+        "/v1/rules/{}",
+        path_segment(action)
+    )))
+    .await?;
     Ok(())
 }
 

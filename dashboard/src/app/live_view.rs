@@ -37,7 +37,8 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
 
 #[component]
 fn ActionCard(view: Memo<Option<ActionView>>) -> impl IntoView {
-    let get = move |f: fn(&ActionView) -> String| move || view.get().map(|v| f(&v)).unwrap_or_default();
+    let get =
+        move |f: fn(&ActionView) -> String| move || view.get().map(|v| f(&v)).unwrap_or_default();
     view! {
         <article class="action-card" data-action=get(|v| v.action.clone())>
             <header class="action-head">

@@ -74,7 +74,10 @@ fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl Int
         let rule = row.rule.clone();
         move |_| {
             if let Some(rule) = &rule {
-                ctx.editing.set(Some(Editing { mode: EditMode::Edit, form: RuleForm::from_rule(rule) }));
+                ctx.editing.set(Some(Editing {
+                    mode: EditMode::Edit,
+                    form: RuleForm::from_rule(rule),
+                }));
             }
         }
     };
@@ -91,7 +94,9 @@ fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl Int
                 match http::delete_rule(&action).await {
                     Ok(()) => {
                         ctx.rules.update(|body| {
-                            body.rules.retain(|r| r.get("action").and_then(|a| a.as_str()) != Some(action.as_str()))
+                            body.rules.retain(|r| {
+                                r.get("action").and_then(|a| a.as_str()) != Some(action.as_str())
+                            })
                         });
                         ctx.confirm(format!("Deleted the rule for {action}."));
                     }

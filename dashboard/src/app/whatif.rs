@@ -12,10 +12,17 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
     // The offered traffic stays put while the rule changes (so a new capacity or rate shows its
     // effect on the same traffic): it starts at twice the rate of the rule as opened, and the
     // user may type another. Emptied, it follows the current rule.
-    let initial = params.get_untracked().map(|p| plot::default_offered_per_s(&p).to_string());
+    let initial = params
+        .get_untracked()
+        .map(|p| plot::default_offered_per_s(&p).to_string());
     let offered_text = RwSignal::new(initial.unwrap_or_default());
     let offered = Memo::new(move |_| {
-        let typed = offered_text.get().trim().parse::<f64>().ok().filter(|r| r.is_finite() && *r >= 0.0);
+        let typed = offered_text
+            .get()
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|r| r.is_finite() && *r >= 0.0);
         match (typed, params.get()) {
             (Some(rate), _) => Some(rate),
             (None, Some(p)) => Some(plot::default_offered_per_s(&p)),
@@ -24,7 +31,10 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
     });
     // The span shown stays put too; emptied, it follows the current rule.
     let span_text = RwSignal::new(
-        params.get_untracked().map(|p| plot::horizon_text(plot::auto_horizon_ns(&p))).unwrap_or_default(),
+        params
+            .get_untracked()
+            .map(|p| plot::horizon_text(plot::auto_horizon_ns(&p)))
+            .unwrap_or_default(),
     );
     let span = Memo::new(move |_| {
         let text = span_text.get();
@@ -32,17 +42,32 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
         if text.is_empty() {
             Ok(None)
         } else {
-            Span::parse(text).map(|s| Some(s.nanos())).map_err(|e| e.to_string())
+            Span::parse(text)
+                .map(|s| Some(s.nanos()))
+                .map_err(|e| e.to_string())
         }
     });
     let charts = Memo::new(move |_| {
         let p = params.get()?;
         let rate = offered.get()?;
-        let horizon = span.get().ok().flatten().unwrap_or_else(|| plot::auto_horizon_ns(&p));
-        Some(Charts::new(&plot::simulate(&p, pattern.get(), rate, horizon)))
+        let horizon = span
+            .get()
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| plot::auto_horizon_ns(&p));
+        Some(Charts::new(&plot::simulate(
+            &p,
+            pattern.get(),
+            rate,
+            horizon,
+        )))
     });
     let placeholder = move || {
-        params.get().map_or("twice the rule's rate".to_owned(), |p| plot::default_offered_per_s(&p).to_string())
+        params
+            .get()
+            .map_or("twice the rule's rate".to_owned(), |p| {
+                plot::default_offered_per_s(&p).to_string()
+            })
     };
     let ticks_x = move |height: f64| {
         move || {

@@ -52,7 +52,9 @@ fn run(flow: &mut Flow, host: &mut FakeHost, answer: Option<(&[u8], &[u8])>) -> 
 
 /// Every path ends in exactly one resume or reply, or continues synchronously.
 fn ended_once(host: &FakeHost, next: Next) {
-    let ends = host.effects.resumed as usize + host.effects.replies.len() + usize::from(next == Next::Continue);
+    let ends = host.effects.resumed as usize
+        + host.effects.replies.len()
+        + usize::from(next == Next::Continue);
     assert_eq!(ends, 1, "{:?}", host.effects);
 }
 
@@ -78,19 +80,36 @@ fn the_callout_carries_pseudo_headers_timeout_and_the_request() {
     assert!(call.headers.contains(&(":path", "/v1/throttle".into())));
     assert!(call.headers.contains(&(":authority", "sluice".into())));
     let req: ThrottleRequest = serde_json::from_slice(&call.body).unwrap();
-    assert_eq!(req, ThrottleRequest { action: "reply".into(), key: "alice".into(), quantity: 1 });
+    assert_eq!(
+        req,
+        ThrottleRequest {
+            action: "reply".into(),
+            key: "alice".into(),
+            quantity: 1
+        }
+    );
 }
 
 #[test]
 fn allowed_resumes_and_puts_rate_limit_headers_on_the_response() {
     let mut h = user("alice");
     let mut flow = Flow::new(config(""));
-    let next = run(&mut flow, &mut h, Some((b"200", &decision(true, "gcra", None, ""))));
+    let next = run(
+        &mut flow,
+        &mut h,
+        Some((b"200", &decision(true, "gcra", None, ""))),
+    );
     ended_once(&h, next);
     assert_eq!(h.effects.resumed, 1);
     assert_eq!(h.counter(Counter::Allowed), 1);
-    assert_eq!(h.response_header("x-ratelimit-remaining").as_deref(), Some("2"));
-    assert_eq!(h.response_header("ratelimit-policy").as_deref(), Some("\"reply\";q=3;w=60"));
+    assert_eq!(
+        h.response_header("x-ratelimit-remaining").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        h.response_header("ratelimit-policy").as_deref(),
+        Some("\"reply\";q=3;w=60")
+    );
     assert_eq!(h.response_header("retry-after"), None);
 }
 
@@ -98,14 +117,27 @@ fn allowed_resumes_and_puts_rate_limit_headers_on_the_response() {
 fn denied_replies_429_with_headers_and_a_problem_body() {
     let mut h = user("alice");
     let mut flow = Flow::new(config(""));
-    let next = run(&mut flow, &mut h, Some((b"200", &decision(false, "gcra", Some(1500), ""))));
+    let next = run(
+        &mut flow,
+        &mut h,
+        Some((b"200", &decision(false, "gcra", Some(1500), ""))),
+    );
     ended_once(&h, next);
     let (status, _, body) = &h.effects.replies[0];
     assert_eq!(*status, 429);
     assert_eq!(h.reply_header("retry-after").as_deref(), Some("2"));
-    assert_eq!(h.reply_header("content-type").as_deref(), Some("application/problem+json"));
-    assert_eq!(h.reply_header("x-ratelimit-remaining").as_deref(), Some("0"));
-    assert_eq!(h.reply_header("ratelimit").as_deref(), Some("\"reply\";r=0;t=60"));
+    assert_eq!(
+        h.reply_header("content-type").as_deref(),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        h.reply_header("x-ratelimit-remaining").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        h.reply_header("ratelimit").as_deref(),
+        Some("\"reply\";r=0;t=60")
+    );
     let body: serde_json::Value = serde_json::from_slice(body).unwrap();
     assert_eq!(body["action"], "reply");
     assert_eq!(h.counter(Counter::Denied), 1);
@@ -119,9 +151,20 @@ fn shadow_would_deny_passes_and_says_so() {
     let next = run(&mut flow, &mut h, Some((b"200", &body)));
     ended_once(&h, next);
     assert_eq!(h.effects.resumed, 1);
-    assert_eq!(h.response_header("x-sluice-shadow").as_deref(), Some("would-deny"));
-    assert!(h.effects.request_headers_set.contains(&("x-sluice-shadow".into(), "would-deny".into())));
-    assert!(h.effects.request_headers_removed.contains(&"x-sluice-shadow".to_string()), "client copies dropped");
+    assert_eq!(
+        h.response_header("x-sluice-shadow").as_deref(),
+        Some("would-deny")
+    );
+    assert!(h
+        .effects
+        .request_headers_set
+        .contains(&("x-sluice-shadow".into(), "would-deny".into())));
+    assert!(
+        h.effects
+            .request_headers_removed
+            .contains(&"x-sluice-shadow".to_string()),
+        "client copies dropped"
+    );
     assert_eq!(h.counter(Counter::ShadowWouldDeny), 1);
 }
 
@@ -130,7 +173,11 @@ fn failures_follow_the_failure_mode_with_a_reason_header() {
     let cases: [(&[u8], &[u8], &str); 5] = [
         (b"503", b"upstream connect error", "unavailable"),
         (b"504", b"upstream request timeout", "timeout"),
-        (b"500", br#"{"error": "store_unavailable", "message": "x"}"#, "status_500"),
+        (
+            b"500",
+            br#"{"error": "store_unavailable", "message": "x"}"#,
+            "status_500",
+        ),
         (b"200", b"{not json", "bad_response"),
         (b"404", b"not found", "status_404"),
     ];
@@ -140,14 +187,20 @@ fn failures_follow_the_failure_mode_with_a_reason_header() {
         let next = run(&mut flow, &mut h, Some((status, body)));
         ended_once(&h, next);
         assert_eq!(h.effects.resumed, 1, "{reason}: fail open resumes");
-        assert_eq!(h.response_header("x-sluice-failure").as_deref(), Some(reason));
+        assert_eq!(
+            h.response_header("x-sluice-failure").as_deref(),
+            Some(reason)
+        );
         assert_eq!(h.counter(Counter::FailuresAllow), 1);
 
         let mut h = user("alice");
         let mut flow = Flow::new(config(r#""failure_mode": "deny","#));
         let next = run(&mut flow, &mut h, Some((status, body)));
         ended_once(&h, next);
-        assert_eq!(h.effects.replies[0].0, 503, "{reason}: fail closed answers 503 by default");
+        assert_eq!(
+            h.effects.replies[0].0, 503,
+            "{reason}: fail closed answers 503 by default"
+        );
         assert_eq!(h.reply_header("x-sluice-failure").as_deref(), Some(reason));
         assert_eq!(h.counter(Counter::FailuresDeny), 1);
     }
@@ -161,7 +214,10 @@ fn a_callout_that_cannot_start_fails_synchronously() {
     let next = run(&mut flow, &mut h, None);
     assert_eq!(next, Next::Continue);
     ended_once(&h, next);
-    assert_eq!(h.response_header("x-sluice-failure").as_deref(), Some("dispatch"));
+    assert_eq!(
+        h.response_header("x-sluice-failure").as_deref(),
+        Some("dispatch")
+    );
     assert!(!h.effects.warnings.borrow().is_empty());
 
     let mut h = user("alice");
@@ -203,11 +259,17 @@ fn a_stray_callout_token_is_ignored() {
 fn a_denial_is_answered_from_the_cache_until_it_expires() {
     let cfg = config("");
     let mut h = user("alice");
-    run(&mut Flow::new(Rc::clone(&cfg)), &mut h, Some((b"200", &decision(false, "gcra", Some(500), ""))));
+    run(
+        &mut Flow::new(Rc::clone(&cfg)),
+        &mut h,
+        Some((b"200", &decision(false, "gcra", Some(500), ""))),
+    );
     assert_eq!(h.effects.callouts.len(), 1);
 
     // 100 ms later: answered locally, no callout, cache header, counter.
-    let mut h2 = h.next_request("POST", "/api/reply").header("x-user", b"alice");
+    let mut h2 = h
+        .next_request("POST", "/api/reply")
+        .header("x-user", b"alice");
     h2.now = T0 + 100 * MS;
     let next = run(&mut Flow::new(Rc::clone(&cfg)), &mut h2, None);
     ended_once(&h2, next);
@@ -218,15 +280,25 @@ fn a_denial_is_answered_from_the_cache_until_it_expires() {
     assert_eq!(h2.counter(Counter::CachedDenials), 1);
 
     // Another user is not affected.
-    let mut h3 = h.next_request("POST", "/api/reply").header("x-user", b"bob");
+    let mut h3 = h
+        .next_request("POST", "/api/reply")
+        .header("x-user", b"bob");
     h3.now = T0 + 100 * MS;
-    assert_eq!(Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h3), Next::Pause);
+    assert_eq!(
+        Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h3),
+        Next::Pause
+    );
     assert_eq!(h3.effects.callouts.len(), 1);
 
     // At sent + 499 ms (retry rounded up to 500 ms, minus 1 ms) the backend is asked again.
-    let mut h4 = h.next_request("POST", "/api/reply").header("x-user", b"alice");
+    let mut h4 = h
+        .next_request("POST", "/api/reply")
+        .header("x-user", b"alice");
     h4.now = T0 + 499 * MS;
-    assert_eq!(Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h4), Next::Pause);
+    assert_eq!(
+        Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h4),
+        Next::Pause
+    );
     assert_eq!(h4.effects.callouts.len(), 1);
 }
 
@@ -234,25 +306,44 @@ fn a_denial_is_answered_from_the_cache_until_it_expires() {
 fn the_cache_is_skipped_when_disabled_or_without_retry_time() {
     let cfg = config(r#""denial_cache": {"enabled": false},"#);
     let mut h = user("alice");
-    run(&mut Flow::new(Rc::clone(&cfg)), &mut h, Some((b"200", &decision(false, "gcra", Some(5000), ""))));
+    run(
+        &mut Flow::new(Rc::clone(&cfg)),
+        &mut h,
+        Some((b"200", &decision(false, "gcra", Some(5000), ""))),
+    );
     assert!(h.shared.is_empty());
 
     let cfg = config("");
     let mut h = user("alice");
-    run(&mut Flow::new(Rc::clone(&cfg)), &mut h, Some((b"200", &decision(false, "gcra", None, ""))));
-    assert!(h.shared.is_empty(), "a request that can never pass has no retry time to cache");
+    run(
+        &mut Flow::new(Rc::clone(&cfg)),
+        &mut h,
+        Some((b"200", &decision(false, "gcra", None, ""))),
+    );
+    assert!(
+        h.shared.is_empty(),
+        "a request that can never pass has no retry time to cache"
+    );
 }
 
 #[test]
 fn max_ttl_bounds_a_long_denial() {
     let cfg = config(r#""denial_cache": {"max_ttl_ms": 200},"#);
     let mut h = user("alice");
-    run(&mut Flow::new(Rc::clone(&cfg)), &mut h, Some((b"200", &decision(false, "fixed_window", Some(60_000), ""))));
-    let mut h2 = h.next_request("POST", "/api/reply").header("x-user", b"alice");
+    run(
+        &mut Flow::new(Rc::clone(&cfg)),
+        &mut h,
+        Some((b"200", &decision(false, "fixed_window", Some(60_000), ""))),
+    );
+    let mut h2 = h
+        .next_request("POST", "/api/reply")
+        .header("x-user", b"alice");
     h2.now = T0 + 199 * MS;
     Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h2);
     assert!(h2.effects.callouts.is_empty());
-    let mut h3 = h.next_request("POST", "/api/reply").header("x-user", b"alice");
+    let mut h3 = h
+        .next_request("POST", "/api/reply")
+        .header("x-user", b"alice");
     h3.now = T0 + 200 * MS;
     Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h3);
     assert_eq!(h3.effects.callouts.len(), 1);
@@ -262,7 +353,11 @@ fn max_ttl_bounds_a_long_denial() {
 fn header_families_can_be_turned_off() {
     let mut h = user("alice");
     let mut flow = Flow::new(config(r#""headers": {"ietf": false},"#));
-    run(&mut flow, &mut h, Some((b"200", &decision(true, "gcra", None, ""))));
+    run(
+        &mut flow,
+        &mut h,
+        Some((b"200", &decision(true, "gcra", None, ""))),
+    );
     assert_eq!(h.response_header("ratelimit"), None);
     assert!(h.response_header("x-ratelimit-limit").is_some());
 }

@@ -24,12 +24,18 @@ pub(crate) struct ActivityLog {
 impl ActivityLog {
     /// A log keeping the newest `keep` keys of each action.
     pub(crate) fn new(keep: usize) -> ActivityLog {
-        ActivityLog { keep, actions: Mutex::new(HashMap::new()) }
+        ActivityLog {
+            keep,
+            actions: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Adds a batch: last seen is the newest seen, counts add up.
     pub(crate) fn record(&self, batch: &[Activity]) {
-        let mut actions = self.actions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut actions = self
+            .actions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         for item in batch {
             let keys = actions.entry(item.action.clone()).or_default();
             let counts = keys.entry(item.key.clone()).or_default();
@@ -49,7 +55,10 @@ impl ActivityLog {
 
     /// The newest `limit` keys of `action`, newest first (ties: key descending, as Redis does).
     pub(crate) fn recent(&self, action: &Action, limit: usize) -> Vec<Activity> {
-        let actions = self.actions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let actions = self
+            .actions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(keys) = actions.get(action) else {
             return Vec::new();
         };
@@ -69,5 +78,9 @@ impl ActivityLog {
 }
 
 fn sort_newest_first(rows: &mut [(String, Counts)]) {
-    rows.sort_by(|a, b| b.1.last_seen_ms.cmp(&a.1.last_seen_ms).then_with(|| b.0.cmp(&a.0)));
+    rows.sort_by(|a, b| {
+        b.1.last_seen_ms
+            .cmp(&a.1.last_seen_ms)
+            .then_with(|| b.0.cmp(&a.0))
+    });
 }

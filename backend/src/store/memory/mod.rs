@@ -55,7 +55,10 @@ impl MemoryStore {
     pub fn new() -> MemoryStore {
         MemoryStore {
             states: ShardedStates::new(SHARDS),
-            rules: Mutex::new(Rules { by_action: BTreeMap::new(), version: 0 }),
+            rules: Mutex::new(Rules {
+                by_action: BTreeMap::new(),
+                version: 0,
+            }),
             activity: ActivityLog::new(ACTIVITY_KEEP),
         }
     }
@@ -67,12 +70,18 @@ impl MemoryStore {
     }
 
     fn rules(&self) -> std::sync::MutexGuard<'_, Rules> {
-        self.rules.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.rules
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 fn rule_slot(rule: &Rule, key: &str) -> Slot {
-    Slot::Rule { action: rule.action().clone(), algorithm: rule.algorithm(), key: key.to_owned() }
+    Slot::Rule {
+        action: rule.action().clone(),
+        algorithm: rule.algorithm(),
+        key: key.to_owned(),
+    }
 }
 
 #[async_trait]
@@ -81,25 +90,54 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    async fn throttle(&self, rule: &Rule, key: &str, quantity: u64, at: Option<Nanos>) -> Result<Decision, StoreError> {
+    async fn throttle(
+        &self,
+        rule: &Rule,
+        key: &str,
+        quantity: u64,
+        at: Option<Nanos>,
+    ) -> Result<Decision, StoreError> {
         let now = at.unwrap_or_else(system_now);
-        Ok(self.states.decide(rule_slot(rule, key), rule.params(), now, quantity))
+        Ok(self
+            .states
+            .decide(rule_slot(rule, key), rule.params(), now, quantity))
     }
 
-    async fn cell_throttle(&self, key: &str, args: CellArgs, at: Option<Nanos>) -> Result<Decision, StoreError> {
+    async fn cell_throttle(
+        &self,
+        key: &str,
+        args: CellArgs,
+        at: Option<Nanos>,
+    ) -> Result<Decision, StoreError> {
         let now = at.unwrap_or_else(system_now);
-        Ok(self.states.decide(Slot::Cell(key.to_owned()), Params::Gcra(args.params), now, args.quantity))
+        Ok(self.states.decide(
+            Slot::Cell(key.to_owned()),
+            Params::Gcra(args.params),
+            now,
+            args.quantity,
+        ))
     }
 
-    async fn peek_many(&self, rule: &Rule, keys: &[String], at: Option<Nanos>) -> Result<Vec<Decision>, StoreError> {
+    async fn peek_many(
+        &self,
+        rule: &Rule,
+        keys: &[String],
+        at: Option<Nanos>,
+    ) -> Result<Vec<Decision>, StoreError> {
         let now = at.unwrap_or_else(system_now);
         let params = rule.params();
-        Ok(keys.iter().map(|key| self.states.decide(rule_slot(rule, key), params, now, 0)).collect())
+        Ok(keys
+            .iter()
+            .map(|key| self.states.decide(rule_slot(rule, key), params, now, 0))
+            .collect())
     }
 
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
         let rules = self.rules();
-        Ok(RuleSnapshot { version: Some(rules.version), rules: rules.by_action.values().cloned().collect() })
+        Ok(RuleSnapshot {
+            version: Some(rules.version),
+            rules: rules.by_action.values().cloned().collect(),
+        })
     }
 
     async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
@@ -127,7 +165,11 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn recent_activity(&self, action: &Action, limit: usize) -> Result<Vec<Activity>, StoreError> {
+    async fn recent_activity(
+        &self,
+        action: &Action,
+        limit: usize,
+    ) -> Result<Vec<Activity>, StoreError> {
         Ok(self.activity.recent(action, limit))
     }
 

@@ -68,7 +68,9 @@ impl ShardedStates {
     /// A map with `shards` shards (at least one).
     pub(crate) fn new(shards: usize) -> ShardedStates {
         ShardedStates {
-            shards: (0..shards.max(1)).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..shards.max(1))
+                .map(|_| Mutex::new(Shard::default()))
+                .collect(),
             hasher: RandomState::new(),
             cursor: AtomicUsize::new(0),
         }
@@ -78,7 +80,9 @@ impl ShardedStates {
         let index = (self.hasher.hash_one(slot) % self.shards.len() as u64) as usize;
         // A panic while holding the lock cannot leave a half-written state (transitions are pure
         // and the map is only updated after them), so a poisoned lock is still usable.
-        self.shards[index].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Decides one request atomically: read, pure transition, write back when admitted.
@@ -113,7 +117,13 @@ impl ShardedStates {
                     entry.expires_at = entry.expires_at.max(expires_at);
                 }
                 None => {
-                    shard.map.insert(slot, Entry { state: next, expires_at });
+                    shard.map.insert(
+                        slot,
+                        Entry {
+                            state: next,
+                            expires_at,
+                        },
+                    );
                 }
             }
         }
@@ -124,7 +134,12 @@ impl ShardedStates {
     pub(crate) fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).map.len())
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .map
+                    .len()
+            })
             .sum()
     }
 }

@@ -30,7 +30,9 @@ impl Conn {
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
                     .set_number_of_retries(2);
-                Ok(Conn::Single(ConnectionManager::new_with_config(client, config).await?))
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
             }
             RedisTarget::Cluster(urls) => {
                 let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))

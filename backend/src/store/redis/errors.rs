@@ -8,7 +8,10 @@ use crate::store::StoreError;
 pub(crate) fn map(error: &RedisError, key: &str) -> StoreError {
     let text = error.to_string();
     if error.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
-        return StoreError::WrongType { key: key.to_owned(), detail: text };
+        return StoreError::WrongType {
+            key: key.to_owned(),
+            detail: text,
+        };
     }
     StoreError::Unavailable(text)
 }

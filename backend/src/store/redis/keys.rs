@@ -29,7 +29,9 @@ pub(crate) struct KeyLayout {
 impl KeyLayout {
     /// Keys under `prefix` (which must not contain `{` or `}`; checked at connect).
     pub(crate) fn new(prefix: &str) -> KeyLayout {
-        KeyLayout { prefix: prefix.to_owned() }
+        KeyLayout {
+            prefix: prefix.to_owned(),
+        }
     }
 
     /// Throttle state of `subject` under a rule for `action` with `algorithm`.
@@ -66,7 +68,10 @@ impl KeyLayout {
 pub(crate) fn stored_subject(subject: &str) -> Cow<'_, str> {
     let unsafe_chars = subject.contains('{') || subject.contains('}') || subject.starts_with("h:");
     if subject.len() > MAX_RAW_SUBJECT || unsafe_chars {
-        Cow::Owned(format!("h:{}", hex::encode(Sha256::digest(subject.as_bytes()))))
+        Cow::Owned(format!(
+            "h:{}",
+            hex::encode(Sha256::digest(subject.as_bytes()))
+        ))
     } else {
         Cow::Borrowed(subject)
     }
@@ -84,7 +89,10 @@ mod tests {
     #[test]
     fn short_subjects_are_verbatim_and_tagged() {
         let k = KeyLayout::new("sluice");
-        assert_eq!(k.state(&action("reply"), Algorithm::Gcra, "laoqian"), "sluice:{reply:laoqian}:gcra");
+        assert_eq!(
+            k.state(&action("reply"), Algorithm::Gcra, "laoqian"),
+            "sluice:{reply:laoqian}:gcra"
+        );
         assert_eq!(k.cell("k"), "sluice:cell:{k}");
     }
 
@@ -93,9 +101,15 @@ mod tests {
         let long = "x".repeat(MAX_RAW_SUBJECT + 1);
         for s in [long.as_str(), "a{b", "a}b", "h:abc"] {
             let stored = stored_subject(s);
-            assert!(stored.starts_with("h:") && stored.len() == 66, "{s} -> {stored}");
+            assert!(
+                stored.starts_with("h:") && stored.len() == 66,
+                "{s} -> {stored}"
+            );
         }
-        assert_eq!(stored_subject(&"x".repeat(MAX_RAW_SUBJECT)), "x".repeat(MAX_RAW_SUBJECT));
+        assert_eq!(
+            stored_subject(&"x".repeat(MAX_RAW_SUBJECT)),
+            "x".repeat(MAX_RAW_SUBJECT)
+        );
     }
 
     #[test]

@@ -66,7 +66,12 @@ pub struct RedisConfig {
 impl RedisConfig {
     /// Defaults for a target: 1 s timeout, 1024 commands in flight, prefix "sluice".
     pub fn new(target: RedisTarget) -> RedisConfig {
-        RedisConfig { target, timeout: Duration::from_secs(1), max_in_flight: 1024, key_prefix: "sluice".into() }
+        RedisConfig {
+            target,
+            timeout: Duration::from_secs(1),
+            max_in_flight: 1024,
+            key_prefix: "sluice".into(),
+        }
     }
 }
 
@@ -92,19 +97,30 @@ impl RedisStore {
             )));
         }
         if config.max_in_flight == 0 {
-            return Err(StoreError::Unavailable("max_in_flight must be at least 1".into()));
+            return Err(StoreError::Unavailable(
+                "max_in_flight must be at least 1".into(),
+            ));
         }
         if let RedisTarget::Cluster(urls) = &config.target {
             if urls.is_empty() {
-                return Err(StoreError::Unavailable("a Redis Cluster needs at least one node URL".into()));
+                return Err(StoreError::Unavailable(
+                    "a Redis Cluster needs at least one node URL".into(),
+                ));
             }
         }
         let connect_bound = config.timeout.max(Duration::from_secs(5));
-        let conn = match tokio::time::timeout(connect_bound, Conn::open(&config.target, config.timeout)).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(StoreError::Unavailable(format!("cannot connect to Redis: {e}"))),
-            Err(_) => return Err(StoreError::Timeout(duration_ms(connect_bound))),
-        };
+        let conn =
+            match tokio::time::timeout(connect_bound, Conn::open(&config.target, config.timeout))
+                .await
+            {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "cannot connect to Redis: {e}"
+                    )))
+                }
+                Err(_) => return Err(StoreError::Timeout(duration_ms(connect_bound))),
+            };
         Ok(RedisStore {
             conn,
             cluster: matches!(config.target, RedisTarget::Cluster(_)),
@@ -122,7 +138,10 @@ impl RedisStore {
     where
         F: Future<Output = RedisResult<T>>,
     {
-        let _permit = self.permits.try_acquire().map_err(|_| StoreError::Overloaded(self.max_in_flight))?;
+        let _permit = self
+            .permits
+            .try_acquire()
+            .map_err(|_| StoreError::Overloaded(self.max_in_flight))?;
         match tokio::time::timeout(self.timeout, work).await {
             Err(_) => Err(StoreError::Timeout(duration_ms(self.timeout))),
             Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(duration_ms(self.timeout))),
@@ -132,12 +151,26 @@ impl RedisStore {
     }
 
     /// Runs an algorithm script on one key.
-    async fn decide(&self, key: &str, params: Params, quantity: u64, at: Option<Nanos>) -> Result<Decision, StoreError> {
-        let reply = self.bounded(key, self.invoke_algorithm(key, params, quantity, at)).await?;
+    async fn decide(
+        &self,
+        key: &str,
+        params: Params,
+        quantity: u64,
+        at: Option<Nanos>,
+    ) -> Result<Decision, StoreError> {
+        let reply = self
+            .bounded(key, self.invoke_algorithm(key, params, quantity, at))
+            .await?;
         decision(params, &reply)
     }
 
-    async fn invoke_algorithm(&self, key: &str, params: Params, quantity: u64, at: Option<Nanos>) -> RedisResult<Vec<i64>> {
+    async fn invoke_algorithm(
+        &self,
+        key: &str,
+        params: Params,
+        quantity: u64,
+        at: Option<Nanos>,
+    ) -> RedisResult<Vec<i64>> {
         let mut conn = self.conn.clone();
         let script = self.scripts.algorithm(params.algorithm());
         let mut invocation = script.key(key);
@@ -162,34 +195,70 @@ impl Store for RedisStore {
         }
     }
 
-    async fn throttle(&self, rule: &Rule, key: &str, quantity: u64, at: Option<Nanos>) -> Result<Decision, StoreError> {
+    async fn throttle(
+        &self,
+        rule: &Rule,
+        key: &str,
+        quantity: u64,
+        at: Option<Nanos>,
+    ) -> Result<Decision, StoreError> {
         let redis_key = self.keys.state(rule.action(), rule.algorithm(), key);
         self.decide(&redis_key, rule.params(), quantity, at).await
     }
 
-    async fn cell_throttle(&self, key: &str, args: CellArgs, at: Option<Nanos>) -> Result<Decision, StoreError> {
+    async fn cell_throttle(
+        &self,
+        key: &str,
+        args: CellArgs,
+        at: Option<Nanos>,
+    ) -> Result<Decision, StoreError> {
         let redis_key = self.keys.cell(key);
-        self.decide(&redis_key, Params::Gcra(args.params), args.quantity, at).await
+        self.decide(&redis_key, Params::Gcra(args.params), args.quantity, at)
+            .await
     }
 
-    async fn peek_many(&self, rule: &Rule, keys: &[String], at: Option<Nanos>) -> Result<Vec<Decision>, StoreError> {
+    async fn peek_many(
+        &self,
+        rule: &Rule,
+        keys: &[String],
+        at: Option<Nanos>,
+    ) -> Result<Vec<Decision>, StoreError> {
         let params = rule.params();
-        let redis_keys: Vec<String> =
-            keys.iter().map(|k| self.keys.state(rule.action(), rule.algorithm(), k)).collect();
+        let redis_keys: Vec<String> = keys
+            .iter()
+            .map(|k| self.keys.state(rule.action(), rule.algorithm(), k))
+            .collect();
         let first = redis_keys.first().cloned().unwrap_or_default();
         // One permit and one timeout for the batch; the calls are pipelined on the multiplexed
         // connection (and spread over nodes on a Cluster).
         let replies = self
-            .bounded(&first, try_join_all(redis_keys.iter().map(|k| self.invoke_algorithm(k, params, 0, at))))
+            .bounded(
+                &first,
+                try_join_all(
+                    redis_keys
+                        .iter()
+                        .map(|k| self.invoke_algorithm(k, params, 0, at)),
+                ),
+            )
             .await?;
-        replies.iter().map(|reply| decision(params, reply)).collect()
+        replies
+            .iter()
+            .map(|reply| decision(params, reply))
+            .collect()
     }
 
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
         let [hash, legacy_version_key] = self.keys.rules();
         let mut conn = self.conn.clone();
         let (version, flat): (Option<String>, Vec<String>) = self
-            .bounded(&hash, self.scripts.rules_load.key(&hash).key(&legacy_version_key).invoke_async(&mut conn))
+            .bounded(
+                &hash,
+                self.scripts
+                    .rules_load
+                    .key(&hash)
+                    .key(&legacy_version_key)
+                    .invoke_async(&mut conn),
+            )
             .await?;
         let version = version.map(|v| parse_version(&v, &hash)).transpose()?;
         let mut rules = BTreeMap::new();
@@ -204,7 +273,10 @@ impl Store for RedisStore {
                 .map_err(|e| StoreError::Corrupt(format!("rule {action:?} in {hash}: {e}")))?;
             rules.insert(action.clone(), rule);
         }
-        Ok(RuleSnapshot { version, rules: rules.into_values().collect() })
+        Ok(RuleSnapshot {
+            version,
+            rules: rules.into_values().collect(),
+        })
     }
 
     async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
@@ -213,7 +285,8 @@ impl Store for RedisStore {
         let mut conn = self.conn.clone();
         let mut invocation = self.scripts.rules_write.key(&hash);
         invocation.arg("put").arg(rule.action().as_str()).arg(json);
-        self.bounded(&hash, invocation.invoke_async(&mut conn)).await
+        self.bounded(&hash, invocation.invoke_async(&mut conn))
+            .await
     }
 
     async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
@@ -221,14 +294,21 @@ impl Store for RedisStore {
         let mut conn = self.conn.clone();
         let mut invocation = self.scripts.rules_write.key(&hash);
         invocation.arg("del").arg(action.as_str());
-        self.bounded(&hash, invocation.invoke_async(&mut conn)).await
+        self.bounded(&hash, invocation.invoke_async(&mut conn))
+            .await
     }
 
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
         let [hash, _] = self.keys.rules();
         let mut conn = self.conn.clone();
         let version: Option<String> = self
-            .bounded(&hash, redis::cmd("HGET").arg(&hash).arg(VERSION_FIELD).query_async(&mut conn))
+            .bounded(
+                &hash,
+                redis::cmd("HGET")
+                    .arg(&hash)
+                    .arg(VERSION_FIELD)
+                    .query_async(&mut conn),
+            )
             .await?;
         version.map(|v| parse_version(&v, &hash)).transpose()
     }
@@ -243,24 +323,45 @@ impl Store for RedisStore {
             let mut conn = self.conn.clone();
             async move {
                 let mut invocation = self.scripts.activity_record.key(&recent);
-                invocation.key(&counts).arg(ACTIVITY_KEEP).arg(ACTIVITY_TTL_MS);
+                invocation
+                    .key(&counts)
+                    .arg(ACTIVITY_KEEP)
+                    .arg(ACTIVITY_TTL_MS);
                 for item in items {
-                    invocation.arg(&item.key).arg(item.last_seen_ms).arg(item.allowed).arg(item.denied);
+                    invocation
+                        .arg(&item.key)
+                        .arg(item.last_seen_ms)
+                        .arg(item.allowed)
+                        .arg(item.denied);
                 }
                 invocation.invoke_async::<i64>(&mut conn).await
             }
         });
-        self.bounded("activity", try_join_all(calls)).await.map(|_| ())
+        self.bounded("activity", try_join_all(calls))
+            .await
+            .map(|_| ())
     }
 
-    async fn recent_activity(&self, action: &Action, limit: usize) -> Result<Vec<Activity>, StoreError> {
+    async fn recent_activity(
+        &self,
+        action: &Action,
+        limit: usize,
+    ) -> Result<Vec<Activity>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         let [recent, counts] = self.keys.activity(action);
         let mut conn = self.conn.clone();
         let flat: Vec<String> = self
-            .bounded(&recent, self.scripts.activity_recent.key(&recent).key(&counts).arg(limit).invoke_async(&mut conn))
+            .bounded(
+                &recent,
+                self.scripts
+                    .activity_recent
+                    .key(&recent)
+                    .key(&counts)
+                    .arg(limit)
+                    .invoke_async(&mut conn),
+            )
             .await?;
         flat.chunks(4)
             .map(|row| {
@@ -283,7 +384,9 @@ impl Store for RedisStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        let _: String = self.bounded("PING", redis::cmd("PING").query_async(&mut conn)).await?;
+        let _: String = self
+            .bounded("PING", redis::cmd("PING").query_async(&mut conn))
+            .await?;
         Ok(())
     }
 }
@@ -297,5 +400,6 @@ fn parse_version(text: &str, hash: &str) -> Result<u64, StoreError> {
 }
 
 fn parse_u64(text: &str, key: &str) -> Result<u64, StoreError> {
-    text.parse().map_err(|_| StoreError::Corrupt(format!("{key} holds {text:?}, not a whole number")))
+    text.parse()
+        .map_err(|_| StoreError::Corrupt(format!("{key} holds {text:?}, not a whole number")))
 }

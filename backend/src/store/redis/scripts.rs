@@ -70,8 +70,15 @@ const FIXED_TIME_MIN_TTL_MS: u64 = 600_000;
 /// ARGV of an algorithm script: now ("" = Redis TIME), quantity, TTL in ms, and two parameters
 /// (interval ns and capacity for meters, window ms and capacity for windows), as decimal strings.
 pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -> [String; 5] {
-    let idle_ms = params.idle_ttl_ns().div_ceil(1_000_000).saturating_add(TTL_SLACK_MS);
-    let ttl_ms = if at.is_some() { idle_ms.max(FIXED_TIME_MIN_TTL_MS) } else { idle_ms };
+    let idle_ms = params
+        .idle_ttl_ns()
+        .div_ceil(1_000_000)
+        .saturating_add(TTL_SLACK_MS);
+    let ttl_ms = if at.is_some() {
+        idle_ms.max(FIXED_TIME_MIN_TTL_MS)
+    } else {
+        idle_ms
+    };
     let first = match params {
         Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => m.interval,
         Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => w.window_ms,
@@ -90,10 +97,14 @@ pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -
 /// level exactly as core computes it (same f64 operations on the same integers).
 pub(crate) fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreError> {
     let [allowed, remaining, retry, reset, a, b, c, d] = reply else {
-        return Err(StoreError::Corrupt(format!("script returned {} values, expected 8", reply.len())));
+        return Err(StoreError::Corrupt(format!(
+            "script returned {} values, expected 8",
+            reply.len()
+        )));
     };
     let unsigned = |v: i64, what: &str| {
-        u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("script returned a negative {what}: {v}")))
+        u64::try_from(v)
+            .map_err(|_| StoreError::Corrupt(format!("script returned a negative {what}: {v}")))
     };
     let level = match params {
         Params::Gcra(_) | Params::LeakyBucket(_) | Params::TokenBucket(_) => *a as f64 / *b as f64,
@@ -104,7 +115,11 @@ pub(crate) fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreE
         allowed: *allowed == 1,
         capacity: params.capacity(),
         remaining: unsigned(*remaining, "remaining")?,
-        retry_after: if *retry < 0 { None } else { Some(unsigned(*retry, "retry_after")?) },
+        retry_after: if *retry < 0 {
+            None
+        } else {
+            Some(unsigned(*retry, "retry_after")?)
+        },
         reset_after: unsigned(*reset, "reset_after")?,
         level,
     })
