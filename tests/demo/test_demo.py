@@ -20,10 +20,20 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "demo-test-token"
 
 
+_issued_ports = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, never one already handed out by this process (the kernel may hand
+    the same ephemeral port to two binds in a row once the first socket is closed)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _issued_ports:
+            _issued_ports.add(port)
+            return port
+    raise RuntimeError("no fresh loopback port after 100 tries")
 
 
 def pid_alive(pid):

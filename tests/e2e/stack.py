@@ -23,10 +23,20 @@ WASM = os.environ.get("SLUICE_FILTER_WASM", str(ROOT / "target" / "wasm32-wasip1
 TOKEN = "e2e-admin-token-0123456789abcdef"
 
 
+_issued_ports = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, never one already handed out by this process (the kernel may hand
+    the same ephemeral port to two binds in a row once the first socket is closed)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _issued_ports:
+            _issued_ports.add(port)
+            return port
+    raise RuntimeError("no fresh loopback port after 100 tries")
 
 
 def wait_until(check, what, timeout=20.0, every=0.05):
