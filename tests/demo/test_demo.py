@@ -8,7 +8,7 @@ must show the traffic generator's users, and Ctrl-C must stop every process the 
 import os
 import re
 import signal
-import socket
+import sys
 import subprocess
 import time
 from pathlib import Path
@@ -17,23 +17,9 @@ import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from stack import free_port  # noqa: E402  (the e2e suite's helper: one home for it)
 TOKEN = "demo-test-token"
-
-
-_issued_ports = set()
-
-
-def free_port():
-    """A free loopback port, never one already handed out by this process (the kernel may hand
-    the same ephemeral port to two binds in a row once the first socket is closed)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _issued_ports:
-            _issued_ports.add(port)
-            return port
-    raise RuntimeError("no fresh loopback port after 100 tries")
 
 
 def pid_alive(pid):
