@@ -10,8 +10,6 @@
 //! Client and server share the machine's cores, so absolute figures are a floor, not a ceiling.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::TcpListener as StdListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,61 +21,9 @@ use tokio::net::TcpListener;
 const TOKEN: &str = "bench-token-0123456789abcdef";
 const KEYS: usize = 1000;
 
-struct Redis {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = StdListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("sluice-bench-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(["--dir", dir.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (scripts/install/10-redis.sh)");
-        let redis = Redis { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            let out = Command::new("redis-cli")
-                .args(["-p", &port.to_string(), "PING"])
-                .output()
-                .unwrap();
-            if String::from_utf8_lossy(&out.stdout).trim() == "PONG" {
-                return redis;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not start");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::RedisServer;
 
 struct Server {
     decision: String,
@@ -243,10 +189,10 @@ async fn main() {
     let secs: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2.0);
     let clients: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(32);
 
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let memory = start(StoreChoice::Memory).await;
     let on_redis = start(StoreChoice::Redis(RedisConfig {
-        target: RedisTarget::Single(format!("redis://127.0.0.1:{}/", redis.port)),
+        target: RedisTarget::Single(redis.url()),
         timeout: Duration::from_millis(200),
         max_in_flight: 1024,
         key_prefix: "sluice".into(),

@@ -5,12 +5,10 @@
 //!
 //! `cargo run --release -p sluice-backend --example bench_store [decisions] [tasks]`
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::Store;
@@ -19,68 +17,23 @@ use sluice_core::Rule;
 /// Distinct keys the decisions are spread over (round robin).
 const KEYS: usize = 1_000;
 
-struct Server {
-    child: Child,
-    port: u16,
-}
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::RedisServer;
 
-impl Server {
-    fn start() -> Result<Server> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("redis-server on PATH (scripts/install/10-redis.sh installs it)")?;
-        let server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if server.cli(&["PING"])?.trim() == "PONG" {
-                return Ok(server);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        bail!("redis-server did not answer PING within 10 s")
-    }
-
-    fn cli(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// usec_per_call of one command from `INFO commandstats`.
-    fn usec_per_call(&self, command: &str) -> Result<f64> {
-        let info = self.cli(&["INFO", "commandstats"])?;
-        let line = info
-            .lines()
-            .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
-            .with_context(|| format!("no cmdstat_{command} in INFO commandstats"))?;
-        let field = line
-            .split([':', ','])
-            .find_map(|f| f.strip_prefix("usec_per_call="))
-            .context("usec_per_call")?;
-        Ok(field.parse()?)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// usec_per_call of one command from the server's `INFO commandstats`.
+fn usec_per_call(server: &RedisServer, command: &str) -> Result<f64> {
+    let info = server.cli(&["INFO", "commandstats"]);
+    let line = info
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .with_context(|| format!("no cmdstat_{command} in INFO commandstats"))?;
+    let field = line
+        .split([':', ','])
+        .find_map(|f| f.strip_prefix("usec_per_call="))
+        .context("usec_per_call")?;
+    Ok(field.parse()?)
 }
 
 fn rule_for(algorithm: &str) -> Result<Rule> {
@@ -146,15 +99,15 @@ async fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let total: usize = args.next().map_or(Ok(20_000), |a| a.parse())?;
     let tasks: usize = args.next().map_or(Ok(16), |a| a.parse())?;
-    let server = Server::start()?;
-    let url = format!("redis://127.0.0.1:{}/", server.port);
+    let server = RedisServer::start();
+    let url = server.url();
     let redis: Arc<dyn Store> =
         Arc::new(RedisStore::connect(RedisConfig::new(RedisTarget::Single(url.clone()))).await?);
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
 
-    server.cli(&["CONFIG", "RESETSTAT"])?;
+    server.cli(&["CONFIG", "RESETSTAT"]);
     let incr_rate = run_incr(&url, total, tasks).await?;
-    let incr_usec = server.usec_per_call("incr")?;
+    let incr_usec = usec_per_call(&server, "incr")?;
 
     println!("{total} decisions per case, {tasks} concurrent tasks, {KEYS} keys, capacity 100");
     println!(
@@ -175,9 +128,9 @@ async fn main() -> Result<()> {
     ] {
         let rule = Arc::new(rule_for(algorithm)?);
         let memory_rate = run(memory.clone(), rule.clone(), total, tasks).await?;
-        server.cli(&["CONFIG", "RESETSTAT"])?;
+        server.cli(&["CONFIG", "RESETSTAT"]);
         let redis_rate = run(redis.clone(), rule, total, tasks).await?;
-        let usec = server.usec_per_call("evalsha")?;
+        let usec = usec_per_call(&server, "evalsha")?;
         println!(
             "{:<16} {:>14.0} {:>14.0} {:>10.1} {:>16.2} {:>12.2}",
             algorithm,

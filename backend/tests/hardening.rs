@@ -15,7 +15,6 @@ mod harness;
 #[path = "support/mod.rs"]
 mod support;
 
-use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -334,20 +333,7 @@ async fn slow_clients_past_the_descriptor_limit_are_shed_and_the_listener_recove
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn sluice");
-    let log = Arc::new(Mutex::new(String::new()));
-    let mut pipe = child.stderr.take().expect("stderr");
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = pipe.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .expect("lock")
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
+    let log = support::capture_stderr(&mut child);
     let http = harness::client();
     let deadline = Instant::now() + Duration::from_secs(15);
     while !matches!(http.get(format!("http://127.0.0.1:{dport}/healthz")).send().await, Ok(r) if r.status().is_success())
@@ -424,20 +410,7 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn sluice");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().expect("stderr pipe");
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .expect("lock")
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let stderr = support::capture_stderr(&mut child);
         let running = Running {
             child,
             stderr,

@@ -6,7 +6,6 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,20 +61,7 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn sluice");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().expect("stderr pipe");
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .expect("lock")
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let stderr = support::capture_stderr(&mut child);
         Running { child, stderr }
     }
 

@@ -29,8 +29,20 @@ impl RedisServer {
 
     /// Starts redis-server with extra arguments (e.g. `["--cluster-enabled", "yes"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
+        Self::spawn(free_port(), "", extra)
+    }
+
+    /// Starts a standalone redis-server on a given port (e.g. the port of one just killed, to
+    /// play a Redis restart that lost its data) and waits until it answers PING.
+    pub fn start_on_port(port: u16) -> RedisServer {
+        Self::spawn(port, "-again", &[])
+    }
+
+    fn spawn(port: u16, dir_suffix: &str, extra: &[&str]) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-redis-{}-{port}{dir_suffix}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let child = Command::new("redis-server")
             .args([
@@ -155,31 +167,26 @@ impl RedisCluster {
     }
 }
 
-impl RedisServer {
-    /// Starts a standalone redis-server on a given port (e.g. the port of one just killed, to
-    /// play a Redis restart that lost its data) and waits until it answers PING.
-    pub fn start_on_port(port: u16) -> RedisServer {
-        let dir =
-            std::env::temp_dir().join(format!("sluice-redis-{}-{port}-again", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(["--dir", dir.to_str().expect("utf-8 temp dir")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (scripts/install/10-redis.sh installs it)");
-        let server = RedisServer { child, port, dir };
-        server.wait_ready();
-        server
-    }
+/// Collects a child's stderr into a shared string as it arrives (for tests that read a server's
+/// log while it runs). Takes the child's piped stderr.
+pub fn capture_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::Read;
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut pipe = child
+        .stderr
+        .take()
+        .expect("child spawned with Stdio::piped() stderr");
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .expect("lock")
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    log
 }
