@@ -13,6 +13,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "e2e"))
+import rstack  # noqa: E402
 import stack  # noqa: E402
 
 
@@ -29,6 +30,14 @@ def pytest_configure(config):
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("rel")
+
+
+@pytest.fixture(scope="module")
+def redis(tmp):
+    """A redis-server of this test module's own (modules break theirs in different ways)."""
+    r = rstack.Redis(tmp).start()
+    yield r
+    r.stop()
 
 
 @pytest.fixture(scope="session")

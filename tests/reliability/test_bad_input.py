@@ -16,13 +16,11 @@ TEN_KB = "k" * 10240
 
 
 @pytest.fixture(scope="module")
-def backend(tmp):
-    redis = rstack.Redis(tmp).start()
+def backend(tmp, redis):
     b = rstack.Backend(tmp, redis.url).start()
     b.put_rule(RULE)
     yield b
     b.stop()
-    redis.stop()
 
 
 def rule(**overrides):

@@ -45,13 +45,6 @@ def garbage(redis, key, kind, field):
 
 
 @pytest.fixture(scope="module")
-def redis(tmp):
-    r = rstack.Redis(tmp).start()
-    yield r
-    r.stop()
-
-
-@pytest.fixture(scope="module")
 def backend(tmp, redis):
     b = rstack.Backend(tmp, redis.url).start()
     for algo, extra in RULES.items():

@@ -22,13 +22,6 @@ OUTAGE_S = 1.5
 
 
 @pytest.fixture(scope="module")
-def redis(tmp):
-    r = rstack.Redis(tmp).start()
-    yield r
-    r.stop()
-
-
-@pytest.fixture(scope="module")
 def backend(tmp, redis):
     b = rstack.Backend(tmp, redis.url).start()
     b.put_rule(RULE)

@@ -20,16 +20,14 @@ EXAMPLES = os.environ.get("SLUICE_SCHEMATHESIS_EXAMPLES", "30")
 
 
 @pytest.fixture(scope="module")
-def backend(tmp):
+def backend(tmp, redis):
     if not os.path.exists(SCHEMATHESIS):
         pytest.fail(f"{SCHEMATHESIS} missing; run scripts/install/35-reliability.sh")
-    redis = rstack.Redis(tmp).start()
     b = rstack.Backend(tmp, redis.url).start()
     # Something for generated decisions to hit (generated actions mostly have no rule: 404).
     b.put_rule({"action": "reply", "algorithm": "gcra", "capacity": 16, "rate": {"count": 30, "period": "60s"}})
     yield b
     b.stop()
-    redis.stop()
 
 
 def schemathesis(tmp, base, extra):

@@ -34,13 +34,11 @@ BAD_CREDENTIALS = {
 
 
 @pytest.fixture(scope="module")
-def backend(tmp):
-    redis = rstack.Redis(tmp).start()
+def backend(tmp, redis):
     b = rstack.Backend(tmp, redis.url).start()
     b.put_rule({"action": "sec_probe", **PROBE_RULE})
     yield b
     b.stop()
-    redis.stop()
 
 
 def operations(backend):
