@@ -138,68 +138,84 @@ impl Params {
     /// (the rule changed) counts as fresh. Quantity 0 peeks: it reports without changing state.
     /// Whenever nothing is admitted (a denial or a peek) the returned state is `state` itself.
     pub fn decide(&self, state: &State, now: Nanos, quantity: u64) -> (Decision, State) {
+        let (decision, change) = self.decide_change(state, now, quantity);
+        // Nothing admitted: the input itself comes back, so a fresh key (or the state of another
+        // algorithm) stays exactly what it was instead of becoming an equivalent default.
+        (decision, change.unwrap_or_else(|| state.clone()))
+    }
+
+    /// Like [`Params::decide`], but `None` when nothing changes (a denial or a peek), so a store
+    /// that keeps the state itself copies nothing on the denial path (which is the hot path under
+    /// abuse, and a sliding log may hold 10,000 entries).
+    pub fn decide_change(
+        &self,
+        state: &State,
+        now: Nanos,
+        quantity: u64,
+    ) -> (Decision, Option<State>) {
         let (decision, next) = self.transition(state, now, quantity);
-        if !decision.allowed || quantity == 0 {
-            // Nothing was admitted: hand back the input itself, so that a fresh key (or the state
-            // of another algorithm) stays exactly what it was instead of becoming an equivalent
-            // default of this algorithm.
-            return (decision, state.clone());
-        }
-        (decision, next)
+        let admitted = decision.allowed && quantity > 0;
+        (decision, next.filter(|_| admitted))
     }
 
-    fn transition(&self, state: &State, now: Nanos, quantity: u64) -> (Decision, State) {
-        match (self, state) {
-            (Params::Gcra(p), State::Gcra(s)) => {
-                wrap(gcra::decide(*p, *s, now, quantity), State::Gcra)
+    /// Runs this algorithm's transition; a state of another algorithm (or none) counts as fresh.
+    fn transition(&self, state: &State, now: Nanos, quantity: u64) -> (Decision, Option<State>) {
+        match *self {
+            Params::Gcra(p) => {
+                let s = if let State::Gcra(s) = state {
+                    *s
+                } else {
+                    Default::default()
+                };
+                let (d, next) = gcra::decide(p, s, now, quantity);
+                (d, Some(State::Gcra(next)))
             }
-            (Params::Gcra(p), _) => wrap(
-                gcra::decide(*p, Default::default(), now, quantity),
-                State::Gcra,
-            ),
-            (Params::LeakyBucket(p), State::LeakyBucket(s)) => wrap(
-                leaky_bucket::decide(*p, *s, now, quantity),
-                State::LeakyBucket,
-            ),
-            (Params::LeakyBucket(p), _) => wrap(
-                leaky_bucket::decide(*p, Default::default(), now, quantity),
-                State::LeakyBucket,
-            ),
-            (Params::TokenBucket(p), State::TokenBucket(s)) => wrap(
-                token_bucket::decide(*p, *s, now, quantity),
-                State::TokenBucket,
-            ),
-            (Params::TokenBucket(p), _) => wrap(
-                token_bucket::decide(*p, token_bucket::TokenState::full(*p), now, quantity),
-                State::TokenBucket,
-            ),
-            (Params::FixedWindow(p), State::FixedWindow(s)) => wrap(
-                fixed_window::decide(*p, *s, now, quantity),
-                State::FixedWindow,
-            ),
-            (Params::FixedWindow(p), _) => wrap(
-                fixed_window::decide(*p, Default::default(), now, quantity),
-                State::FixedWindow,
-            ),
-            (Params::SlidingLog(p), State::SlidingLog(s)) => {
-                wrap(sliding_log::decide(*p, s, now, quantity), State::SlidingLog)
+            Params::LeakyBucket(p) => {
+                let s = if let State::LeakyBucket(s) = state {
+                    *s
+                } else {
+                    Default::default()
+                };
+                let (d, next) = leaky_bucket::decide(p, s, now, quantity);
+                (d, Some(State::LeakyBucket(next)))
             }
-            (Params::SlidingLog(p), _) => wrap(
-                sliding_log::decide(*p, &Default::default(), now, quantity),
-                State::SlidingLog,
-            ),
-            (Params::SlidingWindow(p), State::SlidingWindow(s)) => wrap(
-                sliding_window::decide(*p, *s, now, quantity),
-                State::SlidingWindow,
-            ),
-            (Params::SlidingWindow(p), _) => wrap(
-                sliding_window::decide(*p, Default::default(), now, quantity),
-                State::SlidingWindow,
-            ),
+            Params::TokenBucket(p) => {
+                let s = if let State::TokenBucket(s) = state {
+                    *s
+                } else {
+                    token_bucket::TokenState::full(p)
+                };
+                let (d, next) = token_bucket::decide(p, s, now, quantity);
+                (d, Some(State::TokenBucket(next)))
+            }
+            Params::FixedWindow(p) => {
+                let s = if let State::FixedWindow(s) = state {
+                    *s
+                } else {
+                    Default::default()
+                };
+                let (d, next) = fixed_window::decide(p, s, now, quantity);
+                (d, Some(State::FixedWindow(next)))
+            }
+            Params::SlidingLog(p) => {
+                let fresh = sliding_log::SlidingLogState::default();
+                let s = if let State::SlidingLog(s) = state {
+                    s
+                } else {
+                    &fresh
+                };
+                let (d, next) = sliding_log::decide(p, s, now, quantity);
+                (d, next.map(State::SlidingLog))
+            }
+            Params::SlidingWindow(p) => {
+                let s = if let State::SlidingWindow(s) = state {
+                    *s
+                } else {
+                    Default::default()
+                };
+                let (d, next) = sliding_window::decide(p, s, now, quantity);
+                (d, Some(State::SlidingWindow(next)))
+            }
         }
     }
-}
-
-fn wrap<S>(result: (Decision, S), into: fn(S) -> State) -> (Decision, State) {
-    (result.0, into(result.1))
 }

@@ -14,13 +14,14 @@ pub struct SlidingLogState {
     pub entries: VecDeque<Nanos>,
 }
 
-/// Decides one request.
+/// Decides one request. The new state comes back only when something was admitted (`None`: the
+/// input is unchanged), so a denial copies no log.
 pub fn decide(
     p: WindowParams,
     state: &SlidingLogState,
     now: Nanos,
     quantity: u64,
-) -> (Decision, SlidingLogState) {
+) -> (Decision, Option<SlidingLogState>) {
     let window = p.window_ns();
     let live_from = state
         .entries
@@ -42,7 +43,7 @@ pub fn decide(
             reset_after: (at + window).saturating_sub(now),
             level: count as f64,
         };
-        return (decision, SlidingLogState { entries });
+        return (decision, Some(SlidingLogState { entries }));
     }
     let retry_after = if allowed || quantity > p.capacity {
         None
@@ -66,7 +67,7 @@ pub fn decide(
             .map_or(0, |t| (t + window).saturating_sub(now)),
         level: live as f64,
     };
-    (decision, state.clone())
+    (decision, None)
 }
 
 #[cfg(test)]
@@ -81,7 +82,7 @@ mod tests {
         };
         let mut s = SlidingLogState::default();
         for t in [100, 200, 300] {
-            s = decide(p, &s, t, 1).1;
+            s = decide(p, &s, t, 1).1.expect("admitted");
         }
         // Quantity 2 needs the two oldest (100 and 200) gone: at 200 + 1 ms.
         let (d, _) = decide(p, &s, 400, 2);

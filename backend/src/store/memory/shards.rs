@@ -108,8 +108,8 @@ impl ShardedStates {
         shard.maybe_sweep(now);
         let fresh = State::Fresh;
         let current = shard.map.get(&slot).map_or(&fresh, |entry| &entry.state);
-        let (decision, next) = params.decide(current, now, quantity);
-        if decision.allowed && quantity > 0 {
+        let (decision, change) = params.decide_change(current, now, quantity);
+        if let Some(next) = change {
             let expires_at = now.saturating_add(params.idle_ttl_ns());
             match shard.map.get_mut(&slot) {
                 Some(entry) => {
