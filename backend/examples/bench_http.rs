@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 const TOKEN: &str = "bench-token-0123456789abcdef";
 const KEYS: usize = 1000;
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support.rs"]
 mod support;
 use support::RedisServer;
 

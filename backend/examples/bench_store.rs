@@ -18,7 +18,7 @@ use sluice_core::Rule;
 const KEYS: usize = 1_000;
 
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support.rs"]
 mod support;
 use support::RedisServer;
 

@@ -2,12 +2,8 @@
 //! for a fresh key with a long window or a rate that leaks one unit per hour), for all six
 //! algorithms, on the memory store and on a real redis-server.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "http_support/mod.rs"]
-mod harness;
-#[path = "support/mod.rs"]
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -2,12 +2,8 @@
 //! force on another, 64 concurrent clients admitting exactly the bound, levels across replicas,
 //! and `cl.throttle`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "http_support/mod.rs"]
-mod harness;
-#[path = "support/mod.rs"]
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::time::Duration;
 

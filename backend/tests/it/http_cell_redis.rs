@@ -2,12 +2,8 @@
 //! issue 2. Every answer there tolerates calls a few milliseconds apart (seconds are rounded as
 //! redis-cell rounds them), so the HTTP API needs no time parameter for them.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "http_support/mod.rs"]
-mod harness;
-#[path = "support/mod.rs"]
-mod support;
+use crate::harness;
+use crate::support;
 
 use harness::Sluice;
 use serde_json::{json, Value};

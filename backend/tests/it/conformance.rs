@@ -1,9 +1,7 @@
 //! The storage conformance suite over both stores: the memory store and a real redis-server
 //! (one per test, on a free loopback port), plus Redis-only failure cases.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod store_suite;
-mod support;
+use crate::store_suite;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

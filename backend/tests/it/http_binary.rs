@@ -1,10 +1,7 @@
 //! The `sluice` binary itself: `--help`, a generated token printed once, `--rules` imported at
 //! start, the memory-store warning, graceful exit on SIGTERM, and a bad rules file refused.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};

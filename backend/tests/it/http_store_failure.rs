@@ -2,12 +2,8 @@
 //! ready, rules keep being served from the cache; when Redis comes back empty (a restart without
 //! persistence), the cached rules are published again and decisions resume.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "http_support/mod.rs"]
-mod harness;
-#[path = "support/mod.rs"]
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

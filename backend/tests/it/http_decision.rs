@@ -1,10 +1,7 @@
 //! The decision listener over the real memory store: round trips, unknown actions, every
 //! bad-input case naming its field, shadow mode, probes, metrics, OpenAPI, and no admin routes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "http_support/mod.rs"]
-mod harness;
+use crate::harness;
 
 use harness::{Sluice, TOKEN};
 use serde_json::{json, Value};

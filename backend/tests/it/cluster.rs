@@ -1,10 +1,8 @@
 //! The storage conformance suite on a real 3-master Redis Cluster (redis-server processes on
 //! loopback ports joined by `redis-cli --cluster create`). One cluster for the whole file: the
 //! cases run in sequence on it, each under its own actions.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod store_suite;
-mod support;
+use crate::store_suite;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,10 +2,7 @@
 //! wrong token; the session cookie; rule CRUD with 400s naming the field and nothing stored on a
 //! refusal; levels; the dashboard files and security headers.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "http_support/mod.rs"]
-mod harness;
+use crate::harness;
 
 use std::time::Duration;
 

@@ -2,12 +2,8 @@
 //! force on B within 1 s; traffic through A shows in B's levels within 1 s and the levels fall
 //! once traffic stops; B's SSE stream carries the rule change and level snapshots.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "http_support/mod.rs"]
-mod harness;
-#[path = "support/mod.rs"]
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

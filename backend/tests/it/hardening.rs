@@ -8,12 +8,8 @@
 //! - a rules version that is not a number is reported as unreadable, not as an unreachable store;
 //! - the old layout (a separate version key) is read and migrated.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "http_support/mod.rs"]
-mod harness;
-#[path = "support/mod.rs"]
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,21 @@
+//! The backend's integration tests, as one test binary so the whole stack is linked once.
+//!
+//! Each module is one concern; `support` starts real redis-server processes and Clusters,
+//! `harness` runs the HTTP application in-process, `store_suite` is the storage conformance suite
+//! shared by the memory store, a redis-server and a Redis Cluster.
+
+mod harness;
+mod store_suite;
+mod support;
+
+mod admin_api;
+mod admin_replicas;
+mod cluster;
+mod concurrency;
+mod conformance;
+mod hardening;
+mod http_binary;
+mod http_cell_redis;
+mod http_cluster;
+mod http_decision;
+mod http_store_failure;
