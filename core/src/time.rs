@@ -10,6 +10,8 @@ pub type Nanos = u64;
 pub const NANOS_PER_MILLI: u64 = 1_000_000;
 /// Nanoseconds in one second.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+/// Milliseconds in one second (the wire speaks milliseconds, the headers whole seconds).
+pub const MILLIS_PER_SEC: u64 = 1_000;
 
 /// Whole milliseconds, rounded up, so that waiting that long is always enough.
 pub fn ceil_millis(ns: u64) -> u64 {
