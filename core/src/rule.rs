@@ -2,12 +2,13 @@
 //!
 //! The JSON form is the same in the admin API, the rules file and the dashboard:
 //! `{"action": "reply", "algorithm": "gcra", "capacity": 16, "rate": {"count": 30, "period": "60s"}}`.
-//! Parsing goes through [`Rule::from_json`], which names the field and the reason for every
-//! refusal, so the backend's 400s and the dashboard's inline messages say the same thing.
+//! Parsing goes through serde into [`crate::wire::RawRule`] and then `TryFrom` into [`Rule`]; every
+//! refusal names the field and the reason, so the backend's 400s and the dashboard's inline
+//! messages say the same thing.
 
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::duration::Span;
 use crate::limits::{
@@ -15,6 +16,7 @@ use crate::limits::{
     MAX_SLIDING_LOG_CAPACITY,
 };
 use crate::params::Params;
+use crate::wire::{parse, RawRule};
 
 /// A refused rule: which field, and why. Shown to users as `field: reason`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,11 +76,12 @@ impl fmt::Display for Action {
 
 /// The six throttle algorithms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
     /// Clock-aligned fixed windows: one counter per window.
     FixedWindow,
-    /// Exact log of request times over the last window.
+    /// Exact log of request times over the last window (capacity at most 10000).
     SlidingLog,
     /// Two clock-aligned counters, the previous one weighted by how much of it still overlaps.
     SlidingWindow,
@@ -137,6 +140,7 @@ impl fmt::Display for Algorithm {
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
 )]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Deny requests over the limit.
@@ -158,10 +162,14 @@ impl Mode {
 
 /// `count` requests per `period`: the steady rate of a meter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Rate {
     /// Requests per period, at least 1.
+    #[cfg_attr(feature = "openapi", schema(example = 30, minimum = 1))]
     pub count: u64,
-    /// The period.
+    /// A duration: `"500ms"`, `"60s"`, `"5m"`, `"1h"`, `"1d"` (1ms to 7d).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "60s"))]
     pub period: Span,
 }
 
@@ -181,9 +189,10 @@ pub enum Limit {
     Window(Span),
 }
 
-/// A validated rule. Built only by [`Rule::from_json`] / [`Rule::new`], so every field is in range
-/// and the limit kind matches the algorithm.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A validated rule. Built only by [`Rule::new`] or from a [`crate::wire::RawRule`], so every
+/// field is in range and the limit kind matches the algorithm. Its JSON form is the `RawRule`'s.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "RawRule", into = "RawRule")]
 pub struct Rule {
     action: Action,
     algorithm: Algorithm,
@@ -193,16 +202,6 @@ pub struct Rule {
     description: String,
     params: Params,
 }
-
-const FIELDS: [&str; 7] = [
-    "action",
-    "algorithm",
-    "capacity",
-    "rate",
-    "window",
-    "mode",
-    "description",
-];
 
 impl Rule {
     /// Builds and validates a rule from its parts.
@@ -248,91 +247,17 @@ impl Rule {
 
     /// Parses and validates the JSON form, naming the field and the reason on refusal.
     pub fn from_json(value: &Value) -> Result<Rule, RuleError> {
-        let object = value
-            .as_object()
-            .ok_or_else(|| RuleError::new("rule", "must be a JSON object"))?;
-        if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-            return Err(RuleError::new(
-                unknown.clone(),
-                format!("unknown field; expected one of {}", FIELDS.join(", ")),
-            ));
-        }
-        let action = required_str(object, "action")?;
-        let algorithm_name = required_str(object, "algorithm")?;
-        let algorithm = Algorithm::parse(algorithm_name).ok_or_else(|| {
-            let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-            RuleError::new(
-                "algorithm",
-                format!(
-                    "must be one of {}; got {algorithm_name:?}",
-                    names.join(", ")
-                ),
-            )
-        })?;
-        let capacity = whole_number(object.get("capacity"), "capacity")?;
-        let limit = if algorithm.uses_rate() {
-            if object.get("window").is_some_and(|v| !v.is_null()) {
-                return Err(RuleError::new(
-                    "window",
-                    format!("{algorithm} takes a rate, not a window"),
-                ));
-            }
-            Limit::Rate(parse_rate(object.get("rate"))?)
-        } else {
-            if object.get("rate").is_some_and(|v| !v.is_null()) {
-                return Err(RuleError::new(
-                    "rate",
-                    format!("{algorithm} takes a window, not a rate"),
-                ));
-            }
-            Limit::Window(parse_span(object.get("window"), "window")?)
-        };
-        let mode = match object.get("mode") {
-            None | Some(Value::Null) => Mode::Enforce,
-            Some(Value::String(s)) if s == "enforce" => Mode::Enforce,
-            Some(Value::String(s)) if s == "shadow" => Mode::Shadow,
-            Some(other) => {
-                return Err(RuleError::new(
-                    "mode",
-                    format!("must be \"enforce\" or \"shadow\"; got {other}"),
-                ))
-            }
-        };
-        let description = match object.get("description") {
-            None | Some(Value::Null) => "",
-            Some(Value::String(s)) => s.as_str(),
-            Some(_) => return Err(RuleError::new("description", "must be a string")),
-        };
-        Rule::new(action, algorithm, capacity, limit, mode, description)
+        Rule::try_from(parse::from_value::<RawRule>(value, "rule")?)
     }
 
     /// Parses JSON text (see [`Rule::from_json`]).
     pub fn from_json_str(text: &str) -> Result<Rule, RuleError> {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| RuleError::new("rule", format!("not valid JSON: {e}")))?;
-        Rule::from_json(&value)
+        Rule::try_from(parse::from_slice::<RawRule>(text.as_bytes(), "rule")?)
     }
 
     /// The JSON form (the inverse of [`Rule::from_json`]).
     pub fn to_json(&self) -> Value {
-        let mut object = Map::new();
-        object.insert("action".into(), Value::from(self.action.as_str()));
-        object.insert("algorithm".into(), Value::from(self.algorithm.name()));
-        object.insert("capacity".into(), Value::from(self.capacity));
-        match self.limit {
-            Limit::Rate(rate) => {
-                let mut r = Map::new();
-                r.insert("count".into(), Value::from(rate.count));
-                r.insert("period".into(), Value::from(rate.period.to_string()));
-                object.insert("rate".into(), Value::Object(r));
-            }
-            Limit::Window(window) => {
-                object.insert("window".into(), Value::from(window.to_string()));
-            }
-        }
-        object.insert("mode".into(), Value::from(self.mode.name()));
-        object.insert("description".into(), Value::from(self.description.as_str()));
-        Value::Object(object)
+        serde_json::to_value(RawRule::from(self)).unwrap_or(Value::Null)
     }
 
     /// The action this rule governs.
@@ -363,89 +288,6 @@ impl Rule {
     pub fn description(&self) -> &str {
         &self.description
     }
-}
-
-impl serde::Serialize for Rule {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.to_json().serialize(s)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Rule {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(d)?;
-        Rule::from_json(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-fn required_str<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, RuleError> {
-    match object.get(field) {
-        Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(RuleError::new(field, "is required")),
-        Some(other) => Err(RuleError::new(
-            field,
-            format!("must be a string; got {other}"),
-        )),
-    }
-}
-
-fn whole_number(value: Option<&Value>, field: &str) -> Result<u64, RuleError> {
-    match value {
-        None | Some(Value::Null) => Err(RuleError::new(field, "is required")),
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| {
-            RuleError::new(
-                field,
-                format!("must be a whole number of at least 1; got {n}"),
-            )
-        }),
-        Some(other) => Err(RuleError::new(
-            field,
-            format!("must be a whole number; got {other}"),
-        )),
-    }
-}
-
-fn parse_span(value: Option<&Value>, field: &str) -> Result<Span, RuleError> {
-    match value {
-        None | Some(Value::Null) => Err(RuleError::new(
-            field,
-            "is required (a duration like \"60s\")",
-        )),
-        Some(Value::String(s)) => Span::parse(s).map_err(|e| RuleError::new(field, e.to_string())),
-        Some(other) => Err(RuleError::new(
-            field,
-            format!("must be a duration string like \"60s\"; got {other}"),
-        )),
-    }
-}
-
-fn parse_rate(value: Option<&Value>) -> Result<Rate, RuleError> {
-    let object = match value {
-        None | Some(Value::Null) => {
-            return Err(RuleError::new(
-                "rate",
-                "is required ({\"count\": N, \"period\": \"60s\"})",
-            ))
-        }
-        Some(Value::Object(o)) => o,
-        Some(other) => {
-            return Err(RuleError::new(
-                "rate",
-                format!(
-                    "must be an object like {{\"count\": 30, \"period\": \"60s\"}}; got {other}"
-                ),
-            ))
-        }
-    };
-    if let Some(unknown) = object.keys().find(|k| *k != "count" && *k != "period") {
-        return Err(RuleError::new(
-            format!("rate.{unknown}"),
-            "unknown field; expected count, period",
-        ));
-    }
-    let count = whole_number(object.get("count"), "rate.count")?;
-    let period = parse_span(object.get("period"), "rate.period")?;
-    Ok(Rate { count, period })
 }
 
 fn validate_capacity(algorithm: Algorithm, capacity: u64) -> Result<(), RuleError> {

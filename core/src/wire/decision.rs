@@ -1,4 +1,5 @@
-//! The JSON bodies of the decision API, shared by the backend (server) and the filter (client).
+//! The decision listener's bodies: `POST /v1/throttle` (what the filter calls) and
+//! `POST /v1/cl.throttle` (redis-cell compatibility).
 
 use serde::{Deserialize, Serialize};
 
@@ -13,14 +14,18 @@ fn one() -> u64 {
 
 /// `POST /v1/throttle` request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ThrottleRequest {
-    /// The action whose rule applies.
+    /// The action whose rule applies: 1–64 of `[A-Za-z0-9_.:-]`.
+    #[cfg_attr(feature = "openapi", schema(example = "reply"))]
     pub action: String,
     /// The subject (user, IP, …). Any string, including empty; long ones are stored by digest.
+    #[cfg_attr(feature = "openapi", schema(example = "laoqian"))]
     pub key: String,
-    /// Units this request costs; 0 peeks without changing state.
+    /// Units this request costs (default 1, at most 1000000000); 0 peeks without changing state.
     #[serde(default = "one")]
+    #[cfg_attr(feature = "openapi", schema(default = 1, maximum = 1_000_000_000))]
     pub quantity: u64,
 }
 
@@ -38,32 +43,30 @@ impl ThrottleRequest {
     }
 }
 
-/// `POST /v1/throttle` response.
+/// `POST /v1/throttle` response. The caller knows the action and key it asked about, so they are
+/// not echoed; `capacity` is the quota the limit headers report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ThrottleResponse {
     /// Whether the request may pass: false only for a denial under an enforced rule.
     pub allowed: bool,
-    /// Echo of the action.
-    pub action: String,
-    /// Echo of the key.
-    pub key: String,
     /// The rule's algorithm.
     pub algorithm: Algorithm,
     /// The rule's mode.
     pub mode: Mode,
-    /// Capacity, as the limit headers report it.
-    pub limit: u64,
+    /// Requests that may pass back to back from idle: the quota of the limit headers.
+    pub capacity: u64,
     /// Requests of quantity 1 that could pass right now.
     pub remaining: u64,
-    /// After a denial, milliseconds until the same request would pass (rounded up); else null.
+    /// After a denial, milliseconds until the same request would pass (rounded up); null when
+    /// allowed or when the request can never pass.
     pub retry_after_ms: Option<u64>,
     /// Milliseconds until the key is idle again (rounded up).
     pub reset_after_ms: u64,
     /// Funnel level in requests.
     pub level: f64,
-    /// Funnel size in requests.
-    pub capacity: u64,
-    /// Seconds the quota policy spans (for the `w` of the headers).
+    /// Milliseconds the quota policy spans (the window, or a full funnel's drain time): the `w`
+    /// of the `RateLimit-Policy` header.
     #[serde(default)]
     pub window_ms: u64,
     /// In shadow mode: whether the rule would have denied this request.
@@ -74,8 +77,6 @@ pub struct ThrottleResponse {
 impl ThrottleResponse {
     /// Builds the response for a decision under a rule's algorithm, mode and policy window.
     pub fn new(
-        action: &str,
-        key: &str,
         algorithm: Algorithm,
         mode: Mode,
         window_ns: u64,
@@ -84,11 +85,9 @@ impl ThrottleResponse {
         let denied = !decision.allowed;
         ThrottleResponse {
             allowed: !(denied && mode == Mode::Enforce),
-            action: action.to_owned(),
-            key: key.to_owned(),
             algorithm,
             mode,
-            limit: decision.capacity,
+            capacity: decision.capacity,
             remaining: decision.remaining,
             retry_after_ms: if denied {
                 decision.retry_after.map(ceil_millis)
@@ -97,15 +96,17 @@ impl ThrottleResponse {
             },
             reset_after_ms: ceil_millis(decision.reset_after),
             level: decision.level,
-            capacity: decision.capacity,
             window_ms: ceil_millis(window_ns),
             would_deny: denied && mode == Mode::Shadow,
         }
     }
 }
 
-/// `POST /v1/cl.throttle` request: redis-cell's arguments by name.
+/// `POST /v1/cl.throttle` request: redis-cell's `CL.THROTTLE key max_burst count period
+/// [quantity]` by name. The answer is redis-cell's 5-tuple `[limited, limit, remaining,
+/// retry_after_s, reset_after_s]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ClThrottleRequest {
     /// The key.
@@ -118,17 +119,6 @@ pub struct ClThrottleRequest {
     pub period: u64,
     /// Units asked for (default 1).
     #[serde(default = "one")]
+    #[cfg_attr(feature = "openapi", schema(default = 1))]
     pub quantity: u64,
-}
-
-/// Body of a 4xx/5xx from the backend: a stable code, the field at fault if any, and a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ApiError {
-    /// Stable machine-readable code: `invalid_request`, `unknown_action`, `unauthorized`, ...
-    pub error: String,
-    /// The field at fault, when one is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// What went wrong and how to fix it.
-    pub message: String,
 }

@@ -1,0 +1,119 @@
+//! The error body of every non-2xx answer, and the closed set of codes it carries.
+
+use serde::{Deserialize, Serialize};
+
+/// A stable, machine-readable reason for a refusal or a failure. Clients branch on this (the
+/// filter on `unknown_action`, the dashboard on `unauthorized` and `invalid_rule`), never on the
+/// message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400 (413 for a body over the limit): the request itself is malformed; `field` names it.
+    InvalidRequest,
+    /// 400: a rule was refused; `field` names the rule field at fault.
+    InvalidRule,
+    /// 404: no rule exists for the action.
+    UnknownAction,
+    /// 401: no admin token or session, or a wrong one.
+    Unauthorized,
+    /// 404: no such route on this listener.
+    NotFound,
+    /// 405: the route exists, the method does not.
+    MethodNotAllowed,
+    /// 503: the store cannot be reached.
+    StoreUnavailable,
+    /// 503: the store did not answer in time.
+    StoreTimeout,
+    /// 503: too many store calls in flight on this replica.
+    Overloaded,
+    /// 500: a store key holds a value of the wrong type (written by something else).
+    StoreWrongType,
+    /// 500: stored data sluice cannot read.
+    StoreCorrupt,
+    /// 500: a store script failed; the message names the script. Not an outage: retrying
+    /// elsewhere will not help, so it must not look like one.
+    StoreScriptError,
+    /// 500: anything else that went wrong inside the backend.
+    Internal,
+    /// A code this build does not know (sent by a newer backend). Never sent by the backend.
+    #[serde(other)]
+    Unrecognized,
+}
+
+impl ErrorCode {
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidRule => "invalid_rule",
+            ErrorCode::UnknownAction => "unknown_action",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::StoreTimeout => "store_timeout",
+            ErrorCode::Overloaded => "overloaded",
+            ErrorCode::StoreWrongType => "store_wrong_type",
+            ErrorCode::StoreCorrupt => "store_corrupt",
+            ErrorCode::StoreScriptError => "store_script_error",
+            ErrorCode::Internal => "internal",
+            ErrorCode::Unrecognized => "unrecognized",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Body of a 4xx/5xx from the backend: a stable code, the field at fault if any, and a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApiError {
+    /// What kind of refusal or failure this is.
+    pub error: ErrorCode,
+    /// The field at fault, when one is (`body` for unreadable JSON, dotted for nested fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// What went wrong and how to fix it.
+    #[serde(default)]
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_snake_case_on_the_wire_and_as_str_agrees() {
+        for code in [
+            ErrorCode::InvalidRequest,
+            ErrorCode::InvalidRule,
+            ErrorCode::UnknownAction,
+            ErrorCode::Unauthorized,
+            ErrorCode::NotFound,
+            ErrorCode::MethodNotAllowed,
+            ErrorCode::StoreUnavailable,
+            ErrorCode::StoreTimeout,
+            ErrorCode::Overloaded,
+            ErrorCode::StoreWrongType,
+            ErrorCode::StoreCorrupt,
+            ErrorCode::StoreScriptError,
+            ErrorCode::Internal,
+        ] {
+            let json = serde_json::to_value(code).unwrap();
+            assert_eq!(json, serde_json::Value::from(code.as_str()));
+            assert_eq!(serde_json::from_value::<ErrorCode>(json).unwrap(), code);
+        }
+    }
+
+    #[test]
+    fn a_code_from_a_newer_backend_still_parses() {
+        let e: ApiError =
+            serde_json::from_str(r#"{"error": "quota_on_fire", "message": "x"}"#).unwrap();
+        assert_eq!(e.error, ErrorCode::Unrecognized);
+    }
+}

@@ -1,0 +1,22 @@
+//! Every JSON body of sluice's two listeners, defined once: the backend serves these types, the
+//! filter and the dashboard read them, and the OpenAPI document derives its schemas from them
+//! (feature `openapi`). Adding a field here changes all three at once, which is the point.
+//!
+//! Requests are parsed with [`parse`], which names the field at fault for every refusal.
+
+mod decision;
+mod error;
+mod events;
+mod levels;
+pub mod parse;
+mod rule;
+mod rules;
+mod session;
+
+pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
+pub use error::{ApiError, ErrorCode};
+pub use events::EventKind;
+pub use levels::{ActionLevels, KeyLevel, LevelsBody};
+pub use rule::RawRule;
+pub use rules::RulesBody;
+pub use session::SessionRequest;

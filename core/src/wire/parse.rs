@@ -1,0 +1,132 @@
+//! Reading JSON into a wire type so that every refusal names the field at fault and says why.
+//!
+//! serde's own messages name a line and column, which a client cannot act on; here the JSON path
+//! of the fault (`rate.count`, from `serde_path_to_error`) becomes the `field` of the refusal.
+//! A document that is not JSON at all, or not an object, is reported against the whole document
+//! (`body` for request bodies, `rule` for a rule).
+
+use serde::de::DeserializeOwned;
+use serde_json::error::Category;
+use serde_json::Value;
+
+use crate::rule::RuleError;
+
+/// Parses JSON text into `T`. `whole` names the document when the fault is not in one field.
+pub fn from_slice<T: DeserializeOwned>(bytes: &[u8], whole: &str) -> Result<T, RuleError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            Category::Syntax | Category::Eof | Category::Io => {
+                RuleError::new(whole, format!("not valid JSON: {inner}"))
+            }
+            Category::Data => refusal(&path, &without_position(&inner.to_string()), whole),
+        }
+    })?;
+    de.end()
+        .map_err(|e| RuleError::new(whole, format!("not valid JSON: {e}")))?;
+    Ok(value)
+}
+
+/// Converts an already parsed JSON value into `T` (see [`from_slice`]).
+pub fn from_value<T: DeserializeOwned>(value: &Value, whole: &str) -> Result<T, RuleError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        refusal(&path, &e.into_inner().to_string(), whole)
+    })
+}
+
+/// serde_json appends ` at line L column C` to data errors; the field already says where.
+fn without_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// Turns serde's message at `path` into a refusal naming a field. Missing and unknown fields are
+/// reported by serde against their parent object, so the field's own name is taken from the
+/// message and appended.
+fn refusal(path: &str, message: &str, whole: &str) -> RuleError {
+    // serde accepts a struct written as an array; sluice's bodies are objects only.
+    if path.starts_with('[') || message.contains("expected struct") {
+        return RuleError::new(whole, "must be a JSON object");
+    }
+    let parent = if path == "." { "" } else { path };
+    let join = |name: &str| {
+        if parent.is_empty() {
+            name.to_owned()
+        } else if parent == name || parent.ends_with(&format!(".{name}")) {
+            parent.to_owned()
+        } else {
+            format!("{parent}.{name}")
+        }
+    };
+    if let Some(name) = quoted_after(message, "missing field `") {
+        return RuleError::new(join(name), "is required");
+    }
+    if let Some(name) = quoted_after(message, "unknown field `") {
+        let expected = message
+            .split_once(", expected ")
+            .map(|(_, list)| list.replace('`', ""))
+            .unwrap_or_else(|| "no fields".to_owned());
+        return RuleError::new(
+            join(name),
+            format!("unknown field; expected {expected}"),
+        );
+    }
+    if parent.is_empty() {
+        return RuleError::new(whole, message);
+    }
+    RuleError::new(parent, message)
+}
+
+fn quoted_after<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
+    let rest = message.strip_prefix(prefix)?;
+    rest.split('`').next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{RawRule, ThrottleRequest};
+
+    fn field<T: DeserializeOwned + std::fmt::Debug>(json: &str) -> String {
+        from_slice::<T>(json.as_bytes(), "body").unwrap_err().field
+    }
+
+    #[test]
+    fn syntax_errors_blame_the_whole_document() {
+        assert_eq!(field::<ThrottleRequest>("{"), "body");
+        assert_eq!(field::<ThrottleRequest>("[]"), "body");
+        assert_eq!(field::<ThrottleRequest>(r#"{"action":"a","key":"\ud800"}"#), "body");
+        assert_eq!(field::<ThrottleRequest>(r#"{"action":"a","key":"k"} x"#), "body");
+    }
+
+    #[test]
+    fn data_errors_name_the_field_without_a_position() {
+        let e = from_slice::<ThrottleRequest>(br#"{"action":7,"key":"k"}"#, "body").unwrap_err();
+        assert_eq!(e.field, "action");
+        assert!(!e.reason.contains("line"), "{}", e.reason);
+        assert_eq!(field::<ThrottleRequest>(r#"{"key":"k"}"#), "action");
+        assert_eq!(
+            field::<ThrottleRequest>(r#"{"action":"a","key":"k","priority":9}"#),
+            "priority"
+        );
+        let e = from_slice::<ThrottleRequest>(br#"{"action":"a","key":"k","x":9}"#, "body")
+            .unwrap_err();
+        assert!(e.reason.contains("expected one of action, key, quantity"), "{}", e.reason);
+    }
+
+    #[test]
+    fn nested_fields_are_dotted() {
+        let rule = |rate: &str| {
+            format!(r#"{{"action":"a","algorithm":"gcra","capacity":1,"rate":{rate}}}"#)
+        };
+        assert_eq!(field::<RawRule>(&rule(r#"{"count":1,"period":"1s","x":1}"#)), "rate.x");
+        assert_eq!(field::<RawRule>(&rule(r#"{"period":"1s"}"#)), "rate.count");
+        assert_eq!(field::<RawRule>(&rule(r#"{"count":1,"period":"0s"}"#)), "rate.period");
+        assert_eq!(field::<RawRule>(&rule(r#"{"count":-1,"period":"1s"}"#)), "rate.count");
+    }
+}

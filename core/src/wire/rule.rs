@@ -1,0 +1,104 @@
+//! A rule's JSON form, as the admin API, the rules file and the dashboard exchange it. Parsed
+//! by serde into [`RawRule`], then validated into a [`Rule`] by `TryFrom`, so an invalid rule
+//! cannot exist past the edge.
+
+use serde::{Deserialize, Serialize};
+
+use crate::duration::Span;
+use crate::rule::{Algorithm, Limit, Mode, Rate, Rule, RuleError};
+
+/// A rule as sent: every field present or not, nothing yet checked across fields. `rate` for
+/// gcra, leaky_bucket and token_bucket; `window` for fixed_window, sliding_log and
+/// sliding_window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = Rule))]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    /// 1–64 of `[A-Za-z0-9_.:-]`. In `PUT /v1/rules/{action}` it may be omitted; if present it
+    /// must equal the path's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "reply"))]
+    pub action: Option<String>,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Requests that may pass back to back from idle (for gcra: redis-cell max_burst + 1).
+    #[cfg_attr(feature = "openapi", schema(example = 16, minimum = 1))]
+    pub capacity: u64,
+    /// The steady rate of a meter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    /// The window of a window algorithm: a duration, `"500ms"`, `"60s"`, `"5m"`, `"1h"`, `"1d"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "60s"))]
+    pub window: Option<Span>,
+    /// `enforce` (default) or `shadow`.
+    #[serde(default)]
+    pub mode: Option<Mode>,
+    /// Free text for operators (at most 1024 bytes).
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+impl TryFrom<RawRule> for Rule {
+    type Error = RuleError;
+
+    fn try_from(raw: RawRule) -> Result<Rule, RuleError> {
+        let action = raw
+            .action
+            .ok_or_else(|| RuleError::new("action", "is required"))?;
+        let algorithm = raw.algorithm;
+        let limit = if algorithm.uses_rate() {
+            if raw.window.is_some() {
+                return Err(RuleError::new(
+                    "window",
+                    format!("{algorithm} takes a rate, not a window"),
+                ));
+            }
+            Limit::Rate(raw.rate.ok_or_else(|| {
+                RuleError::new("rate", "is required ({\"count\": N, \"period\": \"60s\"})")
+            })?)
+        } else {
+            if raw.rate.is_some() {
+                return Err(RuleError::new(
+                    "rate",
+                    format!("{algorithm} takes a window, not a rate"),
+                ));
+            }
+            Limit::Window(raw.window.ok_or_else(|| {
+                RuleError::new("window", "is required (a duration like \"60s\")")
+            })?)
+        };
+        Rule::new(
+            &action,
+            algorithm,
+            raw.capacity,
+            limit,
+            raw.mode.unwrap_or_default(),
+            raw.description.as_deref().unwrap_or(""),
+        )
+    }
+}
+
+impl From<&Rule> for RawRule {
+    fn from(rule: &Rule) -> RawRule {
+        let (rate, window) = match rule.limit() {
+            Limit::Rate(rate) => (Some(rate), None),
+            Limit::Window(window) => (None, Some(window)),
+        };
+        RawRule {
+            action: Some(rule.action().as_str().to_owned()),
+            algorithm: rule.algorithm(),
+            capacity: rule.capacity(),
+            rate,
+            window,
+            mode: Some(rule.mode()),
+            description: Some(rule.description().to_owned()),
+        }
+    }
+}
+
+impl From<Rule> for RawRule {
+    fn from(rule: Rule) -> RawRule {
+        RawRule::from(&rule)
+    }
+}

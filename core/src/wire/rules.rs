@@ -1,0 +1,18 @@
+//! `GET /v1/rules` and the SSE `rules` event.
+
+use serde::{Deserialize, Serialize};
+
+use crate::rule::Rule;
+
+/// Every rule, with the store's version so a client can ignore a stale snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RulesBody {
+    /// The store's rules version (0 before any rule was stored); changes on every write.
+    #[serde(default)]
+    pub version: u64,
+    /// Every rule, sorted by action.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<super::RawRule>))]
+    pub rules: Vec<Rule>,
+}
