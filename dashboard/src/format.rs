@@ -1,4 +1,5 @@
-//! Number and duration formatting shared by the table, the live view and the plot.
+//! Numbers and durations as people read them, shared by the rules table, the live view and the
+//! what-if plot.
 
 /// A rate as `"0.5/s"`, `"12/s"`, `"1.2k/s"`: short, and without trailing zeros.
 pub fn per_second(rate: f64) -> String {
@@ -54,6 +55,23 @@ pub fn duration_label(seconds: f64) -> String {
     }
 }
 
+/// The smallest of 1, 2, 2.5, 5 × 10^k at or above `x` (1 for nothing): an axis top, or a span
+/// that reads well and stays put while the numbers under it change a little.
+pub fn nice_ceiling(x: f64) -> f64 {
+    if !(x.is_finite() && x > 0.0) {
+        return 1.0;
+    }
+    let mut step = 10f64.powf(x.log10().floor());
+    loop {
+        for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+            if m * step >= x * (1.0 - 1e-9) {
+                return m * step;
+            }
+        }
+        step *= 10.0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +97,16 @@ mod tests {
         assert_eq!(duration_label(5400.0), "90m");
         assert_eq!(duration_label(9000.0), "2.5h");
         assert_eq!(duration_label(3.0 * 86_400.0), "3d");
+    }
+
+    #[test]
+    fn axis_tops_are_round() {
+        assert_eq!(nice_ceiling(0.0), 1.0);
+        assert_eq!(nice_ceiling(f64::NAN), 1.0);
+        assert_eq!(nice_ceiling(3.2), 5.0);
+        assert_eq!(nice_ceiling(10.0), 10.0);
+        assert_eq!(nice_ceiling(11.0), 20.0);
+        assert_eq!(nice_ceiling(239.0), 250.0);
+        assert_eq!(nice_ceiling(0.03), 0.05);
     }
 }

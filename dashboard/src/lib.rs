@@ -1,19 +1,37 @@
 //! sluice-dashboard: the operator's page for sluice: rules with validation, live funnel levels
 //! and a what-if plot that runs the core algorithms before a rule is saved.
 //!
-//! The logic is plain Rust and tested natively: [`api`] (wire bodies and error descriptions),
-//! [`rules`] (table rows), [`form`] (the editor and its validation through sluice-core),
-//! [`plot`] (the what-if simulation and its SVG geometry) and [`live`] (funnels). The Leptos
-//! components in `app` exist only on wasm32 and just draw these models.
-
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+//! # Where things are
+//!
+//! One rule names the files: **`app/X.rs` draws, `X.rs` knows.** Each Leptos component file in
+//! `app/` (wasm32 only, not unit tested) has a twin of the same name at the crate root holding its
+//! model: plain Rust, compiled natively and tested with `cargo test -p sluice-dashboard`.
+//!
+//! | view (`app/`) | its model | what the model holds |
+//! |---|---|---|
+//! | `signin.rs` | [`signin`] | what a refused sign-in says |
+//! | `rules_view.rs` | [`rules_view`] | the rules table's rows |
+//! | `editor.rs` | [`editor`] | the form as typed, its validation through sluice-core, server refusals by field |
+//! | `whatif.rs` | [`whatif`] | [`whatif::simulation`] (core's algorithms over a request pattern) and [`whatif::chart`] (its SVG geometry) |
+//! | `live_view.rs` | [`live_view`] | funnels from a levels snapshot: order, fill, colour |
+//! | `api.rs` (the admin API calls) | [`api`] | [`api::ServerError`]: how a failed call is described |
+//!
+//! Files without a twin are shared by several views ([`format`]: numbers and durations as text;
+//! [`sustained`]: a rule's long-run rate) or have no logic worth a model (`app/mod.rs`: the page's
+//! signals; `app/events.rs`: the SSE stream). The wire bodies themselves are sluice-core's
+//! (`sluice_core::wire`), never declared here.
+//!
+//! A new view `app/X.rs` gets its model in `X.rs`; a model that grows a second job becomes a
+//! directory `X/` of one-job files, as [`whatif`] did.
 
 pub mod api;
-pub mod form;
+pub mod editor;
 pub mod format;
-pub mod live;
-pub mod plot;
-pub mod rules;
+pub mod live_view;
+pub mod rules_view;
+pub mod signin;
+pub mod sustained;
+pub mod whatif;
 
 #[cfg(target_arch = "wasm32")]
 pub mod app;

@@ -7,9 +7,9 @@ use leptos::prelude::*;
 use sluice_core::{Algorithm, Mode};
 use wasm_bindgen::JsCast;
 
-use super::{http, whatif::WhatIf, Ctx, Editing};
+use super::{api, whatif::WhatIf, Ctx, Editing};
 use crate::api::RulesBody;
-use crate::form::{EditMode, Field, FieldError, RuleForm};
+use crate::editor::{EditMode, Field, FieldError, RuleForm};
 
 fn existing_actions(body: &RulesBody) -> Vec<String> {
     body.rules
@@ -88,7 +88,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
         saving.set(true);
         leptos::task::spawn_local(async move {
             let action = rule.action().to_string();
-            match http::put_rule(&action, &rule.to_json()).await {
+            match api::put_rule(&action, &rule.to_json()).await {
                 Ok(stored) => {
                     ctx.rules.update(|body| {
                         match body.rules.iter_mut().find(|r| {

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use super::Ctx;
-use crate::live::{live_view, ActionView, FunnelView, TOP_KEYS};
+use crate::live_view::{live_view, ActionView, FunnelView, TOP_KEYS};
 
 #[component]
 pub fn LivePanel(ctx: Ctx) -> impl IntoView {

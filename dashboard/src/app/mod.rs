@@ -1,9 +1,9 @@
 //! The Leptos UI (wasm32 only). Components draw the plain models of the crate; state lives in a
 //! few signals in [`Ctx`], fed by the admin API and its SSE stream.
 
+mod api;
 mod editor;
 mod events;
-mod http;
 mod live_view;
 mod rules_view;
 mod signin;
@@ -14,7 +14,7 @@ use std::time::Duration;
 use leptos::prelude::*;
 
 use crate::api::{LevelsBody, RulesBody, ServerError};
-use crate::form::{EditMode, RuleForm};
+use crate::editor::{EditMode, RuleForm};
 
 /// Mounts the page.
 pub fn start() {
@@ -145,7 +145,7 @@ impl Ctx {
     /// Loads the rules; on success the page is signed in and the stream opens.
     pub fn recheck(self) {
         leptos::task::spawn_local(async move {
-            match http::rules().await {
+            match api::rules().await {
                 Ok(body) => {
                     self.apply_rules(body);
                     if self.auth.get_untracked() != Auth::SignedIn {
@@ -190,7 +190,7 @@ fn App() -> impl IntoView {
                         id="sign-out"
                         on:click=move |_| {
                             leptos::task::spawn_local(async move {
-                                if let Err(e) = http::sign_out().await {
+                                if let Err(e) = api::sign_out().await {
                                     ctx.fail(format!("Sign-out failed: {}", e.message));
                                 }
                                 ctx.signed_out(Some("Signed out.".into()));

@@ -2,9 +2,9 @@
 
 use leptos::prelude::*;
 
-use super::{editor::Editor, http, Ctx, Editing};
-use crate::form::{EditMode, RuleForm};
-use crate::rules::{rows, RuleRow};
+use super::{api, editor::Editor, Ctx, Editing};
+use crate::editor::{EditMode, RuleForm};
+use crate::rules_view::{rows, RuleRow};
 
 #[component]
 pub fn RulesPanel(ctx: Ctx) -> impl IntoView {
@@ -91,7 +91,7 @@ fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl Int
             let action = action.clone();
             confirming.set(None);
             leptos::task::spawn_local(async move {
-                match http::delete_rule(&action).await {
+                match api::delete_rule(&action).await {
                     Ok(()) => {
                         ctx.rules.update(|body| {
                             body.rules.retain(|r| {

@@ -3,8 +3,8 @@
 
 use leptos::prelude::*;
 
-use super::{http, Auth, Ctx};
-use crate::api::sign_in_failure;
+use super::{api, Auth, Ctx};
+use crate::signin::sign_in_failure;
 
 #[component]
 pub fn SignIn(ctx: Ctx, message: Option<String>) -> impl IntoView {
@@ -23,7 +23,7 @@ pub fn SignIn(ctx: Ctx, message: Option<String>) -> impl IntoView {
         }
         busy.set(true);
         leptos::task::spawn_local(async move {
-            match http::sign_in(&value).await {
+            match api::sign_in(&value).await {
                 Ok(()) => {
                     token.set(String::new());
                     ctx.auth.set(Auth::Checking);

@@ -4,7 +4,8 @@
 use leptos::prelude::*;
 use sluice_core::{Params, Span};
 
-use crate::plot::{self, Charts, Pattern, COUNT_HEIGHT, LEFT, LEVEL_HEIGHT, RIGHT, WIDTH};
+use crate::whatif::chart::{Charts, Tick, COUNT_HEIGHT, LEFT, LEVEL_HEIGHT, RIGHT, WIDTH};
+use crate::whatif::simulation::{self, Pattern};
 
 #[component]
 pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
@@ -14,7 +15,7 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
     // user may type another. Emptied, it follows the current rule.
     let initial = params
         .get_untracked()
-        .map(|p| plot::default_offered_per_s(&p).to_string());
+        .map(|p| simulation::default_offered_per_s(&p).to_string());
     let offered_text = RwSignal::new(initial.unwrap_or_default());
     let offered = Memo::new(move |_| {
         let typed = offered_text
@@ -25,7 +26,7 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
             .filter(|r| r.is_finite() && *r >= 0.0);
         match (typed, params.get()) {
             (Some(rate), _) => Some(rate),
-            (None, Some(p)) => Some(plot::default_offered_per_s(&p)),
+            (None, Some(p)) => Some(simulation::default_offered_per_s(&p)),
             (None, None) => None,
         }
     });
@@ -33,7 +34,7 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
     let span_text = RwSignal::new(
         params
             .get_untracked()
-            .map(|p| plot::horizon_text(plot::auto_horizon_ns(&p)))
+            .map(|p| simulation::horizon_text(simulation::auto_horizon_ns(&p)))
             .unwrap_or_default(),
     );
     let span = Memo::new(move |_| {
@@ -54,8 +55,8 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
             .get()
             .ok()
             .flatten()
-            .unwrap_or_else(|| plot::auto_horizon_ns(&p));
-        Some(Charts::new(&plot::simulate(
+            .unwrap_or_else(|| simulation::auto_horizon_ns(&p));
+        Some(Charts::new(&simulation::simulate(
             &p,
             pattern.get(),
             rate,
@@ -66,7 +67,7 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
         params
             .get()
             .map_or("twice the rule's rate".to_owned(), |p| {
-                plot::default_offered_per_s(&p).to_string()
+                simulation::default_offered_per_s(&p).to_string()
             })
     };
     let ticks_x = move |height: f64| {
@@ -85,7 +86,7 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
             })
         }
     };
-    let ticks_y = move |pick: fn(&Charts) -> Vec<plot::Tick>| {
+    let ticks_y = move |pick: fn(&Charts) -> Vec<Tick>| {
         move || {
             charts.get().map(|c| {
                 pick(&c)

@@ -1,4 +1,5 @@
-//! The live view: per action, the most active keys as funnels, from the SSE `levels` snapshots.
+//! The model of the live view (`app/live_view.rs`): per action, the most active keys as funnels,
+//! from the SSE `levels` snapshots.
 
 use crate::api::{ActionLevels, LevelsBody};
 use crate::format::{per_second, short_number};

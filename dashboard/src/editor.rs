@@ -1,4 +1,4 @@
-//! The rule editor's state and its validation glue.
+//! The model of the rule editor (`app/editor.rs`): what was typed, and its validation glue.
 //!
 //! The form keeps what the user typed as text, turns it into the rule's JSON form and validates
 //! it with sluice-core's [`Rule::from_json`], the same code the backend runs, so a message shown

@@ -1,9 +1,11 @@
-//! The rules table: one row per rule, in words an operator reads at a glance.
+//! The model of the rules table (`app/rules_view.rs`): one row per rule, in words an operator
+//! reads at a glance.
 
-use sluice_core::{Limit, Params, Rule};
+use sluice_core::{Limit, Rule};
 
 use crate::api::RulesBody;
 use crate::format::per_second;
+use crate::sustained;
 
 /// One row of the rules table.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,22 +52,9 @@ pub fn limit_text(rule: &Rule) -> String {
             "{} per {} ({})",
             rate.count,
             rate.period,
-            per_second(sustained_per_s(&rule.params()))
+            per_second(sustained::per_s(&rule.params()))
         ),
         Limit::Window(window) => format!("{window} window"),
-    }
-}
-
-/// The long-run rate a rule lets through, in requests per second: `count / period` for a
-/// meter, `capacity / window` for a window algorithm.
-pub fn sustained_per_s(params: &Params) -> f64 {
-    match params {
-        Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => {
-            1e9 / m.interval.max(1) as f64
-        }
-        Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => {
-            w.capacity as f64 * 1000.0 / w.window_ms.max(1) as f64
-        }
     }
 }
 
