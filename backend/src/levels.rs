@@ -2,12 +2,11 @@
 //! decay with time), and the snapshot pushed to SSE listeners about twice a second.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use sluice_core::wire::{ActionLevels, KeyLevel, LevelsBody};
 use sluice_core::Rule;
 use tokio::sync::watch;
-use utoipa::ToSchema;
 
 use crate::activity::ActivityBook;
 use crate::rules::RuleCache;
@@ -18,55 +17,9 @@ pub const DEFAULT_LIMIT: usize = 20;
 /// Largest `limit` accepted.
 pub const MAX_LIMIT: usize = 1000;
 
-/// `GET /v1/levels` body.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct LevelsBody {
-    /// When the levels were read, in milliseconds since the Unix epoch.
-    pub at_ms: u64,
-    /// One entry per action (sorted by action).
-    pub actions: Vec<ActionLevels>,
-}
-
-/// The levels of one action.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct ActionLevels {
-    /// The action.
-    pub action: String,
-    /// Its rule's algorithm.
-    #[schema(example = "gcra")]
-    pub algorithm: String,
-    /// Its rule's capacity.
-    pub capacity: u64,
-    /// Requests allowed per second over the last 2 s, as seen by this replica.
-    pub allowed_per_s: f64,
-    /// Requests denied (or shadow-denied) per second over the last 2 s, as seen by this replica.
-    pub denied_per_s: f64,
-    /// The most recently active keys, newest first.
-    pub keys: Vec<KeyLevel>,
-}
-
-/// The level of one key, as of `at_ms`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct KeyLevel {
-    /// The key.
-    pub key: String,
-    /// How full the funnel is, in requests (fractional for the continuous algorithms).
-    pub level: f64,
-    /// Funnel size.
-    pub capacity: u64,
-    /// Requests of quantity 1 that could pass now.
-    pub remaining: u64,
-    /// When any replica last saw the key, in milliseconds since the Unix epoch.
-    pub last_seen_ms: u64,
-}
-
-/// Milliseconds since the Unix epoch, by this process's clock.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+/// Kept for `http/decision.rs`, which still imports the clock from here; new code reads
+/// [`crate::clock`] directly.
+pub use crate::clock::now_ms;
 
 async fn action_levels(
     store: &dyn Store,
@@ -84,7 +37,7 @@ async fn action_levels(
     let rates = book.rates(rule.action().as_str(), Instant::now());
     Ok(ActionLevels {
         action: rule.action().as_str().to_owned(),
-        algorithm: rule.algorithm().name().to_owned(),
+        algorithm: rule.algorithm(),
         capacity: rule.capacity(),
         allowed_per_s: rates.allowed_per_s,
         denied_per_s: rates.denied_per_s,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
+use sluice_core::wire::RulesBody;
 use sluice_core::Rule;
 use tokio::sync::watch;
 
@@ -45,18 +45,9 @@ impl RuleSet {
     pub fn body(&self) -> RulesBody {
         RulesBody {
             version: self.version.unwrap_or(0),
-            rules: self.rules.values().map(Rule::to_json).collect(),
+            rules: self.rules.values().cloned().collect(),
         }
     }
-}
-
-/// `GET /v1/rules`: `{"version": N, "rules": [...]}` (version 0 when nothing was ever stored).
-#[derive(Debug, Clone, Serialize)]
-pub struct RulesBody {
-    /// The store's rules version.
-    pub version: u64,
-    /// Every rule, sorted by action.
-    pub rules: Vec<serde_json::Value>,
 }
 
 /// The cache, with change notification (the SSE `rules` event listens to it).
@@ -129,7 +120,8 @@ pub enum PollOutcome {
     /// serving. Holds the error.
     StoreDown(String),
     /// The store answered but its rules bookkeeping cannot be read (a version that is not a
-    /// number, foreign data in the rules key); the cache keeps serving until it is repaired.
+    /// number, foreign data in the rules key, a rules script that fails); the cache keeps
+    /// serving until it is repaired.
     /// Holds the error.
     Unreadable(String),
 }
@@ -137,7 +129,7 @@ pub enum PollOutcome {
 /// Sorts a failed store call into "cannot reach" and "cannot read", so the log says which.
 fn failed(e: &StoreError) -> PollOutcome {
     match e {
-        StoreError::Corrupt(_) | StoreError::WrongType { .. } => {
+        StoreError::Corrupt(_) | StoreError::WrongType { .. } | StoreError::Script { .. } => {
             PollOutcome::Unreadable(e.to_string())
         }
         StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Overloaded(_) => {

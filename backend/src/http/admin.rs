@@ -11,21 +11,26 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
-use sluice_core::{Action, Rule};
+use sluice_core::wire::{
+    parse, ApiError, LevelsBody, RawRule, RulesBody, SessionRequest,
+};
+use sluice_core::{Action, Rule, RuleError};
 
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
 use crate::auth;
-use crate::levels::{self, LevelsBody};
-use crate::rules::RulesBody;
+use crate::levels;
 
 /// Lets a request through only with the admin token (Bearer) or a valid session cookie.
 pub async fn require_admin(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     if is_admin(&app, request.headers()) {
         next.run(request).await
     } else {
-        ApiFailure::unauthorized().into_response()
+        ApiFailure::unauthorized(
+            "send Authorization: Bearer <admin token>, or log in with POST /v1/session",
+        )
+        .into_response()
     }
 }
 
@@ -60,8 +65,8 @@ fn segment_action(segment: Result<Path<String>, PathRejection>) -> Result<Action
 /// Every rule and the rules version.
 #[utoipa::path(get, path = "/v1/rules", tag = "admin",
     responses(
-        (status = 200, body = super::openapi::RulesBodyDoc),
-        (status = 401, body = super::openapi::ApiErrorDoc),
+        (status = 200, body = RulesBody),
+        (status = 401, body = ApiError),
     ),
     security(("bearer" = []), ("session" = [])))]
 pub async fn list_rules(State(app): State<Arc<App>>) -> Json<RulesBody> {
@@ -72,67 +77,60 @@ pub async fn list_rules(State(app): State<Arc<App>>) -> Json<RulesBody> {
 #[utoipa::path(get, path = "/v1/rules/{action}", tag = "admin",
     params(("action" = String, Path, description = "The action")),
     responses(
-        (status = 200, body = super::openapi::RuleDoc),
-        (status = 400, body = super::openapi::ApiErrorDoc),
-        (status = 401, body = super::openapi::ApiErrorDoc),
-        (status = 404, description = "`unknown_action`", body = super::openapi::ApiErrorDoc),
+        (status = 200, body = RawRule),
+        (status = 400, body = ApiError),
+        (status = 401, body = ApiError),
+        (status = 404, description = "`unknown_action`", body = ApiError),
     ),
     security(("bearer" = []), ("session" = [])))]
 pub async fn get_rule(
     State(app): State<Arc<App>>,
     action: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiFailure> {
+) -> Result<Json<Rule>, ApiFailure> {
     let action = segment_action(action)?;
     let rules = app.rules.current();
     rules
         .rules
         .get(action.as_str())
-        .map(|r| Json(r.to_json()))
+        .map(|r| Json(r.clone()))
         .ok_or_else(|| ApiFailure::unknown_action(action.as_str()))
 }
 
 /// Creates or replaces a rule. The body's `action`, if present, must equal the path's.
 #[utoipa::path(put, path = "/v1/rules/{action}", tag = "admin",
     params(("action" = String, Path, description = "The action")),
-    request_body = super::openapi::RuleDoc,
+    request_body = RawRule,
     responses(
-        (status = 200, description = "The rule as stored", body = super::openapi::RuleDoc),
-        (status = 400, description = "`invalid_rule` or `invalid_request`, naming the field", body = super::openapi::ApiErrorDoc),
-        (status = 401, body = super::openapi::ApiErrorDoc),
-        (status = 503, body = super::openapi::ApiErrorDoc),
+        (status = 200, description = "The rule as stored", body = RawRule),
+        (status = 400, description = "`invalid_rule` or `invalid_request`, naming the field", body = ApiError),
+        (status = 401, body = ApiError),
+        (status = 503, body = ApiError),
     ),
     security(("bearer" = []), ("session" = [])))]
 pub async fn put_rule(
     State(app): State<Arc<App>>,
     action: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiFailure> {
+) -> Result<Json<Rule>, ApiFailure> {
     let action = segment_action(action)?;
     let body = body.map_err(input::body_failure)?;
-    let mut value: Value = serde_json::from_slice(&body)
+    let value: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiFailure::invalid("body", format!("not valid JSON: {e}")))?;
-    let Some(object) = value.as_object_mut() else {
-        return Err(ApiFailure::invalid_rule(sluice_core::RuleError::new(
-            "rule",
-            "must be a JSON object",
-        )));
-    };
-    match object.get("action") {
-        None | Some(Value::Null) => {
-            object.insert("action".into(), Value::from(action.as_str()));
-        }
-        Some(Value::String(s)) if s == action.as_str() => {}
+    let mut raw: RawRule = parse::from_value(&value, "rule").map_err(ApiFailure::invalid_rule)?;
+    match raw.action.as_deref() {
+        None => raw.action = Some(action.as_str().to_owned()),
+        Some(named) if named == action.as_str() => {}
         Some(other) => {
-            return Err(ApiFailure::invalid_rule(sluice_core::RuleError::new(
+            return Err(ApiFailure::invalid_rule(RuleError::new(
                 "action",
                 format!(
-                    "must equal the action in the path ({:?}); got {other}",
+                    "must equal the action in the path ({:?}); got {other:?}",
                     action.as_str()
                 ),
             )))
         }
     }
-    let rule = Rule::from_json(&value).map_err(ApiFailure::invalid_rule)?;
+    let rule = Rule::try_from(raw).map_err(ApiFailure::invalid_rule)?;
     let version = app
         .store_call(app.store.put_rule(&rule))
         .await
@@ -145,7 +143,7 @@ pub async fn put_rule(
         })
         .await;
     app.metrics.set_rules(app.rules.current().rules.len());
-    Ok(Json(rule.to_json()))
+    Ok(Json(rule))
 }
 
 /// Deletes a rule.
@@ -153,9 +151,9 @@ pub async fn put_rule(
     params(("action" = String, Path, description = "The action")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 401, body = super::openapi::ApiErrorDoc),
-        (status = 404, description = "`unknown_action`", body = super::openapi::ApiErrorDoc),
-        (status = 503, body = super::openapi::ApiErrorDoc),
+        (status = 401, body = ApiError),
+        (status = 404, description = "`unknown_action`", body = ApiError),
+        (status = 503, body = ApiError),
     ),
     security(("bearer" = []), ("session" = [])))]
 pub async fn delete_rule(
@@ -197,10 +195,10 @@ pub struct LevelsQuery {
     params(LevelsQuery),
     responses(
         (status = 200, body = LevelsBody),
-        (status = 400, body = super::openapi::ApiErrorDoc),
-        (status = 401, body = super::openapi::ApiErrorDoc),
-        (status = 404, description = "`unknown_action`", body = super::openapi::ApiErrorDoc),
-        (status = 503, body = super::openapi::ApiErrorDoc),
+        (status = 400, body = ApiError),
+        (status = 401, body = ApiError),
+        (status = 404, description = "`unknown_action`", body = ApiError),
+        (status = 503, body = ApiError),
     ),
     security(("bearer" = []), ("session" = [])))]
 pub async fn get_levels(
@@ -247,26 +245,21 @@ pub async fn get_levels(
 
 /// Exchanges the admin token for an HttpOnly session cookie (for the dashboard).
 #[utoipa::path(post, path = "/v1/session", tag = "admin",
-    request_body = super::openapi::SessionRequestDoc,
+    request_body = SessionRequest,
     responses(
         (status = 204, description = "Logged in; `Set-Cookie: sluice_session=...; HttpOnly; SameSite=Strict; Path=/`"),
-        (status = 400, body = super::openapi::ApiErrorDoc),
-        (status = 401, description = "Wrong token", body = super::openapi::ApiErrorDoc),
+        (status = 400, body = ApiError),
+        (status = 401, description = "Wrong token", body = ApiError),
     ))]
 pub async fn login(
     State(app): State<Arc<App>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiFailure> {
     let body = body.map_err(input::body_failure)?;
-    let map = input::object(&body, &["token"])?;
-    let token = input::string(&map, "token")?;
-    if !app.auth.token_matches(&token) {
+    let request: SessionRequest = input::json(&body)?;
+    if !app.auth.token_matches(&request.token) {
         tracing::warn!("dashboard login with a wrong token");
-        return Err(ApiFailure::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "wrong admin token",
-        ));
+        return Err(ApiFailure::unauthorized("wrong admin token"));
     }
     let cookie = auth::set_cookie(&app.auth.new_session());
     Ok(session_response(&cookie))

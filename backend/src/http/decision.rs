@@ -10,7 +10,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
 use sluice_core::cell::{self, CellArgs};
-use sluice_core::wire::ThrottleResponse;
+use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 
 use super::error::ApiFailure;
 use super::input;
@@ -23,13 +23,13 @@ use crate::metrics::Outcome;
     post,
     path = "/v1/throttle",
     tag = "decision",
-    request_body = super::openapi::ThrottleRequestDoc,
+    request_body = ThrottleRequest,
     responses(
-        (status = 200, description = "The decision (a denial is `allowed: false`, still 200)", body = super::openapi::ThrottleResponseDoc),
-        (status = 400, description = "Bad input; `field` names the field at fault", body = super::openapi::ApiErrorDoc),
-        (status = 404, description = "`unknown_action`: no rule for the action", body = super::openapi::ApiErrorDoc),
-        (status = 413, description = "Body larger than 64 KiB", body = super::openapi::ApiErrorDoc),
-        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = super::openapi::ApiErrorDoc),
+        (status = 200, description = "The decision (a denial is `allowed: false`, still 200)", body = ThrottleResponse),
+        (status = 400, description = "Bad input; `field` names the field at fault", body = ApiError),
+        (status = 404, description = "`unknown_action`: no rule for the action", body = ApiError),
+        (status = 413, description = "Body larger than 64 KiB", body = ApiError),
+        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = ApiError),
     )
 )]
 pub async fn throttle(
@@ -38,7 +38,7 @@ pub async fn throttle(
 ) -> Result<Json<ThrottleResponse>, ApiFailure> {
     let started = Instant::now();
     let body = body.map_err(input::body_failure)?;
-    let request = input::throttle_request(&body)?;
+    let request: ThrottleRequest = input::json(&body)?;
     let action = request.validate().map_err(ApiFailure::from_request_error)?;
     let rules = app.rules.current();
     let Some(rule) = rules.rules.get(action.as_str()) else {
@@ -53,8 +53,6 @@ pub async fn throttle(
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     let response = ThrottleResponse::new(
-        action.as_str(),
-        &request.key,
         rule.algorithm(),
         rule.mode(),
         rule.params().policy_window_ns(),
@@ -79,11 +77,11 @@ pub async fn throttle(
     post,
     path = "/v1/cl.throttle",
     tag = "decision",
-    request_body = super::openapi::ClThrottleRequestDoc,
+    request_body = ClThrottleRequest,
     responses(
         (status = 200, description = "`[limited, limit, remaining, retry_after_s, reset_after_s]` as redis-cell answers", body = [i64], example = json!([0, 16, 15, -1, 2])),
-        (status = 400, description = "Bad input; `field` names the argument at fault", body = super::openapi::ApiErrorDoc),
-        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = super::openapi::ApiErrorDoc),
+        (status = 400, description = "Bad input; `field` names the argument at fault", body = ApiError),
+        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = ApiError),
     )
 )]
 pub async fn cl_throttle(
@@ -92,7 +90,7 @@ pub async fn cl_throttle(
 ) -> Result<Json<[i64; 5]>, ApiFailure> {
     let started = Instant::now();
     let body = body.map_err(input::body_failure)?;
-    let request = input::cl_throttle_request(&body)?;
+    let request: ClThrottleRequest = input::json(&body)?;
     let args = CellArgs::new(
         request.max_burst,
         request.count,

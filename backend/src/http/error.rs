@@ -1,9 +1,10 @@
-//! Every non-2xx answer: a status and an [`ApiError`] body (`{"error", "field"?, "message"}`).
+//! Every non-2xx answer: a status and an [`ApiError`] body (`{"error", "field"?, "message"}`),
+//! with the code from core's closed [`ErrorCode`] set.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use sluice_core::wire::ApiError;
+use sluice_core::wire::{ApiError, ErrorCode};
 use sluice_core::RuleError;
 
 use crate::store::StoreError;
@@ -19,46 +20,41 @@ pub struct ApiFailure {
 
 impl ApiFailure {
     /// A failure with a code and message, no field.
-    pub fn new(status: StatusCode, error: &str, message: impl Into<String>) -> ApiFailure {
+    pub fn new(status: StatusCode, error: ErrorCode, message: impl Into<String>) -> ApiFailure {
         ApiFailure {
             status,
             body: ApiError {
-                error: error.to_owned(),
+                error,
                 field: None,
                 message: message.into(),
             },
         }
     }
 
-    /// 400 `invalid_request` naming the field at fault.
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiFailure {
-        let field = field.into();
-        let message = message.into();
+    fn about_field(status: StatusCode, error: ErrorCode, e: RuleError) -> ApiFailure {
         ApiFailure {
-            status: StatusCode::BAD_REQUEST,
+            status,
             body: ApiError {
-                error: "invalid_request".into(),
-                message: format!("{field}: {message}"),
-                field: Some(field),
-            },
-        }
-    }
-
-    /// 400 `invalid_request` from a core validation error.
-    pub fn from_request_error(e: RuleError) -> ApiFailure {
-        ApiFailure::invalid(e.field, e.reason)
-    }
-
-    /// 400 `invalid_rule` from a rule validation error.
-    pub fn invalid_rule(e: RuleError) -> ApiFailure {
-        ApiFailure {
-            status: StatusCode::BAD_REQUEST,
-            body: ApiError {
-                error: "invalid_rule".into(),
+                error,
                 message: format!("{}: {}", e.field, e.reason),
                 field: Some(e.field),
             },
         }
+    }
+
+    /// 400 `invalid_request` naming the field at fault.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiFailure {
+        ApiFailure::from_request_error(RuleError::new(field, message))
+    }
+
+    /// 400 `invalid_request` from a core validation or parse error.
+    pub fn from_request_error(e: RuleError) -> ApiFailure {
+        ApiFailure::about_field(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, e)
+    }
+
+    /// 400 `invalid_rule` from a rule validation error.
+    pub fn invalid_rule(e: RuleError) -> ApiFailure {
+        ApiFailure::about_field(StatusCode::BAD_REQUEST, ErrorCode::InvalidRule, e)
     }
 
     /// 404 `unknown_action`: no rule for the action.
@@ -66,7 +62,7 @@ impl ApiFailure {
         ApiFailure {
             status: StatusCode::NOT_FOUND,
             body: ApiError {
-                error: "unknown_action".into(),
+                error: ErrorCode::UnknownAction,
                 field: Some("action".into()),
                 message: format!("no rule for action {action:?}; add one with PUT /v1/rules/{action} on the admin API"),
             },
@@ -74,32 +70,36 @@ impl ApiFailure {
     }
 
     /// 401 `unauthorized`.
-    pub fn unauthorized() -> ApiFailure {
-        ApiFailure::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "send Authorization: Bearer <admin token>, or log in with POST /v1/session",
-        )
+    pub fn unauthorized(message: &str) -> ApiFailure {
+        ApiFailure::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message)
     }
 
     /// 404 `not_found` for a route that does not exist on this listener.
     pub fn no_route(path: &str) -> ApiFailure {
         ApiFailure::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorCode::NotFound,
             format!("no route {path} on this listener"),
         )
     }
 
     /// The answer for a failed store call: 503 for outages (retry elsewhere or later), 500 for
-    /// data sluice cannot read.
+    /// data or scripts sluice cannot use (retrying will not help, and the filter must not mistake
+    /// it for an outage).
     pub fn store(e: &StoreError) -> ApiFailure {
         let (status, code) = match e {
-            StoreError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
-            StoreError::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_timeout"),
-            StoreError::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
-            StoreError::WrongType { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "store_wrong_type"),
-            StoreError::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store_corrupt"),
+            StoreError::Unavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreUnavailable)
+            }
+            StoreError::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreTimeout),
+            StoreError::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Overloaded),
+            StoreError::WrongType { .. } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreWrongType)
+            }
+            StoreError::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreCorrupt),
+            StoreError::Script { .. } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreScriptError)
+            }
         };
         ApiFailure::new(status, code, e.to_string())
     }

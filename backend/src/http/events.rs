@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
+use sluice_core::wire::EventKind;
 use tokio_stream::wrappers::WatchStream;
 
 use crate::app::App;
@@ -17,7 +18,7 @@ use crate::app::App;
 #[utoipa::path(get, path = "/v1/events", tag = "admin",
     responses(
         (status = 200, description = "text/event-stream: `rules` events (data: the GET /v1/rules body) on connect and on change; `levels` events (data: the GET /v1/levels body) about every 500 ms", content_type = "text/event-stream", body = String),
-        (status = 401, body = super::openapi::ApiErrorDoc),
+        (status = 401, body = sluice_core::wire::ApiError),
     ),
     security(("bearer" = []), ("session" = [])))]
 pub async fn events(
@@ -25,11 +26,11 @@ pub async fn events(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let rules = WatchStream::new(app.rules.subscribe()).map(|set| {
         let data = serde_json::to_string(&set.body()).unwrap_or_else(|_| "{}".into());
-        Event::default().event("rules").data(data)
+        Event::default().event(EventKind::Rules.name()).data(data)
     });
     let levels =
         WatchStream::from_changes(app.levels.subscribe()).filter_map(|snapshot| async move {
-            snapshot.map(|text| Event::default().event("levels").data(&*text))
+            snapshot.map(|text| Event::default().event(EventKind::Levels.name()).data(&*text))
         });
     let mut stopping = app.stopping.clone();
     let stop = async move {

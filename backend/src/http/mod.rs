@@ -9,6 +9,7 @@ pub mod events;
 pub mod input;
 pub mod openapi;
 pub mod probes;
+pub mod serve;
 
 use std::sync::Arc;
 
@@ -29,7 +30,7 @@ async fn no_route(uri: Uri) -> ApiFailure {
 async fn wrong_method(method: Method, uri: Uri) -> ApiFailure {
     ApiFailure::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        sluice_core::wire::ErrorCode::MethodNotAllowed,
         format!(
             "{method} is not allowed on {}; see /v1/openapi.json",
             uri.path()

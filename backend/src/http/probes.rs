@@ -26,7 +26,7 @@ pub async fn healthz() -> Json<serde_json::Value> {
 #[utoipa::path(get, path = "/readyz", tag = "probes",
     responses(
         (status = 200, description = "`{\"status\": \"ready\", \"store\": kind}`"),
-        (status = 503, description = "The store does not answer", body = super::openapi::ApiErrorDoc),
+        (status = 503, description = "The store does not answer", body = sluice_core::wire::ApiError),
     ))]
 pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<serde_json::Value>, ApiFailure> {
     app.store_call_within(PING_DEADLINE, app.store.ping())
@@ -55,7 +55,11 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
 pub async fn openapi() -> Response {
     match super::openapi::ApiDoc::openapi().to_json() {
         Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
-        Err(e) => ApiFailure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+        Err(e) => ApiFailure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            sluice_core::wire::ErrorCode::Internal,
+            e.to_string(),
+        )
             .into_response(),
     }
 }

@@ -22,11 +22,8 @@ async fn a_throttle_round_trip_allows_then_denies_with_the_wire_fields() {
     let (status, first) = s.throttle("reply", "laoqian", 1).await;
     assert_eq!(status, 200, "{first}");
     assert_eq!(first["allowed"], true);
-    assert_eq!(first["action"], "reply");
-    assert_eq!(first["key"], "laoqian");
     assert_eq!(first["algorithm"], "gcra");
     assert_eq!(first["mode"], "enforce");
-    assert_eq!(first["limit"], 2);
     assert_eq!(first["capacity"], 2);
     assert_eq!(first["remaining"], 1);
     assert_eq!(first["retry_after_ms"], Value::Null);
