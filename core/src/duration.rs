@@ -91,7 +91,7 @@ impl fmt::Display for Span {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (unit, per) = UNITS
             .iter()
-            .find(|(_, per)| self.millis % per == 0)
+            .find(|(_, per)| self.millis.is_multiple_of(*per))
             .copied()
             .unwrap_or(("ms", 1));
         write!(f, "{}{}", self.millis / per, unit)

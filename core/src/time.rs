@@ -6,6 +6,8 @@
 /// Nanoseconds since the Unix epoch (or any fixed origin, in tests).
 pub type Nanos = u64;
 
+/// Nanoseconds in one microsecond.
+pub const NANOS_PER_MICRO: u64 = 1_000;
 /// Nanoseconds in one millisecond.
 pub const NANOS_PER_MILLI: u64 = 1_000_000;
 /// Nanoseconds in one second.
@@ -27,7 +29,7 @@ pub fn ceil_secs(ns: u64) -> u64 {
 /// whole millisecond is left over (a remainder under 1 ms is dropped).
 pub fn cell_secs(ns: u64) -> u64 {
     let ms = ns / NANOS_PER_MILLI;
-    ms / 1000 + u64::from(ms % 1000 > 0)
+    ms / 1000 + u64::from(!ms.is_multiple_of(1000))
 }
 
 #[cfg(test)]

@@ -92,8 +92,8 @@ fn first_fit_ms(w: u64, cap: u64, previous: u64, current: u64, quantity: u64) ->
     }
     // Later in this window: previous × (W − e) ≤ room × W  ⇔  e ≥ W − ⌊room × W / previous⌋.
     if let Some(room) = cap.checked_sub(current + quantity) {
-        if previous > 0 {
-            let e = w.saturating_sub(room * w / previous);
+        if let Some(share) = (room * w).checked_div(previous) {
+            let e = w.saturating_sub(share);
             if e < w {
                 return Some(e);
             }
@@ -101,11 +101,9 @@ fn first_fit_ms(w: u64, cap: u64, previous: u64, current: u64, quantity: u64) ->
     }
     // Next window: current becomes previous and the new current is empty.
     let room = cap - quantity;
-    let e = if current == 0 {
-        0
-    } else {
-        w.saturating_sub(room * w / current)
-    };
+    let e = (room * w)
+        .checked_div(current)
+        .map_or(0, |share| w.saturating_sub(share));
     if e < w {
         return Some(w + e);
     }
