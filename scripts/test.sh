@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one test command (README, .ci/run): installs what the tests need on a fresh machine, then
-# runs every suite: cargo tests (core, backend on memory + a real redis-server + a real Redis
+# The one test command (README, .ci/run): installs what the tests need on a fresh machine, checks
+# formatting and lints (scripts/lint.sh), then runs every suite: cargo tests (core, backend on memory + a real redis-server + a real Redis
 # Cluster, filter logic), the core build/dependency checks, then each tests/suites/*.sh in order
 # (Envoy end to end, browser, demo, reliability).
 set -euo pipefail
@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 bash scripts/install.sh
+
+echo "== format and lints (rustfmt, clippy with warnings as errors, native and both wasm targets)"
+bash scripts/lint.sh
 
 echo "== sluice-core builds for both wasm targets, with no tokio/mio/redis in its tree"
 bash scripts/check-core.sh

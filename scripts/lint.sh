@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Formatting and lints, as the test command runs them (before any suite): rustfmt, then clippy
+# with warnings as errors over every target of the workspace natively, plus the filter for
+# wasm32-wasip1 and the dashboard for wasm32-unknown-unknown (their proxy-wasm and Leptos code
+# only exists on wasm, so a native run never sees it). unwrap/expect/panic are denied in the
+# filter and the backend outside tests (their Cargo.toml); clippy.toml allows them in tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p sluice-core --all-targets --all-features --locked -- -D warnings
+cargo clippy -p sluice-filter --target wasm32-wasip1 --locked -- -D warnings
+cargo clippy -p sluice-dashboard --target wasm32-unknown-unknown --locked -- -D warnings
