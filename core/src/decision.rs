@@ -20,14 +20,3 @@ pub struct Decision {
     /// and `capacity` except after a rule shrank.
     pub level: f64,
 }
-
-impl Decision {
-    /// Level as a fraction of capacity, for colouring a funnel.
-    pub fn fill_ratio(&self) -> f64 {
-        if self.capacity == 0 {
-            0.0
-        } else {
-            self.level / self.capacity as f64
-        }
-    }
-}

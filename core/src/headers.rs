@@ -1,9 +1,14 @@
 //! Rendering a decision as HTTP response headers: the IETF httpapi draft-10 structured fields
 //! (`RateLimit-Policy`, `RateLimit`), the draft-03 `X-RateLimit-*` trio Envoy users know, and
 //! `Retry-After`. One home, so the filter and any other front end say the same thing.
+//!
+//! The input is [`RateLimit`], in the decision API's unit (milliseconds): a front end renders
+//! straight from the [`ThrottleResponse`] it received (or from a cached copy of its numbers),
+//! with no conversion back to nanoseconds and no made-up [`crate::Decision`] in between. Every
+//! header carries whole seconds, rounded up, so waiting that long is always enough.
 
-use crate::decision::Decision;
-use crate::time::ceil_secs;
+use crate::time::MILLIS_PER_SEC;
+use crate::wire::ThrottleResponse;
 
 /// Which header families to emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -29,47 +34,78 @@ impl Default for HeaderFamilies {
     }
 }
 
-/// The quota policy a decision was made under, as the headers name it.
+/// The numbers the rate-limit headers carry, in milliseconds as the decision API sends them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy<'a> {
-    /// Policy name: the action.
-    pub name: &'a str,
-    /// Quota: the capacity.
+pub struct RateLimit {
+    /// Quota: the rule's capacity (`q=` and `X-RateLimit-Limit`).
     pub quota: u64,
-    /// Window in nanoseconds (see [`crate::Params::policy_window_ns`]).
-    pub window_ns: u64,
+    /// Policy window in milliseconds (`w=`; see [`crate::Params::policy_window_ns`]).
+    pub window_ms: u64,
+    /// Requests of quantity 1 that could pass now (`r=` and `X-RateLimit-Remaining`).
+    pub remaining: u64,
+    /// Milliseconds until the key is idle again (`t=` and `X-RateLimit-Reset`).
+    pub reset_after_ms: u64,
+    /// Milliseconds until the same request would pass. `Some` only when the client is refused:
+    /// then, and only then, `Retry-After` is sent.
+    pub retry_after_ms: Option<u64>,
 }
 
-/// Header names and values for a decision. `Retry-After` is included only on a denial with a
-/// retry time.
+impl RateLimit {
+    /// The numbers of a decision API answer. A shadow rule's would-deny passed the client, so it
+    /// renders as allowed: no `Retry-After`, even though the backend reports a retry time.
+    pub fn of(r: &ThrottleResponse) -> RateLimit {
+        RateLimit {
+            quota: r.capacity,
+            window_ms: r.window_ms,
+            remaining: r.remaining,
+            reset_after_ms: r.reset_after_ms,
+            retry_after_ms: if r.allowed { None } else { r.retry_after_ms },
+        }
+    }
+}
+
+/// Whole seconds, rounded up, of a millisecond span.
+fn ceil_secs_of_ms(ms: u64) -> u64 {
+    ms.div_ceil(MILLIS_PER_SEC)
+}
+
+/// The `Retry-After` value for a retry time: whole seconds, rounded up, at least 1 (a client told
+/// `0` would retry at once and be refused again). Problem bodies quote the same number.
+pub fn retry_after_secs(retry_after_ms: u64) -> u64 {
+    ceil_secs_of_ms(retry_after_ms).max(1)
+}
+
+/// Header names (lowercase, as HTTP/2 wants) and values for the policy named `name` (the action).
+/// `Retry-After` is included only when [`RateLimit::retry_after_ms`] is set.
 pub fn render(
-    policy: &Policy<'_>,
-    decision: &Decision,
+    name: &str,
+    limit: &RateLimit,
     families: HeaderFamilies,
 ) -> Vec<(&'static str, String)> {
-    let window_s = ceil_secs(policy.window_ns).max(1);
-    let reset_s = ceil_secs(decision.reset_after);
+    let window_s = ceil_secs_of_ms(limit.window_ms).max(1);
+    let reset_s = ceil_secs_of_ms(limit.reset_after_ms);
+    let quota = limit.quota;
     let mut headers = Vec::with_capacity(6);
     if families.ietf {
         headers.push((
             "ratelimit-policy",
-            format!("\"{}\";q={};w={}", policy.name, policy.quota, window_s),
+            format!("\"{name}\";q={quota};w={window_s}"),
         ));
         headers.push((
             "ratelimit",
-            format!("\"{}\";r={};t={}", policy.name, decision.remaining, reset_s),
+            format!("\"{name}\";r={};t={reset_s}", limit.remaining),
         ));
     }
     if families.x_ratelimit {
         headers.push((
             "x-ratelimit-limit",
-            format!("{}, {};w={}", policy.quota, policy.quota, window_s),
+            format!("{quota}, {quota};w={window_s}"),
         ));
-        headers.push(("x-ratelimit-remaining", decision.remaining.to_string()));
+        headers.push(("x-ratelimit-remaining", limit.remaining.to_string()));
         headers.push(("x-ratelimit-reset", reset_s.to_string()));
     }
-    if let (false, Some(retry)) = (decision.allowed, decision.retry_after) {
-        headers.push(("retry-after", ceil_secs(retry).max(1).to_string()));
+    if let Some(retry) = limit.retry_after_ms {
+        headers.push(("retry-after", retry_after_secs(retry).to_string()));
     }
     headers
 }
@@ -77,24 +113,29 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::NANOS_PER_SEC as S;
+
+    fn response(allowed: bool, retry_after_ms: Option<u64>, would_deny: bool) -> ThrottleResponse {
+        serde_json::from_value(serde_json::json!({
+            "allowed": allowed, "algorithm": "gcra",
+            "mode": if would_deny { "shadow" } else { "enforce" },
+            "capacity": 16, "remaining": 0, "retry_after_ms": retry_after_ms,
+            "reset_after_ms": 31_999, "level": 16.0, "window_ms": 32_000,
+            "would_deny": would_deny,
+        }))
+        .unwrap()
+    }
 
     #[test]
     fn a_denial_carries_every_family_and_retry_after_rounded_up() {
-        let d = Decision {
-            allowed: false,
-            capacity: 16,
-            remaining: 0,
-            retry_after: Some(S + 1),
-            reset_after: 32 * S - 5,
-            level: 16.0,
-        };
-        let policy = Policy {
-            name: "reply",
+        // 1 s + 1 ns of retry reaches the wire as 1001 ms; 32 s − 5 ns of reset as 32000 ms.
+        let limit = RateLimit {
             quota: 16,
-            window_ns: 32 * S,
+            window_ms: 32_000,
+            remaining: 0,
+            reset_after_ms: 32_000,
+            retry_after_ms: Some(1_001),
         };
-        let h = render(&policy, &d, HeaderFamilies::default());
+        let h = render("reply", &limit, HeaderFamilies::default());
         assert_eq!(
             h,
             vec![
@@ -110,27 +151,47 @@ mod tests {
 
     #[test]
     fn families_can_be_turned_off() {
-        let d = Decision {
-            allowed: true,
-            capacity: 1,
-            remaining: 0,
-            retry_after: None,
-            reset_after: 0,
-            level: 1.0,
-        };
-        let policy = Policy {
-            name: "a",
+        let limit = RateLimit {
             quota: 1,
-            window_ns: 1,
+            window_ms: 1,
+            remaining: 0,
+            reset_after_ms: 0,
+            retry_after_ms: None,
         };
-        let h = render(
-            &policy,
-            &d,
-            HeaderFamilies {
-                ietf: false,
-                x_ratelimit: false,
-            },
-        );
-        assert!(h.is_empty());
+        let off = HeaderFamilies {
+            ietf: false,
+            x_ratelimit: false,
+        };
+        assert!(render("a", &limit, off).is_empty());
+    }
+
+    #[test]
+    fn a_tiny_window_still_says_one_second_and_retry_after_is_at_least_one() {
+        let limit = RateLimit {
+            quota: 2,
+            window_ms: 0,
+            remaining: 1,
+            reset_after_ms: 0,
+            retry_after_ms: Some(0),
+        };
+        let h = render("a", &limit, HeaderFamilies::default());
+        assert!(h.contains(&("ratelimit-policy", "\"a\";q=2;w=1".to_string())));
+        assert!(h.contains(&("ratelimit", "\"a\";r=1;t=0".to_string())));
+        assert!(h.contains(&("retry-after", "1".to_string())));
+        assert_eq!(retry_after_secs(1_000), 1);
+        assert_eq!(retry_after_secs(1_001), 2);
+    }
+
+    #[test]
+    fn a_response_renders_as_its_outcome() {
+        let denied = RateLimit::of(&response(false, Some(1_500), false));
+        assert_eq!(denied.retry_after_ms, Some(1_500));
+        assert_eq!((denied.quota, denied.window_ms), (16, 32_000));
+        assert_eq!((denied.remaining, denied.reset_after_ms), (0, 31_999));
+        // Shadow would-deny: the client passed, so no Retry-After.
+        let shadow = RateLimit::of(&response(true, Some(1_500), true));
+        assert_eq!(shadow.retry_after_ms, None);
+        let h = render("reply", &shadow, HeaderFamilies::default());
+        assert!(h.iter().all(|(n, _)| *n != "retry-after"));
     }
 }

@@ -1,4 +1,4 @@
-//! The proxy-wasm glue: Envoy's callbacks in, [`crate::engine::Flow`] does the work, hostcalls out.
+//! The proxy-wasm glue: Envoy's callbacks in, [`crate::flow::Flow`] does the work, hostcalls out.
 //!
 //! Hostcalls are used directly (not the SDK's trait helpers, which `unwrap` host errors): every
 //! host error becomes "absent" or is ignored, so no request can panic the VM (with
@@ -13,7 +13,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
 
 use crate::config::Config;
-use crate::engine::{Flow, Next, MAX_RESPONSE_BODY};
+use crate::flow::{Flow, Next, MAX_RESPONSE_BODY};
 use crate::host::{Callout, Counter, Host};
 
 proxy_wasm::main! {{

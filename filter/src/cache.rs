@@ -27,34 +27,50 @@
 //!      the backend would admit. Exact *with respect to the backend's answers*, which is what the
 //!      cache must reproduce (the algorithm itself is an approximation of a true sliding count).
 //!
-//! So every algorithm qualifies; [`is_exact`] still decides per algorithm, so that a new one must
-//! be reasoned about before its denials are cached (the match has no wildcard).
+//! So every algorithm qualifies today. [`is_exact`] is kept as an exhaustive guard, not as a
+//! runtime filter: its `match` has no wildcard, so a seventh algorithm does not compile until
+//! someone has reasoned about it here.
 //!
-//! Rounding and latency are handled conservatively: the backend reports D rounded *up* to whole
-//! milliseconds and decided at some moment after the filter sent the callout, so the entry expires
-//! at `sent + D_ms − 1 ms`, which is never later than the backend's own `decided + D`.
+//! # Two times per entry: the hold and the retry deadline
 //!
-//! What the cache cannot see: a rule changed or a key reset through the admin API during D. The
-//! `max_ttl_ms` bound (default 1 s) caps how long such a stale denial can last.
+//! An entry keeps two different instants, because they answer two different questions:
+//!
+//! - **hold** (`hold_until_ns`): until when the filter may answer locally. It is conservative
+//!   twice over. The backend reports D rounded *up* to whole milliseconds and decided at some
+//!   moment after the filter sent the callout, so the hold ends at `sent + D − 1 ms`, never later
+//!   than the backend's own `decided + D`; and it is capped by `max_ttl_ms` (default 1 s), the
+//!   longest a rule loosened or a key reset through the admin API can still be denied here.
+//! - **retry deadline** (`retry_at_ns`): what the cached 429 tells the client. It is the backend's
+//!   own deadline, `answered + D`, taken from when the answer arrived (never before the backend
+//!   decided), so the cached `Retry-After` counts down to the same moment as the backend's answer
+//!   did and never tells a client to come back too soon. Deriving it from the hold instead (as
+//!   the first version did) told a client denied for 60 s to retry after 1 s.
+//!
+//! The reset deadline (`reset_at_ns`) is taken from the answer too; capacity, policy window and
+//! remaining are copied from it, so a cached 429 renders the same headers, counted down.
 //!
 //! # Memory bound
 //!
 //! Entries live in a fixed number of slots (`slots`, default 65,536): the slot is a hash of the
 //! identity, and the entry stores the full identity, so a collision is a miss, never a wrong
-//! answer. Identities longer than [`MAX_IDENTITY`] bytes are not cached (those keys always go to
-//! the backend, which stores them by digest).
+//! answer. An identity is at most 64 (action) + 1 + 10 (quantity) + 1 + 128 (key, bounded by
+//! [`crate::key::MAX_KEY_BYTES`]) bytes, so every key can be cached and an entry is under 300
+//! bytes.
 
+use sluice_core::headers::RateLimit;
+use sluice_core::time::{ceil_millis, NANOS_PER_MILLI};
+use sluice_core::wire::ThrottleResponse;
 use sluice_core::Algorithm;
 
-/// Longest identity (action, quantity, key) that is cached.
-pub const MAX_IDENTITY: usize = 512;
+/// Format version, the first byte of an entry: an entry in another layout (left in shared data
+/// by an older filter in the same VM) is a miss.
+const VERSION: u8 = 2;
+const FIELDS: usize = 7;
+const HEADER_LEN: usize = 1 + 8 * FIELDS;
 
-const NS_PER_MS: u64 = 1_000_000;
-const VERSION: u8 = 1;
-const HEADER_LEN: usize = 1 + 8 * 6;
-
-/// Whether a denial under `algorithm` can be answered locally for its whole retry time.
-/// See the module docs for the reasoning per algorithm.
+/// Whether a denial under `algorithm` can be answered locally for its whole retry time: true for
+/// all six. This is an exhaustive guard, kept so that a new algorithm must be reasoned about
+/// (module docs) before its denials are cached: the match has no wildcard.
 pub fn is_exact(algorithm: Algorithm) -> bool {
     match algorithm {
         Algorithm::Gcra
@@ -66,27 +82,95 @@ pub fn is_exact(algorithm: Algorithm) -> bool {
     }
 }
 
-/// A remembered denial, with what the 429's headers need.
+/// A remembered denial: when it may be answered locally, and what the 429 then says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
-    /// When the callout that was denied was sent (host clock, ns).
+    /// When the callout that was denied was sent (host clock, ns): the hold starts here.
     pub sent_ns: u64,
-    /// Until when the denial holds (exclusive).
-    pub expires_ns: u64,
-    /// When the key would be idle again.
-    pub reset_ns: u64,
-    /// The limit reported by the backend.
-    pub limit: u64,
+    /// Until when the denial is answered locally (exclusive): `sent + D − 1 ms`, capped by
+    /// `max_ttl_ms`.
+    pub hold_until_ns: u64,
+    /// When the backend said the same request would pass: `answered + D`. `Retry-After` counts
+    /// down to this.
+    pub retry_at_ns: u64,
+    /// When the key would be idle again: `answered + reset_after_ms`.
+    pub reset_at_ns: u64,
+    /// The rule's capacity (the quota of the headers).
+    pub capacity: u64,
     /// The policy window in milliseconds.
     pub window_ms: u64,
     /// Remaining at the denial.
     pub remaining: u64,
 }
 
-/// The identity a cache entry is for.
-pub fn identity(action: &str, quantity: u64, key: &str) -> Option<Vec<u8>> {
-    let id = format!("{action}\n{quantity}\n{key}").into_bytes();
-    (id.len() <= MAX_IDENTITY).then_some(id)
+impl Entry {
+    /// The entry for a backend denial, or `None` when there is nothing to cache: an allowed answer,
+    /// no retry time (the request can never pass), or a retry too short to hold (≤ 1 ms).
+    /// `sent_ns` is when the callout left, `answered_ns` when its answer arrived.
+    pub fn of_denial(
+        r: &ThrottleResponse,
+        sent_ns: u64,
+        answered_ns: u64,
+        max_ttl_ms: u64,
+    ) -> Option<Entry> {
+        if r.allowed {
+            return None;
+        }
+        let retry_ms = r.retry_after_ms?;
+        // The true retry time is more than retry_ms − 1 ms (it was rounded up).
+        let hold_ms = retry_ms.saturating_sub(1).min(max_ttl_ms);
+        if hold_ms == 0 {
+            return None;
+        }
+        // A clock stepped back between send and answer: the deadline is at least sent + D.
+        let answered_ns = answered_ns.max(sent_ns);
+        let after = |base: u64, ms: u64| base.saturating_add(ms.saturating_mul(NANOS_PER_MILLI));
+        Some(Entry {
+            sent_ns,
+            hold_until_ns: after(sent_ns, hold_ms),
+            retry_at_ns: after(answered_ns, retry_ms),
+            reset_at_ns: after(answered_ns, r.reset_after_ms),
+            capacity: r.capacity,
+            window_ms: r.window_ms,
+            remaining: r.remaining,
+        })
+    }
+
+    /// Whether the entry answers a request at `now`: `sent ≤ now < hold_until` (a clock that
+    /// stepped back before the denial is a miss, not a longer denial).
+    pub fn holds_at(&self, now_ns: u64) -> bool {
+        self.sent_ns <= now_ns && now_ns < self.hold_until_ns
+    }
+
+    /// What a 429 answered from this entry at `now` says: the backend's numbers, with the retry
+    /// and reset times counted down to the backend's own deadlines (rounded up to whole ms, as
+    /// the backend rounds).
+    pub fn rate_limit(&self, now_ns: u64) -> RateLimit {
+        RateLimit {
+            quota: self.capacity,
+            window_ms: self.window_ms,
+            remaining: self.remaining,
+            reset_after_ms: ceil_millis(self.reset_at_ns.saturating_sub(now_ns)),
+            retry_after_ms: Some(ceil_millis(self.retry_at_ns.saturating_sub(now_ns))),
+        }
+    }
+
+    fn fields(&self) -> [u64; FIELDS] {
+        [
+            self.sent_ns,
+            self.hold_until_ns,
+            self.retry_at_ns,
+            self.reset_at_ns,
+            self.capacity,
+            self.window_ms,
+            self.remaining,
+        ]
+    }
+}
+
+/// The identity a cache entry is for: action, quantity and the (bounded) key.
+pub fn identity(action: &str, quantity: u64, key: &str) -> Vec<u8> {
+    format!("{action}\n{quantity}\n{key}").into_bytes()
 }
 
 /// The shared-data key of the slot an identity lives in.
@@ -94,52 +178,19 @@ pub fn slot_key(identity: &[u8], slots: u64) -> String {
     format!("sluice.denial.{}", fnv1a(identity) % slots.max(1))
 }
 
-/// The entry to store for a denial, or `None` when the denial is too short to cache.
-/// `retry_after_ms` is the backend's rounded-up retry time; `max_ttl_ms` the configured cap.
-pub fn entry_for(
-    sent_ns: u64,
-    retry_after_ms: u64,
-    reset_after_ms: u64,
-    max_ttl_ms: u64,
-    limit: u64,
-    window_ms: u64,
-    remaining: u64,
-) -> Option<Entry> {
-    // The true retry time is more than retry_after_ms − 1 ms (it was rounded up).
-    let hold_ms = retry_after_ms.saturating_sub(1).min(max_ttl_ms);
-    if hold_ms == 0 {
-        return None;
-    }
-    Some(Entry {
-        sent_ns,
-        expires_ns: sent_ns.saturating_add(hold_ms.saturating_mul(NS_PER_MS)),
-        reset_ns: sent_ns.saturating_add(reset_after_ms.saturating_mul(NS_PER_MS)),
-        limit,
-        window_ms,
-        remaining,
-    })
-}
-
-/// Serialises an entry with its identity.
+/// Serialises an entry with its identity: the version byte, seven little-endian u64 in the order
+/// of [`Entry`]'s fields, then the identity.
 pub fn encode(entry: &Entry, identity: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + identity.len());
     out.push(VERSION);
-    for n in [
-        entry.sent_ns,
-        entry.expires_ns,
-        entry.reset_ns,
-        entry.limit,
-        entry.window_ms,
-        entry.remaining,
-    ] {
+    for n in entry.fields() {
         out.extend_from_slice(&n.to_le_bytes());
     }
     out.extend_from_slice(identity);
     out
 }
 
-/// The entry stored in `bytes` if it is for `identity` and holds at `now` (`sent ≤ now <
-/// expires`: a clock that stepped back before the denial is a miss, not a longer denial).
+/// The entry stored in `bytes` if it is for `identity`, in this layout, and holds at `now`.
 pub fn lookup(bytes: &[u8], identity: &[u8], now_ns: u64) -> Option<Entry> {
     let (head, stored_id) = (bytes.get(..HEADER_LEN)?, bytes.get(HEADER_LEN..)?);
     if head.first() != Some(&VERSION) || stored_id != identity {
@@ -152,13 +203,14 @@ pub fn lookup(bytes: &[u8], identity: &[u8], now_ns: u64) -> Option<Entry> {
     };
     let entry = Entry {
         sent_ns: field(0)?,
-        expires_ns: field(1)?,
-        reset_ns: field(2)?,
-        limit: field(3)?,
-        window_ms: field(4)?,
-        remaining: field(5)?,
+        hold_until_ns: field(1)?,
+        retry_at_ns: field(2)?,
+        reset_at_ns: field(3)?,
+        capacity: field(4)?,
+        window_ms: field(5)?,
+        remaining: field(6)?,
     };
-    (entry.sent_ns <= now_ns && now_ns < entry.expires_ns).then_some(entry)
+    entry.holds_at(now_ns).then_some(entry)
 }
 
 /// FNV-1a, 64 bit: a fast, dependency-free slot hash (collisions only cost a miss).
@@ -174,40 +226,98 @@ mod tests {
     use sluice_core::params::Params;
     use sluice_core::{Rule, State};
 
-    const MS: u64 = NS_PER_MS;
+    const MS: u64 = NANOS_PER_MILLI;
+    const T0: u64 = 1_700_000_000_000 * MS;
+
+    /// A backend denial with retry `retry_ms`, as the decision API sends it.
+    fn denial(algorithm: &str, retry_ms: Option<u64>, reset_ms: u64) -> ThrottleResponse {
+        serde_json::from_value(serde_json::json!({
+            "allowed": false, "algorithm": algorithm, "mode": "enforce", "capacity": 16,
+            "remaining": 0, "retry_after_ms": retry_ms, "reset_after_ms": reset_ms,
+            "level": 16.0, "window_ms": 32_000,
+        }))
+        .unwrap()
+    }
 
     #[test]
     fn entries_round_trip_and_hold_only_inside_their_interval() {
-        let e = entry_for(1_000 * MS, 500, 2_000, 1_000, 16, 32_000, 0).unwrap();
-        assert_eq!(e.expires_ns, 1_499 * MS, "rounded-up retry time minus 1 ms");
-        let id = identity("reply", 1, "alice").unwrap();
-        let bytes = encode(&e, &id);
-        assert_eq!(lookup(&bytes, &id, 1_000 * MS), Some(e));
-        assert_eq!(lookup(&bytes, &id, 1_499 * MS - 1), Some(e));
-        assert_eq!(lookup(&bytes, &id, 1_499 * MS), None);
-        assert_eq!(lookup(&bytes, &id, 999 * MS), None, "clock stepped back");
-        let other = identity("reply", 1, "bob").unwrap();
+        let e = Entry::of_denial(&denial("gcra", Some(500), 2_000), T0, T0, 1_000).unwrap();
         assert_eq!(
-            lookup(&bytes, &other, 1_000 * MS),
-            None,
-            "slot collision is a miss"
+            e.hold_until_ns,
+            T0 + 499 * MS,
+            "rounded-up retry time minus 1 ms"
         );
-        assert_eq!(lookup(&bytes[..10], &id, 1_000 * MS), None, "truncated");
-        assert_eq!(lookup(&[], &id, 1_000 * MS), None);
+        let id = identity("reply", 1, "alice");
+        let bytes = encode(&e, &id);
+        assert_eq!(lookup(&bytes, &id, T0), Some(e));
+        assert_eq!(lookup(&bytes, &id, T0 + 499 * MS - 1), Some(e));
+        assert_eq!(lookup(&bytes, &id, T0 + 499 * MS), None);
+        assert_eq!(lookup(&bytes, &id, T0 - MS), None, "clock stepped back");
+        let other = identity("reply", 1, "bob");
+        assert_eq!(lookup(&bytes, &other, T0), None, "slot collision is a miss");
+        assert_eq!(lookup(&bytes[..10], &id, T0), None, "truncated");
+        assert_eq!(lookup(&[], &id, T0), None);
+        let mut old_layout = bytes.clone();
+        old_layout[0] = 1;
+        assert_eq!(lookup(&old_layout, &id, T0), None, "another layout");
     }
 
     #[test]
-    fn max_ttl_caps_and_tiny_retries_are_not_cached() {
-        let e = entry_for(0, 60_000, 60_000, 1_000, 1, 60_000, 0).unwrap();
-        assert_eq!(e.expires_ns, 1_000 * MS);
-        assert_eq!(entry_for(0, 1, 1, 1_000, 1, 1, 0), None);
-        assert_eq!(entry_for(0, 0, 0, 1_000, 1, 1, 0), None);
+    fn max_ttl_caps_the_hold_but_not_the_retry_deadline() {
+        // sliding_log 5/min: the backend says 60 s; the cache holds 1 s and still says 60 s.
+        let answered = T0 + 3 * MS;
+        let e = Entry::of_denial(
+            &denial("sliding_log", Some(60_000), 60_000),
+            T0,
+            answered,
+            1_000,
+        )
+        .unwrap();
+        assert_eq!(e.hold_until_ns, T0 + 1_000 * MS);
+        assert_eq!(e.retry_at_ns, answered + 60_000 * MS);
+        // 11 ms after the answer, the cached 429 counts down from the backend's deadline.
+        let limit = e.rate_limit(answered + 11 * MS);
+        assert_eq!(limit.retry_after_ms, Some(59_989));
+        assert_eq!(limit.reset_after_ms, 59_989);
+        assert_eq!(
+            (limit.quota, limit.window_ms, limit.remaining),
+            (16, 32_000, 0)
+        );
+        // A fraction of a millisecond left rounds up, as the backend rounds.
+        let limit = e.rate_limit(answered + 11 * MS + 1);
+        assert_eq!(limit.retry_after_ms, Some(59_989));
     }
 
     #[test]
-    fn long_identities_are_not_cached() {
-        assert!(identity("a", 1, &"k".repeat(600)).is_none());
-        assert!(identity("a", 1, "k").is_some());
+    fn the_retry_deadline_never_precedes_the_send_time_plus_d() {
+        // The host clock stepped back between send and answer.
+        let e =
+            Entry::of_denial(&denial("gcra", Some(5_000), 5_000), T0, T0 - 7 * MS, 1_000).unwrap();
+        assert_eq!(e.retry_at_ns, T0 + 5_000 * MS);
+    }
+
+    #[test]
+    fn what_is_not_cached() {
+        assert_eq!(
+            Entry::of_denial(&denial("gcra", Some(1), 1), T0, T0, 1_000),
+            None
+        );
+        assert_eq!(
+            Entry::of_denial(&denial("gcra", Some(0), 0), T0, T0, 1_000),
+            None
+        );
+        assert_eq!(
+            Entry::of_denial(&denial("gcra", None, 0), T0, T0, 1_000),
+            None,
+            "can never pass"
+        );
+        let mut allowed = denial("gcra", Some(500), 500);
+        allowed.allowed = true;
+        assert_eq!(
+            Entry::of_denial(&allowed, T0, T0, 1_000),
+            None,
+            "shadow would-deny passed"
+        );
     }
 
     #[test]

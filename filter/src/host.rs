@@ -1,6 +1,6 @@
-//! The host trait: everything the filter needs from Envoy, so that the logic in [`crate::engine`]
+//! The host trait: everything the filter needs from Envoy, so that the logic in [`crate::flow`]
 //! runs natively against a fake host in tests and against proxy-wasm hostcalls in Envoy
-//! (`abi.rs`). Every method is infallible from the engine's point of view: the wasm
+//! (`abi.rs`). Every method is infallible from the flow's point of view: the wasm
 //! implementation turns host errors into "absent" or a log line, never a panic.
 
 /// Counters the filter keeps as Envoy stats (names in [`Counter::name`]).

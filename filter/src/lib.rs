@@ -1,15 +1,16 @@
 //! sluice-filter: the proxy-wasm filter that puts sluice in front of an upstream, inside Envoy.
 //!
-//! Per request: match a route ([`route`]), take its key, answer from the denial cache
-//! ([`cache`]) or ask the backend's decision API, then resume (with rate-limit headers on the
-//! response) or reply 429 ([`reply`]). The logic ([`engine`]) talks to Envoy only through the
-//! [`host::Host`] trait, so it is tested natively; `abi` is the thin proxy-wasm glue, compiled
-//! only for wasm32.
+//! Per request: match a route ([`route`]), take its key (encoded and bounded by [`key`]), answer
+//! from the denial cache ([`cache`]) or ask the backend's decision API, then resume (with
+//! rate-limit headers on the response) or reply 429 ([`reply`]). The request flow ([`flow`])
+//! talks to Envoy only through the [`host::Host`] trait, so it is tested natively against a fake
+//! host (`fake_host`); `abi` is the thin proxy-wasm glue, compiled only for wasm32.
 
 pub mod cache;
 pub mod config;
-pub mod engine;
+pub mod flow;
 pub mod host;
+pub mod key;
 pub mod reply;
 pub mod route;
 
@@ -17,4 +18,4 @@ pub mod route;
 mod abi;
 
 #[cfg(test)]
-mod fake;
+mod fake_host;

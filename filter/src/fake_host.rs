@@ -1,15 +1,18 @@
 //! A fake [`Host`] for native tests: a request, a clock, shared data, and a record of every
-//! effect the engine had.
+//! effect the request flow had.
 
 use std::collections::HashMap;
 
 use crate::host::{Callout, Counter, Host};
 
-/// Everything the engine did to the host.
+/// A reply the flow sent: status, headers, body.
+pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// Everything the flow did to the host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Effects {
     pub callouts: Vec<Callout>,
-    pub replies: Vec<(u16, Vec<(String, String)>, Vec<u8>)>,
+    pub replies: Vec<Reply>,
     pub resumed: u32,
     pub request_headers_set: Vec<(String, String)>,
     pub request_headers_removed: Vec<String>,

@@ -5,21 +5,17 @@
 
 use std::rc::Rc;
 
-use sluice_core::wire::{ApiError, ThrottleRequest, ThrottleResponse};
+use sluice_core::headers::{self, RateLimit};
+use sluice_core::wire::{ApiError, ErrorCode, ThrottleRequest, ThrottleResponse};
 
-use crate::cache;
+use crate::cache::{self, Entry};
 use crate::config::{Config, FailureMode, UnknownAction};
 use crate::host::{Callout, Counter, Host};
-use crate::reply::{self, Numbers, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
+use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
 use crate::route::{self, RequestLine};
 
-const NS_PER_MS: u64 = 1_000_000;
-
-/// Largest callout response body read (a ThrottleResponse is a few hundred bytes plus the key).
+/// Largest callout response body read (a ThrottleResponse is a few hundred bytes).
 pub const MAX_RESPONSE_BODY: usize = 64 * 1024;
-
-/// Header on 429s answered from the denial cache.
-pub const CACHE_HEADER: &str = "x-sluice-cache";
 
 /// What the request-headers callback returns to the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +49,7 @@ pub fn classify(status: Option<&[u8]>, body: &[u8]) -> Answer {
             Err(_) => Answer::Failure("bad_response".into()),
         },
         Some(404) => match serde_json::from_slice::<ApiError>(body) {
-            Ok(e) if e.error == "unknown_action" => Answer::UnknownAction,
+            Ok(e) if e.error == ErrorCode::UnknownAction => Answer::UnknownAction,
             _ => Answer::Failure("status_404".into()),
         },
         Some(503) => Answer::Failure("unavailable".into()),
@@ -103,11 +99,10 @@ impl Flow {
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
         let now = host.now_ns();
-        let identity = if config.denial_cache.enabled {
-            cache::identity(&route.action, route.quantity, &key)
-        } else {
-            None
-        };
+        let identity = config
+            .denial_cache
+            .enabled
+            .then(|| cache::identity(&route.action, route.quantity, &key));
         if let Some(id) = &identity {
             let slot = cache::slot_key(id, config.denial_cache.slots);
             if let Some(entry) = host
@@ -115,21 +110,8 @@ impl Flow {
                 .and_then(|b| cache::lookup(&b, id, now))
             {
                 host.count(Counter::CachedDenials);
-                let numbers = Numbers {
-                    allowed: false,
-                    limit: entry.limit,
-                    window_ms: entry.window_ms,
-                    remaining: entry.remaining,
-                    // The entry ends 1 ms before the backend's rounded-up retry time.
-                    retry_after_ns: Some(
-                        entry
-                            .expires_ns
-                            .saturating_sub(now)
-                            .saturating_add(NS_PER_MS),
-                    ),
-                    reset_after_ns: entry.reset_ns.saturating_sub(now),
-                };
-                self.deny(host, &route.action, &numbers, true);
+                // Counted down to the backend's own retry deadline, not to the end of the hold.
+                self.deny(host, &route.action, &entry.rate_limit(now), true);
                 return Next::Pause;
             }
         }
@@ -229,16 +211,15 @@ impl Flow {
     }
 
     fn decided(&mut self, host: &mut dyn Host, pending: &Pending, r: &ThrottleResponse) {
-        let numbers = Numbers::of(r);
+        let limit = RateLimit::of(r);
         if !r.allowed {
             host.count(Counter::Denied);
             self.remember(host, pending, r);
-            self.deny(host, &pending.action, &numbers, false);
+            self.deny(host, &pending.action, &limit, false);
             return;
         }
         host.count(Counter::Allowed);
-        self.response_headers =
-            reply::rate_limit_headers(&pending.action, &numbers, self.config.headers);
+        self.response_headers = headers::render(&pending.action, &limit, self.config.headers);
         if r.would_deny {
             host.count(Counter::ShadowWouldDeny);
             host.set_request_header(SHADOW_HEADER, "would-deny");
@@ -250,35 +231,29 @@ impl Flow {
 
     /// Stores a denial in the cache when it is exact to answer it locally (see `cache.rs`).
     fn remember(&self, host: &mut dyn Host, pending: &Pending, r: &ThrottleResponse) {
-        let (Some(id), Some(retry_ms)) = (&pending.identity, r.retry_after_ms) else {
+        let Some(id) = &pending.identity else {
             return;
         };
+        // `is_exact` is true for all six algorithms: an exhaustive guard (no wildcard), so a new
+        // algorithm is not cached before its exactness is argued in cache.rs.
         if pending.quantity == 0 || !cache::is_exact(r.algorithm) {
             return;
         }
         let dc = &self.config.denial_cache;
-        if let Some(entry) = cache::entry_for(
-            pending.sent_ns,
-            retry_ms,
-            r.reset_after_ms,
-            dc.max_ttl_ms,
-            r.limit,
-            r.window_ms,
-            r.remaining,
-        ) {
+        if let Some(entry) = Entry::of_denial(r, pending.sent_ns, host.now_ns(), dc.max_ttl_ms) {
             host.shared_set(&cache::slot_key(id, dc.slots), &cache::encode(&entry, id));
         }
     }
 
-    fn deny(&mut self, host: &mut dyn Host, action: &str, numbers: &Numbers, cached: bool) {
-        let rendered = reply::rate_limit_headers(action, numbers, self.config.headers);
+    fn deny(&mut self, host: &mut dyn Host, action: &str, limit: &RateLimit, cached: bool) {
+        let rendered = headers::render(action, limit, self.config.headers);
         let mut headers: Vec<(&str, &str)> =
             rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
         headers.push(("content-type", "application/problem+json"));
         if cached {
             headers.push((CACHE_HEADER, "hit"));
         }
-        let body = reply::too_many_requests(action, numbers.retry_after_ns);
+        let body = reply::too_many_requests(action, limit.retry_after_ms);
         host.send_reply(429, &headers, &body);
     }
 

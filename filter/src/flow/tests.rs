@@ -1,10 +1,10 @@
-//! The engine against a fake host: every path ends in resume or reply, with the right headers,
+//! The request flow against a fake host: every path ends in resume or reply, with the right headers,
 //! counters and cache effects.
 
 use std::rc::Rc;
 
 use super::*;
-use crate::fake::FakeHost;
+use crate::fake_host::FakeHost;
 
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_700_000_000_000 * MS;
@@ -28,9 +28,9 @@ fn user(name: &str) -> FakeHost {
 fn decision(allowed: bool, algorithm: &str, retry_ms: Option<u64>, extra: &str) -> Vec<u8> {
     let retry = retry_ms.map_or("null".to_owned(), |r| r.to_string());
     format!(
-        r#"{{"allowed": {allowed}, "action": "reply", "key": "alice", "algorithm": "{algorithm}",
-        "mode": "enforce", "limit": 3, "remaining": {rem}, "retry_after_ms": {retry},
-        "reset_after_ms": 60000, "level": 3.0, "capacity": 3, "window_ms": 60000 {extra}}}"#,
+        r#"{{"allowed": {allowed}, "algorithm": "{algorithm}", "mode": "enforce",
+        "remaining": {rem}, "retry_after_ms": {retry}, "reset_after_ms": 60000, "level": 3.0,
+        "capacity": 3, "window_ms": 60000 {extra}}}"#,
         rem = if allowed { 2 } else { 0 }
     )
     .into_bytes()
@@ -360,6 +360,152 @@ fn header_families_can_be_turned_off() {
     );
     assert_eq!(h.response_header("ratelimit"), None);
     assert!(h.response_header("x-ratelimit-limit").is_some());
+}
+
+#[test]
+fn a_cached_denial_gives_the_same_wait_as_the_backend() {
+    // sliding_log 5/min: the backend says 60 s. The hold is capped at max_ttl_ms (1 s); the
+    // cached 429 must still count down to the backend's deadline, not to the end of the hold.
+    let cfg = config("");
+    let mut h = user("alice");
+    let mut flow = Flow::new(Rc::clone(&cfg));
+    assert_eq!(flow.on_request_headers(&mut h), Next::Pause);
+    h.now = T0 + 2 * MS; // the answer arrives 2 ms after the callout left
+    let body = decision(false, "sliding_log", Some(60_000), "");
+    let token = h.next_token - 1;
+    flow.on_callout_response(&mut h, token, Some(b"200"), &body);
+    assert_eq!(h.reply_header("retry-after").as_deref(), Some("60"));
+
+    let mut h2 = h
+        .next_request("POST", "/api/reply")
+        .header("x-user", b"alice");
+    h2.now = T0 + 102 * MS;
+    let next = run(&mut Flow::new(Rc::clone(&cfg)), &mut h2, None);
+    ended_once(&h2, next);
+    assert_eq!(h2.reply_header("x-sluice-cache").as_deref(), Some("hit"));
+    assert_eq!(h2.reply_header("retry-after").as_deref(), Some("60"));
+    assert_eq!(h2.reply_header("x-ratelimit-reset").as_deref(), Some("60"));
+    assert_eq!(
+        h2.reply_header("ratelimit").as_deref(),
+        Some("\"reply\";r=0;t=60")
+    );
+    let (_, _, body) = &h2.effects.replies[0];
+    let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(
+        body["retry_after_ms"],
+        60_000 - 100,
+        "counted down from the answer"
+    );
+    assert!(body["detail"]
+        .as_str()
+        .unwrap()
+        .contains("retry after 60 s"));
+
+    // Late in the hold, still the backend's deadline.
+    let mut h3 = h
+        .next_request("POST", "/api/reply")
+        .header("x-user", b"alice");
+    h3.now = T0 + 999 * MS; // the hold ends at sent + max_ttl_ms = T0 + 1000 ms
+    run(&mut Flow::new(Rc::clone(&cfg)), &mut h3, None);
+    assert_eq!(h3.reply_header("x-sluice-cache").as_deref(), Some("hit"));
+    assert_eq!(h3.reply_header("retry-after").as_deref(), Some("60"));
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&h3.effects.replies[0].2).unwrap()
+            ["retry_after_ms"],
+        60_000 - 997
+    );
+}
+
+#[test]
+fn cached_headers_equal_the_backend_headers_at_the_moment_of_the_answer() {
+    // Same numbers, same instant: the cached 429 renders byte for byte what the backend's did.
+    for algorithm in [
+        "gcra",
+        "leaky_bucket",
+        "token_bucket",
+        "fixed_window",
+        "sliding_log",
+        "sliding_window",
+    ] {
+        let cfg = config(r#""denial_cache": {"max_ttl_ms": 5000},"#);
+        let mut h = user("alice");
+        let body = decision(false, algorithm, Some(4_321), "");
+        run(
+            &mut Flow::new(Rc::clone(&cfg)),
+            &mut h,
+            Some((b"200", &body)),
+        );
+        let (_, backend_headers, backend_body) = h.effects.replies[0].clone();
+
+        let mut h2 = h
+            .next_request("POST", "/api/reply")
+            .header("x-user", b"alice");
+        run(&mut Flow::new(Rc::clone(&cfg)), &mut h2, None);
+        let (status, mut cached_headers, cached_body) = h2.effects.replies[0].clone();
+        assert_eq!(status, 429, "{algorithm}");
+        assert_eq!(
+            cached_headers.pop(),
+            Some(("x-sluice-cache".into(), "hit".into()))
+        );
+        // The backend's reset was 60000 ms; the entry counts it down from the same instant.
+        assert_eq!(cached_headers, backend_headers, "{algorithm}");
+        assert_eq!(cached_body, backend_body, "{algorithm}");
+    }
+}
+
+#[test]
+fn any_key_a_client_sends_fits_the_callout_and_long_ones_go_as_a_digest() {
+    let cases: [Vec<u8>; 4] = [
+        vec![0xff; 30_000],
+        vec![b'"'; 50_000],
+        vec![b'\\'; 60_000],
+        b"a,".repeat(20_000),
+    ];
+    for value in cases {
+        let mut h = user("");
+        h.headers.retain(|(n, _)| n != "x-user");
+        h.headers.push(("x-user".into(), value.clone()));
+        let mut flow = Flow::new(config(""));
+        assert_eq!(flow.on_request_headers(&mut h), Next::Pause);
+        let call = &h.effects.callouts[0];
+        assert!(call.body.len() < 1024, "{} byte body", call.body.len());
+        let req: ThrottleRequest = serde_json::from_slice(&call.body).unwrap();
+        assert_eq!(req.key, crate::key::from_bytes(&value));
+        assert!(req.key.starts_with("sha256:"), "{}", req.key);
+    }
+    // Two long keys that differ in their last byte are two buckets.
+    let sent_key = |value: &[u8]| {
+        let mut h = user("");
+        h.headers.retain(|(n, _)| n != "x-user");
+        h.headers.push(("x-user".into(), value.to_vec()));
+        Flow::new(config("")).on_request_headers(&mut h);
+        let call = &h.effects.callouts[0];
+        serde_json::from_slice::<ThrottleRequest>(&call.body)
+            .unwrap()
+            .key
+    };
+    let mut other = vec![0xff; 30_000];
+    other[29_999] = b'x';
+    assert_ne!(sent_key(&[0xff; 30_000]), sent_key(&other));
+}
+
+#[test]
+fn a_long_key_is_answered_from_the_cache_like_any_other() {
+    let cfg = config("");
+    let long = vec![0xffu8; 30_000];
+    let mut h = user("");
+    h.headers.retain(|(n, _)| n != "x-user");
+    h.headers.push(("x-user".into(), long.clone()));
+    run(
+        &mut Flow::new(Rc::clone(&cfg)),
+        &mut h,
+        Some((b"200", &decision(false, "sliding_log", Some(60_000), ""))),
+    );
+    let mut h2 = h.next_request("POST", "/api/reply").header("x-user", &long);
+    h2.now = T0 + 10 * MS;
+    run(&mut Flow::new(Rc::clone(&cfg)), &mut h2, None);
+    assert!(h2.effects.callouts.is_empty());
+    assert_eq!(h2.reply_header("x-sluice-cache").as_deref(), Some("hit"));
 }
 
 #[test]
