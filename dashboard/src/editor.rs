@@ -172,19 +172,20 @@ impl RuleForm {
         }
     }
 
-    /// The rule's JSON form, exactly what the editor would PUT.
+    /// The rule's JSON form as typed, for sluice-core to judge. An empty input is left out, so
+    /// core says the field "is required" (as the server would for a body without it).
     pub fn to_json(&self) -> Value {
         let mut object = Map::new();
         object.insert("action".into(), Value::from(self.action.trim()));
         object.insert("algorithm".into(), Value::from(self.algorithm.name()));
-        object.insert("capacity".into(), number_or_text(&self.capacity));
+        insert_typed(&mut object, "capacity", number_or_text(&self.capacity));
         if self.algorithm.uses_rate() {
             let mut rate = Map::new();
-            rate.insert("count".into(), number_or_text(&self.rate_count));
-            rate.insert("period".into(), text_or_null(&self.rate_period));
+            insert_typed(&mut rate, "count", number_or_text(&self.rate_count));
+            insert_typed(&mut rate, "period", text(&self.rate_period));
             object.insert("rate".into(), Value::Object(rate));
         } else {
-            object.insert("window".into(), text_or_null(&self.window));
+            insert_typed(&mut object, "window", text(&self.window));
         }
         object.insert("mode".into(), Value::from(self.mode.name()));
         object.insert("description".into(), Value::from(self.description.as_str()));
@@ -222,31 +223,34 @@ impl RuleForm {
 const PLOT_ACTION: &str = "what-if";
 
 /// A number input's text as JSON: a number when it reads as one (so sluice-core judges its value:
-/// `-3`, `1.5`, `0`), otherwise the text itself (so sluice-core says it must be a whole number),
-/// and null when empty ("is required").
-fn number_or_text(text: &str) -> Value {
+/// `-3`, `1.5`, `0`), otherwise the text itself (so sluice-core says it is not a whole number),
+/// and nothing when empty.
+fn number_or_text(text: &str) -> Option<Value> {
     let text = text.trim();
     if text.is_empty() {
-        return Value::Null;
+        return None;
     }
     if let Ok(n) = text.parse::<u64>() {
-        return Value::from(n);
+        return Some(Value::from(n));
     }
     if let Ok(n) = text.parse::<i64>() {
-        return Value::from(n);
+        return Some(Value::from(n));
     }
     if let Some(n) = text.parse::<f64>().ok().and_then(Number::from_f64) {
-        return Value::Number(n);
+        return Some(Value::Number(n));
     }
-    Value::from(text)
+    Some(Value::from(text))
 }
 
-fn text_or_null(text: &str) -> Value {
+/// A text input as JSON, or nothing when empty.
+fn text(text: &str) -> Option<Value> {
     let text = text.trim();
-    if text.is_empty() {
-        Value::Null
-    } else {
-        Value::from(text)
+    (!text.is_empty()).then(|| Value::from(text))
+}
+
+fn insert_typed(object: &mut Map<String, Value>, key: &str, value: Option<Value>) {
+    if let Some(value) = value {
+        object.insert(key.into(), value);
     }
 }
 
@@ -294,7 +298,8 @@ mod tests {
             ..form()
         });
         assert_eq!(e.field, Field::Capacity);
-        assert!(e.message.contains("whole number"), "{}", e.message);
+        // The words are core's (the server's); they quote what was typed.
+        assert!(e.message.contains("\"abc\""), "{}", e.message);
         assert_eq!(
             error_of(&RuleForm {
                 capacity: "-3".into(),
@@ -335,14 +340,18 @@ mod tests {
             .field,
             Field::RatePeriod
         );
-        assert_eq!(
-            error_of(&RuleForm {
-                rate_period: "".into(),
-                ..form()
-            })
-            .field,
-            Field::RatePeriod
-        );
+        let empty_period = error_of(&RuleForm {
+            rate_period: "".into(),
+            ..form()
+        });
+        assert_eq!(empty_period.field, Field::RatePeriod);
+        assert_eq!(empty_period.message, "is required");
+        let empty_count = error_of(&RuleForm {
+            rate_count: " ".into(),
+            ..form()
+        });
+        assert_eq!(empty_count.field, Field::RateCount);
+        assert_eq!(empty_count.message, "is required");
         assert_eq!(
             error_of(&RuleForm {
                 action: "a b".into(),
@@ -357,6 +366,16 @@ mod tests {
             ..form()
         };
         assert_eq!(error_of(&windowed).field, Field::Window);
+        let no_window = RuleForm {
+            window: "".into(),
+            ..windowed
+        };
+        assert_eq!(error_of(&no_window).field, Field::Window);
+        assert!(
+            error_of(&no_window).message.starts_with("is required"),
+            "{}",
+            error_of(&no_window).message
+        );
         let long = RuleForm {
             description: "x".repeat(2000),
             ..form()

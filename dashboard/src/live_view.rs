@@ -1,8 +1,8 @@
 //! The model of the live view (`app/live_view.rs`): per action, the most active keys as funnels,
 //! from the SSE `levels` snapshots.
 
-use crate::api::{ActionLevels, LevelsBody};
 use crate::format::{per_second, short_number};
+use sluice_core::wire::{ActionLevels, LevelsBody};
 
 /// Funnels shown per action; the rest are counted, not drawn.
 pub const TOP_KEYS: usize = 8;
@@ -121,7 +121,7 @@ impl ActionView {
         keys.sort_by(|a, b| a.key.cmp(&b.key));
         ActionView {
             action: action.action.clone(),
-            algorithm: action.algorithm.clone(),
+            algorithm: action.algorithm.to_string(),
             capacity: action.capacity,
             allowed_text: per_second(action.allowed_per_s),
             denied_text: per_second(action.denied_per_s),
@@ -150,7 +150,8 @@ pub fn live_view(body: &LevelsBody, top: usize) -> Vec<ActionView> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::KeyLevel;
+    use sluice_core::wire::KeyLevel;
+    use sluice_core::Algorithm;
 
     fn key(name: &str, level: f64, remaining: u64) -> KeyLevel {
         KeyLevel {
@@ -168,7 +169,7 @@ mod tests {
             at_ms: 1,
             actions: vec![ActionLevels {
                 action: "reply".into(),
-                algorithm: "gcra".into(),
+                algorithm: Algorithm::Gcra,
                 capacity: 10,
                 allowed_per_s: 2.5,
                 denied_per_s: 1.0,
@@ -203,6 +204,7 @@ mod tests {
     fn fill_is_clamped_after_a_rule_shrank() {
         let action = ActionLevels {
             action: "a".into(),
+            algorithm: Algorithm::FixedWindow,
             capacity: 4,
             keys: vec![KeyLevel {
                 key: "k".into(),
@@ -211,10 +213,28 @@ mod tests {
                 remaining: 0,
                 last_seen_ms: 0,
             }],
-            ..Default::default()
+            allowed_per_s: 0.0,
+            denied_per_s: 0.0,
         };
         let view = ActionView::of(&action, TOP_KEYS);
         assert_eq!(view.funnels[0].fill, 1.0);
         assert_eq!(view.funnels[0].capacity, 4);
+    }
+
+    #[test]
+    fn a_snapshot_as_the_backend_sends_it_becomes_panels() {
+        // Fields this page does not know (from a newer backend) are ignored, not fatal.
+        let body: LevelsBody = serde_json::from_str(
+            r#"{"at_ms": 5, "actions": [{"action": "reply", "algorithm": "gcra", "capacity": 16,
+               "allowed_per_s": 1.5, "denied_per_s": 0.0, "keys": [{"key": "k", "level": 3.5,
+               "capacity": 16, "remaining": 12, "last_seen_ms": 4}], "future": true}]}"#,
+        )
+        .unwrap();
+        let view = &live_view(&body, TOP_KEYS)[0];
+        assert_eq!(view.algorithm, "gcra");
+        assert_eq!(view.allowed_text, "1.5/s");
+        assert!(!view.denying);
+        assert_eq!(view.funnels[0].remaining, 12);
+        assert_eq!(view.funnels[0].level_text, "3.5 / 16");
     }
 }

@@ -1,9 +1,12 @@
 //! The model of the rules table (`app/rules_view.rs`): one row per rule, in words an operator
 //! reads at a glance.
+//!
+//! The rules arrive as sluice-core's [`RulesBody`], already validated into [`Rule`]s by serde
+//! (the same `TryFrom` the backend runs on a PUT), so every row is a rule the editor can open.
 
+use sluice_core::wire::RulesBody;
 use sluice_core::{Limit, Rule};
 
-use crate::api::RulesBody;
 use crate::format::per_second;
 use crate::sustained;
 
@@ -22,15 +25,12 @@ pub struct RuleRow {
     pub mode: String,
     /// The operator's description.
     pub description: String,
-    /// The validated rule, for the editor; `None` when the server sent something sluice-core
-    /// refuses (shown with the reason rather than hidden).
-    pub rule: Option<Rule>,
-    /// Why the rule could not be read, when it could not.
-    pub problem: Option<String>,
+    /// The rule itself, for the editor.
+    pub rule: Rule,
 }
 
 impl RuleRow {
-    /// The row of a validated rule.
+    /// The row of a rule.
     pub fn of(rule: &Rule) -> RuleRow {
         RuleRow {
             action: rule.action().to_string(),
@@ -39,8 +39,7 @@ impl RuleRow {
             limit: limit_text(rule),
             mode: rule.mode().name().to_owned(),
             description: rule.description().to_owned(),
-            rule: Some(rule.clone()),
-            problem: None,
+            rule: rule.clone(),
         }
     }
 }
@@ -58,74 +57,97 @@ pub fn limit_text(rule: &Rule) -> String {
     }
 }
 
-/// The table's rows, sorted by action. Rules sluice-core refuses still get a row, with the reason.
+/// The table's rows, sorted by action (whatever order the body came in).
 pub fn rows(body: &RulesBody) -> Vec<RuleRow> {
-    let mut rows: Vec<RuleRow> = body
-        .rules
-        .iter()
-        .map(|value| match Rule::from_json(value) {
-            Ok(rule) => RuleRow::of(&rule),
-            Err(e) => {
-                let text = |k: &str| match value.get(k) {
-                    Some(serde_json::Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
-                    None => String::new(),
-                };
-                RuleRow {
-                    action: text("action"),
-                    algorithm: text("algorithm"),
-                    capacity: text("capacity"),
-                    limit: String::new(),
-                    mode: text("mode"),
-                    description: text("description"),
-                    rule: None,
-                    problem: Some(e.to_string()),
-                }
-            }
-        })
-        .collect();
+    let mut rows: Vec<RuleRow> = body.rules.iter().map(RuleRow::of).collect();
     rows.sort_by(|a, b| a.action.cmp(&b.action));
     rows
+}
+
+/// The actions that have a rule: a new rule may not take one of them.
+pub fn actions(body: &RulesBody) -> Vec<String> {
+    body.rules.iter().map(|r| r.action().to_string()).collect()
+}
+
+/// Puts `rule` in place of the stored rule for its action, or adds it: what the page shows
+/// right after a save, before the SSE `rules` event confirms it.
+pub fn upsert(body: &mut RulesBody, rule: Rule) {
+    match body.rules.iter_mut().find(|r| r.action() == rule.action()) {
+        Some(slot) => *slot = rule,
+        None => body.rules.push(rule),
+    }
+}
+
+/// Drops the rule for `action`, if there is one: what the page shows right after a delete.
+pub fn remove(body: &mut RulesBody, action: &str) {
+    body.rules.retain(|r| r.action().as_str() != action);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    fn body(json: &str) -> RulesBody {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn rule(json: &str) -> Rule {
+        serde_json::from_str(json).unwrap()
+    }
 
     #[test]
     fn rows_read_as_an_operator_would_say_them() {
-        let body = RulesBody {
-            version: 3,
-            rules: vec![
-                json!({"action": "reply", "algorithm": "gcra", "capacity": 16,
-                       "rate": {"count": 30, "period": "60s"}, "mode": "enforce"}),
-                json!({"action": "login", "algorithm": "sliding_log", "capacity": 5,
-                       "window": "60s", "mode": "shadow"}),
-            ],
-        };
+        let body = body(
+            r#"{"version": 3, "rules": [
+                {"action": "reply", "algorithm": "gcra", "capacity": 16,
+                 "rate": {"count": 30, "period": "60s"}, "mode": "enforce"},
+                {"action": "login", "algorithm": "sliding_log", "capacity": 5,
+                 "window": "60s", "mode": "shadow"}]}"#,
+        );
         let rows = rows(&body);
         assert_eq!(rows[0].action, "login");
         assert_eq!(rows[0].limit, "1m window");
         assert_eq!(rows[0].mode, "shadow");
         assert_eq!(rows[1].limit, "30 per 1m (0.5/s)");
         assert_eq!(rows[1].capacity, "16");
-        assert!(rows[1].rule.is_some());
+        assert_eq!(rows[1].rule.action().as_str(), "reply");
     }
 
     #[test]
-    fn a_rule_core_refuses_is_listed_with_the_reason() {
-        let body = RulesBody {
-            version: 1,
-            rules: vec![json!({"action": "x", "algorithm": "gcra", "capacity": 0,
-                               "rate": {"count": 1, "period": "1s"}})],
-        };
-        let rows = rows(&body);
-        assert_eq!(rows.len(), 1);
-        assert!(rows[0].rule.is_none());
-        assert_eq!(
-            rows[0].problem.as_deref(),
-            Some("capacity: must be at least 1")
+    fn a_rule_core_refuses_is_refused_with_the_reason() {
+        // Core validates while parsing, so the page never holds a rule it could not save back.
+        let e = serde_json::from_str::<RulesBody>(
+            r#"{"version": 1, "rules": [{"action": "x", "algorithm": "gcra", "capacity": 0,
+                "rate": {"count": 1, "period": "1s"}}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("at least 1"), "{e}");
+    }
+
+    #[test]
+    fn a_save_replaces_or_adds_and_a_delete_removes() {
+        let mut body = body(
+            r#"{"version": 1, "rules": [{"action": "reply", "algorithm": "gcra",
+                "capacity": 16, "rate": {"count": 30, "period": "60s"}}]}"#,
         );
+        upsert(
+            &mut body,
+            rule(
+                r#"{"action": "reply", "algorithm": "gcra", "capacity": 32, "rate": {"count": 30, "period": "60s"}}"#,
+            ),
+        );
+        upsert(
+            &mut body,
+            rule(
+                r#"{"action": "login", "algorithm": "sliding_log", "capacity": 5, "window": "60s"}"#,
+            ),
+        );
+        let table = rows(&body);
+        assert_eq!(table.len(), 2);
+        assert_eq!(table[1].capacity, "32");
+        assert_eq!(actions(&body), ["reply", "login"]);
+        remove(&mut body, "reply");
+        remove(&mut body, "nothing");
+        assert_eq!(actions(&body), ["login"]);
     }
 }

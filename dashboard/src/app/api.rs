@@ -1,10 +1,12 @@
-//! Calls to the admin API. Same origin, so the session cookie goes along by itself; every
-//! failure comes back as a [`ServerError`] the page shows.
+//! Calls to the admin API. Same origin, so the session cookie goes along by itself; bodies are
+//! sluice-core's wire types, and every failure comes back as a [`ServerError`] the page shows.
 
 use gloo_net::http::{Request, RequestBuilder, Response};
-use serde_json::Value;
+use serde::Serialize;
+use sluice_core::wire::{RulesBody, SessionRequest};
+use sluice_core::Rule;
 
-use crate::api::{RulesBody, ServerError};
+use crate::api::ServerError;
 
 async fn finish(sent: Result<Response, gloo_net::Error>) -> Result<Response, ServerError> {
     let response = sent.map_err(|e| ServerError::network(&e.to_string()))?;
@@ -20,7 +22,10 @@ async fn send(builder: RequestBuilder) -> Result<Response, ServerError> {
     finish(builder.send().await).await
 }
 
-async fn send_json(builder: RequestBuilder, body: &Value) -> Result<Response, ServerError> {
+async fn send_json<T: Serialize>(
+    builder: RequestBuilder,
+    body: &T,
+) -> Result<Response, ServerError> {
     let request = builder
         .json(body)
         .map_err(|e| ServerError::network(&format!("could not encode the request: {e}")))?;
@@ -33,21 +38,15 @@ async fn read<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, S
         .text()
         .await
         .map_err(|e| ServerError::network(&e.to_string()))?;
-    serde_json::from_str(&text).map_err(|e| ServerError {
-        status,
-        code: "bad_body".into(),
-        field: None,
-        message: format!("the server's answer could not be read ({e})"),
-    })
+    serde_json::from_str(&text).map_err(|e| ServerError::unreadable(status, &e.to_string()))
 }
 
 /// `POST /v1/session`: trades the admin token for the session cookie.
 pub async fn sign_in(token: &str) -> Result<(), ServerError> {
-    send_json(
-        Request::post("/v1/session"),
-        &serde_json::json!({ "token": token }),
-    )
-    .await?;
+    let body = SessionRequest {
+        token: token.to_owned(),
+    };
+    send_json(Request::post("/v1/session"), &body).await?;
     Ok(())
 }
 
@@ -63,8 +62,8 @@ pub async fn rules() -> Result<RulesBody, ServerError> {
 }
 
 /// `PUT /v1/rules/{action}`: creates or replaces; answers the stored rule.
-pub async fn put_rule(action: &str, rule: &Value) -> Result<Value, ServerError> {
-    let url = format!("/v1/rules/{}", path_segment(action));
+pub async fn put_rule(rule: &Rule) -> Result<Rule, ServerError> {
+    let url = format!("/v1/rules/{}", path_segment(rule.action().as_str()));
     read(send_json(Request::put(&url), rule).await?).await
 }
 

@@ -8,15 +8,8 @@ use sluice_core::{Algorithm, Mode};
 use wasm_bindgen::JsCast;
 
 use super::{api, whatif::WhatIf, Ctx, Editing};
-use crate::api::RulesBody;
 use crate::editor::{EditMode, Field, FieldError, RuleForm};
-
-fn existing_actions(body: &RulesBody) -> Vec<String> {
-    body.rules
-        .iter()
-        .filter_map(|r| r.get("action").and_then(|a| a.as_str()).map(str::to_owned))
-        .collect()
-}
+use crate::rules_view;
 
 fn focus(id: &str) {
     if let Some(element) = document().get_element_by_id(id) {
@@ -35,7 +28,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     let saving = RwSignal::new(false);
     let server_error = RwSignal::new(None::<FieldError>);
     let checked = Memo::new(move |_| {
-        let existing = existing_actions(&ctx.rules.get());
+        let existing = rules_view::actions(&ctx.rules.get());
         form.get().validate(mode, &existing)
     });
     let params = Memo::new(move |_| form.get().plot_params());
@@ -88,16 +81,9 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
         saving.set(true);
         leptos::task::spawn_local(async move {
             let action = rule.action().to_string();
-            match api::put_rule(&action, &rule.to_json()).await {
+            match api::put_rule(&rule).await {
                 Ok(stored) => {
-                    ctx.rules.update(|body| {
-                        match body.rules.iter_mut().find(|r| {
-                            r.get("action").and_then(|a| a.as_str()) == Some(action.as_str())
-                        }) {
-                            Some(slot) => *slot = stored,
-                            None => body.rules.push(stored),
-                        }
-                    });
+                    ctx.rules.update(|body| rules_view::upsert(body, stored));
                     ctx.editing.set(None);
                     ctx.confirm(format!("Saved the rule for {action}."));
                 }

@@ -10,7 +10,7 @@ use wasm_bindgen::JsCast;
 use web_sys::{EventSource, MessageEvent};
 
 use super::{Ctx, Link};
-use crate::api::{LevelsBody, RulesBody};
+use sluice_core::wire::{EventKind, LevelsBody, RulesBody};
 
 thread_local! {
     static SOURCE: RefCell<Option<EventSource>> = const { RefCell::new(None) };
@@ -58,8 +58,14 @@ pub fn connect(ctx: Ctx) {
             ctx.link.set(Link::Connecting);
         }
     });
-    let _ = source.add_event_listener_with_callback("rules", on_rules.as_ref().unchecked_ref());
-    let _ = source.add_event_listener_with_callback("levels", on_levels.as_ref().unchecked_ref());
+    let _ = source.add_event_listener_with_callback(
+        EventKind::Rules.name(),
+        on_rules.as_ref().unchecked_ref(),
+    );
+    let _ = source.add_event_listener_with_callback(
+        EventKind::Levels.name(),
+        on_levels.as_ref().unchecked_ref(),
+    );
     source.set_onopen(Some(on_open.as_ref().unchecked_ref()));
     source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     // The handlers live as long as the page; one set per sign-in.

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use leptos::prelude::*;
 
-use crate::api::{LevelsBody, RulesBody, ServerError};
+use sluice_core::wire::{LevelsBody, RulesBody};
+
+use crate::api::ServerError;
 use crate::editor::{EditMode, RuleForm};
 
 /// Mounts the page.

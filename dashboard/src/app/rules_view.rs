@@ -4,7 +4,7 @@ use leptos::prelude::*;
 
 use super::{api, editor::Editor, Ctx, Editing};
 use crate::editor::{EditMode, RuleForm};
-use crate::rules_view::{rows, RuleRow};
+use crate::rules_view::{self, rows, RuleRow};
 
 #[component]
 pub fn RulesPanel(ctx: Ctx) -> impl IntoView {
@@ -73,12 +73,10 @@ fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl Int
     let edit = {
         let rule = row.rule.clone();
         move |_| {
-            if let Some(rule) = &rule {
-                ctx.editing.set(Some(Editing {
-                    mode: EditMode::Edit,
-                    form: RuleForm::from_rule(rule),
-                }));
-            }
+            ctx.editing.set(Some(Editing {
+                mode: EditMode::Edit,
+                form: RuleForm::from_rule(&rule),
+            }));
         }
     };
     let ask = {
@@ -93,11 +91,7 @@ fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl Int
             leptos::task::spawn_local(async move {
                 match api::delete_rule(&action).await {
                     Ok(()) => {
-                        ctx.rules.update(|body| {
-                            body.rules.retain(|r| {
-                                r.get("action").and_then(|a| a.as_str()) != Some(action.as_str())
-                            })
-                        });
+                        ctx.rules.update(|body| rules_view::remove(body, &action));
                         ctx.confirm(format!("Deleted the rule for {action}."));
                     }
                     Err(e) => ctx.server_failed(&format!("Could not delete {action}"), &e),
@@ -105,15 +99,12 @@ fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl Int
             });
         }
     };
-    let editable = row.rule.is_some();
-    let problem = row.problem.clone();
     let description = row.description.clone();
     view! {
         <tr data-action=action.clone()>
             <th scope="row" data-label="Action">
                 <span class="action-name">{action.clone()}</span>
                 {(!description.is_empty()).then(|| view! { <span class="desc">{description.clone()}</span> })}
-                {problem.map(|p| view! { <span class="problem">{p}</span> })}
             </th>
             <td data-label="Algorithm">{row.algorithm.clone()}</td>
             <td data-label="Capacity" class="num">{row.capacity.clone()}</td>
@@ -126,7 +117,7 @@ fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl Int
                         let edit = edit.clone();
                         let ask = ask.clone();
                         view! {
-                            <button class="edit" on:click=edit disabled=!editable>"Edit"</button>
+                            <button class="edit" on:click=edit>"Edit"</button>
                             <button class="danger-quiet delete" on:click=ask>"Delete"</button>
                         }
                     }
