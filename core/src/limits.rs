@@ -1,9 +1,14 @@
 //! The bounds every rule and request is validated against, in one place.
 //!
-//! They exist because the Redis twins of the algorithms run in Lua 5.1, whose numbers are IEEE
-//! doubles: every integer the scripts handle must stay below 2^53 to stay exact. The bounds are
-//! chosen so that the largest product any script forms (capacity × window in milliseconds, or a
-//! GCRA tolerance in nanoseconds) fits.
+//! Rule bounds exist because the Redis twins of the algorithms run in Lua 5.1, whose numbers are
+//! IEEE doubles: every integer the scripts handle must stay below 2^53 to stay exact. The bounds
+//! are chosen so that the largest product any script forms (capacity × window in milliseconds, or
+//! a meter's tolerance in nanoseconds) fits.
+//!
+//! `cl.throttle` has redis-cell's bounds instead (its i64 nanoseconds): the gcra script keeps
+//! times as exact (seconds, nanoseconds) pairs, so it needs none of the 2^53 ones.
+
+use crate::time::NANOS_PER_SEC;
 
 /// Largest capacity for any algorithm.
 pub const MAX_CAPACITY: u64 = 10_000_000;
@@ -15,27 +20,32 @@ pub const MIN_SPAN_MS: u64 = 1;
 pub const MAX_SPAN_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// Largest `count` in a rate.
 pub const MAX_RATE_COUNT: u64 = 1_000_000_000;
-/// Longest burst a meter may hold (emission interval × capacity): 90 days in nanoseconds.
-/// 90 days is 7.8e15 ns, below 2^53 ≈ 9.007e15.
+/// Longest burst a rule's meter may hold (emission interval × capacity): 90 days in
+/// nanoseconds. 90 days is 7.8e15 ns, below 2^53 ≈ 9.007e15, which the leaky_bucket and
+/// token_bucket scripts need (`cl.throttle` is bounded by [`CELL_MAX_NS`] instead).
 pub const MAX_HORIZON_NS: u64 = 90 * 24 * 60 * 60 * 1_000_000_000;
-/// Largest quantity one request may ask for.
+/// Largest nanosecond span redis-cell can hold (i64::MAX): its tolerance T × (max_burst + 1)
+/// and increment T × quantity must not pass it, nor may any `CL.THROTTLE` argument.
+pub const CELL_MAX_NS: u64 = i64::MAX as u64;
+/// Longest `CL.THROTTLE` period in seconds: redis-cell converts it to i64 nanoseconds, which
+/// wraps beyond 9,223,372,036 s (~292 years).
+pub const CELL_MAX_PERIOD_S: u64 = CELL_MAX_NS / NANOS_PER_SEC;
+/// Largest quantity one request may ask for (rules; `cl.throttle` is bounded by
+/// [`CELL_MAX_NS`]).
 pub const MAX_QUANTITY: u64 = 1_000_000_000;
 /// Longest action name.
 pub const MAX_ACTION_LEN: usize = 64;
 /// Longest rule description, in bytes.
 pub const MAX_DESCRIPTION_LEN: usize = 1024;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TWO_POW_53: u64 = 1 << 53;
-
-    #[test]
-    fn lua_products_stay_exact_in_doubles() {
-        assert!(MAX_CAPACITY * MAX_SPAN_MS < TWO_POW_53);
-        assert!(MAX_HORIZON_NS < TWO_POW_53);
-        // A sliding log entry's age is at most one window, in nanoseconds.
-        assert!(MAX_SPAN_MS * 1_000_000 < TWO_POW_53);
-    }
-}
+// What the bounds promise, checked when the crate compiles.
+const TWO_POW_53: u64 = 1 << 53;
+// The Lua products stay exact in doubles: capacity × window in ms, a rule's tolerance, and a
+// sliding log entry's age (at most one window, in nanoseconds).
+const _: () = assert!(MAX_CAPACITY * MAX_SPAN_MS < TWO_POW_53);
+const _: () = assert!(MAX_HORIZON_NS < TWO_POW_53);
+const _: () = assert!(MAX_SPAN_MS * 1_000_000 < TWO_POW_53);
+// The longest cell period is the last whole second of i64 nanoseconds.
+const _: () = assert!(CELL_MAX_PERIOD_S == 9_223_372_036);
+const _: () = assert!(CELL_MAX_PERIOD_S * NANOS_PER_SEC <= CELL_MAX_NS);
+const _: () = assert!((CELL_MAX_PERIOD_S + 1) * NANOS_PER_SEC > CELL_MAX_NS);

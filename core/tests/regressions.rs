@@ -2,9 +2,9 @@
 //! failed before it (found by core/tests/properties.rs); the others pin a promise of
 //! docs/algorithms.md.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers too: a panic is the failure report
 
-use sluice_core::algorithms::{leaky_bucket, token_bucket};
+use sluice_core::algorithms::{gcra, leaky_bucket, token_bucket};
 use sluice_core::{Algorithm, Limit, Mode, Params, Rate, Rule, Span, State};
 
 fn rule_params(algorithm: Algorithm) -> Params {
@@ -121,4 +121,29 @@ fn per_key_state_stays_within_forty_bytes() {
         std::mem::size_of::<State>()
     );
     assert_eq!(std::mem::size_of::<sluice_core::Nanos>(), 8);
+}
+
+/// gcra used to add the increment to the absolute TAT (`max(now, tat) + increment`) and compare
+/// it with `now + tolerance`, both saturating at u64::MAX: with a 292-year tolerance (what
+/// `cl.throttle` now accepts, as redis-cell does) and a TAT that far ahead, retry_after came out
+/// short, and a request 1 ns before its time saw both sides saturate and was admitted. It now
+/// works relative to now, where nothing exceeds tolerance + increment < 2^64.
+#[test]
+fn gcra_is_exact_with_a_tat_centuries_ahead() {
+    let p = sluice_core::MeterParams {
+        interval: i64::MAX as u64,
+        capacity: 1,
+    };
+    let now = 1 << 62;
+    let full = gcra::GcraState {
+        tat: Some(now + p.tolerance()),
+    };
+    let (d, next) = gcra::decide(p, full, now, 1);
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Some(p.interval));
+    assert_eq!(d.reset_after, p.tolerance());
+    assert_eq!(next, full);
+    let (d, _) = gcra::decide(p, full, now + p.interval - 1, 1);
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Some(1));
 }

@@ -4,6 +4,11 @@
 //! new_tat = max(now, tat) + increment; limited when now < new_tat − tolerance. On a limit nothing
 //! is stored and retry_after = new_tat − tolerance − now (none when increment > tolerance).
 //! remaining = ⌊(tolerance − ttl) / T⌋ with ttl = new_tat − now when allowed, tat − now when limited.
+//!
+//! Everything is computed relative to `now` (`ahead` = max(tat, now) − now), so no intermediate
+//! exceeds tolerance + increment: with redis-cell's bounds (both below 2^63, see
+//! [`crate::cell::CellArgs`]) nothing saturates, however far in the future the TAT lies. The Redis
+//! twin (backend/lua/gcra.lua) follows the same steps.
 
 use crate::decision::Decision;
 use crate::params::MeterParams;
@@ -23,32 +28,42 @@ pub fn decide(
     now: Nanos,
     quantity: u64,
 ) -> (Decision, GcraState) {
-    let interval = p.interval.max(1);
     let tolerance = p.tolerance();
     let increment = p.increment(quantity);
-    let tat = state.tat.unwrap_or(now);
-    let new_tat = now.max(tat).saturating_add(increment);
-    let allowed = new_tat <= now.saturating_add(tolerance);
+    // How far the TAT lies ahead of now; a fresh key or a TAT in the past counts as now.
+    let ahead = state.tat.map_or(0, |tat| tat.saturating_sub(now));
+    // new_tat − now: the ttl if this request is admitted.
+    let after = ahead.saturating_add(increment);
+    let allowed = after <= tolerance;
     let (ttl, retry_after, next) = if allowed {
         let next = if quantity == 0 {
             state
         } else {
-            GcraState { tat: Some(new_tat) }
+            GcraState {
+                tat: Some(now.saturating_add(after)),
+            }
         };
-        (new_tat - now, None, next)
+        (after, None, next)
     } else {
-        let retry = (increment <= tolerance).then(|| new_tat - tolerance - now);
-        (tat.saturating_sub(now), retry, state)
+        let retry = (increment <= tolerance).then(|| after - tolerance);
+        (ahead, retry, state)
     };
-    let decision = Decision {
+    (report(p, allowed, ttl, retry_after), next)
+}
+
+/// The decision for a ttl (new_tat − now when allowed, max(tat − now, 0) when limited): the one
+/// place remaining and level are derived, shared with the Redis store, whose script returns the
+/// exact ttl and leaves this 64-bit division to Rust.
+pub fn report(p: MeterParams, allowed: bool, ttl: Nanos, retry_after: Option<Nanos>) -> Decision {
+    let interval = p.interval.max(1);
+    Decision {
         allowed,
         capacity: p.capacity,
-        remaining: tolerance.saturating_sub(ttl) / interval,
+        remaining: p.tolerance().saturating_sub(ttl) / interval,
         retry_after,
         reset_after: ttl,
         level: ttl as f64 / interval as f64,
-    };
-    (decision, next)
+    }
 }
 
 #[cfg(test)]
