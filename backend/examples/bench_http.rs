@@ -8,11 +8,11 @@
 //!     cargo run --release -p sluice-backend --example bench_http [-- SECONDS_PER_CELL CLIENTS]
 //!
 //! Client and server share the machine's cores, so absolute figures are a floor, not a ceiling.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use sluice_backend::store::redis::{RedisConfig, RedisTarget};
 use sluice_backend::{run, Config, Listeners, StoreChoice};
@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 const TOKEN: &str = "bench-token-0123456789abcdef";
 const KEYS: usize = 1000;
 
+// The tests' redis-server launcher (which may panic, as test code does: see its header).
 #[path = "../tests/it/support.rs"]
 mod support;
 use support::RedisServer;
@@ -32,14 +33,14 @@ struct Server {
     handle: tokio::task::JoinHandle<()>,
 }
 
-async fn start(store: StoreChoice) -> Server {
-    let d = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let decision = format!("http://{}", d.local_addr().unwrap());
-    let admin = format!("http://{}", a.local_addr().unwrap());
+async fn start(store: StoreChoice) -> Result<Server> {
+    let d = TcpListener::bind("127.0.0.1:0").await?;
+    let a = TcpListener::bind("127.0.0.1:0").await?;
+    let decision = format!("http://{}", d.local_addr()?);
+    let admin = format!("http://{}", a.local_addr()?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(async move {
-        run(
+        let ran = run(
             Listeners {
                 decision: d,
                 admin: a,
@@ -49,8 +50,10 @@ async fn start(store: StoreChoice) -> Server {
                 let _ = stopped.await;
             },
         )
-        .await
-        .unwrap();
+        .await;
+        if let Err(e) = ran {
+            eprintln!("bench_http: sluice stopped: {e}");
+        }
     });
     let http = reqwest::Client::new();
     for _ in 0..200 {
@@ -59,16 +62,16 @@ async fn start(store: StoreChoice) -> Server {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Server {
+    Ok(Server {
         decision,
         admin,
         stop: Some(stop),
         handle,
-    }
+    })
 }
 
 impl Server {
-    async fn put_rules(&self) {
+    async fn put_rules(&self) -> Result<()> {
         let http = reqwest::Client::new();
         for algorithm in ALGORITHMS {
             let rule = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
@@ -82,13 +85,14 @@ impl Server {
                 .json(&rule)
                 .send()
                 .await
-                .unwrap();
-            assert!(
+                .with_context(|| format!("PUT /v1/rules/{algorithm}"))?;
+            ensure!(
                 r.status().is_success(),
-                "{}",
+                "PUT /v1/rules/{algorithm}: {}",
                 r.text().await.unwrap_or_default()
             );
         }
+        Ok(())
     }
 
     async fn stop(mut self) {
@@ -116,7 +120,7 @@ struct Figures {
 }
 
 /// Drives `clients` keep-alive clients for `secs`; `action` None measures GET /healthz.
-async fn drive(base: &str, action: Option<&str>, secs: f64, clients: usize) -> Figures {
+async fn drive(base: &str, action: Option<&str>, secs: f64, clients: usize) -> Result<Figures> {
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let base = Arc::new(base.to_owned());
     let mut tasks = tokio::task::JoinSet::new();
@@ -126,8 +130,7 @@ async fn drive(base: &str, action: Option<&str>, secs: f64, clients: usize) -> F
         tasks.spawn(async move {
             let http = reqwest::Client::builder()
                 .pool_max_idle_per_host(1)
-                .build()
-                .unwrap();
+                .build()?;
             let mut latencies = Vec::with_capacity(16_384);
             let mut errors = 0u64;
             let mut i = c;
@@ -157,14 +160,14 @@ async fn drive(base: &str, action: Option<&str>, secs: f64, clients: usize) -> F
                 }
                 i += clients;
             }
-            (latencies, errors)
+            Ok::<_, reqwest::Error>((latencies, errors))
         });
     }
     let started = Instant::now();
     let mut all = Vec::new();
     let mut errors = 0;
     while let Some(r) = tasks.join_next().await {
-        let (l, e) = r.unwrap();
+        let (l, e) = r??;
         all.extend(l);
         errors += e;
     }
@@ -175,31 +178,27 @@ async fn drive(base: &str, action: Option<&str>, secs: f64, clients: usize) -> F
             .copied()
             .unwrap_or(0)
     };
-    Figures {
+    Ok(Figures {
         per_s: all.len() as f64 / elapsed,
         p50_us: pct(0.50),
         p99_us: pct(0.99),
         errors,
-    }
+    })
 }
 
 #[tokio::main]
-async fn main() {
+async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let secs: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2.0);
     let clients: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(32);
 
     let redis = RedisServer::start();
-    let memory = start(StoreChoice::Memory).await;
-    let on_redis = start(StoreChoice::Redis(RedisConfig {
-        target: RedisTarget::Single(redis.url()),
-        timeout: Duration::from_millis(200),
-        max_in_flight: 1024,
-        key_prefix: "sluice".into(),
-    }))
-    .await;
-    memory.put_rules().await;
-    on_redis.put_rules().await;
+    let memory = start(StoreChoice::Memory).await?;
+    let mut redis_config = RedisConfig::new(RedisTarget::Single(redis.url()));
+    redis_config.timeout = Duration::from_millis(200);
+    let on_redis = start(StoreChoice::Redis(redis_config)).await?;
+    memory.put_rules().await?;
+    on_redis.put_rules().await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     println!("sluice HTTP decisions: {clients} keep-alive clients, {secs} s per cell, {KEYS} keys, client and server in one process");
@@ -223,15 +222,16 @@ async fn main() {
             },
         );
     };
-    let m = drive(&memory.decision, None, secs, clients).await;
-    let r = drive(&on_redis.decision, None, secs, clients).await;
+    let m = drive(&memory.decision, None, secs, clients).await?;
+    let r = drive(&on_redis.decision, None, secs, clients).await?;
     row("GET /healthz", &m, &r);
     for algorithm in ALGORITHMS {
-        let m = drive(&memory.decision, Some(algorithm), secs, clients).await;
-        let r = drive(&on_redis.decision, Some(algorithm), secs, clients).await;
+        let m = drive(&memory.decision, Some(algorithm), secs, clients).await?;
+        let r = drive(&on_redis.decision, Some(algorithm), secs, clients).await?;
         row(algorithm, &m, &r);
     }
     memory.stop().await;
     on_redis.stop().await;
     drop(redis);
+    Ok(())
 }

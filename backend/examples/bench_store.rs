@@ -17,7 +17,7 @@ use sluice_core::Rule;
 /// Distinct keys the decisions are spread over (round robin).
 const KEYS: usize = 1_000;
 
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+// The tests' redis-server launcher (which may panic, as test code does: see its header).
 #[path = "../tests/it/support.rs"]
 mod support;
 use support::RedisServer;

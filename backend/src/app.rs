@@ -9,13 +9,15 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::activity::{self, ActivityBook};
-use crate::auth::Auth;
+use crate::auth::{Auth, AuthError};
 use crate::config::{Config, StoreChoice};
 use crate::http;
 use crate::levels::LevelsHub;
 use crate::metrics::Metrics;
 use crate::rules::{self, RuleCache, RuleSet};
-use crate::store::{memory::MemoryStore, redis::RedisStore, Store, StoreError};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::{ConnectError, RedisConfigError, RedisStore};
+use crate::store::{Store, StoreError};
 
 /// The two listeners, bound by the caller (port 0 in tests).
 pub struct Listeners {
@@ -28,6 +30,13 @@ pub struct Listeners {
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// A Redis setting can never work; nothing was started. Caught before any connection, so it
+    /// is never reported as an unreachable store.
+    #[error("invalid Redis configuration: {0}")]
+    RedisConfig(#[from] RedisConfigError),
+    /// The admin token cannot key the session MAC.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     /// The store could not be opened.
     #[error("cannot open the {kind} store: {source}")]
     Store {
@@ -104,12 +113,13 @@ async fn open_store(choice: StoreChoice) -> Result<Arc<dyn Store>, RunError> {
         }
         StoreChoice::Redis(config) => {
             let target = format!("{:?}", config.target);
-            let store = RedisStore::connect(config)
-                .await
-                .map_err(|source| RunError::Store {
+            let store = RedisStore::connect(config).await.map_err(|e| match e {
+                ConnectError::Config(e) => RunError::RedisConfig(e),
+                ConnectError::Store(source) => RunError::Store {
                     kind: "redis",
                     source,
-                })?;
+                },
+            })?;
             tracing::info!(store = store.kind(), target = %target, "redis store: state and rules shared by every replica");
             Ok(Arc::new(store))
         }
@@ -127,6 +137,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    let auth = Auth::new(&config.admin_token)?;
     let store = open_store(config.store).await?;
 
     let snapshot = store.load_rules().await.map_err(|source| RunError::Rules {
@@ -169,7 +180,7 @@ pub async fn run(
         rules: cache.clone(),
         activity: Arc::new(ActivityBook::new()),
         metrics: metrics.clone(),
-        auth: Auth::new(&config.admin_token),
+        auth,
         levels: Arc::new(LevelsHub::new()),
         store_deadline: config.store_deadline,
         stopping: stop_rx.clone(),
@@ -267,6 +278,6 @@ async fn serve(
     header_read_timeout: Duration,
     stop: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    crate::serve::serve(listener, router, header_read_timeout, stop).await?;
+    http::serve::serve(listener, router, header_read_timeout, stop).await?;
     Ok(())
 }

@@ -7,8 +7,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
-use crate::config::{read_rules_file, Config, StoreChoice};
-use crate::store::redis::{RedisConfig, RedisTarget};
+use crate::config::{Config, StoreChoice};
+use crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT_MS;
+use crate::rules_file;
+use crate::store::redis::{
+    RedisConfig, RedisConfigError, RedisField, RedisTarget, DEFAULT_KEY_PREFIX,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT, MAX_TIMEOUT_MS,
+};
 
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -69,18 +74,19 @@ pub struct Cli {
     pub redis_cluster: Vec<String>,
 
     /// Bound on each Redis command; past it the decision fails fast with 503 store_timeout.
-    #[arg(long, env = "SLUICE_REDIS_TIMEOUT_MS", value_name = "MS", default_value_t = 50,
-          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    #[arg(long, env = "SLUICE_REDIS_TIMEOUT_MS", value_name = "MS", default_value_t = DEFAULT_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     pub redis_timeout_ms: u64,
 
     /// Most Redis commands in flight; beyond it decisions fail fast with 503 overloaded instead of queueing.
-    #[arg(long, env = "SLUICE_MAX_IN_FLIGHT", value_name = "N", default_value_t = 1024,
-          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub max_in_flight: u64,
+    #[arg(long, env = "SLUICE_MAX_IN_FLIGHT", value_name = "N", default_value_t = DEFAULT_MAX_IN_FLIGHT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(1..=u64::try_from(MAX_IN_FLIGHT).unwrap_or(u64::MAX)))]
+    pub max_in_flight: usize,
 
     /// Bound on reading a request's headers on both listeners (slow clients are cut off); the
     /// body must follow within the same time, and a keep-alive connection idle this long closes.
-    #[arg(long, env = "SLUICE_HEADER_READ_TIMEOUT_MS", value_name = "MS", default_value_t = 10_000,
+    #[arg(long, env = "SLUICE_HEADER_READ_TIMEOUT_MS", value_name = "MS", default_value_t = DEFAULT_HEADER_READ_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub header_read_timeout_ms: u64,
 
@@ -89,7 +95,7 @@ pub struct Cli {
         long,
         env = "SLUICE_KEY_PREFIX",
         value_name = "PREFIX",
-        default_value = "sluice"
+        default_value = DEFAULT_KEY_PREFIX
     )]
     pub key_prefix: String,
 
@@ -132,30 +138,62 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
+/// A flag whose value sluice refuses, named as it was given (the flag and its variable), found
+/// when the configuration is built so it is never reported later as an unreachable store.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} ({env}): {reason}")]
+pub struct FlagError {
+    /// The flag, e.g. `--key-prefix`.
+    pub flag: &'static str,
+    /// Its environment twin, e.g. `SLUICE_KEY_PREFIX`.
+    pub env: &'static str,
+    /// What is wrong with the value.
+    pub reason: RedisConfigError,
+}
+
+impl FlagError {
+    fn redis(reason: RedisConfigError) -> FlagError {
+        let (flag, env) = redis_flag(reason.field());
+        FlagError { flag, env, reason }
+    }
+}
+
+/// The flag (and variable) that sets a Redis setting.
+fn redis_flag(field: RedisField) -> (&'static str, &'static str) {
+    match field {
+        RedisField::Url => ("--redis-url", "SLUICE_REDIS_URL"),
+        RedisField::ClusterUrls => ("--redis-cluster", "SLUICE_REDIS_CLUSTER"),
+        RedisField::Timeout => ("--redis-timeout-ms", "SLUICE_REDIS_TIMEOUT_MS"),
+        RedisField::MaxInFlight => ("--max-in-flight", "SLUICE_MAX_IN_FLIGHT"),
+        RedisField::KeyPrefix => ("--key-prefix", "SLUICE_KEY_PREFIX"),
+    }
+}
+
 impl Cli {
-    /// The store this command line asks for.
-    pub fn store_choice(&self) -> StoreChoice {
-        let redis = |target| {
-            StoreChoice::Redis(RedisConfig {
-                target,
-                timeout: Duration::from_millis(self.redis_timeout_ms),
-                max_in_flight: usize::try_from(self.max_in_flight).unwrap_or(usize::MAX),
-                key_prefix: self.key_prefix.clone(),
-            })
-        };
-        if let Some(url) = &self.redis_url {
-            redis(RedisTarget::Single(url.clone()))
+    /// The store this command line asks for, with every Redis setting checked
+    /// ([`RedisConfig::validate`]): a bad one is refused here, naming its flag.
+    pub fn store_choice(&self) -> Result<StoreChoice, FlagError> {
+        let target = if let Some(url) = &self.redis_url {
+            RedisTarget::Single(url.clone())
         } else if !self.redis_cluster.is_empty() {
-            redis(RedisTarget::Cluster(self.redis_cluster.clone()))
+            RedisTarget::Cluster(self.redis_cluster.clone())
         } else {
-            StoreChoice::Memory
-        }
+            return Ok(StoreChoice::Memory);
+        };
+        let config = RedisConfig {
+            target,
+            timeout: Duration::from_millis(self.redis_timeout_ms),
+            max_in_flight: self.max_in_flight,
+            key_prefix: self.key_prefix.clone(),
+        };
+        config.validate().map_err(FlagError::redis)?;
+        Ok(StoreChoice::Redis(config))
     }
 
     /// Builds the [`Config`]: reads the rules file, settles the token and dashboard directory.
     /// A generated token is printed here, once.
     pub fn into_config(self) -> anyhow::Result<Config> {
-        let store = self.store_choice();
+        let store = self.store_choice()?;
         let store_deadline = match store {
             StoreChoice::Redis(_) => {
                 Duration::from_millis(self.redis_timeout_ms.saturating_mul(4).max(200))
@@ -177,7 +215,7 @@ impl Cli {
             }
         };
         let import_rules = match &self.rules {
-            Some(path) => read_rules_file(path)?,
+            Some(path) => rules_file::read(path)?,
             None => Vec::new(),
         };
         let dashboard_dir = self.dashboard_dir.or_else(|| {
@@ -237,7 +275,6 @@ pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
@@ -274,7 +311,7 @@ mod tests {
         assert!(both.is_err());
         let cluster = Cli::try_parse_from(["sluice", "--redis-cluster", "redis://a:1,redis://b:2"])
             .expect("parses");
-        match cluster.store_choice() {
+        match cluster.store_choice().expect("valid") {
             StoreChoice::Redis(c) => assert_eq!(
                 c.target,
                 RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
@@ -282,6 +319,83 @@ mod tests {
             other => panic!("expected a cluster, got {other:?}"),
         }
         let memory = Cli::try_parse_from(["sluice"]).expect("parses");
-        assert!(matches!(memory.store_choice(), StoreChoice::Memory));
+        assert!(matches!(
+            memory.store_choice().expect("valid"),
+            StoreChoice::Memory
+        ));
+    }
+
+    #[test]
+    fn the_redis_defaults_are_the_stores_defaults() {
+        let cli = Cli::try_parse_from(["sluice", "--redis-url", "redis://127.0.0.1:6379/"])
+            .expect("parses");
+        let StoreChoice::Redis(from_flags) = cli.store_choice().expect("valid") else {
+            panic!("expected Redis");
+        };
+        let defaults = RedisConfig::new(from_flags.target.clone());
+        assert_eq!(from_flags.timeout, defaults.timeout);
+        assert_eq!(from_flags.max_in_flight, defaults.max_in_flight);
+        assert_eq!(from_flags.key_prefix, defaults.key_prefix);
+    }
+
+    fn refused(args: &[&str]) -> FlagError {
+        let cli = Cli::try_parse_from(args).expect("clap accepts it");
+        match cli.store_choice() {
+            Err(e) => e,
+            Ok(choice) => panic!("{args:?} accepted as {choice:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_redis_settings_are_refused_at_build_naming_the_flag() {
+        let e = refused(&["sluice", "--redis-url", "redis://h/", "--key-prefix", "a{b"]);
+        assert_eq!((e.flag, e.env), ("--key-prefix", "SLUICE_KEY_PREFIX"));
+        assert!(
+            e.to_string()
+                .starts_with("--key-prefix (SLUICE_KEY_PREFIX): key prefix \"a{b\""),
+            "{e}"
+        );
+        let e = refused(&["sluice", "--redis-url", "redis://h/", "--key-prefix", ""]);
+        assert_eq!(e.flag, "--key-prefix");
+        let e = refused(&["sluice", "--redis-url", "http://h/"]);
+        assert_eq!(e.flag, "--redis-url");
+        let e = refused(&[
+            "sluice",
+            "--redis-cluster",
+            "redis://a:1,not a url,redis://c:3",
+        ]);
+        assert_eq!(e.flag, "--redis-cluster");
+        assert!(e.to_string().contains("node URL #2"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_numbers_never_get_past_the_parser() {
+        for args in [
+            ["sluice", "--max-in-flight", "0"],
+            ["sluice", "--max-in-flight", "1000001"],
+            ["sluice", "--redis-timeout-ms", "0"],
+            ["sluice", "--redis-timeout-ms", "60001"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn each_redis_field_names_a_real_flag_and_its_variable() {
+        let command = Cli::command();
+        for field in [
+            RedisField::Url,
+            RedisField::ClusterUrls,
+            RedisField::Timeout,
+            RedisField::MaxInFlight,
+            RedisField::KeyPrefix,
+        ] {
+            let (flag, env) = redis_flag(field);
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_long().map(|l| format!("--{l}")).as_deref() == Some(flag))
+                .unwrap_or_else(|| panic!("{field:?}: no flag {flag}"));
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "{flag}");
+        }
     }
 }

@@ -8,12 +8,13 @@ pub mod activity;
 pub mod app;
 pub mod auth;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod http;
 pub mod levels;
 pub mod metrics;
 pub mod rules;
-pub mod serve;
+pub mod rules_file;
 pub mod store;
 
 pub use app::{run, Listeners, RunError};

@@ -54,6 +54,7 @@ pub fn error_kind(error: &StoreError) -> &'static str {
         StoreError::Overloaded(_) => "overloaded",
         StoreError::WrongType { .. } => "wrong_type",
         StoreError::Corrupt(_) => "corrupt",
+        StoreError::Script { .. } => "script",
     }
 }
 
@@ -114,6 +115,7 @@ impl Metrics {
             "overloaded",
             "wrong_type",
             "corrupt",
+            "script",
         ] {
             let _ = store_errors.get_or_create(&ErrorLabels {
                 kind: kind.to_owned(),

@@ -34,6 +34,17 @@ pub enum StoreError {
     /// Stored data (a rule, a counter) could not be parsed.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The store answered, and its answer is an error of sluice's own step: a Lua script that
+    /// raised an error, was given an argument it cannot use, called a command this Redis lacks,
+    /// or returned a reply of the wrong shape. Not an outage: retrying or failing open would only
+    /// hide it, so it is a 500 naming the script, not a 503.
+    #[error("the Redis script {script} failed: {message}")]
+    Script {
+        /// The script, as in `backend/lua/<script>.lua` (`gcra`, `rules_write`, ...).
+        script: &'static str,
+        /// What Redis said.
+        message: String,
+    },
 }
 
 /// The rules as stored, with the version that identifies this exact set.

@@ -1,5 +1,8 @@
 //! The storage conformance suite over both stores: the memory store and a real redis-server
-//! (one per test, on a free loopback port), plus Redis-only failure cases.
+//! (one per test, on a free loopback port), plus Redis-only failure cases: an unreachable or slow
+//! server, shedding past the in-flight bound, settings refused before any connection, and a
+//! script that fails inside Redis reported as that script's error, not as an outage.
+#![cfg(test)]
 use crate::store_suite;
 use crate::support;
 
@@ -7,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_backend::store::memory::MemoryStore;
-use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
+use sluice_backend::store::redis::{
+    ConnectError, RedisConfig, RedisField, RedisStore, RedisTarget,
+};
 use sluice_backend::store::{Store, StoreError};
 use store_suite::*;
 use support::RedisServer;
@@ -177,7 +182,7 @@ async fn redis_unreachable_is_unavailable() {
     let mut config = RedisConfig::new(RedisTarget::Single(format!("redis://127.0.0.1:{port}/")));
     config.timeout = Duration::from_millis(500);
     match RedisStore::connect(config).await {
-        Err(StoreError::Unavailable(_)) => {}
+        Err(ConnectError::Store(StoreError::Unavailable(_))) => {}
         Err(other) => panic!("expected Unavailable, got {other:?}"),
         Ok(_) => panic!("connected to a closed port"),
     }
@@ -188,6 +193,7 @@ async fn redis_commands_beyond_max_in_flight_are_shed_at_once() {
     let server = RedisServer::start();
     let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
     config.max_in_flight = 1;
+    config.timeout = Duration::from_secs(5);
     let store = RedisStore::connect(config).await.expect("connect");
     let r = rule(
         r#"{"action":"o","algorithm":"gcra","capacity":100,"rate":{"count":1,"period":"1s"}}"#,
@@ -275,5 +281,117 @@ async fn memory_idle_keys_are_evicted() {
         store.state_count() <= 100,
         "idle keys remain: {}",
         store.state_count()
+    );
+}
+
+#[tokio::test]
+async fn bad_settings_are_refused_before_any_connection_naming_the_field() {
+    // Nothing listens on this port: a connection attempt would be Unavailable, so a Config
+    // error shows that the setting was refused before any was made.
+    let closed = format!("redis://127.0.0.1:{}/", support::free_port());
+    let single = || RedisConfig::new(RedisTarget::Single(closed.clone()));
+    let mut cases: Vec<(&str, RedisConfig, RedisField)> = Vec::new();
+    let mut c = single();
+    c.key_prefix = "tenant{a}".into();
+    cases.push(("a prefix with braces", c, RedisField::KeyPrefix));
+    let mut c = single();
+    c.key_prefix = String::new();
+    cases.push(("an empty prefix", c, RedisField::KeyPrefix));
+    let mut c = single();
+    c.max_in_flight = 0;
+    cases.push(("no command in flight", c, RedisField::MaxInFlight));
+    let mut c = single();
+    c.timeout = Duration::ZERO;
+    cases.push(("a zero timeout", c, RedisField::Timeout));
+    cases.push((
+        "a URL that does not parse",
+        RedisConfig::new(RedisTarget::Single("127.0.0.1:6379".into())),
+        RedisField::Url,
+    ));
+    cases.push((
+        "a bad cluster node URL",
+        RedisConfig::new(RedisTarget::Cluster(vec![
+            closed.clone(),
+            "redis://127.0.0.1:notaport".into(),
+        ])),
+        RedisField::ClusterUrls,
+    ));
+    cases.push((
+        "a cluster without nodes",
+        RedisConfig::new(RedisTarget::Cluster(Vec::new())),
+        RedisField::ClusterUrls,
+    ));
+    for (what, config, field) in cases {
+        match RedisStore::connect(config).await {
+            Err(ConnectError::Config(e)) => assert_eq!(e.field(), field, "{what}: {e}"),
+            Err(other) => panic!("{what}: expected a configuration error, got {other:?}"),
+            Ok(_) => panic!("{what}: accepted"),
+        }
+    }
+}
+
+/// A rule of each algorithm, named after it.
+fn one_rule_per_algorithm() -> Vec<sluice_core::Rule> {
+    [
+        "gcra",
+        "leaky_bucket",
+        "token_bucket",
+        "fixed_window",
+        "sliding_log",
+        "sliding_window",
+    ]
+    .iter()
+    .map(|a| {
+        let limit = if matches!(*a, "gcra" | "leaky_bucket" | "token_bucket") {
+            r#""rate":{"count":1,"period":"1s"}"#
+        } else {
+            r#""window":"1s""#
+        };
+        rule(&format!(
+            r#"{{"action":"{a}","algorithm":"{a}","capacity":5,{limit}}}"#
+        ))
+    })
+    .collect()
+}
+
+#[tokio::test]
+async fn a_script_failing_inside_redis_is_a_script_error_naming_it_not_an_outage() {
+    // A Redis whose TIME command was renamed away: every algorithm script reads the time with
+    // redis.call('TIME') and fails inside Redis ("ERR Unknown Redis command called from script").
+    let server = RedisServer::start_with(&["--rename-command", "TIME", ""]);
+    let store = redis_store(&server).await;
+    store.ping().await.expect("the server answers");
+    for r in one_rule_per_algorithm() {
+        let algorithm = r.algorithm().name();
+        match store.throttle(&r, "k", 1, None).await {
+            Err(StoreError::Script { script, message }) => {
+                assert_eq!(script, algorithm);
+                assert!(message.contains("Unknown Redis command"), "{message}");
+            }
+            other => panic!("{algorithm}: expected a script error, got {other:?}"),
+        }
+        match store.peek_many(&r, &["k".to_owned()], None).await {
+            Err(StoreError::Script { script, .. }) => assert_eq!(script, algorithm),
+            other => panic!("{algorithm} peek: expected a script error, got {other:?}"),
+        }
+        // At a given time the script does not call TIME, and the same server answers: the
+        // connection was never the problem.
+        let at = Some(1_700_000_000_000_000_000);
+        assert!(
+            store
+                .throttle(&r, "k", 1, at)
+                .await
+                .expect("fixed time")
+                .allowed
+        );
+    }
+    let err = store
+        .throttle(&one_rule_per_algorithm()[0], "k", 1, None)
+        .await
+        .expect_err("still failing");
+    assert_eq!(
+        err.to_string().split(':').next().unwrap_or_default(),
+        "the Redis script gcra failed",
+        "{err}"
     );
 }

@@ -6,7 +6,11 @@
 //! - the rules hash deleted on its own (stray DEL, eviction) is noticed and republished by a
 //!   running backend, with a log line;
 //! - a rules version that is not a number is reported as unreadable, not as an unreachable store;
-//! - the old layout (a separate version key) is read and migrated.
+//! - the old layout (a separate version key) is read and migrated;
+//! - honest errors (issue 10): a Redis setting that can never work stops the start as a
+//!   configuration error, and a script failing inside Redis answers 500 `store_script_error`
+//!   naming the script (counted as such), not a 503 outage that makes the filter fail open.
+#![cfg(test)]
 
 use crate::harness;
 use crate::support;
@@ -17,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use harness::Sluice;
 use sluice_backend::rules::{poll_once, PollOutcome, RuleCache, RuleSet};
-use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
+use sluice_backend::store::redis::{RedisConfig, RedisField, RedisStore, RedisTarget};
 use sluice_backend::store::Store;
-use sluice_backend::{Config, StoreChoice};
+use sluice_backend::{Config, RunError, StoreChoice};
 use sluice_core::Rule;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -714,5 +718,51 @@ async fn deleting_every_rule_keeps_the_version_so_nothing_is_republished() {
     redis.cli(&["HSET", "{sluice:rules}", "#version", "x"]);
     assert!(
         matches!(poll_once(&replica, &store).await, PollOutcome::Unreadable(e) if e.contains("#version"))
+    );
+}
+
+#[tokio::test]
+async fn a_bad_redis_setting_stops_the_start_as_a_configuration_error() {
+    // Nothing listens there: were the setting not refused first, this would be an outage.
+    let closed = format!("redis://127.0.0.1:{}/", support::free_port());
+    let mut redis = RedisConfig::new(RedisTarget::Single(closed));
+    redis.key_prefix = "a{b}".into();
+    let e = Sluice::start_err(Config::new(StoreChoice::Redis(redis), harness::TOKEN)).await;
+    assert!(
+        matches!(&e, RunError::RedisConfig(c) if c.field() == RedisField::KeyPrefix),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("invalid Redis configuration: key prefix \"a{b}\""),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_script_answers_500_store_script_error_naming_it() {
+    // A Redis without TIME: rules are written (no TIME needed), every decision's script fails.
+    let redis = support::RedisServer::start_with(&["--rename-command", "TIME", ""]);
+    let sluice = Sluice::start(harness::redis(&redis.url())).await;
+    let (status, body) = sluice
+        .put_rule(serde_json::json!({"action": "post", "algorithm": "gcra", "capacity": 5, "rate": {"count": 1, "period": "1h"}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = sluice.throttle("post", "u", 1).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (500, Some("store_script_error")),
+        "{body}"
+    );
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("script gcra") && message.contains("Unknown Redis command"),
+        "{body}"
+    );
+    let metrics = sluice.metrics().await;
+    assert!(
+        metrics.contains(r#"sluice_store_errors_total{kind="script"} 1"#)
+            && metrics.contains(r#"sluice_store_errors_total{kind="unavailable"} 0"#),
+        "{metrics}"
     );
 }

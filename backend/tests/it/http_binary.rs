@@ -1,5 +1,7 @@
 //! The `sluice` binary itself: `--help`, a generated token printed once, `--rules` imported at
-//! start, the memory-store warning, graceful exit on SIGTERM, and a bad rules file refused.
+//! start, the memory-store warning, graceful exit on SIGTERM, a bad rules file refused naming
+//! its line, rule and field, and a bad Redis setting refused naming its flag.
+#![cfg(test)]
 
 use crate::support;
 
@@ -214,8 +216,48 @@ fn a_bad_rules_file_stops_the_start_naming_the_rule_and_field() {
     assert!(!status.success());
     let stderr = sluice.stderr();
     assert!(
-        stderr.contains("rule #2 (broken)") && stderr.contains("rate.period"),
+        stderr.contains(", line 2: rule #2 (broken): rate.period: "),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_redis_setting_stops_the_start_in_one_line_naming_the_flag() {
+    // Nothing listens on the Redis port: an attempt to connect would say "unavailable".
+    let closed = format!("redis://127.0.0.1:{}/", support::free_port());
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--redis-url", &closed, "--key-prefix", "team{a}"],
+            "sluice: --key-prefix (SLUICE_KEY_PREFIX): key prefix \"team{a}\" must not contain",
+        ),
+        (
+            &["--redis-cluster", &format!("{closed},redis:/oops")],
+            "sluice: --redis-cluster (SLUICE_REDIS_CLUSTER): node URL #2 \"redis:/oops\"",
+        ),
+        (
+            &["--redis-url", "127.0.0.1:6379"],
+            "sluice: --redis-url (SLUICE_REDIS_URL): \"127.0.0.1:6379\" is not a usable Redis URL",
+        ),
+    ];
+    for (flags, expected) in cases {
+        let mut args = vec![
+            "--decision-listen".to_owned(),
+            format!("127.0.0.1:{}", support::free_port()),
+            "--admin-listen".to_owned(),
+            format!("127.0.0.1:{}", support::free_port()),
+            "--admin-token".to_owned(),
+            "a-token-long-enough-1234".to_owned(),
+        ];
+        args.extend(flags.iter().map(|f| (*f).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut sluice = Running::start(&args);
+        let status = sluice.wait_exit(Duration::from_secs(10));
+        assert_eq!(status.code(), Some(1), "{flags:?}");
+        let stderr = sluice.stderr();
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{flags:?}: one line:\n{stderr}");
+        assert!(lines[0].starts_with(expected), "{flags:?}:\n{stderr}");
+        assert!(!stderr.contains("unavailable"), "{stderr}");
+    }
 }

@@ -1,5 +1,10 @@
 //! Real redis-server processes for tests, on free loopback ports, stopped (by PID) on drop.
-#![allow(dead_code)]
+//!
+//! Test code: a redis-server that cannot be started stops the test (or the benchmark) with a
+//! panic naming why. clippy.toml allows that only in `#[test]` functions and `#[cfg(test)]`
+//! modules, and this file is also compiled into `backend/examples` (outside `cfg(test)`), so
+//! it says so itself.
+#![allow(dead_code, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;

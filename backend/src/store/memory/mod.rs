@@ -10,7 +10,6 @@ mod shards;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use sluice_core::cell::CellArgs;
@@ -19,18 +18,12 @@ use sluice_core::{Action, Decision, Nanos, Params, Rule};
 use self::activity::ActivityLog;
 use self::shards::{ShardedStates, Slot};
 use super::{Activity, RuleSnapshot, Store, StoreError};
+use crate::clock::now_ns;
 
 /// Shards of the state map: enough that 2–64 cores rarely contend on one lock.
 const SHARDS: usize = 64;
 /// Keys of recent activity kept per action (as the Redis store does).
 pub const ACTIVITY_KEEP: usize = 200;
-
-/// The system clock in nanoseconds since the Unix epoch (0 if the clock is before 1970).
-pub fn system_now() -> Nanos {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
 
 struct Rules {
     by_action: BTreeMap<Action, Rule>,
@@ -97,7 +90,7 @@ impl Store for MemoryStore {
         quantity: u64,
         at: Option<Nanos>,
     ) -> Result<Decision, StoreError> {
-        let now = at.unwrap_or_else(system_now);
+        let now = at.unwrap_or_else(now_ns);
         Ok(self
             .states
             .decide(rule_slot(rule, key), rule.params(), now, quantity))
@@ -109,7 +102,7 @@ impl Store for MemoryStore {
         args: CellArgs,
         at: Option<Nanos>,
     ) -> Result<Decision, StoreError> {
-        let now = at.unwrap_or_else(system_now);
+        let now = at.unwrap_or_else(now_ns);
         Ok(self.states.decide(
             Slot::Cell(key.to_owned()),
             Params::Gcra(args.params),
@@ -124,7 +117,7 @@ impl Store for MemoryStore {
         keys: &[String],
         at: Option<Nanos>,
     ) -> Result<Vec<Decision>, StoreError> {
-        let now = at.unwrap_or_else(system_now);
+        let now = at.unwrap_or_else(now_ns);
         let params = rule.params();
         Ok(keys
             .iter()

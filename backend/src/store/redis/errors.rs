@@ -1,11 +1,28 @@
 //! Mapping Redis errors to [`StoreError`]: what went wrong, in terms a user can act on.
+//!
+//! The split that matters downstream is "the store is down" (503: the filter may fail open and
+//! the caller may retry elsewhere) versus "the store answered, and the answer is an error" (500:
+//! retrying will not help, and failing open would let every request through unmetered while a
+//! bug lasts). A script that raised an error, was called with an argument it cannot use, called
+//! a command this Redis does not have, or returned a reply of the wrong shape is the second kind:
+//! [`StoreError::Script`], naming the script.
 
-use redis::RedisError;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::store::StoreError;
 
-/// Maps an error from a command on `key` (the key named in a WRONGTYPE error).
-pub(crate) fn map(error: &RedisError, key: &str) -> StoreError {
+/// What a failed command was: a Lua script (named as in `backend/lua/<name>.lua`) or a plain
+/// command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// A script of `backend/lua`.
+    Script(&'static str),
+    /// A plain command (PING, HGET).
+    Command,
+}
+
+/// Maps an error from a call on `key` (the key named in a WRONGTYPE error).
+pub(crate) fn map(error: &RedisError, key: &str, call: Call) -> StoreError {
     let text = error.to_string();
     if error.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
         return StoreError::WrongType {
@@ -13,5 +30,109 @@ pub(crate) fn map(error: &RedisError, key: &str) -> StoreError {
             detail: text,
         };
     }
-    StoreError::Unavailable(text)
+    match call {
+        Call::Script(script) if is_script_failure(error) => StoreError::Script {
+            script,
+            message: text,
+        },
+        _ => StoreError::Unavailable(text),
+    }
+}
+
+/// Whether an error of a script call is the script's own failure rather than an outage: a
+/// generic `ERR` reply (a Lua runtime error, `redis.error_reply`, a command refusing an argument,
+/// an unknown command; Redis appends "script: <sha>, on @user_script:N") or a reply sluice cannot
+/// convert. Outages keep their own codes (`BUSY`, `LOADING`, `OOM`, `CLUSTERDOWN`, `TRYAGAIN`,
+/// `MASTERDOWN`, `READONLY`, I/O errors) and stay [`StoreError::Unavailable`].
+fn is_script_failure(error: &RedisError) -> bool {
+    match error.kind() {
+        ErrorKind::Server(ServerErrorKind::ResponseError) => {
+            !error.to_string().contains("max number of clients reached")
+        }
+        ErrorKind::UnexpectedReturnType | ErrorKind::Parse => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        RedisError::from(std::io::Error::from(kind))
+    }
+
+    #[test]
+    fn a_script_error_names_the_script_and_is_not_an_outage() {
+        let e = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "user_script:1: attempt to perform arithmetic on a nil value script: abc, on @user_script:1."
+                .to_owned(),
+        ));
+        match map(&e, "k", Call::Script("gcra")) {
+            StoreError::Script { script, message } => {
+                assert_eq!(script, "gcra");
+                assert!(message.contains("arithmetic on a nil value"), "{message}");
+            }
+            other => panic!("expected Script, got {other:?}"),
+        }
+        let wrong_shape = RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "Response was of incompatible type",
+        ));
+        assert!(matches!(
+            map(&wrong_shape, "k", Call::Script("rules_load")),
+            StoreError::Script {
+                script: "rules_load",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn outages_stay_unavailable_even_from_scripts() {
+        for e in [
+            io(std::io::ErrorKind::ConnectionRefused),
+            io(std::io::ErrorKind::ConnectionReset),
+            RedisError::from((ErrorKind::Server(ServerErrorKind::BusyLoading), "loading")),
+            RedisError::from((ErrorKind::Server(ServerErrorKind::ClusterDown), "down")),
+            RedisError::from((ErrorKind::Server(ServerErrorKind::TryAgain), "again")),
+            RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+                "refused",
+                "max number of clients reached".to_owned(),
+            )),
+        ] {
+            assert!(
+                matches!(
+                    map(&e, "k", Call::Script("gcra")),
+                    StoreError::Unavailable(_)
+                ),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrongtype_wins_and_plain_commands_are_never_script_errors() {
+        let e = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "WRONGTYPE Operation against a key holding the wrong kind of value".to_owned(),
+        ));
+        assert!(matches!(
+            map(&e, "sluice:{a:b}:gcra", Call::Script("gcra")),
+            StoreError::WrongType { key, .. } if key == "sluice:{a:b}:gcra"
+        ));
+        let err = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "something".to_owned(),
+        ));
+        assert!(matches!(
+            map(&err, "PING", Call::Command),
+            StoreError::Unavailable(_)
+        ));
+    }
 }

@@ -7,6 +7,7 @@
 //! so a slow Redis sheds load instead of queueing it. See docs/storage.md for the key layout and
 //! the precision reasoning of the scripts.
 
+mod config;
 mod conn;
 mod errors;
 mod keys;
@@ -25,10 +26,15 @@ use sluice_core::{Action, Decision, Nanos, Params, Rule};
 use tokio::sync::Semaphore;
 
 use self::conn::Conn;
+use self::errors::Call;
 use self::keys::KeyLayout;
 use self::scripts::{algorithm_args, decision, Scripts};
 use super::{Activity, RuleSnapshot, Store, StoreError};
 
+pub use self::config::{
+    RedisConfig, RedisConfigError, RedisField, RedisTarget, DEFAULT_KEY_PREFIX,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT, MAX_TIMEOUT_MS,
+};
 pub use self::keys::MAX_RAW_SUBJECT;
 
 /// Keys of recent activity kept per action.
@@ -41,38 +47,16 @@ pub const VERSION_FIELD: &str = "#version";
 /// Activity of an action vanishes after this long without traffic.
 const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// Which Redis deployment to use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    /// One node: `redis://host:port/db`.
-    Single(String),
-    /// A Redis Cluster, by one or more seed node URLs.
-    Cluster(Vec<String>),
-}
-
-/// How to reach and use Redis.
-#[derive(Debug, Clone)]
-pub struct RedisConfig {
-    /// The deployment.
-    pub target: RedisTarget,
-    /// Bound on each command, after which the request fails fast with a timeout.
-    pub timeout: Duration,
-    /// Bound on commands in flight; beyond it requests fail fast as overloaded instead of queueing.
-    pub max_in_flight: usize,
-    /// Prefix of every key sluice writes (default "sluice").
-    pub key_prefix: String,
-}
-
-impl RedisConfig {
-    /// Defaults for a target: 1 s timeout, 1024 commands in flight, prefix "sluice".
-    pub fn new(target: RedisTarget) -> RedisConfig {
-        RedisConfig {
-            target,
-            timeout: Duration::from_secs(1),
-            max_in_flight: 1024,
-            key_prefix: "sluice".into(),
-        }
-    }
+/// Why [`RedisStore::connect`] failed: a setting that can never work (fix the configuration), or
+/// a Redis that cannot be reached now (fix or wait for Redis).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// A setting is refused; nothing was sent to Redis.
+    #[error("invalid Redis configuration: {0}")]
+    Config(#[from] RedisConfigError),
+    /// Redis could not be reached or did not answer in time.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Throttle state, rules and activity in Redis.
@@ -87,27 +71,12 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Connects (eagerly: a Redis that cannot be reached is [`StoreError::Unavailable`] here) and
-    /// checks the configuration. Scripts are sent to Redis on first use.
-    pub async fn connect(config: RedisConfig) -> Result<RedisStore, StoreError> {
-        if config.key_prefix.contains(['{', '}']) {
-            return Err(StoreError::Unavailable(format!(
-                "key prefix {:?} must not contain '{{' or '}}' (they would break Cluster hash tags)",
-                config.key_prefix
-            )));
-        }
-        if config.max_in_flight == 0 {
-            return Err(StoreError::Unavailable(
-                "max_in_flight must be at least 1".into(),
-            ));
-        }
-        if let RedisTarget::Cluster(urls) = &config.target {
-            if urls.is_empty() {
-                return Err(StoreError::Unavailable(
-                    "a Redis Cluster needs at least one node URL".into(),
-                ));
-            }
-        }
+    /// Checks the configuration ([`RedisConfig::validate`]: a bad setting is
+    /// [`ConnectError::Config`], before any network traffic), then connects eagerly (a Redis that
+    /// cannot be reached is [`StoreError::Unavailable`] here). Scripts are sent to Redis on first
+    /// use.
+    pub async fn connect(config: RedisConfig) -> Result<RedisStore, ConnectError> {
+        config.validate()?;
         let connect_bound = config.timeout.max(Duration::from_secs(5));
         let conn =
             match tokio::time::timeout(connect_bound, Conn::open(&config.target, config.timeout))
@@ -115,11 +84,11 @@ impl RedisStore {
             {
                 Ok(Ok(conn)) => conn,
                 Ok(Err(e)) => {
-                    return Err(StoreError::Unavailable(format!(
-                        "cannot connect to Redis: {e}"
-                    )))
+                    return Err(
+                        StoreError::Unavailable(format!("cannot connect to Redis: {e}")).into(),
+                    )
                 }
-                Err(_) => return Err(StoreError::Timeout(duration_ms(connect_bound))),
+                Err(_) => return Err(StoreError::Timeout(duration_ms(connect_bound)).into()),
             };
         Ok(RedisStore {
             conn,
@@ -133,8 +102,8 @@ impl RedisStore {
     }
 
     /// Runs one bounded unit of work: a permit taken without waiting, then the timeout. `key`
-    /// names the key in a WRONGTYPE error.
-    async fn bounded<T, F>(&self, key: &str, work: F) -> Result<T, StoreError>
+    /// names the key in a WRONGTYPE error, `call` the script in a script error.
+    async fn bounded<T, F>(&self, key: &str, call: Call, work: F) -> Result<T, StoreError>
     where
         F: Future<Output = RedisResult<T>>,
     {
@@ -145,7 +114,7 @@ impl RedisStore {
         match tokio::time::timeout(self.timeout, work).await {
             Err(_) => Err(StoreError::Timeout(duration_ms(self.timeout))),
             Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(duration_ms(self.timeout))),
-            Ok(Err(e)) => Err(errors::map(&e, key)),
+            Ok(Err(e)) => Err(errors::map(&e, key, call)),
             Ok(Ok(value)) => Ok(value),
         }
     }
@@ -159,7 +128,11 @@ impl RedisStore {
         at: Option<Nanos>,
     ) -> Result<Decision, StoreError> {
         let reply = self
-            .bounded(key, self.invoke_algorithm(key, params, quantity, at))
+            .bounded(
+                key,
+                Call::Script(params.algorithm().name()),
+                self.invoke_algorithm(key, params, quantity, at),
+            )
             .await?;
         decision(params, &reply)
     }
@@ -234,6 +207,7 @@ impl Store for RedisStore {
         let replies = self
             .bounded(
                 &first,
+                Call::Script(params.algorithm().name()),
                 try_join_all(
                     redis_keys
                         .iter()
@@ -253,6 +227,7 @@ impl Store for RedisStore {
         let (version, flat): (Option<String>, Vec<String>) = self
             .bounded(
                 &hash,
+                Call::Script("rules_load"),
                 self.scripts
                     .rules_load
                     .key(&hash)
@@ -285,8 +260,12 @@ impl Store for RedisStore {
         let mut conn = self.conn.clone();
         let mut invocation = self.scripts.rules_write.key(&hash);
         invocation.arg("put").arg(rule.action().as_str()).arg(json);
-        self.bounded(&hash, invocation.invoke_async(&mut conn))
-            .await
+        self.bounded(
+            &hash,
+            Call::Script("rules_write"),
+            invocation.invoke_async(&mut conn),
+        )
+        .await
     }
 
     async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
@@ -294,8 +273,12 @@ impl Store for RedisStore {
         let mut conn = self.conn.clone();
         let mut invocation = self.scripts.rules_write.key(&hash);
         invocation.arg("del").arg(action.as_str());
-        self.bounded(&hash, invocation.invoke_async(&mut conn))
-            .await
+        self.bounded(
+            &hash,
+            Call::Script("rules_write"),
+            invocation.invoke_async(&mut conn),
+        )
+        .await
     }
 
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
@@ -304,6 +287,7 @@ impl Store for RedisStore {
         let version: Option<String> = self
             .bounded(
                 &hash,
+                Call::Command,
                 redis::cmd("HGET")
                     .arg(&hash)
                     .arg(VERSION_FIELD)
@@ -337,9 +321,13 @@ impl Store for RedisStore {
                 invocation.invoke_async::<i64>(&mut conn).await
             }
         });
-        self.bounded("activity", try_join_all(calls))
-            .await
-            .map(|_| ())
+        self.bounded(
+            "activity",
+            Call::Script("activity_record"),
+            try_join_all(calls),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn recent_activity(
@@ -355,6 +343,7 @@ impl Store for RedisStore {
         let flat: Vec<String> = self
             .bounded(
                 &recent,
+                Call::Script("activity_recent"),
                 self.scripts
                     .activity_recent
                     .key(&recent)
@@ -385,7 +374,11 @@ impl Store for RedisStore {
     async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let _: String = self
-            .bounded("PING", redis::cmd("PING").query_async(&mut conn))
+            .bounded(
+                "PING",
+                Call::Command,
+                redis::cmd("PING").query_async(&mut conn),
+            )
             .await?;
         Ok(())
     }

@@ -42,8 +42,11 @@ use tokio::time::Sleep;
 use tower::ServiceExt;
 
 /// Default bound on reading a request's head (and its body, and a keep-alive connection's idle
-/// time).
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// time), in milliseconds: the `--header-read-timeout-ms` default.
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// [`DEFAULT_HEADER_READ_TIMEOUT_MS`] as a duration.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration =
+    Duration::from_millis(DEFAULT_HEADER_READ_TIMEOUT_MS);
 
 /// Pause after an accept error that is not about one connection (e.g. out of descriptors).
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);

@@ -1,0 +1,342 @@
+//! How to reach and use Redis: the one set of defaults (the command line shows these same
+//! values), and the checks that refuse a setting that can never work when the configuration is
+//! built, so it is reported as what it is and not, later, as an unreachable store.
+
+use std::time::Duration;
+
+use redis::cluster::ClusterClientBuilder;
+use redis::{IntoConnectionInfo, RedisError};
+
+/// Default bound on each Redis command, in milliseconds (`--redis-timeout-ms`).
+pub const DEFAULT_TIMEOUT_MS: u64 = 50;
+/// Largest accepted command timeout, in milliseconds.
+pub const MAX_TIMEOUT_MS: u64 = 60_000;
+/// Default bound on Redis commands in flight (`--max-in-flight`).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+/// Largest accepted bound on commands in flight (far below what a semaphore can hold).
+pub const MAX_IN_FLIGHT: usize = 1_000_000;
+/// Default prefix of every key sluice writes (`--key-prefix`).
+pub const DEFAULT_KEY_PREFIX: &str = "sluice";
+
+/// Which Redis deployment to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One node: `redis://host:port/db`.
+    Single(String),
+    /// A Redis Cluster, by one or more seed node URLs.
+    Cluster(Vec<String>),
+}
+
+/// How to reach and use Redis. Check it with [`RedisConfig::validate`] when it is built;
+/// [`super::RedisStore::connect`] checks it again, so a bad setting is never reported as an
+/// unreachable store.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// The deployment.
+    pub target: RedisTarget,
+    /// Bound on each command, after which the request fails fast with a timeout.
+    pub timeout: Duration,
+    /// Bound on commands in flight; beyond it requests fail fast as overloaded instead of queueing.
+    pub max_in_flight: usize,
+    /// Prefix of every key sluice writes.
+    pub key_prefix: String,
+}
+
+impl RedisConfig {
+    /// A config for `target` with the defaults: [`DEFAULT_TIMEOUT_MS`],
+    /// [`DEFAULT_MAX_IN_FLIGHT`], [`DEFAULT_KEY_PREFIX`] (the command line's defaults too).
+    pub fn new(target: RedisTarget) -> RedisConfig {
+        RedisConfig {
+            target,
+            timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+        }
+    }
+
+    /// Checks every setting without touching the network: the URLs parse as Redis URLs (and a
+    /// Cluster's seed nodes form a valid cluster client), the timeout and in-flight bound are in
+    /// range, and the key prefix cannot break Cluster hash tags. Returns the first problem.
+    pub fn validate(&self) -> Result<(), RedisConfigError> {
+        check_key_prefix(&self.key_prefix)?;
+        if !(1..=MAX_IN_FLIGHT).contains(&self.max_in_flight) {
+            return Err(RedisConfigError::MaxInFlight {
+                value: self.max_in_flight,
+            });
+        }
+        let timeout_ms = self.timeout.as_millis();
+        if !(1..=u128::from(MAX_TIMEOUT_MS)).contains(&timeout_ms) {
+            return Err(RedisConfigError::Timeout {
+                timeout: self.timeout,
+            });
+        }
+        match &self.target {
+            RedisTarget::Single(url) => {
+                url.as_str()
+                    .into_connection_info()
+                    .map_err(|e| RedisConfigError::Url {
+                        url: redact(url),
+                        reason: reason(&e),
+                    })?;
+            }
+            RedisTarget::Cluster(urls) => {
+                if urls.is_empty() {
+                    return Err(RedisConfigError::NoClusterUrls);
+                }
+                for (i, url) in urls.iter().enumerate() {
+                    url.as_str().into_connection_info().map_err(|e| {
+                        RedisConfigError::ClusterUrl {
+                            index: i + 1,
+                            url: redact(url),
+                            reason: reason(&e),
+                        }
+                    })?;
+                }
+                ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                    .build()
+                    .map_err(|e| RedisConfigError::Cluster { reason: reason(&e) })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A Redis setting sluice refuses. Each names the field at fault ([`RedisConfigError::field`])
+/// so the command line can name its flag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedisConfigError {
+    /// The key prefix is empty, or holds a character that would break Cluster hash tags.
+    #[error("key prefix {prefix:?} {reason}")]
+    KeyPrefix {
+        /// The prefix as given.
+        prefix: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The bound on commands in flight is 0 or too large.
+    #[error("at most {value} commands in flight: must be between 1 and {MAX_IN_FLIGHT}")]
+    MaxInFlight {
+        /// The value given.
+        value: usize,
+    },
+    /// The command timeout is under 1 ms or over [`MAX_TIMEOUT_MS`].
+    #[error("a command timeout of {timeout:?}: must be between 1 and {MAX_TIMEOUT_MS} ms")]
+    Timeout {
+        /// The value given.
+        timeout: Duration,
+    },
+    /// The single-node URL is not a Redis URL.
+    #[error("{url:?} is not a usable Redis URL: {reason}")]
+    Url {
+        /// The URL, with any password hidden.
+        url: String,
+        /// What the Redis client said.
+        reason: String,
+    },
+    /// A Redis Cluster was asked for with no seed node.
+    #[error("a Redis Cluster needs at least one node URL")]
+    NoClusterUrls,
+    /// One Cluster seed node URL is not a Redis URL.
+    #[error("node URL #{index} {url:?} is not a usable Redis URL: {reason}")]
+    ClusterUrl {
+        /// 1-based position in the list.
+        index: usize,
+        /// The URL, with any password hidden.
+        url: String,
+        /// What the Redis client said.
+        reason: String,
+    },
+    /// The seed nodes parse one by one but do not make one cluster (e.g. different passwords).
+    #[error("the node URLs do not make one cluster client: {reason}")]
+    Cluster {
+        /// What the Redis client said.
+        reason: String,
+    },
+}
+
+/// The [`RedisConfig`] field a [`RedisConfigError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisField {
+    /// [`RedisConfig::target`], single node.
+    Url,
+    /// [`RedisConfig::target`], Cluster.
+    ClusterUrls,
+    /// [`RedisConfig::timeout`].
+    Timeout,
+    /// [`RedisConfig::max_in_flight`].
+    MaxInFlight,
+    /// [`RedisConfig::key_prefix`].
+    KeyPrefix,
+}
+
+impl RedisConfigError {
+    /// The field at fault.
+    pub fn field(&self) -> RedisField {
+        match self {
+            RedisConfigError::KeyPrefix { .. } => RedisField::KeyPrefix,
+            RedisConfigError::MaxInFlight { .. } => RedisField::MaxInFlight,
+            RedisConfigError::Timeout { .. } => RedisField::Timeout,
+            RedisConfigError::Url { .. } => RedisField::Url,
+            RedisConfigError::NoClusterUrls
+            | RedisConfigError::ClusterUrl { .. }
+            | RedisConfigError::Cluster { .. } => RedisField::ClusterUrls,
+        }
+    }
+}
+
+fn check_key_prefix(prefix: &str) -> Result<(), RedisConfigError> {
+    let refuse = |reason| {
+        Err(RedisConfigError::KeyPrefix {
+            prefix: prefix.to_owned(),
+            reason,
+        })
+    };
+    if prefix.is_empty() {
+        return refuse("is empty: give a name for this deployment's keys (default \"sluice\")");
+    }
+    if prefix.contains(['{', '}']) {
+        return refuse(
+            "must not contain '{' or '}': they would move the Redis Cluster hash tag of every key",
+        );
+    }
+    if prefix.chars().any(char::is_control) {
+        return refuse("must not contain control characters");
+    }
+    Ok(())
+}
+
+/// What the Redis client said, without its error-kind suffix (" - InvalidClientConfig").
+fn reason(e: &RedisError) -> String {
+    let text = e.to_string();
+    match text.split_once(" - ") {
+        Some((head, _)) if !head.is_empty() => head.to_owned(),
+        _ => text,
+    }
+}
+
+/// The URL with the password of `scheme://user:password@host` replaced by `***`, so that a
+/// refused URL can be shown in a log line.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let Some((user, _password)) = rest[..at].split_once(':') else {
+        return url.to_owned();
+    };
+    format!("{scheme}://{user}:***@{}", &rest[at + 1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single() -> RedisConfig {
+        RedisConfig::new(RedisTarget::Single("redis://127.0.0.1:6379/".into()))
+    }
+
+    #[test]
+    fn the_defaults_are_valid_and_are_the_command_lines() {
+        let c = single();
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.timeout, Duration::from_millis(50));
+        assert_eq!(c.max_in_flight, 1024);
+        assert_eq!(c.key_prefix, "sluice");
+    }
+
+    #[test]
+    fn a_bad_key_prefix_is_refused_naming_the_field() {
+        for prefix in ["", "a{b", "a}b", "{sluice}", "a\nb"] {
+            let mut c = single();
+            c.key_prefix = prefix.into();
+            let e = c.validate().expect_err(prefix);
+            assert_eq!(e.field(), RedisField::KeyPrefix, "{prefix:?}: {e}");
+            assert!(e.to_string().starts_with("key prefix"), "{e}");
+        }
+        let mut c = single();
+        c.key_prefix = "team-a:sluice".into();
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn in_flight_and_timeout_out_of_range_are_refused() {
+        let mut c = single();
+        c.max_in_flight = 0;
+        assert_eq!(
+            c.validate(),
+            Err(RedisConfigError::MaxInFlight { value: 0 })
+        );
+        c.max_in_flight = MAX_IN_FLIGHT + 1;
+        assert_eq!(
+            c.validate().map_err(|e| e.field()),
+            Err(RedisField::MaxInFlight)
+        );
+        c.max_in_flight = MAX_IN_FLIGHT;
+        assert_eq!(c.validate(), Ok(()));
+
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            Duration::from_millis(MAX_TIMEOUT_MS + 1),
+        ] {
+            c.timeout = bad;
+            let e = c.validate().expect_err("timeout out of range");
+            assert_eq!(e.field(), RedisField::Timeout, "{bad:?}: {e}");
+        }
+        c.timeout = Duration::from_millis(1);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn urls_that_do_not_parse_are_refused_naming_which() {
+        for url in [
+            "garbage",
+            "http://127.0.0.1:6379/",
+            "redis://127.0.0.1:6379/x",
+            "rediss://h/",
+        ] {
+            let c = RedisConfig::new(RedisTarget::Single(url.into()));
+            match c.validate() {
+                Err(RedisConfigError::Url { url: shown, reason }) => {
+                    assert_eq!(shown, url);
+                    assert!(!reason.is_empty());
+                }
+                other => panic!("{url}: expected a URL error, got {other:?}"),
+            }
+        }
+        let c = RedisConfig::new(RedisTarget::Cluster(vec![
+            "redis://127.0.0.1:7000".into(),
+            "redis//127.0.0.1:7001".into(),
+        ]));
+        match c.validate() {
+            Err(RedisConfigError::ClusterUrl { index, url, .. }) => {
+                assert_eq!((index, url.as_str()), (2, "redis//127.0.0.1:7001"));
+            }
+            other => panic!("expected cluster URL #2 refused, got {other:?}"),
+        }
+        let none = RedisConfig::new(RedisTarget::Cluster(Vec::new()));
+        assert_eq!(none.validate(), Err(RedisConfigError::NoClusterUrls));
+        let ok = RedisConfig::new(RedisTarget::Cluster(vec![
+            "redis://127.0.0.1:7000".into(),
+            "redis://127.0.0.1:7001".into(),
+        ]));
+        assert_eq!(ok.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_refused_url_never_shows_its_password() {
+        assert_eq!(
+            redact("redis://user:hunter2@10.0.0.1:6379/x"),
+            "redis://user:***@10.0.0.1:6379/x"
+        );
+        assert_eq!(redact("redis://:hunter2@h/0"), "redis://:***@h/0");
+        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
+        assert_eq!(redact("redis://user@h:1/0"), "redis://user@h:1/0");
+        let c = RedisConfig::new(RedisTarget::Single("redis://:hunter2@h/notadb".into()));
+        let e = c.validate().expect_err("bad db");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+}
