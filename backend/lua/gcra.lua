@@ -1,32 +1,82 @@
--- gcra: KEYS[1] is a string holding the TAT (absolute ns). ARGV[4] interval T (ns), ARGV[5] capacity.
+-- gcra: KEYS[1] is a string holding the TAT (absolute ns since the epoch, decimal).
+-- ARGV[4] interval T (ns), ARGV[5] capacity, ARGV[6] tolerance T x capacity, ARGV[7] increment
+-- T x quantity: decimal strings, the products formed exactly in Rust (scripts.rs).
 -- Twin of core/src/algorithms/gcra.rs (redis-cell's CL.THROTTLE maths).
-local T = tonumber(ARGV[4])
-local cap = tonumber(ARGV[5])
-local tol = T * cap
-local q = QUANTITY
+--
+-- cl.throttle accepts what redis-cell accepts: tolerances and increments up to 2^63 - 1 ns
+-- (292 years), so TATs up to ~2^64 ns. Doubles are exact only below 2^53, so this script holds
+-- every time and span as a pair {s, n}: whole seconds and nanoseconds within the second
+-- (0 <= n < 1e9), the split Redis TIME already uses. s stays below 2^35 in magnitude, so sums,
+-- differences and comparisons of pairs are exact. It only adds, subtracts and compares:
+-- remaining = floor((tolerance - ttl) / T) and the level are derived in Rust from the exact ttl
+-- (sluice_core::algorithms::gcra::report), so the reply's remaining slot is 0.
 
-local stored = redis.call('GET', KEYS[1])
-local tat = 0 -- a fresh key: tat = now
-if stored then
-  tat = rel(stored)
+local E9 = 1000000000
+
+-- A decimal ns string from Rust as a pair.
+local function arg_pair(text)
+  local s, n = split_ns(text)
+  return { s, n }
 end
 
-if q <= cap then
-  -- new_tat = base + increment may reach 2 x tolerance, past 2^53: compare and subtract so that
-  -- no intermediate exceeds the tolerance (room may be negative after a clock step back).
-  local base = math.max(0, tat)
-  local increment = T * q
-  local room = tol - base
-  if increment <= room then
-    local new_tat = base + increment
-    if q > 0 then
-      redis.call('SET', KEYS[1], abs(new_tat), 'PX', TTL_MS)
-    end
-    return { 1, idiv(tol - new_tat, T), -1, new_tat, new_tat, T, 0, 0 }
+local function add(a, b)
+  local s, n = a[1] + b[1], a[2] + b[2]
+  if n >= E9 then
+    return { s + 1, n - E9 }
   end
-  local ttl = math.max(tat, 0)
-  return { 0, idiv(math.max(tol - ttl, 0), T), increment - room, ttl, ttl, T, 0, 0 }
+  return { s, n }
 end
--- More than the capacity can never pass: no retry.
-local ttl = math.max(tat, 0)
-return { 0, idiv(math.max(tol - ttl, 0), T), -1, ttl, ttl, T, 0, 0 }
+
+local function sub(a, b)
+  local s, n = a[1] - b[1], a[2] - b[2]
+  if n < 0 then
+    return { s - 1, n + E9 }
+  end
+  return { s, n }
+end
+
+-- a <= b
+local function le(a, b)
+  return a[1] < b[1] or (a[1] == b[1] and a[2] <= b[2])
+end
+
+-- A non-negative pair as decimal ns.
+local function text(a)
+  if a[1] > 0 then
+    return string.format('%d%09d', a[1], a[2])
+  end
+  return string.format('%d', a[2])
+end
+
+local tol = arg_pair(ARGV[6])
+local inc = arg_pair(ARGV[7])
+local now = { NOW_S, NOW_N }
+
+-- ahead = max(tat, now) - now: how far the stored TAT lies in the future (0 when fresh or past).
+local ahead = { 0, 0 }
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local s, n = split_ns(stored)
+  if s == nil then
+    corrupt('a non-numeric time')
+  end
+  local d = sub({ s, n }, now)
+  if d[1] >= 0 then
+    ahead = d
+  end
+end
+
+-- More than the capacity (increment > tolerance) can never pass: no retry.
+local retry = -1
+if le(inc, tol) then
+  local after = add(ahead, inc) -- new_tat - now
+  if le(after, tol) then
+    if ARGV[2] ~= '0' then
+      redis.call('SET', KEYS[1], text(add(now, after)), 'PX', TTL_MS)
+    end
+    return { 1, 0, -1, text(after), text(after), ARGV[4], 0, 0 }
+  end
+  retry = text(sub(after, tol))
+end
+-- A denial stores nothing.
+return { 0, 0, retry, text(ahead), text(ahead), ARGV[4], 0, 0 }

@@ -5,6 +5,8 @@
 -- as whole seconds (NOW_S) plus nanoseconds within the second (NOW_N); every stored absolute
 -- time (a decimal ns string) is turned into a time RELATIVE to now, which sluice's limits
 -- (core/src/limits.rs: 90-day horizon, capacity x window_ms) keep far below 2^53.
+-- gcra is the exception: cl.throttle takes redis-cell's spans up to 2^63 ns, so gcra.lua keeps
+-- every time and span as an exact (seconds, nanoseconds) pair instead (see its header).
 --
 -- ARGV[1]: "now" in ns as a decimal string (tests), or "" to use Redis TIME (production).
 -- ARGV[2]: quantity. ARGV[3]: TTL in ms for every write. ARGV[4], ARGV[5]: algorithm parameters.

@@ -3,6 +3,7 @@
 //! sluice-core [`Decision`]s.
 
 use redis::Script;
+use sluice_core::algorithms::gcra;
 use sluice_core::{Algorithm, Decision, Nanos, Params};
 
 use crate::store::StoreError;
@@ -69,7 +70,9 @@ const FIXED_TIME_MIN_TTL_MS: u64 = 600_000;
 
 /// ARGV of an algorithm script: now ("" = Redis TIME), quantity, TTL in ms, and two parameters
 /// (interval ns and capacity for meters, window ms and capacity for windows), as decimal strings.
-pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -> [String; 5] {
+/// gcra also gets its tolerance (T × capacity) and increment (T × quantity), multiplied here
+/// exactly: they reach 2^63 for `cl.throttle`, where Lua's doubles cannot multiply.
+pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -> Vec<String> {
     let idle_ms = params
         .idle_ttl_ns()
         .div_ceil(1_000_000)
@@ -83,18 +86,25 @@ pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -
         Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => m.interval,
         Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => w.window_ms,
     };
-    [
+    let mut args = vec![
         at.map_or_else(String::new, |t| t.to_string()),
         quantity.to_string(),
         ttl_ms.to_string(),
         first.to_string(),
         params.capacity().to_string(),
-    ]
+    ];
+    if let Params::Gcra(m) = params {
+        args.push(m.tolerance().to_string());
+        args.push(m.increment(quantity).to_string());
+    }
+    args
 }
 
 /// Builds the decision from a script's reply
 /// `{allowed, remaining, retry_after (-1 = none), reset_after, a, b, c, d}`, where a..d give the
-/// level exactly as core computes it (same f64 operations on the same integers).
+/// level exactly as core computes it (same f64 operations on the same integers). Numbers may come
+/// as integers or decimal strings (gcra's exceed 2^53, where Lua numbers are not exact). gcra's
+/// remaining and level are derived here from its exact ttl by core itself.
 pub(crate) fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreError> {
     let [allowed, remaining, retry, reset, a, b, c, d] = reply else {
         return Err(StoreError::Corrupt(format!(
@@ -106,8 +116,15 @@ pub(crate) fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreE
         u64::try_from(v)
             .map_err(|_| StoreError::Corrupt(format!("script returned a negative {what}: {v}")))
     };
+    let retry_after = if *retry < 0 {
+        None
+    } else {
+        Some(unsigned(*retry, "retry_after")?)
+    };
+    let reset_after = unsigned(*reset, "reset_after")?;
     let level = match params {
-        Params::Gcra(_) | Params::LeakyBucket(_) | Params::TokenBucket(_) => *a as f64 / *b as f64,
+        Params::Gcra(m) => return Ok(gcra::report(m, *allowed == 1, reset_after, retry_after)),
+        Params::LeakyBucket(_) | Params::TokenBucket(_) => *a as f64 / *b as f64,
         Params::FixedWindow(_) | Params::SlidingLog(_) => *a as f64,
         Params::SlidingWindow(_) => *a as f64 * *b as f64 / *c as f64 + *d as f64,
     };
@@ -115,12 +132,8 @@ pub(crate) fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreE
         allowed: *allowed == 1,
         capacity: params.capacity(),
         remaining: unsigned(*remaining, "remaining")?,
-        retry_after: if *retry < 0 {
-            None
-        } else {
-            Some(unsigned(*retry, "retry_after")?)
-        },
-        reset_after: unsigned(*reset, "reset_after")?,
+        retry_after,
+        reset_after,
         level,
     })
 }
