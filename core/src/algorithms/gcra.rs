@@ -7,8 +7,9 @@
 //!
 //! Everything is computed relative to `now` (`ahead` = max(tat, now) − now), so no intermediate
 //! exceeds tolerance + increment: with redis-cell's bounds (both below 2^63, see
-//! [`crate::cell::CellArgs`]) nothing saturates, however far in the future the TAT lies. The Redis
-//! twin (backend/lua/gcra.lua) follows the same steps.
+//! [`crate::cell::CellArgs`]) nothing saturates, however far ahead the TAT lies, for any now up
+//! to 2^63 ns (2262, where redis-cell's own times end). The Redis twin (backend/lua/gcra.lua)
+//! follows the same steps.
 
 use crate::decision::Decision;
 use crate::params::MeterParams;
