@@ -206,7 +206,6 @@ pub async fn flush_loop(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -78,7 +78,6 @@ pub(crate) fn stored_subject(subject: &str) -> Cow<'_, str> {
 }
 
 #[cfg(test)]
-#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
