@@ -148,6 +148,9 @@ test('a bad value shows the field message, does not move the form, and is not sa
     await page.click('#save-rule');
     await page.locator('#rule-capacity-error', { hasText: 'must be at least 1' }).waitFor();
     assert.equal(await page.evaluate(() => document.activeElement?.id), 'rule-capacity', 'focus goes to the bad field');
+    // An emptied input is "required", in core's words, next to that input.
+    await page.fill('#rule-capacity', '');
+    await page.locator('#rule-capacity-error', { hasText: 'is required' }).waitFor();
     await page.fill('#rule-capacity', '20');
     await page.fill('#rule-rate-period', 'soon');
     await page.locator('#rule-rate-period-error', { hasText: 'whole number followed by a unit' }).waitFor();
