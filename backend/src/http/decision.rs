@@ -9,7 +9,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
-use sluice_core::cell::{self, CellArgs};
+use sluice_core::cell::CellArgs;
 use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 
 use super::error::ApiFailure;
@@ -103,5 +103,5 @@ pub async fn cl_throttle(
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     app.metrics.latency(started.elapsed().as_secs_f64());
-    Ok(Json(cell::reply(&decision)))
+    Ok(Json(args.reply(&decision)))
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_backend::store::{Activity, Store, StoreError};
-use sluice_core::cell::{reply, CellArgs};
+use sluice_core::cell::CellArgs;
 use sluice_core::{Action, Decision, Nanos, Rule, State};
 
 /// A round time far from the epoch (2027), aligned to the minute, where ns are not exact doubles.
@@ -206,7 +206,7 @@ pub async fn cell_sequences(store: &dyn Store) {
             .await
             .expect("store answers");
         if want[0] != 9 {
-            assert_eq!(reply(&d), want, "cell call {i} on {key} ({})", store.kind());
+            assert_eq!(args.reply(&d), want, "cell call {i} on {key} ({})", store.kind());
         }
     }
 }
