@@ -175,20 +175,9 @@ pub fn time_ticks(horizon_s: f64) -> Vec<(f64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::whatif::simulation::{auto_horizon_ns, default_offered_per_s, simulate, Pattern};
-    use serde_json::json;
-    use sluice_core::{Params, Rule};
-
-    fn params(v: serde_json::Value) -> Params {
-        Rule::from_json(&v).unwrap().params()
-    }
-
-    fn gcra(capacity: u64, count: u64, period: &str) -> Params {
-        params(
-            json!({"action": "a", "algorithm": "gcra", "capacity": capacity,
-                      "rate": {"count": count, "period": period}}),
-        )
-    }
+    use crate::whatif::fixtures::{gcra, over_the_event_budget};
+    use crate::whatif::simulation::{auto_horizon_ns, simulate, Pattern};
+    use sluice_core::Params;
 
     #[test]
     fn the_charts_change_when_capacity_or_rate_change() {
@@ -273,15 +262,7 @@ mod tests {
 
     #[test]
     fn a_cut_simulation_says_so_in_the_summary() {
-        let p = params(
-            json!({"action": "a", "algorithm": "sliding_log", "capacity": 10000, "window": "1s"}),
-        );
-        let sim = simulate(
-            &p,
-            Pattern::Steady,
-            default_offered_per_s(&p),
-            auto_horizon_ns(&p),
-        );
+        let (_, sim) = over_the_event_budget();
         assert!(Charts::new(&sim).summary.contains("cut at 4000"));
         let whole = simulate(
             &gcra(16, 30, "60s"),

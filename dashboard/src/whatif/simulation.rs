@@ -219,19 +219,8 @@ fn round_nicely(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::whatif::fixtures::{gcra, over_the_event_budget, params};
     use serde_json::json;
-    use sluice_core::Rule;
-
-    fn params(v: serde_json::Value) -> Params {
-        Rule::from_json(&v).unwrap().params()
-    }
-
-    fn gcra(capacity: u64, count: u64, period: &str) -> Params {
-        params(
-            json!({"action": "a", "algorithm": "gcra", "capacity": capacity,
-                      "rate": {"count": count, "period": period}}),
-        )
-    }
 
     #[test]
     fn a_steady_rate_within_the_limit_passes_entirely() {
@@ -308,15 +297,7 @@ mod tests {
 
     #[test]
     fn a_huge_pattern_is_cut_short() {
-        let p = params(
-            json!({"action": "a", "algorithm": "sliding_log", "capacity": 10000, "window": "1s"}),
-        );
-        let sim = simulate(
-            &p,
-            Pattern::Steady,
-            default_offered_per_s(&p),
-            auto_horizon_ns(&p),
-        );
+        let (p, sim) = over_the_event_budget();
         assert!(sim.truncated);
         assert_eq!(sim.offered, MAX_EVENTS as u64);
         // The span shown ends just after the last simulated request, not at the requested span.
