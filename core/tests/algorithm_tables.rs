@@ -4,7 +4,9 @@
 //! Times are milliseconds after T0 (midnight UTC, 2024-01-01), which is aligned to every window
 //! used here, so "window 1" of a 1 s window is [T0 + 1000 ms, T0 + 2000 ms).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
+// An integration-test crate: clippy.toml lets #[test] functions unwrap, but not the helpers
+// beside them, so the crate root allows it. A panic here is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{json, Value};
 use sluice_core::{Decision, Params, Rule, State};

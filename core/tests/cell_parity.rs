@@ -8,7 +8,9 @@
 //! 3 ms after the previous one, which is why its rounding rule (whole seconds plus one when at
 //! least a millisecond is left over) turns e.g. 2 s − 3 ms into 2.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers too: a panic is the failure report
+// An integration-test crate: clippy.toml lets #[test] functions unwrap, but not the helpers
+// beside them, so the crate root allows it. A panic here is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
 use sluice_core::algorithms::gcra::{self, GcraState};

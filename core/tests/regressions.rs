@@ -2,7 +2,9 @@
 //! failed before it (found by core/tests/properties.rs); the others pin a promise of
 //! docs/algorithms.md.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers too: a panic is the failure report
+// An integration-test crate: clippy.toml lets #[test] functions unwrap, but not the helpers
+// beside them, so the crate root allows it. A panic here is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use sluice_core::algorithms::{gcra, leaky_bucket, token_bucket};
 use sluice_core::{Algorithm, Limit, Mode, Params, Rate, Rule, Span, State};
