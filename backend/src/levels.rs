@@ -9,6 +9,7 @@ use sluice_core::Rule;
 use tokio::sync::watch;
 
 use crate::activity::ActivityBook;
+use crate::clock::now_ms;
 use crate::rules::RuleCache;
 use crate::store::{Store, StoreError};
 
@@ -16,10 +17,6 @@ use crate::store::{Store, StoreError};
 pub const DEFAULT_LIMIT: usize = 20;
 /// Largest `limit` accepted.
 pub const MAX_LIMIT: usize = 1000;
-
-/// Kept for `http/decision.rs`, which still imports the clock from here; new code reads
-/// [`crate::clock`] directly.
-pub use crate::clock::now_ms;
 
 async fn action_levels(
     store: &dyn Store,

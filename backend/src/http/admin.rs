@@ -11,9 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
-use sluice_core::wire::{
-    parse, ApiError, LevelsBody, RawRule, RulesBody, SessionRequest,
-};
+use sluice_core::wire::{parse, ApiError, LevelsBody, RawRule, RulesBody, SessionRequest};
 use sluice_core::{Action, Rule, RuleError};
 
 use super::error::ApiFailure;

@@ -15,7 +15,7 @@ use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleRe
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
-use crate::levels::now_ms;
+use crate::clock::now_ms;
 use crate::metrics::Outcome;
 
 /// Decides one request under its action's rule.

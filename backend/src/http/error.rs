@@ -97,9 +97,10 @@ impl ApiFailure {
                 (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreWrongType)
             }
             StoreError::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreCorrupt),
-            StoreError::Script { .. } => {
-                (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreScriptError)
-            }
+            StoreError::Script { .. } => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::StoreScriptError,
+            ),
         };
         ApiFailure::new(status, code, e.to_string())
     }

@@ -30,7 +30,11 @@ pub async fn events(
     });
     let levels =
         WatchStream::from_changes(app.levels.subscribe()).filter_map(|snapshot| async move {
-            snapshot.map(|text| Event::default().event(EventKind::Levels.name()).data(&*text))
+            snapshot.map(|text| {
+                Event::default()
+                    .event(EventKind::Levels.name())
+                    .data(&*text)
+            })
         });
     let mut stopping = app.stopping.clone();
     let stop = async move {

@@ -52,7 +52,10 @@ mod tests {
             (br#"{"action":"a","key":"k","quantity":-1}"#, "quantity"),
             (br#"{"action":"a","key":"k","quantity":1.5}"#, "quantity"),
             (br#"{"action":"a","key":"k","quantity":"1"}"#, "quantity"),
-            (br#"{"action":"a","key":"k","quantity":18446744073709551616}"#, "quantity"),
+            (
+                br#"{"action":"a","key":"k","quantity":18446744073709551616}"#,
+                "quantity",
+            ),
             (br#"{"action":"a","key":"k","extra":1}"#, "extra"),
         ];
         for (body, field) in cases {

@@ -3,8 +3,8 @@
 //! drift from what the listeners send and accept.
 
 use sluice_core::wire::{
-    ActionLevels, ApiError, ClThrottleRequest, ErrorCode, KeyLevel, LevelsBody, RawRule,
-    RulesBody, SessionRequest, ThrottleRequest, ThrottleResponse,
+    ActionLevels, ApiError, ClThrottleRequest, ErrorCode, KeyLevel, LevelsBody, RawRule, RulesBody,
+    SessionRequest, ThrottleRequest, ThrottleResponse,
 };
 use sluice_core::{Algorithm, Mode, Rate};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};

@@ -60,6 +60,6 @@ pub async fn openapi() -> Response {
             sluice_core::wire::ErrorCode::Internal,
             e.to_string(),
         )
-            .into_response(),
+        .into_response(),
     }
 }
