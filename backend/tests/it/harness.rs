@@ -1,6 +1,5 @@
 //! A sluice instance started in-process with `run` on port-0 loopback listeners, and small HTTP
 //! helpers over reqwest. Used by the http_*, admin_* and concurrency tests.
-#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,5 @@
 //! The storage conformance suite: the same cases over the memory store, Redis and Redis Cluster.
 //! Each case uses its own actions, so cases may share one store.
-#![allow(dead_code)]
 
 use std::sync::Arc;
 
