@@ -205,7 +205,12 @@ pub async fn cell_sequences(store: &dyn Store) {
             .await
             .expect("store answers");
         if want[0] != 9 {
-            assert_eq!(args.reply(&d), want, "cell call {i} on {key} ({})", store.kind());
+            assert_eq!(
+                args.reply(&d),
+                want,
+                "cell call {i} on {key} ({})",
+                store.kind()
+            );
         }
     }
 }
