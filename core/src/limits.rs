@@ -37,6 +37,10 @@ pub const MAX_QUANTITY: u64 = 1_000_000_000;
 pub const MAX_ACTION_LEN: usize = 64;
 /// Longest rule description, in bytes.
 pub const MAX_DESCRIPTION_LEN: usize = 1024;
+/// Largest request body either listener reads (413 beyond). The filter keeps every callout far
+/// below it by sending long keys as a digest, so no key a client sends can make the backend
+/// refuse its request.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 // What the bounds promise, checked when the crate compiles.
 const TWO_POW_53: u64 = 1 << 53;

@@ -8,8 +8,7 @@ use sluice_core::wire::parse;
 
 use super::error::ApiFailure;
 
-/// Largest request body on either listener.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
+pub use sluice_core::limits::MAX_BODY_BYTES;
 
 /// Maps a body-read failure (too large, broken stream) to a JSON answer.
 pub fn body_failure(rejection: BytesRejection) -> ApiFailure {
