@@ -69,11 +69,16 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
+fn unrecognized() -> ErrorCode {
+    ErrorCode::Unrecognized
+}
+
 /// Body of a 4xx/5xx from the backend: a stable code, the field at fault if any, and a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiError {
     /// What kind of refusal or failure this is.
+    #[serde(default = "unrecognized")]
     pub error: ErrorCode,
     /// The field at fault, when one is (`body` for unreadable JSON, dotted for nested fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]

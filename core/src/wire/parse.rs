@@ -71,15 +71,54 @@ fn refusal(path: &str, message: &str, whole: &str) -> RuleError {
             .split_once(", expected ")
             .map(|(_, list)| list.replace('`', ""))
             .unwrap_or_else(|| "no fields".to_owned());
+        return RuleError::new(join(name), format!("unknown field; expected {expected}"));
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `") {
+        let (got, expected) = rest.split_once("`, expected ").unwrap_or((rest, ""));
+        let expected = expected.trim_start_matches("one of ").replace('`', "");
         return RuleError::new(
-            join(name),
-            format!("unknown field; expected {expected}"),
+            if parent.is_empty() { whole } else { parent },
+            format!("must be one of {expected}; got {got:?}"),
         );
     }
+    let reason = plain(message);
     if parent.is_empty() {
-        return RuleError::new(whole, message);
+        return RuleError::new(whole, reason);
     }
-    RuleError::new(parent, message)
+    RuleError::new(parent, reason)
+}
+
+/// serde's type complaints in the words of the API docs: `invalid value: integer `-3`, expected
+/// u64` becomes `must be a whole number; got -3`, and a null where a value is needed becomes
+/// `is required`. Anything else (a duration's own message, say) is already plain and kept.
+fn plain(message: &str) -> String {
+    let Some((got, wanted)) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .and_then(|rest| rest.rsplit_once(", expected "))
+    else {
+        return message.to_owned();
+    };
+    if got == "null" {
+        return "is required".to_owned();
+    }
+    let wanted = match wanted {
+        "u64" | "u32" | "usize" => "a whole number (0 or more)",
+        w if w.starts_with("struct ") || w.starts_with("a map") => "a JSON object",
+        w => w,
+    };
+    let got = if let Some((_, shown)) = got.split_once('`') {
+        shown.trim_end_matches('`').to_owned()
+    } else if let Some(shown) = got.strip_prefix("string ") {
+        shown.to_owned()
+    } else {
+        match got {
+            "map" => "an object".to_owned(),
+            "sequence" => "an array".to_owned(),
+            other => other.to_owned(),
+        }
+    };
+    format!("must be {wanted}; got {got}")
 }
 
 fn quoted_after<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
@@ -100,8 +139,14 @@ mod tests {
     fn syntax_errors_blame_the_whole_document() {
         assert_eq!(field::<ThrottleRequest>("{"), "body");
         assert_eq!(field::<ThrottleRequest>("[]"), "body");
-        assert_eq!(field::<ThrottleRequest>(r#"{"action":"a","key":"\ud800"}"#), "body");
-        assert_eq!(field::<ThrottleRequest>(r#"{"action":"a","key":"k"} x"#), "body");
+        assert_eq!(
+            field::<ThrottleRequest>(r#"{"action":"a","key":"\ud800"}"#),
+            "body"
+        );
+        assert_eq!(
+            field::<ThrottleRequest>(r#"{"action":"a","key":"k"} x"#),
+            "body"
+        );
     }
 
     #[test]
@@ -116,7 +161,44 @@ mod tests {
         );
         let e = from_slice::<ThrottleRequest>(br#"{"action":"a","key":"k","x":9}"#, "body")
             .unwrap_err();
-        assert!(e.reason.contains("expected one of action, key, quantity"), "{}", e.reason);
+        assert!(
+            e.reason.contains("expected one of action, key, quantity"),
+            "{}",
+            e.reason
+        );
+    }
+
+    #[test]
+    fn type_complaints_read_like_the_docs() {
+        let reason = |json: &str| {
+            from_slice::<RawRule>(json.as_bytes(), "rule")
+                .unwrap_err()
+                .reason
+        };
+        let rule = |capacity: &str| {
+            format!(r#"{{"action":"a","algorithm":"gcra","capacity":{capacity}}}"#)
+        };
+        assert_eq!(
+            reason(&rule("-3")),
+            "must be a whole number (0 or more); got -3"
+        );
+        assert_eq!(
+            reason(&rule("1.5")),
+            "must be a whole number (0 or more); got 1.5"
+        );
+        assert_eq!(
+            reason(&rule(r#""16""#)),
+            r#"must be a whole number (0 or more); got "16""#
+        );
+        assert_eq!(reason(&rule("null")), "is required");
+        assert_eq!(
+            reason(r#"{"action":"a","algorithm":"magic","capacity":1}"#),
+            "must be one of fixed_window, sliding_log, sliding_window, leaky_bucket, gcra, token_bucket; got \"magic\""
+        );
+        assert_eq!(
+            reason(r#"{"action":{"x":1},"algorithm":"gcra","capacity":1}"#),
+            "must be a string; got an object"
+        );
     }
 
     #[test]
@@ -124,9 +206,18 @@ mod tests {
         let rule = |rate: &str| {
             format!(r#"{{"action":"a","algorithm":"gcra","capacity":1,"rate":{rate}}}"#)
         };
-        assert_eq!(field::<RawRule>(&rule(r#"{"count":1,"period":"1s","x":1}"#)), "rate.x");
+        assert_eq!(
+            field::<RawRule>(&rule(r#"{"count":1,"period":"1s","x":1}"#)),
+            "rate.x"
+        );
         assert_eq!(field::<RawRule>(&rule(r#"{"period":"1s"}"#)), "rate.count");
-        assert_eq!(field::<RawRule>(&rule(r#"{"count":1,"period":"0s"}"#)), "rate.period");
-        assert_eq!(field::<RawRule>(&rule(r#"{"count":-1,"period":"1s"}"#)), "rate.count");
+        assert_eq!(
+            field::<RawRule>(&rule(r#"{"count":1,"period":"0s"}"#)),
+            "rate.period"
+        );
+        assert_eq!(
+            field::<RawRule>(&rule(r#"{"count":-1,"period":"1s"}"#)),
+            "rate.count"
+        );
     }
 }
