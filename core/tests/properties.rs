@@ -26,7 +26,6 @@
 //!
 //! (d) rules survive JSON round trips, and spans survive display/parse.
 
-
 use proptest::prelude::*;
 use sluice_core::limits::{
     MAX_CAPACITY, MAX_HORIZON_NS, MAX_QUANTITY, MAX_RATE_COUNT, MAX_SLIDING_LOG_CAPACITY,

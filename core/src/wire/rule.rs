@@ -47,27 +47,28 @@ impl TryFrom<RawRule> for Rule {
             .action
             .ok_or_else(|| RuleError::new("action", "is required"))?;
         let algorithm = raw.algorithm;
-        let limit = if algorithm.uses_rate() {
-            if raw.window.is_some() {
-                return Err(RuleError::new(
-                    "window",
-                    format!("{algorithm} takes a rate, not a window"),
-                ));
-            }
-            Limit::Rate(raw.rate.ok_or_else(|| {
-                RuleError::new("rate", "is required ({\"count\": N, \"period\": \"60s\"})")
-            })?)
-        } else {
-            if raw.rate.is_some() {
-                return Err(RuleError::new(
-                    "rate",
-                    format!("{algorithm} takes a window, not a rate"),
-                ));
-            }
-            Limit::Window(raw.window.ok_or_else(|| {
-                RuleError::new("window", "is required (a duration like \"60s\")")
-            })?)
-        };
+        let limit =
+            if algorithm.uses_rate() {
+                if raw.window.is_some() {
+                    return Err(RuleError::new(
+                        "window",
+                        format!("{algorithm} takes a rate, not a window"),
+                    ));
+                }
+                Limit::Rate(raw.rate.ok_or_else(|| {
+                    RuleError::new("rate", "is required ({\"count\": N, \"period\": \"60s\"})")
+                })?)
+            } else {
+                if raw.rate.is_some() {
+                    return Err(RuleError::new(
+                        "rate",
+                        format!("{algorithm} takes a window, not a rate"),
+                    ));
+                }
+                Limit::Window(raw.window.ok_or_else(|| {
+                    RuleError::new("window", "is required (a duration like \"60s\")")
+                })?)
+            };
         Rule::new(
             &action,
             algorithm,
