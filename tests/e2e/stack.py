@@ -193,6 +193,41 @@ def start_black_hole():
     return listener, listener.getsockname()[1]
 
 
+class RawResponse:
+    """What `raw_request` read back: status, lowercase headers (last value wins), body bytes."""
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def raw_request(port, method, target, header_lines, timeout=10):
+    """One HTTP/1.1 request with exact bytes (method, target and header values may be anything,
+    including non-UTF-8 and repeated headers) over a fresh connection to 127.0.0.1:`port`. The
+    response is read to the end (Connection: close); chunked bodies are not decoded."""
+    head = method.encode() + b" " + target + b" HTTP/1.1\r\nhost: e2e\r\n"
+    for name, value in header_lines:
+        head += name.encode() + b": " + value + b"\r\n"
+    head += b"content-length: 0\r\nconnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(head)
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    raw_head, _, body = data.partition(b"\r\n\r\n")
+    lines = raw_head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return RawResponse(status, headers, body)
+
+
 def render(template, values):
     """Fills ${NAME} placeholders (string.Template: the same syntax envsubst reads)."""
     text = (ROOT / "envoy" / template).read_text()
