@@ -206,6 +206,30 @@ mod tests {
     }
 
     #[test]
+    fn every_source_is_bounded() {
+        let long_path = format!("/p/{}", "x".repeat(40_000));
+        let h = FakeHost::request("GET", &format!("{long_path}?q=1"));
+        let routes = r#"[{"action": "a", "key": {"source": "path"}}]"#;
+        assert_eq!(
+            key_of(routes, &h).unwrap().1,
+            key::from_bytes(long_path.as_bytes()),
+            "the path without the query, digested"
+        );
+        let constant = "c".repeat(300);
+        let routes = format!(
+            r#"[{{"action": "a", "key": {{"source": "constant", "value": "{constant}"}}}}]"#
+        );
+        let key = key_of(&routes, &FakeHost::request("GET", "/")).unwrap().1;
+        assert!(key.len() <= key::MAX_KEY_BYTES && key.starts_with(key::DIGEST_PREFIX));
+        let many = FakeHost::request("GET", "/").header("x-user", &[b'v'; 600]);
+        let many = (0..90).fold(many, |h, _| h.header("x-user", &[b'v'; 600]));
+        assert!(key_of(USER, &many)
+            .unwrap()
+            .1
+            .starts_with(key::DIGEST_PREFIX));
+    }
+
+    #[test]
     fn ports_are_stripped_from_every_address_form() {
         assert_eq!(strip_port(b"1.2.3.4:80"), b"1.2.3.4");
         assert_eq!(strip_port(b"[2001:db8::1]:443"), b"2001:db8::1");

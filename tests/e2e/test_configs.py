@@ -1,6 +1,8 @@
 """Every Envoy config in envoy/ validates with `envoy --mode validate` (which runs the filter's
 on_configure), and a bad filter field makes validation fail, naming the field."""
 
+import re
+
 import pytest
 
 import stack
@@ -42,5 +44,5 @@ def test_a_bad_field_fails_validation_and_is_named(tmp_path, bad, field):
     path = render_to(tmp_path, "bad.yaml", text.replace(bad, field, 1))
     ok, out = stack.validate(path)
     assert not ok
-    named = field.split(":")[0].strip('"') if "key" not in field else "routes[5].key"
-    assert "sluice: bad plugin configuration" in out and named in out, out
+    named = re.escape(field.split(":")[0].strip('"')) if "key" not in field else r"routes\[\d+\]\.key\.source"
+    assert "sluice: bad plugin configuration" in out and re.search(named, out), out

@@ -78,6 +78,7 @@ REFUSED_BY_ENVOY = {
     "non-ASCII path": lambda t: (b"/pathkey/" + t + b"\xff", []),
     "fragment in the target": lambda t: (b"/login#" + t, [("x-user-id", t)]),
     "over 100 headers": lambda t: (b"/login", [("x-user-id", t)] * 101),
+    "headers over 60 KiB": lambda t: (b"/login", [("x-user-id", t + b"k" * 70_000)]),
 }
 
 

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use super::*;
 use crate::fake_host::FakeHost;
 
-const MS: u64 = 1_000_000;
+const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
 const T0: u64 = 1_700_000_000_000 * MS;
 
 fn config(extra: &str) -> Rc<Config> {
