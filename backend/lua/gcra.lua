@@ -48,6 +48,12 @@ local function text(a)
   return string.format('%d', a[2])
 end
 
+-- No TAT sluice writes lies more than a tolerance (at most 2^63 - 1 ns) ahead of the clock that
+-- wrote it. A stored one further ahead was written by someone else (or survived a clock step
+-- back of centuries); it is clamped to 2^63 - 1 ns ahead, so it answers a long but bounded
+-- denial whose times fit the i64 reply, rather than breaking the exact pair arithmetic.
+local MAX_AHEAD = { 9223372036, 854775807 }
+
 local tol = arg_pair(ARGV[6])
 local inc = arg_pair(ARGV[7])
 local now = { NOW_S, NOW_N }
@@ -61,7 +67,9 @@ if stored then
     corrupt('a non-numeric time')
   end
   local d = sub({ s, n }, now)
-  if d[1] >= 0 then
+  if not le(d, MAX_AHEAD) then
+    ahead = MAX_AHEAD
+  elseif d[1] >= 0 then
     ahead = d
   end
 end

@@ -100,12 +100,13 @@ def test_state_overwritten_between_calls(redis, backend, algo):
 
 def test_a_far_future_time_written_by_someone_else_is_a_bounded_denial(redis, backend):
     """A readable but absurd value (a GCRA TAT 10^31 ns ahead): a denial whose retry is clamped
-    (the scripts clamp stored times to about 104 days), not an error or an overflow."""
+    (the gcra script clamps a stored TAT to 2^63 - 1 ns ahead, beyond any TAT it writes itself),
+    not an error or an overflow."""
     subject = rstack.user("future")
     redis.cli("SET", state_key("fk_gcra", subject, "gcra"), "9" * 32)
     body = backend.throttle("fk_gcra", subject).json()
-    assert body["allowed"] is False
-    assert 0 < body["retry_after_ms"] <= 105 * 24 * 3600 * 1000, body
+    assert body.get("allowed") is False, body
+    assert 0 < body["retry_after_ms"] <= (2**63 - 1) // 10**6 + 1, body
 
 
 def test_a_foreign_cell_key(redis, backend):
