@@ -62,7 +62,11 @@ pub async fn snapshot(
     let at_ms = now_ms();
     let futures = rules.iter().map(|r| action_levels(store, book, r, limit));
     let actions = futures::future::try_join_all(futures).await?;
-    Ok(LevelsBody { at_ms, actions })
+    Ok(LevelsBody {
+        at_ms,
+        actions,
+        store: store.health(),
+    })
 }
 
 /// The latest level snapshot as SSE data (JSON text), computed only while someone listens.

@@ -52,6 +52,7 @@ pub fn error_kind(error: &StoreError) -> &'static str {
         StoreError::Unavailable(_) => "unavailable",
         StoreError::Timeout(_) => "timeout",
         StoreError::Overloaded(_) => "overloaded",
+        StoreError::Full(_) => "full",
         StoreError::WrongType { .. } => "wrong_type",
         StoreError::Corrupt(_) => "corrupt",
         StoreError::Script { .. } => "script",
@@ -88,7 +89,7 @@ impl Metrics {
         let store_errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
             "sluice_store_errors",
-            "Store calls that failed, by kind (unavailable, timeout, overloaded, wrong_type, corrupt)",
+            "Store calls that failed, by kind (unavailable, timeout, overloaded, full, wrong_type, corrupt, script)",
             store_errors.clone(),
         );
         let unknown_action = Counter::default();
@@ -113,6 +114,7 @@ impl Metrics {
             "unavailable",
             "timeout",
             "overloaded",
+            "full",
             "wrong_type",
             "corrupt",
             "script",

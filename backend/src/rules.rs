@@ -132,9 +132,10 @@ fn failed(e: &StoreError) -> PollOutcome {
         StoreError::Corrupt(_) | StoreError::WrongType { .. } | StoreError::Script { .. } => {
             PollOutcome::Unreadable(e.to_string())
         }
-        StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Overloaded(_) => {
-            PollOutcome::StoreDown(e.to_string())
-        }
+        StoreError::Unavailable(_)
+        | StoreError::Timeout(_)
+        | StoreError::Overloaded(_)
+        | StoreError::Full(_) => PollOutcome::StoreDown(e.to_string()),
     }
 }
 

@@ -93,6 +93,7 @@ impl ApiFailure {
             }
             StoreError::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreTimeout),
             StoreError::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Overloaded),
+            StoreError::Full(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreFull),
             StoreError::WrongType { .. } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreWrongType)
             }

@@ -3,8 +3,8 @@
 //! drift from what the listeners send and accept.
 
 use sluice_core::wire::{
-    ActionLevels, ApiError, ClThrottleRequest, ErrorCode, KeyLevel, LevelsBody, RawRule, RulesBody,
-    SessionRequest, ThrottleRequest, ThrottleResponse,
+    ActionLevels, ApiError, ClThrottleRequest, ErrorCode, KeyLevel, LevelsBody, RawRule, ReadyBody,
+    RulesBody, SessionRequest, StoreHealth, ThrottleRequest, ThrottleResponse,
 };
 use sluice_core::{Algorithm, Mode, Rate};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -53,7 +53,8 @@ impl Modify for Security {
     ),
     components(schemas(
         ThrottleRequest, ThrottleResponse, ClThrottleRequest, ApiError, ErrorCode, Algorithm, Mode,
-        Rate, RawRule, RulesBody, SessionRequest, LevelsBody, ActionLevels, KeyLevel
+        Rate, RawRule, RulesBody, SessionRequest, LevelsBody, ActionLevels, KeyLevel,
+        StoreHealth, ReadyBody
     )),
     modifiers(&Security),
     tags(

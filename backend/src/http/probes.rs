@@ -7,6 +7,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
+use sluice_core::wire::ReadyBody;
 use utoipa::OpenApi;
 
 use super::error::ApiFailure;
@@ -25,14 +26,18 @@ pub async fn healthz() -> Json<serde_json::Value> {
 /// Readiness: the store answers a ping.
 #[utoipa::path(get, path = "/readyz", tag = "probes",
     responses(
-        (status = 200, description = "`{\"status\": \"ready\", \"store\": kind}`"),
+        (status = 200, description = "Ready; `warnings` lists settings that let a key spray switch limiting off", body = ReadyBody),
         (status = 503, description = "The store does not answer", body = sluice_core::wire::ApiError),
     ))]
-pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<serde_json::Value>, ApiFailure> {
+pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<ReadyBody>, ApiFailure> {
     app.store_call_within(PING_DEADLINE, app.store.ping())
         .await
         .map_err(|e| ApiFailure::store(&e))?;
-    Ok(Json(json!({"status": "ready", "store": app.store.kind()})))
+    Ok(Json(ReadyBody {
+        status: "ready".to_owned(),
+        store: app.store.kind().to_owned(),
+        warnings: app.store.health().warnings,
+    }))
 }
 
 /// Prometheus metrics (OpenMetrics text).

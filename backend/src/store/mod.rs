@@ -7,6 +7,7 @@ pub mod redis;
 
 use async_trait::async_trait;
 use sluice_core::cell::CellArgs;
+use sluice_core::wire::StoreHealth;
 use sluice_core::{Action, Decision, Nanos, Rule};
 
 /// What went wrong talking to the store. A denial is never an error: it is a [`Decision`].
@@ -18,6 +19,10 @@ pub enum StoreError {
     /// The store did not answer within the configured timeout.
     #[error("store timed out after {0} ms")]
     Timeout(u64),
+    /// The store refused a write for lack of memory (Redis `OOM` under `maxmemory` with a policy
+    /// that cannot evict). Not an outage: the fix is sizing or the eviction policy.
+    #[error("store full: {0}")]
+    Full(String),
     /// Too many requests are already waiting on the store; shed rather than queue.
     #[error("store overloaded: {0} requests already in flight")]
     Overloaded(usize),
@@ -131,4 +136,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the store answers (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// How the store stands: room left, evictions, settings that let a key spray switch limiting
+    /// off. Cheap (no store round trip): stores refresh what they report in the background.
+    fn health(&self) -> StoreHealth {
+        StoreHealth {
+            kind: self.kind().to_owned(),
+            ..StoreHealth::default()
+        }
+    }
 }

@@ -27,6 +27,9 @@ pub enum ErrorCode {
     StoreTimeout,
     /// 503: too many store calls in flight on this replica.
     Overloaded,
+    /// 503: the store refused to write because it is out of memory (Redis `OOM` under
+    /// `maxmemory` with `noeviction`). Distinct from an outage: the fix is sizing, not restarts.
+    StoreFull,
     /// 500: a store key holds a value of the wrong type (written by something else).
     StoreWrongType,
     /// 500: stored data sluice cannot read.
@@ -54,6 +57,7 @@ impl ErrorCode {
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::StoreTimeout => "store_timeout",
             ErrorCode::Overloaded => "overloaded",
+            ErrorCode::StoreFull => "store_full",
             ErrorCode::StoreWrongType => "store_wrong_type",
             ErrorCode::StoreCorrupt => "store_corrupt",
             ErrorCode::StoreScriptError => "store_script_error",
@@ -104,6 +108,7 @@ mod tests {
             ErrorCode::StoreUnavailable,
             ErrorCode::StoreTimeout,
             ErrorCode::Overloaded,
+            ErrorCode::StoreFull,
             ErrorCode::StoreWrongType,
             ErrorCode::StoreCorrupt,
             ErrorCode::StoreScriptError,

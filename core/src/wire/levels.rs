@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::StoreHealth;
 use crate::rule::Algorithm;
 
 /// `GET /v1/levels` body.
@@ -14,6 +15,9 @@ pub struct LevelsBody {
     /// One entry per action (sorted by action).
     #[serde(default)]
     pub actions: Vec<ActionLevels>,
+    /// How the store stands (room left, evictions, settings that put limiting at risk).
+    #[serde(default)]
+    pub store: StoreHealth,
 }
 
 /// The levels of one action.

@@ -7,6 +7,7 @@
 mod decision;
 mod error;
 mod events;
+mod health;
 mod levels;
 pub mod parse;
 mod rule;
@@ -16,6 +17,7 @@ mod session;
 pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 pub use error::{ApiError, ErrorCode};
 pub use events::EventKind;
+pub use health::{ReadyBody, StoreHealth};
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
 pub use rule::RawRule;
 pub use rules::RulesBody;
