@@ -6,6 +6,13 @@
 //! bug lasts). A script that raised an error, was called with an argument it cannot use, called
 //! a command this Redis does not have, or returned a reply of the wrong shape is the second kind:
 //! [`StoreError::Script`], naming the script.
+//!
+//! A third kind: Redis answered `OOM command not allowed when used memory > 'maxmemory'`. Redis
+//! is up, but at `maxmemory` with a policy that has nothing left to evict (`noeviction`, or a
+//! `volatile-*` policy with no key carrying a TTL left), so it refuses every write until someone
+//! resizes it: [`StoreError::Full`] (503 `store_full`), from a script or from any command. It is
+//! not [`StoreError::Unavailable`], because the fix is the Redis setting, not waiting for Redis
+//! to come back; see docs/storage.md, "Sizing Redis".
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
@@ -30,6 +37,9 @@ pub(crate) fn map(error: &RedisError, key: &str, call: Call) -> StoreError {
             detail: text,
         };
     }
+    if is_out_of_memory(error) {
+        return StoreError::Full(full_message(error));
+    }
     match call {
         Call::Script(script) if is_script_failure(error) => StoreError::Script {
             script,
@@ -39,11 +49,32 @@ pub(crate) fn map(error: &RedisError, key: &str, call: Call) -> StoreError {
     }
 }
 
+/// Whether Redis refused a command for lack of memory: the error code `OOM` (the redis crate has
+/// no kind of its own for it: an extension error), whether a plain command or a `redis.call`
+/// inside a script drew it.
+fn is_out_of_memory(error: &RedisError) -> bool {
+    error.code() == Some("OOM")
+}
+
+/// Redis's own words (`OOM command not allowed when used memory > 'maxmemory'`, without the
+/// client's quoting of the code) and what to do about them.
+fn full_message(error: &RedisError) -> String {
+    let said = match error.detail() {
+        Some(detail) => format!("OOM {detail}"),
+        None => error.to_string(),
+    };
+    format!(
+        "Redis refused a write: {said} (Redis is at maxmemory and its maxmemory-policy has nothing \
+         to evict: use volatile-lru or raise maxmemory, see docs/storage.md)"
+    )
+}
+
 /// Whether an error of a script call is the script's own failure rather than an outage: a
 /// generic `ERR` reply (a Lua runtime error, `redis.error_reply`, a command refusing an argument,
 /// an unknown command; Redis appends "script: <sha>, on @user_script:N") or a reply sluice cannot
-/// convert. Outages keep their own codes (`BUSY`, `LOADING`, `OOM`, `CLUSTERDOWN`, `TRYAGAIN`,
-/// `MASTERDOWN`, `READONLY`, I/O errors) and stay [`StoreError::Unavailable`].
+/// convert. Outages keep their own codes (`BUSY`, `LOADING`, `CLUSTERDOWN`, `TRYAGAIN`,
+/// `MASTERDOWN`, `READONLY`, I/O errors) and stay [`StoreError::Unavailable`]; `OOM` is taken out
+/// before this (see [`is_out_of_memory`]).
 fn is_script_failure(error: &RedisError) -> bool {
     match error.kind() {
         ErrorKind::Server(ServerErrorKind::ResponseError) => {
@@ -112,6 +143,43 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// As the redis crate parses Redis's reply to a script whose first write met `maxmemory`.
+    fn oom(detail: &str) -> RedisError {
+        redis::make_extension_error("OOM".to_owned(), Some(detail.to_owned()))
+    }
+
+    #[test]
+    fn out_of_memory_is_full_from_scripts_and_commands_alike() {
+        let from_script = oom(
+            "command not allowed when used memory > 'maxmemory'. script: 9c32604f, on @user_script:1.",
+        );
+        let from_command = oom("command not allowed when used memory > 'maxmemory'.");
+        for (e, call) in [
+            (&from_script, Call::Script("gcra")),
+            (&from_script, Call::Script("rules_write")),
+            (&from_command, Call::Command),
+        ] {
+            match map(e, "k", call) {
+                StoreError::Full(message) => {
+                    assert!(
+                        message.starts_with(
+                            "Redis refused a write: OOM command not allowed when used memory > 'maxmemory'"
+                        ),
+                        "{message}"
+                    );
+                    assert!(message.contains("volatile-lru"), "{message}");
+                }
+                other => panic!("{call:?}: expected Full, got {other:?}"),
+            }
+        }
+        // Another extension code is not mistaken for it.
+        let busy = redis::make_extension_error("BUSY".to_owned(), Some("OOM soon".to_owned()));
+        assert!(matches!(
+            map(&busy, "k", Call::Script("gcra")),
+            StoreError::Unavailable(_)
+        ));
     }
 
     #[test]

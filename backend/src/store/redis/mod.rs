@@ -10,8 +10,10 @@
 mod config;
 mod conn;
 mod errors;
+mod health;
 mod keys;
 mod scripts;
+mod sizing;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -22,11 +24,13 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 use redis::RedisResult;
 use sluice_core::cell::CellArgs;
+use sluice_core::wire::StoreHealth;
 use sluice_core::{Action, Decision, Nanos, Params, Rule};
 use tokio::sync::Semaphore;
 
 use self::conn::Conn;
 use self::errors::Call;
+use self::health::Health;
 use self::keys::KeyLayout;
 use self::scripts::{algorithm_args, decision, Scripts};
 use super::{Activity, RuleSnapshot, Store, StoreError};
@@ -35,7 +39,9 @@ pub use self::config::{
     RedisConfig, RedisConfigError, RedisField, RedisTarget, DEFAULT_KEY_PREFIX,
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT, MAX_TIMEOUT_MS,
 };
+pub use self::health::HEALTH_INTERVAL;
 pub use self::keys::MAX_RAW_SUBJECT;
+pub use self::sizing::RECOMMENDED_POLICY;
 
 /// Keys of recent activity kept per action.
 pub const ACTIVITY_KEEP: usize = 200;
@@ -44,8 +50,14 @@ pub const ACTIVITY_KEEP: usize = 200;
 /// replicas then see no version and publish their cached rules again. No action can be named so
 /// (actions are `[A-Za-z0-9_.:-]`).
 pub const VERSION_FIELD: &str = "#version";
-/// Activity of an action vanishes after this long without traffic.
-const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Activity of an action vanishes after this long without traffic. Activity keys carry a TTL like
+/// throttle state, so a `volatile-*` policy may evict them (the dashboard's recent keys of that
+/// action start over; decisions are unaffected); there is one pair per action, each bounded to
+/// [`ACTIVITY_KEEP`] keys, so a key spray cannot grow them.
+pub const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Least time allowed for one reading of Redis's memory settings (the command timeout, when
+/// longer, bounds it instead): it runs in the background, where a slow answer costs nothing.
+const HEALTH_READ_MIN: Duration = Duration::from_secs(1);
 
 /// Why [`RedisStore::connect`] failed: a setting that can never work (fix the configuration), or
 /// a Redis that cannot be reached now (fix or wait for Redis).
@@ -68,13 +80,17 @@ pub struct RedisStore {
     permits: Arc<Semaphore>,
     max_in_flight: usize,
     timeout: Duration,
+    /// Redis's memory settings and evictions, read in the background (see `health.rs`).
+    health: Health,
 }
 
 impl RedisStore {
     /// Checks the configuration ([`RedisConfig::validate`]: a bad setting is
     /// [`ConnectError::Config`], before any network traffic), then connects eagerly (a Redis that
-    /// cannot be reached is [`StoreError::Unavailable`] here). Scripts are sent to Redis on first
-    /// use.
+    /// cannot be reached is [`StoreError::Unavailable`] here). Then reads Redis's memory settings
+    /// once (logging a WARN for a setting that lets a key spray switch limiting off; a refused
+    /// reading is a warning, never a failure) and starts the task that reads them again every
+    /// [`HEALTH_INTERVAL`] while the store lives. Scripts are sent to Redis on first use.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore, ConnectError> {
         config.validate()?;
         let connect_bound = config.timeout.max(Duration::from_secs(5));
@@ -90,15 +106,31 @@ impl RedisStore {
                 }
                 Err(_) => return Err(StoreError::Timeout(duration_ms(connect_bound)).into()),
             };
+        let cluster = matches!(config.target, RedisTarget::Cluster(_));
+        let health = Health::start(
+            conn.clone(),
+            store_kind(cluster),
+            config.timeout.max(HEALTH_READ_MIN),
+            HEALTH_INTERVAL,
+        )
+        .await;
         Ok(RedisStore {
             conn,
-            cluster: matches!(config.target, RedisTarget::Cluster(_)),
+            cluster,
             keys: KeyLayout::new(&config.key_prefix),
             scripts: Scripts::new(),
             permits: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
             timeout: config.timeout,
+            health,
         })
+    }
+
+    /// Reads Redis's memory settings and eviction count now (instead of waiting for the next
+    /// periodic reading) and returns the new [`Store::health`]. For tests and operators' tools;
+    /// the background task does this every [`HEALTH_INTERVAL`] anyway.
+    pub async fn refresh_health(&self) -> StoreHealth {
+        self.health.refresh().await
     }
 
     /// Runs one bounded unit of work: a permit taken without waiting, then the timeout. `key`
@@ -154,6 +186,14 @@ impl RedisStore {
     }
 }
 
+fn store_kind(cluster: bool) -> &'static str {
+    if cluster {
+        "redis-cluster"
+    } else {
+        "redis"
+    }
+}
+
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -161,11 +201,7 @@ fn duration_ms(d: Duration) -> u64 {
 #[async_trait]
 impl Store for RedisStore {
     fn kind(&self) -> &'static str {
-        if self.cluster {
-            "redis-cluster"
-        } else {
-            "redis"
-        }
+        store_kind(self.cluster)
     }
 
     async fn throttle(
@@ -381,6 +417,11 @@ impl Store for RedisStore {
             )
             .await?;
         Ok(())
+    }
+
+    /// The last reading of Redis's memory settings (no round trip: see [`RedisStore::refresh_health`]).
+    fn health(&self) -> StoreHealth {
+        self.health.get()
     }
 }
 
