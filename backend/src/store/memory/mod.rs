@@ -4,24 +4,37 @@
 //! decision is core's own transition (`rule.params().decide(..)`) under a shard lock, so it is
 //! atomic per key and identical to the reference by construction. Idle keys are swept
 //! incrementally once their idle TTL has passed. Rules and activity live in small maps.
+//!
+//! The map is bounded (`--max-keys`, default from [`sizing`]): a flood of fresh keys cannot
+//! exhaust memory, and a full map never refuses a request nor lets one through undecided. It
+//! evicts instead, where the least is lost ([`worth`]): keys already back to fresh first, then the
+//! lowest level. An evicted key restarts fresh, as after a restart: at worst one extra burst for
+//! that key, while every key still held, the hammered ones above all, is limited exactly.
 
 mod activity;
 mod shards;
+pub mod sizing;
+mod slot;
+mod table;
+mod worth;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 use sluice_core::cell::CellArgs;
+use sluice_core::wire::StoreHealth;
 use sluice_core::{Action, Decision, Nanos, Params, Rule};
 
 use self::activity::ActivityLog;
-use self::shards::{ShardedStates, Slot};
+use self::shards::{ShardedStates, Totals};
 use super::{Activity, RuleSnapshot, Store, StoreError};
 use crate::clock::now_ns;
 
 /// Shards of the state map: enough that 2–64 cores rarely contend on one lock.
 const SHARDS: usize = 64;
+/// How recent a live eviction must be (store time) for [`Store::health`] to warn.
+const WARN_WINDOW_NS: Nanos = 60_000_000_000;
 /// Keys of recent activity kept per action (as the Redis store does).
 pub const ACTIVITY_KEEP: usize = 200;
 
@@ -44,10 +57,16 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store (no rules, version 0).
+    /// An empty store (no rules, version 0) bounded by [`sizing::default_max_keys`].
     pub fn new() -> MemoryStore {
+        Self::with_max_keys(sizing::default_max_keys())
+    }
+
+    /// An empty store holding at most `max_keys` throttle keys (at least 1), a sliding_log key
+    /// counting by its size (see `table.rs`).
+    pub fn with_max_keys(max_keys: usize) -> MemoryStore {
         MemoryStore {
-            states: ShardedStates::new(SHARDS),
+            states: ShardedStates::new(SHARDS, max_keys),
             rules: Mutex::new(Rules {
                 by_action: BTreeMap::new(),
                 version: 0,
@@ -59,7 +78,30 @@ impl MemoryStore {
     /// Keys currently holding state (including expired ones not yet swept): for tests and
     /// metrics, to show that memory stays bounded.
     pub fn state_count(&self) -> usize {
-        self.states.len()
+        self.states.totals().rows
+    }
+
+    /// The bound: most throttle keys held (`--max-keys`).
+    pub fn max_keys(&self) -> usize {
+        self.states.max_keys()
+    }
+
+    /// Key units held now (equal to [`MemoryStore::state_count`] unless large sliding logs
+    /// count extra), never more than [`MemoryStore::max_keys`].
+    pub fn keys(&self) -> usize {
+        self.states.totals().weight
+    }
+
+    /// At least the most key units ever held at once (the sum of each shard's own peak): a
+    /// test's proof that the bound was never exceeded, not just at the end.
+    pub fn peak_keys(&self) -> usize {
+        self.states.totals().peak
+    }
+
+    /// Keys evicted while they still held state (each may give its key one extra burst).
+    /// Already-fresh keys dropped to make room are not counted: nothing was lost.
+    pub fn evictions(&self) -> u64 {
+        self.states.totals().live_evictions
     }
 
     fn rules(&self) -> std::sync::MutexGuard<'_, Rules> {
@@ -69,11 +111,32 @@ impl MemoryStore {
     }
 }
 
-fn rule_slot(rule: &Rule, key: &str) -> Slot {
-    Slot::Rule {
-        action: rule.action().clone(),
-        algorithm: rule.algorithm(),
-        key: key.to_owned(),
+fn rule_slot(rule: &Rule, key: &str) -> String {
+    slot::rule_slot(rule.action(), rule.algorithm(), key)
+}
+
+/// The health report of a store with `totals` and bound `max_keys`: a warning while keys that
+/// still held state were evicted within the last minute (the bound is too small for the traffic,
+/// or a spray is under way).
+fn health_of(totals: &Totals, max_keys: usize) -> StoreHealth {
+    let mut warnings = Vec::new();
+    let recent = totals
+        .last_live_eviction
+        .is_some_and(|at| at.saturating_add(WARN_WINDOW_NS) >= totals.latest);
+    if recent {
+        warnings.push(format!(
+            "memory store at its bound of {max_keys} keys (--max-keys, SLUICE_MAX_KEYS) and \
+             evicting keys that still hold state ({} so far): each may pass one extra burst; \
+             raise the bound if this is normal traffic, or use Redis",
+            totals.live_evictions
+        ));
+    }
+    StoreHealth {
+        kind: "memory".to_owned(),
+        warnings,
+        keys: Some(totals.weight as u64),
+        max_keys: Some(max_keys as u64),
+        evictions: totals.live_evictions,
     }
 }
 
@@ -93,7 +156,7 @@ impl Store for MemoryStore {
         let now = at.unwrap_or_else(now_ns);
         Ok(self
             .states
-            .decide(rule_slot(rule, key), rule.params(), now, quantity))
+            .decide(&rule_slot(rule, key), rule.params(), now, quantity))
     }
 
     async fn cell_throttle(
@@ -104,7 +167,7 @@ impl Store for MemoryStore {
     ) -> Result<Decision, StoreError> {
         let now = at.unwrap_or_else(now_ns);
         Ok(self.states.decide(
-            Slot::Cell(key.to_owned()),
+            &slot::cell_slot(key),
             Params::Gcra(args.params),
             now,
             args.quantity,
@@ -121,7 +184,7 @@ impl Store for MemoryStore {
         let params = rule.params();
         Ok(keys
             .iter()
-            .map(|key| self.states.decide(rule_slot(rule, key), params, now, 0))
+            .map(|key| self.states.decide(&rule_slot(rule, key), params, now, 0))
             .collect())
     }
 
@@ -168,5 +231,9 @@ impl Store for MemoryStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    fn health(&self) -> StoreHealth {
+        health_of(&self.states.totals(), self.states.max_keys())
     }
 }

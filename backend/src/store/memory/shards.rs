@@ -1,58 +1,67 @@
-//! Throttle state for the memory store: a sharded map from (action, algorithm, key) to
-//! [`State`], each shard behind a `std::sync::Mutex` held only for one pure transition (never
-//! across an `.await`), so concurrent requests on one key are serialised exactly like a Redis
-//! script and requests on different keys rarely contend.
+//! Throttle state for the memory store: shards of bounded [`Table`]s, each behind a
+//! `std::sync::Mutex` held only for one pure transition (never across an `.await`), so concurrent
+//! requests on one key are serialised exactly like a Redis script and requests on different keys
+//! rarely contend.
+//!
+//! The store's bound (`--max-keys`) is split evenly between the shards: each table holds at most
+//! its share, so the total never exceeds the bound, and a full shard makes room by itself (no
+//! global lock, no global counter on the hot path). Keys hash uniformly over the shards, so under
+//! a spray every shard fills to its share; a working set near the bound may see its fullest shard
+//! evict while the total is a little under it (about 1% at a million keys).
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use sluice_core::{Action, Algorithm, Decision, Nanos, Params, State};
+use sluice_core::{Decision, Nanos, Params, State};
 
-/// Which state a request addresses: a rule's key, or a `cl.throttle` key (its own namespace).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Slot {
-    /// A key under a rule; the algorithm is part of the slot so a rule change starts fresh.
-    Rule {
-        /// The rule's action.
-        action: Action,
-        /// The rule's algorithm.
-        algorithm: Algorithm,
-        /// The client's key (any string).
-        key: String,
-    },
-    /// A redis-cell compatible `cl.throttle` key.
-    Cell(String),
-}
-
-struct Entry {
-    state: State,
-    /// Store time after which the state equals a fresh one and may be dropped.
-    expires_at: Nanos,
-}
-
-#[derive(Default)]
-struct Shard {
-    map: HashMap<Slot, Entry>,
-    ops_since_sweep: usize,
-}
+use super::table::{Evictions, Table};
+use super::worth::Worth;
 
 /// Fewest operations (or visits) between two sweeps of a shard.
 const MIN_SWEEP_INTERVAL: usize = 64;
+
+struct Shard {
+    table: Table,
+    ops_since_sweep: usize,
+    /// Newest store time this shard has seen (so health is judged in store time, also in tests
+    /// that pass fixed times).
+    latest: Nanos,
+}
 
 impl Shard {
     /// Counts one operation on (or visit to) this shard, and drops expired entries once at least
     /// as many have passed as the shard holds entries: the sweep's cost is amortised to O(1) per
     /// operation, and the map never holds many more entries than were active within their TTL.
     fn maybe_sweep(&mut self, now: Nanos) {
+        self.latest = self.latest.max(now);
         self.ops_since_sweep += 1;
-        if self.ops_since_sweep >= self.map.len().max(MIN_SWEEP_INTERVAL) {
-            self.map.retain(|_, entry| entry.expires_at > now);
+        if self.ops_since_sweep >= self.table.len().max(MIN_SWEEP_INTERVAL) {
+            self.table.sweep(now);
             self.ops_since_sweep = 0;
         }
     }
+}
+
+/// Totals over every shard, read under each shard's lock in turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    /// Rows held.
+    pub(crate) rows: usize,
+    /// Key units held (a large sliding log counts by its size).
+    pub(crate) weight: usize,
+    /// Sum of each shard's most key units after any operation: at least the most the whole
+    /// store ever held.
+    pub(crate) peak: usize,
+    /// Evictions of keys that still held state.
+    pub(crate) live_evictions: u64,
+    /// Already-fresh keys dropped to make room.
+    pub(crate) fresh_evictions: u64,
+    /// Store time of the newest live eviction.
+    pub(crate) last_live_eviction: Option<Nanos>,
+    /// Newest store time any shard has seen.
+    pub(crate) latest: Nanos,
 }
 
 /// The sharded state map.
@@ -62,32 +71,50 @@ pub(crate) struct ShardedStates {
     /// Round-robin cursor: each operation also visits one shard in turn, so shards whose keys
     /// went quiet are still swept.
     cursor: AtomicUsize,
+    max_keys: usize,
 }
 
 impl ShardedStates {
-    /// A map with `shards` shards (at least one).
-    pub(crate) fn new(shards: usize) -> ShardedStates {
+    /// A map of up to `shards` shards (fewer when `max_keys` is smaller, so every shard may hold
+    /// at least one key) holding at most `max_keys` key units in all.
+    pub(crate) fn new(shards: usize, max_keys: usize) -> ShardedStates {
+        let max_keys = max_keys.max(1);
+        let count = shards.clamp(1, max_keys);
+        let hasher = RandomState::new();
         ShardedStates {
-            shards: (0..shards.max(1))
-                .map(|_| Mutex::new(Shard::default()))
+            shards: (0..count)
+                .map(|i| {
+                    let budget = max_keys / count + usize::from(i < max_keys % count);
+                    Mutex::new(Shard {
+                        table: Table::new(budget, hasher.hash_one(i)),
+                        ops_since_sweep: 0,
+                        latest: 0,
+                    })
+                })
                 .collect(),
-            hasher: RandomState::new(),
+            hasher,
             cursor: AtomicUsize::new(0),
+            max_keys,
         }
     }
 
-    fn shard(&self, slot: &Slot) -> MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(slot) % self.shards.len() as u64) as usize;
+    /// The bound, in key units.
+    pub(crate) fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
         // A panic while holding the lock cannot leave a half-written state (transitions are pure
-        // and the map is only updated after them), so a poisoned lock is still usable.
+        // and the table is only updated after them), so a poisoned lock is still usable.
         self.shards[index]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Decides one request atomically: read, pure transition, write back when admitted.
-    pub(crate) fn decide(&self, slot: Slot, params: Params, now: Nanos, quantity: u64) -> Decision {
-        let decision = self.decide_locked(slot, params, now, quantity);
+    /// Decides one request atomically: read, pure transition, write back when admitted. `name`
+    /// comes from [`super::slot`].
+    pub(crate) fn decide(&self, name: &str, params: Params, now: Nanos, quantity: u64) -> Decision {
+        let decision = self.decide_locked(name, params, now, quantity);
         self.visit_next(now);
         decision
     }
@@ -103,43 +130,39 @@ impl ShardedStates {
         }
     }
 
-    fn decide_locked(&self, slot: Slot, params: Params, now: Nanos, quantity: u64) -> Decision {
-        let mut shard = self.shard(&slot);
+    fn decide_locked(&self, name: &str, params: Params, now: Nanos, quantity: u64) -> Decision {
+        let index = (self.hasher.hash_one(name) % self.shards.len() as u64) as usize;
+        let mut shard = self.lock(index);
         shard.maybe_sweep(now);
         let fresh = State::Fresh;
-        let current = shard.map.get(&slot).map_or(&fresh, |entry| &entry.state);
+        let current = shard.table.get(name).map_or(&fresh, |entry| &entry.state);
         let (decision, change) = params.decide_change(current, now, quantity);
         if let Some(next) = change {
             let expires_at = now.saturating_add(params.idle_ttl_ns());
-            match shard.map.get_mut(&slot) {
-                Some(entry) => {
-                    entry.state = next;
-                    entry.expires_at = entry.expires_at.max(expires_at);
-                }
-                None => {
-                    shard.map.insert(
-                        slot,
-                        Entry {
-                            state: next,
-                            expires_at,
-                        },
-                    );
-                }
-            }
+            let worth = Worth::after(&params, &decision, now);
+            shard.table.put(name, next, expires_at, worth, now);
         }
         decision
     }
 
-    /// Entries held (live or expired but not yet swept), for tests and metrics.
-    pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                s.lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .map
-                    .len()
-            })
-            .sum()
+    /// Totals over every shard (each shard locked in turn, never two at once).
+    pub(crate) fn totals(&self) -> Totals {
+        let mut totals = Totals::default();
+        for index in 0..self.shards.len() {
+            let shard = self.lock(index);
+            let Evictions {
+                live,
+                fresh,
+                last_live_at,
+            } = shard.table.evictions();
+            totals.rows += shard.table.len();
+            totals.weight += shard.table.weight();
+            totals.peak += shard.table.peak();
+            totals.live_evictions += live;
+            totals.fresh_evictions += fresh;
+            totals.last_live_eviction = totals.last_live_eviction.max(last_live_at);
+            totals.latest = totals.latest.max(shard.latest);
+        }
+        totals
     }
 }
