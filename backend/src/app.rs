@@ -2,6 +2,7 @@
 //! listeners until shutdown, then stop the tasks and flush what is pending.
 
 use std::future::Future;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use crate::http;
 use crate::levels::LevelsHub;
 use crate::metrics::Metrics;
 use crate::rules::{self, RuleCache, RuleSet};
+use crate::store::memory::sizing::BYTES_PER_KEY;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{ConnectError, RedisConfigError, RedisStore};
 use crate::store::{Store, StoreError};
@@ -105,11 +107,24 @@ impl App {
     }
 }
 
-async fn open_store(choice: StoreChoice) -> Result<Arc<dyn Store>, RunError> {
+async fn open_store(
+    choice: StoreChoice,
+    max_keys: Option<NonZeroUsize>,
+) -> Result<Arc<dyn Store>, RunError> {
     match choice {
         StoreChoice::Memory => {
             tracing::warn!("memory store: state is per process; use --redis-url for many replicas");
-            Ok(Arc::new(MemoryStore::new()))
+            let store = match max_keys {
+                Some(n) => MemoryStore::with_max_keys(n.get()),
+                None => MemoryStore::new(),
+            };
+            tracing::info!(
+                max_keys = store.max_keys(),
+                approx_mb = store.max_keys() as u64 * BYTES_PER_KEY / 1_000_000,
+                sized_from_memory = max_keys.is_none(),
+                "memory store: at most this many throttle keys (--max-keys); when full it evicts the keys with the least state at stake"
+            );
+            Ok(Arc::new(store))
         }
         StoreChoice::Redis(config) => {
             let target = format!("{:?}", config.target);
@@ -138,7 +153,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let auth = Auth::new(&config.admin_token)?;
-    let store = open_store(config.store).await?;
+    let store = open_store(config.store, config.max_keys).await?;
 
     let snapshot = store.load_rules().await.map_err(|source| RunError::Rules {
         what: "load the rules from the store",
@@ -173,7 +188,7 @@ pub async fn run(
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_store(store.clone()));
     metrics.set_rules(current.rules.len());
     let app = Arc::new(App {
         store: store.clone(),

@@ -1,6 +1,7 @@
 //! The `sluice` command line: flags (each with a `SLUICE_*` environment twin), logging, signals.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -89,6 +90,13 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_HEADER_READ_TIMEOUT_MS", value_name = "MS", default_value_t = DEFAULT_HEADER_READ_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub header_read_timeout_ms: u64,
+
+    /// Memory store: the most throttle keys held; when full, the store evicts the keys with the
+    /// least state at stake (already fresh first) and keeps limiting. Default: a quarter of this
+    /// machine's (or container's) memory at ~200 bytes per key, between 100,000 and 20,000,000.
+    #[arg(long, env = "SLUICE_MAX_KEYS", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_keys: Option<u64>,
 
     /// Prefix of every Redis key sluice writes (to share one Redis between deployments).
     #[arg(
@@ -222,7 +230,14 @@ impl Cli {
             let default = PathBuf::from("dashboard/dist");
             default.join("index.html").is_file().then_some(default)
         });
+        let max_keys = self.max_keys.map(|n| {
+            NonZeroUsize::new(usize::try_from(n).unwrap_or(usize::MAX)).unwrap_or(NonZeroUsize::MIN)
+        });
+        if max_keys.is_some() && !matches!(store, StoreChoice::Memory) {
+            tracing::warn!("--max-keys (SLUICE_MAX_KEYS) bounds the memory store only; with Redis, bound memory with its maxmemory setting");
+        }
         let mut config = Config::new(store, admin_token);
+        config.max_keys = max_keys;
         config.store_deadline = store_deadline;
         config.import_rules = import_rules;
         config.dashboard_dir = dashboard_dir;
@@ -378,6 +393,25 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }
+    }
+
+    #[test]
+    fn max_keys_zero_is_refused_naming_the_flag() {
+        let e = Cli::try_parse_from(["sluice", "--max-keys", "0"]).expect_err("0 refused");
+        assert!(e.to_string().contains("--max-keys"), "{e}");
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "--max-keys",
+            "1000",
+            "--admin-token",
+            "x".repeat(32).as_str(),
+        ])
+        .expect("parses");
+        let config = cli.into_config().expect("valid");
+        assert_eq!(config.max_keys.map(NonZeroUsize::get), Some(1000));
+        let cli = Cli::try_parse_from(["sluice", "--admin-token", "x".repeat(32).as_str()])
+            .expect("parses");
+        assert_eq!(cli.into_config().expect("valid").max_keys, None);
     }
 
     #[test]

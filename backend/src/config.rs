@@ -1,5 +1,6 @@
 //! What [`crate::run`] needs, independent of how it was given (flags, environment, tests).
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +71,10 @@ pub struct Config {
     /// Bound on reading a request's head on both listeners (and its body after the head, and a
     /// keep-alive connection's idle time), so slow clients cannot hold connections forever.
     pub header_read_timeout: Duration,
+    /// Memory store only: the most throttle keys held before the store evicts (`--max-keys`);
+    /// `None` sizes it from this machine's memory
+    /// ([`crate::store::memory::sizing::default_max_keys`]).
+    pub max_keys: Option<NonZeroUsize>,
 }
 
 impl Config {
@@ -83,6 +88,7 @@ impl Config {
             dashboard_dir: None,
             intervals: Intervals::default(),
             header_read_timeout: crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT,
+            max_keys: None,
         }
     }
 }

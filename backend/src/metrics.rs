@@ -1,15 +1,20 @@
 //! Prometheus metrics (prometheus-client, OpenMetrics text). Labels are bounded: actions come
 //! from the rules, never from a request; the raw key is never a label.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
-use prometheus_client::metrics::counter::Counter;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
+};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use sluice_core::{Algorithm, Mode};
 
-use crate::store::StoreError;
+use crate::store::{Store, StoreError};
 
 /// How a decision came out, as a label value.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -70,8 +75,66 @@ pub struct Metrics {
     activity_dropped: Counter,
 }
 
+/// The store's own figures ([`Store::health`]), read at each scrape so they are never stale and
+/// cost nothing per decision: `sluice_store_evictions_total` always, `sluice_store_keys` and
+/// `sluice_store_max_keys` when the store counts its keys (the memory store).
+struct StoreCollector(Arc<dyn Store>);
+
+impl std::fmt::Debug for StoreCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreCollector({})", self.0.kind())
+    }
+}
+
+impl Collector for StoreCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let health = self.0.health();
+        let evictions = ConstCounter::new(health.evictions);
+        evictions.encode(encoder.encode_descriptor(
+            "sluice_store_evictions",
+            "Throttle keys evicted while they still held state: memory store, to stay within --max-keys (each may pass one extra burst); Redis, its evicted_keys",
+            None,
+            evictions.metric_type(),
+        )?)?;
+        let gauges = [
+            (
+                "sluice_store_keys",
+                "Throttle keys the memory store holds (a large sliding_log counts by its size)",
+                health.keys,
+            ),
+            (
+                "sluice_store_max_keys",
+                "The memory store's bound on throttle keys (--max-keys)",
+                health.max_keys,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(value) = value {
+                let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+                gauge.encode(encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    gauge.metric_type(),
+                )?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Metrics {
-    /// Registers the metrics.
+    /// Registers the metrics, with the store's own figures ([`StoreCollector`]) read from
+    /// `store` at each scrape.
+    pub fn with_store(store: Arc<dyn Store>) -> Metrics {
+        let mut metrics = Metrics::new();
+        metrics
+            .registry
+            .register_collector(Box::new(StoreCollector(store)));
+        metrics
+    }
+
+    /// Registers the metrics (without the store's figures: see [`Metrics::with_store`]).
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let decisions = Family::<DecisionLabels, Counter>::default();
@@ -188,5 +251,56 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use sluice_core::Rule;
+
+    fn sample(text: &str, name: &str) -> Option<String> {
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .map(|l| l[name.len() + 1..].to_owned())
+    }
+
+    #[tokio::test]
+    async fn store_figures_are_read_at_each_scrape() {
+        let store = Arc::new(MemoryStore::with_max_keys(64));
+        let metrics = Metrics::with_store(store.clone());
+        let text = metrics.encode();
+        assert_eq!(
+            sample(&text, "sluice_store_evictions_total").as_deref(),
+            Some("0"),
+            "{text}"
+        );
+        assert_eq!(sample(&text, "sluice_store_keys").as_deref(), Some("0"));
+        assert_eq!(
+            sample(&text, "sluice_store_max_keys").as_deref(),
+            Some("64")
+        );
+        let rule = Rule::from_json_str(
+            r#"{"action":"a","algorithm":"fixed_window","capacity":5,"window":"1h"}"#,
+        )
+        .expect("rule");
+        for i in 0..1_000 {
+            store
+                .throttle(&rule, &format!("k{i}"), 1, Some(1_000_000_000))
+                .await
+                .expect("memory");
+        }
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "sluice_store_keys").as_deref(), Some("64"));
+        assert_eq!(
+            sample(&text, "sluice_store_evictions_total").as_deref(),
+            Some("936"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE sluice_store_evictions counter"),
+            "{text}"
+        );
     }
 }
