@@ -14,6 +14,7 @@
 //! | `editor.rs` | [`editor`] | the form as typed, its validation through sluice-core, server refusals by field |
 //! | `whatif.rs` | [`whatif`] | [`whatif::simulation`] (core's algorithms over a request pattern) and [`whatif::chart`] (its SVG geometry) |
 //! | `live_view.rs` | [`live_view`] | funnels from a levels snapshot: order, fill, colour |
+//! | `store_health.rs` (in the live view) | [`store_health`] | the store line and warning banner; the eviction rate from successive snapshots |
 //! | `api.rs` (the admin API calls) | [`api`] | [`api::ServerError`]: how a failed call is described |
 //!
 //! Files without a twin are shared by several views ([`format`]: numbers and durations as text;
@@ -30,6 +31,7 @@ pub mod format;
 pub mod live_view;
 pub mod rules_view;
 pub mod signin;
+pub mod store_health;
 pub mod sustained;
 pub mod whatif;
 

@@ -180,6 +180,7 @@ mod tests {
                     key("d", 0.2, 9),
                 ],
             }],
+            ..LevelsBody::default()
         };
         let view = &live_view(&body, 3)[0];
         let names: Vec<&str> = view.funnels.iter().map(|f| f.key.as_str()).collect();

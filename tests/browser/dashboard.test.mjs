@@ -236,6 +236,10 @@ test("traffic to one key makes its funnel rise, then drain", async () => {
   assert.equal(put.status, 200, put.text);
   await page.click('#tab-live');
   await page.locator('article.action-card[data-action="live-demo"]').waitFor();
+  // The stack's Redis is set as docs/storage.md recommends: the store line, and nothing to warn.
+  await page.locator('#store-line[data-kind="redis"]').waitFor();
+  assert.ok(await page.locator('#store-warnings').isHidden(), 'no store warning for a well-set Redis');
+  assert.ok(await page.locator('#tab-live .tab-warning').isHidden());
   const answers = [];
   for (let i = 0; i < 30; i++) answers.push(await throttle(stack, 'live-demo', 'alice'));
   assert.ok(answers.some((a) => !a.body.allowed), 'some requests were denied');
@@ -305,3 +309,8 @@ test('no script errors or panics in the page', () => {
   assert.deepEqual(pageErrors, []);
   assert.deepEqual(dialogs, []);
 });
+
+// The store line and the store's warnings run against stacks of their own (the memory store with
+// a key bound; Redis set up well and badly), in a browser of their own: store.test.mjs. Imported
+// here so that the suite's one `node --test dashboard.test.mjs` runs them too, after these.
+await import('./store.test.mjs');

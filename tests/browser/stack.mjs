@@ -1,5 +1,5 @@
-// The real parts the browser tests run against: a redis-server and a sluice backend on free
-// loopback ports, started as child processes and stopped by PID. Every wait is bounded.
+// The real parts the browser tests run against: a redis-server (or the memory store) and a sluice
+// backend on free loopback ports, started as child processes and stopped by PID. Every wait is bounded.
 import { spawn } from 'node:child_process';
 import { createServer, connect } from 'node:net';
 import { mkdtempSync, openSync, mkdirSync } from 'node:fs';
@@ -46,6 +46,18 @@ function redisPing(port) {
   });
 }
 
+/** One command to the redis-server on `port` (e.g. `CONFIG SET ...`): resolves to its first reply line. */
+export function redisCommand(port, ...args) {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: '127.0.0.1', port }, () => {
+      socket.write(`*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`);
+    });
+    socket.setTimeout(2000, () => { socket.destroy(); reject(new Error(`redis ${args[0]}: no answer`)); });
+    socket.on('data', (d) => { socket.destroy(); resolve(d.toString().split('\r\n')[0]); });
+    socket.on('error', reject);
+  });
+}
+
 function stop(child) {
   if (child && child.exitCode === null && child.signalCode === null) {
     try { process.kill(child.pid, 'SIGTERM'); } catch { /* already gone */ }
@@ -54,38 +66,52 @@ function stop(child) {
 
 /**
  * Starts redis-server and sluice. `bin` is the sluice binary, `dashboardDir` the trunk output,
- * `logDir` where their logs go. Returns URLs, the token and `stop()`.
+ * `logDir` where their logs go (`<name>-redis.log`, `<name>.log`; the default stack's are
+ * `redis.log` and `sluice.log`). Returns URLs, the token and `stop()`.
+ *
+ * `redis`: the redis-server settings (by default the ones docs/storage.md recommends, so that
+ * sluice has nothing to warn about), or `false` for no redis-server and sluice's memory store.
+ * `sluiceArgs`: extra sluice arguments. The result has `redisPort` when there is a redis-server.
  */
-export async function startStack({ bin, dashboardDir, logDir }) {
+export const RECOMMENDED_REDIS = ['--maxmemory', '256mb', '--maxmemory-policy', 'volatile-lfu'];
+export async function startStack({
+  bin, dashboardDir, logDir, name = 'sluice', redis = RECOMMENDED_REDIS, sluiceArgs = [],
+}) {
   mkdirSync(logDir, { recursive: true });
   const children = [];
   const stopAll = () => children.reverse().forEach(stop);
+  const logName = (what) => (name === 'sluice' ? `${what}.log` : `${name}-${what}.log`);
   try {
-    const redisPort = await freePort();
-    const redisDir = mkdtempSync(join(tmpdir(), 'sluice-browser-redis-'));
-    const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
-      '--save', '', '--appendonly', 'no', '--dir', redisDir],
-    { stdio: ['ignore', openSync(join(logDir, 'redis.log'), 'w'), 'inherit'] });
-    children.push(redis);
-    await waitFor('redis-server to answer PING', () => redisPing(redisPort), { timeout: 10000 });
+    const storeArgs = [];
+    let redisPort;
+    if (redis !== false) {
+      redisPort = await freePort();
+      const redisDir = mkdtempSync(join(tmpdir(), 'sluice-browser-redis-'));
+      const server = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1',
+        '--save', '', '--appendonly', 'no', '--dir', redisDir, ...redis],
+      { stdio: ['ignore', openSync(join(logDir, logName('redis')), 'w'), 'inherit'] });
+      children.push(server);
+      await waitFor('redis-server to answer PING', () => redisPing(redisPort), { timeout: 10000 });
+      storeArgs.push('--redis-url', `redis://127.0.0.1:${redisPort}/`, '--key-prefix', `browser${redisPort}`);
+    }
 
     const adminPort = await freePort();
     const decisionPort = await freePort();
     const token = `browser-test-${Math.random().toString(36).slice(2)}`;
-    const log = openSync(join(logDir, 'sluice.log'), 'w');
+    const log = openSync(join(logDir, name === 'sluice' ? 'sluice.log' : `${name}.log`), 'w');
     const sluice = spawn(bin, [
       '--admin-listen', `127.0.0.1:${adminPort}`,
       '--decision-listen', `127.0.0.1:${decisionPort}`,
       '--admin-token', token,
       '--dashboard-dir', dashboardDir,
-      '--redis-url', `redis://127.0.0.1:${redisPort}/`,
-      '--key-prefix', `browser${redisPort}`,
+      ...storeArgs,
+      ...sluiceArgs,
     ], { stdio: ['ignore', log, log], env: { ...process.env, RUST_LOG: 'info' } });
     children.push(sluice);
     const admin = `http://127.0.0.1:${adminPort}`;
     const decision = `http://127.0.0.1:${decisionPort}`;
     await waitFor('sluice to answer /healthz', async () => {
-      if (sluice.exitCode !== null) throw new Error(`sluice exited with ${sluice.exitCode}; see ${logDir}/sluice.log`);
+      if (sluice.exitCode !== null) throw new Error(`sluice exited with ${sluice.exitCode}; see ${logDir}/${name}.log`);
       return (await fetch(`${admin}/healthz`)).ok;
     }, { timeout: 20000 });
     // Stops only sluice (to see how the page reports a backend that went away).
@@ -94,7 +120,7 @@ export async function startStack({ bin, dashboardDir, logDir }) {
       sluice.once('exit', () => resolve());
       stop(sluice);
     });
-    return { admin, decision, token, stop: stopAll, stopSluice };
+    return { admin, decision, token, redisPort, stop: stopAll, stopSluice };
   } catch (e) {
     stopAll();
     throw e;

@@ -3,6 +3,7 @@
 
 use leptos::prelude::*;
 
+use super::store_health::StorePanel;
 use super::Ctx;
 use crate::live_view::{live_view, ActionView, FunnelView, TOP_KEYS};
 
@@ -15,6 +16,7 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
                 <h2 id="live-title">"Live"</h2>
                 <p class="hint">"The fullest keys of each action, updated twice a second."</p>
             </div>
+            <StorePanel ctx=ctx />
             <Show
                 when=move || !actions.get().is_empty()
                 fallback=|| view! { <p class="empty">"No actions yet: add a rule and send traffic through the decision API."</p> }

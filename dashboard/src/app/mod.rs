@@ -7,6 +7,7 @@ mod events;
 mod live_view;
 mod rules_view;
 mod signin;
+mod store_health;
 mod whatif;
 
 use std::time::Duration;
@@ -225,6 +226,9 @@ fn App() -> impl IntoView {
 
 #[component]
 fn TabButton(ctx: Ctx, tab: Tab, label: &'static str) -> impl IntoView {
+    // The live view holds the store's warnings; its tab says so from anywhere on the page.
+    let warned =
+        Memo::new(move |_| tab == Tab::Live && !ctx.levels.get().store.warnings.is_empty());
     view! {
         <button
             class="tab"
@@ -233,6 +237,10 @@ fn TabButton(ctx: Ctx, tab: Tab, label: &'static str) -> impl IntoView {
             on:click=move |_| ctx.tab.set(tab)
         >
             {label}
+            <span class="tab-warning" hidden=move || !warned.get() title="the store puts rate limiting at risk: see Live">
+                <span aria-hidden="true">"!"</span>
+                <span class="sr-only">" (store warning)"</span>
+            </span>
         </button>
     }
 }
