@@ -24,3 +24,4 @@ mod http_cell_redis;
 mod http_cluster;
 mod http_decision;
 mod http_store_failure;
+mod redis_sizing;
