@@ -38,7 +38,9 @@ RSS_SLACK_KIB = 64 * 1024
 def soak_stack(tmp, upstream):
     assert 0 < SECONDS < 3600, "SLUICE_SOAK_SECONDS must be below one hour (the rules refill hourly)"
     redis = rstack.Redis(tmp).start()
-    backend = rstack.Backend(tmp, redis.url).start()
+    # A generous Redis timeout too (the default 50 ms is for production latency budgets): on a
+    # loaded 2-core machine one slow EVALSHA would otherwise fail open and spoil the exact count.
+    backend = rstack.Backend(tmp, redis.url, ["--redis-timeout-ms", "1000"]).start()
     for rule in ACTIONS.values():
         backend.put_rule(rule)
     # A generous callout timeout: this run is about exact counts and memory, not latency.
@@ -59,6 +61,7 @@ class Soak:
         self.counts = defaultdict(Counter)  # (path, user) -> Counter of outcomes
         self.latencies = []
         self.errors = []
+        self.failure_reasons = []  # x-sluice-failure values, for the report
         self.lock = threading.Lock()
 
     def pick(self, rnd):
@@ -88,6 +91,9 @@ class Soak:
             try:
                 r = session.get(url + path, headers={"x-user": who}, timeout=10)
                 outcome = "failure" if "x-sluice-failure" in r.headers else str(r.status_code)
+                if outcome == "failure":
+                    with self.lock:
+                        self.failure_reasons.append(r.headers["x-sluice-failure"])
             except requests.RequestException as e:
                 outcome = "error"
                 with self.lock:
@@ -143,7 +149,8 @@ def test_soak_exact_bounds_and_flat_memory(soak_stack):
     for (path, who, kind), c in soak.counts.items():
         sent = sum(c.values())
         cap = ACTIONS[path]["capacity"]
-        assert c["failure"] == 0, f"backend failures during the soak: {path} {who} {c}"
+        assert c["failure"] == 0, (
+                f"backend failures during the soak: {path} {who} {c}; reasons {soak.failure_reasons}")
         assert set(c) <= {"200", "429"}, (path, who, c)
         if kind == "heavy":
             assert sent > cap, f"a heavy user sent too little to test the bound: {sent}"
