@@ -165,7 +165,7 @@ async fn read_nodes(conn: &Conn) -> RedisResult<Vec<NodeReading>> {
                 .iter()
                 .find(|(n, _)| *n == node)
                 .and_then(|(_, info)| info.as_ref().ok())
-                .and_then(|info| text(info))
+                .and_then(text)
                 .and_then(|info| sizing::parse_evicted_keys(&info));
             let settings = match config {
                 Ok(value) => name_value_pairs(&value)
