@@ -8,6 +8,7 @@
 pub mod algorithms;
 pub mod cell;
 pub mod decision;
+pub mod descriptor;
 pub mod duration;
 pub mod headers;
 pub mod limits;
