@@ -16,6 +16,7 @@
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
+use super::sizing::RECOMMENDED_POLICY;
 use crate::store::StoreError;
 
 /// What a failed command was: a Lua script (named as in `backend/lua/<name>.lua`) or a plain
@@ -65,7 +66,7 @@ fn full_message(error: &RedisError) -> String {
     };
     format!(
         "Redis refused a write: {said} (Redis is at maxmemory and its maxmemory-policy has nothing \
-         to evict: use volatile-lru or raise maxmemory, see docs/storage.md)"
+         to evict: use {RECOMMENDED_POLICY} or raise maxmemory, see docs/storage.md, Sizing Redis)"
     )
 }
 
@@ -169,7 +170,7 @@ mod tests {
                         ),
                         "{message}"
                     );
-                    assert!(message.contains("volatile-lru"), "{message}");
+                    assert!(message.contains("use volatile-lfu"), "{message}");
                 }
                 other => panic!("{call:?}: expected Full, got {other:?}"),
             }
