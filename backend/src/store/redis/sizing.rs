@@ -17,9 +17,13 @@
 //! - `volatile-random`: evicts throttle state at random, limited keys as readily as fresh ones.
 //! - `volatile-lru`: keeps keys used recently, but Redis's LRU clock ticks once a second: a spray
 //!   that fills memory within a few seconds cannot be told apart from a key in use.
-//! - `volatile-lfu` (recommended): keeps keys used often. A sprayed key is used once; a key being
-//!   limited is used on every attempt, so it outlives the spray. Only keys with a TTL are evicted:
-//!   throttle state and activity, never the rules.
+//! - `volatile-lfu` (recommended, with `lfu-log-factor 0` so that Redis counts small numbers of
+//!   accesses exactly): keeps keys used often. A sprayed key is used once; a key being limited is
+//!   read on every attempt, so it outlives the spray. Only keys with a TTL are evicted: throttle
+//!   state and activity, never the rules.
+//!
+//! `backend/tests/it/redis_sizing.rs` measures these claims on a real redis-server (see
+//! docs/storage.md, "Sizing Redis").
 
 use std::collections::BTreeMap;
 
@@ -77,8 +81,8 @@ fn policy_problem(policy: &str) -> Option<String> {
          rules) and keeps the keys being limited"
     );
     let problem = match policy {
-        "volatile-lfu" => return None,
-        "volatile-lru" => return None,
+        // volatile-lru: no warning; its 1 s clock only hurts when memory holds seconds of spray.
+        "volatile-lfu" | "volatile-lru" => return None,
         "noeviction" => "once maxmemory is reached Redis refuses every write, so every request \
                          that would be admitted fails (503 store_full) and the filter's failure \
                          mode applies: fail open (the default) lets everybody through"
