@@ -57,3 +57,24 @@ def envoy(tmp, backend, upstream):
                     ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
     yield e
     e.stop()
+
+
+RLS_LISTENERS = ["RLS_OPEN_PORT", "RLS_CLOSED_PORT"]
+
+
+@pytest.fixture(scope="session")
+def rls_backend(tmp, redis):
+    """A second backend on the session's redis-server that also serves Envoy's rate limit service
+    (gRPC) on --rls-listen."""
+    b = stack.Backend(tmp, redis, rls=True).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def rls_envoy(tmp, rls_backend, upstream):
+    """Envoy with its native ratelimit filter (envoy/rls.yaml) calling rls_backend over gRPC."""
+    e = stack.Envoy(tmp, "rls.yaml", {"RLS_PORT": rls_backend.rls_port, "UPSTREAM_PORT": upstream},
+                    RLS_LISTENERS).start()
+    yield e
+    e.stop()

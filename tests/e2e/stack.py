@@ -101,11 +101,14 @@ def start_redis(tmp):
 class Backend:
     """The real `sluice` binary on Redis."""
 
-    def __init__(self, tmp, redis_port):
+    def __init__(self, tmp, redis_port, rls=False, extra_args=()):
         self.tmp = tmp
         self.redis_port = redis_port
         self.decision_port = free_port()
         self.admin_port = free_port()
+        # rls=True: also serve Envoy's rate limit service (gRPC, h2c) on --rls-listen.
+        self.rls_port = free_port() if rls else None
+        self.extra_args = list(extra_args)
         self.proc = None
 
     @property
@@ -120,8 +123,18 @@ class Backend:
         args = [SLUICE, "--decision-listen", f"127.0.0.1:{self.decision_port}",
                 "--admin-listen", f"127.0.0.1:{self.admin_port}",
                 "--redis-url", f"redis://127.0.0.1:{self.redis_port}/", "--admin-token", TOKEN]
+        if self.rls_port:
+            args += ["--rls-listen", f"127.0.0.1:{self.rls_port}"]
+        args += self.extra_args
         self.proc = Proc(args, self.tmp / f"sluice-{self.decision_port}.log")
-        wait_until(lambda: requests.get(f"{self.admin_url}/readyz", timeout=1).status_code == 200, "sluice backend")
+
+        def ready():
+            if not self.proc.alive():
+                raise RuntimeError(f"sluice exited:\n{self.proc.tail()}")
+            up = requests.get(f"{self.admin_url}/readyz", timeout=1).status_code == 200
+            return up and (not self.rls_port or port_open(self.rls_port))
+
+        wait_until(ready, "sluice backend")
         return self
 
     def stop(self):
@@ -133,6 +146,11 @@ class Backend:
                          headers={"authorization": f"Bearer {TOKEN}"}, timeout=5)
         assert r.status_code == 200, r.text
         return r.json()
+
+    def delete_rule(self, action):
+        r = requests.delete(f"{self.admin_url}/v1/rules/{action}", headers={"authorization": f"Bearer {TOKEN}"},
+                            timeout=5)
+        assert r.status_code in (200, 204, 404), r.text
 
     def decisions(self, action):
         """Sum of sluice_decisions_total over every label set of `action`."""
@@ -274,8 +292,8 @@ class Envoy:
         if self.proc:
             self.proc.stop()
 
-    def stats(self):
-        text = requests.get(f"http://127.0.0.1:{self.admin_port}/stats?filter=sluice", timeout=5).text
+    def stats(self, filter="sluice"):
+        text = requests.get(f"http://127.0.0.1:{self.admin_port}/stats?filter={filter}", timeout=5).text
         out = {}
         for line in text.splitlines():
             name, _, value = line.partition(": ")
