@@ -2,8 +2,9 @@
 # Envoy benchmark: requests/s and p50/p99 latency through Envoy, side by side in one run, for
 #   no filter | Envoy's local_ratelimit (huge bucket) | sluice allowed, backend on the memory
 #   store | sluice allowed, backend on Redis | sluice denied (every request asks the backend),
-#   memory and Redis | sluice cached denial (answered from shared data, no callout)
-# and the ratios of the sluice allowed paths to no filter. Each row also shows where the CPU went:
+#   memory and Redis | sluice cached denial (answered from shared data, no callout) | Envoy's
+#   native ratelimit filter → sluice RLS (gRPC, --rls-listen) allowed, memory and Redis
+# and the ratios of the allowed paths to no filter. Each row also shows where the CPU went:
 # microseconds of CPU per request in Envoy, the backend, redis-server and wrk, and the total CPU
 # use (200% = both cores of a 2-core machine busy). The memory-store rows isolate the callout's
 # cost from Redis's.
@@ -13,7 +14,7 @@
 # release `sluice`, one on a real redis-server, one on the memory store, each with BACKEND_THREADS tokio workers (default: one per CPU). The memory rows run
 # through a second Envoy rendered from the same envoy/bench.yaml, pointed at the memory backend
 # (idle while the other rows run). Everything on 127.0.0.1, stopped by PID at exit. Bounded:
-# about ROUNDS × 7 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
+# about ROUNDS × 9 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
 #   DURATION=5 ROUNDS=3 CONNECTIONS=16 ENVOY_CONCURRENCY=1 BACKEND_THREADS=1 PIN=1 benches/envoy/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +24,7 @@ ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
 BACKEND_THREADS=${BACKEND_THREADS:-$(nproc)}
-PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
+PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis rls_allowed_memory rls_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
 TOKEN=bench-admin-token-0123456789abcdef
 # BACKEND_BIN: the backend binary (to compare builds). CALLOUT_PROTOCOL=h2: Envoy calls the backend
 # over HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1; needs a backend that serves h2c.
@@ -79,14 +80,16 @@ REDIS_PORT=$(free_port)
 $PIN_OTHERS redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 redis_server_pid=$!; pids+=($redis_server_pid)
 
-# backend NAME [sluice flags...]: starts a release backend; sets <NAME>_pid, <NAME>_port, <NAME>_admin.
+# backend NAME [sluice flags...]: starts a release backend; sets <NAME>_pid, <NAME>_port, <NAME>_admin
+# and <NAME>_rls (its gRPC rate limit service, --rls-listen).
 backend() {
   local name=$1; shift
-  local port admin; port=$(free_port) admin=$(free_port)
+  local port admin rls; port=$(free_port) admin=$(free_port) rls=$(free_port)
   TOKIO_WORKER_THREADS=$BACKEND_THREADS RUST_LOG=warn $PIN_OTHERS "$BACKEND_BIN" --decision-listen "127.0.0.1:$port" \
-    --admin-listen "127.0.0.1:$admin" --admin-token "$TOKEN" "$@" >"$work/sluice-$name.log" 2>&1 &
+    --admin-listen "127.0.0.1:$admin" --rls-listen "127.0.0.1:$rls" --admin-token "$TOKEN" "$@" >"$work/sluice-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"; printf -v "${name}_port" %s "$port"; printf -v "${name}_admin" %s "$admin"
+  printf -v "${name}_rls" %s "$rls"
   wait_for "http://127.0.0.1:$admin/readyz"
   put_rule "$admin" bench_allowed '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}}'
   put_rule "$admin" bench_denied '{"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}'
@@ -98,13 +101,13 @@ put_rule() { # ADMIN_PORT ACTION JSON
 backend on_redis --redis-url "redis://127.0.0.1:$REDIS_PORT/"
 backend on_memory
 
-# envoy NAME BACKEND_PORT: an Envoy from envoy/bench.yaml calling that backend; sets <NAME>_pid and
-# the BENCH_*_PORT of its listeners as <NAME>_<listener>.
+# envoy NAME BACKEND_PORT BACKEND_RLS_PORT: an Envoy from envoy/bench.yaml calling that backend (HTTP
+# decision API and gRPC RLS); sets <NAME>_pid and the BENCH_*_PORT of its listeners as <NAME>_<listener>.
 export FILTER_WASM=$PWD/target/wasm32-wasip1/wasm-release/sluice_filter.wasm
 envoy() {
   local name=$1 listener
-  local -A ports=([ENVOY_ADMIN_PORT]=$(free_port) [BACKEND_PORT]=$2)
-  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED DENIED CACHED; do ports[BENCH_${listener}_PORT]=$(free_port); done
+  local -A ports=([ENVOY_ADMIN_PORT]=$(free_port) [BACKEND_PORT]=$2 [BACKEND_RLS_PORT]=$3)
+  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED DENIED CACHED RLS; do ports[BENCH_${listener}_PORT]=$(free_port); done
   local env=(); for k in "${!ports[@]}"; do env+=("$k=${ports[$k]}"); done
   env "${env[@]}" envoy/render.sh bench.yaml >"$work/envoy-$name.yaml"
   if [ "$CALLOUT_PROTOCOL" = h2 ]; then # only the sluice_backend cluster says http_protocol_options
@@ -113,15 +116,15 @@ envoy() {
   $PIN_ENVOY .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"
-  for listener in PLAIN LOCAL_RL ALLOWED DENIED CACHED ENVOY_ADMIN; do
+  for listener in PLAIN LOCAL_RL ALLOWED DENIED CACHED RLS ENVOY_ADMIN; do
     local k=BENCH_${listener}_PORT; [ "$listener" = ENVOY_ADMIN ] && k=ENVOY_ADMIN_PORT
     printf -v "${name}_${listener,,}" %s "${ports[$k]}"
   done
   local admin_var="${name}_envoy_admin"
   wait_for "http://127.0.0.1:${!admin_var}/ready"
 }
-envoy envoy_redis "$on_redis_port"
-envoy envoy_memory "$on_memory_port"
+envoy envoy_redis "$on_redis_port" "$on_redis_rls"
+envoy envoy_memory "$on_memory_port" "$on_memory_rls"
 
 # Use up bench_denied's single request on both backends, then check each path answers what it should.
 probe() { # PORT EXPECTED_STATUS [HEADER]
@@ -135,6 +138,8 @@ probe "$envoy_redis_plain" 200
 probe "$envoy_redis_local_rl" 200
 probe "$envoy_memory_allowed" 200 x-ratelimit-remaining
 probe "$envoy_redis_allowed" 200 x-ratelimit-remaining
+probe "$envoy_memory_rls" 200 x-ratelimit-remaining   # Envoy's own header: sluice answered OK
+probe "$envoy_redis_rls" 200 x-ratelimit-remaining
 probe "$envoy_memory_denied" 429 retry-after
 probe "$envoy_redis_denied" 429 retry-after
 probe "$envoy_redis_cached" 429   # the first denial fills the cache
@@ -145,6 +150,7 @@ declare -A port_of=(
   [sluice_allowed_memory]=$envoy_memory_allowed [sluice_allowed_redis]=$envoy_redis_allowed
   [sluice_denied_memory]=$envoy_memory_denied [sluice_denied_redis]=$envoy_redis_denied
   [sluice_cached_denial]=$envoy_redis_cached
+  [rls_allowed_memory]=$envoy_memory_rls [rls_allowed_redis]=$envoy_redis_rls
 )
 # Warm every path once before measuring any (the first row would otherwise also pay for start-up
 # work still going on in the background, e.g. V8 compiling the filter).
@@ -170,4 +176,7 @@ python3 benches/envoy/summarize.py "$work/rows.txt" "${paths[@]}"
 for e in envoy_redis envoy_memory; do
   admin_var="${e}_envoy_admin"
   echo "filter counters ($e): $(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=wasmcustom" | tr '\n' ' ')"
+  # Envoy's ratelimit filter: ok (sluice answered), error / failure_mode_allowed (no answer in time:
+  # those requests passed without a decision, so they must stay near 0 for the rls rows to count).
+  echo "ratelimit filter counters ($e): $(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=cluster.upstream.ratelimit" | tr '\n' ' ')"
 done

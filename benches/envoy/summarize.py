@@ -1,11 +1,26 @@
 """Prints the benchmark table from measure.py's rows (one line per path per round): for each path,
 in the order given, the median over the rounds of requests/s, p50, p99 and CPU per request, with
-the spread of requests/s, then the ratio of each sluice allowed path to no filter (medians).
+the spread of requests/s, then the ratio of each allowed path to no filter (medians) and what
+each row measures.
 
     summarize.py ROWS_FILE PATH..."""
 
 import statistics
 import sys
+
+# What each row measures, printed under the table (the names stay short for the columns).
+ROWS = {
+    "no_filter": "Envoy, no filter",
+    "local_ratelimit": "Envoy's local_ratelimit filter (huge bucket)",
+    "sluice_allowed_memory": "sluice filter, HTTP callout (allowed), backend on the memory store",
+    "sluice_allowed_redis": "sluice filter, HTTP callout (allowed), backend on Redis",
+    "rls_allowed_memory": "Envoy ratelimit filter → sluice RLS (allowed), backend on the memory store",
+    "rls_allowed_redis": "Envoy ratelimit filter → sluice RLS (allowed), backend on Redis",
+    "sluice_denied_memory": "sluice filter, HTTP callout (denied), backend on the memory store",
+    "sluice_denied_redis": "sluice filter, HTTP callout (denied), backend on Redis",
+    "sluice_cached_denial": "sluice filter, denial answered from its cache (no callout)",
+}
+ALLOWED = ("sluice_allowed_memory", "sluice_allowed_redis", "rls_allowed_memory", "rls_allowed_redis")
 
 
 def main():
@@ -27,9 +42,12 @@ def main():
         bad = max(int(r[9]) for r in mine)
         if bad and "denied" not in path and "denial" not in path:
             print(f"  ({path}: up to {bad} answers per round were not 2xx)")
-    for path in ("sluice_allowed_memory", "sluice_allowed_redis"):
+    for path in ALLOWED:
         if path in rps and rps.get("no_filter"):
             print(f"ratio {path} / no_filter: {rps[path] / rps['no_filter']:.2f}x")
+    for path in paths:
+        if path in rps and path in ROWS:
+            print(f"  {path:24} {ROWS[path]}")
 
 
 if __name__ == "__main__":
