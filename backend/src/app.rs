@@ -152,6 +152,17 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    run_with_rls(listeners, None, config, shutdown).await
+}
+
+/// [`run`], and Envoy's rate limit service (gRPC, see [`crate::rls`]) on `rls` if given, served
+/// by the same app and shut down with it.
+pub async fn run_with_rls(
+    listeners: Listeners,
+    rls: Option<TcpListener>,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
     let auth = Auth::new(&config.admin_token)?;
     let store = open_store(config.store, config.max_keys).await?;
 
@@ -273,7 +284,16 @@ pub async fn run(
         let _ = stop_tx.send(true);
         r
     };
-    let (d, a) = tokio::join!(decision_server, admin_server);
+    let rls_server = async {
+        let Some(listener) = rls else {
+            return Ok(());
+        };
+        tracing::info!(addr = ?listener.local_addr().ok(), "rate limit service listening (gRPC envoy.service.ratelimit.v3)");
+        let r = crate::rls::serve(listener, app.clone(), stop_rx.clone()).await;
+        let _ = stop_tx.send(true);
+        r.map_err(|e| RunError::Io(std::io::Error::other(e)))
+    };
+    let (d, a, g) = tokio::join!(decision_server, admin_server, rls_server);
 
     let _ = stop_tx.send(true);
     let flush = async { while tasks.join_next().await.is_some() {} };
@@ -284,7 +304,7 @@ pub async fn run(
         tracing::warn!("background tasks did not stop within 2 s; abandoning them");
     }
     tracing::info!("stopped");
-    d.and(a)
+    d.and(a).and(g)
 }
 
 async fn serve(

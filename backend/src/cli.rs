@@ -61,6 +61,11 @@ pub struct Cli {
     )]
     pub admin_listen: SocketAddr,
 
+    /// Address of Envoy's rate limit service (gRPC RLS v3, HTTP/2 cleartext) for the native
+    /// `envoy.filters.http.ratelimit` filter; off unless set. Keep it off the public network.
+    #[arg(long, env = "SLUICE_RLS_LISTEN", value_name = "ADDR")]
+    pub rls_listen: Option<SocketAddr>,
+
     /// Redis single node, e.g. redis://127.0.0.1:6379/0. Default: memory store.
     #[arg(
         long,
@@ -272,7 +277,8 @@ pub async fn shutdown_signal() {
 
 /// The whole binary: parse, bind, run until a signal.
 pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
-    let (decision_addr, admin_addr) = (cli.decision_listen, cli.admin_listen);
+    let (decision_addr, admin_addr, rls_addr) =
+        (cli.decision_listen, cli.admin_listen, cli.rls_listen);
     let config = cli.into_config()?;
     let decision = tokio::net::TcpListener::bind(decision_addr)
         .await
@@ -280,8 +286,17 @@ pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("cannot listen on {admin_addr} (--admin-listen)"))?;
-    crate::run(
+    let rls = match rls_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--rls-listen)"))?,
+        ),
+        None => None,
+    };
+    crate::app::run_with_rls(
         crate::Listeners { decision, admin },
+        rls,
         config,
         shutdown_signal(),
     )

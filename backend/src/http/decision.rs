@@ -15,8 +15,7 @@ use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleRe
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
-use crate::clock::now_ms;
-use crate::metrics::Outcome;
+use crate::decide::decide;
 
 /// Decides one request under its action's rule.
 #[utoipa::path(
@@ -45,29 +44,9 @@ pub async fn throttle(
         app.metrics.unknown_action();
         return Err(ApiFailure::unknown_action(action.as_str()));
     };
-    let decision = app
-        .store_call(
-            app.store
-                .throttle(rule, &request.key, request.quantity, None),
-        )
+    let response = decide(&app, rule, &request.key, request.quantity, started)
         .await
         .map_err(|e| ApiFailure::store(&e))?;
-    let response = ThrottleResponse::new(
-        rule.algorithm(),
-        rule.mode(),
-        rule.params().policy_window_ns(),
-        &decision,
-    );
-    if request.quantity > 0 {
-        app.activity
-            .record(rule.action(), &request.key, decision.allowed, now_ms());
-    }
-    app.metrics.decision(
-        action.as_str(),
-        rule.algorithm(),
-        Outcome::of(decision.allowed, rule.mode()),
-        started.elapsed().as_secs_f64(),
-    );
     Ok(Json(response))
 }
 

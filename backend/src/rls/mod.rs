@@ -1,0 +1,91 @@
+//! Envoy's rate limit service (RLS v3, `envoy.service.ratelimit.v3.RateLimitService`) over gRPC,
+//! so Envoy's native `envoy.filters.http.ratelimit` filter (and anything else speaking RLS) can
+//! use sluice's rules and store. Served on its own listener (`--rls-listen`), HTTP/2 cleartext as
+//! Envoy's gRPC clusters speak, by the same [`App`] as the HTTP listeners.
+//!
+//! - [`request`]: descriptors → checks, through core's one mapping
+//!   ([`sluice_core::descriptor`]).
+//! - [`service`]: the decisions (shared with `POST /v1/throttle` through [`crate::decide`]) and
+//!   failures as gRPC statuses.
+//! - [`response`]: statuses, headers and dynamic metadata.
+//!
+//! docs/rls.md is the user's page.
+
+pub mod request;
+pub mod response;
+pub mod service;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use futures::Stream;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::app::App;
+
+pub use service::Rls;
+
+/// Largest request message sluice decodes (`RESOURCE_EXHAUSTED`/`OUT_OF_RANGE` beyond): four
+/// times Envoy's default limit on a request's headers (60 KiB), so descriptors built from headers
+/// fit even when one header feeds several of them.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// Longest the server waits, once stopping, for open gRPC connections to finish.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Accepted connections; accept errors (a client gone, out of file descriptors) are logged and
+/// retried, never the end of the listener.
+fn incoming(listener: TcpListener) -> impl Stream<Item = Result<TcpStream, std::io::Error>> {
+    futures::stream::unfold(listener, |listener| async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Some((Ok(stream), listener));
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "rls listener: accept failed; retrying");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                }
+            }
+        }
+    })
+}
+
+/// Serves the rate limit service on `listener` until `stop` turns true, then shuts down
+/// gracefully: no new connections, in-flight calls finish (bounded by [`SHUTDOWN_GRACE`]).
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), tonic::transport::Error> {
+    // A backstop on one call beyond the store's own bounds: every descriptor's store steps.
+    let call_deadline = app
+        .store_deadline
+        .saturating_mul(2 * request::MAX_DESCRIPTORS as u32)
+        .min(Duration::from_secs(30));
+    let service =
+        RateLimitServiceServer::new(Rls::new(app)).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let mut stop_grace = stop.clone();
+    let server = tonic::transport::Server::builder()
+        .timeout(call_deadline)
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming(listener), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
+    tokio::pin!(server);
+    tokio::select! {
+        r = &mut server => r,
+        _ = async {
+            let _ = stop_grace.wait_for(|s| *s).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!("rls: connections still open {SHUTDOWN_GRACE:?} after shutdown; closing them");
+            Ok(())
+        }
+    }
+}

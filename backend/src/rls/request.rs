@@ -1,0 +1,156 @@
+//! A `RateLimitRequest` as sluice checks: one (action, key, quantity) per descriptor, through
+//! core's one mapping ([`sluice_core::descriptor::to_check`]). Every refusal names its field.
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use sluice_core::descriptor::to_check;
+use sluice_core::limits::MAX_QUANTITY;
+use sluice_core::{Action, RuleError};
+
+/// Most descriptors one request may carry (Envoy sends one per matching `rate_limits` entry).
+pub const MAX_DESCRIPTORS: usize = 64;
+
+/// One descriptor as a sluice check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// The action whose rule applies.
+    pub action: Action,
+    /// The subject, as the mapping joined it.
+    pub key: String,
+    /// Units this descriptor costs: its `hits_addend` if set, else the request's; 0 means 1.
+    pub quantity: u64,
+}
+
+/// The checks of a request, in descriptor order, or the first field sluice refuses.
+pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, RuleError> {
+    if request.domain.is_empty() {
+        return Err(RuleError::new("domain", "must not be empty"));
+    }
+    if request.descriptors.is_empty() {
+        return Err(RuleError::new("descriptors", "must not be empty"));
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(RuleError::new(
+            "descriptors",
+            format!(
+                "at most {MAX_DESCRIPTORS} descriptors; got {}",
+                request.descriptors.len()
+            ),
+        ));
+    }
+    request
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(index, descriptor)| {
+            if descriptor.is_negative_hits {
+                return Err(RuleError::new(
+                    format!("descriptors[{index}].is_negative_hits"),
+                    "sluice never returns quota (a denied request consumes nothing already)",
+                ));
+            }
+            if descriptor.limit.is_some() {
+                return Err(RuleError::new(
+                    format!("descriptors[{index}].limit"),
+                    "limits are sluice rules (admin API or rules file), not descriptor overrides",
+                ));
+            }
+            let (quantity, field) = match &descriptor.hits_addend {
+                Some(h) => (h.value, format!("descriptors[{index}].hits_addend")),
+                None => (u64::from(request.hits_addend), "hits_addend".to_owned()),
+            };
+            if quantity > MAX_QUANTITY {
+                return Err(RuleError::new(
+                    field,
+                    format!("must be at most {MAX_QUANTITY}; got {quantity}"),
+                ));
+            }
+            let entries = descriptor
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()));
+            let (action, key) = to_check(index, entries)?;
+            Ok(Check {
+                action,
+                key,
+                quantity: quantity.max(1),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::google::protobuf::UInt64Value;
+
+    fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            hits_addend: hits.map(|value| UInt64Value { value }),
+            ..Default::default()
+        }
+    }
+
+    fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "edge".into(),
+            descriptors,
+            hits_addend: hits,
+        }
+    }
+
+    fn refused(r: &RateLimitRequest) -> String {
+        checks(r).unwrap_err().field
+    }
+
+    #[test]
+    fn quantity_is_the_descriptors_addend_else_the_requests_and_zero_is_one() {
+        let r = request(
+            vec![
+                descriptor(&[("user", "a")], None),
+                descriptor(&[("user", "b")], Some(5)),
+                descriptor(&[("user", "c")], Some(0)),
+            ],
+            3,
+        );
+        let q: Vec<u64> = checks(&r).unwrap().iter().map(|c| c.quantity).collect();
+        assert_eq!(q, vec![3, 5, 1]);
+        let r = request(vec![descriptor(&[("user", "a")], None)], 0);
+        assert_eq!(checks(&r).unwrap()[0].quantity, 1);
+        assert_eq!(checks(&r).unwrap()[0].action.as_str(), "user");
+        assert_eq!(checks(&r).unwrap()[0].key, "a");
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let mut r = request(vec![descriptor(&[("user", "a")], None)], 0);
+        r.domain.clear();
+        assert_eq!(refused(&r), "domain");
+        assert_eq!(refused(&request(vec![], 0)), "descriptors");
+        let r = request(vec![descriptor(&[("user", "a")], None); 65], 0);
+        assert_eq!(refused(&r), "descriptors");
+        let r = request(
+            vec![descriptor(&[("user", "a")], None), descriptor(&[], None)],
+            0,
+        );
+        assert_eq!(refused(&r), "descriptors[1].entries");
+        let r = request(vec![descriptor(&[("user", "a")], Some(1 << 40))], 0);
+        assert_eq!(refused(&r), "descriptors[0].hits_addend");
+        let r = request(vec![descriptor(&[("user", "a")], None)], u32::MAX);
+        assert_eq!(refused(&r), "hits_addend");
+        let mut d = descriptor(&[("user", "a")], None);
+        d.is_negative_hits = true;
+        assert_eq!(
+            refused(&request(vec![d], 0)),
+            "descriptors[0].is_negative_hits"
+        );
+    }
+}
