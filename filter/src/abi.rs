@@ -14,7 +14,8 @@ use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
 
 use crate::config::Config;
 use crate::flow::{Flow, Next, MAX_RESPONSE_BODY};
-use crate::host::{Callout, Counter, Host};
+use crate::host::{Callout, Counter, GrpcCall, Host};
+use crate::rls_proto;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -139,6 +140,35 @@ impl Context for Http {
             body.as_deref().unwrap_or_default(),
         );
     }
+
+    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
+        self.grpc_response(token, status_code, response_size);
+    }
+}
+
+impl Http {
+    fn grpc_response(&mut self, token: u32, status_code: u32, response_size: usize) {
+        let Some(flow) = self.flow.as_mut() else {
+            return;
+        };
+        let message = if status_code != 0 || response_size == 0 {
+            None
+        } else {
+            hostcalls::get_buffer(
+                proxy_wasm::types::BufferType::GrpcReceiveBuffer,
+                0,
+                response_size.min(MAX_RESPONSE_BODY),
+            )
+            .ok()
+            .flatten()
+        };
+        flow.on_grpc_response(
+            &mut self.host,
+            token,
+            status_code,
+            message.as_deref().unwrap_or_default(),
+        );
+    }
 }
 
 impl HttpContext for Http {
@@ -228,6 +258,18 @@ impl Host for WasmHost {
             headers,
             Some(&call.body),
             Vec::new(),
+            Duration::from_millis(call.timeout_ms),
+        )
+        .map_err(|status| format!("{status:?}"))
+    }
+
+    fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String> {
+        hostcalls::dispatch_grpc_call(
+            &call.service,
+            rls_proto::SERVICE,
+            rls_proto::METHOD,
+            Vec::new(),
+            Some(&call.message),
             Duration::from_millis(call.timeout_ms),
         )
         .map_err(|status| format!("{status:?}"))

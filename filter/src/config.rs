@@ -49,12 +49,33 @@ pub enum UnknownAction {
     Deny,
 }
 
+/// How the filter asks the backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// `POST /v1/throttle` with a JSON body to the decision listener (`--decision-listen`).
+    #[default]
+    Http,
+    /// gRPC `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` to the backend's RLS
+    /// listener (`--rls-listen`), over an HTTP/2 cluster.
+    Grpc,
+}
+
+/// Longest `backend.cluster` / `backend.authority` in gRPC mode: their serialized
+/// `GrpcService` must stay a valid UTF-8 string for proxy-wasm's `dispatch_grpc_call`, which it is
+/// when every length fits one varint byte.
+pub const MAX_GRPC_NAME: usize = 60;
+
 /// Where the decision backend is.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Backend {
-    /// Envoy cluster name of the sluice backend's decision listener.
+    /// Envoy cluster name of the sluice backend's decision listener (`http`) or RLS listener
+    /// (`grpc`).
     pub cluster: String,
+    /// The callout's protocol (default `http`).
+    #[serde(default)]
+    pub protocol: Protocol,
     /// `:authority` of the callout.
     #[serde(default = "default_authority")]
     pub authority: String,
@@ -64,6 +85,10 @@ pub struct Backend {
     /// Callout timeout in milliseconds; past it the failure mode applies.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// In gRPC mode: the serialized `envoy.config.core.v3.GrpcService` naming `cluster` (and
+    /// `authority`), computed once at configuration, as `dispatch_grpc_call` takes it.
+    #[serde(skip)]
+    pub grpc_service: String,
 }
 
 fn default_authority() -> String {
@@ -273,6 +298,23 @@ impl Config {
                 format!("must be 1 to 60000 milliseconds; got {}", b.timeout_ms),
             ));
         }
+        if b.protocol == Protocol::Grpc {
+            for (field, value) in [("cluster", &b.cluster), ("authority", &b.authority)] {
+                if value.len() > MAX_GRPC_NAME {
+                    return Err(ConfigError::new(
+                        format!("backend.{field}"),
+                        format!(
+                            "must be at most {MAX_GRPC_NAME} bytes with protocol grpc; got {}",
+                            value.len()
+                        ),
+                    ));
+                }
+            }
+            self.backend.grpc_service =
+                grpc_service(&self.backend.cluster, &self.backend.authority).ok_or_else(|| {
+                    ConfigError::new("backend.cluster", "cannot be named in a gRPC call")
+                })?;
+        }
         if !(400..=599).contains(&self.failure_status) {
             return Err(ConfigError::new(
                 "failure_status",
@@ -303,6 +345,19 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The serialized `GrpcService { envoy_grpc { cluster_name, authority } }` as a string, or `None`
+/// if it is not UTF-8 (not with names of at most [`MAX_GRPC_NAME`] bytes).
+fn grpc_service(cluster: &str, authority: &str) -> Option<String> {
+    use prost::Message;
+    let service = crate::rls_proto::GrpcService {
+        envoy_grpc: Some(crate::rls_proto::EnvoyGrpc {
+            cluster_name: cluster.to_owned(),
+            authority: authority.to_owned(),
+        }),
+    };
+    String::from_utf8(service.encode_to_vec()).ok()
 }
 
 fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
@@ -400,6 +455,8 @@ mod tests {
         assert_eq!(c.backend.timeout_ms, 25);
         assert_eq!(c.backend.authority, "sluice-backend");
         assert_eq!(c.backend.path, "/v1/throttle");
+        assert_eq!(c.backend.protocol, Protocol::Http);
+        assert_eq!(c.backend.grpc_service, "");
         assert_eq!(c.failure_mode, FailureMode::Allow);
         assert_eq!(c.failure_status, 503);
         assert_eq!(c.unknown_action, UnknownAction::Allow);
@@ -477,6 +534,60 @@ mod tests {
             let err = parse(json).unwrap_err();
             assert_eq!(err.field, field, "{json} -> {err}");
         }
+    }
+
+    #[test]
+    fn protocol_grpc_names_the_cluster_in_a_grpc_service() {
+        let c = parse(
+            r#"{"backend": {"cluster": "sluice_rls", "protocol": "grpc"},
+            "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.backend.protocol, Protocol::Grpc);
+        // GrpcService { envoy_grpc (1) { cluster_name (1), authority (2) } }
+        let mut want = vec![0x0a, 2 + 10 + 2 + 14, 0x0a, 10];
+        want.extend(b"sluice_rls");
+        want.extend([0x12, 14]);
+        want.extend(b"sluice-backend");
+        assert_eq!(c.backend.grpc_service.as_bytes(), want);
+    }
+
+    #[test]
+    fn bad_protocols_and_long_grpc_names_are_refused() {
+        let err = parse(
+            r#"{"backend": {"cluster": "c", "protocol": "h3"},
+            "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "backend.protocol", "{err}");
+        assert!(err.reason.contains("`http` or `grpc`"), "{err}");
+        let long = "c".repeat(MAX_GRPC_NAME + 1);
+        for (field, backend) in [
+            (
+                "backend.cluster",
+                format!(r#"{{"cluster": "{long}", "protocol": "grpc"}}"#),
+            ),
+            (
+                "backend.authority",
+                format!(r#"{{"cluster": "c", "authority": "{long}", "protocol": "grpc"}}"#),
+            ),
+        ] {
+            let json = format!(
+                r#"{{"backend": {backend}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
+            );
+            assert_eq!(parse(&json).unwrap_err().field, field);
+        }
+        // The same names are fine over HTTP.
+        let json = format!(
+            r#"{{"backend": {{"cluster": "{long}"}}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
+        );
+        assert!(parse(&json).is_ok());
+        let mid = "é".repeat(MAX_GRPC_NAME / 2);
+        let json = format!(
+            r#"{{"backend": {{"cluster": "{mid}", "authority": "{mid}", "protocol": "grpc"}}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
+        );
+        let c = parse(&json).unwrap();
+        assert!(c.backend.grpc_service.contains(&mid));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::host::{Callout, Counter, Host};
+use crate::host::{Callout, Counter, GrpcCall, Host};
 
 /// A reply the flow sent: status, headers, body.
 pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
@@ -12,6 +12,7 @@ pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Effects {
     pub callouts: Vec<Callout>,
+    pub grpc_calls: Vec<GrpcCall>,
     pub replies: Vec<Reply>,
     pub resumed: u32,
     pub request_headers_set: Vec<(String, String)>,
@@ -112,6 +113,14 @@ impl Host for FakeHost {
             return Err(e.clone());
         }
         self.effects.callouts.push(call.clone());
+        self.next_token += 1;
+        Ok(self.next_token - 1)
+    }
+    fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String> {
+        if let Some(e) = &self.dispatch_error {
+            return Err(e.clone());
+        }
+        self.effects.grpc_calls.push(call.clone());
         self.next_token += 1;
         Ok(self.next_token - 1)
     }

@@ -1,4 +1,6 @@
 //! One request's way through the filter: route → key → denial cache → callout → resume or reply.
+//! The callout is the HTTP decision API or the gRPC rate limit service (`backend.protocol`);
+//! both answers become an [`Answer`], and everything after that is shared.
 //!
 //! Every path ends in exactly one of: the request continues (synchronously, or by `resume` after
 //! the callout), or the filter replies. Nothing here can panic; the host's errors arrive as values.
@@ -7,10 +9,11 @@ use std::rc::Rc;
 
 use sluice_core::headers::{self, RateLimit};
 use sluice_core::wire::{ApiError, ErrorCode, ThrottleRequest, ThrottleResponse};
+use sluice_core::Action;
 
 use crate::cache::{self, Entry};
-use crate::config::{Config, FailureMode, UnknownAction};
-use crate::host::{Callout, Counter, Host};
+use crate::config::{Config, FailureMode, Protocol, UnknownAction};
+use crate::host::{Callout, Counter, GrpcCall, Host};
 use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
 use crate::route::{self, RequestLine};
 
@@ -31,6 +34,9 @@ pub enum Next {
 pub enum Answer {
     /// A decision.
     Decision(ThrottleResponse),
+    /// A decision estimated from a gRPC `DescriptorStatus` without sluice's metadata (see
+    /// `rls::classify`): handled like a decision, except that a denial is not cached.
+    Estimated(ThrottleResponse),
     /// 404 `unknown_action`: no rule for the action.
     UnknownAction,
     /// Anything else: the failure mode applies; the reason goes in `x-sluice-failure`.
@@ -115,29 +121,11 @@ impl Flow {
                 return Next::Pause;
             }
         }
-        let request = ThrottleRequest {
-            action: route.action.clone(),
-            key,
-            quantity: route.quantity,
+        let dispatched = match config.backend.protocol {
+            Protocol::Http => self.dispatch_http(host, &route.action, key, route.quantity),
+            Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, route.quantity),
         };
-        let body = match serde_json::to_vec(&request) {
-            Ok(body) => body,
-            Err(e) => {
-                return self.fail(host, &route.action, &format!("encode: {e}"), "encode", true)
-            }
-        };
-        let call = Callout {
-            cluster: config.backend.cluster.clone(),
-            headers: vec![
-                (":method", "POST".to_owned()),
-                (":path", config.backend.path.clone()),
-                (":authority", config.backend.authority.clone()),
-                ("content-type", "application/json".to_owned()),
-            ],
-            body,
-            timeout_ms: config.backend.timeout_ms,
-        };
-        match host.dispatch(&call) {
+        match dispatched {
             Ok(token) => {
                 self.pending = Some(Pending {
                     token,
@@ -148,14 +136,71 @@ impl Flow {
                 });
                 Next::Pause
             }
-            Err(e) => {
-                let message = format!(
-                    "callout to cluster {:?} could not start: {e}",
-                    config.backend.cluster
-                );
-                self.fail(host, &route.action, &message, "dispatch", true)
-            }
+            Err((reason, message)) => self.fail(host, &route.action, &message, reason, true),
         }
+    }
+
+    /// Starts the HTTP callout; `Err` is the failure reason and a log line.
+    fn dispatch_http(
+        &self,
+        host: &mut dyn Host,
+        action: &str,
+        key: String,
+        quantity: u64,
+    ) -> Result<u32, (&'static str, String)> {
+        let backend = &self.config.backend;
+        let request = ThrottleRequest {
+            action: action.to_owned(),
+            key,
+            quantity,
+        };
+        let body = serde_json::to_vec(&request).map_err(|e| ("encode", format!("encode: {e}")))?;
+        let call = Callout {
+            cluster: backend.cluster.clone(),
+            headers: vec![
+                (":method", "POST".to_owned()),
+                (":path", backend.path.clone()),
+                (":authority", backend.authority.clone()),
+                ("content-type", "application/json".to_owned()),
+            ],
+            body,
+            timeout_ms: backend.timeout_ms,
+        };
+        host.dispatch(&call).map_err(|e| {
+            let message = format!(
+                "callout to cluster {:?} could not start: {e}",
+                backend.cluster
+            );
+            ("dispatch", message)
+        })
+    }
+
+    /// Starts the gRPC callout (`ShouldRateLimit` with one descriptor); `Err` as above.
+    fn dispatch_grpc(
+        &self,
+        host: &mut dyn Host,
+        action: &str,
+        key: &str,
+        quantity: u64,
+    ) -> Result<u32, (&'static str, String)> {
+        let backend = &self.config.backend;
+        // The action was validated at configuration and the quantity bounded to 10^9.
+        let message = Action::parse(action)
+            .ok()
+            .and_then(|a| crate::rls::request(&a, key, quantity))
+            .ok_or_else(|| ("encode", format!("encode: action {action:?} x {quantity}")))?;
+        let call = GrpcCall {
+            service: backend.grpc_service.clone(),
+            message,
+            timeout_ms: backend.timeout_ms,
+        };
+        host.dispatch_grpc(&call).map_err(|e| {
+            let message = format!(
+                "gRPC callout to cluster {:?} could not start: {e}",
+                backend.cluster
+            );
+            ("dispatch", message)
+        })
     }
 
     /// The callout answered (or timed out: Envoy reports that as a 504).
@@ -166,14 +211,33 @@ impl Flow {
         status: Option<&[u8]>,
         body: &[u8],
     ) {
+        let answer = classify(status, body);
+        self.answered(host, token, answer);
+    }
+
+    /// The gRPC callout answered: `status` is its gRPC status (0 OK; a timeout is 4
+    /// DEADLINE_EXCEEDED, a backend that is down 14 UNAVAILABLE), `message` the response.
+    pub fn on_grpc_response(
+        &mut self,
+        host: &mut dyn Host,
+        token: u32,
+        status: u32,
+        message: &[u8],
+    ) {
+        let answer = crate::rls::classify(status, message);
+        self.answered(host, token, answer);
+    }
+
+    fn answered(&mut self, host: &mut dyn Host, token: u32, answer: Answer) {
         let Some(pending) = self.pending.take_if(|p| p.token == token) else {
             host.warn(&format!(
                 "sluice: callout response for unknown token {token}; ignored"
             ));
             return;
         };
-        match classify(status, body) {
-            Answer::Decision(r) => self.decided(host, &pending, &r),
+        match answer {
+            Answer::Decision(r) => self.decided(host, &pending, &r, true),
+            Answer::Estimated(r) => self.decided(host, &pending, &r, false),
             Answer::UnknownAction => {
                 host.count(Counter::UnknownAction);
                 match self.config.unknown_action {
@@ -210,11 +274,20 @@ impl Flow {
         }
     }
 
-    fn decided(&mut self, host: &mut dyn Host, pending: &Pending, r: &ThrottleResponse) {
+    /// A decision; `exact` is false for one estimated without sluice's numbers (not cached).
+    fn decided(
+        &mut self,
+        host: &mut dyn Host,
+        pending: &Pending,
+        r: &ThrottleResponse,
+        exact: bool,
+    ) {
         let limit = RateLimit::of(r);
         if !r.allowed {
             host.count(Counter::Denied);
-            self.remember(host, pending, r);
+            if exact {
+                self.remember(host, pending, r);
+            }
             self.deny(host, &pending.action, &limit, false);
             return;
         }

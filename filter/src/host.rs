@@ -66,6 +66,18 @@ pub struct Callout {
     pub timeout_ms: u64,
 }
 
+/// The gRPC callout to the backend's rate limit service (`ShouldRateLimit`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcCall {
+    /// The serialized `envoy.config.core.v3.GrpcService` naming the cluster (see
+    /// `Backend::grpc_service`).
+    pub service: String,
+    /// The encoded `RateLimitRequest`.
+    pub message: Vec<u8>,
+    /// Timeout in milliseconds.
+    pub timeout_ms: u64,
+}
+
 /// What the filter needs from its host, per request.
 pub trait Host {
     /// Host wall clock, nanoseconds since the Unix epoch.
@@ -80,6 +92,9 @@ pub trait Host {
     fn shared_set(&mut self, key: &str, value: &[u8]);
     /// Starts the callout; `Err` carries why it could not start (unknown cluster, ...).
     fn dispatch(&mut self, call: &Callout) -> Result<u32, String>;
+    /// Starts the gRPC callout (`rls_proto::SERVICE`/`METHOD`); `Err` carries why it could not
+    /// start. Its answer comes back as a gRPC status and message.
+    fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String>;
     /// Answers the client directly; the request goes no further.
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]);
     /// Resumes a paused request.
