@@ -25,3 +25,4 @@ mod http_cluster;
 mod http_decision;
 mod http_store_failure;
 mod redis_sizing;
+mod rls;

@@ -1,0 +1,467 @@
+//! Envoy's rate limit service (gRPC RLS v3) against an in-process sluice on port-0 listeners,
+//! with envoy-types' own tonic client: statuses, headers and metadata per descriptor; several
+//! descriptors all or nothing; unknown actions and shadow rules answer OK; rule changes apply; a
+//! stopped redis-server is a quick UNAVAILABLE; bad input is INVALID_ARGUMENT naming the field.
+
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::{value::Kind, UInt64Value, Value as PbValue};
+use serde_json::{json, Value};
+use sluice_backend::app::run_with_rls;
+use sluice_backend::{Config, Listeners, RunError, StoreChoice};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+use crate::harness::{self, client, eventually, TOKEN};
+use crate::support;
+
+/// sluice with its rate limit service, and a gRPC client to it.
+struct Rig {
+    admin: String,
+    decision: String,
+    http: reqwest::Client,
+    rls: RateLimitServiceClient<Channel>,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<Result<(), RunError>>>,
+}
+
+impl Rig {
+    async fn start(store: StoreChoice) -> Rig {
+        let bind = || TcpListener::bind("127.0.0.1:0");
+        let (decision, admin, rls) = (
+            bind().await.unwrap(),
+            bind().await.unwrap(),
+            bind().await.unwrap(),
+        );
+        let admin_url = format!("http://{}", admin.local_addr().unwrap());
+        let decision_url = format!("http://{}", decision.local_addr().unwrap());
+        let rls_url = format!("http://{}", rls.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let handle = tokio::spawn(run_with_rls(
+            Listeners { decision, admin },
+            Some(rls),
+            Config::new(store, TOKEN),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let http = client();
+        eventually(Duration::from_secs(10), "sluice answers /healthz", || {
+            let r = http.get(format!("{admin_url}/healthz")).send();
+            async move { r.await.ok().filter(|r| r.status().is_success()) }
+        })
+        .await;
+        let channel = tonic::transport::Endpoint::from_shared(rls_url)
+            .unwrap()
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap();
+        Rig {
+            admin: admin_url,
+            decision: decision_url,
+            http,
+            rls: RateLimitServiceClient::new(channel),
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
+    async fn put_rule(&self, rule: Value) {
+        let action = rule["action"].as_str().unwrap().to_owned();
+        let r = self
+            .http
+            .put(format!("{}/v1/rules/{action}", self.admin))
+            .bearer_auth(TOKEN)
+            .json(&rule)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
+    }
+
+    async fn ask(&self, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        let mut rls = self.rls.clone();
+        rls.should_rate_limit(request).await.map(|r| r.into_inner())
+    }
+
+    async fn ok(&self, request: RateLimitRequest) -> RateLimitResponse {
+        self.ask(request).await.unwrap()
+    }
+
+    async fn metrics(&self) -> String {
+        let r = self.http.get(format!("{}/metrics", self.decision)).send();
+        r.await.unwrap().text().await.unwrap()
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            let result = tokio::time::timeout(Duration::from_secs(6), handle)
+                .await
+                .expect("run returned within 6 s after shutdown");
+            result.unwrap().unwrap();
+        }
+    }
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key == name)
+        .map(|h| h.value.as_str())
+}
+
+/// The dynamic metadata `sluice` list as JSON.
+fn metadata(r: &RateLimitResponse) -> Vec<Value> {
+    fn json_of(v: &PbValue) -> Value {
+        match &v.kind {
+            None | Some(Kind::NullValue(_)) => Value::Null,
+            Some(Kind::BoolValue(b)) => json!(b),
+            Some(Kind::NumberValue(n)) => json!(n),
+            Some(Kind::StringValue(s)) => json!(s),
+            Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(json_of).collect()),
+            Some(Kind::StructValue(s)) => Value::Object(
+                s.fields
+                    .iter()
+                    .map(|(k, v)| (k.clone(), json_of(v)))
+                    .collect(),
+            ),
+        }
+    }
+    let s = r.dynamic_metadata.as_ref().expect("dynamic metadata");
+    match json_of(s.fields.get("sluice").expect("sluice key")) {
+        Value::Array(a) => a,
+        other => panic!("not a list: {other}"),
+    }
+}
+
+fn invalid_field(result: Result<RateLimitResponse, tonic::Status>, field: &str) {
+    let status = result.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().starts_with(&format!("{field}: ")),
+        "names {field}: {status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_capacity_then_over_limit_with_statuses_headers_and_metadata() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    rig.put_rule(
+        json!({"action": "user", "algorithm": "fixed_window", "capacity": 3, "window": "60s"}),
+    )
+    .await;
+    let ask = || request(vec![descriptor(&[("user", "alice")])]);
+    for left in [2u32, 1, 0] {
+        let r = rig.ok(ask()).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        let s = &r.statuses[0];
+        assert_eq!(s.code, Code::Ok as i32);
+        let limit = s.current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("user", 3, Unit::Minute as i32)
+        );
+        assert_eq!(s.limit_remaining, left);
+        let reset = s.duration_until_reset.unwrap();
+        assert!((1..=60).contains(&reset.seconds), "{reset:?}");
+        assert_eq!(header(&r, "ratelimit-policy"), Some("\"user\";q=3;w=60"));
+        assert_eq!(
+            header(&r, "ratelimit"),
+            Some(
+                format!(
+                    "\"user\";r={left};t={}",
+                    reset.seconds + i64::from(reset.nanos > 0)
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(header(&r, "retry-after"), None);
+        let m = metadata(&r);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0]["allowed"], json!(true));
+        assert_eq!(m[0]["capacity"], json!(3.0));
+        assert_eq!(m[0]["window_ms"], json!(60_000.0));
+        assert_eq!(m[0]["retry_after_ms"], Value::Null);
+    }
+    let r = rig.ok(ask()).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let m = metadata(&r);
+    assert_eq!(m[0]["allowed"], json!(false));
+    let retry_ms = m[0]["retry_after_ms"].as_f64().unwrap();
+    assert!(retry_ms > 0.0 && retry_ms <= 60_000.0, "{retry_ms}");
+    assert_eq!(retry, (retry_ms as u64).div_ceil(1000).max(1));
+    // The same bucket as the HTTP decision API's.
+    let http = rig
+        .http
+        .post(format!("{}/v1/throttle", rig.decision))
+        .json(&json!({"action": "user", "key": "alice", "quantity": 0}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = http.json().await.unwrap();
+    assert_eq!(body["remaining"], json!(0), "{body}");
+    // Counted as the HTTP path counts.
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains("action=\"user\"") && metrics.contains("outcome=\"denied\""),
+        "{metrics}"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_descriptors_one_over_is_over_limit_and_consumes_nothing() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    rig.put_rule(harness::long_rule("user", "gcra", 5)).await;
+    rig.put_rule(harness::long_rule("remote_address", "sliding_log", 1))
+        .await;
+    let both = || {
+        request(vec![
+            descriptor(&[("user", "alice")]),
+            descriptor(&[("remote_address", "10.0.0.7")]),
+        ])
+    };
+    let r = rig.ok(both()).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(
+        (r.statuses[0].limit_remaining, r.statuses[1].limit_remaining),
+        (4, 0)
+    );
+    assert_eq!(
+        header(&r, "ratelimit-policy").unwrap(),
+        "\"user\";q=5;w=18000, \"remote_address\";q=1;w=604800"
+    );
+    for _ in 0..3 {
+        let r = rig.ok(both()).await;
+        assert_eq!(r.overall_code, Code::OverLimit as i32);
+        assert_eq!(r.statuses[0].code, Code::Ok as i32);
+        assert_eq!(r.statuses[1].code, Code::OverLimit as i32);
+        assert_eq!(r.statuses[0].limit_remaining, 4, "alice's quota untouched");
+        assert!(header(&r, "retry-after").is_some());
+        let m = metadata(&r);
+        assert_eq!(
+            (m[0]["allowed"].clone(), m[1]["allowed"].clone()),
+            (json!(true), json!(false))
+        );
+    }
+    // Alice alone still has her 4.
+    for left in [3u32, 2, 1, 0] {
+        let r = rig
+            .ok(request(vec![descriptor(&[("user", "alice")])]))
+            .await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, left);
+    }
+    let r = rig
+        .ok(request(vec![descriptor(&[("user", "alice")])]))
+        .await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_actions_answer_ok_and_are_counted() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    rig.put_rule(harness::long_rule("user", "token_bucket", 1))
+        .await;
+    let r = rig
+        .ok(request(vec![
+            descriptor(&[("generic_key", "nobody"), ("user", "x")]),
+            descriptor(&[("user", "bob")]),
+        ]))
+        .await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses[0].code, Code::Ok as i32);
+    assert_eq!(r.statuses[0].current_limit, None);
+    assert_eq!(r.statuses[1].limit_remaining, 0);
+    assert_eq!(header(&r, "ratelimit-policy"), Some("\"user\";q=1;w=3600"));
+    let m = metadata(&r);
+    assert_eq!(m[0], Value::Null);
+    assert_eq!(m[1]["allowed"], json!(true));
+    let r = rig
+        .ok(request(vec![descriptor(&[("generic_key", "nobody")])]))
+        .await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert!(r.response_headers_to_add.is_empty());
+    let metrics = rig.metrics().await;
+    let unknown = metrics
+        .lines()
+        .find(|l| l.starts_with("sluice_unknown_action_total "))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(unknown.ends_with(" 2"), "{unknown}");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_rules_answer_ok_with_a_header_and_rule_changes_apply() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    let mut rule = harness::long_rule("login", "leaky_bucket", 1);
+    rule["mode"] = json!("shadow");
+    rig.put_rule(rule.clone()).await;
+    let ask = || {
+        request(vec![descriptor(&[
+            ("generic_key", "login"),
+            ("user", "eve"),
+        ])])
+    };
+    let r = rig.ok(ask()).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(header(&r, "x-sluice-shadow"), None);
+    for _ in 0..2 {
+        let r = rig.ok(ask()).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].code, Code::Ok as i32);
+        assert_eq!(header(&r, "x-sluice-shadow"), Some("would-deny"));
+        assert_eq!(header(&r, "retry-after"), None);
+        assert_eq!(metadata(&r)[0]["would_deny"], json!(true));
+    }
+    // Enforced through the admin API: the next call is refused.
+    rule["mode"] = json!("enforce");
+    rig.put_rule(rule.clone()).await;
+    eventually(
+        Duration::from_secs(1),
+        "the enforced rule applies",
+        || async {
+            let r = rig.ok(ask()).await;
+            (r.overall_code == Code::OverLimit as i32).then_some(())
+        },
+    )
+    .await;
+    // A larger capacity lets eve through again.
+    rig.put_rule(harness::long_rule("login", "leaky_bucket", 10))
+        .await;
+    eventually(
+        Duration::from_secs(1),
+        "the larger rule applies",
+        || async {
+            let r = rig.ok(ask()).await;
+            (r.overall_code == Code::Ok as i32).then_some(())
+        },
+    )
+    .await;
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_is_a_quick_unavailable() {
+    let mut redis = support::RedisServer::start();
+    let rig = Rig::start(harness::redis(&redis.url())).await;
+    rig.put_rule(harness::long_rule("user", "gcra", 5)).await;
+    let ask = || request(vec![descriptor(&[("user", "alice")])]);
+    assert_eq!(rig.ok(ask()).await.overall_code, Code::Ok as i32);
+    redis.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let status = rig.ask(ask()).await.expect_err("no store, no answer");
+        let took = started.elapsed();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(
+            ["store_unavailable", "store_timeout", "overloaded"]
+                .iter()
+                .any(|c| status.message().starts_with(c)),
+            "{status:?}"
+        );
+        // The harness's Redis timeout is 500 ms.
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+    }
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_invalid_argument_naming_the_field() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    rig.put_rule(harness::long_rule("user", "fixed_window", 2))
+        .await;
+    let mut r = request(vec![descriptor(&[("user", "a")])]);
+    r.domain.clear();
+    invalid_field(rig.ask(r).await, "domain");
+    invalid_field(rig.ask(request(vec![])).await, "descriptors");
+    invalid_field(
+        rig.ask(request(vec![descriptor(&[("user", "a")]), descriptor(&[])]))
+            .await,
+        "descriptors[1].entries",
+    );
+    let huge = "x".repeat(10 * 1024);
+    invalid_field(
+        rig.ask(request(vec![descriptor(&[("generic_key", &huge)])]))
+            .await,
+        "descriptors[0].entries[0].value",
+    );
+    invalid_field(
+        rig.ask(request(vec![descriptor(&[(&huge, "a")])])).await,
+        "descriptors[0].entries[0].key",
+    );
+    let mut d = descriptor(&[("user", "a")]);
+    d.hits_addend = Some(UInt64Value { value: 1 << 40 });
+    invalid_field(
+        rig.ask(request(vec![d])).await,
+        "descriptors[0].hits_addend",
+    );
+    let mut r = request(vec![descriptor(&[("user", "a")])]);
+    r.hits_addend = u32::MAX;
+    invalid_field(rig.ask(r).await, "hits_addend");
+    // A 10 KB subject is what a client sends, not a mistake: it is metered, exactly capacity.
+    let ask = || request(vec![descriptor(&[("user", &huge)])]);
+    assert_eq!(rig.ok(ask()).await.overall_code, Code::Ok as i32);
+    assert_eq!(rig.ok(ask()).await.overall_code, Code::Ok as i32);
+    assert_eq!(rig.ok(ask()).await.overall_code, Code::OverLimit as i32);
+    // Beyond the message bound: refused by the decoder, quickly, and the service still answers.
+    let started = Instant::now();
+    let too_big = "y".repeat(300 * 1024);
+    let status = rig
+        .ask(request(vec![descriptor(&[("user", &too_big)])]))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+        ),
+        "{status:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        rig.ok(request(vec![descriptor(&[("user", "b")])]))
+            .await
+            .overall_code,
+        Code::Ok as i32
+    );
+    rig.stop().await;
+}
