@@ -60,13 +60,17 @@ def envoy(tmp, backend, upstream):
 
 
 RLS_LISTENERS = ["RLS_OPEN_PORT", "RLS_CLOSED_PORT"]
+# The ratelimit filter's timeout for the session's Envoy: generous, since a timeout on the fail-open
+# listener would pass a request the tests expect denied (the failure test uses its own, short one).
+RLS_TIMEOUT = "1s"
 
 
 @pytest.fixture(scope="session")
 def rls_backend(tmp, redis):
     """A second backend on the session's redis-server that also serves Envoy's rate limit service
-    (gRPC) on --rls-listen."""
-    b = stack.Backend(tmp, redis, rls=True).start()
+    (gRPC) on --rls-listen. Exact counts are under test here, not latency: a 1 s Redis timeout, so
+    one slow EVALSHA on a loaded machine is not an UNAVAILABLE that fails open."""
+    b = stack.Backend(tmp, redis, rls=True, extra_args=["--redis-timeout-ms", "1000"]).start()
     yield b
     b.stop()
 
@@ -74,7 +78,7 @@ def rls_backend(tmp, redis):
 @pytest.fixture(scope="session")
 def rls_envoy(tmp, rls_backend, upstream):
     """Envoy with its native ratelimit filter (envoy/rls.yaml) calling rls_backend over gRPC."""
-    e = stack.Envoy(tmp, "rls.yaml", {"RLS_PORT": rls_backend.rls_port, "UPSTREAM_PORT": upstream},
-                    RLS_LISTENERS).start()
+    e = stack.Envoy(tmp, "rls.yaml", {"RLS_PORT": rls_backend.rls_port, "UPSTREAM_PORT": upstream,
+                                      "RLS_TIMEOUT": RLS_TIMEOUT}, RLS_LISTENERS).start()
     yield e
     e.stop()
