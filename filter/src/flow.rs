@@ -378,3 +378,6 @@ impl Flow {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod grpc_tests;
