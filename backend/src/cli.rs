@@ -98,7 +98,7 @@ pub struct Cli {
 
     /// Memory store: the most throttle keys held; when full, the store evicts the keys with the
     /// least state at stake (already fresh first) and keeps limiting. Default: a quarter of this
-    /// machine's (or container's) memory at ~200 bytes per key, between 100,000 and 20,000,000.
+    /// machine's (or container's) memory at 256 bytes per key, between 100,000 and 10,000,000.
     #[arg(long, env = "SLUICE_MAX_KEYS", value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_keys: Option<u64>,

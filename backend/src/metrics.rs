@@ -99,7 +99,7 @@ impl Collector for StoreCollector {
         let gauges = [
             (
                 "sluice_store_keys",
-                "Throttle keys the memory store holds (a large sliding_log counts by its size)",
+                "Throttle keys the memory store holds",
                 health.keys,
             ),
             (

@@ -24,5 +24,6 @@ mod http_cell_redis;
 mod http_cluster;
 mod http_decision;
 mod http_store_failure;
+mod key_spray_memory;
 mod redis_sizing;
 mod rls;

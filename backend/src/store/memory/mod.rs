@@ -62,8 +62,9 @@ impl MemoryStore {
         Self::with_max_keys(sizing::default_max_keys())
     }
 
-    /// An empty store holding at most `max_keys` throttle keys (at least 1), a sliding_log key
-    /// counting by its size (see `table.rs`).
+    /// An empty store holding at most `max_keys` throttle keys (at least 1), and at most
+    /// `max_keys ×` [`sizing::BYTES_PER_KEY`] bytes of them: keys with long names and sliding
+    /// logs weigh what they cost, so fewer of them fit.
     pub fn with_max_keys(max_keys: usize) -> MemoryStore {
         MemoryStore {
             states: ShardedStates::new(SHARDS, max_keys),
@@ -86,14 +87,15 @@ impl MemoryStore {
         self.states.max_keys()
     }
 
-    /// Key units held now (equal to [`MemoryStore::state_count`] unless large sliding logs
-    /// count extra), never more than [`MemoryStore::max_keys`].
-    pub fn keys(&self) -> usize {
+    /// Bytes of throttle state held now, as the store weighs keys (at least
+    /// [`sizing::BYTES_PER_KEY`] each; more for long names and sliding logs): never more than
+    /// `max_keys × BYTES_PER_KEY`, unless one key alone weighs more than its shard's share.
+    pub fn bytes_held(&self) -> usize {
         self.states.totals().weight
     }
 
-    /// At least the most key units ever held at once (the sum of each shard's own peak): a
-    /// test's proof that the bound was never exceeded, not just at the end.
+    /// At least the most keys ever held at once (the sum of each shard's own peak): a test's
+    /// proof that the bound was never exceeded, not just at the end.
     pub fn peak_keys(&self) -> usize {
         self.states.totals().peak
     }
@@ -134,7 +136,7 @@ fn health_of(totals: &Totals, max_keys: usize) -> StoreHealth {
     StoreHealth {
         kind: "memory".to_owned(),
         warnings,
-        keys: Some(totals.weight as u64),
+        keys: Some(totals.rows as u64),
         max_keys: Some(max_keys as u64),
         evictions: totals.live_evictions,
     }
@@ -235,5 +237,76 @@ impl Store for MemoryStore {
 
     fn health(&self) -> StoreHealth {
         health_of(&self.states.totals(), self.states.max_keys())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Nanos = 1_000_000_000;
+    const B: Nanos = 1_700_000_040 * S;
+
+    fn rule(json: &str) -> Rule {
+        Rule::from_json_str(json).expect("valid rule")
+    }
+
+    #[tokio::test]
+    async fn health_warns_while_live_keys_are_evicted_and_clears_after_a_minute() {
+        let store = MemoryStore::with_max_keys(64);
+        let r = rule(r#"{"action":"a","algorithm":"fixed_window","capacity":5,"window":"1h"}"#);
+        store.throttle(&r, "k", 1, Some(B)).await.expect("memory");
+        let h = store.health();
+        assert_eq!((h.keys, h.max_keys, h.evictions), (Some(1), Some(64), 0));
+        assert!(h.warnings.is_empty(), "{:?}", h.warnings);
+
+        // One key per shard: 1,000 keys fill all 64 (a shard missing all of them: p < 1e-5).
+        for i in 0..1_000 {
+            let at = Some(B + S);
+            store
+                .throttle(&r, &format!("k{i}"), 1, at)
+                .await
+                .expect("memory");
+        }
+        let h = store.health();
+        assert_eq!((h.keys, h.evictions), (Some(64), 1_001 - 64));
+        assert_eq!(h.warnings.len(), 1);
+        assert!(h.warnings[0].contains("--max-keys"), "{}", h.warnings[0]);
+
+        // Two hours on, every held key is back to fresh: a new key replaces one losing nothing,
+        // and with no live eviction in the last minute the warning is gone.
+        store
+            .throttle(&r, "late", 1, Some(B + 7_200 * S))
+            .await
+            .expect("memory");
+        let h = store.health();
+        assert_eq!(
+            h.evictions,
+            1_001 - 64,
+            "fresh keys dropped are not evictions"
+        );
+        assert!(h.warnings.is_empty(), "{:?}", h.warnings);
+        assert_eq!(store.peak_keys(), 64);
+    }
+
+    #[tokio::test]
+    async fn peeks_never_take_room() {
+        let store = MemoryStore::with_max_keys(1);
+        let r = rule(
+            r#"{"action":"a","algorithm":"gcra","capacity":2,"rate":{"count":1,"period":"1h"}}"#,
+        );
+        store
+            .throttle(&r, "held", 1, Some(B))
+            .await
+            .expect("memory");
+        let keys: Vec<String> = (0..100).map(|i| format!("peek{i}")).collect();
+        store.peek_many(&r, &keys, Some(B)).await.expect("memory");
+        assert_eq!(store.state_count(), 1);
+        assert_eq!(store.evictions(), 0);
+        let d = store
+            .throttle(&r, "held", 1, Some(B))
+            .await
+            .expect("memory");
+        assert_eq!(d.remaining, 0, "the held key kept its state");
     }
 }

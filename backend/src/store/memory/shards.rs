@@ -49,10 +49,10 @@ impl Shard {
 pub(crate) struct Totals {
     /// Rows held.
     pub(crate) rows: usize,
-    /// Key units held (a large sliding log counts by its size).
+    /// Bytes held, as the tables weigh them (at least `BYTES_PER_KEY` a row).
     pub(crate) weight: usize,
-    /// Sum of each shard's most key units after any operation: at least the most the whole
-    /// store ever held.
+    /// Sum of each shard's most rows after any operation: at least the most the whole store
+    /// ever held.
     pub(crate) peak: usize,
     /// Evictions of keys that still held state.
     pub(crate) live_evictions: u64,
@@ -76,7 +76,8 @@ pub(crate) struct ShardedStates {
 
 impl ShardedStates {
     /// A map of up to `shards` shards (fewer when `max_keys` is smaller, so every shard may hold
-    /// at least one key) holding at most `max_keys` key units in all.
+    /// at least one key) holding at most `max_keys` keys in all, and at most `max_keys ×
+    /// BYTES_PER_KEY` bytes as the tables weigh them.
     pub(crate) fn new(shards: usize, max_keys: usize) -> ShardedStates {
         let max_keys = max_keys.max(1);
         let count = shards.clamp(1, max_keys);
@@ -98,7 +99,7 @@ impl ShardedStates {
         }
     }
 
-    /// The bound, in key units.
+    /// The bound, in keys.
     pub(crate) fn max_keys(&self) -> usize {
         self.max_keys
     }

@@ -3,19 +3,28 @@
 
 use std::sync::OnceLock;
 
-/// Resident memory one throttle key costs in a full store, rounded up from the largest figure
-/// measured across the six algorithms (`backend/examples/bench_spray.rs`, see docs/backend.md):
-/// its row (state, expiry, eviction worth), its index slot, its name, allocator overhead.
-pub const BYTES_PER_KEY: u64 = 200;
+/// Resident memory one throttle key may cost in a full store: the unit of `--max-keys`, so a
+/// full store holds at most `max_keys × 256` bytes of state. Measured
+/// (`backend/examples/bench_spray.rs`, see docs/backend.md) per key of the bound: 173–199 bytes
+/// for one O(1) algorithm with 20-byte names (`<tag><action>/<key>`), 221–248 for one-timestamp
+/// sliding logs, 252 for all six algorithms mixed with 25–35-byte names (the allocator keeps
+/// freed blocks of each size for reuse). A key with a longer name or a longer sliding log weighs
+/// more (see `table.rs`), never less.
+pub const BYTES_PER_KEY: u64 = 256;
+/// The part of [`BYTES_PER_KEY`] that is not the name: the row (state, expiry, eviction worth:
+/// 72 bytes), its index slot (24 bytes at a hash table's 57–87% load), and the allocator's and
+/// the tables' share besides; 256 minus the 48-byte block of a 20-byte name.
+pub const ROW_BYTES: u64 = 208;
 /// Share of the machine's memory the default bound lets throttle state take, as a divisor: a
 /// quarter leaves the rest to Envoy, the OS and anything sharing the machine, and a spray at the
 /// bound costs at most that.
 pub const MEMORY_SHARE_DIVISOR: u64 = 4;
-/// The default bound never goes below this (20 MB of state), so a tiny or unreadable limit
+/// The default bound never goes below this (26 MB of state), so a tiny or unreadable limit
 /// still leaves room for a normal working set.
 pub const MIN_DEFAULT_MAX_KEYS: usize = 100_000;
-/// Nor above this (4 GB of state): beyond it, use Redis, which shares state across replicas too.
-pub const MAX_DEFAULT_MAX_KEYS: usize = 20_000_000;
+/// Nor above this (2.6 GB of state): more is a choice to make explicitly (`--max-keys`), or a
+/// case for Redis, which shares state across replicas too.
+pub const MAX_DEFAULT_MAX_KEYS: usize = 10_000_000;
 
 /// The bound used when `--max-keys` is not given, computed once per process.
 pub fn default_max_keys() -> usize {

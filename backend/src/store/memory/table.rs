@@ -3,13 +3,16 @@
 //! Rows live in a dense `Vec` and a hash index maps each name to its row, so a uniformly random
 //! row costs O(1) to pick: when a write would take the shard past its budget, a few rows are
 //! sampled (as Redis samples keys for its LRU) and the one with the least at stake
-//! ([`Worth`]) goes, already-fresh rows first. A write therefore costs O(1) whether or not the
-//! shard is full, and the incoming key is always stored: a full table never refuses and never
-//! lets a request through undecided.
+//! ([`Worth`]) goes. Rows already back to fresh go first: a sampled one at once, and before a row
+//! that still holds state is evicted, the table drops every fresh row it holds, unless it last
+//! looked within the last eighth of its length in writes (so that look costs O(1) per write,
+//! amortised). A write therefore costs O(1) whether or not the shard is full, and the incoming key
+//! is always stored: a full table never refuses and never lets a request through undecided.
 //!
-//! The budget is counted in key units, not rows: a key weighs one unit, plus one more for every
-//! [`LOG_ENTRIES_PER_UNIT`] timestamps a sliding_log key has room for, so the memory a full table
-//! holds is bounded for every algorithm (a sliding_log key may hold 10,000 timestamps, 80 KB).
+//! The budget is in bytes, `keys × BYTES_PER_KEY`, and each row weighs what it costs
+//! ([`weight_of`]), at least one key's worth: so a table never holds more rows than its keys, and
+//! long names or long sliding logs (up to 10,000 timestamps, 80 KB) cannot take its memory past
+//! the budget either.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -17,14 +20,11 @@ use std::sync::Arc;
 
 use sluice_core::{Nanos, State};
 
-use super::sizing::BYTES_PER_KEY;
+use super::sizing::{BYTES_PER_KEY, ROW_BYTES};
 use super::worth::Worth;
 
 /// Rows sampled per eviction (Redis's default `maxmemory-samples`).
 pub(crate) const SAMPLES: usize = 5;
-
-/// Sliding-log timestamps (8 bytes each) that weigh as much as one key's row.
-pub(crate) const LOG_ENTRIES_PER_UNIT: usize = (BYTES_PER_KEY / 8) as usize;
 
 /// A stored state and what the store knows about it.
 #[derive(Debug, Clone)]
@@ -71,36 +71,56 @@ pub(crate) struct Evictions {
 pub(crate) struct Table {
     index: HashMap<Name, u32>,
     rows: Vec<Row>,
-    /// Key units held (see the module docs).
+    /// Bytes held, as [`weight_of`] counts them.
     weight: usize,
-    /// Most key units this table holds after any write, unless one key alone weighs more.
+    /// Most bytes this table holds after any write, unless one key alone weighs more.
     budget: usize,
-    /// Most key units held after any operation so far.
+    /// Most rows this table may hold (`budget / BYTES_PER_KEY`).
+    max_rows: usize,
+    /// Most rows held after any operation so far.
     peak: usize,
     evictions: Evictions,
     /// xorshift64* state for sampling (never 0).
     rng: u64,
+    /// Writes since the table last dropped all its fresh rows.
+    writes_since_scan: usize,
 }
 
-/// Key units a state weighs.
-pub(crate) fn weight_of(state: &State) -> usize {
-    match state {
-        State::SlidingLog(log) => 1 + log.entries.capacity() / LOG_ENTRIES_PER_UNIT,
-        _ => 1,
-    }
+/// What a heap block of `bytes` costs with glibc malloc's 8-byte header and 16-byte rounding.
+fn heap_block(bytes: usize) -> usize {
+    (bytes + 8).next_multiple_of(16).max(32)
+}
+
+/// Bytes a row named `name` holding `state` costs: the row, its index slot and allocator
+/// overhead ([`ROW_BYTES`], measured), its name, and a sliding log's timestamps; never less than
+/// [`BYTES_PER_KEY`], so rows never outnumber the keys the budget is made of.
+pub(crate) fn weight_of(name: &str, state: &State) -> usize {
+    // An `Arc<str>`: two counts, then the bytes.
+    let name = heap_block(16 + name.len());
+    let log = match state {
+        State::SlidingLog(log) if log.entries.capacity() > 0 => {
+            heap_block(8 * log.entries.capacity())
+        }
+        _ => 0,
+    };
+    (ROW_BYTES as usize + name + log).max(BYTES_PER_KEY as usize)
 }
 
 impl Table {
-    /// An empty table holding at most `budget` key units; `seed` seeds its sampling.
-    pub(crate) fn new(budget: usize, seed: u64) -> Table {
+    /// An empty table holding at most `keys` keys of [`BYTES_PER_KEY`] (at least one); `seed`
+    /// seeds its sampling.
+    pub(crate) fn new(keys: usize, seed: u64) -> Table {
+        let max_rows = keys.max(1);
         Table {
             index: HashMap::new(),
             rows: Vec::new(),
             weight: 0,
-            budget: budget.max(1),
+            budget: max_rows.saturating_mul(BYTES_PER_KEY as usize),
+            max_rows,
             peak: 0,
             evictions: Evictions::default(),
             rng: seed | 1,
+            writes_since_scan: 0,
         }
     }
 
@@ -120,11 +140,12 @@ impl Table {
         worth: Worth,
         now: Nanos,
     ) {
-        let new_weight = weight_of(&state);
+        self.writes_since_scan += 1;
+        let new_weight = weight_of(name, &state);
         if let Some(&row) = self.index.get(name) {
             let row = row as usize;
             if let Some(r) = self.rows.get_mut(row) {
-                let old_weight = weight_of(&r.entry.state);
+                let old_weight = weight_of(name, &r.entry.state);
                 r.entry.state = state;
                 r.entry.expires_at = r.entry.expires_at.max(expires_at);
                 r.entry.worth = worth;
@@ -147,7 +168,7 @@ impl Table {
             });
             self.weight += new_weight;
         }
-        self.peak = self.peak.max(self.weight);
+        self.peak = self.peak.max(self.rows.len());
     }
 
     /// Drops every entry whose idle TTL has passed by `now` (not an eviction: nothing is lost).
@@ -167,12 +188,12 @@ impl Table {
         self.rows.len()
     }
 
-    /// Key units held.
+    /// Bytes held, as [`weight_of`] counts them.
     pub(crate) fn weight(&self) -> usize {
         self.weight
     }
 
-    /// Most key units held after any operation.
+    /// Most rows held after any operation.
     pub(crate) fn peak(&self) -> usize {
         self.peak
     }
@@ -182,13 +203,13 @@ impl Table {
         self.evictions
     }
 
-    /// Grows the rows by doubling, but never past the budget's worth of rows, so a full table's
-    /// `Vec` holds no spare half.
+    /// Grows the rows by doubling, but never past the most rows the budget allows, so a full
+    /// table's `Vec` holds no spare half.
     fn reserve_one(&mut self) {
         if self.rows.len() == self.rows.capacity() {
             let target = (self.rows.capacity() * 2)
                 .max(4)
-                .min(self.budget)
+                .min(self.max_rows)
                 .max(self.rows.len() + 1);
             self.rows.reserve_exact(target - self.rows.len());
         }
@@ -201,7 +222,14 @@ impl Table {
             let Some(victim) = self.pick_victim(keep, now) else {
                 return;
             };
-            if self.rows[victim].entry.worth.is_fresh(now) {
+            let fresh = self.rows[victim].entry.worth.is_fresh(now);
+            if !fresh && self.writes_since_scan > 0 && self.writes_since_scan >= self.rows.len() / 8
+            {
+                // About to lose state: first drop every row that holds none.
+                keep = self.drop_fresh(keep, now);
+                continue;
+            }
+            if fresh {
                 self.evictions.fresh += 1;
             } else {
                 self.evictions.live += 1;
@@ -215,6 +243,25 @@ impl Table {
                 keep = Some(victim);
             }
         }
+    }
+
+    /// Drops every fresh row but `keep`; returns where `keep` is now.
+    fn drop_fresh(&mut self, mut keep: Option<usize>, now: Nanos) -> Option<usize> {
+        let mut row = 0;
+        while row < self.rows.len() {
+            if Some(row) != keep && self.rows[row].entry.worth.is_fresh(now) {
+                let last = self.rows.len() - 1;
+                self.remove(row);
+                self.evictions.fresh += 1;
+                if keep == Some(last) {
+                    keep = Some(row);
+                }
+            } else {
+                row += 1;
+            }
+        }
+        self.writes_since_scan = 0;
+        keep
     }
 
     /// The row to evict: the least at stake among [`SAMPLES`] random rows (all rows when there
@@ -256,7 +303,7 @@ impl Table {
                 *index = row as u32;
             }
         }
-        self.weight -= weight_of(&removed.entry.state);
+        self.weight -= weight_of(&removed.name.0, &removed.entry.state);
     }
 
     /// xorshift64*: fast, and good enough to pick rows uniformly.
@@ -315,7 +362,11 @@ mod tests {
         for (row, r) in table.rows.iter().enumerate() {
             assert_eq!(table.index.get(&*r.name.0), Some(&(row as u32)));
         }
-        let weight: usize = table.rows.iter().map(|r| weight_of(&r.entry.state)).sum();
+        let weight: usize = table
+            .rows
+            .iter()
+            .map(|r| weight_of(&r.name.0, &r.entry.state))
+            .sum();
         assert_eq!(table.weight, weight);
     }
 
@@ -357,15 +408,46 @@ mod tests {
         );
         assert_eq!(t.evictions().live, 1);
         assert_eq!(t.evictions().last_live_at, Some(T0 + 2 * S));
-        assert_eq!(t.weight(), 4);
+        assert_eq!(t.len(), 4);
         assert_eq!(t.peak(), 4);
+        consistent(&t);
+    }
+
+    #[test]
+    fn every_fresh_row_goes_before_any_live_one_even_when_sampling_misses_them() {
+        let p = window();
+        let mut t = Table::new(1_000, 13);
+        // Half the rows from the previous window (fresh from T0 on), interleaved with live ones.
+        for i in 0..1_000u64 {
+            let at = if i % 2 == 0 { T0 - 30 * S } else { T0 };
+            admit(&mut t, &p, &format!("k{i}"), 1, at);
+        }
+        assert_eq!(t.len(), 1_000);
+        // 400 new keys: sampling alone would often draw five live rows (p = 1/32 each time).
+        for i in 0..400 {
+            admit(&mut t, &p, &format!("new{i}"), 1, T0 + S);
+        }
+        assert_eq!(
+            t.evictions().live,
+            0,
+            "a live row went while fresh ones remained"
+        );
+        assert_eq!(t.evictions().fresh, 500);
+        assert_eq!(t.len(), 900);
+        // Nothing fresh is left: the next 200 cost 100 live rows.
+        for i in 400..600 {
+            admit(&mut t, &p, &format!("new{i}"), 1, T0 + S);
+        }
+        assert_eq!(t.evictions().live, 100);
+        assert_eq!(t.len(), 1_000);
         consistent(&t);
     }
 
     #[test]
     fn the_sooner_fresh_key_goes_when_stakes_are_equal() {
         let p = params(r#"{"action":"a","algorithm":"sliding_log","capacity":10,"window":"60s"}"#);
-        let mut t = Table::new(2, 7);
+        // Two one-timestamp logs fit in three keys' bytes, three do not.
+        let mut t = Table::new(3, 7);
         admit(&mut t, &p, "earlier", 1, T0);
         admit(&mut t, &p, "later", 1, T0 + 10 * S);
         admit(&mut t, &p, "incoming", 1, T0 + 20 * S);
@@ -383,7 +465,7 @@ mod tests {
         admit(&mut t, &p, "victim", 5, T0);
         for i in 0..100_000u64 {
             admit(&mut t, &p, &format!("spray{i}"), 1, T0 + i);
-            assert!(t.weight() <= 64);
+            assert!(t.len() <= 64);
         }
         assert!(t.get("victim").is_some(), "the full key was evicted");
         assert_eq!(t.evictions().live, 100_000 - 63);
@@ -392,23 +474,47 @@ mod tests {
     }
 
     #[test]
-    fn sliding_logs_weigh_by_size_and_a_growing_log_makes_others_room() {
+    fn weights_are_bytes_and_at_least_one_key() {
+        let key = BYTES_PER_KEY as usize;
+        // A 20-byte name is the measured typical key.
+        assert_eq!(weight_of("Wspray/user-00000001", &State::Fresh), key);
+        assert_eq!(
+            weight_of("#", &State::Fresh),
+            key,
+            "never less than one key"
+        );
+        let long = "k".repeat(1_000);
+        let w = weight_of(&long, &State::Fresh);
+        assert!((1_150..1_250).contains(&w), "{w}");
+        let log = State::SlidingLog(SlidingLogState {
+            entries: std::iter::repeat_n(T0, 10_000).collect(),
+        });
+        let w = weight_of("Llogin/alice", &log);
+        assert!((80_000..81_000).contains(&w), "{w}");
+    }
+
+    #[test]
+    fn a_growing_sliding_log_makes_others_room() {
         let p =
             params(r#"{"action":"a","algorithm":"sliding_log","capacity":10000,"window":"60s"}"#);
-        let budget = 40;
-        let mut t = Table::new(budget, 3);
-        for i in 0..budget {
+        let budget = 40 * BYTES_PER_KEY as usize;
+        let mut t = Table::new(40, 3);
+        for i in 0..40 {
             admit(&mut t, &p, &format!("small{i}"), 1, T0);
         }
-        assert_eq!(t.weight(), budget);
-        // One log grows to ~ 3 × LOG_ENTRIES_PER_UNIT entries: others are evicted to pay for it.
-        let big = (3 * LOG_ENTRIES_PER_UNIT) as u64;
-        admit(&mut t, &p, "small0", big, T0 + S);
-        let held = t.get("small0").expect("the growing key stays");
-        let w = weight_of(&held.state);
-        assert!(w >= 4, "weight {w}");
+        // A one-timestamp log weighs a little more than a key: fewer than 40 fit.
+        let full = t.len();
+        assert!((30..40).contains(&full), "{full}");
         assert!(t.weight() <= budget);
-        assert_eq!(t.len(), budget - w + 1);
+        // 200 timestamps (a VecDeque with room for up to twice that): 1.8 to 3.4 KB.
+        admit(&mut t, &p, "small39", 200, T0 + S);
+        let big = weight_of(
+            "small39",
+            &t.get("small39").expect("the growing key stays").state,
+        );
+        assert!(big > 1_600, "{big}");
+        assert!(t.weight() <= budget, "{} > {budget}", t.weight());
+        assert!(t.len() < full - 5, "{} rows", t.len());
         consistent(&t);
     }
 
@@ -416,7 +522,7 @@ mod tests {
     fn one_key_heavier_than_the_whole_budget_is_still_stored() {
         let mut t = Table::new(2, 5);
         let log = State::SlidingLog(SlidingLogState {
-            entries: std::iter::repeat_n(T0, 10 * LOG_ENTRIES_PER_UNIT).collect(),
+            entries: std::iter::repeat_n(T0, 2_500).collect(),
         });
         let worth = Worth::after(
             &window(),
@@ -433,7 +539,7 @@ mod tests {
         t.put("a", State::Fresh, T0 + 60 * S, worth, T0);
         t.put("big", log, T0 + 60 * S, worth, T0);
         assert_eq!(names(&t), ["big"]);
-        assert!(t.weight() > 2);
+        assert!(t.weight() > 2 * BYTES_PER_KEY as usize);
         consistent(&t);
     }
 
