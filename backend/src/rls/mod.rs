@@ -27,7 +27,7 @@ use crate::app::App;
 
 pub use service::Rls;
 
-/// Largest request message sluice decodes (`RESOURCE_EXHAUSTED`/`OUT_OF_RANGE` beyond): four
+/// Largest request message sluice decodes (tonic answers `OUT_OF_RANGE` beyond): four
 /// times Envoy's default limit on a request's headers (60 KiB), so descriptors built from headers
 /// fit even when one header feeds several of them.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
