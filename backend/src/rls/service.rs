@@ -147,3 +147,65 @@ async fn peek(app: &App, rule: &Rule, key: &str) -> Result<ThrottleResponse, Sto
         &decision,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_are_unavailable_or_internal_named_by_their_code() {
+        for (e, code, name) in [
+            (
+                StoreError::Unavailable("refused".into()),
+                tonic::Code::Unavailable,
+                "store_unavailable",
+            ),
+            (
+                StoreError::Timeout(500),
+                tonic::Code::Unavailable,
+                "store_timeout",
+            ),
+            (
+                StoreError::Overloaded(9),
+                tonic::Code::Unavailable,
+                "overloaded",
+            ),
+            (
+                StoreError::Full("OOM".into()),
+                tonic::Code::Unavailable,
+                "store_full",
+            ),
+            (
+                StoreError::Corrupt("x".into()),
+                tonic::Code::Internal,
+                "store_corrupt",
+            ),
+            (
+                StoreError::WrongType {
+                    key: "k".into(),
+                    detail: "d".into(),
+                },
+                tonic::Code::Internal,
+                "store_wrong_type",
+            ),
+            (
+                StoreError::Script {
+                    script: "gcra",
+                    message: "m".into(),
+                },
+                tonic::Code::Internal,
+                "store_script_error",
+            ),
+        ] {
+            let status = store_status(&e);
+            assert_eq!(status.code(), code, "{e}");
+            assert!(
+                status.message().starts_with(&format!("{name}: ")),
+                "{status:?}"
+            );
+        }
+        let s = invalid(RuleError::new("domain", "must not be empty"));
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert_eq!(s.message(), "domain: must not be empty");
+    }
+}

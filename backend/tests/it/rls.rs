@@ -459,3 +459,61 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
     );
     rig.stop().await;
 }
+
+/// The binary: `--rls-listen` serves the service (rules from `--rules`), and SIGTERM stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_rls_on_its_flag_and_stops_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("sluice-rls-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "rules:\n- {action: user, algorithm: fixed_window, capacity: 1, window: 60s}\n",
+    )
+    .unwrap();
+    let ports = [
+        support::free_port(),
+        support::free_port(),
+        support::free_port(),
+    ];
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["--decision-listen", &format!("127.0.0.1:{}", ports[0])])
+        .args(["--admin-listen", &format!("127.0.0.1:{}", ports[1])])
+        .args(["--admin-token", TOKEN])
+        .args(["--rules", rules.to_str().unwrap()])
+        .env("SLUICE_RLS_LISTEN", format!("127.0.0.1:{}", ports[2]))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}", ports[2]);
+    let mut rls = eventually(Duration::from_secs(10), "the RLS listener accepts", || {
+        let url = url.clone();
+        async move { RateLimitServiceClient::connect(url).await.ok() }
+    })
+    .await;
+    let ask = || request(vec![descriptor(&[("user", "alice")])]);
+    let first = rls.should_rate_limit(ask()).await.unwrap().into_inner();
+    let second = rls.should_rate_limit(ask()).await.unwrap().into_inner();
+    assert_eq!(
+        (first.overall_code, second.overall_code),
+        (Code::Ok as i32, Code::OverLimit as i32)
+    );
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "sluice did not exit on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    drop(rls);
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
