@@ -199,3 +199,21 @@ def test_a_backend_stopped_mid_run_fails_open_then_recovers(tmp, upstream):
         e.stop()
         b.stop()
         redis.stop()
+
+
+def test_an_unknown_grpc_cluster_fails_at_dispatch_and_the_vm_lives_on(tmp, upstream):
+    """proxy-wasm's SDK panics (killing the VM) on some hostcall statuses; an unknown cluster
+    must come back as a dispatch failure instead, request after request."""
+    e = stack.Envoy(tmp, "e2e_grpc.yaml",
+                    {"RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS},
+                    ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"])
+    e.config.write_text(e.config.read_text().replace('"cluster": "sluice_rls"', '"cluster": "no_such_cluster"'))
+    e.start()
+    try:
+        for _ in range(3):
+            r = get(e, "/limited/x", user())
+            assert r.status_code == 200 and r.headers.get("x-sluice-failure") == "dispatch", r.headers
+        r = get(e, "/limited/x", user(), "LISTEN_CLOSED_PORT")
+        assert r.status_code == 503 and r.headers.get("x-sluice-failure") == "dispatch"
+    finally:
+        e.stop()
