@@ -150,6 +150,10 @@ def test_two_descriptors_one_over_limit_is_429(rls_envoy, rls_backend):
     # Envoy's X-RateLimit-* report the tightest descriptor: the one that is over.
     assert denied.headers["x-ratelimit-remaining"] == "0"
     assert int(denied.headers["retry-after"]) >= 1
+    # A refused request consumes nothing in any descriptor: dan's per-user bucket paid for the two
+    # requests that passed, not for the two refused.
+    r = get(rls_envoy, "/user/x", dan)
+    assert r.status_code == 200 and r.headers["x-ratelimit-remaining"] == "97", r.headers
     # The other way round: the per-user descriptor over, the reply one far from it.
     rls_backend.put_rule({"action": "reply", "algorithm": "gcra", "capacity": 100, "rate": HOUR})
     rls_backend.put_rule({"action": "user", "algorithm": "gcra", "capacity": 2, "rate": HOUR})
@@ -268,3 +272,27 @@ def test_redis_stopped_fails_closed_and_open_within_the_timeout(tmp, upstream):
         envoy.stop()
         backend.stop()
         redis_proc.stop()
+
+
+def test_sluice_slower_than_the_timeout_fails_closed_and_open_at_the_timeout(tmp, upstream):
+    """A rate limit service that accepts connections and never answers: Envoy gives up after its
+    own timeout and applies failure_mode_deny the same way (500 / pass)."""
+    hole, port = stack.start_black_hole()
+    envoy = stack.Envoy(tmp, "rls.yaml", {"RLS_PORT": port, "UPSTREAM_PORT": upstream,
+                                          "RLS_TIMEOUT": f"{RLS_TIMEOUT_S}s"}, [OPEN, CLOSED])
+    try:
+        envoy.start()
+        for _ in range(2):
+            r, took = timed_get(envoy, "/user/x", "slow-closed", CLOSED)
+            assert r.status_code == 500, (r.status_code, r.text)
+            assert RLS_TIMEOUT_S * 0.9 <= took < RLS_TIMEOUT_S + SLACK_S, took
+
+            r, took = timed_get(envoy, "/user/x", "slow-open", OPEN)
+            assert r.status_code == 200 and r.json()["path"] == "/user/x", r.text
+            assert RLS_TIMEOUT_S * 0.9 <= took < RLS_TIMEOUT_S + SLACK_S, took
+        stats = envoy.stats("ratelimit")
+        assert stats["cluster.upstream.ratelimit.error"] == 4, stats
+        assert stats["cluster.upstream.ratelimit.failure_mode_allowed"] == 2, stats
+    finally:
+        envoy.stop()
+        hole.close()
