@@ -73,6 +73,10 @@ pub async fn serve(
     let mut stop_grace = stop.clone();
     let server = tonic::transport::Server::builder()
         .timeout(call_deadline)
+        // A peer that vanished without closing (a crashed Envoy, a dropped route) is noticed
+        // and its connection closed, rather than held forever.
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(service)
         .serve_with_incoming_shutdown(incoming(listener), async move {
             let _ = stop.wait_for(|s| *s).await;
