@@ -107,10 +107,10 @@ pub(crate) fn weight_of(name: &str, state: &State) -> usize {
 }
 
 impl Table {
-    /// An empty table holding at most `keys` keys of [`BYTES_PER_KEY`] (at least one); `seed`
-    /// seeds its sampling.
+    /// An empty table holding at most `keys` keys of [`BYTES_PER_KEY`] (at least one, at most
+    /// `u32::MAX`, the index's row numbers: a terabyte per shard); `seed` seeds its sampling.
     pub(crate) fn new(keys: usize, seed: u64) -> Table {
-        let max_rows = keys.max(1);
+        let max_rows = keys.clamp(1, u32::MAX as usize);
         Table {
             index: HashMap::new(),
             rows: Vec::new(),
