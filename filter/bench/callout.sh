@@ -2,11 +2,12 @@
 # The filter's two callouts side by side: Envoy CPU per request for the HTTP JSON callout
 # (`backend.protocol: http`) and the gRPC callout (`backend.protocol: grpc`, ShouldRateLimit over
 # h2c), both allowed, against one release backend on the memory store, with no filter as the
-# baseline. The method is benches/envoy/run.sh's (its measure.py does each row: a 1 s warm-up,
+# baseline and, for reference, Envoy's native ratelimit filter calling the same RLS listener
+# (the issue's bar for the filter's allowed path). The method is benches/envoy/run.sh's (its measure.py does each row: a 1 s warm-up,
 # DURATION s of wrk load, CPU from /proc/PID/stat): one Envoy --concurrency 1 whose upstream is a
 # direct_response listener of its own, wrk 1 thread × CONNECTIONS, ROUNDS interleaved rounds
 # (reversed every other round), each row the median of its rounds. Bounded: about
-# ROUNDS × 3 × (DURATION + 1) s of load; every process stopped by PID at exit.
+# ROUNDS × 4 × (DURATION + 1) s of load; every process stopped by PID at exit.
 #   DURATION=5 ROUNDS=3 CONNECTIONS=16 PIN=1 filter/bench/callout.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +40,7 @@ wait_for() { # URL: bounded wait (20 s) for a 200
   done
   echo "sluice callout bench: $1 did not come up; logs in $work" >&2; exit 1
 }
-DECISION=$(port) ADMIN=$(port) RLS=$(port) ENVOY_ADMIN=$(port) UPSTREAM=$(port) PLAIN=$(port) HTTP=$(port) GRPC=$(port)
+DECISION=$(port) ADMIN=$(port) RLS=$(port) ENVOY_ADMIN=$(port) UPSTREAM=$(port) PLAIN=$(port) HTTP=$(port) GRPC=$(port) NATIVE=$(port)
 RUST_LOG=warn $PIN_OTHERS "$BACKEND_BIN" --decision-listen "127.0.0.1:$DECISION" --admin-listen "127.0.0.1:$ADMIN" \
   --rls-listen "127.0.0.1:$RLS" --admin-token "$TOKEN" >"$work/sluice.log" 2>&1 &
 backend_pid=$!; pids+=($backend_pid)
@@ -103,6 +104,16 @@ to_upstream='route: {cluster: upstream}'
   hcm plain "$PLAIN" "$to_upstream" ""
   hcm http "$HTTP" "$to_upstream" "$(sluice http '{"cluster": "sluice_backend", "timeout_ms": 1000}')"
   hcm grpc "$GRPC" "$to_upstream" "$(sluice grpc '{"cluster": "sluice_rls", "protocol": "grpc", "timeout_ms": 1000}')"
+  # As envoy/bench.yaml's rls listener (the descriptor maps to the same action and key).
+  hcm native "$NATIVE" 'route: {cluster: upstream, rate_limits: [{actions: [{generic_key: {descriptor_value: bench_allowed}}, {request_headers: {header_name: x-user, descriptor_key: user}}]}]}' \
+'          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: sluice
+              timeout: 1s
+              failure_mode_deny: false
+              enable_x_ratelimit_headers: DRAFT_VERSION_03
+              rate_limit_service: {transport_api_version: V3, grpc_service: {envoy_grpc: {cluster_name: sluice_rls}}}'
   echo "  clusters:"
   # As envoy/bench.yaml: HTTP/1.1 to the decision listener (idle connections closed after 5 s).
   cluster sluice_backend "$DECISION" 'common_http_protocol_options: {idle_timeout: 5s}
@@ -113,19 +124,20 @@ to_upstream='route: {cluster: upstream}'
 $PIN_ENVOY .venv/bin/envoy -c "$work/envoy.yaml" --disable-hot-restart --concurrency 1 --log-level warn >"$work/envoy.log" 2>&1 &
 envoy_pid=$!; pids+=($envoy_pid)
 wait_for "http://127.0.0.1:$ENVOY_ADMIN/ready"
-for p in "$HTTP" "$GRPC"; do
+for p in "$HTTP" "$GRPC" "$NATIVE"; do
   out=$(curl -s -D - -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$p/")
   grep -qi '^x-ratelimit-remaining' <<<"$out" && ! grep -qi '^x-sluice-failure' <<<"$out" \
     || { echo "sluice callout bench: port $p did not answer with a decision: $out" >&2; exit 1; }
 done
-declare -A port_of=([no_filter]=$PLAIN [sluice_http_callout]=$HTTP [sluice_grpc_callout]=$GRPC)
-paths=(no_filter sluice_http_callout sluice_grpc_callout)
+declare -A port_of=([no_filter]=$PLAIN [sluice_http_callout]=$HTTP [sluice_grpc_callout]=$GRPC
+  [native_ratelimit_rls]=$NATIVE)
+paths=(no_filter sluice_http_callout sluice_grpc_callout native_ratelimit_rls)
 for name in "${paths[@]}"; do
   $PIN_OTHERS wrk -t1 -c"$CONNECTIONS" -d1s -H 'x-user: bench' "http://127.0.0.1:${port_of[$name]}/" >/dev/null 2>&1
 done
 for round in $(seq 1 "$ROUNDS"); do
   order=("${paths[@]}")
-  ((round % 2)) || order=(sluice_grpc_callout sluice_http_callout no_filter)
+  ((round % 2)) || order=(native_ratelimit_rls sluice_grpc_callout sluice_http_callout no_filter)
   for name in "${order[@]}"; do
     $PIN_OTHERS python3 benches/envoy/measure.py "$name" "http://127.0.0.1:${port_of[$name]}/" "$DURATION" \
       "$CONNECTIONS" "$work" envoy="$envoy_pid" backend="$backend_pid" | tee -a "$work/rows.txt"
@@ -141,7 +153,7 @@ for line in open(sys.argv[1]):
     name, *vals = line.split()
     rows.setdefault(name, []).append([float(v) for v in vals])
 base = None
-for name in ("no_filter", "sluice_http_callout", "sluice_grpc_callout"):
+for name in ("no_filter", "sluice_http_callout", "sluice_grpc_callout", "native_ratelimit_rls"):
     cols = list(zip(*rows[name]))
     med = [statistics.median(c) for c in cols]
     if name == "no_filter":
