@@ -14,13 +14,16 @@ ROWS = {
     "local_ratelimit": "Envoy's local_ratelimit filter (huge bucket)",
     "sluice_allowed_memory": "sluice filter, HTTP callout (allowed), backend on the memory store",
     "sluice_allowed_redis": "sluice filter, HTTP callout (allowed), backend on Redis",
+    "grpc_allowed_memory": "sluice filter, gRPC callout (allowed), backend on the memory store",
+    "grpc_allowed_redis": "sluice filter, gRPC callout (allowed), backend on Redis",
     "rls_allowed_memory": "Envoy ratelimit filter → sluice RLS (allowed), backend on the memory store",
     "rls_allowed_redis": "Envoy ratelimit filter → sluice RLS (allowed), backend on Redis",
     "sluice_denied_memory": "sluice filter, HTTP callout (denied), backend on the memory store",
     "sluice_denied_redis": "sluice filter, HTTP callout (denied), backend on Redis",
     "sluice_cached_denial": "sluice filter, denial answered from its cache (no callout)",
 }
-ALLOWED = ("sluice_allowed_memory", "sluice_allowed_redis", "rls_allowed_memory", "rls_allowed_redis")
+ALLOWED = ("sluice_allowed_memory", "sluice_allowed_redis", "grpc_allowed_memory", "grpc_allowed_redis",
+           "rls_allowed_memory", "rls_allowed_redis")
 
 
 def main():
