@@ -197,7 +197,8 @@ type HeaderPairs = Vec<(String, Vec<u8>)>;
 /// [`Host`] over proxy-wasm hostcalls.
 struct WasmHost {
     metrics: Rc<Metrics>,
-    /// The request's header pairs, fetched on first use.
+    /// The request's header pairs (pseudo-headers included), fetched on first use and kept in
+    /// step with the filter's own changes to them.
     request_headers: RefCell<Option<HeaderPairs>>,
 }
 
@@ -214,21 +215,18 @@ impl Host for WasmHost {
     }
 
     fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        if name.starts_with(':') {
-            // Pseudo-headers appear once: one cheap lookup.
-            return hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
-                .ok()
-                .flatten()
-                .into_iter()
-                .collect();
-        }
-        // Repeated headers need every pair: fetch the map once per request and keep it.
+        // Every header, pseudo-headers (`:method`, `:path`) included, comes from the whole map,
+        // fetched once per request and kept: each hostcall that returns bytes costs Envoy a call
+        // back into the VM's allocator, so one map read is cheaper than even two single-value
+        // reads (callgrind: ~19k fewer Envoy instructions per allowed request; docs/filter.md).
         let mut cache = self.request_headers.borrow_mut();
-        let pairs = cache.get_or_insert_with(|| {
-            hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
-        });
-        pairs
+        if cache.is_none() {
+            // Kept only when read: after a failed read, removals still go to the host.
+            *cache = hostcalls::get_map_bytes(MapType::HttpRequestHeaders).ok();
+        }
+        cache
             .iter()
+            .flatten()
             .filter(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.clone())
             .collect()
@@ -284,10 +282,24 @@ impl Host for WasmHost {
     }
 
     fn set_request_header(&mut self, name: &str, value: &str) {
+        // Keep the cached map true to the request, for a later removal's presence check.
+        if let Some(pairs) = self.request_headers.get_mut().as_mut() {
+            pairs.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+            pairs.push((name.to_owned(), value.as_bytes().to_vec()));
+        }
         let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(value));
     }
 
     fn remove_request_header(&mut self, name: &str) {
+        // Skipped when the request's headers, already read, do not have it (the usual case: a
+        // client seldom sends `x-sluice-*`): removing an absent header changes nothing.
+        if let Some(pairs) = self.request_headers.get_mut().as_mut() {
+            let before = pairs.len();
+            pairs.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+            if pairs.len() == before {
+                return;
+            }
+        }
         let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, None);
     }
 
