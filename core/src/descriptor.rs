@@ -34,6 +34,44 @@ pub const SUBJECT_KEY: &str = "key";
 /// Most entries one descriptor may carry.
 pub const MAX_ENTRIES: usize = 16;
 
+const MS_PER_DAY: u64 = 86_400_000;
+
+/// Envoy's `RateLimitResponse.RateLimit.Unit` values (ratelimit/v3/rls.proto) with their length in
+/// milliseconds (a month as 30 days, a year as 365), shortest first: the one table both the
+/// backend's statuses and the filter's reading of them use.
+pub const RLS_UNITS: [(i32, u64); 7] = [
+    (1, 1_000),            // SECOND
+    (2, 60_000),           // MINUTE
+    (3, 3_600_000),        // HOUR
+    (4, MS_PER_DAY),       // DAY
+    (7, 7 * MS_PER_DAY),   // WEEK
+    (5, 30 * MS_PER_DAY),  // MONTH
+    (6, 365 * MS_PER_DAY), // YEAR
+];
+
+/// The length of an RLS unit in milliseconds; `None` for `UNKNOWN` (0) or a value not in the
+/// proto.
+pub fn unit_millis(unit: i32) -> Option<u64> {
+    RLS_UNITS
+        .iter()
+        .find(|(u, _)| *u == unit)
+        .map(|(_, ms)| *ms)
+}
+
+/// The RLS unit closest to a policy window, by ratio (30 s is a minute, not 30 seconds: 2× off
+/// rather than 30×); a tie goes to the shorter unit. A window below a second is a second.
+pub fn closest_unit(window_ms: u64) -> i32 {
+    let w = window_ms.max(1) as f64;
+    let mut best = (RLS_UNITS[0].0, f64::INFINITY);
+    for (unit, ms) in RLS_UNITS {
+        let off = (w / ms as f64).ln().abs();
+        if off < best.1 {
+            best = (unit, off);
+        }
+    }
+    best.0
+}
+
 /// The (action, key) a descriptor stands for. `index` is the descriptor's position in the
 /// request, for the field named in a refusal (`descriptors[2].entries[0].key`).
 pub fn to_check<'a>(

@@ -41,6 +41,16 @@ pub const MAX_DESCRIPTION_LEN: usize = 1024;
 /// below it by sending long keys as a digest, so no key a client sends can make the backend
 /// refuse its request.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Longest subject (key) carried and stored as it is: the filter sends a longer one as a
+/// `sha256:` digest, and the Redis store keys a longer one by digest, so no key a client sends is
+/// refused or grows a request or a Redis key without bound.
+pub const MAX_LITERAL_KEY_BYTES: usize = 128;
+/// Most descriptors one rate limit service (RLS) request may carry (Envoy sends one per matching
+/// `rate_limits` entry).
+pub const MAX_RLS_DESCRIPTORS: usize = 64;
+/// Largest RLS request message decoded: four times Envoy's default limit on a request's headers
+/// (60 KiB), so descriptors built from headers fit even when one header feeds several of them.
+pub const MAX_RLS_MESSAGE_BYTES: usize = 256 * 1024;
 
 // What the bounds promise, checked when the crate compiles.
 const TWO_POW_53: u64 = 1 << 53;

@@ -17,8 +17,9 @@ use crate::host::{Callout, Counter, GrpcCall, Host};
 use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
 use crate::route::{self, RequestLine};
 
-/// Largest callout response body read (a ThrottleResponse is a few hundred bytes).
-pub const MAX_RESPONSE_BODY: usize = 64 * 1024;
+/// Largest callout response body read (a ThrottleResponse is a few hundred bytes): the same
+/// bound the backend puts on bodies.
+pub use sluice_core::limits::MAX_BODY_BYTES as MAX_RESPONSE_BODY;
 
 /// What the request-headers callback returns to the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,7 @@
 use sha2::{Digest, Sha256};
 
 /// Longest key (in bytes, after encoding) sent as it is; longer ones are sent as a digest.
-pub const MAX_KEY_BYTES: usize = 128;
+pub use sluice_core::limits::MAX_LITERAL_KEY_BYTES as MAX_KEY_BYTES;
 
 /// What a digested key starts with; no key is ever sent literally with this prefix.
 pub const DIGEST_PREFIX: &str = "sha256:";

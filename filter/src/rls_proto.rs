@@ -145,17 +145,7 @@ pub enum Unit {
 impl Unit {
     /// The unit's length in milliseconds (a month as 30 days, a year as 365), or `None`.
     pub fn millis(self) -> Option<u64> {
-        const DAY: u64 = 86_400_000;
-        match self {
-            Unit::Unknown => None,
-            Unit::Second => Some(1_000),
-            Unit::Minute => Some(60_000),
-            Unit::Hour => Some(3_600_000),
-            Unit::Day => Some(DAY),
-            Unit::Week => Some(7 * DAY),
-            Unit::Month => Some(30 * DAY),
-            Unit::Year => Some(365 * DAY),
-        }
+        sluice_core::descriptor::unit_millis(self as i32)
     }
 }
 

@@ -3,8 +3,8 @@
 //! drift from what the listeners send and accept.
 
 use sluice_core::wire::{
-    ActionLevels, ApiError, ClThrottleRequest, ErrorCode, KeyLevel, LevelsBody, RawRule, ReadyBody,
-    RulesBody, SessionRequest, StoreHealth, ThrottleRequest, ThrottleResponse,
+    ActionLevels, ApiError, ClThrottleRequest, ErrorCode, HealthBody, KeyLevel, LevelsBody,
+    RawRule, ReadyBody, RulesBody, SessionRequest, StoreHealth, ThrottleRequest, ThrottleResponse,
 };
 use sluice_core::{Algorithm, Mode, Rate};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -54,7 +54,7 @@ impl Modify for Security {
     components(schemas(
         ThrottleRequest, ThrottleResponse, ClThrottleRequest, ApiError, ErrorCode, Algorithm, Mode,
         Rate, RawRule, RulesBody, SessionRequest, LevelsBody, ActionLevels, KeyLevel,
-        StoreHealth, ReadyBody
+        StoreHealth, ReadyBody, HealthBody
     )),
     modifiers(&Security),
     tags(

@@ -6,8 +6,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
-use sluice_core::wire::ReadyBody;
+use sluice_core::wire::{HealthBody, ReadyBody};
 use utoipa::OpenApi;
 
 use super::error::ApiFailure;
@@ -18,9 +17,11 @@ const PING_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500)
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "probes",
-    responses((status = 200, description = "`{\"status\": \"ok\"}`")))]
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+    responses((status = 200, description = "The process answers", body = HealthBody)))]
+pub async fn healthz() -> Json<HealthBody> {
+    Json(HealthBody {
+        status: "ok".to_owned(),
+    })
 }
 
 /// Readiness: the store answers a ping.

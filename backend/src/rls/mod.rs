@@ -27,10 +27,8 @@ use crate::app::App;
 
 pub use service::Rls;
 
-/// Largest request message sluice decodes (tonic answers `OUT_OF_RANGE` beyond): four
-/// times Envoy's default limit on a request's headers (60 KiB), so descriptors built from headers
-/// fit even when one header feeds several of them.
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+/// Largest request message sluice decodes (tonic answers `OUT_OF_RANGE` beyond).
+pub use sluice_core::limits::MAX_RLS_MESSAGE_BYTES as MAX_MESSAGE_BYTES;
 
 /// Longest the server waits, once stopping, for open gRPC connections to finish.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);

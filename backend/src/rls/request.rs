@@ -6,8 +6,8 @@ use sluice_core::descriptor::to_check;
 use sluice_core::limits::MAX_QUANTITY;
 use sluice_core::{Action, RuleError};
 
-/// Most descriptors one request may carry (Envoy sends one per matching `rate_limits` entry).
-pub const MAX_DESCRIPTORS: usize = 64;
+/// Most descriptors one request may carry.
+pub use sluice_core::limits::MAX_RLS_DESCRIPTORS as MAX_DESCRIPTORS;
 
 /// One descriptor as a sluice check.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,8 +9,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::{self as pb, value::Kind};
+use sluice_core::descriptor::closest_unit;
 use sluice_core::headers::{self, HeaderFamilies, RateLimit};
-use sluice_core::time::MILLIS_PER_SEC;
+use sluice_core::time::{MILLIS_PER_SEC, NANOS_PER_MILLI};
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::Action;
 
@@ -23,32 +24,9 @@ pub const SHADOW_HEADER: &str = "x-sluice-shadow";
 /// One descriptor's answer: its rule's decision, or `None` when no rule names its action.
 pub type Answer<'a> = Option<(&'a Action, ThrottleResponse)>;
 
-const MS_PER_MINUTE: u64 = 60 * MILLIS_PER_SEC;
-const MS_PER_HOUR: u64 = 60 * MS_PER_MINUTE;
-const MS_PER_DAY: u64 = 24 * MS_PER_HOUR;
-/// RLS units and their length in milliseconds (a month as 30 days, a year as 365).
-const UNITS: [(Unit, u64); 7] = [
-    (Unit::Second, MILLIS_PER_SEC),
-    (Unit::Minute, MS_PER_MINUTE),
-    (Unit::Hour, MS_PER_HOUR),
-    (Unit::Day, MS_PER_DAY),
-    (Unit::Week, 7 * MS_PER_DAY),
-    (Unit::Month, 30 * MS_PER_DAY),
-    (Unit::Year, 365 * MS_PER_DAY),
-];
-
-/// The RLS unit closest to a policy window, by ratio (30 s is a minute, not 30 seconds: 2× off
-/// rather than 30×); a tie goes to the shorter unit. A window below a second is a second.
+/// The RLS unit closest to a policy window (`core::descriptor::closest_unit`).
 pub fn unit_of(window_ms: u64) -> Unit {
-    let w = window_ms.max(1) as f64;
-    let mut best = (Unit::Second, f64::INFINITY);
-    for (unit, ms) in UNITS {
-        let off = (w / ms as f64).ln().abs();
-        if off < best.1 {
-            best = (unit, off);
-        }
-    }
-    best.0
+    Unit::try_from(closest_unit(window_ms)).unwrap_or(Unit::Second)
 }
 
 fn status(answer: &Answer<'_>) -> DescriptorStatus {
@@ -75,7 +53,7 @@ fn duration_of_ms(ms: u64) -> pb::Duration {
     pb::Duration {
         seconds: i64::try_from(ms / MILLIS_PER_SEC).unwrap_or(i64::MAX),
         // Below 1e9: fits.
-        nanos: i32::try_from((ms % MILLIS_PER_SEC) * 1_000_000).unwrap_or(0),
+        nanos: i32::try_from((ms % MILLIS_PER_SEC) * NANOS_PER_MILLI).unwrap_or(0),
     }
 }
 
@@ -191,6 +169,10 @@ pub fn response(answers: &[Answer<'_>]) -> RateLimitResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MS_PER_MINUTE: u64 = 60 * MILLIS_PER_SEC;
+    const MS_PER_HOUR: u64 = 60 * MS_PER_MINUTE;
+    const MS_PER_DAY: u64 = 24 * MS_PER_HOUR;
 
     #[test]
     fn windows_report_as_the_closest_unit() {

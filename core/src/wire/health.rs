@@ -27,6 +27,14 @@ pub struct StoreHealth {
     pub evictions: u64,
 }
 
+/// `GET /healthz` body: the process answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HealthBody {
+    /// Always `ok`.
+    pub status: String,
+}
+
 /// `GET /readyz` body when the store answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -17,7 +17,7 @@ mod session;
 pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 pub use error::{ApiError, ErrorCode};
 pub use events::EventKind;
-pub use health::{ReadyBody, StoreHealth};
+pub use health::{HealthBody, ReadyBody, StoreHealth};
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
 pub use rule::RawRule;
 pub use rules::RulesBody;

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use sluice_core::{Action, Algorithm};
 
 /// Longest subject stored verbatim.
-pub const MAX_RAW_SUBJECT: usize = 128;
+pub use sluice_core::limits::MAX_LITERAL_KEY_BYTES as MAX_RAW_SUBJECT;
 
 /// Builds every key sluice writes, under one prefix.
 #[derive(Debug, Clone)]
