@@ -33,7 +33,9 @@ def backend(tmp, redis):
 def schemathesis(tmp, base, extra):
     log = tmp / f"schemathesis-{base.rsplit(':', 1)[1]}.log"
     args = [SCHEMATHESIS, "run", f"{base}/v1/openapi.json", "--url", base, "--checks", "not_a_server_error",
-            "--max-examples", EXAMPLES, "--seed", SEED, "--request-timeout", "5", "--workers", "2",
+            "--max-examples", EXAMPLES, "--seed", SEED, "--request-timeout", "5", "--workers", "1",
+            # One worker: two threads race CPython 3.11.7's ast.parse inside hypothesis (seen in CI:
+            # "SystemError: AST constructor recursion depth mismatch", a Runtime Error, not a finding).
             "--exclude-path", "/v1/events",  # a never-ending SSE stream; covered by the security walk
             *extra]
     with open(log, "wb") as f:
