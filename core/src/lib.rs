@@ -11,6 +11,7 @@ pub mod decision;
 pub mod descriptor;
 pub mod duration;
 pub mod headers;
+pub mod lease;
 pub mod limits;
 pub mod params;
 pub mod rule;
@@ -20,6 +21,7 @@ pub mod wire;
 
 pub use decision::Decision;
 pub use duration::Span;
+pub use lease::{Lease, LeaseGrant};
 pub use params::{MeterParams, Params, WindowParams};
 pub use rule::{Action, Algorithm, Limit, Mode, Rate, Rule, RuleError};
 pub use state::State;

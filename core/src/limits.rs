@@ -51,6 +51,14 @@ pub const MAX_RLS_DESCRIPTORS: usize = 64;
 /// Largest RLS request message decoded: four times Envoy's default limit on a request's headers
 /// (60 KiB), so descriptors built from headers fit even when one header feeds several of them.
 pub const MAX_RLS_MESSAGE_BYTES: usize = 256 * 1024;
+/// Most units one lease grant may carry (a rule's `lease.max`).
+pub const MAX_LEASE_UNITS: u64 = 100_000;
+/// Longest a lease may be spent (a rule's `lease.ttl`): a minute. Leases trade exactness for
+/// speed for at most this long; longer would hide rule changes and failures for too long.
+pub const MAX_LEASE_TTL_MS: u64 = 60_000;
+/// Most actions one filter report carries; the filter's counters table holds no more, so a
+/// report stays far below [`MAX_BODY_BYTES`].
+pub const MAX_REPORT_ACTIONS: usize = 256;
 
 // What the bounds promise, checked when the crate compiles.
 const TWO_POW_53: u64 = 1 << 53;

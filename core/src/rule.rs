@@ -11,6 +11,7 @@ use std::fmt;
 use serde_json::Value;
 
 use crate::duration::Span;
+use crate::lease::Lease;
 use crate::limits::{
     MAX_ACTION_LEN, MAX_CAPACITY, MAX_DESCRIPTION_LEN, MAX_HORIZON_NS, MAX_RATE_COUNT,
     MAX_SLIDING_LOG_CAPACITY,
@@ -201,6 +202,7 @@ pub struct Rule {
     mode: Mode,
     description: String,
     params: Params,
+    lease: Option<Lease>,
 }
 
 impl Rule {
@@ -242,7 +244,14 @@ impl Rule {
             mode,
             description: description.to_owned(),
             params,
+            lease: None,
         })
+    }
+
+    /// The same rule with leasing set (validated) or off.
+    pub fn with_lease(mut self, lease: Option<Lease>) -> Result<Rule, RuleError> {
+        self.lease = lease.map(Lease::validate).transpose()?;
+        Ok(self)
     }
 
     /// Parses and validates the JSON form, naming the field and the reason on refusal.
@@ -287,6 +296,10 @@ impl Rule {
     /// Free text for operators.
     pub fn description(&self) -> &str {
         &self.description
+    }
+    /// Leasing, if the rule enables it (off by default: every request is decided exactly).
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease
     }
 }
 

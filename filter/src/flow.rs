@@ -154,6 +154,7 @@ impl Flow {
             action: action.to_owned(),
             key,
             quantity,
+            lease: false,
         };
         let body = serde_json::to_vec(&request).map_err(|e| ("encode", format!("encode: {e}")))?;
         let call = Callout {

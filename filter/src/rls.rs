@@ -168,6 +168,7 @@ fn estimated(status: &DescriptorStatus) -> Answer {
         level,
         window_ms,
         would_deny: false,
+        lease: None,
     })
 }
 
@@ -226,6 +227,7 @@ mod tests {
             level: 4.25,
             window_ms: 60_000,
             would_deny: false,
+            lease: None,
         }
     }
 

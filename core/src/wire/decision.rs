@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::decision::Decision;
+use crate::lease::LeaseGrant;
 use crate::limits::MAX_QUANTITY;
 use crate::rule::{Action, Algorithm, Mode, RuleError};
 use crate::time::ceil_millis;
@@ -27,6 +28,11 @@ pub struct ThrottleRequest {
     #[serde(default = "one")]
     #[cfg_attr(feature = "openapi", schema(default = 1, maximum = 1_000_000_000))]
     pub quantity: u64,
+    /// The caller can hold a lease (the sluice filter): if the rule enables leasing and the
+    /// request is allowed, the answer may carry a [`LeaseGrant`]. Other callers leave it false,
+    /// so no units are debited for a lease nobody spends.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lease: bool,
 }
 
 impl ThrottleRequest {
@@ -72,6 +78,10 @@ pub struct ThrottleResponse {
     /// In shadow mode: whether the rule would have denied this request.
     #[serde(default)]
     pub would_deny: bool,
+    /// Units debited in advance for a caller that asked for a lease, already excluded from
+    /// `remaining`; absent when none were granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseGrant>,
 }
 
 impl ThrottleResponse {
@@ -98,6 +108,7 @@ impl ThrottleResponse {
             level: decision.level,
             window_ms: ceil_millis(window_ns),
             would_deny: denied && mode == Mode::Shadow,
+            lease: None,
         }
     }
 }

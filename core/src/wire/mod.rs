@@ -8,8 +8,11 @@ mod decision;
 mod error;
 mod events;
 mod health;
+mod history;
+mod keys;
 mod levels;
 pub mod parse;
+mod report;
 mod rule;
 mod rules;
 mod session;
@@ -18,7 +21,15 @@ pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 pub use error::{ApiError, ErrorCode};
 pub use events::EventKind;
 pub use health::{HealthBody, ReadyBody, StoreHealth};
+pub use history::{
+    ActionHistory, HistoryBody, HistoryRange, StepCounts, HISTORY_SPAN_MS, HISTORY_STEP_MS,
+};
+pub use keys::{
+    ActionTopDenied, DeniedKey, KeyActionState, KeyView, TopDeniedBody, TOP_DENIED_KEYS,
+    TOP_DENIED_SPAN_MS,
+};
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
+pub use report::{ActionCounts, FilterReport};
 pub use rule::RawRule;
 pub use rules::RulesBody;
 pub use session::SessionRequest;

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Span;
+use crate::lease::Lease;
 use crate::rule::{Algorithm, Limit, Mode, Rate, Rule, RuleError};
 
 /// A rule as sent: every field present or not, nothing yet checked across fields. `rate` for
@@ -37,6 +38,11 @@ pub struct RawRule {
     /// Free text for operators (at most 1024 bytes).
     #[serde(default)]
     pub description: Option<String>,
+    /// Off unless set: let the sluice filter admit up to `max` requests per grant itself, for at
+    /// most `ttl`, with units debited in advance (docs/algorithms.md states what that costs in
+    /// exactness).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
 }
 
 impl TryFrom<RawRule> for Rule {
@@ -76,7 +82,8 @@ impl TryFrom<RawRule> for Rule {
             limit,
             raw.mode.unwrap_or_default(),
             raw.description.as_deref().unwrap_or(""),
-        )
+        )?
+        .with_lease(raw.lease)
     }
 }
 
@@ -94,6 +101,7 @@ impl From<&Rule> for RawRule {
             window,
             mode: Some(rule.mode()),
             description: Some(rule.description().to_owned()),
+            lease: rule.lease(),
         }
     }
 }

@@ -48,6 +48,7 @@ fn throttle(allowed: bool, retry_after_ms: Option<u64>) -> ThrottleResponse {
         level: 2.0,
         window_ms: 60_000,
         would_deny: false,
+        lease: None,
     }
 }
 

@@ -85,7 +85,8 @@ fn the_callout_carries_pseudo_headers_timeout_and_the_request() {
         ThrottleRequest {
             action: "reply".into(),
             key: "alice".into(),
-            quantity: 1
+            quantity: 1,
+            lease: false,
         }
     );
 }

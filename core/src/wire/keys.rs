@@ -1,0 +1,81 @@
+//! One user's view: `GET /v1/keys?key=K` (where K stands on every action, consuming nothing) and
+//! `GET /v1/top-denied` (the keys denied most per action over the last 5 minutes). Both behind
+//! the admin token: they reveal who is being limited.
+
+use serde::{Deserialize, Serialize};
+
+use crate::rule::{Algorithm, Mode};
+
+/// How far back `GET /v1/top-denied` counts: 5 minutes.
+pub const TOP_DENIED_SPAN_MS: u64 = 300_000;
+/// Most keys `GET /v1/top-denied` lists per action.
+pub const TOP_DENIED_KEYS: usize = 10;
+
+/// `GET /v1/keys?key=K` body.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyView {
+    /// The key asked about (untrusted text: render it as text only).
+    pub key: String,
+    /// When the states were read, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// One entry per action that has a rule (sorted by action).
+    pub actions: Vec<KeyActionState>,
+}
+
+/// Where one key stands under one action's rule, as a quantity-0 peek would say.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyActionState {
+    /// The action.
+    pub action: String,
+    /// Its rule's algorithm.
+    pub algorithm: Algorithm,
+    /// Its rule's mode.
+    pub mode: Mode,
+    /// Its rule's capacity.
+    pub capacity: u64,
+    /// How full the key's funnel is, in requests.
+    pub level: f64,
+    /// Requests of quantity 1 that could pass now.
+    pub remaining: u64,
+    /// Milliseconds until a request of quantity 1 would pass; null if one would pass now.
+    pub retry_after_ms: Option<u64>,
+    /// Milliseconds until the key is idle again.
+    pub reset_after_ms: u64,
+    /// When any replica last saw the key under this action, in milliseconds since the Unix
+    /// epoch; null if not among the recently active keys.
+    pub last_seen_ms: Option<u64>,
+}
+
+/// `GET /v1/top-denied` body.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TopDeniedBody {
+    /// When the counts were read, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The span counted, in milliseconds (300000).
+    pub span_ms: u64,
+    /// One entry per action with any denial in the span (sorted by action).
+    pub actions: Vec<ActionTopDenied>,
+}
+
+/// The keys one action denied most.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ActionTopDenied {
+    /// The action.
+    pub action: String,
+    /// Most denied first, at most 10.
+    pub keys: Vec<DeniedKey>,
+}
+
+/// One key and how often the backend denied it in the span.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeniedKey {
+    /// The key (untrusted text: render it as text only).
+    pub key: String,
+    /// Denials by the backend (the filter's cached denials carry no key).
+    pub denied: u64,
+}
