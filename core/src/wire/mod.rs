@@ -14,6 +14,7 @@ mod levels;
 pub mod parse;
 mod report;
 mod rule;
+mod rule_errors;
 mod rules;
 mod session;
 
@@ -31,5 +32,6 @@ pub use keys::{
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
 pub use report::{ActionCounts, FilterReport};
 pub use rule::RawRule;
+pub use rule_errors::rule_field_errors;
 pub use rules::RulesBody;
 pub use session::SessionRequest;
