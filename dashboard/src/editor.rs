@@ -5,6 +5,7 @@
 //! next to a field is the message the server would have sent.
 
 use serde_json::{Map, Number, Value};
+use sluice_core::wire::rule_field_errors;
 use sluice_core::{Algorithm, Limit, Mode, Params, Rule};
 
 use crate::api::ServerError;
@@ -28,6 +29,10 @@ pub enum Field {
     Mode,
     /// Free text.
     Description,
+    /// Lease: most units per grant.
+    LeaseMax,
+    /// Lease: how long a grant may be spent.
+    LeaseTtl,
     /// The rule as a whole (no single input to blame).
     Rule,
 }
@@ -45,6 +50,8 @@ impl Field {
             "window" => Field::Window,
             "mode" => Field::Mode,
             "description" => Field::Description,
+            "lease" | "lease.max" => Field::LeaseMax,
+            "lease.ttl" => Field::LeaseTtl,
             _ => Field::Rule,
         }
     }
@@ -60,6 +67,8 @@ impl Field {
             Field::Window => "rule-window",
             Field::Mode => "rule-mode",
             Field::Description => "rule-description",
+            Field::LeaseMax => "rule-lease-max",
+            Field::LeaseTtl => "rule-lease-ttl",
             Field::Rule => "rule-form",
         }
     }
@@ -120,6 +129,12 @@ pub struct RuleForm {
     pub mode: Mode,
     /// Description.
     pub description: String,
+    /// Whether leasing is on (off by default: every request decided exactly).
+    pub lease_on: bool,
+    /// Lease max, as typed (kept while leasing is off, so switching it back loses nothing).
+    pub lease_max: String,
+    /// Lease ttl, as typed.
+    pub lease_ttl: String,
 }
 
 impl Default for RuleForm {
@@ -140,6 +155,9 @@ impl RuleForm {
             window: "60s".into(),
             mode: Mode::Enforce,
             description: String::new(),
+            lease_on: false,
+            lease_max: "64".into(),
+            lease_ttl: "1s".into(),
         }
     }
 
@@ -160,6 +178,11 @@ impl RuleForm {
             }
             Limit::Window(window) => form.window = window.to_string(),
         }
+        if let Some(lease) = rule.lease() {
+            form.lease_on = true;
+            form.lease_max = lease.max.to_string();
+            form.lease_ttl = lease.ttl.to_string();
+        }
         form
     }
 
@@ -168,6 +191,7 @@ impl RuleForm {
         match field {
             Field::RateCount | Field::RatePeriod => self.algorithm.uses_rate(),
             Field::Window => !self.algorithm.uses_rate(),
+            Field::LeaseMax | Field::LeaseTtl => self.lease_on,
             _ => true,
         }
     }
@@ -189,33 +213,94 @@ impl RuleForm {
         }
         object.insert("mode".into(), Value::from(self.mode.name()));
         object.insert("description".into(), Value::from(self.description.as_str()));
+        if self.lease_on {
+            let mut lease = Map::new();
+            insert_typed(&mut lease, "max", number_or_text(&self.lease_max));
+            insert_typed(&mut lease, "ttl", text(&self.lease_ttl));
+            object.insert("lease".into(), Value::Object(lease));
+        }
         Value::Object(object)
     }
 
     /// Validates with sluice-core. `existing` lists the actions that already have rules: a new
-    /// rule may not take one of them (that would silently overwrite it).
+    /// rule may not take one of them (that would silently overwrite it). On refusal, the first
+    /// error (see [`RuleForm::validate_all`] for every one).
     pub fn validate(&self, mode: EditMode, existing: &[String]) -> Result<Rule, FieldError> {
-        let rule = Rule::from_json(&self.to_json()).map_err(|e| FieldError {
-            field: Field::from_path(&e.field),
-            message: e.reason,
-        })?;
-        if mode == EditMode::Create && existing.iter().any(|a| a == rule.action().as_str()) {
-            return Err(FieldError {
+        self.validate_all(mode, existing)
+            .map_err(|mut all| all.remove(0))
+    }
+
+    /// Validates with sluice-core and, on refusal, lists every field's error at once (core's
+    /// [`rule_field_errors`]: the messages the server would send, one field at a time), in the
+    /// form's order, never empty.
+    pub fn validate_all(
+        &self,
+        mode: EditMode,
+        existing: &[String],
+    ) -> Result<Rule, Vec<FieldError>> {
+        let json = self.to_json();
+        let mut errors: Vec<FieldError> = rule_field_errors(&json)
+            .into_iter()
+            .map(|e| FieldError {
+                field: Field::from_path(&e.field),
+                message: e.reason,
+            })
+            .collect();
+        let taken =
+            mode == EditMode::Create && existing.iter().any(|a| a.as_str() == self.action.trim());
+        if taken && !errors.iter().any(|e| e.field == Field::Action) {
+            errors.push(FieldError {
                 field: Field::Action,
                 message: "a rule for this action already exists; edit it instead".into(),
             });
         }
-        Ok(rule)
+        if errors.is_empty() {
+            return Rule::from_json(&json).map_err(|e| {
+                vec![FieldError {
+                    field: Field::from_path(&e.field),
+                    message: e.reason,
+                }]
+            });
+        }
+        // One message per input (two paths may name one input: `rate` and `rate.count`).
+        let mut seen = Vec::new();
+        errors.retain(|e| {
+            let first = !seen.contains(&e.field);
+            seen.push(e.field);
+            first
+        });
+        errors.sort_by_key(|e| FORM_ORDER.iter().position(|f| *f == e.field));
+        Err(errors)
     }
 }
+
+/// The inputs top to bottom, so messages (and focus on a refused save) follow the page.
+const FORM_ORDER: [Field; 11] = [
+    Field::Action,
+    Field::Algorithm,
+    Field::Capacity,
+    Field::RateCount,
+    Field::RatePeriod,
+    Field::Window,
+    Field::Mode,
+    Field::Description,
+    Field::LeaseMax,
+    Field::LeaseTtl,
+    Field::Rule,
+];
 
 impl RuleForm {
     /// The algorithm parameters the what-if plot runs, or `None` while the limit fields are
     /// invalid. The action does not matter to the plot, so a new rule without a name yet (or
     /// with a name that is taken) still gets a plot.
+    /// The lease is left out too: the plot shows the rule's exact decisions, and a lease only
+    /// moves when debited units are spent (docs/algorithms.md).
     pub fn plot_params(&self) -> Option<Params> {
         let mut json = self.to_json();
         json["action"] = Value::from(PLOT_ACTION);
+        if let Some(object) = json.as_object_mut() {
+            object.remove("lease");
+        }
         Rule::from_json(&json).ok().map(|rule| rule.params())
     }
 }
@@ -416,6 +501,75 @@ mod tests {
         }
         .plot_params()
         .is_none());
+    }
+
+    #[test]
+    fn every_mistake_is_shown_at_once_in_form_order() {
+        let f = RuleForm {
+            action: "a b".into(),
+            capacity: "0".into(),
+            rate_period: "soon".into(),
+            lease_on: true,
+            lease_max: "0".into(),
+            ..form()
+        };
+        let all = f.validate_all(EditMode::Create, &[]).unwrap_err();
+        let fields: Vec<Field> = all.iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                Field::Action,
+                Field::Capacity,
+                Field::RatePeriod,
+                Field::LeaseMax
+            ]
+        );
+        assert_eq!(all[1].message, "must be at least 1");
+        // A taken action joins the others.
+        let taken = RuleForm {
+            capacity: "0".into(),
+            ..form()
+        }
+        .validate_all(EditMode::Create, &["reply".to_owned()])
+        .unwrap_err();
+        assert_eq!(
+            taken.iter().map(|e| e.field).collect::<Vec<_>>(),
+            [Field::Action, Field::Capacity]
+        );
+    }
+
+    #[test]
+    fn the_lease_is_off_by_default_sent_when_on_and_ignored_by_the_plot() {
+        let off = form();
+        assert!(off.to_json().get("lease").is_none());
+        assert!(!off.shows(Field::LeaseMax));
+        let on = RuleForm {
+            lease_on: true,
+            lease_max: "32".into(),
+            lease_ttl: "500ms".into(),
+            ..form()
+        };
+        assert!(on.shows(Field::LeaseTtl));
+        let rule = on.validate(EditMode::Create, &[]).unwrap();
+        let lease = rule.lease().unwrap();
+        assert_eq!((lease.max, lease.ttl.millis()), (32, 500));
+        let reopened = RuleForm::from_rule(&rule);
+        assert!(reopened.lease_on);
+        assert_eq!(
+            (reopened.lease_max.as_str(), reopened.lease_ttl.as_str()),
+            ("32", "500ms")
+        );
+        assert_eq!(on.plot_params(), off.plot_params());
+        let bad = RuleForm {
+            lease_ttl: "2m".into(),
+            ..on
+        };
+        assert_eq!(
+            bad.validate(EditMode::Create, &[]).unwrap_err().field,
+            Field::LeaseTtl
+        );
+        // A wrong lease does not take the plot away.
+        assert!(bad.plot_params().is_some());
     }
 
     #[test]

@@ -14,11 +14,14 @@
 //! | `editor.rs` | [`editor`] | the form as typed, its validation through sluice-core, server refusals by field |
 //! | `whatif.rs` | [`whatif`] | [`whatif::simulation`] (core's algorithms over a request pattern) and [`whatif::chart`] (its SVG geometry) |
 //! | `live_view.rs` | [`live_view`] | funnels from a levels snapshot: order, fill, colour |
+//! | `history.rs` | [`history`] | per-action stacked history charts, hover readouts, the "passed unchecked" panel, actions quiet for 24 h |
+//! | `keys.rs` | [`keys`] | one key's state on every action; the most denied keys per action |
 //! | `store_health.rs` (in the live view) | [`store_health`] | the store line and warning banner; the eviction rate from successive snapshots |
 //! | `api.rs` (the admin API calls) | [`api`] | [`api::ServerError`]: how a failed call is described |
 //!
 //! Files without a twin are shared by several views ([`format`]: numbers and durations as text;
-//! [`sustained`]: a rule's long-run rate) or have no logic worth a model (`app/mod.rs`: the page's
+//! [`sustained`]: a rule's long-run rate; [`rule_change`]: a save that
+//! changes a limit by more than 10×, which the editor asks to confirm) or have no logic worth a model (`app/mod.rs`: the page's
 //! signals; `app/events.rs`: the SSE stream). The wire bodies themselves are sluice-core's
 //! (`sluice_core::wire`), never declared here.
 //!
@@ -28,7 +31,10 @@
 pub mod api;
 pub mod editor;
 pub mod format;
+pub mod history;
+pub mod keys;
 pub mod live_view;
+pub mod rule_change;
 pub mod rules_view;
 pub mod signin;
 pub mod store_health;

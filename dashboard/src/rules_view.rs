@@ -25,6 +25,8 @@ pub struct RuleRow {
     pub mode: String,
     /// The operator's description.
     pub description: String,
+    /// `"up to 64 for 1s"` when the rule enables leasing, `"off"` otherwise.
+    pub lease: String,
     /// The rule itself, for the editor.
     pub rule: Rule,
 }
@@ -39,6 +41,7 @@ impl RuleRow {
             limit: limit_text(rule),
             mode: rule.mode().name().to_owned(),
             description: rule.description().to_owned(),
+            lease: lease_text(rule),
             rule: rule.clone(),
         }
     }
@@ -54,6 +57,14 @@ pub fn limit_text(rule: &Rule) -> String {
             per_second(sustained::per_s(&rule.params()))
         ),
         Limit::Window(window) => format!("{window} window"),
+    }
+}
+
+/// How a rule's lease reads in the table: what one grant may carry, and for how long.
+pub fn lease_text(rule: &Rule) -> String {
+    match rule.lease() {
+        Some(lease) => format!("up to {} for {}", lease.max, lease.ttl),
+        None => "off".to_owned(),
     }
 }
 
@@ -111,6 +122,12 @@ mod tests {
         assert_eq!(rows[1].limit, "30 per 1m (0.5/s)");
         assert_eq!(rows[1].capacity, "16");
         assert_eq!(rows[1].rule.action().as_str(), "reply");
+        assert_eq!(rows[1].lease, "off");
+        let leased = rule(
+            r#"{"action": "hot", "algorithm": "token_bucket", "capacity": 100,
+                "rate": {"count": 50, "period": "1s"}, "lease": {"max": 64, "ttl": "1s"}}"#,
+        );
+        assert_eq!(RuleRow::of(&leased).lease, "up to 64 for 1s");
     }
 
     #[test]

@@ -52,42 +52,74 @@ pub struct Charts {
     pub level_ticks: Vec<Tick>,
     /// A one-line summary: `"allowed 80 of 128 requests (62%), denied 48, over 2m"`.
     pub summary: String,
+    /// The saved rule's allowed-so-far line on the same scales, when comparing (else empty).
+    pub baseline_allowed_path: String,
+    /// The saved rule's funnel level on the same scales, when comparing (else empty).
+    pub baseline_level_path: String,
+    /// The y of the saved rule's capacity, when comparing.
+    pub baseline_capacity_y: Option<f64>,
 }
 
 impl Charts {
     /// Lays out a simulation.
     pub fn new(sim: &Simulation) -> Charts {
+        Charts::compared(sim, None)
+    }
+
+    /// Lays out a simulation of the edited rule and, when given, of the saved rule over the same
+    /// traffic, on shared scales, so the two can be read against each other before saving.
+    pub fn compared(sim: &Simulation, baseline: Option<&Simulation>) -> Charts {
         let x = |i: usize| LEFT + (WIDTH - LEFT - RIGHT) * i as f64 / BUCKETS as f64;
-        let count_top = nice_ceiling(sim.offered as f64);
+        let most_offered = baseline.map_or(sim.offered, |b| b.offered.max(sim.offered));
+        let count_top = nice_ceiling(most_offered as f64);
         let count_bottom = COUNT_HEIGHT - BOTTOM;
         let count_y = |n: f64| count_bottom - (count_bottom - TOP) * (n / count_top);
-        let running = |value: fn(&Bucket) -> u64| {
+        let running = |of: &Simulation, value: fn(&Bucket) -> u64| {
             let mut total = 0u64;
             let mut d = String::new();
-            for (i, b) in sim.buckets.iter().enumerate() {
+            for (i, b) in of.buckets.iter().enumerate() {
                 total += value(b);
                 d += &format!(" L{:.1} {:.1}", x(i + 1), count_y(total as f64));
             }
             d
         };
-        let offered_path = format!("M{:.1} {:.1}{}", x(0), count_bottom, running(|b| b.offered));
+        let offered_path = format!(
+            "M{:.1} {:.1}{}",
+            x(0),
+            count_bottom,
+            running(sim, |b| b.offered)
+        );
         let allowed_path = format!(
             "M{:.1} {:.1}{} L{:.1} {:.1} Z",
             x(0),
             count_bottom,
-            running(|b| b.allowed),
+            running(sim, |b| b.allowed),
             x(BUCKETS),
             count_bottom
         );
+        let baseline_allowed_path = baseline.map_or(String::new(), |b| {
+            format!(
+                "M{:.1} {:.1}{}",
+                x(0),
+                count_bottom,
+                running(b, |b| b.allowed)
+            )
+        });
 
-        let level_top = (sim.capacity.max(1) as f64) * 1.1;
+        let most_capacity = baseline.map_or(sim.capacity, |b| b.capacity.max(sim.capacity));
+        let level_top = (most_capacity.max(1) as f64) * 1.1;
         let level_bottom = LEVEL_HEIGHT - BOTTOM;
         let level_y =
             |l: f64| level_bottom - (level_bottom - TOP) * (l.max(0.0) / level_top).min(1.0);
-        let mut level_path = format!("M{:.1} {:.1}", x(0), level_y(0.0));
-        for (i, b) in sim.buckets.iter().enumerate() {
-            level_path += &format!(" L{:.1} {:.1}", x(i + 1), level_y(b.level));
-        }
+        let level_line = |of: &Simulation| {
+            let mut d = format!("M{:.1} {:.1}", x(0), level_y(0.0));
+            for (i, b) in of.buckets.iter().enumerate() {
+                d += &format!(" L{:.1} {:.1}", x(i + 1), level_y(b.level));
+            }
+            d
+        };
+        let level_path = level_line(sim);
+        let baseline_level_path = baseline.map_or(String::new(), level_line);
 
         let x_ticks = time_ticks(sim.horizon_s)
             .into_iter()
@@ -126,6 +158,9 @@ impl Charts {
         if sim.truncated {
             summary += &format!(" (cut at {MAX_EVENTS} requests)");
         }
+        if let Some(b) = baseline {
+            summary += &format!("; the saved rule: allowed {} of {}", b.allowed, b.offered);
+        }
         Charts {
             offered_path,
             allowed_path,
@@ -135,6 +170,9 @@ impl Charts {
             count_ticks,
             level_ticks,
             summary,
+            baseline_allowed_path,
+            baseline_level_path,
+            baseline_capacity_y: baseline.map(|b| level_y(b.capacity as f64)),
         }
     }
 }
@@ -258,6 +296,30 @@ mod tests {
         assert_eq!(labels(20.0), "0 5s 10s 15s 20s");
         assert_eq!(labels(2.0 * 86_400.0), "0 10h 20h 30h 40h");
         assert_eq!(time_ticks(200.0)[1].0, 50.0);
+    }
+
+    #[test]
+    fn the_saved_rule_is_drawn_on_the_same_scales() {
+        let span = 200_000_000_000;
+        let run = |p: Params| simulate(&p, Pattern::BurstThenSteady, 1.0, span);
+        let (edited, saved) = (run(gcra(16, 30, "60s")), run(gcra(64, 30, "60s")));
+        let alone = Charts::new(&edited);
+        assert!(alone.baseline_allowed_path.is_empty() && alone.baseline_capacity_y.is_none());
+        let both = Charts::compared(&edited, Some(&saved));
+        assert!(both.baseline_allowed_path.starts_with('M'));
+        assert_ne!(both.baseline_level_path, both.level_path);
+        // The saved capacity (64) is the taller one, so it sets the level axis: the edited
+        // capacity line sits lower than it would alone, the saved one above it.
+        assert!(both.capacity_y > alone.capacity_y);
+        assert!(both.baseline_capacity_y.unwrap() < both.capacity_y);
+        assert!(
+            both.summary.contains(&format!(
+                "the saved rule: allowed {} of {}",
+                saved.allowed, saved.offered
+            )),
+            "{}",
+            both.summary
+        );
     }
 
     #[test]

@@ -1,0 +1,239 @@
+//! The model of the one-user view (`app/keys.rs`): where one key stands on every action
+//! (`GET /v1/keys?key=K`, a peek that consumes nothing) and the keys each action denied most over
+//! the last 5 minutes (`GET /v1/top-denied`), each a way into the key's view.
+//!
+//! Keys are untrusted text from the internet: they are kept as they are here, and the view only
+//! ever puts them in text nodes and attributes.
+
+use sluice_core::wire::{KeyView, TopDeniedBody};
+
+use crate::format::{duration_label, short_number};
+use crate::live_view::Tone;
+
+/// One action's row in the key view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyRow {
+    /// The action.
+    pub action: String,
+    /// `"gcra · enforce"`.
+    pub rule_text: String,
+    /// `"3.2 / 16"`.
+    pub level_text: String,
+    /// Level / capacity, clamped to 0..=1.
+    pub fill: f64,
+    /// The fill's colour.
+    pub tone: Tone,
+    /// Requests of quantity 1 that could pass now.
+    pub remaining: String,
+    /// `"now"` or how long until one more would pass (`"2.5s"`).
+    pub retry_after: String,
+    /// `"12s ago"`, or `"not recently"` when the key is not among the recently active.
+    pub last_seen: String,
+}
+
+/// The rows of a key view, sorted by action.
+pub fn key_rows(view: &KeyView) -> Vec<KeyRow> {
+    let mut rows: Vec<KeyRow> = view
+        .actions
+        .iter()
+        .map(|a| {
+            let capacity = a.capacity.max(1) as f64;
+            let level = if a.level.is_finite() {
+                a.level.max(0.0)
+            } else {
+                0.0
+            };
+            let fill = (level / capacity).min(1.0);
+            KeyRow {
+                action: a.action.clone(),
+                rule_text: format!("{} · {}", a.algorithm, a.mode.name()),
+                level_text: format!("{} / {}", short_number(level), a.capacity),
+                fill,
+                tone: Tone::of(fill, a.remaining),
+                remaining: a.remaining.to_string(),
+                retry_after: match a.retry_after_ms {
+                    None => "now".to_owned(),
+                    Some(ms) => duration_label(ms as f64 / 1000.0),
+                },
+                last_seen: match a.last_seen_ms {
+                    None => "not recently".to_owned(),
+                    Some(at) => ago(view.at_ms.saturating_sub(at)),
+                },
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.action.cmp(&b.action));
+    rows
+}
+
+/// `"just now"` under a second, else `"12s ago"`, `"3m ago"`.
+pub fn ago(ms: u64) -> String {
+    if ms < 1000 {
+        "just now".to_owned()
+    } else {
+        format!("{} ago", duration_label((ms / 1000) as f64))
+    }
+}
+
+/// One action's most denied keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopDenied {
+    /// The action.
+    pub action: String,
+    /// (key, denials), most denied first.
+    pub keys: Vec<(String, u64)>,
+}
+
+/// The top-denied lists, sorted by action, each most denied first (ties by key, so the list does
+/// not reshuffle between refreshes). Actions without a denial are left out.
+pub fn top_denied(body: &TopDeniedBody) -> Vec<TopDenied> {
+    let mut lists: Vec<TopDenied> = body
+        .actions
+        .iter()
+        .filter(|a| !a.keys.is_empty())
+        .map(|a| {
+            let mut keys: Vec<(String, u64)> =
+                a.keys.iter().map(|k| (k.key.clone(), k.denied)).collect();
+            keys.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+            TopDenied {
+                action: a.action.clone(),
+                keys,
+            }
+        })
+        .collect();
+    lists.sort_by(|a, b| a.action.cmp(&b.action));
+    lists
+}
+
+/// What the search box holds, as a key to look up: exactly as typed (a key may have spaces at
+/// its ends), refused only when empty.
+pub fn key_query(typed: &str) -> Result<String, &'static str> {
+    if typed.is_empty() {
+        Err("Type a key to look up.")
+    } else {
+        Ok(typed.to_owned())
+    }
+}
+
+/// `GET /v1/keys?key=…` for `key`, with every byte outside the unreserved set percent-encoded
+/// (as `encodeURIComponent` would), so any key, `&`, `#`, `%` and non-ASCII included, arrives
+/// whole.
+pub fn key_url(key: &str) -> String {
+    let mut url = String::from("/v1/keys?key=");
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            url.push(b as char);
+        } else {
+            url += &format!("%{b:02X}");
+        }
+    }
+    url
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::wire::{ActionTopDenied, DeniedKey, KeyActionState};
+    use sluice_core::{Algorithm, Mode};
+
+    fn state(action: &str, level: f64, remaining: u64, retry: Option<u64>) -> KeyActionState {
+        KeyActionState {
+            action: action.into(),
+            algorithm: Algorithm::Gcra,
+            mode: Mode::Enforce,
+            capacity: 16,
+            level,
+            remaining,
+            retry_after_ms: retry,
+            reset_after_ms: 0,
+            last_seen_ms: Some(1_000_000 - 12_000),
+        }
+    }
+
+    #[test]
+    fn a_key_reads_per_action() {
+        let view = KeyView {
+            key: "mallory".into(),
+            at_ms: 1_000_000,
+            actions: vec![
+                state("reply", 16.0, 0, Some(2500)),
+                KeyActionState {
+                    last_seen_ms: None,
+                    ..state("login", 0.0, 16, None)
+                },
+            ],
+        };
+        let rows = key_rows(&view);
+        assert_eq!(rows[0].action, "login");
+        assert_eq!(rows[0].retry_after, "now");
+        assert_eq!(rows[0].last_seen, "not recently");
+        assert_eq!(rows[0].tone, Tone::Calm);
+        assert_eq!(rows[1].level_text, "16 / 16");
+        assert_eq!(rows[1].retry_after, "2.5s");
+        assert_eq!(rows[1].last_seen, "12s ago");
+        assert_eq!(rows[1].tone, Tone::Full);
+        assert_eq!(rows[1].rule_text, "gcra · enforce");
+        // A level out of range (or not a number) never draws outside the bar.
+        let odd = key_rows(&KeyView {
+            actions: vec![state("x", f64::NAN, 16, None), state("y", 99.0, 0, Some(1))],
+            ..view
+        });
+        assert_eq!(odd[0].fill, 0.0);
+        assert_eq!(odd[1].fill, 1.0);
+    }
+
+    #[test]
+    fn top_denied_is_most_first_and_stable() {
+        let body = TopDeniedBody {
+            at_ms: 0,
+            span_ms: 300_000,
+            actions: vec![
+                ActionTopDenied {
+                    action: "reply".into(),
+                    keys: vec![
+                        DeniedKey {
+                            key: "b".into(),
+                            denied: 3,
+                        },
+                        DeniedKey {
+                            key: "<script>".into(),
+                            denied: 9,
+                        },
+                        DeniedKey {
+                            key: "a".into(),
+                            denied: 3,
+                        },
+                    ],
+                },
+                ActionTopDenied {
+                    action: "calm".into(),
+                    keys: vec![],
+                },
+            ],
+        };
+        let lists = top_denied(&body);
+        assert_eq!(lists.len(), 1);
+        assert_eq!(
+            lists[0].keys,
+            [("<script>".into(), 9), ("a".into(), 3), ("b".into(), 3)]
+        );
+    }
+
+    #[test]
+    fn any_key_is_looked_up_whole() {
+        assert_eq!(key_url("alice"), "/v1/keys?key=alice");
+        assert_eq!(
+            key_url("a b&c=d#e%\"<'é"),
+            "/v1/keys?key=a%20b%26c%3Dd%23e%25%22%3C%27%C3%A9"
+        );
+        assert!(key_query("").is_err());
+        assert_eq!(key_query(" x ").unwrap(), " x ");
+    }
+
+    #[test]
+    fn ages_read_short() {
+        assert_eq!(ago(0), "just now");
+        assert_eq!(ago(12_400), "12s ago");
+        assert_eq!(ago(180_000), "3m ago");
+    }
+}
