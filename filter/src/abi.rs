@@ -14,7 +14,8 @@ use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
 
 use crate::config::Config;
 use crate::flow::{Flow, Next, MAX_RESPONSE_BODY};
-use crate::host::{Callout, Counter, GrpcCall, Host};
+use crate::host::{Callout, CasError, Counter, GrpcCall, Host};
+use crate::report::Worker;
 use crate::rls_proto;
 
 proxy_wasm::main! {{
@@ -45,14 +46,41 @@ impl Metrics {
     }
 }
 
-/// The root context: parses the configuration once and makes one [`Http`] per request.
+/// The root context (one per worker thread and plugin): parses the configuration once, makes
+/// one [`Http`] per request, and on its tick sends the worker's counts to the backend.
 #[derive(Default)]
 struct Root {
     config: Option<Rc<Config>>,
     metrics: Rc<Metrics>,
+    worker: Rc<Worker>,
 }
 
-impl Context for Root {}
+impl Root {
+    fn host(&self) -> WasmHost {
+        WasmHost {
+            metrics: Rc::clone(&self.metrics),
+            request_headers: RefCell::new(None),
+        }
+    }
+}
+
+impl Context for Root {
+    /// The only callouts a root context makes are count reports.
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        _headers: usize,
+        _body_size: usize,
+        _trailers: usize,
+    ) {
+        let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
+            .ok()
+            .flatten();
+        let mut host = self.host();
+        self.worker
+            .on_report_response(&mut host, token, status.as_deref());
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -72,8 +100,15 @@ impl RootContext for Root {
         };
         match Config::from_json(&bytes) {
             Ok(config) => {
-                self.config = Some(Rc::new(config));
                 self.metrics = Rc::new(Metrics::define());
+                self.worker = Rc::new(Worker::new(&config));
+                if config.report.cluster.is_some() {
+                    let period = Duration::from_millis(config.report.period_ms);
+                    if hostcalls::set_tick_period(period).is_err() {
+                        log(LogLevel::Warn, "sluice: no tick: counts are not reported");
+                    }
+                }
+                self.config = Some(Rc::new(config));
                 true
             }
             Err(e) => {
@@ -86,13 +121,20 @@ impl RootContext for Root {
         }
     }
 
+    fn on_tick(&mut self) {
+        if let Some(config) = self.config.clone() {
+            let mut host = self.host();
+            self.worker.tick(&mut host, &config);
+        }
+    }
+
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Http {
-            flow: self.config.as_ref().map(|c| Flow::new(Rc::clone(c))),
-            host: WasmHost {
-                metrics: Rc::clone(&self.metrics),
-                request_headers: RefCell::new(None),
-            },
+            flow: self
+                .config
+                .as_ref()
+                .map(|c| Flow::with_worker(Rc::clone(c), Rc::clone(&self.worker))),
+            host: self.host(),
         }))
     }
 
@@ -246,6 +288,21 @@ impl Host for WasmHost {
 
     fn shared_set(&mut self, key: &str, value: &[u8]) {
         let _ = hostcalls::set_shared_data(key, Some(value), None);
+    }
+
+    fn shared_get_versioned(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        match hostcalls::get_shared_data(key) {
+            Ok((Some(value), Some(cas))) => Some((value, cas)),
+            _ => None,
+        }
+    }
+
+    fn shared_set_if(&mut self, key: &str, value: &[u8], version: u32) -> Result<(), CasError> {
+        match hostcalls::set_shared_data(key, Some(value), Some(version)) {
+            Ok(()) => Ok(()),
+            Err(proxy_wasm::types::Status::CasMismatch) => Err(CasError::Conflict),
+            Err(_) => Err(CasError::Failed),
+        }
     }
 
     fn dispatch(&mut self, call: &Callout) -> Result<u32, String> {

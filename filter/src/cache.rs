@@ -214,7 +214,7 @@ pub fn lookup(bytes: &[u8], identity: &[u8], now_ns: u64) -> Option<Entry> {
 }
 
 /// FNV-1a, 64 bit: a fast, dependency-free slot hash (collisions only cost a miss).
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })

@@ -7,6 +7,9 @@ use sluice_core::headers::HeaderFamilies;
 use sluice_core::limits::MAX_QUANTITY;
 use sluice_core::Action;
 
+mod lease_report;
+pub use lease_report::{LeaseConfig, ReportConfig};
+
 /// A refused configuration: the JSON path of the field at fault and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {reason}")]
@@ -18,7 +21,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
         ConfigError {
             field: field.into(),
             reason: reason.into(),
@@ -222,6 +225,10 @@ pub struct Route {
     /// Units each request costs (default 1).
     #[serde(default = "one")]
     pub quantity: u64,
+    /// Index of `action` in [`Config::actions`] (set by validation): the per-worker counters
+    /// are a table indexed by it, so a request never hashes an action name.
+    #[serde(skip)]
+    pub action_index: usize,
 }
 
 fn one() -> u64 {
@@ -254,8 +261,18 @@ pub struct Config {
     /// The local denial cache.
     #[serde(default)]
     pub denial_cache: DenialCache,
+    /// The lease table (default on; a rule without `lease` is never leased).
+    #[serde(default)]
+    pub lease: LeaseConfig,
+    /// The counts report to the backend (default on, every second).
+    #[serde(default)]
+    pub report: ReportConfig,
     /// Ordered routes; the first that matches applies.
     pub routes: Vec<Route>,
+    /// The routes' distinct actions in order of first appearance (set by validation). The
+    /// first [`sluice_core::limits::MAX_REPORT_ACTIONS`] are counted and reported.
+    #[serde(skip)]
+    pub actions: Vec<String>,
 }
 
 impl Config {
@@ -337,11 +354,21 @@ impl Config {
                 format!("must be 1 to 16777216; got {}", dc.slots),
             ));
         }
+        self.lease.validate()?;
+        self.report
+            .validate(&self.backend.cluster, self.backend.protocol)?;
         if self.routes.is_empty() {
             return Err(ConfigError::new("routes", "must hold at least one route"));
         }
         for (i, route) in self.routes.iter_mut().enumerate() {
             validate_route(route, &format!("routes[{i}]"))?;
+            route.action_index = match self.actions.iter().position(|a| *a == route.action) {
+                Some(index) => index,
+                None => {
+                    self.actions.push(route.action.clone());
+                    self.actions.len() - 1
+                }
+            };
         }
         Ok(())
     }

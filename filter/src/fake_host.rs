@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::host::{Callout, Counter, GrpcCall, Host};
+use crate::host::{Callout, CasError, Counter, GrpcCall, Host};
 
 /// A reply the flow sent: status, headers, body.
 pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
@@ -27,6 +27,17 @@ pub struct FakeHost {
     pub headers: Vec<(String, Vec<u8>)>,
     pub peer: Option<Vec<u8>>,
     pub shared: HashMap<String, Vec<u8>>,
+    /// Envoy's CAS number per shared-data key; a global counter, never 0 (as Envoy's).
+    pub versions: HashMap<String, u32>,
+    pub last_version: u32,
+    /// Writes "another worker" makes just before this host's next conditional write is checked
+    /// (one per conditional write, first in first out): a race between read and write.
+    pub racing_writes: Vec<(String, Vec<u8>)>,
+    /// Conditional writes to refuse outright (the host's other errors).
+    pub refuse_writes: bool,
+    /// Counts of shared-data reads and writes: the hostcalls a path costs.
+    pub shared_reads: std::cell::Cell<u32>,
+    pub shared_writes: u32,
     pub counters: HashMap<Counter, u64>,
     pub dispatch_error: Option<String>,
     pub next_token: u32,
@@ -61,6 +72,8 @@ impl FakeHost {
         FakeHost {
             now: self.now,
             shared: self.shared.clone(),
+            versions: self.versions.clone(),
+            last_version: self.last_version,
             counters: self.counters.clone(),
             next_token: self.next_token,
             ..FakeHost::request(method, path)
@@ -88,6 +101,15 @@ impl FakeHost {
     }
 }
 
+impl FakeHost {
+    /// An unconditional write, as Envoy makes it: a new version from the global counter.
+    pub fn write(&mut self, key: &str, value: &[u8]) {
+        self.last_version = self.last_version.wrapping_add(1).max(1);
+        self.shared.insert(key.to_owned(), value.to_vec());
+        self.versions.insert(key.to_owned(), self.last_version);
+    }
+}
+
 impl Host for FakeHost {
     fn now_ns(&self) -> u64 {
         self.now
@@ -103,10 +125,35 @@ impl Host for FakeHost {
         self.peer.clone()
     }
     fn shared_get(&self, key: &str) -> Option<Vec<u8>> {
+        self.shared_reads.set(self.shared_reads.get() + 1);
         self.shared.get(key).cloned()
     }
     fn shared_set(&mut self, key: &str, value: &[u8]) {
-        self.shared.insert(key.to_owned(), value.to_vec());
+        self.shared_writes += 1;
+        self.write(key, value);
+    }
+    fn shared_get_versioned(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        self.shared_reads.set(self.shared_reads.get() + 1);
+        let value = self.shared.get(key)?.clone();
+        Some((value, self.versions.get(key).copied().unwrap_or(0)))
+    }
+    fn shared_set_if(&mut self, key: &str, value: &[u8], version: u32) -> Result<(), CasError> {
+        self.shared_writes += 1;
+        if !self.racing_writes.is_empty() {
+            let (k, v) = self.racing_writes.remove(0);
+            self.write(&k, &v);
+        }
+        if self.refuse_writes {
+            return Err(CasError::Failed);
+        }
+        // Envoy: an existing key is written only at its version; an absent key always.
+        if let Some(current) = self.versions.get(key) {
+            if version != 0 && version != *current {
+                return Err(CasError::Conflict);
+            }
+        }
+        self.write(key, value);
+        Ok(())
     }
     fn dispatch(&mut self, call: &Callout) -> Result<u32, String> {
         if let Some(e) = &self.dispatch_error {

@@ -1,6 +1,8 @@
-//! One request's way through the filter: route → key → denial cache → callout → resume or reply.
-//! The callout is the HTTP decision API or the gRPC rate limit service (`backend.protocol`);
-//! both answers become an [`Answer`], and everything after that is shared.
+//! One request's way through the filter: route → key → lease → denial cache → callout → resume or
+//! reply. The callout is the HTTP decision API or the gRPC rate limit service
+//! (`backend.protocol`); both answers become an [`Answer`], and everything after that is shared.
+//! A live lease for the (action, key) admits the request with no callout (HTTP callouts only:
+//! the gRPC callout never asks for a lease).
 //!
 //! Every path ends in exactly one of: the request continues (synchronously, or by `resume` after
 //! the callout), or the filter replies. Nothing here can panic; the host's errors arrive as values.
@@ -14,7 +16,9 @@ use sluice_core::Action;
 use crate::cache::{self, Entry};
 use crate::config::{Config, FailureMode, Protocol, UnknownAction};
 use crate::host::{Callout, Counter, GrpcCall, Host};
+use crate::lease::{self, Lease};
 use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
+use crate::report::{Event, Worker};
 use crate::route::{self, RequestLine};
 
 /// Largest callout response body read (a ThrottleResponse is a few hundred bytes): the same
@@ -71,6 +75,9 @@ pub fn classify(status: Option<&[u8]>, body: &[u8]) -> Answer {
 struct Pending {
     token: u32,
     action: String,
+    action_index: usize,
+    /// The lease identity, when the callout asked for a lease.
+    lease_identity: Option<Vec<u8>>,
     quantity: u64,
     sent_ns: u64,
     identity: Option<Vec<u8>>,
@@ -80,15 +87,23 @@ struct Pending {
 #[derive(Debug)]
 pub struct Flow {
     config: Rc<Config>,
+    worker: Rc<Worker>,
     pending: Option<Pending>,
     response_headers: Vec<(&'static str, String)>,
 }
 
 impl Flow {
-    /// A fresh request under `config`.
+    /// A fresh request under `config`, counting into a worker of its own (tests).
     pub fn new(config: Rc<Config>) -> Flow {
+        let worker = Rc::new(Worker::new(&config));
+        Flow::with_worker(config, worker)
+    }
+
+    /// A fresh request under `config`, counting into its worker's table.
+    pub fn with_worker(config: Rc<Config>, worker: Rc<Worker>) -> Flow {
         Flow {
             config,
+            worker,
             pending: None,
             response_headers: Vec::new(),
         }
@@ -106,6 +121,17 @@ impl Flow {
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
         let now = host.now_ns();
+        let leasing = config.lease.enabled && config.backend.protocol == Protocol::Http;
+        let lease_identity = leasing.then(|| lease::identity(&route.action, &key));
+        if let Some(id) = &lease_identity {
+            let taken = lease::table::spend(host, id, config.lease.slots, route.quantity, now);
+            if let Some(limit) = taken {
+                host.count(Counter::LeaseHits);
+                self.worker.record(route.action_index, Event::Leased);
+                self.response_headers = headers::render(&route.action, &limit, config.headers);
+                return Next::Continue;
+            }
+        }
         let identity = config
             .denial_cache
             .enabled
@@ -117,6 +143,7 @@ impl Flow {
                 .and_then(|b| cache::lookup(&b, id, now))
             {
                 host.count(Counter::CachedDenials);
+                self.worker.record(route.action_index, Event::CachedDenied);
                 // Counted down to the backend's own retry deadline, not to the end of the hold.
                 self.deny(host, &route.action, &entry.rate_limit(now), true);
                 return Next::Pause;
@@ -128,16 +155,22 @@ impl Flow {
         };
         match dispatched {
             Ok(token) => {
+                host.count(Counter::Callouts);
                 self.pending = Some(Pending {
                     token,
                     action: route.action.clone(),
+                    action_index: route.action_index,
+                    lease_identity,
                     quantity: route.quantity,
                     sent_ns: now,
                     identity,
                 });
                 Next::Pause
             }
-            Err((reason, message)) => self.fail(host, &route.action, &message, reason, true),
+            Err((reason, message)) => {
+                let at = (route.action_index, route.action.as_str());
+                self.fail(host, at, &message, reason, true)
+            }
         }
     }
 
@@ -154,7 +187,7 @@ impl Flow {
             action: action.to_owned(),
             key,
             quantity,
-            lease: false,
+            lease: self.config.lease.enabled,
         };
         let body = serde_json::to_vec(&request).map_err(|e| ("encode", format!("encode: {e}")))?;
         let call = Callout {
@@ -264,7 +297,8 @@ impl Flow {
                 }
             }
             Answer::Failure(reason) => {
-                let _ = self.fail(host, &pending.action, "", &reason, false);
+                let at = (pending.action_index, pending.action.as_str());
+                let _ = self.fail(host, at, "", &reason, false);
             }
         }
     }
@@ -284,7 +318,7 @@ impl Flow {
         r: &ThrottleResponse,
         exact: bool,
     ) {
-        let limit = RateLimit::of(r);
+        let mut limit = RateLimit::of(r);
         if !r.allowed {
             host.count(Counter::Denied);
             if exact {
@@ -294,6 +328,17 @@ impl Flow {
             return;
         }
         host.count(Counter::Allowed);
+        if let Some(id) = &pending.lease_identity {
+            let now = host.now_ns();
+            if let Some(granted) = Lease::of_answer(r, pending.sent_ns, now) {
+                if lease::table::store(host, id, self.config.lease.slots, &granted, now) {
+                    host.count(Counter::LeaseGrants);
+                    // What this Envoy can admit now: the backend's remaining (which excludes the
+                    // lease) plus the units it just leased, as a leased admission reports it.
+                    limit.remaining = limit.remaining.saturating_add(granted.live_units(now));
+                }
+            }
+        }
         self.response_headers = headers::render(&pending.action, &limit, self.config.headers);
         if r.would_deny {
             host.count(Counter::ShadowWouldDeny);
@@ -337,7 +382,7 @@ impl Flow {
     fn fail(
         &mut self,
         host: &mut dyn Host,
-        action: &str,
+        (action_index, action): (usize, &str),
         log: &str,
         reason: &str,
         sync: bool,
@@ -345,6 +390,9 @@ impl Flow {
         if !log.is_empty() {
             host.warn(&format!("sluice: {log}"));
         }
+        let passed = self.config.failure_mode == FailureMode::Allow;
+        self.worker
+            .record(action_index, Event::failed(reason, passed));
         match self.config.failure_mode {
             FailureMode::Allow => {
                 host.count(Counter::FailuresAllow);
@@ -383,3 +431,6 @@ mod tests;
 
 #[cfg(test)]
 mod grpc_tests;
+
+#[cfg(test)]
+mod lease_tests;

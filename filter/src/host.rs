@@ -20,11 +20,21 @@ pub enum Counter {
     FailuresDeny,
     /// The backend has no rule for the action (404 `unknown_action`).
     UnknownAction,
+    /// Admitted from a lease (units the backend debited in advance), with no callout.
+    LeaseHits,
+    /// Callouts started (HTTP or gRPC): with `LeaseHits`, the share of requests that asked.
+    Callouts,
+    /// Allowed answers that carried a lease, stored in the lease table.
+    LeaseGrants,
+    /// Count reports the backend accepted (`POST /v1/report`, 2xx).
+    ReportsSent,
+    /// Count reports that failed (kept and added to the next one).
+    ReportsFailed,
 }
 
 impl Counter {
     /// Every counter, for defining them once at start.
-    pub const ALL: [Counter; 7] = [
+    pub const ALL: [Counter; 12] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CachedDenials,
@@ -32,6 +42,11 @@ impl Counter {
         Counter::FailuresAllow,
         Counter::FailuresDeny,
         Counter::UnknownAction,
+        Counter::LeaseHits,
+        Counter::Callouts,
+        Counter::LeaseGrants,
+        Counter::ReportsSent,
+        Counter::ReportsFailed,
     ];
 
     /// The stat name (Envoy shows it as `wasmcustom.<name>`).
@@ -44,6 +59,11 @@ impl Counter {
             Counter::FailuresAllow => "sluice.failures_allow",
             Counter::FailuresDeny => "sluice.failures_deny",
             Counter::UnknownAction => "sluice.unknown_action",
+            Counter::LeaseHits => "sluice.lease_hits",
+            Counter::Callouts => "sluice.callouts",
+            Counter::LeaseGrants => "sluice.lease_grants",
+            Counter::ReportsSent => "sluice.reports_sent",
+            Counter::ReportsFailed => "sluice.reports_failed",
         }
     }
 
@@ -78,6 +98,15 @@ pub struct GrpcCall {
     pub timeout_ms: u64,
 }
 
+/// Why a conditional shared-data write did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CasError {
+    /// Another worker wrote the key since it was read (or it appeared, for an insert): read again.
+    Conflict,
+    /// The host refused the write for another reason: give up (a lease is an optimisation).
+    Failed,
+}
+
 /// What the filter needs from its host, per request.
 pub trait Host {
     /// Host wall clock, nanoseconds since the Unix epoch.
@@ -90,6 +119,12 @@ pub trait Host {
     fn shared_get(&self, key: &str) -> Option<Vec<u8>>;
     /// Writes proxy-wasm shared data; failures are ignored (the cache is an optimisation).
     fn shared_set(&mut self, key: &str, value: &[u8]);
+    /// Reads shared data with its version (Envoy's CAS number, never 0); `None` when absent.
+    fn shared_get_versioned(&self, key: &str) -> Option<(Vec<u8>, u32)>;
+    /// Envoy's check-and-set, atomic across workers: when the key exists, the write happens
+    /// only if its version is still `version`; an absent key is inserted whatever `version` says
+    /// (`lease::table` builds insert-if-absent on that).
+    fn shared_set_if(&mut self, key: &str, value: &[u8], version: u32) -> Result<(), CasError>;
     /// Starts the callout; `Err` carries why it could not start (unknown cluster, ...).
     fn dispatch(&mut self, call: &Callout) -> Result<u32, String>;
     /// Starts the gRPC callout (`rls_proto::SERVICE`/`METHOD`); `Err` carries why it could not

@@ -86,9 +86,14 @@ fn the_callout_carries_pseudo_headers_timeout_and_the_request() {
             action: "reply".into(),
             key: "alice".into(),
             quantity: 1,
-            lease: false,
+            lease: true,
         }
     );
+    // With leases turned off, the callout does not ask for one.
+    let mut h = user("alice");
+    Flow::new(config(r#""lease": {"enabled": false},"#)).on_request_headers(&mut h);
+    let req: ThrottleRequest = serde_json::from_slice(&h.effects.callouts[0].body).unwrap();
+    assert!(!req.lease);
 }
 
 #[test]

@@ -1,0 +1,244 @@
+//! Leases: units the backend debited in advance for one (action, key), which this Envoy admits
+//! itself, with no callout, until they are spent or their ttl passes.
+//!
+//! The filter asks for a lease on every HTTP callout (`ThrottleRequest.lease`; the rule decides
+//! whether one is granted). An allowed answer may carry `lease: {units, ttl_ms}`; the filter
+//! stores it in proxy-wasm shared data ([`table`]), so every worker of this Envoy spends from
+//! the same lease, and takes `quantity` units from it for each later request of that key, each
+//! take a check-and-set, so no unit is spent twice.
+//!
+//! # What an entry holds
+//!
+//! Up to [`MAX_GRANTS`] grants for one identity, each `{units left, from, until}`: grants that
+//! arrive while an earlier one is still live (several workers called out at once) are kept side
+//! by side, each with its own expiry, and spent soonest-expiring first. With more than
+//! [`MAX_GRANTS`], the two that expire last are merged into one that lives only as long as the
+//! earlier of them (and starts at the later start), so no unit is ever spent outside its own
+//! grant's lifetime.
+//!
+//! - `from` is when the callout left (`sent`), `until` is `sent + ttl_ms`. The backend counts the
+//!   ttl from when it answered, which is after `sent`: the filter's window is never later than
+//!   the backend's, so `fixed_window`'s cap at the window's end holds here too. A clock that
+//!   stepped back before `from` makes a grant unusable, never longer-lived.
+//! - The header numbers of the newest answer: capacity, policy window, the backend's `remaining`
+//!   (which already excludes the leased units) and when the key is idle again (`reset_at`).
+//!
+//! # Headers on a leased admission
+//!
+//! `remaining` = the backend's remaining at the newest grant + the units still live in this
+//! Envoy's lease after this admission: what this Envoy can still admit right now, to the best of
+//! its knowledge (other Envoys spend from the global remaining meanwhile; the next callout
+//! corrects it). The allowed answer that brings a grant says the same: the backend's remaining +
+//! the granted units. `reset` counts down to the newest answer's own deadline; spending leased
+//! units does not move it, since they were debited already. No `Retry-After`: it is an admission.
+
+use sluice_core::headers::RateLimit;
+use sluice_core::limits::{MAX_LEASE_TTL_MS, MAX_LEASE_UNITS};
+use sluice_core::time::{ceil_millis, NANOS_PER_MILLI};
+use sluice_core::wire::ThrottleResponse;
+
+pub mod table;
+
+/// Layout version, the first byte of an entry: an entry of another layout (an older filter in
+/// the same VM) is treated as free.
+const VERSION: u8 = 1;
+/// Most grants one entry keeps side by side.
+pub const MAX_GRANTS: usize = 4;
+/// Version, grant count, then capacity, window_ms, remaining, reset_at.
+const HEAD_LEN: usize = 2 + 8 * 4;
+/// Units, from, until.
+const GRANT_LEN: usize = 8 * 3;
+
+/// Units of one grant and when they may be spent: `from ≤ now < until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// Units not spent yet.
+    pub units: u64,
+    /// When the callout that earned them left (host clock, ns).
+    pub from_ns: u64,
+    /// `from + ttl` (exclusive).
+    pub until_ns: u64,
+}
+
+impl Grant {
+    fn live_at(&self, now_ns: u64) -> bool {
+        self.units > 0 && self.from_ns <= now_ns && now_ns < self.until_ns
+    }
+}
+
+/// The lease of one (action, key): its grants and the newest answer's header numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The rule's capacity (the quota of the headers).
+    pub capacity: u64,
+    /// The policy window in milliseconds.
+    pub window_ms: u64,
+    /// The backend's `remaining` at the newest grant (leased units excluded).
+    pub remaining: u64,
+    /// When the key is idle again, per the newest answer (host clock, ns).
+    pub reset_at_ns: u64,
+    /// At most [`MAX_GRANTS`].
+    pub grants: Vec<Grant>,
+}
+
+impl Lease {
+    /// The lease an answer grants, or `None`: not an admission (a denial or a shadow
+    /// would-deny), no grant, or a grant of nothing. Units and ttl are capped at core's bounds,
+    /// whatever the answer says. `sent_ns` is when the callout left, `answered_ns` when the
+    /// answer arrived.
+    pub fn of_answer(r: &ThrottleResponse, sent_ns: u64, answered_ns: u64) -> Option<Lease> {
+        let grant = r.lease?;
+        if !r.allowed || r.would_deny || grant.units == 0 || grant.ttl_ms == 0 {
+            return None;
+        }
+        let ttl_ns = grant
+            .ttl_ms
+            .min(MAX_LEASE_TTL_MS)
+            .saturating_mul(NANOS_PER_MILLI);
+        let answered_ns = answered_ns.max(sent_ns);
+        Some(Lease {
+            capacity: r.capacity,
+            window_ms: r.window_ms,
+            remaining: r.remaining,
+            reset_at_ns: answered_ns
+                .saturating_add(r.reset_after_ms.saturating_mul(NANOS_PER_MILLI)),
+            grants: vec![Grant {
+                units: grant.units.min(MAX_LEASE_UNITS),
+                from_ns: sent_ns,
+                until_ns: sent_ns.saturating_add(ttl_ns),
+            }],
+        })
+    }
+
+    /// Units that may be spent at `now`.
+    pub fn live_units(&self, now_ns: u64) -> u64 {
+        self.grants
+            .iter()
+            .filter(|g| g.live_at(now_ns))
+            .fold(0, |sum, g| sum.saturating_add(g.units))
+    }
+
+    /// Takes `quantity` units at `now`, soonest-expiring grant first; `false` (and nothing
+    /// taken) when fewer than `quantity` are live. A quantity of 0 takes nothing and fails: a
+    /// lease is for admissions that cost something.
+    pub fn take(&mut self, quantity: u64, now_ns: u64) -> bool {
+        if quantity == 0 || self.live_units(now_ns) < quantity {
+            return false;
+        }
+        self.grants.retain(|g| g.live_at(now_ns));
+        self.grants.sort_by_key(|g| g.until_ns);
+        let mut need = quantity;
+        for g in &mut self.grants {
+            let part = g.units.min(need);
+            g.units -= part;
+            need -= part;
+        }
+        self.grants.retain(|g| g.units > 0);
+        true
+    }
+
+    /// This lease with a newer grant added: dead grants dropped, the newer answer's header
+    /// numbers, and at most [`MAX_GRANTS`] grants (the two latest-expiring merged into one that
+    /// lives only while both would have).
+    pub fn absorb(mut self, newer: Lease, now_ns: u64) -> Lease {
+        self.grants.retain(|g| g.live_at(now_ns));
+        self.grants.extend(newer.grants);
+        self.grants.sort_by_key(|g| g.until_ns);
+        while self.grants.len() > MAX_GRANTS {
+            let (Some(last), Some(before)) = (self.grants.pop(), self.grants.pop()) else {
+                break;
+            };
+            self.grants.push(Grant {
+                units: last.units.saturating_add(before.units),
+                from_ns: last.from_ns.max(before.from_ns),
+                until_ns: before.until_ns.min(last.until_ns),
+            });
+        }
+        Lease {
+            grants: self.grants,
+            ..newer
+        }
+    }
+
+    /// What an admission from this lease at `now` tells the client (after the take).
+    pub fn rate_limit(&self, now_ns: u64) -> RateLimit {
+        RateLimit {
+            quota: self.capacity,
+            window_ms: self.window_ms,
+            remaining: self.remaining.saturating_add(self.live_units(now_ns)),
+            reset_after_ms: ceil_millis(self.reset_at_ns.saturating_sub(now_ns)),
+            retry_after_ms: None,
+        }
+    }
+}
+
+/// The identity a lease is for: the action and the (bounded) key. Units are units: routes of
+/// one action with different quantities share the lease.
+pub fn identity(action: &str, key: &str) -> Vec<u8> {
+    let mut id = Vec::with_capacity(action.len() + 1 + key.len());
+    id.extend_from_slice(action.as_bytes());
+    id.push(b'\n');
+    id.extend_from_slice(key.as_bytes());
+    id
+}
+
+/// Serialises a lease with its identity: version, grant count, four little-endian u64 (capacity,
+/// window_ms, remaining, reset_at), three per grant (units, from, until), then the identity.
+/// Grants beyond [`MAX_GRANTS`] are not written (callers keep to the bound).
+pub fn encode(lease: &Lease, identity: &[u8]) -> Vec<u8> {
+    let grants = &lease.grants[..lease.grants.len().min(MAX_GRANTS)];
+    let mut out = Vec::with_capacity(HEAD_LEN + GRANT_LEN * grants.len() + identity.len());
+    out.push(VERSION);
+    out.push(grants.len() as u8);
+    for n in [
+        lease.capacity,
+        lease.window_ms,
+        lease.remaining,
+        lease.reset_at_ns,
+    ] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    for g in grants {
+        for n in [g.units, g.from_ns, g.until_ns] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+    out.extend_from_slice(identity);
+    out
+}
+
+/// The lease stored in `bytes` and the identity it is for, if `bytes` is an entry of this layout.
+pub fn decode(bytes: &[u8]) -> Option<(Lease, &[u8])> {
+    if bytes.first() != Some(&VERSION) {
+        return None;
+    }
+    let count = usize::from(*bytes.get(1)?);
+    if count > MAX_GRANTS {
+        return None;
+    }
+    let u64_at = |at: usize| -> Option<u64> {
+        let raw: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(raw))
+    };
+    let mut grants = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = HEAD_LEN + GRANT_LEN * i;
+        grants.push(Grant {
+            units: u64_at(at)?,
+            from_ns: u64_at(at + 8)?,
+            until_ns: u64_at(at + 16)?,
+        });
+    }
+    let lease = Lease {
+        capacity: u64_at(2)?,
+        window_ms: u64_at(10)?,
+        remaining: u64_at(18)?,
+        reset_at_ns: u64_at(26)?,
+        grants,
+    };
+    let identity = bytes.get(HEAD_LEN + GRANT_LEN * count..)?;
+    Some((lease, identity))
+}
+
+#[cfg(test)]
+mod tests;

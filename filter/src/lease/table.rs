@@ -1,0 +1,145 @@
+//! The lease table in proxy-wasm shared data: every worker of this Envoy reads and writes the
+//! same entries, each write a check-and-set against the version it read, so two workers can
+//! never spend the same unit (the loser of a race reads again and takes from what is left).
+//!
+//! # Memory bound
+//!
+//! Shared data never expires, so the table is a fixed number of slots (`lease.slots`), like the
+//! denial cache. An identity has two candidate slots (two hashes): it is stored in the first
+//! unless that one holds another identity's live lease, then in the second. When both hold other
+//! live leases, the one with fewer live units is replaced: its units are lost to this Envoy
+//! (debited, never spent: under-admission for that key, never over-admission). Entries are at
+//! most 34 + 4 × 24 + 194 bytes (the identity is bounded by the action and the 128-byte key).
+//!
+//! # Inserting
+//!
+//! Envoy's check-and-set ignores the version when the key is absent, so an insert passes a
+//! version no entry is expected to have (`u32::MAX`, the 4,294,967,295th write of this Envoy):
+//! while the slot is absent the write succeeds, and if another worker inserted first it fails
+//! as a conflict. (In the unlikely case the other entry's version is exactly that number, its
+//! lease is overwritten: units lost, never spent twice.)
+
+use super::{decode, encode, Lease};
+use crate::cache::fnv1a;
+use crate::host::{CasError, Host};
+
+/// Most check-and-set rounds per operation before giving up (then a request calls out, and a
+/// grant is dropped: both safe).
+pub const MAX_CAS_TRIES: usize = 8;
+
+/// The version an insert passes: while the slot is absent Envoy ignores it; once another worker
+/// has inserted, it (almost surely) mismatches, so the insert becomes a conflict.
+const INSERT: u32 = u32::MAX;
+
+/// The two slot keys of an identity (the same key twice when `slots` is 1).
+pub fn slot_keys(identity: &[u8], slots: u64) -> [String; 2] {
+    let slots = slots.max(1);
+    let h = fnv1a(identity);
+    // A second, independent-enough hash: splitmix64's finaliser over the first.
+    let mut h2 = h ^ 0x9e37_79b9_7f4a_7c15;
+    h2 = (h2 ^ (h2 >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h2 = (h2 ^ (h2 >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h2 ^= h2 >> 31;
+    [
+        format!("sluice.lease.{}", h % slots),
+        format!("sluice.lease.{}", h2 % slots),
+    ]
+}
+
+/// What a slot holds, for one identity.
+enum Slot {
+    Absent,
+    Mine(Lease, u32),
+    /// Another identity's entry (or one of another layout): its live units and version.
+    Other(u64, u32),
+}
+
+fn read(host: &dyn Host, key: &str, identity: &[u8], now_ns: u64) -> Slot {
+    match host.shared_get_versioned(key) {
+        None => Slot::Absent,
+        Some((bytes, version)) => match decode(&bytes) {
+            Some((lease, id)) if id == identity => Slot::Mine(lease, version),
+            Some((lease, _)) => Slot::Other(lease.live_units(now_ns), version),
+            None => Slot::Other(0, version),
+        },
+    }
+}
+
+/// Takes `quantity` units of the lease of `identity` at `now`, if it has them: the numbers the
+/// admission's headers show, or `None` (no lease, spent, expired, or no agreement after
+/// [`MAX_CAS_TRIES`] rounds): then the request calls out.
+pub fn spend(
+    host: &mut dyn Host,
+    identity: &[u8],
+    slots: u64,
+    quantity: u64,
+    now_ns: u64,
+) -> Option<sluice_core::headers::RateLimit> {
+    let keys = slot_keys(identity, slots);
+    let candidates = if keys[0] == keys[1] { 1 } else { 2 };
+    for (i, key) in keys.iter().take(candidates).enumerate() {
+        for _ in 0..MAX_CAS_TRIES {
+            let (mut lease, version) = match read(host, key, identity, now_ns) {
+                Slot::Mine(lease, version) => (lease, version),
+                // Slots are never removed, and an identity goes to its second slot only when
+                // the first is taken: an absent first slot means no lease anywhere.
+                Slot::Absent if i == 0 => return None,
+                Slot::Absent | Slot::Other(..) => break,
+            };
+            if !lease.take(quantity, now_ns) {
+                break;
+            }
+            match host.shared_set_if(key, &encode(&lease, identity), version) {
+                Ok(()) => return Some(lease.rate_limit(now_ns)),
+                Err(CasError::Conflict) => continue,
+                Err(CasError::Failed) => return None,
+            }
+        }
+    }
+    None
+}
+
+/// Adds a granted lease to the table (merged with a live lease of the same identity). `false`
+/// when it could not be stored: the grant's units are then lost to this Envoy (debited, never
+/// spent), which under-admits and never over-admits.
+pub fn store(
+    host: &mut dyn Host,
+    identity: &[u8],
+    slots: u64,
+    granted: &Lease,
+    now_ns: u64,
+) -> bool {
+    let keys = slot_keys(identity, slots);
+    for _ in 0..MAX_CAS_TRIES {
+        let first = read(host, &keys[0], identity, now_ns);
+        let (key, current) = match first {
+            Slot::Mine(..) | Slot::Absent | Slot::Other(0, _) => (&keys[0], first),
+            Slot::Other(first_live, first_version) => {
+                if keys[0] == keys[1] {
+                    (&keys[0], Slot::Other(first_live, first_version))
+                } else {
+                    match read(host, &keys[1], identity, now_ns) {
+                        Slot::Other(second_live, _) if second_live > first_live => {
+                            (&keys[0], Slot::Other(first_live, first_version))
+                        }
+                        second => (&keys[1], second),
+                    }
+                }
+            }
+        };
+        let (value, version) = match current {
+            Slot::Absent => (encode(granted, identity), INSERT),
+            Slot::Mine(lease, version) => (
+                encode(&lease.absorb(granted.clone(), now_ns), identity),
+                version,
+            ),
+            Slot::Other(_, version) => (encode(granted, identity), version),
+        };
+        match host.shared_set_if(key, &value, version) {
+            Ok(()) => return true,
+            Err(CasError::Conflict) => continue,
+            Err(CasError::Failed) => return false,
+        }
+    }
+    false
+}

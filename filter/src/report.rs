@@ -1,0 +1,224 @@
+//! What only the filter knows, counted per action and sent to the backend: admissions from a
+//! lease, denials from the denial cache, failed callouts by reason and how many of those passed
+//! unchecked. The backend adds them to its metrics, history and dashboard (`POST /v1/report`,
+//! body core's [`FilterReport`], answer 204).
+//!
+//! # Where the counts live
+//!
+//! In the worker's own memory ([`Worker`], one per root context, i.e. per Envoy worker thread
+//! and plugin): a request adds to a table indexed by its route's action index, with no hostcall
+//! and no shared data, so counting costs a request nothing measurable. The table has one row per
+//! distinct action of the configuration, at most [`MAX_REPORT_ACTIONS`]; actions beyond that
+//! bound are not counted (a configuration with more than 256 distinct actions loses their counts).
+//!
+//! # Sending
+//!
+//! The root context's tick (`report.period_ms`, default 1 s) sends what accumulated, when
+//! anything is non-zero, as one `POST` to the backend: the counts move from the table into the
+//! report in flight, and the table starts again from zero. One report is in flight at a time. On
+//! a 2xx answer the report is done; on any other answer, a timeout, or a callout that cannot
+//! start, its counts are added back to the table and go out with the next report. Counts are
+//! lost only when the worker's VM goes away (Envoy restarts or reloads the plugin) with counts
+//! not yet accepted: at most one period's counts plus whatever the backend has refused since.
+//! Adds saturate at `u64::MAX`.
+
+use std::cell::{Cell, RefCell};
+
+use sluice_core::limits::MAX_REPORT_ACTIONS;
+use sluice_core::wire::{ActionCounts, FilterReport};
+
+use crate::config::Config;
+use crate::host::{Callout, Counter, Host};
+
+/// One action's counts since the last accepted report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Admitted from a lease.
+    pub leased: u64,
+    /// Denied from the denial cache.
+    pub cached_denied: u64,
+    /// Callouts that timed out (504 from Envoy; gRPC DEADLINE_EXCEEDED).
+    pub failed_timeout: u64,
+    /// Callouts that failed otherwise (refused, other non-200, unreadable answer, not started).
+    pub failed_error: u64,
+    /// Of the failed ones, those `failure_mode: allow` let through.
+    pub passed_unchecked: u64,
+}
+
+impl Counts {
+    fn is_zero(&self) -> bool {
+        *self == Counts::default()
+    }
+
+    fn add(&mut self, other: &Counts) {
+        self.leased = self.leased.saturating_add(other.leased);
+        self.cached_denied = self.cached_denied.saturating_add(other.cached_denied);
+        self.failed_timeout = self.failed_timeout.saturating_add(other.failed_timeout);
+        self.failed_error = self.failed_error.saturating_add(other.failed_error);
+        self.passed_unchecked = self.passed_unchecked.saturating_add(other.passed_unchecked);
+    }
+}
+
+/// Something the filter decided (or failed to have decided) without the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Admitted from a lease.
+    Leased,
+    /// Denied from the denial cache.
+    CachedDenied,
+    /// A callout failed; `timeout` for a timeout, `passed` when the failure mode let it through.
+    Failed {
+        /// The callout timed out.
+        timeout: bool,
+        /// `failure_mode: allow` passed the request unchecked.
+        passed: bool,
+    },
+}
+
+impl Event {
+    /// The failure event for a failure reason (`x-sluice-failure`): `timeout` (HTTP 504) and
+    /// `grpc_4` (DEADLINE_EXCEEDED) are timeouts, every other reason an error.
+    pub fn failed(reason: &str, passed: bool) -> Event {
+        Event::Failed {
+            timeout: reason == "timeout" || reason == "grpc_4",
+            passed,
+        }
+    }
+}
+
+/// The state one worker's requests share: the counts table and the report in flight.
+#[derive(Debug, Default)]
+pub struct Worker {
+    counts: RefCell<Vec<Counts>>,
+    in_flight: RefCell<Option<(u32, Vec<Counts>)>>,
+    /// A report failed since the last accepted one (so the failure is logged once, not per tick).
+    failing: Cell<bool>,
+}
+
+impl Worker {
+    /// A worker counting the configuration's actions (the first [`MAX_REPORT_ACTIONS`]).
+    pub fn new(config: &Config) -> Worker {
+        let rows = config.actions.len().min(MAX_REPORT_ACTIONS);
+        Worker {
+            counts: RefCell::new(vec![Counts::default(); rows]),
+            ..Worker::default()
+        }
+    }
+
+    /// Counts one event for the action at `action_index` (ignored beyond the table's bound).
+    pub fn record(&self, action_index: usize, event: Event) {
+        let mut counts = self.counts.borrow_mut();
+        let Some(c) = counts.get_mut(action_index) else {
+            return;
+        };
+        let one = |n: &mut u64| *n = n.saturating_add(1);
+        match event {
+            Event::Leased => one(&mut c.leased),
+            Event::CachedDenied => one(&mut c.cached_denied),
+            Event::Failed { timeout, passed } => {
+                one(if timeout {
+                    &mut c.failed_timeout
+                } else {
+                    &mut c.failed_error
+                });
+                if passed {
+                    one(&mut c.passed_unchecked);
+                }
+            }
+        }
+    }
+
+    /// The counts not yet accepted by the backend: the table plus the report in flight.
+    pub fn unreported(&self) -> Vec<Counts> {
+        let mut all = self.counts.borrow().clone();
+        if let Some((_, sent)) = self.in_flight.borrow().as_ref() {
+            for (row, c) in all.iter_mut().zip(sent) {
+                row.add(c);
+            }
+        }
+        all
+    }
+
+    /// The tick: sends what accumulated, if anything and if no report is in flight.
+    pub fn tick(&self, host: &mut dyn Host, config: &Config) {
+        let Some(cluster) = &config.report.cluster else {
+            return;
+        };
+        if self.in_flight.borrow().is_some() {
+            return;
+        }
+        let snapshot = {
+            let mut counts = self.counts.borrow_mut();
+            if counts.iter().all(Counts::is_zero) {
+                return;
+            }
+            let zeros = vec![Counts::default(); counts.len()];
+            std::mem::replace(&mut *counts, zeros)
+        };
+        let report = FilterReport {
+            actions: snapshot
+                .iter()
+                .zip(&config.actions)
+                .filter(|(c, _)| !c.is_zero())
+                .map(|(c, action)| ActionCounts {
+                    action: action.clone(),
+                    leased: c.leased,
+                    cached_denied: c.cached_denied,
+                    failed_timeout: c.failed_timeout,
+                    failed_error: c.failed_error,
+                    passed_unchecked: c.passed_unchecked,
+                })
+                .collect(),
+        };
+        let sent = serde_json::to_vec(&report)
+            .map_err(|e| format!("encode: {e}"))
+            .and_then(|body| {
+                host.dispatch(&Callout {
+                    cluster: cluster.clone(),
+                    headers: vec![
+                        (":method", "POST".to_owned()),
+                        (":path", config.report.path.clone()),
+                        (":authority", config.backend.authority.clone()),
+                        ("content-type", "application/json".to_owned()),
+                    ],
+                    body,
+                    timeout_ms: config.report.timeout_ms,
+                })
+            });
+        match sent {
+            Ok(token) => *self.in_flight.borrow_mut() = Some((token, snapshot)),
+            Err(e) => self.failed(host, snapshot, &format!("could not start: {e}")),
+        }
+    }
+
+    /// The report's answer (`status` is `:status`; a timeout arrives as 504 or without one).
+    pub fn on_report_response(&self, host: &mut dyn Host, token: u32, status: Option<&[u8]>) {
+        let Some((_, sent)) = self.in_flight.borrow_mut().take_if(|(t, _)| *t == token) else {
+            return;
+        };
+        let status = status.and_then(|s| std::str::from_utf8(s).ok());
+        if status.is_some_and(|s| s.len() == 3 && s.starts_with('2')) {
+            host.count(Counter::ReportsSent);
+            self.failing.set(false);
+        } else {
+            let status = status.unwrap_or("none");
+            self.failed(host, sent, &format!("answered status {status}"));
+        }
+    }
+
+    /// A report that did not go through: its counts go back into the table for the next one.
+    fn failed(&self, host: &mut dyn Host, sent: Vec<Counts>, why: &str) {
+        for (row, c) in self.counts.borrow_mut().iter_mut().zip(&sent) {
+            row.add(c);
+        }
+        host.count(Counter::ReportsFailed);
+        if !self.failing.replace(true) {
+            host.warn(&format!(
+                "sluice: count report {why}; counts are kept and sent with the next report"
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
