@@ -195,7 +195,8 @@ test('the what-if plot changes when capacity or rate change', async () => {
     await page.locator('#whatif-span-error', { hasText: 'whole number followed by a unit' }).waitFor();
     await page.fill('#whatif-span', '5m');
     await waitFor('the plot to follow the span', async () => (await allowedPath()) !== spanBefore);
-    assert.match(await page.locator('#whatif-summary').innerText(), /over 5m$/);
+    // Edited, so the saved rule is summed up beside it, over the same traffic.
+    assert.match(await page.locator('#whatif-summary').innerText(), /over 5m; the saved rule: allowed \d+ of \d+$/);
     await shot('04-editor-what-if');
     // An invalid rule has no plot, and says why.
     await page.fill('#rule-capacity', '0');
@@ -314,3 +315,6 @@ test('no script errors or panics in the page', () => {
 // a key bound; Redis set up well and badly), in a browser of their own: store.test.mjs. Imported
 // here so that the suite's one `node --test dashboard.test.mjs` runs them too, after these.
 await import('./store.test.mjs');
+// The operator views of issues 11 and 15 (history, one key, safe edits, the lease field), on a
+// stack of their own too: ops.test.mjs.
+await import('./ops.test.mjs');

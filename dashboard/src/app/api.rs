@@ -3,7 +3,9 @@
 
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::Serialize;
-use sluice_core::wire::{RulesBody, SessionRequest};
+use sluice_core::wire::{
+    HistoryBody, HistoryRange, KeyView, RulesBody, SessionRequest, TopDeniedBody,
+};
 use sluice_core::Rule;
 
 use crate::api::ServerError;
@@ -59,6 +61,25 @@ pub async fn sign_out() -> Result<(), ServerError> {
 /// `GET /v1/rules` (also how the page learns whether its session is still good).
 pub async fn rules() -> Result<RulesBody, ServerError> {
     read(send(Request::get("/v1/rules")).await?).await
+}
+
+/// `GET /v1/history?range=5m|1h`: every action's outcomes in 10-second steps.
+pub async fn history(range: HistoryRange) -> Result<HistoryBody, ServerError> {
+    let range = match range {
+        HistoryRange::FiveMinutes => "5m",
+        HistoryRange::OneHour => "1h",
+    };
+    read(send(Request::get(&format!("/v1/history?range={range}"))).await?).await
+}
+
+/// `GET /v1/keys?key=K`: where one key stands on every action (a peek: consumes nothing).
+pub async fn key_view(key: &str) -> Result<KeyView, ServerError> {
+    read(send(Request::get(&crate::keys::key_url(key))).await?).await
+}
+
+/// `GET /v1/top-denied`: the keys each action denied most over the last 5 minutes.
+pub async fn top_denied() -> Result<TopDeniedBody, ServerError> {
+    read(send(Request::get("/v1/top-denied")).await?).await
 }
 
 /// `PUT /v1/rules/{action}`: creates or replaces; answers the stored rule.

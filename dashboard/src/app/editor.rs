@@ -9,6 +9,7 @@ use wasm_bindgen::JsCast;
 
 use super::{api, whatif::WhatIf, Ctx, Editing};
 use crate::editor::{EditMode, Field, FieldError, RuleForm};
+use crate::rule_change::{big_changes, BigChange};
 use crate::rules_view;
 
 fn focus(id: &str) {
@@ -27,11 +28,21 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     let attempted = RwSignal::new(false);
     let saving = RwSignal::new(false);
     let server_error = RwSignal::new(None::<FieldError>);
+    // Every field's error at once (sluice-core's words, the server's).
     let checked = Memo::new(move |_| {
         let existing = rules_view::actions(&ctx.rules.get());
-        form.get().validate(mode, &existing)
+        form.get().validate_all(mode, &existing)
     });
     let params = Memo::new(move |_| form.get().plot_params());
+    // The rule as saved, when editing one: overlaid on the what-if plot, and what a save is
+    // compared with before it goes out.
+    let saved = match mode {
+        EditMode::Edit => editing.form.validate(EditMode::Edit, &[]).ok(),
+        EditMode::Create => None,
+    };
+    let baseline = saved.as_ref().map(|r| r.params());
+    // Changes by more than 10× waiting for the operator's word.
+    let confirming = RwSignal::new(None::<(sluice_core::Rule, Vec<BigChange>)>);
     // The message next to `field`: the server's refusal until the field changes, else
     // sluice-core's, once the field was touched or a save was tried.
     let message = move |field: Field| {
@@ -44,15 +55,24 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
             if let Some(e) = server_error.get().filter(|e| shown_at(e.field) == field) {
                 return e.message;
             }
-            match checked.get() {
-                Err(e)
-                    if shown_at(e.field) == field
-                        && (attempted.get() || touched.get().contains(&e.field)) =>
-                {
-                    e.message
-                }
-                _ => String::new(),
+            let Err(errors) = checked.get() else {
+                return String::new();
+            };
+            let shown = |e: &&FieldError| attempted.get() || touched.get().contains(&e.field);
+            let mine: Vec<String> = errors
+                .iter()
+                .filter(|e| shown_at(e.field) == field)
+                .filter(shown)
+                .map(|e| e.message.clone())
+                .collect();
+            if !mine.is_empty() {
+                return mine.join("; ");
             }
+            // After a refused save, the form's line counts what needs fixing.
+            if field == Field::Rule && attempted.get() && errors.len() > 1 {
+                return format!("{} fields need a fix before saving.", errors.len());
+            }
+            String::new()
         }
     };
     let edit = move |field: Field, change: fn(&mut RuleForm, String)| {
@@ -63,21 +83,11 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                 t.insert(field);
             });
             server_error.set(None);
+            confirming.set(None);
         }
     };
-    let save = move |ev: leptos::ev::SubmitEvent| {
-        ev.prevent_default();
-        if saving.get_untracked() {
-            return;
-        }
-        attempted.set(true);
-        let rule = match checked.get_untracked() {
-            Ok(rule) => rule,
-            Err(e) => {
-                focus(e.field.id());
-                return;
-            }
-        };
+    let store = move |rule: sluice_core::Rule| {
+        confirming.set(None);
         saving.set(true);
         leptos::task::spawn_local(async move {
             let action = rule.action().to_string();
@@ -97,6 +107,32 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
             }
             saving.set(false);
         });
+    };
+    let save = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        if saving.get_untracked() {
+            return;
+        }
+        attempted.set(true);
+        let rule = match checked.get_untracked() {
+            Ok(rule) => rule,
+            Err(errors) => {
+                if let Some(first) = errors.first() {
+                    focus(first.field.id());
+                }
+                return;
+            }
+        };
+        let changes = saved
+            .as_ref()
+            .map(|before| big_changes(before, &rule))
+            .unwrap_or_default();
+        if changes.is_empty() {
+            store(rule);
+        } else {
+            confirming.set(Some((rule, changes)));
+            focus("confirm-save");
+        }
     };
     let cancel = move |_| ctx.editing.set(None);
     let title = match mode {
@@ -198,6 +234,43 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                             </option>
                         </select>
                     </div>
+                    <fieldset class="lease-set">
+                        <legend class="sr-only">"Lease"</legend>
+                        <label class="check">
+                            <input
+                                type="checkbox"
+                                id="rule-lease-on"
+                                prop:checked=move || form.get().lease_on
+                                on:change=move |ev| {
+                                    let on = event_target_checked(&ev);
+                                    form.update(|f| f.lease_on = on);
+                                    server_error.set(None);
+                                    confirming.set(None);
+                                }
+                            />
+                            " Lease quota to Envoy"
+                            <span class="label-hint">" off: every request decided exactly"</span>
+                        </label>
+                        <div class="pair" hidden=shows(Field::LeaseMax)>
+                            <TextField
+                                field=Field::LeaseMax
+                                label="Lease: max"
+                                hint="units per grant"
+                                numeric=true
+                                value=Signal::derive(move || form.get().lease_max)
+                                message=Signal::derive(message(Field::LeaseMax))
+                                on_input=edit(Field::LeaseMax, |f, v| f.lease_max = v)
+                            />
+                            <TextField
+                                field=Field::LeaseTtl
+                                label="for"
+                                hint="ttl, e.g. 1s"
+                                value=Signal::derive(move || form.get().lease_ttl)
+                                message=Signal::derive(message(Field::LeaseTtl))
+                                on_input=edit(Field::LeaseTtl, |f, v| f.lease_ttl = v)
+                            />
+                        </div>
+                    </fieldset>
                     <div class="field">
                         <label for=Field::Description.id()>"Description"</label>
                         <textarea
@@ -210,6 +283,38 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <p class="field-error" id="rule-description-error">{message(Field::Description)}</p>
                     </div>
                     <p class="field-error form-error" id="rule-form-error" role="alert">{message(Field::Rule)}</p>
+                    <div class="confirm-change" id="confirm-change" role="alertdialog" aria-labelledby="confirm-change-title" hidden=move || confirming.get().is_none()>
+                        <p id="confirm-change-title"><strong>"A big change: save it?"</strong></p>
+                        <ul>
+                            {move || {
+                                confirming
+                                    .get()
+                                    .map(|(_, changes)| {
+                                        changes
+                                            .into_iter()
+                                            .map(|c| view! { <li class="big-change" data-what=c.what>{c.text}</li> })
+                                            .collect_view()
+                                    })
+                            }}
+                        </ul>
+                        <div class="form-actions">
+                            <button
+                                type="button"
+                                class="danger"
+                                id="confirm-save"
+                                on:click=move |_| {
+                                    if let Some((rule, _)) = confirming.get_untracked() {
+                                        store(rule);
+                                    }
+                                }
+                            >
+                                "Save anyway"
+                            </button>
+                            <button type="button" class="quiet" id="keep-editing" on:click=move |_| confirming.set(None)>
+                                "Keep editing"
+                            </button>
+                        </div>
+                    </div>
                     <div class="form-actions">
                         <button type="submit" class="primary" id="save-rule" disabled=move || saving.get()>
                             {move || if saving.get() { "Saving…" } else { "Save rule" }}
@@ -217,7 +322,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <button type="button" class="quiet" id="cancel-edit" on:click=cancel>"Cancel"</button>
                     </div>
                 </form>
-                <WhatIf params=params.into() />
+                <WhatIf params=params.into() baseline=baseline />
             </div>
         </section>
     }

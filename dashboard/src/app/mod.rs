@@ -4,6 +4,8 @@
 mod api;
 mod editor;
 mod events;
+mod history;
+mod keys;
 mod live_view;
 mod rules_view;
 mod signin;
@@ -14,7 +16,7 @@ use std::time::Duration;
 
 use leptos::prelude::*;
 
-use sluice_core::wire::{LevelsBody, RulesBody};
+use sluice_core::wire::{HistoryBody, HistoryRange, LevelsBody, RulesBody};
 
 use crate::api::ServerError;
 use crate::editor::{EditMode, RuleForm};
@@ -53,6 +55,10 @@ pub enum Tab {
     Rules,
     /// Live funnels.
     Live,
+    /// What happened over the last 5 minutes or hour, and what passed unchecked.
+    History,
+    /// One key on every action; the keys denied most.
+    Keys,
 }
 
 /// The editor's starting point.
@@ -90,6 +96,14 @@ pub struct Ctx {
     pub editing: RwSignal<Option<Editing>>,
     /// The current toast.
     pub notice: RwSignal<Option<Notice>>,
+    /// The latest history (also marks the rules whose action saw no traffic in 24 h).
+    pub history: RwSignal<Option<HistoryBody>>,
+    /// Why the last history read failed, if it did.
+    pub history_error: RwSignal<Option<String>>,
+    /// The range the history view shows.
+    pub range: RwSignal<HistoryRange>,
+    /// The key the one-user view looks up (set by its search box or a top-denied link).
+    pub key: RwSignal<Option<String>>,
 }
 
 impl Ctx {
@@ -102,7 +116,33 @@ impl Ctx {
             tab: RwSignal::new(Tab::Rules),
             editing: RwSignal::new(None),
             notice: RwSignal::new(None),
+            history: RwSignal::new(None),
+            history_error: RwSignal::new(None),
+            range: RwSignal::new(HistoryRange::FiveMinutes),
+            key: RwSignal::new(None),
         }
+    }
+
+    /// Reads the history for the chosen range (every few seconds while signed in, and at once
+    /// when the range changes). A session that ended signs out; any other failure is shown in
+    /// the history view, not as a toast every few seconds.
+    pub fn refresh_history(self) {
+        if self.auth.get_untracked() != Auth::SignedIn {
+            return;
+        }
+        let range = self.range.get_untracked();
+        leptos::task::spawn_local(async move {
+            match api::history(range).await {
+                // An answer for a range no longer chosen is dropped (the next one is on its way).
+                Ok(body) if body.range == self.range.get_untracked() => {
+                    self.history.set(Some(body));
+                    self.history_error.set(None);
+                }
+                Ok(_) => {}
+                Err(e) if e.is_unauthorized() => self.server_failed("History", &e),
+                Err(e) => self.history_error.set(Some(e.message)),
+            }
+        });
     }
 
     /// Shows a rules snapshot. Snapshots come in order on one stream (and a restarted backend
@@ -171,10 +211,24 @@ impl Ctx {
     }
 }
 
+/// How often the history (and the one-user view) is read again.
+pub const HISTORY_REFRESH_MS: u64 = 4000;
+
 #[component]
 fn App() -> impl IntoView {
     let ctx = Ctx::new();
     ctx.recheck();
+    // History every few seconds while signed in (the rules table marks quiet actions from it).
+    Effect::new(move |_| {
+        if ctx.auth.get() == Auth::SignedIn {
+            ctx.range.track();
+            ctx.refresh_history();
+        }
+    });
+    let _ = set_interval_with_handle(
+        move || ctx.refresh_history(),
+        Duration::from_millis(HISTORY_REFRESH_MS),
+    );
     view! {
         <header class="top">
             <div class="brand">
@@ -185,6 +239,8 @@ fn App() -> impl IntoView {
                 <nav class="tabs" aria-label="Views">
                     <TabButton ctx=ctx tab=Tab::Rules label="Rules" />
                     <TabButton ctx=ctx tab=Tab::Live label="Live" />
+                    <TabButton ctx=ctx tab=Tab::History label="History" />
+                    <TabButton ctx=ctx tab=Tab::Keys label="Keys" />
                 </nav>
                 <div class="session">
                     <LinkBadge ctx=ctx />
@@ -216,6 +272,12 @@ fn App() -> impl IntoView {
                     <div class="view" hidden=move || ctx.tab.get() != Tab::Live>
                         <live_view::LivePanel ctx=ctx />
                     </div>
+                    <div class="view" hidden=move || ctx.tab.get() != Tab::History>
+                        <history::HistoryPanel ctx=ctx />
+                    </div>
+                    <div class="view" hidden=move || ctx.tab.get() != Tab::Keys>
+                        <keys::KeysPanel ctx=ctx />
+                    </div>
                 }
                 .into_any(),
             }}
@@ -227,8 +289,19 @@ fn App() -> impl IntoView {
 #[component]
 fn TabButton(ctx: Ctx, tab: Tab, label: &'static str) -> impl IntoView {
     // The live view holds the store's warnings; its tab says so from anywhere on the page.
-    let warned =
-        Memo::new(move |_| tab == Tab::Live && !ctx.levels.get().store.warnings.is_empty());
+    let warned = Memo::new(move |_| match tab {
+        Tab::Live => !ctx.levels.get().store.warnings.is_empty(),
+        // Requests let through unchecked are the other thing that must be seen from anywhere.
+        Tab::History => ctx
+            .history
+            .get()
+            .is_some_and(|h| !crate::history::unchecked(&h).is_empty()),
+        _ => false,
+    });
+    let title = match tab {
+        Tab::History => "requests passed unchecked: see History",
+        _ => "the store puts rate limiting at risk: see Live",
+    };
     view! {
         <button
             class="tab"
@@ -237,9 +310,9 @@ fn TabButton(ctx: Ctx, tab: Tab, label: &'static str) -> impl IntoView {
             on:click=move |_| ctx.tab.set(tab)
         >
             {label}
-            <span class="tab-warning" hidden=move || !warned.get() title="the store puts rate limiting at risk: see Live">
+            <span class="tab-warning" hidden=move || !warned.get() title=title>
                 <span aria-hidden="true">"!"</span>
-                <span class="sr-only">" (store warning)"</span>
+                <span class="sr-only">{if tab == Tab::History { " (passed unchecked)" } else { " (store warning)" }}</span>
             </span>
         </button>
     }

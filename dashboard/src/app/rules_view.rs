@@ -4,6 +4,7 @@ use leptos::prelude::*;
 
 use super::{api, editor::Editor, Ctx, Editing};
 use crate::editor::{EditMode, RuleForm};
+use crate::history::{quiet_actions, QUIET_TEXT};
 use crate::rules_view::{self, rows, RuleRow};
 
 #[component]
@@ -19,6 +20,13 @@ pub fn RulesPanel(ctx: Ctx) -> impl IntoView {
 #[component]
 fn RulesTable(ctx: Ctx) -> impl IntoView {
     let table = Memo::new(move |_| rows(&ctx.rules.get()));
+    // Actions that saw no traffic in 24 h (from the history the page reads every few seconds).
+    let quiet = Memo::new(move |_| {
+        ctx.history
+            .get()
+            .map(|h| quiet_actions(&h))
+            .unwrap_or_default()
+    });
     // The action whose delete is awaiting confirmation.
     let confirming = RwSignal::new(None::<String>);
     view! {
@@ -46,6 +54,7 @@ fn RulesTable(ctx: Ctx) -> impl IntoView {
                             <th scope="col">"Algorithm"</th>
                             <th scope="col" class="num">"Capacity"</th>
                             <th scope="col">"Rate or window"</th>
+                            <th scope="col">"Lease"</th>
                             <th scope="col">"Mode"</th>
                             <th scope="col"><span class="sr-only">"Changes"</span></th>
                         </tr>
@@ -53,8 +62,8 @@ fn RulesTable(ctx: Ctx) -> impl IntoView {
                     <tbody>
                         <For
                             each=move || table.get()
-                            key=|row: &RuleRow| (row.action.clone(), row.limit.clone(), row.capacity.clone(), row.mode.clone(), row.algorithm.clone(), row.description.clone())
-                            children=move |row: RuleRow| view! { <Row ctx=ctx row=row confirming=confirming /> }
+                            key=|row: &RuleRow| (row.action.clone(), row.limit.clone(), row.capacity.clone(), row.mode.clone(), row.algorithm.clone(), row.description.clone(), row.lease.clone())
+                            children=move |row: RuleRow| view! { <Row ctx=ctx row=row confirming=confirming quiet=quiet /> }
                         />
                     </tbody>
                 </table>
@@ -64,8 +73,17 @@ fn RulesTable(ctx: Ctx) -> impl IntoView {
 }
 
 #[component]
-fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl IntoView {
+fn Row(
+    ctx: Ctx,
+    row: RuleRow,
+    confirming: RwSignal<Option<String>>,
+    quiet: Memo<Vec<String>>,
+) -> impl IntoView {
     let action = row.action.clone();
+    let is_quiet = {
+        let action = action.clone();
+        move || quiet.with(|q| q.contains(&action))
+    };
     let is_confirming = {
         let action = action.clone();
         move || confirming.get().as_deref() == Some(action.as_str())
@@ -105,10 +123,12 @@ fn Row(ctx: Ctx, row: RuleRow, confirming: RwSignal<Option<String>>) -> impl Int
             <th scope="row" data-label="Action">
                 <span class="action-name">{action.clone()}</span>
                 {(!description.is_empty()).then(|| view! { <span class="desc">{description.clone()}</span> })}
+                <span class="quiet-mark" hidden=move || !is_quiet()>{QUIET_TEXT}</span>
             </th>
             <td data-label="Algorithm">{row.algorithm.clone()}</td>
             <td data-label="Capacity" class="num">{row.capacity.clone()}</td>
             <td data-label="Rate or window">{row.limit.clone()}</td>
+            <td data-label="Lease" class=if row.lease == "off" { "lease lease-off" } else { "lease" }>{row.lease.clone()}</td>
             <td data-label="Mode"><span class=format!("mode mode-{}", row.mode)>{row.mode.clone()}</span></td>
             <td class="row-actions">
                 <Show

@@ -7,8 +7,10 @@ use sluice_core::{Params, Span};
 use crate::whatif::chart::{Charts, Tick, COUNT_HEIGHT, LEFT, LEVEL_HEIGHT, RIGHT, WIDTH};
 use crate::whatif::simulation::{self, Pattern};
 
+/// `baseline`: the rule as saved, when editing one: drawn over the same traffic beside the
+/// edited rule, so a change is seen before it is saved.
 #[component]
-pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
+pub fn WhatIf(params: Signal<Option<Params>>, baseline: Option<Params>) -> impl IntoView {
     let pattern = RwSignal::new(Pattern::BurstThenSteady);
     // The offered traffic stays put while the rule changes (so a new capacity or rate shows its
     // effect on the same traffic): it starts at twice the rate of the rule as opened, and the
@@ -56,13 +58,15 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
             .ok()
             .flatten()
             .unwrap_or_else(|| simulation::auto_horizon_ns(&p));
-        Some(Charts::new(&simulation::simulate(
-            &p,
-            pattern.get(),
-            rate,
-            horizon,
-        )))
+        let edited = simulation::simulate(&p, pattern.get(), rate, horizon);
+        // Unchanged rules need no second line.
+        let saved = baseline
+            .filter(|b| *b != p)
+            .map(|b| simulation::simulate(&b, pattern.get(), rate, horizon));
+        Some(Charts::compared(&edited, saved.as_ref()))
     });
+    let comparing =
+        move || charts.with(|c| c.as_ref().is_some_and(|c| c.baseline_capacity_y.is_some()));
     let placeholder = move || {
         params
             .get()
@@ -157,12 +161,16 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
                 <figcaption>
                     <span class="key offered">"offered"</span>
                     <span class="key allowed">"allowed"</span>
+                    <span class="key saved" hidden=move || !comparing()>"allowed by the saved rule"</span>
                     " requests so far"
                 </figcaption>
                 <svg id="whatif-count-chart" class="chart" viewBox=format!("0 0 {WIDTH} {COUNT_HEIGHT}") role="img" aria-label="Requests offered and allowed so far, over time">
                     {ticks_y(|c| c.count_ticks.clone())}
-                    <path class="allowed-area" d=move || charts.get().map(|c| c.allowed_path).unwrap_or_default() />
-                    <path class="offered-line" d=move || charts.get().map(|c| c.offered_path).unwrap_or_default() />
+                    {move || charts.get().map(|c| view! {
+                        <path class="allowed-area" d=c.allowed_path />
+                        <path class="offered-line" d=c.offered_path />
+                        {(!c.baseline_allowed_path.is_empty()).then(|| view! { <path class="saved-line" d=c.baseline_allowed_path.clone() /> })}
+                    })}
                     {ticks_x(COUNT_HEIGHT)}
                 </svg>
             </figure>
@@ -170,17 +178,22 @@ pub fn WhatIf(params: Signal<Option<Params>>) -> impl IntoView {
                 <figcaption>
                     <span class="key level">"funnel level"</span>
                     <span class="key capacity">"capacity"</span>
+                    <span class="key saved" hidden=move || !comparing()>"saved rule"</span>
                 </figcaption>
                 <svg id="whatif-level-chart" class="chart level" viewBox=format!("0 0 {WIDTH} {LEVEL_HEIGHT}") role="img" aria-label="Funnel level over time">
                     {ticks_y(|c| c.level_ticks.clone())}
-                    <line
-                        class="capacity-line"
-                        x1=format!("{LEFT}")
-                        x2=format!("{}", WIDTH - RIGHT)
-                        y1=move || charts.get().map(|c| format!("{:.1}", c.capacity_y)).unwrap_or_default()
-                        y2=move || charts.get().map(|c| format!("{:.1}", c.capacity_y)).unwrap_or_default()
-                    />
-                    <path class="level-line" d=move || charts.get().map(|c| c.level_path).unwrap_or_default() />
+                    {move || charts.get().map(|c| {
+                        let y = format!("{:.1}", c.capacity_y);
+                        view! {
+                            {c.baseline_capacity_y.map(|b| {
+                                let b = format!("{b:.1}");
+                                view! { <line class="saved-capacity-line" x1=format!("{LEFT}") x2=format!("{}", WIDTH - RIGHT) y1=b.clone() y2=b /> }
+                            })}
+                            {(!c.baseline_level_path.is_empty()).then(|| view! { <path class="saved-line" d=c.baseline_level_path.clone() /> })}
+                            <line class="capacity-line" x1=format!("{LEFT}") x2=format!("{}", WIDTH - RIGHT) y1=y.clone() y2=y />
+                            <path class="level-line" d=c.level_path />
+                        }
+                    })}
                     {ticks_x(LEVEL_HEIGHT)}
                 </svg>
             </figure>

@@ -1,0 +1,205 @@
+//! The one-user view: a key search showing where the key stands on every action (a peek that
+//! consumes nothing), and the keys each action denied most over the last 5 minutes, each a link
+//! to its view. Keys are untrusted text: only ever text nodes and attributes.
+
+use std::time::Duration;
+
+use leptos::prelude::*;
+use sluice_core::wire::{KeyView, TopDeniedBody};
+
+use super::{api, Auth, Ctx, Tab, HISTORY_REFRESH_MS};
+use crate::keys::{key_query, key_rows, top_denied, KeyRow, TopDenied};
+
+#[component]
+pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
+    let typed = RwSignal::new(String::new());
+    let message = RwSignal::new(String::new());
+    let view_body = RwSignal::new(None::<KeyView>);
+    let top = RwSignal::new(None::<TopDeniedBody>);
+    let top_error = RwSignal::new(String::new());
+    let busy = RwSignal::new(false);
+
+    // Reads the looked-up key's states (if any) and the top-denied lists, while the view shows.
+    let refresh = move || {
+        if ctx.auth.get_untracked() != Auth::SignedIn
+            || ctx.tab.get_untracked() != Tab::Keys
+            || busy.get_untracked()
+        {
+            return;
+        }
+        busy.set(true);
+        let key = ctx.key.get_untracked();
+        leptos::task::spawn_local(async move {
+            if let Some(key) = key {
+                match api::key_view(&key).await {
+                    // An answer for a key no longer asked about is dropped.
+                    Ok(body) if ctx.key.get_untracked().as_deref() == Some(body.key.as_str()) => {
+                        view_body.set(Some(body));
+                        message.set(String::new());
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.is_unauthorized() => ctx.server_failed("Keys", &e),
+                    Err(e) => message.set(format!("Could not look the key up: {}", e.message)),
+                }
+            }
+            match api::top_denied().await {
+                Ok(body) => {
+                    top.set(Some(body));
+                    top_error.set(String::new());
+                }
+                Err(e) if e.is_unauthorized() => ctx.server_failed("Keys", &e),
+                Err(e) => top_error.set(format!(
+                    "Could not read the most denied keys: {}",
+                    e.message
+                )),
+            }
+            busy.set(false);
+        });
+    };
+    // At once when the view opens or the key changes; then every few seconds.
+    Effect::new(move |_| {
+        if ctx.tab.get() == Tab::Keys {
+            ctx.key.track();
+            refresh();
+        }
+    });
+    if let Ok(handle) = set_interval_with_handle(refresh, Duration::from_millis(HISTORY_REFRESH_MS))
+    {
+        on_cleanup(move || handle.clear());
+    }
+
+    let look_up = move |key: String| {
+        typed.set(key.clone());
+        if ctx.key.get_untracked().as_deref() != Some(key.as_str()) {
+            view_body.set(None);
+        }
+        ctx.key.set(Some(key));
+    };
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        match key_query(&typed.get_untracked()) {
+            Ok(key) => look_up(key),
+            Err(why) => message.set(why.to_owned()),
+        }
+    };
+    let rows = Memo::new(move |_| view_body.get().map(|v| key_rows(&v)).unwrap_or_default());
+    let lists = Memo::new(move |_| top.get().map(|t| top_denied(&t)).unwrap_or_default());
+
+    view! {
+        <section class="card keys" aria-labelledby="keys-title">
+            <div class="section-head">
+                <h2 id="keys-title">"Keys"</h2>
+                <p class="hint">"Where one key stands on every action. Looking consumes nothing."</p>
+            </div>
+            <form class="key-search" id="key-search-form" on:submit=submit>
+                <label for="key-search">"Key"</label>
+                <div class="key-search-row">
+                    <input
+                        id="key-search"
+                        type="search"
+                        autocomplete="off"
+                        spellcheck="false"
+                        placeholder="e.g. a user id"
+                        prop:value=move || typed.get()
+                        on:input=move |ev| typed.set(event_target_value(&ev))
+                    />
+                    <button type="submit" class="primary" id="key-search-button">"Look up"</button>
+                </div>
+                <p class="field-error" id="key-search-error">{move || message.get()}</p>
+            </form>
+            <div class="key-result" id="key-result" hidden=move || view_body.get().is_none()>
+                <h3 class="key-title">
+                    "Key "
+                    <span class="shown-key" id="shown-key">{move || view_body.get().map(|v| v.key).unwrap_or_default()}</span>
+                </h3>
+                <Show
+                    when=move || !rows.get().is_empty()
+                    fallback=|| view! { <p class="empty">"No rules: nothing limits this key."</p> }
+                >
+                    <table class="key-table">
+                        <thead>
+                            <tr>
+                                <th scope="col">"Action"</th>
+                                <th scope="col">"Level"</th>
+                                <th scope="col" class="num">"Remaining"</th>
+                                <th scope="col">"Retry after"</th>
+                                <th scope="col">"Last seen"</th>
+                            </tr>
+                        </thead>
+                        <tbody>
+                            <For
+                                each=move || rows.get()
+                                key=|r: &KeyRow| (r.action.clone(), r.level_text.clone(), r.remaining.clone(), r.retry_after.clone(), r.last_seen.clone())
+                                children=|r: KeyRow| view! { <KeyStateRow row=r /> }
+                            />
+                        </tbody>
+                    </table>
+                </Show>
+            </div>
+            <h3 class="top-title">"Most denied, last 5 minutes"</h3>
+            <p class="field-error" id="top-denied-error">{move || top_error.get()}</p>
+            <Show
+                when=move || !lists.get().is_empty()
+                fallback=|| view! { <p class="empty" id="top-denied-empty">"No denials in the last 5 minutes."</p> }
+            >
+                <div class="top-grid" id="top-denied">
+                    <For
+                        each=move || lists.get()
+                        key=|t: &TopDenied| (t.action.clone(), t.keys.clone())
+                        children=move |t: TopDenied| {
+                            view! {
+                                <article class="top-card" data-action=t.action.clone()>
+                                    <h4 class="action-name">{t.action.clone()}</h4>
+                                    <ol class="top-keys">
+                                        {t
+                                            .keys
+                                            .into_iter()
+                                            .map(|(key, denied)| {
+                                                let wanted = key.clone();
+                                                let title = key.clone();
+                                                view! {
+                                                    <li class="top-key" data-denied=denied.to_string()>
+                                                        <button
+                                                            type="button"
+                                                            class="link key-link"
+                                                            title=title
+                                                            on:click=move |_| look_up(wanted.clone())
+                                                        >
+                                                            {key}
+                                                        </button>
+                                                        <span class="denied-count">{format!("{denied} denied")}</span>
+                                                    </li>
+                                                }
+                                            })
+                                            .collect_view()}
+                                    </ol>
+                                </article>
+                            }
+                        }
+                    />
+                </div>
+            </Show>
+        </section>
+    }
+}
+
+#[component]
+fn KeyStateRow(row: KeyRow) -> impl IntoView {
+    view! {
+        <tr class=format!("key-state {}", row.tone.class()) data-action=row.action.clone() data-remaining=row.remaining.clone()>
+            <th scope="row" data-label="Action">
+                <span class="action-name">{row.action.clone()}</span>
+                <span class="desc">{row.rule_text.clone()}</span>
+            </th>
+            <td data-label="Level">
+                <span class="level-bar" aria-hidden="true">
+                    <span class="level-bar-fill" style:transform=format!("scaleX({:.4})", row.fill)></span>
+                </span>
+                <span class="level-text">{row.level_text.clone()}</span>
+            </td>
+            <td data-label="Remaining" class="num remaining">{row.remaining.clone()}</td>
+            <td data-label="Retry after" class="retry-after">{row.retry_after.clone()}</td>
+            <td data-label="Last seen" class="last-seen">{row.last_seen.clone()}</td>
+        </tr>
+    }
+}
