@@ -1,16 +1,26 @@
 //! Live-activity bookkeeping: the decision path adds to an in-process batch (no store round trip
 //! per decision); a task flushes the batch to the store every ≤ 250 ms, so the dashboard sees
 //! traffic through any replica within a second. Per-action allowed/denied rates are kept here too.
+//!
+//! The same flush writes the history ([`crate::history`]): each action's allowed/denied counts of
+//! the batch (shadow-mode would-denials counted as allowed, as Envoy let them through), the keys
+//! it denied (for top denied), and the filter reports received since the last flush. A history
+//! write the store refuses is kept and retried with the next flush (bounded).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sluice_core::Action;
+use sluice_core::{Action, Mode};
 use tokio::sync::watch;
 
+use crate::clock::now_ms;
+use crate::history::pending::HistoryPending;
+use crate::history::report::UncheckedWarnings;
+use crate::history::{step_start, DeniedRecord, HistoryRecord, Tally};
 use crate::metrics::Metrics;
-use crate::store::{Activity, Store};
+use crate::rules::RuleCache;
+use crate::store::{Activity, Store, StoreError};
 
 /// Most distinct (action, key) pairs held in one batch; beyond it new keys are counted in the
 /// rates but not listed (a flood of distinct keys must not grow memory without bound).
@@ -60,6 +70,23 @@ struct History {
 pub struct ActivityBook {
     pending: Mutex<Pending>,
     history: Mutex<History>,
+    /// History counts waiting for the next flush (filter reports, refused writes).
+    pub steps: HistoryPending,
+    /// The "passed unchecked" warning limiter of filter reports.
+    pub unchecked: UncheckedWarnings,
+}
+
+/// What one flush writes to the store.
+#[derive(Debug, Default)]
+pub struct Flush {
+    /// Per-key live activity.
+    pub activity: Vec<Activity>,
+    /// Records dropped for space in the batch.
+    pub dropped: u64,
+    /// History counts per (action, step), decisions and filter reports together.
+    pub history: Vec<HistoryRecord>,
+    /// Backend denials per key under enforced rules (for top denied).
+    pub denied: Vec<DeniedRecord>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,18 +128,57 @@ impl ActivityBook {
     }
 
     /// Takes the batch: the per-key records for the store, and the records dropped for space.
-    /// Folds the per-action totals into the rate history.
+    /// Folds the per-action totals into the rate history (the history counts of the batch stay
+    /// pending: see [`ActivityBook::take_flush`]).
     pub fn take(&self, now: Instant) -> (Vec<Activity>, u64) {
+        let flush = self.take_flush(now, |_| false);
+        for record in flush.history {
+            self.steps.add(record);
+        }
+        (flush.activity, flush.dropped)
+    }
+
+    /// Takes everything a flush writes: the batch's per-key records, its per-action history
+    /// counts (in the step of the action's newest decision; denials of actions for which
+    /// `shadow` is true count as allowed, as Envoy let them through), the keys denied under
+    /// enforced rules, and the pending history (filter reports). Folds the per-action totals
+    /// into the rates.
+    pub fn take_flush(&self, now: Instant, shadow: impl Fn(&str) -> bool) -> Flush {
         let taken = std::mem::take(&mut *lock(&self.pending));
         let mut out = Vec::with_capacity(taken.keys);
+        let mut denied = Vec::new();
         let mut history = lock(&self.history);
         for (name, batch) in taken.actions {
-            history.samples.entry(name).or_default().push_back((
+            history.samples.entry(name.clone()).or_default().push_back((
                 now,
                 batch.totals.allowed,
                 batch.totals.denied,
             ));
+            let shadowed = shadow(&name);
+            let (allowed, refused) = if shadowed {
+                (batch.totals.allowed + batch.totals.denied, 0)
+            } else {
+                (batch.totals.allowed, batch.totals.denied)
+            };
+            self.steps.add(HistoryRecord {
+                action: batch.action.clone(),
+                step_ms: step_start(batch.totals.last_seen_ms),
+                tally: Tally {
+                    allowed,
+                    denied: refused,
+                    ..Tally::default()
+                },
+                last_seen_ms: batch.totals.last_seen_ms,
+            });
             for (key, c) in batch.keys {
+                if c.denied > 0 && !shadowed {
+                    denied.push(DeniedRecord {
+                        action: batch.action.clone(),
+                        key: key.clone(),
+                        at_ms: c.last_seen_ms,
+                        denied: c.denied,
+                    });
+                }
                 out.push(Activity {
                     action: batch.action.clone(),
                     key,
@@ -131,7 +197,12 @@ impl ActivityBook {
             }
             !samples.is_empty()
         });
-        (out, taken.dropped)
+        Flush {
+            activity: out,
+            dropped: taken.dropped,
+            history: self.steps.take(),
+            denied,
+        }
     }
 
     /// This replica's rates for an action over the last [`RATE_SPAN`], as of the last flush.
@@ -164,11 +235,61 @@ fn bump(c: &mut Counts, allowed: bool, now_ms: u64) {
     c.last_seen_ms = c.last_seen_ms.max(now_ms);
 }
 
-/// Flushes the batch every `every` until `stop`, then once more.
+/// Writes one flush: the live activity, the history and the denied keys, concurrently. A history
+/// write the store refuses goes back to [`ActivityBook::steps`] for the next flush (steps older
+/// than the history span are dropped and counted); refused activity and denied keys are dropped
+/// and counted in `sluice_activity_dropped_total`. Returns the first error.
+pub async fn write_flush(
+    book: &ActivityBook,
+    store: &dyn Store,
+    metrics: &Metrics,
+    flush: Flush,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    metrics.activity_dropped(flush.dropped);
+    let activity = async {
+        if flush.activity.is_empty() {
+            return Ok(());
+        }
+        store
+            .record_activity(&flush.activity)
+            .await
+            .inspect_err(|_| {
+                metrics.activity_dropped(flush.activity.len() as u64);
+            })
+    };
+    let history = async {
+        if flush.history.is_empty() {
+            return Ok(());
+        }
+        let result = store.record_history(&flush.history).await;
+        if result.is_err() {
+            metrics.activity_dropped(book.steps.put_back(flush.history.clone(), now_ms));
+        }
+        result
+    };
+    let denied = async {
+        if flush.denied.is_empty() {
+            return Ok(());
+        }
+        store.record_denied(&flush.denied).await.inspect_err(|_| {
+            metrics.activity_dropped(flush.denied.len() as u64);
+        })
+    };
+    let (a, h, d) = futures::join!(activity, history, denied);
+    for e in [&a, &h, &d].into_iter().filter_map(|r| r.as_ref().err()) {
+        metrics.store_error(e);
+    }
+    a.and(h).and(d)
+}
+
+/// Flushes the batch every `every` until `stop`, then once more. `rules` says which actions are
+/// in shadow mode (their denials count as allowed in the history).
 pub async fn flush_loop(
     book: Arc<ActivityBook>,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
+    rules: Arc<RuleCache>,
     every: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -180,22 +301,22 @@ pub async fn flush_loop(
             _ = ticker.tick() => false,
             _ = stop.wait_for(|s| *s) => true,
         };
-        let (batch, dropped) = book.take(Instant::now());
-        metrics.activity_dropped(dropped);
-        if !batch.is_empty() {
-            match store.record_activity(&batch).await {
-                Ok(()) if failing => {
-                    failing = false;
-                    tracing::info!("live activity flushes resumed");
-                }
-                Ok(()) => {}
-                Err(e) => {
-                    metrics.store_error(&e);
-                    metrics.activity_dropped(batch.len() as u64);
-                    if !failing {
-                        failing = true;
-                        tracing::warn!(error = %e, "cannot flush live activity to the store; the dashboard's levels will lag until it is back");
-                    }
+        let set = rules.current();
+        let flush = book.take_flush(Instant::now(), |action| {
+            set.rules
+                .get(action)
+                .is_some_and(|r| r.mode() == Mode::Shadow)
+        });
+        match write_flush(&book, store.as_ref(), &metrics, flush, now_ms()).await {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("live activity and history flushes resumed");
+            }
+            Ok(()) => {}
+            Err(e) => {
+                if !failing {
+                    failing = true;
+                    tracing::warn!(error = %e, "cannot flush live activity and history to the store; the dashboard's levels and history will lag until it is back (history is kept and retried for up to an hour)");
                 }
             }
         }
@@ -252,6 +373,79 @@ mod tests {
         );
         let later = start + RATE_SPAN + Duration::from_millis(1);
         assert_eq!(book.rates("post", later), Rates::default());
+    }
+
+    #[test]
+    fn a_flush_carries_history_and_denied_keys_and_shadow_denials_count_as_allowed() {
+        let book = ActivityBook::new();
+        let (post, dry) = (action("post"), action("dry"));
+        book.record(&post, "alice", true, 1_700_000_012_000);
+        book.record(&post, "mallory", false, 1_700_000_012_100);
+        book.record(&post, "mallory", false, 1_700_000_012_200);
+        book.record(&dry, "bob", false, 1_700_000_012_300);
+        book.steps.add(HistoryRecord {
+            action: post.clone(),
+            step_ms: 1_700_000_010_000,
+            tally: Tally {
+                cached_denied: 7,
+                ..Tally::default()
+            },
+            last_seen_ms: 1_700_000_011_000,
+        });
+        let mut flush = book.take_flush(Instant::now(), |a| a == "dry");
+        flush.history.sort_by(|a, b| a.action.cmp(&b.action));
+        assert_eq!(flush.history.len(), 2);
+        let (d, p) = (&flush.history[0], &flush.history[1]);
+        assert_eq!(
+            (d.action.as_str(), d.tally.allowed, d.tally.denied),
+            ("dry", 1, 0)
+        );
+        assert_eq!(
+            (
+                p.step_ms,
+                p.tally.allowed,
+                p.tally.denied,
+                p.tally.cached_denied
+            ),
+            (1_700_000_010_000, 1, 2, 7)
+        );
+        assert_eq!(p.last_seen_ms, 1_700_000_012_200);
+        assert_eq!(
+            flush.denied,
+            vec![DeniedRecord {
+                action: post,
+                key: "mallory".into(),
+                at_ms: 1_700_000_012_200,
+                denied: 2
+            }]
+        );
+        assert!(book
+            .take_flush(Instant::now(), |_| false)
+            .history
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_refused_history_write_is_retried_with_the_next_flush() {
+        let book = ActivityBook::new();
+        let store = crate::store::memory::MemoryStore::with_max_keys(16);
+        let metrics = Metrics::new();
+        let now = 1_700_000_012_000;
+        book.record(&action("post"), "k", true, now);
+        let mut flush = book.take_flush(Instant::now(), |_| false);
+        // Played refusal: put back as write_flush does on an error.
+        let dropped = book.steps.put_back(std::mem::take(&mut flush.history), now);
+        assert_eq!(dropped, 0);
+        let flush = book.take_flush(Instant::now(), |_| false);
+        assert_eq!(flush.history.len(), 1);
+        write_flush(&book, &store, &metrics, flush, now)
+            .await
+            .expect("memory");
+        let h = store
+            .read_history(&action("post"), 1_700_000_010_000, 1, now)
+            .await
+            .expect("memory");
+        assert_eq!(h.steps[0].1.allowed, 1);
     }
 
     #[test]

@@ -228,6 +228,7 @@ pub async fn run_with_rls(
         app.activity.clone(),
         store.clone(),
         metrics.clone(),
+        cache.clone(),
         intervals.activity_flush,
         stop_rx.clone(),
     ));

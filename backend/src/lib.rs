@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod decide;
+pub mod history;
 pub mod http;
 pub mod levels;
 pub mod metrics;

@@ -46,6 +46,40 @@ struct DecisionLabels {
     outcome: Outcome,
 }
 
+/// How a filter decided a request without the backend, as reported by `POST /v1/report`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum FilterOutcome {
+    /// Admitted from a lease.
+    leased,
+    /// Denied from the filter's denial cache.
+    cached_denied,
+    /// A failed callout the failure mode let through.
+    passed_unchecked,
+}
+
+/// Why a filter's callout failed, as reported by `POST /v1/report`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum FailureReason {
+    /// The callout timed out.
+    timeout,
+    /// The callout failed otherwise (refused, another status, an unreadable answer).
+    error,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FilterLabels {
+    action: String,
+    outcome: FilterOutcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    action: String,
+    reason: FailureReason,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     kind: String,
@@ -73,6 +107,8 @@ pub struct Metrics {
     unknown_action: Counter,
     rules: Gauge,
     activity_dropped: Counter,
+    filter_decisions: Family<FilterLabels, Counter>,
+    filter_failures: Family<FailureLabels, Counter>,
 }
 
 /// The store's own figures ([`Store::health`]), read at each scrape so they are never stale and
@@ -173,6 +209,18 @@ impl Metrics {
             "Live-activity records dropped (batch full, or the store refused the flush)",
             activity_dropped.clone(),
         );
+        let filter_decisions = Family::<FilterLabels, Counter>::default();
+        registry.register(
+            "sluice_filter_decisions",
+            "Requests the Envoy filters decided without the backend, from their reports (POST /v1/report), by action and outcome (leased, cached_denied, passed_unchecked); action \"(unknown)\" for actions without a rule",
+            filter_decisions.clone(),
+        );
+        let filter_failures = Family::<FailureLabels, Counter>::default();
+        registry.register(
+            "sluice_filter_failures",
+            "The Envoy filters' failed callouts to the backend, from their reports, by action and reason (timeout, error)",
+            filter_failures.clone(),
+        );
         for kind in [
             "unavailable",
             "timeout",
@@ -194,6 +242,42 @@ impl Metrics {
             unknown_action,
             rules,
             activity_dropped,
+            filter_decisions,
+            filter_failures,
+        }
+    }
+
+    /// Adds one filter report entry under the `action` label `label` (zero counts create no
+    /// series).
+    pub fn filter_counts(&self, label: &str, counts: &sluice_core::wire::ActionCounts) {
+        let outcomes = [
+            (FilterOutcome::leased, counts.leased),
+            (FilterOutcome::cached_denied, counts.cached_denied),
+            (FilterOutcome::passed_unchecked, counts.passed_unchecked),
+        ];
+        for (outcome, n) in outcomes {
+            if n > 0 {
+                self.filter_decisions
+                    .get_or_create(&FilterLabels {
+                        action: label.to_owned(),
+                        outcome,
+                    })
+                    .inc_by(n);
+            }
+        }
+        let failures = [
+            (FailureReason::timeout, counts.failed_timeout),
+            (FailureReason::error, counts.failed_error),
+        ];
+        for (reason, n) in failures {
+            if n > 0 {
+                self.filter_failures
+                    .get_or_create(&FailureLabels {
+                        action: label.to_owned(),
+                        reason,
+                    })
+                    .inc_by(n);
+            }
         }
     }
 

@@ -2,20 +2,25 @@
 //! probes; the admin router serves the token-protected API, the login session and the dashboard.
 
 pub mod admin;
+pub mod audit;
 pub mod dashboard;
 pub mod decision;
 pub mod error;
 pub mod events;
+pub mod history;
 pub mod input;
 pub mod openapi;
+pub mod overrides;
 pub mod probes;
+pub mod report;
+pub mod reset;
 pub mod serve;
 
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
@@ -52,6 +57,7 @@ pub fn decision_router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/throttle", post(decision::throttle))
         .route("/v1/cl.throttle", post(decision::cl_throttle))
+        .route("/v1/report", post(report::report))
         .merge(probes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
@@ -70,8 +76,23 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
                 .put(admin::put_rule)
                 .delete(admin::delete_rule),
         )
+        .route(
+            "/v1/rules/{action}/overrides",
+            get(overrides::list_overrides),
+        )
+        .route(
+            "/v1/rules/{action}/overrides/{key}",
+            get(overrides::get_override)
+                .put(overrides::put_override)
+                .delete(overrides::delete_override),
+        )
+        .route("/v1/keys", delete(reset::reset_key))
+        .route("/v1/audit", get(audit::get_audit))
         .route("/v1/levels", get(admin::get_levels))
         .route("/v1/events", get(events::events))
+        .route("/v1/history", get(history::get_history))
+        .route("/v1/keys", get(history::get_key))
+        .route("/v1/top-denied", get(history::get_top_denied))
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
             admin::require_admin,

@@ -10,7 +10,12 @@ use sluice_core::{Algorithm, Mode, Rate};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, decision, events, probes};
+use super::{admin, audit, decision, events, history, overrides, probes, report, reset};
+use sluice_core::wire::{
+    ActionCounts, ActionHistory, ActionTopDenied, DeniedKey, FilterReport, HistoryBody,
+    HistoryRange, KeyActionState, KeyView, StepCounts, TopDeniedBody,
+};
+use sluice_core::wire::{AuditBody, AuditEntry, AuditKind, KeyOverride, OverridesBody, ResetBody};
 
 struct Security;
 
@@ -33,16 +38,26 @@ impl Modify for Security {
 #[openapi(
     info(
         title = "sluice",
-        description = "Rate-limit decisions for Envoy (decision listener, default 127.0.0.1:8081: /v1/throttle, /v1/cl.throttle) and rule administration (admin listener, default 127.0.0.1:8080: everything tagged admin, token protected). Probes and this document are on both."
+        description = "Rate-limit decisions for Envoy (decision listener, default 127.0.0.1:8081: /v1/throttle, /v1/cl.throttle, /v1/report) and rule administration (admin listener, default 127.0.0.1:8080: everything tagged admin, token protected). Probes and this document are on both."
     ),
     paths(
         decision::throttle,
         decision::cl_throttle,
+        report::report,
         admin::list_rules,
         admin::get_rule,
         admin::put_rule,
         admin::delete_rule,
         admin::get_levels,
+        overrides::list_overrides,
+        overrides::get_override,
+        overrides::put_override,
+        overrides::delete_override,
+        reset::reset_key,
+        audit::get_audit,
+        history::get_history,
+        history::get_key,
+        history::get_top_denied,
         admin::login,
         admin::logout,
         events::events,
@@ -54,7 +69,10 @@ impl Modify for Security {
     components(schemas(
         ThrottleRequest, ThrottleResponse, ClThrottleRequest, ApiError, ErrorCode, Algorithm, Mode,
         Rate, RawRule, RulesBody, SessionRequest, LevelsBody, ActionLevels, KeyLevel,
-        StoreHealth, ReadyBody, HealthBody
+        StoreHealth, ReadyBody, HealthBody,
+        FilterReport, ActionCounts, HistoryBody, HistoryRange, ActionHistory, StepCounts,
+        KeyView, KeyActionState, TopDeniedBody, ActionTopDenied, DeniedKey,
+        KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody
     )),
     modifiers(&Security),
     tags(

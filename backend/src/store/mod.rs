@@ -134,6 +134,41 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<Activity>, StoreError>;
 
+    /// Adds counts to actions' history steps and raises their last-seen times (see
+    /// [`crate::history`]). Stored with a TTL (an hour and a margin; last seen a day), so a
+    /// `volatile-*` eviction policy may evict them, never the rules.
+    async fn record_history(
+        &self,
+        batch: &[crate::history::HistoryRecord],
+    ) -> Result<(), StoreError>;
+
+    /// The stored steps of `action` among the `steps` steps from `first_step_ms`, and when it was
+    /// last seen (if within a day of `now_ms`).
+    async fn read_history(
+        &self,
+        action: &Action,
+        first_step_ms: u64,
+        steps: usize,
+        now_ms: u64,
+    ) -> Result<crate::history::StoredHistory, StoreError>;
+
+    /// Adds backend denials per key to the minute buckets top denied reads (each bucket keeps the
+    /// [`crate::history::DENIED_KEEP`] keys denied most).
+    async fn record_denied(&self, batch: &[crate::history::DeniedRecord])
+        -> Result<(), StoreError>;
+
+    /// The `limit` keys of `action` denied most over the last 5 minutes at `now_ms`, most denied
+    /// first (ties by key).
+    async fn top_denied(
+        &self,
+        action: &Action,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// When `key` was last seen under `action`, if it is among the action's recent keys.
+    async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError>;
+
     /// Whether the store answers (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;
 

@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
+mod history_suite;
 mod store_suite;
 mod support;
 
@@ -23,7 +24,9 @@ mod http_binary;
 mod http_cell_redis;
 mod http_cluster;
 mod http_decision;
+mod http_history;
 mod http_store_failure;
 mod key_spray_memory;
 mod redis_sizing;
+mod report_log;
 mod rls;

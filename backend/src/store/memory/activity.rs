@@ -77,6 +77,20 @@ impl ActivityLog {
     }
 }
 
+impl ActivityLog {
+    /// When `key` was last seen under `action`, if it is among the kept keys.
+    pub(crate) fn last_seen(&self, action: &Action, key: &str) -> Option<u64> {
+        let actions = self
+            .actions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        actions
+            .get(action)
+            .and_then(|keys| keys.get(key))
+            .map(|c| c.last_seen_ms)
+    }
+}
+
 fn sort_newest_first(rows: &mut [(String, Counts)]) {
     rows.sort_by(|a, b| {
         b.1.last_seen_ms

@@ -12,6 +12,7 @@
 //! that key, while every key still held, the hammered ones above all, is limited exactly.
 
 mod activity;
+mod history;
 mod shards;
 pub mod sizing;
 mod slot;
@@ -27,6 +28,7 @@ use sluice_core::wire::StoreHealth;
 use sluice_core::{Action, Decision, Nanos, Params, Rule};
 
 use self::activity::ActivityLog;
+use self::history::HistoryLog;
 use self::shards::{ShardedStates, Totals};
 use super::{Activity, RuleSnapshot, Store, StoreError};
 use crate::clock::now_ns;
@@ -48,6 +50,7 @@ pub struct MemoryStore {
     states: ShardedStates,
     rules: Mutex<Rules>,
     activity: ActivityLog,
+    history: HistoryLog,
 }
 
 impl Default for MemoryStore {
@@ -73,6 +76,7 @@ impl MemoryStore {
                 version: 0,
             }),
             activity: ActivityLog::new(ACTIVITY_KEEP),
+            history: HistoryLog::default(),
         }
     }
 
@@ -229,6 +233,45 @@ impl Store for MemoryStore {
         limit: usize,
     ) -> Result<Vec<Activity>, StoreError> {
         Ok(self.activity.recent(action, limit))
+    }
+
+    async fn record_history(
+        &self,
+        batch: &[crate::history::HistoryRecord],
+    ) -> Result<(), StoreError> {
+        self.history.record(batch);
+        Ok(())
+    }
+
+    async fn read_history(
+        &self,
+        action: &Action,
+        first_step_ms: u64,
+        steps: usize,
+        now_ms: u64,
+    ) -> Result<crate::history::StoredHistory, StoreError> {
+        Ok(self.history.read(action, first_step_ms, steps, now_ms))
+    }
+
+    async fn record_denied(
+        &self,
+        batch: &[crate::history::DeniedRecord],
+    ) -> Result<(), StoreError> {
+        self.history.record_denied(batch);
+        Ok(())
+    }
+
+    async fn top_denied(
+        &self,
+        action: &Action,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        Ok(self.history.top_denied(action, now_ms, limit))
+    }
+
+    async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.activity.last_seen(action, key))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

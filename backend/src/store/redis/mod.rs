@@ -11,6 +11,7 @@ mod config;
 mod conn;
 mod errors;
 mod health;
+mod history;
 mod keys;
 mod scripts;
 mod sizing;
@@ -82,6 +83,8 @@ pub struct RedisStore {
     timeout: Duration,
     /// Redis's memory settings and evictions, read in the background (see `health.rs`).
     health: Health,
+    /// History and top-denied keys and scripts (see `history.rs`).
+    history: history::HistoryKeys,
 }
 
 impl RedisStore {
@@ -118,6 +121,7 @@ impl RedisStore {
             conn,
             cluster,
             keys: KeyLayout::new(&config.key_prefix),
+            history: history::HistoryKeys::new(&config.key_prefix),
             scripts: Scripts::new(),
             permits: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
@@ -405,6 +409,44 @@ impl Store for RedisStore {
                 })
             })
             .collect()
+    }
+
+    async fn record_history(
+        &self,
+        batch: &[crate::history::HistoryRecord],
+    ) -> Result<(), StoreError> {
+        self.history_record(batch).await
+    }
+
+    async fn read_history(
+        &self,
+        action: &Action,
+        first_step_ms: u64,
+        steps: usize,
+        now_ms: u64,
+    ) -> Result<crate::history::StoredHistory, StoreError> {
+        self.history_read(action, first_step_ms, steps, now_ms)
+            .await
+    }
+
+    async fn record_denied(
+        &self,
+        batch: &[crate::history::DeniedRecord],
+    ) -> Result<(), StoreError> {
+        self.denied_record(batch).await
+    }
+
+    async fn top_denied(
+        &self,
+        action: &Action,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        self.denied_top(action, now_ms, limit).await
+    }
+
+    async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError> {
+        self.key_seen(action, key).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -1,0 +1,233 @@
+//! What happened to each action over the last hour (10 s steps), the keys denied most over the
+//! last 5 minutes, and one key's standing on every action: the operator's questions during an
+//! incident, answered from the store so every replica answers the same.
+//!
+//! Counts reach the store without a store round trip per decision: the decision path adds to the
+//! activity batch ([`crate::activity`]), filter reports add to [`pending::HistoryPending`], and
+//! the activity flush writes both every ≤ 250 ms.
+
+pub mod body;
+pub mod pending;
+pub mod report;
+pub mod view;
+
+use sluice_core::wire::{StepCounts, HISTORY_SPAN_MS, HISTORY_STEP_MS, TOP_DENIED_SPAN_MS};
+use sluice_core::Action;
+
+/// How long an action's last-seen time is kept: a day (an action unseen for longer is marked
+/// "likely no route" by the dashboard).
+pub const LAST_SEEN_SPAN_MS: u64 = 24 * 60 * 60 * 1000;
+/// Width of one top-denied bucket: a minute.
+pub const DENIED_BUCKET_MS: u64 = 60_000;
+/// Buckets read for top denied: the current minute and the five before it, so the 5 minutes
+/// before now are always covered (at most 6 minutes are).
+pub const DENIED_BUCKETS: u64 = TOP_DENIED_SPAN_MS / DENIED_BUCKET_MS + 1;
+/// Most keys one top-denied bucket keeps per action; beyond it the least denied are dropped (a
+/// spray of denied keys cannot grow it), so counts are those of the heavy hitters.
+pub const DENIED_KEEP: usize = 200;
+/// How long a stored history step outlives the span it is read for (replicas' clocks may differ
+/// and a read may straddle a step).
+pub const HISTORY_TTL_MS: u64 = HISTORY_SPAN_MS + 10 * 60 * 1000;
+/// How long a stored top-denied bucket lives.
+pub const DENIED_TTL_MS: u64 = (DENIED_BUCKETS + 1) * DENIED_BUCKET_MS;
+
+/// Requests of one action in one step, by outcome (the stored form of a history step).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Allowed by the backend (shadow-mode would-denials included).
+    pub allowed: u64,
+    /// Allowed by a filter from a lease.
+    pub leased: u64,
+    /// Denied by the backend under an enforced rule.
+    pub denied: u64,
+    /// Denied by a filter's denial cache.
+    pub cached_denied: u64,
+    /// Failed callouts the failure mode let through.
+    pub passed_unchecked: u64,
+    /// Failed callouts (timeout or error).
+    pub failed: u64,
+}
+
+impl Tally {
+    /// The stored field names, one letter each, in a fixed order (the Redis hash's fields).
+    pub const FIELDS: [&'static str; 6] = ["a", "l", "d", "c", "p", "f"];
+
+    /// The counts in [`Tally::FIELDS`] order.
+    pub fn values(&self) -> [u64; 6] {
+        [
+            self.allowed,
+            self.leased,
+            self.denied,
+            self.cached_denied,
+            self.passed_unchecked,
+            self.failed,
+        ]
+    }
+
+    /// A tally from counts in [`Tally::FIELDS`] order.
+    pub fn from_values(v: [u64; 6]) -> Tally {
+        Tally {
+            allowed: v[0],
+            leased: v[1],
+            denied: v[2],
+            cached_denied: v[3],
+            passed_unchecked: v[4],
+            failed: v[5],
+        }
+    }
+
+    /// Adds `other` (saturating: a counter never wraps).
+    pub fn add(&mut self, other: &Tally) {
+        let (a, b) = (self.values(), other.values());
+        *self = Tally::from_values(std::array::from_fn(|i| a[i].saturating_add(b[i])));
+    }
+
+    /// Whether every count is zero.
+    pub fn is_zero(&self) -> bool {
+        self.values().iter().all(|v| *v == 0)
+    }
+
+    /// The wire form, for the step starting at `at_ms` (0 for totals).
+    pub fn counts(&self, at_ms: u64) -> StepCounts {
+        StepCounts {
+            at_ms,
+            allowed: self.allowed,
+            leased: self.leased,
+            denied: self.denied,
+            cached_denied: self.cached_denied,
+            passed_unchecked: self.passed_unchecked,
+            failed: self.failed,
+        }
+    }
+}
+
+/// Counts to add to one action's step, and when the action was last seen (0: not in this record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryRecord {
+    /// The action.
+    pub action: Action,
+    /// Start of the step, in ms since the epoch (a multiple of `HISTORY_STEP_MS`).
+    pub step_ms: u64,
+    /// The counts to add.
+    pub tally: Tally,
+    /// When the action was last seen in these counts, in ms since the epoch (0: not seen).
+    pub last_seen_ms: u64,
+}
+
+/// Backend denials of one key, to add to the top-denied bucket holding `at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeniedRecord {
+    /// The action.
+    pub action: Action,
+    /// The key, as the decision API received it.
+    pub key: String,
+    /// When, in ms since the epoch (its minute picks the bucket).
+    pub at_ms: u64,
+    /// Denials to add.
+    pub denied: u64,
+}
+
+/// One action's stored history over a range.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredHistory {
+    /// The steps holding anything, as (step start ms, counts), in any order.
+    pub steps: Vec<(u64, Tally)>,
+    /// When the action was last seen, if within [`LAST_SEEN_SPAN_MS`] of the read.
+    pub last_seen_ms: Option<u64>,
+}
+
+/// Start of the step holding `ms`.
+pub fn step_start(ms: u64) -> u64 {
+    ms - ms % HISTORY_STEP_MS
+}
+
+/// Start of the top-denied bucket holding `ms`.
+pub fn denied_bucket(ms: u64) -> u64 {
+    ms - ms % DENIED_BUCKET_MS
+}
+
+/// The top-denied buckets read at `now_ms`, newest first.
+pub fn denied_buckets(now_ms: u64) -> Vec<u64> {
+    let newest = denied_bucket(now_ms);
+    (0..DENIED_BUCKETS)
+        .filter_map(|i| newest.checked_sub(i * DENIED_BUCKET_MS))
+        .collect()
+}
+
+/// Whether a last-seen time read at `now_ms` is recent enough to report.
+pub fn last_seen_within_span(last_seen_ms: u64, now_ms: u64) -> Option<u64> {
+    (last_seen_ms > 0 && now_ms.saturating_sub(last_seen_ms) <= LAST_SEEN_SPAN_MS)
+        .then_some(last_seen_ms)
+}
+
+/// Orders (key, denied) pairs most denied first, ties by key, and keeps `limit`.
+pub fn rank_denied(mut keys: Vec<(String, u64)>, limit: usize) -> Vec<(String, u64)> {
+    keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    keys.truncate(limit);
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_and_buckets_start_on_their_boundaries() {
+        assert_eq!(step_start(1_700_000_012_345), 1_700_000_010_000);
+        assert_eq!(step_start(1_700_000_010_000), 1_700_000_010_000);
+        assert_eq!(denied_bucket(1_700_000_012_345), 1_699_999_980_000);
+        let buckets = denied_buckets(1_700_000_012_345);
+        assert_eq!(buckets.len(), 6);
+        assert_eq!(buckets[0], 1_699_999_980_000);
+        assert_eq!(buckets[5], 1_699_999_980_000 - 300_000);
+        // Near the epoch there are fewer buckets, never an underflow.
+        assert_eq!(denied_buckets(61_000), vec![60_000, 0]);
+    }
+
+    #[test]
+    fn tallies_add_and_round_trip_their_fields() {
+        let mut t = Tally::from_values([1, 2, 3, 4, 5, 6]);
+        assert_eq!(t.values(), [1, 2, 3, 4, 5, 6]);
+        t.add(&Tally {
+            allowed: u64::MAX,
+            ..Tally::default()
+        });
+        assert_eq!(t.allowed, u64::MAX, "saturates");
+        assert!(!t.is_zero());
+        assert!(Tally::default().is_zero());
+        let c = t.counts(10_000);
+        assert_eq!((c.at_ms, c.leased, c.failed), (10_000, 2, 6));
+    }
+
+    #[test]
+    fn last_seen_is_reported_for_a_day() {
+        let now = 2 * LAST_SEEN_SPAN_MS;
+        assert_eq!(last_seen_within_span(now - 5, now), Some(now - 5));
+        assert_eq!(
+            last_seen_within_span(now - LAST_SEEN_SPAN_MS, now),
+            Some(now - LAST_SEEN_SPAN_MS)
+        );
+        assert_eq!(
+            last_seen_within_span(now - LAST_SEEN_SPAN_MS - 1, now),
+            None
+        );
+        assert_eq!(last_seen_within_span(0, now), None);
+    }
+
+    #[test]
+    fn ranking_is_most_denied_first_then_by_key() {
+        let ranked = rank_denied(
+            vec![
+                ("b".into(), 2),
+                ("a".into(), 2),
+                ("c".into(), 9),
+                ("d".into(), 1),
+            ],
+            3,
+        );
+        assert_eq!(
+            ranked,
+            vec![("c".into(), 9), ("a".into(), 2), ("b".into(), 2)]
+        );
+    }
+}

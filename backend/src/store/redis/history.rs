@@ -1,0 +1,248 @@
+//! History and top denied in Redis. Per action, everything shares one hash tag, so each script
+//! touches one Cluster slot:
+//!
+//! - a history step: hash `{<prefix>:history:<action>}:<step_ms>`, fields `a l d c p f`
+//!   (allowed, leased, denied, cached_denied, passed_unchecked, failed), TTL an hour + 10 min;
+//! - last seen: string `{<prefix>:history:<action>}:seen` (ms), TTL a day;
+//! - top denied: zset `{<prefix>:denied:<action>}:<minute_ms>`, key -> denials, at most
+//!   [`DENIED_KEEP`] members, TTL 7 min.
+//!
+//! Every one of them carries a TTL, so a `volatile-*` eviction policy may evict them (a chart
+//! loses a step; decisions are unaffected), never the rules.
+
+use std::collections::BTreeMap;
+
+use futures::future::try_join_all;
+use redis::Script;
+use sluice_core::wire::HISTORY_STEP_MS;
+use sluice_core::Action;
+
+use super::errors::Call;
+use super::RedisStore;
+use crate::history::{
+    denied_bucket, denied_buckets, last_seen_within_span, rank_denied, DeniedRecord, HistoryRecord,
+    StoredHistory, Tally, DENIED_KEEP, DENIED_TTL_MS, HISTORY_TTL_MS, LAST_SEEN_SPAN_MS,
+};
+use crate::store::StoreError;
+
+/// The keys and scripts of history and top denied.
+pub(crate) struct HistoryKeys {
+    prefix: String,
+    record: Script,
+    read: Script,
+    denied_record: Script,
+    denied_top: Script,
+}
+
+impl HistoryKeys {
+    /// Keys under `prefix` (checked at connect: no `{` or `}`).
+    pub(crate) fn new(prefix: &str) -> HistoryKeys {
+        HistoryKeys {
+            prefix: prefix.to_owned(),
+            record: Script::new(include_str!("../../../lua/history_record.lua")),
+            read: Script::new(include_str!("../../../lua/history_read.lua")),
+            denied_record: Script::new(include_str!("../../../lua/denied_record.lua")),
+            denied_top: Script::new(include_str!("../../../lua/denied_top.lua")),
+        }
+    }
+
+    fn history_tag(&self, action: &Action) -> String {
+        format!("{{{}:history:{}}}", self.prefix, action.as_str())
+    }
+
+    /// The hash of one step.
+    pub(crate) fn step(&self, action: &Action, step_ms: u64) -> String {
+        format!("{}:{step_ms}", self.history_tag(action))
+    }
+
+    /// The last-seen key of an action.
+    pub(crate) fn seen(&self, action: &Action) -> String {
+        format!("{}:seen", self.history_tag(action))
+    }
+
+    /// The zset of one top-denied bucket.
+    pub(crate) fn denied(&self, action: &Action, bucket_ms: u64) -> String {
+        format!("{{{}:denied:{}}}:{bucket_ms}", self.prefix, action.as_str())
+    }
+}
+
+fn parse_u64(text: &str, key: &str) -> Result<u64, StoreError> {
+    text.parse()
+        .map_err(|_| StoreError::Corrupt(format!("{key} holds {text:?}, not a whole number")))
+}
+
+impl RedisStore {
+    /// See [`crate::store::Store::record_history`]: one script per record, pipelined under one
+    /// permit and one timeout.
+    pub(super) async fn history_record(&self, batch: &[HistoryRecord]) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let calls = batch.iter().map(|r| {
+            let mut conn = self.conn.clone();
+            let mut invocation = self
+                .history
+                .record
+                .key(self.history.step(&r.action, r.step_ms));
+            invocation
+                .key(self.history.seen(&r.action))
+                .arg(HISTORY_TTL_MS)
+                .arg(LAST_SEEN_SPAN_MS)
+                .arg(r.last_seen_ms);
+            for v in r.tally.values() {
+                invocation.arg(v);
+            }
+            async move { invocation.invoke_async::<i64>(&mut conn).await }
+        });
+        self.bounded(
+            "history",
+            Call::Script("history_record"),
+            try_join_all(calls),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// See [`crate::store::Store::read_history`]: one script.
+    pub(super) async fn history_read(
+        &self,
+        action: &Action,
+        first_step_ms: u64,
+        steps: usize,
+        now_ms: u64,
+    ) -> Result<StoredHistory, StoreError> {
+        let seen = self.history.seen(action);
+        let mut invocation = self.history.read.prepare_invoke();
+        for i in 0..steps as u64 {
+            invocation.key(
+                self.history
+                    .step(action, first_step_ms + i * HISTORY_STEP_MS),
+            );
+        }
+        invocation.key(&seen);
+        let mut conn = self.conn.clone();
+        let flat: Vec<String> = self
+            .bounded(
+                &seen,
+                Call::Script("history_read"),
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+        let Some((last, rows)) = flat.split_first() else {
+            return Err(StoreError::Corrupt(format!("{seen}: empty history reply")));
+        };
+        let mut out = StoredHistory {
+            steps: Vec::new(),
+            last_seen_ms: last_seen_within_span(parse_u64(last, &seen)?, now_ms),
+        };
+        for row in rows.chunks(7) {
+            let [index, a, l, d, c, p, f] = row else {
+                return Err(StoreError::Corrupt(format!("{seen}: short history row")));
+            };
+            let key = self.history.step(action, first_step_ms);
+            let index = parse_u64(index, &key)?;
+            let values = [a, l, d, c, p, f].map(|v| parse_u64(v, &key));
+            let mut counts = [0u64; 6];
+            for (slot, v) in counts.iter_mut().zip(values) {
+                *slot = v?;
+            }
+            out.steps.push((
+                first_step_ms + index * HISTORY_STEP_MS,
+                Tally::from_values(counts),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// See [`crate::store::Store::record_denied`]: one script per (action, bucket).
+    pub(super) async fn denied_record(&self, batch: &[DeniedRecord]) -> Result<(), StoreError> {
+        let mut by_bucket: BTreeMap<(&Action, u64), Vec<&DeniedRecord>> = BTreeMap::new();
+        for r in batch.iter().filter(|r| r.denied > 0) {
+            by_bucket
+                .entry((&r.action, denied_bucket(r.at_ms)))
+                .or_default()
+                .push(r);
+        }
+        if by_bucket.is_empty() {
+            return Ok(());
+        }
+        let calls = by_bucket.into_iter().map(|((action, bucket), rows)| {
+            let mut conn = self.conn.clone();
+            let mut invocation = self
+                .history
+                .denied_record
+                .key(self.history.denied(action, bucket));
+            invocation.arg(DENIED_KEEP).arg(DENIED_TTL_MS);
+            for r in rows {
+                invocation.arg(&r.key).arg(r.denied);
+            }
+            async move { invocation.invoke_async::<i64>(&mut conn).await }
+        });
+        self.bounded("denied", Call::Script("denied_record"), try_join_all(calls))
+            .await
+            .map(|_| ())
+    }
+
+    /// See [`crate::store::Store::top_denied`]: one script over the buckets.
+    pub(super) async fn denied_top(
+        &self,
+        action: &Action,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let keys: Vec<String> = denied_buckets(now_ms)
+            .into_iter()
+            .map(|b| self.history.denied(action, b))
+            .collect();
+        let first = keys.first().cloned().unwrap_or_default();
+        let mut invocation = self.history.denied_top.prepare_invoke();
+        for k in &keys {
+            invocation.key(k);
+        }
+        let mut conn = self.conn.clone();
+        let flat: Vec<String> = self
+            .bounded(
+                &first,
+                Call::Script("denied_top"),
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+        let mut rows = Vec::with_capacity(flat.len() / 2);
+        for pair in flat.chunks(2) {
+            let [key, n] = pair else {
+                return Err(StoreError::Corrupt(format!(
+                    "{first}: odd top-denied reply"
+                )));
+            };
+            rows.push((key.clone(), parse_u64(n, &first)?));
+        }
+        Ok(rank_denied(rows, limit))
+    }
+
+    /// See [`crate::store::Store::key_last_seen`]: the key's score in the action's recent zset.
+    pub(super) async fn key_seen(
+        &self,
+        action: &Action,
+        key: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        let [recent, _] = self.keys.activity(action);
+        let mut conn = self.conn.clone();
+        let score: Option<String> = self
+            .bounded(
+                &recent,
+                Call::Command,
+                redis::cmd("ZSCORE")
+                    .arg(&recent)
+                    .arg(key)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        score
+            .map(|s| {
+                s.parse::<f64>()
+                    .map(|ms| ms as u64)
+                    .map_err(|_| StoreError::Corrupt(format!("{recent}: score {s:?}")))
+            })
+            .transpose()
+    }
+}
