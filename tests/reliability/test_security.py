@@ -52,8 +52,16 @@ def operations(backend):
     return ops
 
 
-def call(url, method, path, headers, **kw):
+def concrete_path(path):
+    """The path with its parameters filled in: {action}, and the key GET /v1/keys requires."""
     concrete = path.replace("{action}", "sec_probe")
+    if concrete.split("?")[0] == "/v1/keys":
+        concrete += ("&" if "?" in concrete else "?") + "key=sec_probe"
+    return concrete
+
+
+def call(url, method, path, headers, **kw):
+    concrete = concrete_path(path)
     body = PROBE_RULE if method == "put" else None
     # stream: /v1/events is a never-ending SSE stream; read only its status.
     r = requests.request(method.upper(), url + concrete, headers=headers, json=body, timeout=5, stream=True,
@@ -71,7 +79,7 @@ def test_every_secured_admin_operation_refuses_bad_credentials(backend):
             r = call(backend.admin_url, method, path, headers)
             assert r.status_code == 401, f"{method.upper()} {path} with {what}: {r.status_code}"
             if method != "get" or path != "/v1/events":
-                assert requests.request(method.upper(), backend.admin_url + path.replace("{action}", "sec_probe"),
+                assert requests.request(method.upper(), backend.admin_url + concrete_path(path),
                                         headers=headers, json=PROBE_RULE if method == "put" else None,
                                         timeout=5).json()["error"] == "unauthorized"
         # Query strings carry no credentials either.
@@ -92,7 +100,7 @@ def test_only_the_probes_and_login_are_public(backend):
     them, and that listener stays off the public network) are not served on the admin listener."""
     ops = operations(backend)
     decision = {(m, p) for m, p, tags, s in ops if "decision" in tags}
-    assert decision == {("post", "/v1/throttle"), ("post", "/v1/cl.throttle")}
+    assert decision == {("post", "/v1/throttle"), ("post", "/v1/cl.throttle"), ("post", "/v1/report")}
     for method, path in decision:
         assert call(backend.admin_url, method, path, {}).status_code in (404, 405), (method, path)
     public = {(m, p) for m, p, tags, s in ops if not s} - decision
