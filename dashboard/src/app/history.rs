@@ -4,12 +4,19 @@
 use leptos::prelude::*;
 use sluice_core::wire::HistoryRange;
 
-use super::Ctx;
+use super::{Ctx, Tab};
 use crate::history::{charts, unchecked, ActionChart, Outcome, BOTTOM, HEIGHT, LEFT, RIGHT, WIDTH};
 
 #[component]
 pub fn HistoryPanel(ctx: Ctx) -> impl IntoView {
-    let all = Memo::new(move |_| ctx.history.get().map(|h| charts(&h)).unwrap_or_default());
+    // Charts are laid out only while the view shows (the history is read on every view: the
+    // rules table and the tab's mark use it).
+    let all = Memo::new(move |_| {
+        if ctx.tab.get() != Tab::History {
+            return Vec::new();
+        }
+        ctx.history.get().map(|h| charts(&h)).unwrap_or_default()
+    });
     let failures = Memo::new(move |_| ctx.history.get().map(|h| unchecked(&h)).unwrap_or_default());
     let range_button = move |range: HistoryRange, id: &'static str, label: &'static str| {
         view! {
@@ -164,7 +171,7 @@ fn HistoryCard(chart: Memo<Option<ActionChart>>) -> impl IntoView {
                                 .map(|(i, col)| {
                                     view! {
                                         <rect
-                                            class=move || if hovered.get() == Some(i) { "column hovered" } else { "column" }
+                                            class="column"
                                             data-step=i.to_string()
                                             x=format!("{:.2}", col.x)
                                             y="0"
@@ -177,6 +184,15 @@ fn HistoryCard(chart: Memo<Option<ActionChart>>) -> impl IntoView {
                                 .collect_view();
                             view! { {grid} {layers} {x_ticks} {columns} }
                         })
+                }}
+                // One band over the step under the pointer (drawn last, it lets the pointer through).
+                {move || {
+                    let band = hovered.get().and_then(|i| chart.with(|c| c.as_ref().and_then(|c| c.columns.get(i).map(|col| (col.x, col.width)))));
+                    band.map(|(x, width)| {
+                        view! {
+                            <rect class="hover-band" x=format!("{x:.2}") y="0" width=format!("{width:.2}") height=format!("{:.1}", HEIGHT - BOTTOM) />
+                        }
+                    })
                 }}
             </svg>
             <p class="readout" aria-live="polite">{readout}</p>
