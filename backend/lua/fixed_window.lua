@@ -24,7 +24,13 @@ end
 local end_rel = ((start + 1) * W - now_ms) * 1000000 - sub_ms
 
 if q <= math.max(cap - count, 0) then
-  local after = count + q
+  -- A lease: k more units in the same step; none with under 1 ms of the window left, since a
+  -- grant ends with its window (its ttl, whole ms, is capped in Rust at the reset below).
+  local k = 0
+  if q > 0 and end_rel >= 1000000 then
+    k = grant(cap - count - q)
+  end
+  local after = count + q + k
   if q > 0 then
     redis.call('HSET', KEYS[1], 'start', fmt(start), 'count', fmt(after))
     redis.call('PEXPIRE', KEYS[1], TTL_MS)
@@ -33,7 +39,7 @@ if q <= math.max(cap - count, 0) then
   if after > 0 then
     reset = math.max(end_rel, 0)
   end
-  return { 1, math.max(cap - after, 0), -1, reset, after, 0, 0, 0 }
+  return { 1, math.max(cap - after, 0), -1, reset, after, 0, 0, 0, k }
 end
 local retry = -1
 if q <= cap then
@@ -43,4 +49,4 @@ local reset = 0
 if count > 0 then
   reset = math.max(end_rel, 0)
 end
-return { 0, math.max(cap - count, 0), retry, reset, count, 0, 0, 0 }
+return { 0, math.max(cap - count, 0), retry, reset, count, 0, 0, 0, 0 }

@@ -28,12 +28,21 @@ if q <= cap then
   local need = T * q
   if need <= tol - current then
     local after = current + need
+    -- A lease: k more units in the same step, from what is left after q.
+    local k = 0
+    if q > 0 then
+      k = grant(idiv(tol - after, T))
+      if T * k > tol - after then
+        k = 0 -- never for a state this script wrote (see sluice_core::leased)
+      end
+      after = after + T * k
+    end
     if q > 0 then
       redis.call('HSET', KEYS[1], 'level', fmt(after), 'last', abs(math.max(0, last)))
       redis.call('PEXPIRE', KEYS[1], TTL_MS)
     end
-    return { 1, idiv(tol - after, T), -1, reset(after), after, T, 0, 0 }
+    return { 1, idiv(tol - after, T), -1, reset(after), after, T, 0, 0, k }
   end
-  return { 0, idiv(math.max(tol - current, 0), T), need - (tol - current) + catch_up, reset(current), current, T, 0, 0 }
+  return { 0, idiv(math.max(tol - current, 0), T), need - (tol - current) + catch_up, reset(current), current, T, 0, 0, 0 }
 end
-return { 0, idiv(math.max(tol - current, 0), T), -1, reset(current), current, T, 0, 0 }
+return { 0, idiv(math.max(tol - current, 0), T), -1, reset(current), current, T, 0, 0, 0 }

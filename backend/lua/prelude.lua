@@ -10,6 +10,9 @@
 --
 -- ARGV[1]: "now" in ns as a decimal string (tests), or "" to use Redis TIME (production).
 -- ARGV[2]: quantity. ARGV[3]: TTL in ms for every write. ARGV[4], ARGV[5]: algorithm parameters.
+-- ARGV[6]: lease max, "0" for no lease (sluice_core::leased): an allowed request of q >= 1 also
+-- debits k = min(max, floor(left / 2)) more units in the same call, left being what the key has
+-- after q, and the reply's 9th value is k. gcra takes two more (ARGV[7], ARGV[8]: see gcra.lua).
 
 local TWO53 = 9007199254740992
 -- Seconds beyond which a stored time is clamped (104 days, more than the 90-day horizon), so
@@ -99,4 +102,11 @@ local function fmt(x)
 end
 
 local QUANTITY = tonumber(ARGV[2])
+local LEASE_MAX = tonumber(ARGV[6]) or 0
+
+-- Units to grant beyond a request that leaves `left` units (an integer below 2^53): never more
+-- than the lease's max, never more than half of what is left (sluice_core::lease::grant_units).
+local function grant(left)
+  return math.min(LEASE_MAX, math.floor(left / 2))
+end
 local TTL_MS = ARGV[3]

@@ -24,6 +24,9 @@ local live_from = lo
 local live = len - live_from
 
 if q <= math.max(cap - live, 0) and q > 0 then
+  -- A lease: k more entries in the same step.
+  local k = grant(cap - live - q)
+  q = q + k
   local t = 0
   if live > 0 then
     t = math.max(0, at(len - 1))
@@ -44,7 +47,7 @@ if q <= math.max(cap - live, 0) and q > 0 then
   end
   redis.call('PEXPIRE', key, TTL_MS)
   local count = live + q
-  return { 1, math.max(cap - count, 0), -1, t + W_NS, count, 0, 0, 0 }
+  return { 1, math.max(cap - count, 0), -1, t + W_NS, count, 0, 0, 0, k }
 end
 
 local allowed = 0
@@ -61,4 +64,4 @@ local reset = 0
 if live > 0 then
   reset = math.max(at(len - 1) + W_NS, 0)
 end
-return { allowed, math.max(cap - live, 0), retry, reset, live, 0, 0, 0 }
+return { allowed, math.max(cap - live, 0), retry, reset, live, 0, 0, 0, 0 }

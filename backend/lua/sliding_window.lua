@@ -57,22 +57,28 @@ end
 -- Start of the current window relative to now, in ns.
 local start_rel = (index * W - now_ms) * 1000000 - sub_ms
 local room = cap - (cur + q)
+local weighted_prev_ceil = idiv(prev * (W - elapsed) + W - 1, W)
 local allowed = 0
 local retry = -1
+local k = 0
 if room >= 0 and prev * (W - elapsed) <= room * W then
   allowed = 1
   if q > 0 then
-    redis.call('HSET', KEYS[1], 'index', fmt(index), 'current', fmt(cur + q), 'previous', fmt(prev))
+    -- A lease: k more units in the same step, from what is left after q.
+    k = grant(math.max(room - weighted_prev_ceil, 0))
+    if prev * (W - elapsed) > (room - k) * W then
+      k = 0 -- never for a state this script wrote (see sluice_core::leased)
+    end
+    redis.call('HSET', KEYS[1], 'index', fmt(index), 'current', fmt(cur + q + k), 'previous', fmt(prev))
     redis.call('PEXPIRE', KEYS[1], TTL_MS)
   end
-  cur = cur + q
+  cur = cur + q + k
 else
   local fit = first_fit_ms()
   if fit then
     retry = math.max(start_rel + fit * 1000000, 0)
   end
 end
-local weighted_prev_ceil = idiv(prev * (W - elapsed) + W - 1, W)
 local remaining = math.max(math.max(cap - cur, 0) - weighted_prev_ceil, 0)
 local reset = 0
 if cur > 0 then
@@ -80,4 +86,4 @@ if cur > 0 then
 elseif prev > 0 then
   reset = math.max(start_rel + W * 1000000, 0)
 end
-return { allowed, remaining, retry, reset, prev, W - elapsed, W, cur }
+return { allowed, remaining, retry, reset, prev, W - elapsed, W, cur, k }

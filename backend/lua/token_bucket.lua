@@ -32,12 +32,21 @@ if q <= cap then
   local need = T * q
   if current >= need then
     local after = current - need
+    -- A lease: k more units in the same step, from what is left after q.
+    local k = 0
+    if q > 0 then
+      k = grant(idiv(after, T))
+      if T * k > after then
+        k = 0 -- never for a state this script wrote (see sluice_core::leased)
+      end
+      after = after - T * k
+    end
     if q > 0 then
       redis.call('HSET', KEYS[1], 'tokens', fmt(after), 'last', abs(math.max(0, last)))
       redis.call('PEXPIRE', KEYS[1], TTL_MS)
     end
-    return { 1, idiv(after, T), -1, reset(tol - after), tol - after, T, 0, 0 }
+    return { 1, idiv(after, T), -1, reset(tol - after), tol - after, T, 0, 0, k }
   end
-  return { 0, idiv(current, T), need - current + catch_up, reset(tol - current), tol - current, T, 0, 0 }
+  return { 0, idiv(current, T), need - current + catch_up, reset(tol - current), tol - current, T, 0, 0, 0 }
 end
-return { 0, idiv(current, T), -1, reset(tol - current), tol - current, T, 0, 0 }
+return { 0, idiv(current, T), -1, reset(tol - current), tol - current, T, 0, 0, 0 }

@@ -81,6 +81,11 @@ struct FailureLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    action: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     kind: String,
 }
@@ -107,6 +112,7 @@ pub struct Metrics {
     unknown_action: Counter,
     rules: Gauge,
     activity_dropped: Counter,
+    lease_units: Family<LeaseLabels, Counter>,
     filter_decisions: Family<FilterLabels, Counter>,
     filter_failures: Family<FailureLabels, Counter>,
 }
@@ -209,6 +215,12 @@ impl Metrics {
             "Live-activity records dropped (batch full, or the store refused the flush)",
             activity_dropped.clone(),
         );
+        let lease_units = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_lease_units_granted",
+            "Units the backend debited in advance as lease grants to the Envoy filters, by action (each is admitted by a filter with no callout, or lost when its lease expires)",
+            lease_units.clone(),
+        );
         let filter_decisions = Family::<FilterLabels, Counter>::default();
         registry.register(
             "sluice_filter_decisions",
@@ -242,6 +254,7 @@ impl Metrics {
             unknown_action,
             rules,
             activity_dropped,
+            lease_units,
             filter_decisions,
             filter_failures,
         }
@@ -279,6 +292,15 @@ impl Metrics {
                     .inc_by(n);
             }
         }
+    }
+
+    /// Counts the units of one lease grant under `action` (a label from the rules).
+    pub fn lease_granted(&self, action: &str, units: u64) {
+        self.lease_units
+            .get_or_create(&LeaseLabels {
+                action: action.to_owned(),
+            })
+            .inc_by(units);
     }
 
     /// Counts one decision and its latency.

@@ -15,7 +15,7 @@ use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleRe
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
-use crate::decide::decide;
+use crate::decide::decide_leased;
 
 /// Decides one request under its action's rule.
 #[utoipa::path(
@@ -44,9 +44,16 @@ pub async fn throttle(
         app.metrics.unknown_action();
         return Err(ApiFailure::unknown_action(action.as_str()));
     };
-    let response = decide(&app, rule, &request.key, request.quantity, started)
-        .await
-        .map_err(|e| ApiFailure::store(&e))?;
+    let response = decide_leased(
+        &app,
+        rule,
+        &request.key,
+        request.quantity,
+        request.lease,
+        started,
+    )
+    .await
+    .map_err(|e| ApiFailure::store(&e))?;
     Ok(Json(response))
 }
 

@@ -8,7 +8,7 @@ pub mod redis;
 use async_trait::async_trait;
 use sluice_core::cell::CellArgs;
 use sluice_core::wire::StoreHealth;
-use sluice_core::{Action, Decision, Nanos, Rule};
+use sluice_core::{Action, Decision, Lease, Leased, Nanos, Rule};
 
 /// What went wrong talking to the store. A denial is never an error: it is a [`Decision`].
 #[derive(Debug, thiserror::Error)]
@@ -87,14 +87,33 @@ pub trait Store: Send + Sync + 'static {
     /// A short name for logs and `/readyz`: "memory", "redis", "redis-cluster".
     fn kind(&self) -> &'static str;
 
-    /// Decides one request for `key` under `rule`, atomically.
+    /// Decides one request for `key` under `rule`, atomically, with no lease: every request
+    /// decided on its own (the RLS path, peeks, tools).
     async fn throttle(
         &self,
         rule: &Rule,
         key: &str,
         quantity: u64,
         at: Option<Nanos>,
-    ) -> Result<Decision, StoreError>;
+    ) -> Result<Decision, StoreError> {
+        Ok(self
+            .throttle_leased(rule, key, quantity, None, at)
+            .await?
+            .decision)
+    }
+
+    /// Decides one request for `key` under `rule`, atomically, and with `lease` (a caller that
+    /// can hold one, under an enforced rule: [`sluice_core::leased::offer`]) also debits a lease
+    /// grant in the same atomic step, answering the decision of quantity + granted units
+    /// ([`sluice_core::leased`]). With `lease: None` it is exactly [`Store::throttle`].
+    async fn throttle_leased(
+        &self,
+        rule: &Rule,
+        key: &str,
+        quantity: u64,
+        lease: Option<Lease>,
+        at: Option<Nanos>,
+    ) -> Result<Leased, StoreError>;
 
     /// redis-cell `CL.THROTTLE` semantics (gcra), under its own key namespace.
     async fn cell_throttle(

@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_backend::store::{Activity, Store, StoreError};
 use sluice_core::cell::CellArgs;
-use sluice_core::{Action, Decision, Nanos, Rule, State};
+use sluice_core::{Action, Decision, Lease, LeaseGrant, Nanos, Rule, Span, State};
 
 /// A round time far from the epoch (2027), aligned to the minute, where ns are not exact doubles.
 pub const B: Nanos = 1_800_000_000_000_000_000;
@@ -51,8 +51,109 @@ async fn check_table(store: &dyn Store, rule: &Rule, key: &str, rows: &[Row]) {
     }
 }
 
+/// A lease of `max` units for `ttl`.
+pub fn lease(max: u64, ttl: &str) -> Lease {
+    Lease {
+        max,
+        ttl: Span::parse(ttl).expect("valid span"),
+    }
+}
+
+/// One leased row: at, quantity → allowed, remaining, granted (units, ttl ms).
+type LeaseRow = (Nanos, u64, bool, u64, Option<(u64, u64)>);
+
+async fn check_lease_table(store: &dyn Store, rule: &Rule, l: Lease, rows: &[LeaseRow]) {
+    for (i, &(at, q, allowed, remaining, grant)) in rows.iter().enumerate() {
+        let got = store
+            .throttle_leased(rule, "k", q, Some(l), Some(at))
+            .await
+            .expect("store answers");
+        assert_eq!(
+            (got.decision.allowed, got.decision.remaining, got.grant),
+            (
+                allowed,
+                remaining,
+                grant.map(|(units, ttl_ms)| LeaseGrant { units, ttl_ms })
+            ),
+            "{} lease row {i} (at B{:+} ns, q {q}) on {}",
+            rule.algorithm(),
+            at as i128 - B as i128,
+            store.kind()
+        );
+    }
+}
+
+/// Leases on every algorithm: half of what is left after the request, at most max, debited in
+/// the same step; fixed_window grants end with the window.
+pub async fn lease_tables(store: &dyn Store) {
+    for algorithm in ["gcra", "leaky_bucket", "token_bucket"] {
+        let r = rule(&format!(
+            r#"{{"action":"l-{algorithm}","algorithm":"{algorithm}","capacity":10,"rate":{{"count":1,"period":"1s"}}}}"#
+        ));
+        check_lease_table(
+            store,
+            &r,
+            lease(64, "1s"),
+            &[
+                (B, 1, true, 5, Some((4, 1000))), // 9 left after q: 4 granted
+                (B, 1, true, 2, Some((2, 1000))), // 4 left: 2 granted
+                (B, 1, true, 1, None),            // 1 left: half is 0
+                (B, 0, true, 1, None),            // a peek never leases
+                (B, 2, false, 1, None),           // a denial never leases
+                (B + 20 * S, 3, true, 4, Some((3, 1000))),
+            ],
+        )
+        .await;
+    }
+    let r =
+        rule(r#"{"action":"l-fixed","algorithm":"fixed_window","capacity":100,"window":"60s"}"#);
+    check_lease_table(
+        store,
+        &r,
+        lease(64, "1s"),
+        &[
+            (B + 10 * S, 1, true, 50, Some((49, 1000))),
+            (B + 59_600 * MS, 1, true, 25, Some((24, 400))), // 400 ms left in the window
+            (B + 60 * S - MS / 2, 1, true, 24, None),        // under 1 ms left: no grant
+            (B + 60 * S, 1, true, 50, Some((49, 1000))),
+        ],
+    )
+    .await;
+    let r = rule(r#"{"action":"l-log","algorithm":"sliding_log","capacity":10,"window":"1s"}"#);
+    check_lease_table(
+        store,
+        &r,
+        lease(3, "250ms"),
+        &[
+            (B, 1, true, 6, Some((3, 250))), // max caps half of 9
+            (B + 100 * MS, 1, true, 3, Some((2, 250))),
+            // The 4 entries at B expired: 3 live, 6 left after q, 3 granted.
+            (B + S, 1, true, 3, Some((3, 250))),
+        ],
+    )
+    .await;
+    let r =
+        rule(r#"{"action":"l-window","algorithm":"sliding_window","capacity":100,"window":"1s"}"#);
+    store
+        .throttle(&r, "k", 40, Some(B + S))
+        .await
+        .expect("store answers");
+    check_lease_table(
+        store,
+        &r,
+        lease(64, "1s"),
+        &[
+            // At 2.5 s the previous 40 weigh 20: 79 left after q, 39 granted.
+            (B + 2_500 * MS, 1, true, 40, Some((39, 1000))),
+            (B + 2_500 * MS, 1, true, 20, Some((19, 1000))),
+        ],
+    )
+    .await;
+}
+
 /// Hand-computed tables for every algorithm (see each row's comment for the arithmetic).
 pub async fn tables(store: &dyn Store) {
+    lease_tables(store).await;
     // gcra: capacity 3, T = 1 s, tolerance 3 s.
     let r = rule(
         r#"{"action":"t-gcra","algorithm":"gcra","capacity":3,"rate":{"count":1,"period":"1s"}}"#,
@@ -252,10 +353,12 @@ pub const ALGORITHMS: [&str; 6] = [
 ];
 
 /// Random sequences where the store's decision must equal core's transition step by step:
-/// quantity 0, quantities above the capacity, time going backwards, long idles, huge times.
+/// quantity 0, quantities above the capacity, time going backwards, long idles, huge times; half
+/// the steps with a lease, whose grant must equal core's too.
 pub async fn randomized_against_core(store: &dyn Store, seed: u64, sequences: usize, steps: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     for (a, algorithm) in ALGORITHMS.iter().enumerate() {
+        let mut grants = 0;
         for n in 0..sequences {
             let rule = random_rule(&mut rng, &format!("rnd-{a}-{n}"), algorithm);
             let params = rule.params();
@@ -288,20 +391,44 @@ pub async fn randomized_against_core(store: &dyn Store, seed: u64, sequences: us
                     2 | 3 => rng.random_range(1..=cap),
                     _ => 1,
                 };
-                let (want, next) = params.decide(&state, now, q);
-                let got = store
-                    .throttle(&rule, "subject", q, Some(now))
-                    .await
-                    .expect("store answers");
+                // Half the steps ask for a lease (the script's twin of core's decide_leased).
+                let lease = rng.random_bool(0.5).then(|| {
+                    let max = [1, 2, 5, 64, 1_000, 100_000][rng.random_range(0..6)];
+                    lease(
+                        max,
+                        ["1ms", "3ms", "250ms", "1s", "60s"][rng.random_range(0..5)],
+                    )
+                });
+                let (want, change) = params.decide_leased(&state, now, q, lease);
+                let got = if lease.is_some() {
+                    store
+                        .throttle_leased(&rule, "subject", q, lease, Some(now))
+                        .await
+                        .expect("store answers")
+                } else {
+                    let decision = store
+                        .throttle(&rule, "subject", q, Some(now))
+                        .await
+                        .expect("store answers");
+                    sluice_core::Leased::plain(decision)
+                };
                 assert_eq!(
                     got, want,
-                    "seed {seed}, {algorithm} sequence {n} step {step}: rule {} at {now} q {q}, state {state:?} ({})",
+                    "seed {seed}, {algorithm} sequence {n} step {step}: rule {} at {now} q {q} lease {lease:?}, state {state:?} ({})",
                     rule.to_json(),
                     store.kind()
                 );
-                state = next;
+                if let Some(next) = change {
+                    state = next;
+                }
+                grants += usize::from(want.grant.is_some());
             }
         }
+        assert!(
+            grants > 0,
+            "{algorithm}: no step was granted a lease ({})",
+            store.kind()
+        );
     }
 }
 
@@ -329,6 +456,35 @@ pub async fn concurrency_admits_exactly_the_bound(store: Arc<dyn Store>) {
             }
         }
         assert_eq!(allowed, 10, "{algorithm} on {}", store.kind());
+
+        // The same with leases: every unit debited once, as a request or in a grant.
+        let rule = Arc::new(rule.as_ref().clone());
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let (store, rule) = (store.clone(), rule.clone());
+                tokio::spawn(async move {
+                    store
+                        .throttle_leased(&rule, "leased", 1, Some(lease(4, "1s")), Some(B + 7 * MS))
+                        .await
+                })
+            })
+            .collect();
+        let (mut debited, mut granted) = (0, 0);
+        for task in tasks {
+            let got = task.await.expect("task").expect("store answers");
+            if got.decision.allowed {
+                let units = got.grant.map_or(0, |g| g.units);
+                assert!(units <= 4, "{algorithm}: a grant of {units} > max");
+                debited += 1 + units;
+                granted += units;
+            }
+        }
+        assert_eq!(debited, 10, "{algorithm} with leases on {}", store.kind());
+        assert!(
+            granted > 0,
+            "{algorithm}: nothing granted on {}",
+            store.kind()
+        );
     }
 }
 

@@ -51,7 +51,13 @@ fn without_position(message: &str) -> String {
 fn refusal(path: &str, message: &str, whole: &str) -> RuleError {
     // serde accepts a struct written as an array; sluice's bodies are objects only.
     if path.starts_with('[') || message.contains("expected struct") {
-        return RuleError::new(whole, "must be a JSON object");
+        // A nested object (`rate`, `lease`) of another type names itself, not the document.
+        let at = if path.is_empty() || path == "." || path.starts_with('[') {
+            whole
+        } else {
+            path
+        };
+        return RuleError::new(at, "must be a JSON object");
     }
     let parent = if path == "." { "" } else { path };
     let join = |name: &str| {
@@ -219,5 +225,7 @@ mod tests {
             field::<RawRule>(&rule(r#"{"count":-1,"period":"1s"}"#)),
             "rate.count"
         );
+        assert_eq!(field::<RawRule>(&rule("8")), "rate");
+        assert_eq!(field::<RawRule>("[1]"), "body");
     }
 }

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use sluice_core::cell::CellArgs;
 use sluice_core::wire::StoreHealth;
-use sluice_core::{Action, Decision, Nanos, Params, Rule};
+use sluice_core::{Action, Decision, Lease, Leased, Nanos, Params, Rule};
 
 use self::activity::ActivityLog;
 use self::history::HistoryLog;
@@ -152,17 +152,22 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    async fn throttle(
+    async fn throttle_leased(
         &self,
         rule: &Rule,
         key: &str,
         quantity: u64,
+        lease: Option<Lease>,
         at: Option<Nanos>,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Leased, StoreError> {
         let now = at.unwrap_or_else(now_ns);
-        Ok(self
-            .states
-            .decide(&rule_slot(rule, key), rule.params(), now, quantity))
+        Ok(self.states.decide_leased(
+            &rule_slot(rule, key),
+            rule.params(),
+            now,
+            quantity,
+            lease,
+        ))
     }
 
     async fn cell_throttle(

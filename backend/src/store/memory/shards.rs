@@ -14,7 +14,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use sluice_core::{Decision, Nanos, Params, State};
+use sluice_core::{Decision, Lease, Leased, Nanos, Params, State};
 
 use super::table::{Evictions, Table};
 use super::worth::Worth;
@@ -115,9 +115,23 @@ impl ShardedStates {
     /// Decides one request atomically: read, pure transition, write back when admitted. `name`
     /// comes from [`super::slot`].
     pub(crate) fn decide(&self, name: &str, params: Params, now: Nanos, quantity: u64) -> Decision {
-        let decision = self.decide_locked(name, params, now, quantity);
+        self.decide_leased(name, params, now, quantity, None)
+            .decision
+    }
+
+    /// Like [`ShardedStates::decide`], also debiting a lease grant in the same step when `lease`
+    /// is given ([`Params::decide_leased`]).
+    pub(crate) fn decide_leased(
+        &self,
+        name: &str,
+        params: Params,
+        now: Nanos,
+        quantity: u64,
+        lease: Option<Lease>,
+    ) -> Leased {
+        let leased = self.decide_locked(name, params, now, quantity, lease);
         self.visit_next(now);
-        decision
+        leased
     }
 
     /// Counts a visit to the next shard in turn (skipped if that shard is busy: it is being
@@ -131,19 +145,26 @@ impl ShardedStates {
         }
     }
 
-    fn decide_locked(&self, name: &str, params: Params, now: Nanos, quantity: u64) -> Decision {
+    fn decide_locked(
+        &self,
+        name: &str,
+        params: Params,
+        now: Nanos,
+        quantity: u64,
+        lease: Option<Lease>,
+    ) -> Leased {
         let index = (self.hasher.hash_one(name) % self.shards.len() as u64) as usize;
         let mut shard = self.lock(index);
         shard.maybe_sweep(now);
         let fresh = State::Fresh;
         let current = shard.table.get(name).map_or(&fresh, |entry| &entry.state);
-        let (decision, change) = params.decide_change(current, now, quantity);
+        let (leased, change) = params.decide_leased(current, now, quantity, lease);
         if let Some(next) = change {
             let expires_at = now.saturating_add(params.idle_ttl_ns());
-            let worth = Worth::after(&params, &decision, now);
+            let worth = Worth::after(&params, &leased.decision, now);
             shard.table.put(name, next, expires_at, worth, now);
         }
-        decision
+        leased
     }
 
     /// Totals over every shard (each shard locked in turn, never two at once).

@@ -26,14 +26,14 @@ use futures::future::try_join_all;
 use redis::RedisResult;
 use sluice_core::cell::CellArgs;
 use sluice_core::wire::StoreHealth;
-use sluice_core::{Action, Decision, Nanos, Params, Rule};
+use sluice_core::{Action, Decision, Lease, Leased, Nanos, Params, Rule};
 use tokio::sync::Semaphore;
 
 use self::conn::Conn;
 use self::errors::Call;
 use self::health::Health;
 use self::keys::KeyLayout;
-use self::scripts::{algorithm_args, decision, Scripts};
+use self::scripts::{algorithm_args, leased, Scripts};
 use super::{Activity, RuleSnapshot, Store, StoreError};
 
 pub use self::config::{
@@ -155,22 +155,24 @@ impl RedisStore {
         }
     }
 
-    /// Runs an algorithm script on one key.
+    /// Runs an algorithm script on one key (with `lease`, the script also debits the grant in
+    /// the same call).
     async fn decide(
         &self,
         key: &str,
         params: Params,
         quantity: u64,
+        lease: Option<Lease>,
         at: Option<Nanos>,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Leased, StoreError> {
         let reply = self
             .bounded(
                 key,
                 Call::Script(params.algorithm().name()),
-                self.invoke_algorithm(key, params, quantity, at),
+                self.invoke_algorithm(key, params, quantity, lease, at),
             )
             .await?;
-        decision(params, &reply)
+        leased(params, lease, &reply)
     }
 
     async fn invoke_algorithm(
@@ -178,12 +180,13 @@ impl RedisStore {
         key: &str,
         params: Params,
         quantity: u64,
+        lease: Option<Lease>,
         at: Option<Nanos>,
     ) -> RedisResult<Vec<i64>> {
         let mut conn = self.conn.clone();
         let script = self.scripts.algorithm(params.algorithm());
         let mut invocation = script.key(key);
-        for arg in algorithm_args(params, quantity, at) {
+        for arg in algorithm_args(params, quantity, lease, at) {
             invocation.arg(arg);
         }
         invocation.invoke_async(&mut conn).await
@@ -208,15 +211,17 @@ impl Store for RedisStore {
         store_kind(self.cluster)
     }
 
-    async fn throttle(
+    async fn throttle_leased(
         &self,
         rule: &Rule,
         key: &str,
         quantity: u64,
+        lease: Option<Lease>,
         at: Option<Nanos>,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Leased, StoreError> {
         let redis_key = self.keys.state(rule.action(), rule.algorithm(), key);
-        self.decide(&redis_key, rule.params(), quantity, at).await
+        self.decide(&redis_key, rule.params(), quantity, lease, at)
+            .await
     }
 
     async fn cell_throttle(
@@ -226,8 +231,9 @@ impl Store for RedisStore {
         at: Option<Nanos>,
     ) -> Result<Decision, StoreError> {
         let redis_key = self.keys.cell(key);
-        self.decide(&redis_key, Params::Gcra(args.params), args.quantity, at)
+        self.decide(&redis_key, Params::Gcra(args.params), args.quantity, None, at)
             .await
+            .map(|l| l.decision)
     }
 
     async fn peek_many(
@@ -251,13 +257,13 @@ impl Store for RedisStore {
                 try_join_all(
                     redis_keys
                         .iter()
-                        .map(|k| self.invoke_algorithm(k, params, 0, at)),
+                        .map(|k| self.invoke_algorithm(k, params, 0, None, at)),
                 ),
             )
             .await?;
         replies
             .iter()
-            .map(|reply| decision(params, reply))
+            .map(|reply| leased(params, None, reply).map(|l| l.decision))
             .collect()
     }
 

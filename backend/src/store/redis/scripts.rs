@@ -4,7 +4,8 @@
 
 use redis::Script;
 use sluice_core::algorithms::gcra;
-use sluice_core::{Algorithm, Decision, Nanos, Params};
+use sluice_core::leased::grant_ttl_ms;
+use sluice_core::{Algorithm, Decision, Lease, LeaseGrant, Leased, Nanos, Params};
 
 use crate::store::StoreError;
 
@@ -68,11 +69,17 @@ const TTL_SLACK_MS: u64 = 1_000;
 /// seconds that pass while a test steps through it.
 const FIXED_TIME_MIN_TTL_MS: u64 = 600_000;
 
-/// ARGV of an algorithm script: now ("" = Redis TIME), quantity, TTL in ms, and two parameters
-/// (interval ns and capacity for meters, window ms and capacity for windows), as decimal strings.
-/// gcra also gets its tolerance (T × capacity) and increment (T × quantity), multiplied here
-/// exactly: they reach 2^63 for `cl.throttle`, where Lua's doubles cannot multiply.
-pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -> Vec<String> {
+/// ARGV of an algorithm script: now ("" = Redis TIME), quantity, TTL in ms, two parameters
+/// (interval ns and capacity for meters, window ms and capacity for windows) and the lease max
+/// (0: no lease), as decimal strings. gcra also gets its tolerance (T × capacity) and increment
+/// (T × quantity), multiplied here exactly: they reach 2^63 for `cl.throttle`, where Lua's
+/// doubles cannot multiply.
+pub(crate) fn algorithm_args(
+    params: Params,
+    quantity: u64,
+    lease: Option<Lease>,
+    at: Option<Nanos>,
+) -> Vec<String> {
     let idle_ms = params
         .idle_ttl_ns()
         .div_ceil(1_000_000)
@@ -92,6 +99,7 @@ pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -
         ttl_ms.to_string(),
         first.to_string(),
         params.capacity().to_string(),
+        lease.map_or(0, |l| l.max).to_string(),
     ];
     if let Params::Gcra(m) = params {
         args.push(m.tolerance().to_string());
@@ -100,16 +108,44 @@ pub(crate) fn algorithm_args(params: Params, quantity: u64, at: Option<Nanos>) -
     args
 }
 
-/// Builds the decision from a script's reply
-/// `{allowed, remaining, retry_after (-1 = none), reset_after, a, b, c, d}`, where a..d give the
-/// level exactly as core computes it (same f64 operations on the same integers). Numbers may come
-/// as integers or decimal strings (gcra's exceed 2^53, where Lua numbers are not exact). gcra's
-/// remaining and level are derived here from its exact ttl by core itself.
-pub(crate) fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreError> {
+/// Builds the decision and its lease grant from a script's reply
+/// `{allowed, remaining, retry_after (-1 = none), reset_after, a, b, c, d, units}`, where a..d
+/// give the level exactly as core computes it (same f64 operations on the same integers) and
+/// `units` is what the script granted beyond the request (its decision is then that of quantity +
+/// units, as [`sluice_core::leased`] decides). Numbers may come as integers or decimal strings
+/// (gcra's exceed 2^53, where Lua numbers are not exact). gcra's remaining and level are derived
+/// here from its exact ttl by core itself; a grant's ttl by core from the decision.
+pub(crate) fn leased(
+    params: Params,
+    lease: Option<Lease>,
+    reply: &[i64],
+) -> Result<Leased, StoreError> {
+    let [head @ .., units] = reply else {
+        return Err(StoreError::Corrupt("script returned nothing".to_owned()));
+    };
+    let decision = decision(params, head)?;
+    let units = u64::try_from(*units)
+        .map_err(|_| StoreError::Corrupt(format!("script granted {units} units")))?;
+    let grant = match (units, lease) {
+        (0, _) => None,
+        (units, Some(lease)) => Some(LeaseGrant {
+            units,
+            ttl_ms: grant_ttl_ms(&params, lease, &decision),
+        }),
+        (units, None) => {
+            return Err(StoreError::Corrupt(format!(
+                "script granted {units} units with no lease asked"
+            )))
+        }
+    };
+    Ok(Leased { decision, grant })
+}
+
+fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreError> {
     let [allowed, remaining, retry, reset, a, b, c, d] = reply else {
         return Err(StoreError::Corrupt(format!(
-            "script returned {} values, expected 8",
-            reply.len()
+            "script returned {} values, expected 9",
+            reply.len() + 1
         )));
     };
     let unsigned = |v: i64, what: &str| {
