@@ -11,11 +11,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::wire::RulesBody;
+use sluice_core::wire::{KeyOverride, RulesBody};
 use sluice_core::Rule;
 use tokio::sync::watch;
 
-use crate::store::{RuleSnapshot, Store, StoreError};
+use crate::store::{RuleChange, RuleSnapshot, Store, StoreError};
+
+/// Per-key overrides: action -> key -> the rule in force for that key.
+pub type Overrides = BTreeMap<String, BTreeMap<String, Rule>>;
 
 /// One consistent set of rules, by action.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +28,8 @@ pub struct RuleSet {
     pub version: Option<u64>,
     /// The rules, by action name (sorted, so listings are stable).
     pub rules: BTreeMap<String, Rule>,
+    /// Per-key overrides, by action then key; only of actions in `rules`.
+    pub overrides: Overrides,
 }
 
 impl RuleSet {
@@ -35,9 +40,71 @@ impl RuleSet {
             .into_iter()
             .map(|r| (r.action().as_str().to_owned(), r))
             .collect();
+        let mut overrides = Overrides::new();
+        for o in snapshot.overrides {
+            overrides
+                .entry(o.rule.action().as_str().to_owned())
+                .or_default()
+                .insert(o.key, o.rule);
+        }
         RuleSet {
             version: snapshot.version,
             rules,
+            overrides,
+        }
+    }
+
+    /// The rule in force for `key` under `action`: its override if it has one, else the
+    /// action's rule; `None` when the action has no rule (an override never outlives its rule).
+    /// Every decision path looks rules up here.
+    pub fn rule_for(&self, action: &str, key: &str) -> Option<&Rule> {
+        let rule = self.rules.get(action)?;
+        Some(
+            self.overrides
+                .get(action)
+                .and_then(|by_key| by_key.get(key))
+                .unwrap_or(rule),
+        )
+    }
+
+    /// Every override, sorted by action then key.
+    pub fn listed_overrides(&self) -> Vec<KeyOverride> {
+        self.overrides
+            .values()
+            .flat_map(|by_key| {
+                by_key.iter().map(|(key, rule)| KeyOverride {
+                    key: key.clone(),
+                    rule: rule.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Applies a change locally (when the reload after a write failed; the next poll reloads).
+    pub fn apply(&mut self, change: &RuleChange) {
+        match change {
+            RuleChange::PutRule(rule) => {
+                self.rules
+                    .insert(rule.action().as_str().to_owned(), rule.clone());
+            }
+            RuleChange::DeleteRule(action) => {
+                self.rules.remove(action.as_str());
+                self.overrides.remove(action.as_str());
+            }
+            RuleChange::PutOverride { key, rule } => {
+                self.overrides
+                    .entry(rule.action().as_str().to_owned())
+                    .or_default()
+                    .insert(key.clone(), rule.clone());
+            }
+            RuleChange::DeleteOverride { action, key } => {
+                if let Some(by_key) = self.overrides.get_mut(action.as_str()) {
+                    by_key.remove(key);
+                    if by_key.is_empty() {
+                        self.overrides.remove(action.as_str());
+                    }
+                }
+            }
         }
     }
 
@@ -46,6 +113,7 @@ impl RuleSet {
         RulesBody {
             version: self.version.unwrap_or(0),
             rules: self.rules.values().cloned().collect(),
+            overrides: self.listed_overrides(),
         }
     }
 }
@@ -75,7 +143,10 @@ impl RuleCache {
     /// Replaces the set; listeners are told only when something changed.
     pub fn replace(&self, set: RuleSet) -> bool {
         self.tx.send_if_modified(|current| {
-            if current.version == set.version && current.rules == set.rules {
+            if current.version == set.version
+                && current.rules == set.rules
+                && current.overrides == set.overrides
+            {
                 false
             } else {
                 *current = Arc::new(set);
@@ -92,14 +163,10 @@ impl RuleCache {
 
     /// After a write this replica made: reload so the cache holds the store's exact set; if the
     /// reload fails, apply the change locally with an unknown version so the next poll reloads.
-    pub async fn after_write(
-        &self,
-        store: &dyn Store,
-        edit: impl FnOnce(&mut BTreeMap<String, Rule>),
-    ) {
+    pub async fn after_write(&self, store: &dyn Store, change: &RuleChange) {
         if self.reload(store).await.is_err() {
             let mut set = (*self.current()).clone();
-            edit(&mut set.rules);
+            set.apply(change);
             set.version = None;
             self.replace(set);
         }
@@ -159,6 +226,17 @@ pub async fn poll_once(cache: &RuleCache, store: &dyn Store) -> PollOutcome {
             for rule in cached.rules.values() {
                 if let Err(e) = store.put_rule(rule).await {
                     tracing::warn!(error = %e, "could not republish the cached rules; serving them from cache and retrying");
+                    return failed(&e);
+                }
+            }
+            // Then their overrides (not audited: nothing changed, the store had lost them).
+            for o in cached.listed_overrides() {
+                let change = RuleChange::PutOverride {
+                    key: o.key,
+                    rule: o.rule,
+                };
+                if let Err(e) = store.change_rules(&change, None).await {
+                    tracing::warn!(error = %e, "could not republish the cached overrides; serving them from cache and retrying");
                     return failed(&e);
                 }
             }

@@ -59,6 +59,11 @@ pub const MAX_LEASE_TTL_MS: u64 = 60_000;
 /// Most actions one filter report carries; the filter's counters table holds no more, so a
 /// report stays far below [`MAX_BODY_BYTES`].
 pub const MAX_REPORT_ACTIONS: usize = 256;
+/// Most per-key overrides one action's rule may carry. Every replica holds all of them in its rule
+/// cache and reloads them on every rules change, so they are bounded like the rules themselves.
+pub const MAX_OVERRIDES_PER_ACTION: usize = 1_000;
+/// Audit entries the store keeps (newest first; older ones are dropped as new ones arrive).
+pub const AUDIT_KEEP: usize = 1_000;
 
 // What the bounds promise, checked when the crate compiles.
 const TWO_POW_53: u64 = 1 << 53;

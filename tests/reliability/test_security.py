@@ -37,6 +37,7 @@ BAD_CREDENTIALS = {
 def backend(tmp, redis):
     b = rstack.Backend(tmp, redis.url).start()
     b.put_rule({"action": "sec_probe", **PROBE_RULE})
+    b.admin("PUT", "/v1/rules/sec_probe/overrides/sec_key", json=PROBE_RULE).raise_for_status()
     yield b
     b.stop()
 
@@ -54,9 +55,10 @@ def operations(backend):
 
 def concrete_path(path):
     """The path with its parameters filled in: {action}, and the key GET /v1/keys requires."""
-    concrete = path.replace("{action}", "sec_probe")
+    concrete = path.replace("{action}", "sec_probe").replace("{key}", "sec_key")
     if concrete.split("?")[0] == "/v1/keys":
-        concrete += ("&" if "?" in concrete else "?") + "key=sec_probe"
+        # GET reads `key`; DELETE (a reset) reads `action` and `key`.
+        concrete += ("&" if "?" in concrete else "?") + "key=sec_probe&action=sec_probe"
     return concrete
 
 
@@ -93,6 +95,7 @@ def test_every_secured_admin_operation_refuses_bad_credentials(backend):
         assert r.status_code in (200, 204), f"{method.upper()} {path} with the token: {r.status_code}"
         if method == "delete":
             backend.put_rule({"action": "sec_probe", **PROBE_RULE})
+            backend.admin("PUT", "/v1/rules/sec_probe/overrides/sec_key", json=PROBE_RULE).raise_for_status()
 
 
 def test_only_the_probes_and_login_are_public(backend):

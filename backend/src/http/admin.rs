@@ -14,11 +14,13 @@ use serde_json::Value;
 use sluice_core::wire::{parse, ApiError, LevelsBody, RawRule, RulesBody, SessionRequest};
 use sluice_core::{Action, Rule, RuleError};
 
+use super::audit;
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
 use crate::auth;
 use crate::levels;
+use crate::store::{ChangeOutcome, RuleChange};
 
 /// Lets a request through only with the admin token (Bearer) or a valid session cookie.
 pub async fn require_admin(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
@@ -49,13 +51,15 @@ fn is_admin(app: &App, headers: &HeaderMap) -> bool {
 /// Bound on a whole levels snapshot (many store calls).
 const LEVELS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn path_action(text: &str) -> Result<Action, ApiFailure> {
+pub(crate) fn path_action(text: &str) -> Result<Action, ApiFailure> {
     Action::parse(text).map_err(|reason| ApiFailure::invalid("action", reason))
 }
 
 /// The `{action}` path segment. One that is not UTF-8 (`%FF`) is refused as JSON naming
 /// `action`, like every other bad action (axum's own rejection is plain text).
-fn segment_action(segment: Result<Path<String>, PathRejection>) -> Result<Action, ApiFailure> {
+pub(crate) fn segment_action(
+    segment: Result<Path<String>, PathRejection>,
+) -> Result<Action, ApiFailure> {
     let Path(text) = segment.map_err(|e| ApiFailure::invalid("action", e.body_text()))?;
     path_action(&text)
 }
@@ -107,10 +111,24 @@ pub async fn get_rule(
     security(("bearer" = []), ("session" = [])))]
 pub async fn put_rule(
     State(app): State<Arc<App>>,
+    headers: HeaderMap,
     action: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Rule>, ApiFailure> {
     let action = segment_action(action)?;
+    let rule = rule_body(&action, body)?;
+    match audit::apply(&app, &headers, RuleChange::PutRule(rule.clone())).await? {
+        ChangeOutcome::Done { .. } => Ok(Json(rule)),
+        other => Err(audit::unexpected(&other)),
+    }
+}
+
+/// A rule body for `action` (a rule's or an override's), validated: the body's `action`, if
+/// present, must equal `action`.
+pub(crate) fn rule_body(
+    action: &Action,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Rule, ApiFailure> {
     let body = body.map_err(input::body_failure)?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiFailure::invalid("body", format!("not valid JSON: {e}")))?;
@@ -128,23 +146,10 @@ pub async fn put_rule(
             )))
         }
     }
-    let rule = Rule::try_from(raw).map_err(ApiFailure::invalid_rule)?;
-    let version = app
-        .store_call(app.store.put_rule(&rule))
-        .await
-        .map_err(|e| ApiFailure::store(&e))?;
-    tracing::info!(action = %rule.action(), algorithm = %rule.algorithm(), version, "rule stored");
-    let stored = rule.clone();
-    app.rules
-        .after_write(app.store.as_ref(), move |rules| {
-            rules.insert(stored.action().as_str().to_owned(), stored);
-        })
-        .await;
-    app.metrics.set_rules(app.rules.current().rules.len());
-    Ok(Json(rule))
+    Rule::try_from(raw).map_err(ApiFailure::invalid_rule)
 }
 
-/// Deletes a rule.
+/// Deletes a rule, and every per-key override of it.
 #[utoipa::path(delete, path = "/v1/rules/{action}", tag = "admin",
     params(("action" = String, Path, description = "The action")),
     responses(
@@ -156,26 +161,14 @@ pub async fn put_rule(
     security(("bearer" = []), ("session" = [])))]
 pub async fn delete_rule(
     State(app): State<Arc<App>>,
+    headers: HeaderMap,
     action: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiFailure> {
     let action = segment_action(action)?;
-    let deleted = app
-        .store_call(app.store.delete_rule(&action))
-        .await
-        .map_err(|e| ApiFailure::store(&e))?;
-    let name = action.as_str().to_owned();
-    app.rules
-        .after_write(app.store.as_ref(), move |rules| {
-            rules.remove(&name);
-        })
-        .await;
-    app.metrics.set_rules(app.rules.current().rules.len());
-    match deleted {
-        Some(version) => {
-            tracing::info!(action = %action, version, "rule deleted");
-            Ok(StatusCode::NO_CONTENT)
-        }
-        None => Err(ApiFailure::unknown_action(action.as_str())),
+    match audit::apply(&app, &headers, RuleChange::DeleteRule(action.clone())).await? {
+        ChangeOutcome::Done { .. } => Ok(StatusCode::NO_CONTENT),
+        ChangeOutcome::Missing => Err(ApiFailure::unknown_action(action.as_str())),
+        other => Err(audit::unexpected(&other)),
     }
 }
 

@@ -40,7 +40,7 @@ pub async fn throttle(
     let request: ThrottleRequest = input::json(&body)?;
     let action = request.validate().map_err(ApiFailure::from_request_error)?;
     let rules = app.rules.current();
-    let Some(rule) = rules.rules.get(action.as_str()) else {
+    let Some(rule) = rules.rule_for(action.as_str(), &request.key) else {
         app.metrics.unknown_action();
         return Err(ApiFailure::unknown_action(action.as_str()));
     };

@@ -2,6 +2,7 @@
 //! probes; the admin router serves the token-protected API, the login session and the dashboard.
 
 pub mod admin;
+pub mod audit;
 pub mod dashboard;
 pub mod decision;
 pub mod error;
@@ -9,15 +10,17 @@ pub mod events;
 pub mod history;
 pub mod input;
 pub mod openapi;
+pub mod overrides;
 pub mod probes;
 pub mod report;
+pub mod reset;
 pub mod serve;
 
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
@@ -73,6 +76,18 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
                 .put(admin::put_rule)
                 .delete(admin::delete_rule),
         )
+        .route(
+            "/v1/rules/{action}/overrides",
+            get(overrides::list_overrides),
+        )
+        .route(
+            "/v1/rules/{action}/overrides/{key}",
+            get(overrides::get_override)
+                .put(overrides::put_override)
+                .delete(overrides::delete_override),
+        )
+        .route("/v1/keys", delete(reset::reset_key))
+        .route("/v1/audit", get(audit::get_audit))
         .route("/v1/levels", get(admin::get_levels))
         .route("/v1/events", get(events::events))
         .route("/v1/history", get(history::get_history))

@@ -10,11 +10,12 @@ use sluice_core::{Algorithm, Mode, Rate};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, decision, events, history, probes, report};
+use super::{admin, audit, decision, events, history, overrides, probes, report, reset};
 use sluice_core::wire::{
     ActionCounts, ActionHistory, ActionTopDenied, DeniedKey, FilterReport, HistoryBody,
     HistoryRange, KeyActionState, KeyView, StepCounts, TopDeniedBody,
 };
+use sluice_core::wire::{AuditBody, AuditEntry, AuditKind, KeyOverride, OverridesBody, ResetBody};
 
 struct Security;
 
@@ -48,6 +49,12 @@ impl Modify for Security {
         admin::put_rule,
         admin::delete_rule,
         admin::get_levels,
+        overrides::list_overrides,
+        overrides::get_override,
+        overrides::put_override,
+        overrides::delete_override,
+        reset::reset_key,
+        audit::get_audit,
         history::get_history,
         history::get_key,
         history::get_top_denied,
@@ -64,7 +71,8 @@ impl Modify for Security {
         Rate, RawRule, RulesBody, SessionRequest, LevelsBody, ActionLevels, KeyLevel,
         StoreHealth, ReadyBody, HealthBody,
         FilterReport, ActionCounts, HistoryBody, HistoryRange, ActionHistory, StepCounts,
-        KeyView, KeyActionState, TopDeniedBody, ActionTopDenied, DeniedKey
+        KeyView, KeyActionState, TopDeniedBody, ActionTopDenied, DeniedKey,
+        KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody
     )),
     modifiers(&Security),
     tags(

@@ -61,7 +61,7 @@ impl RateLimitService for Rls {
         let found: Vec<Option<&Rule>> = checks
             .iter()
             .map(|c| {
-                let rule = rules.rules.get(c.action.as_str());
+                let rule = rules.rule_for(c.action.as_str(), &c.key);
                 if rule.is_none() {
                     self.app.metrics.unknown_action();
                 }

@@ -2,8 +2,11 @@
 //! default) and Redis (single node or Cluster, shared by every replica). The conformance suite in
 //! `backend/tests` holds both to the same answers as sluice-core's transitions.
 
+mod changes;
 pub mod memory;
 pub mod redis;
+
+pub use changes::{AuditStamp, ChangeOutcome, RuleChange};
 
 use async_trait::async_trait;
 use sluice_core::cell::CellArgs;
@@ -60,6 +63,8 @@ pub struct RuleSnapshot {
     pub version: Option<u64>,
     /// Every stored rule.
     pub rules: Vec<Rule>,
+    /// Every per-key override (each of an action in `rules`).
+    pub overrides: Vec<sluice_core::wire::KeyOverride>,
 }
 
 /// Recent traffic of one key, batched by each replica and flushed every ≤ 250 ms so the
@@ -142,6 +147,35 @@ pub trait Store: Send + Sync + 'static {
 
     /// The current rules version (cheap; polled by every replica).
     async fn rules_version(&self) -> Result<Option<u64>, StoreError>;
+
+    /// Applies an admin's change to the rules (a rule or a per-key override put or deleted) and
+    /// bumps the rules version, and with `audit` also records the change in the audit trail
+    /// (keeping the newest [`sluice_core::limits::AUDIT_KEEP`]), all in one atomic step.
+    /// Deleting a rule deletes its overrides. A refused change ([`ChangeOutcome::Missing`],
+    /// [`ChangeOutcome::NoRule`], [`ChangeOutcome::TooManyOverrides`]) writes nothing.
+    /// Republishing cached rules passes no `audit`.
+    async fn change_rules(
+        &self,
+        change: &RuleChange,
+        audit: Option<&AuditStamp>,
+    ) -> Result<ChangeOutcome, StoreError>;
+
+    /// Records one audit entry that goes with no rules change (a key reset).
+    async fn record_audit(&self, entry: &sluice_core::wire::AuditEntry) -> Result<(), StoreError>;
+
+    /// The newest `limit` audit entries, newest first.
+    async fn read_audit(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<sluice_core::wire::AuditEntry>, StoreError>;
+
+    /// Removes every throttle state `key` holds under `action` (one per algorithm), as if it had
+    /// never been seen; returns the algorithms whose state was there.
+    async fn reset_key(
+        &self,
+        action: &Action,
+        key: &str,
+    ) -> Result<Vec<sluice_core::Algorithm>, StoreError>;
 
     /// Records a batch of recent activity.
     async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError>;

@@ -4,6 +4,7 @@
 //!
 //! Requests are parsed with [`parse`], which names the field at fault for every refusal.
 
+mod audit;
 mod decision;
 mod error;
 mod events;
@@ -11,6 +12,7 @@ mod health;
 mod history;
 mod keys;
 mod levels;
+mod overrides;
 pub mod parse;
 mod report;
 mod rule;
@@ -18,6 +20,7 @@ mod rule_errors;
 mod rules;
 mod session;
 
+pub use audit::{AuditBody, AuditEntry, AuditKind, ResetBody};
 pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 pub use error::{ApiError, ErrorCode};
 pub use events::EventKind;
@@ -30,6 +33,7 @@ pub use keys::{
     TOP_DENIED_SPAN_MS,
 };
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
+pub use overrides::{check_override_key, KeyOverride, OverridesBody};
 pub use report::{ActionCounts, FilterReport};
 pub use rule::RawRule;
 pub use rule_errors::rule_field_errors;

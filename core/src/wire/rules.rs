@@ -15,4 +15,7 @@ pub struct RulesBody {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<super::RawRule>))]
     pub rules: Vec<Rule>,
+    /// Every per-key override, sorted by action then key (absent when there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<super::KeyOverride>,
 }

@@ -12,6 +12,7 @@
 //! that key, while every key still held, the hammered ones above all, is limited exactly.
 
 mod activity;
+mod changes;
 mod history;
 mod shards;
 pub mod sizing;
@@ -43,6 +44,10 @@ pub const ACTIVITY_KEEP: usize = 200;
 struct Rules {
     by_action: BTreeMap<Action, Rule>,
     version: u64,
+    /// Per-key overrides (see `changes.rs`).
+    overrides: changes::Overrides,
+    /// The audit trail (see `changes.rs`).
+    audit: changes::AuditRing,
 }
 
 /// Throttle state, rules and activity in this process's memory.
@@ -74,6 +79,8 @@ impl MemoryStore {
             rules: Mutex::new(Rules {
                 by_action: BTreeMap::new(),
                 version: 0,
+                overrides: BTreeMap::new(),
+                audit: changes::AuditRing::default(),
             }),
             activity: ActivityLog::new(ACTIVITY_KEEP),
             history: HistoryLog::default(),
@@ -204,6 +211,7 @@ impl Store for MemoryStore {
         Ok(RuleSnapshot {
             version: Some(rules.version),
             rules: rules.by_action.values().cloned().collect(),
+            overrides: changes::listed(&rules.overrides),
         })
     }
 
@@ -216,11 +224,45 @@ impl Store for MemoryStore {
 
     async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
         let mut rules = self.rules();
-        if rules.by_action.remove(action).is_none() {
-            return Ok(None);
+        match rules.apply(&crate::store::RuleChange::DeleteRule(action.clone()), None) {
+            crate::store::ChangeOutcome::Done { version, .. } => Ok(Some(version)),
+            _ => Ok(None),
         }
-        rules.version += 1;
-        Ok(Some(rules.version))
+    }
+
+    async fn change_rules(
+        &self,
+        change: &crate::store::RuleChange,
+        audit: Option<&crate::store::AuditStamp>,
+    ) -> Result<crate::store::ChangeOutcome, StoreError> {
+        Ok(self.rules().apply(change, audit))
+    }
+
+    async fn record_audit(&self, entry: &sluice_core::wire::AuditEntry) -> Result<(), StoreError> {
+        self.rules().audit.push(entry.clone());
+        Ok(())
+    }
+
+    async fn read_audit(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<sluice_core::wire::AuditEntry>, StoreError> {
+        Ok(self.rules().audit.newest(limit))
+    }
+
+    async fn reset_key(
+        &self,
+        action: &Action,
+        key: &str,
+    ) -> Result<Vec<sluice_core::Algorithm>, StoreError> {
+        let now = now_ns();
+        Ok(sluice_core::Algorithm::ALL
+            .into_iter()
+            .filter(|&algorithm| {
+                self.states
+                    .remove(&slot::rule_slot(action, algorithm, key), now)
+            })
+            .collect())
     }
 
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {

@@ -167,6 +167,13 @@ impl ShardedStates {
         leased
     }
 
+    /// Removes the state named `name` (an admin's reset); returns whether it held state that had
+    /// not yet expired by `now`. `name` comes from [`super::slot`].
+    pub(crate) fn remove(&self, name: &str, now: Nanos) -> bool {
+        let index = (self.hasher.hash_one(name) % self.shards.len() as u64) as usize;
+        self.lock(index).table.remove_named(name, now)
+    }
+
     /// Totals over every shard (each shard locked in turn, never two at once).
     pub(crate) fn totals(&self) -> Totals {
         let mut totals = Totals::default();

@@ -183,6 +183,20 @@ impl Table {
         }
     }
 
+    /// Removes the entry named `name` (an admin's reset, not an eviction); returns whether it
+    /// held state that had not yet expired by `now`.
+    pub(crate) fn remove_named(&mut self, name: &str, now: Nanos) -> bool {
+        let Some(&row) = self.index.get(name) else {
+            return false;
+        };
+        let row = row as usize;
+        let live = self.rows.get(row).is_some_and(|r| r.entry.expires_at > now);
+        if row < self.rows.len() {
+            self.remove(row);
+        }
+        live
+    }
+
     /// Rows held.
     pub(crate) fn len(&self) -> usize {
         self.rows.len()

@@ -7,6 +7,7 @@
 //! so a slow Redis sheds load instead of queueing it. See docs/storage.md for the key layout and
 //! the precision reasoning of the scripts.
 
+mod changes;
 mod config;
 mod conn;
 mod errors;
@@ -270,7 +271,7 @@ impl Store for RedisStore {
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
         let [hash, legacy_version_key] = self.keys.rules();
         let mut conn = self.conn.clone();
-        let (version, flat): (Option<String>, Vec<String>) = self
+        let (version, flat, flat_overrides): (Option<String>, Vec<String>, Vec<String>) = self
             .bounded(
                 &hash,
                 Call::Script("rules_load"),
@@ -297,6 +298,7 @@ impl Store for RedisStore {
         Ok(RuleSnapshot {
             version,
             rules: rules.into_values().collect(),
+            overrides: changes::parse_overrides(&flat_overrides, &hash)?,
         })
     }
 
@@ -315,16 +317,41 @@ impl Store for RedisStore {
     }
 
     async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
-        let [hash, _] = self.keys.rules();
-        let mut conn = self.conn.clone();
-        let mut invocation = self.scripts.rules_write.key(&hash);
-        invocation.arg("del").arg(action.as_str());
-        self.bounded(
-            &hash,
-            Call::Script("rules_write"),
-            invocation.invoke_async(&mut conn),
-        )
-        .await
+        // The same script as the admin API's deletes (its overrides go too), with no audit.
+        match self
+            .rules_change(&super::RuleChange::DeleteRule(action.clone()), None)
+            .await?
+        {
+            super::ChangeOutcome::Done { version, .. } => Ok(Some(version)),
+            _ => Ok(None),
+        }
+    }
+
+    async fn change_rules(
+        &self,
+        change: &super::RuleChange,
+        audit: Option<&super::AuditStamp>,
+    ) -> Result<super::ChangeOutcome, StoreError> {
+        self.rules_change(change, audit).await
+    }
+
+    async fn record_audit(&self, entry: &sluice_core::wire::AuditEntry) -> Result<(), StoreError> {
+        self.audit_record(entry).await
+    }
+
+    async fn read_audit(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<sluice_core::wire::AuditEntry>, StoreError> {
+        self.audit_read(limit).await
+    }
+
+    async fn reset_key(
+        &self,
+        action: &Action,
+        key: &str,
+    ) -> Result<Vec<sluice_core::Algorithm>, StoreError> {
+        self.state_reset(action, key).await
     }
 
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
