@@ -31,8 +31,8 @@ pub const MAX_CAS_TRIES: usize = 8;
 /// has inserted, it (almost surely) mismatches, so the insert becomes a conflict.
 const INSERT: u32 = u32::MAX;
 
-/// The two slot keys of an identity (the same key twice when `slots` is 1).
-pub fn slot_keys(identity: &[u8], slots: u64) -> [String; 2] {
+/// The two slot numbers of an identity (the same twice when `slots` is 1).
+fn slot_hashes(identity: &[u8], slots: u64) -> [u64; 2] {
     let slots = slots.max(1);
     let h = fnv1a(identity);
     // A second, independent-enough hash: splitmix64's finaliser over the first.
@@ -40,10 +40,16 @@ pub fn slot_keys(identity: &[u8], slots: u64) -> [String; 2] {
     h2 = (h2 ^ (h2 >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h2 = (h2 ^ (h2 >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h2 ^= h2 >> 31;
-    [
-        format!("sluice.lease.{}", h % slots),
-        format!("sluice.lease.{}", h2 % slots),
-    ]
+    [h % slots, h2 % slots]
+}
+
+fn slot_key(slot: u64) -> String {
+    format!("sluice.lease.{slot}")
+}
+
+/// The two slot keys of an identity (the same key twice when `slots` is 1).
+pub fn slot_keys(identity: &[u8], slots: u64) -> [String; 2] {
+    slot_hashes(identity, slots).map(slot_key)
 }
 
 /// What a slot holds, for one identity.
@@ -75,9 +81,11 @@ pub fn spend(
     quantity: u64,
     now_ns: u64,
 ) -> Option<sluice_core::headers::RateLimit> {
-    let keys = slot_keys(identity, slots);
-    let candidates = if keys[0] == keys[1] { 1 } else { 2 };
-    for (i, key) in keys.iter().take(candidates).enumerate() {
+    let hashes = slot_hashes(identity, slots);
+    let candidates = if hashes[0] == hashes[1] { 1 } else { 2 };
+    for (i, &hash) in hashes.iter().take(candidates).enumerate() {
+        // Formatted per candidate: a hit in the first slot never builds the second's key.
+        let key = &slot_key(hash);
         for _ in 0..MAX_CAS_TRIES {
             let (mut lease, version) = match read(host, key, identity, now_ns) {
                 Slot::Mine(lease, version) => (lease, version),
