@@ -432,3 +432,118 @@ async fn the_audit_trail_keeps_the_newest_thousand() {
         s.stop().await;
     }
 }
+
+/// The rate limit service (gRPC) looks rules up through the override too: a VIP key gets its own
+/// capacity, every other key the rule's, and deleting the override gives the key the rule back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_service_applies_overrides() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use sluice_backend::app::run_with_rls;
+    use sluice_backend::{Config, Listeners};
+    use tokio::net::TcpListener;
+
+    let bind = || TcpListener::bind("127.0.0.1:0");
+    let (decision, admin, rls) = (
+        bind().await.expect("bind"),
+        bind().await.expect("bind"),
+        bind().await.expect("bind"),
+    );
+    let admin_url = format!("http://{}", admin.local_addr().expect("addr"));
+    let rls_url = format!("http://{}", rls.local_addr().expect("addr"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(run_with_rls(
+        Listeners { decision, admin },
+        Some(rls),
+        Config::new(StoreChoice::Memory, TOKEN),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let http = harness::client();
+    eventually(Duration::from_secs(10), "sluice answers", || {
+        let r = http.get(format!("{admin_url}/healthz")).send();
+        async move { r.await.ok().filter(|r| r.status().is_success()) }
+    })
+    .await;
+    let channel = tonic::transport::Endpoint::from_shared(rls_url)
+        .expect("url")
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect");
+    let client = RateLimitServiceClient::new(channel);
+    let ask = |user: &str| {
+        let mut client = client.clone();
+        let request = RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: [("generic_key", RULE), ("user", user)]
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: (*k).to_owned(),
+                        value: (*v).to_owned(),
+                    })
+                    .collect(),
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        };
+        async move {
+            let r = client.should_rate_limit(request).await.expect("rls");
+            r.into_inner().overall_code == Code::Ok as i32
+        }
+    };
+    let admin_call = |method: Method, path: String, body: Option<Value>| {
+        let mut req = http
+            .request(method, format!("{admin_url}{path}"))
+            .bearer_auth(TOKEN);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        async move { req.send().await.expect("admin").status().as_u16() }
+    };
+    assert_eq!(
+        admin_call(Method::PUT, format!("/v1/rules/{RULE}"), Some(rule())).await,
+        200
+    );
+    let vip = json!({"algorithm": "gcra", "capacity": 5, "rate": {"count": 1, "period": "1h"}});
+    assert_eq!(
+        admin_call(Method::PUT, override_path(RULE, "vip"), Some(vip)).await,
+        200
+    );
+    let mut vip_allowed = 0;
+    let mut other_allowed = 0;
+    for _ in 0..8 {
+        vip_allowed += u32::from(ask("vip").await);
+        other_allowed += u32::from(ask("other").await);
+    }
+    assert_eq!((vip_allowed, other_allowed), (5, 2));
+    assert_eq!(
+        admin_call(Method::DELETE, override_path(RULE, "vip"), None).await,
+        204
+    );
+    // Under the rule again (gcra, capacity 2), with the state its 5 admissions left: denied.
+    assert!(!ask("vip").await);
+    assert_eq!(
+        admin_call(
+            Method::DELETE,
+            format!("/v1/keys?action={RULE}&key=vip"),
+            None
+        )
+        .await,
+        200
+    );
+    assert!(
+        ask("vip").await,
+        "reset: the key starts afresh under the rule"
+    );
+    let _ = stop.send(());
+    let result = tokio::time::timeout(Duration::from_secs(6), handle)
+        .await
+        .expect("stopped");
+    assert!(result.expect("joined").is_ok());
+}
