@@ -2,16 +2,19 @@
 named process spent during the measured run (from /proc/PID/stat; wrk's own from wait4), so a row
 says not only how fast a path is but where its CPU went.
 
-    measure.py NAME URL DURATION CONNECTIONS OUT_DIR label=PID ...
+    measure.py NAME URL DURATION CONNECTIONS OUT_DIR label=PID ... [stats=ENVOY_ADMIN_URL ...]
 
 Prints one line: NAME rps p50_ms p99_ms, then the CPU microseconds per request per label (in
 order of first appearance; processes sharing a label are summed) and for wrk, then the total CPU
-use in percent of one core, then the count of non-2xx/3xx answers."""
+use in percent of one core, then the count of non-2xx/3xx answers, then the sluice filter's
+callouts per 100 requests during the measured run (its Envoy stat sluice.callouts, summed over
+the `stats=` admin URLs; `-` when none is given or no sluice filter served the row)."""
 
 import os
 import re
 import subprocess
 import sys
+import urllib.request
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -38,19 +41,35 @@ def wrk(args):
     return out, usage.ru_utime + usage.ru_stime
 
 
+def callouts(admins):
+    """The filter's callouts so far (wasmcustom.sluice.callouts), summed over Envoy admin URLs."""
+    total = 0
+    for admin in admins:
+        with urllib.request.urlopen(f"{admin}/stats?filter=wasmcustom.sluice.callouts", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                name, _, value = line.partition(": ")
+                if name.strip() == "wasmcustom.sluice.callouts":
+                    total += int(value)
+    return total
+
+
 def ms(v, unit):
     return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
 def main():
-    name, url, duration, connections, out_dir, *procs = sys.argv[1:]
+    name, url, duration, connections, out_dir, *args = sys.argv[1:]
+    admins = [a.split("=", 1)[1] for a in args if a.startswith("stats=")]
+    procs = [a for a in args if not a.startswith("stats=")]
     pids = [(p.split("=", 1)[0], int(p.split("=", 1)[1])) for p in procs]
     labels = list(dict.fromkeys(label for label, _ in pids))
     common = ["-t1", f"-c{connections}", "-H", "x-user: bench", url]
     wrk(["-d1s", *common])
+    calls_before = callouts(admins)
     before = [cpu_seconds(pid) for _, pid in pids]
     text, wrk_cpu = wrk([f"-d{duration}s", "--latency", *common])
     after = [cpu_seconds(pid) for _, pid in pids]
+    calls = callouts(admins) - calls_before
     with open(os.path.join(out_dir, f"wrk-{name}.txt"), "w") as f:
         f.write(text)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
@@ -62,7 +81,10 @@ def main():
     per_req = [c / total * 1e6 if total else 0.0 for c in cpu]
     busy = sum(cpu) / float(duration) * 100
     cols = " ".join(f"{v:.0f}" for v in per_req)
-    print(f"{name} {rps:.0f} {pct['50']:.3f} {pct['99']:.3f} {cols} {busy:.0f} {non2xx.group(1) if non2xx else 0}")
+    # "-": no sluice filter callout in the row (no filter, cached denials, Envoy's own ratelimit filter).
+    per_100 = f"{calls / total * 100:.2f}" if admins and total and calls else "-"
+    print(f"{name} {rps:.0f} {pct['50']:.3f} {pct['99']:.3f} {cols} {busy:.0f} {non2xx.group(1) if non2xx else 0} "
+          f"{per_100}")
 
 
 if __name__ == "__main__":

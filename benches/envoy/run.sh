@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Envoy benchmark: requests/s and p50/p99 latency through Envoy, side by side in one run, for
 #   no filter | Envoy's local_ratelimit (huge bucket) | sluice allowed, backend on the memory
-#   store | sluice allowed, backend on Redis | sluice denied (every request asks the backend),
+#   store | sluice allowed, backend on Redis | sluice allowed, leased (a rule with lease {max 64,
+#   ttl 1s}: most requests admitted from the lease in shared data, no callout), memory and Redis |
+#   sluice denied (every request asks the backend),
 #   memory and Redis | sluice cached denial (answered from shared data, no callout) | Envoy's
 #   native ratelimit filter → sluice RLS (gRPC, --rls-listen) allowed, memory and Redis | sluice
 #   allowed through the filter's gRPC callout (ShouldRateLimit to the same RLS listener)
 # and the ratios of the allowed paths to no filter. Each row also shows where the CPU went:
 # microseconds of CPU per request in Envoy, the backend, redis-server and wrk, and the total CPU
-# use (200% = both cores of a 2-core machine busy). The memory-store rows isolate the callout's
-# cost from Redis's.
+# use (200% = both cores of a 2-core machine busy), and for the sluice rows the callouts per 100
+# requests (from the filter's Envoy stats sluice.callouts). The memory-store rows isolate the
+# callout's cost from Redis's.
 # Load: wrk (Debian package), DURATION seconds per path after a 1 s warm-up, CONNECTIONS
 # connections, one wrk thread; ROUNDS rounds over all paths, each row the medians of its rounds
 # (this machine's figures swing by ±30% from one run of a few seconds to the next). Backends:
 # release `sluice`, one on a real redis-server, one on the memory store, each with BACKEND_THREADS tokio workers (default: one per CPU). The memory rows run
 # through a second Envoy rendered from the same envoy/bench.yaml, pointed at the memory backend
 # (idle while the other rows run). Everything on 127.0.0.1, stopped by PID at exit. Bounded:
-# about ROUNDS × 11 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
+# about ROUNDS × 13 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
 #   DURATION=5 ROUNDS=3 CONNECTIONS=16 ENVOY_CONCURRENCY=1 BACKEND_THREADS=1 PIN=1 benches/envoy/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,7 +28,7 @@ ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
 BACKEND_THREADS=${BACKEND_THREADS:-$(nproc)}
-PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis grpc_allowed_memory grpc_allowed_redis rls_allowed_memory rls_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
+PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_leased_memory sluice_leased_redis grpc_allowed_memory grpc_allowed_redis rls_allowed_memory rls_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
 TOKEN=bench-admin-token-0123456789abcdef
 # BACKEND_BIN: the backend binary (to compare builds). CALLOUT_PROTOCOL=h2: Envoy calls the backend
 # over HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1; needs a backend that serves h2c.
@@ -93,6 +96,7 @@ backend() {
   printf -v "${name}_rls" %s "$rls"
   wait_for "http://127.0.0.1:$admin/readyz"
   put_rule "$admin" bench_allowed '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}}'
+  put_rule "$admin" bench_leased '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}, "lease": {"max": 64, "ttl": "1s"}}'
   put_rule "$admin" bench_denied '{"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}'
 }
 put_rule() { # ADMIN_PORT ACTION JSON
@@ -108,7 +112,7 @@ export FILTER_WASM=$PWD/target/wasm32-wasip1/wasm-release/sluice_filter.wasm
 envoy() {
   local name=$1 listener
   local -A ports=([ENVOY_ADMIN_PORT]=$(free_port) [BACKEND_PORT]=$2 [BACKEND_RLS_PORT]=$3)
-  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED DENIED CACHED RLS GRPC; do ports[BENCH_${listener}_PORT]=$(free_port); done
+  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC; do ports[BENCH_${listener}_PORT]=$(free_port); done
   local env=(); for k in "${!ports[@]}"; do env+=("$k=${ports[$k]}"); done
   env "${env[@]}" envoy/render.sh bench.yaml >"$work/envoy-$name.yaml"
   if [ "$CALLOUT_PROTOCOL" = h2 ]; then # only the sluice_backend cluster says http_protocol_options
@@ -117,7 +121,7 @@ envoy() {
   $PIN_ENVOY .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"
-  for listener in PLAIN LOCAL_RL ALLOWED DENIED CACHED RLS GRPC ENVOY_ADMIN; do
+  for listener in PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC ENVOY_ADMIN; do
     local k=BENCH_${listener}_PORT; [ "$listener" = ENVOY_ADMIN ] && k=ENVOY_ADMIN_PORT
     printf -v "${name}_${listener,,}" %s "${ports[$k]}"
   done
@@ -139,6 +143,8 @@ probe "$envoy_redis_plain" 200
 probe "$envoy_redis_local_rl" 200
 probe "$envoy_memory_allowed" 200 x-ratelimit-remaining
 probe "$envoy_redis_allowed" 200 x-ratelimit-remaining
+probe "$envoy_memory_leased" 200 x-ratelimit-remaining
+probe "$envoy_redis_leased" 200 x-ratelimit-remaining
 probe "$envoy_memory_rls" 200 x-ratelimit-remaining   # Envoy's own header: sluice answered OK
 probe "$envoy_redis_rls" 200 x-ratelimit-remaining
 probe "$envoy_memory_grpc" 200 x-ratelimit-remaining
@@ -151,6 +157,7 @@ probe "$envoy_redis_cached" 429 "x-sluice-cache: hit"
 declare -A port_of=(
   [no_filter]=$envoy_redis_plain [local_ratelimit]=$envoy_redis_local_rl
   [sluice_allowed_memory]=$envoy_memory_allowed [sluice_allowed_redis]=$envoy_redis_allowed
+  [sluice_leased_memory]=$envoy_memory_leased [sluice_leased_redis]=$envoy_redis_leased
   [sluice_denied_memory]=$envoy_memory_denied [sluice_denied_redis]=$envoy_redis_denied
   [sluice_cached_denial]=$envoy_redis_cached
   [rls_allowed_memory]=$envoy_memory_rls [rls_allowed_redis]=$envoy_redis_rls
@@ -173,7 +180,8 @@ for round in $(seq 1 "$ROUNDS"); do
   for name in "${order[@]}"; do
     $PIN_OTHERS python3 benches/envoy/measure.py "$name" "http://127.0.0.1:${port_of[$name]}/" "$DURATION" "$CONNECTIONS" "$work" \
       envoy="$envoy_redis_pid" envoy="$envoy_memory_pid" backend="$on_memory_pid" backend="$on_redis_pid" \
-      redis="$redis_server_pid" >>"$work/rows.txt"
+      redis="$redis_server_pid" stats="http://127.0.0.1:$envoy_redis_envoy_admin" \
+      stats="http://127.0.0.1:$envoy_memory_envoy_admin" >>"$work/rows.txt"
   done
 done
 python3 benches/envoy/summarize.py "$work/rows.txt" "${paths[@]}"
