@@ -2,10 +2,11 @@
 //! backend), per action, so the backend's metrics, history and dashboard see every request Envoy
 //! metered, not only the ones that reached it.
 //!
-//! The filter keeps counters per action in Envoy's shared data and sends what accumulated since
-//! its last accepted report from a timer (never per key: the table is bounded by
-//! [`MAX_REPORT_ACTIONS`]). A report that fails is kept and added to the next one, so counts are
-//! lost only when the filter's table is full (new actions beyond the bound) or Envoy restarts.
+//! The filter keeps counters per action in each Envoy worker's own memory (no shared data), and
+//! each worker sends what accumulated since its last accepted report from a timer (never per key:
+//! the table is bounded by [`MAX_REPORT_ACTIONS`]). A report that fails is kept and added to the
+//! next one, so counts are lost only when the filter's table is full (actions beyond the bound) or
+//! Envoy restarts.
 
 use serde::{Deserialize, Serialize};
 
