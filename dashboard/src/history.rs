@@ -302,6 +302,23 @@ fn age_ticks(range: HistoryRange) -> Vec<(f64, String)> {
         .collect()
 }
 
+/// The step a key press moves the readout to, for a chart of `len` steps: arrows step (from
+/// the newest when none is shown), Home and End jump to the oldest and newest, Escape (or any
+/// move on an empty chart) shows the totals again. `None` for a key that does not move it, so
+/// the page leaves such keys alone (Tab still leaves the chart).
+pub fn step_after(current: Option<usize>, key: &str, len: usize) -> Option<Option<usize>> {
+    let last = len.checked_sub(1);
+    let moved = match key {
+        "ArrowLeft" => current.map_or(last, |i| Some(i.saturating_sub(1))),
+        "ArrowRight" => current.map_or(last, |i| Some((i + 1).min(last.unwrap_or(0)))),
+        "Home" => last.map(|_| 0),
+        "End" => last,
+        "Escape" => None,
+        _ => return None,
+    };
+    Some(moved.filter(|_| len > 0))
+}
+
 /// Time of day in UTC, `HH:MM:SS`, from milliseconds since the epoch.
 pub fn clock(ms: u64) -> String {
     let s = (ms / 1000) % 86_400;
@@ -459,6 +476,19 @@ mod tests {
         );
         assert_eq!(charts(&b)[0].action, "checkout");
         assert!(unchecked(&body(vec![])).is_empty());
+    }
+
+    #[test]
+    fn keys_walk_the_steps() {
+        assert_eq!(step_after(None, "ArrowLeft", 30), Some(Some(29)));
+        assert_eq!(step_after(Some(29), "ArrowLeft", 30), Some(Some(28)));
+        assert_eq!(step_after(Some(0), "ArrowLeft", 30), Some(Some(0)));
+        assert_eq!(step_after(Some(29), "ArrowRight", 30), Some(Some(29)));
+        assert_eq!(step_after(Some(3), "Home", 30), Some(Some(0)));
+        assert_eq!(step_after(None, "End", 360), Some(Some(359)));
+        assert_eq!(step_after(Some(3), "Escape", 30), Some(None));
+        assert_eq!(step_after(Some(3), "Tab", 30), None);
+        assert_eq!(step_after(None, "ArrowLeft", 0), Some(None));
     }
 
     #[test]

@@ -248,6 +248,16 @@ describe('the operator views: history, one key, safe edits, leases', () => {
       hovered = await card.locator('.readout').innerText();
     }
     assert.match(hovered, /^\d\d:\d\d:\d\d–\d\d:\d\d:\d\d UTC: allowed [1-9]\d* · leased \d+ · denied \d+/);
+    // The keyboard reaches the same values: End is the newest step, Home the oldest, Escape the totals.
+    await page.mouse.move(0, 0);
+    await card.locator('svg.history-chart').focus();
+    await page.keyboard.press('End');
+    assert.match(await card.locator('.readout').innerText(), /^\d\d:\d\d:\d\d–\d\d:\d\d:\d\d UTC: allowed \d+/);
+    await page.keyboard.press('Home');
+    assert.match(await card.locator('.readout').innerText(), /UTC: allowed 0 · leased 0 · denied 0 · cached denied 0 · passed unchecked 0$/);
+    await page.keyboard.press('Escape');
+    assert.match(await card.locator('.readout').innerText(), /^last 5m: /);
+    await columns.nth(29).hover();
     await shot('22-history');
     // A rule whose action saw nothing is marked, in the history and in the rules table.
     const quiet = page.locator('article.history-card[data-action="ops-quiet"] .quiet-mark');

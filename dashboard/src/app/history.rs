@@ -5,7 +5,9 @@ use leptos::prelude::*;
 use sluice_core::wire::HistoryRange;
 
 use super::{Ctx, Tab};
-use crate::history::{charts, unchecked, ActionChart, Outcome, BOTTOM, HEIGHT, LEFT, RIGHT, WIDTH};
+use crate::history::{
+    charts, step_after, unchecked, ActionChart, Outcome, BOTTOM, HEIGHT, LEFT, RIGHT, WIDTH,
+};
 
 #[component]
 pub fn HistoryPanel(ctx: Ctx) -> impl IntoView {
@@ -133,7 +135,17 @@ fn HistoryCard(chart: Memo<Option<ActionChart>>) -> impl IntoView {
                 viewBox=format!("0 0 {WIDTH} {HEIGHT}")
                 role="img"
                 aria-label=text(|c| format!("{}: requests per 10 s by outcome", c.action))
+                tabindex="0"
                 on:mouseleave=move |_| hovered.set(None)
+                on:blur=move |_| hovered.set(None)
+                // The keyboard reaches the same values: arrows, Home, End; Escape for the totals.
+                on:keydown=move |ev: leptos::ev::KeyboardEvent| {
+                    let len = chart.with(|c| c.as_ref().map_or(0, |c| c.columns.len()));
+                    if let Some(next) = step_after(hovered.get_untracked(), &ev.key(), len) {
+                        ev.prevent_default();
+                        hovered.set(next);
+                    }
+                }
             >
                 {move || {
                     chart
