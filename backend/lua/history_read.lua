@@ -1,14 +1,9 @@
--- Reads one action's history: KEYS[1..n-1] the steps' hashes (oldest first), KEYS[n] the
--- last-seen key. Returns {last_seen or '0', then for each step holding anything: its index (from
--- 0) and its six counts a l d c p f, as strings}.
-local out = {redis.call('GET', KEYS[#KEYS]) or '0'}
+-- Reads one action's history: KEYS[1..n-1] the hashes of the 10-minute blocks the range touches
+-- (oldest first), KEYS[n] the last-seen key. Returns {last_seen or '0', {each block's HGETALL:
+-- index in the block, counts "a l d c p f", ...}, in KEYS order}: the replies are passed through
+-- as they are, without a loop in Lua (which costs more than the reads themselves).
+local blocks = {}
 for i = 1, #KEYS - 1 do
-  local v = redis.call('HMGET', KEYS[i], 'a', 'l', 'd', 'c', 'p', 'f')
-  if v[1] or v[2] or v[3] or v[4] or v[5] or v[6] then
-    out[#out + 1] = tostring(i - 1)
-    for j = 1, 6 do
-      out[#out + 1] = v[j] or '0'
-    end
-  end
+  blocks[i] = redis.call('HGETALL', KEYS[i])
 end
-return out
+return {redis.call('GET', KEYS[#KEYS]) or '0', blocks}

@@ -1,18 +1,34 @@
 -- Adds one action's counts to one history step and raises its last-seen time.
--- KEYS[1]: the step's hash (fields a l d c p f: allowed, leased, denied, cached_denied,
--- passed_unchecked, failed). KEYS[2]: the action's last-seen time (ms, a string).
--- ARGV[1]: the step's TTL (ms). ARGV[2]: the last-seen TTL (ms). ARGV[3]: last seen (ms, 0 = not
--- in this record). ARGV[4..9]: the six counts, in field order.
-local fields = {'a', 'l', 'd', 'c', 'p', 'f'}
-local wrote = false
+-- KEYS[1]: the hash of the step's 10-minute block: field = the step's index in the block (0-59),
+-- value = its six counts "a l d c p f" (allowed, leased, denied, cached_denied,
+-- passed_unchecked, failed), space-separated. One small hash per block (60 fields, Redis's compact
+-- encoding) rather than one key per step: reading an hour is 7 HGETALLs, not 360 lookups.
+-- KEYS[2]: the action's last-seen time (ms, a string).
+-- ARGV[1]: the block's TTL (ms). ARGV[2]: the last-seen TTL (ms). ARGV[3]: last seen (ms, 0 =
+-- not in this record). ARGV[4]: the step's index. ARGV[5..10]: the six counts, in field order.
+local add = {}
+local any = false
 for i = 1, 6 do
-  local n = ARGV[3 + i]
-  if n ~= '0' then
-    redis.call('HINCRBY', KEYS[1], fields[i], n)
-    wrote = true
+  add[i] = tonumber(ARGV[4 + i])
+  if add[i] ~= 0 then
+    any = true
   end
 end
-if wrote then
+if any then
+  local held = redis.call('HGET', KEYS[1], ARGV[4])
+  local sums = {0, 0, 0, 0, 0, 0}
+  if held then
+    local i = 1
+    for n in string.gmatch(held, '%d+') do
+      sums[i] = tonumber(n)
+      i = i + 1
+    end
+  end
+  local out = {}
+  for i = 1, 6 do
+    out[i] = string.format('%d', sums[i] + add[i])
+  end
+  redis.call('HSET', KEYS[1], ARGV[4], table.concat(out, ' '))
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 local seen = tonumber(ARGV[3])

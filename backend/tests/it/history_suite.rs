@@ -108,6 +108,35 @@ pub async fn history_round_trip(store: &dyn Store) {
         .await
         .expect("read");
     assert_eq!((none.steps.len(), none.last_seen_ms), (0, None));
+    // Steps on both sides of a 10-minute boundary (where the Redis store changes hash), and a
+    // whole hour read at once.
+    let boundary = T0 - T0 % 600_000 + 600_000;
+    store
+        .record_history(&[
+            record("h.span", boundary - s, [1, 0, 0, 0, 0, 0], 0),
+            record("h.span", boundary, [2, 0, 0, 0, 0, 0], 0),
+            record("h.span", boundary + 358 * s, [3, 0, 0, 0, 0, 0], 0),
+        ])
+        .await
+        .expect("record");
+    let span = store
+        .read_history(&action("h.span"), boundary - s, 2, now)
+        .await
+        .expect("read");
+    let mut steps = span.steps;
+    steps.sort_by_key(|(at, _)| *at);
+    assert_eq!(
+        steps,
+        vec![
+            (boundary - s, tally([1, 0, 0, 0, 0, 0])),
+            (boundary, tally([2, 0, 0, 0, 0, 0]))
+        ]
+    );
+    let hour = store
+        .read_history(&action("h.span"), boundary - s, 360, now)
+        .await
+        .expect("read");
+    assert_eq!(hour.steps.len(), 3, "{:?}", hour.steps);
     // A day later the last-seen time is no longer reported.
     let later = store
         .read_history(
@@ -268,9 +297,10 @@ async fn redis_store_passes_the_history_suite_and_every_count_expires() {
         .expect("connect");
     whole_suite(&store).await;
     // Every key history writes carries a TTL (so volatile-* eviction may take it, never the
-    // rules): a step an hour and ten minutes, last seen a day, a denied bucket seven minutes.
+    // rules): a 10-minute block of steps an hour and ten minutes, last seen a day, a denied
+    // bucket seven minutes.
     let ttl = |key: &str| -> i64 { redis.cli(&["PTTL", key]).trim().parse().expect("a PTTL") };
-    let step = ttl(&format!("{{sluice:history:h.post}}:{T0}"));
+    let step = ttl(&format!("{{sluice:history:h.post}}:{}", T0 - T0 % 600_000));
     assert!((3_600_000..=4_200_000).contains(&step), "{step}");
     let seen = ttl("{sluice:history:h.post}:seen");
     assert!(

@@ -1,0 +1,105 @@
+//! Decisions through Envoy's rate limit service (gRPC RLS v3) reach the history and top denied
+//! exactly as HTTP decisions do: both ways in share `decide` and its activity batch.
+
+use crate::harness::{client, eventually, TOKEN};
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use serde_json::{json, Value};
+use sluice_backend::app::run_with_rls;
+use sluice_backend::{Config, Listeners, StoreChoice};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_decisions_count_in_history_and_top_denied() {
+    let bind = || TcpListener::bind("127.0.0.1:0");
+    let (decision, admin, rls) = (
+        bind().await.expect("bind"),
+        bind().await.expect("bind"),
+        bind().await.expect("bind"),
+    );
+    let admin_url = format!("http://{}", admin.local_addr().expect("addr"));
+    let rls_url = format!("http://{}", rls.local_addr().expect("addr"));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::spawn(run_with_rls(
+        Listeners { decision, admin },
+        Some(rls),
+        Config::new(StoreChoice::Memory, TOKEN),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let http = client();
+    eventually(Duration::from_secs(10), "sluice answers /healthz", || {
+        let r = http.get(format!("{admin_url}/healthz")).send();
+        async move { r.await.ok().filter(|r| r.status().is_success()) }
+    })
+    .await;
+    let r = http
+        .put(format!("{admin_url}/v1/rules/user"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"algorithm": "fixed_window", "capacity": 2, "window": "1h"}))
+        .send()
+        .await
+        .expect("put rule");
+    assert_eq!(r.status().as_u16(), 200);
+    let channel = tonic::transport::Endpoint::from_shared(rls_url)
+        .expect("url")
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect");
+    let mut rls = RateLimitServiceClient::new(channel);
+    let ask = |value: &str| RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: value.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let r = rls.should_rate_limit(ask("mallory")).await.expect("rls");
+        codes.push(r.into_inner().overall_code);
+    }
+    assert_eq!(
+        codes,
+        [Code::Ok, Code::Ok, Code::OverLimit, Code::OverLimit].map(|c| c as i32)
+    );
+    let get = |path: &str| {
+        let r = http
+            .get(format!("{admin_url}{path}"))
+            .bearer_auth(TOKEN)
+            .send();
+        async move { r.await.expect("get").json::<Value>().await.expect("json") }
+    };
+    eventually(
+        Duration::from_secs(3),
+        "the history counts RLS decisions",
+        || async {
+            let h = get("/v1/history?range=5m").await;
+            let totals = &h["actions"][0]["totals"];
+            (totals["allowed"] == 2 && totals["denied"] == 2).then_some(())
+        },
+    )
+    .await;
+    let top = get("/v1/top-denied").await;
+    assert_eq!(
+        top["actions"],
+        json!([{"action": "user", "keys": [{"key": "mallory", "denied": 2}]}])
+    );
+    let view = get("/v1/keys?key=mallory").await;
+    assert_eq!(view["actions"][0]["remaining"], 0);
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(6), handle).await;
+}
