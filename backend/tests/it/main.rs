@@ -27,6 +27,7 @@ mod http_decision;
 mod http_history;
 mod http_store_failure;
 mod key_spray_memory;
+mod overrides_audit;
 mod lease;
 mod redis_sizing;
 mod report_log;
