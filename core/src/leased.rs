@@ -72,7 +72,8 @@ pub fn grant_ttl_ms(params: &Params, lease: Lease, decision: &Decision) -> u64 {
 
 /// Units to grant beyond a plain decision of `quantity`: none for a peek or a denial, none when
 /// the grant could not be spent (a `fixed_window` with under 1 ms left), else
-/// [`grant_units`]`(max, remaining)`. Shared with the Redis store, whose script computes the same.
+/// [`grant_units`]`(max, remaining)`: the definition [`Params::decide_leased`] computes (from a
+/// peek) and the Lua twins compute (from their plain decision); the tests hold both to it.
 pub fn units_for(params: &Params, lease: Lease, quantity: u64, plain: &Decision) -> u64 {
     if quantity == 0 || !plain.allowed || grant_ttl_ms(params, lease, plain) == 0 {
         return 0;
@@ -91,31 +92,39 @@ impl Params {
         quantity: u64,
         lease: Option<Lease>,
     ) -> (Leased, Option<State>) {
-        let (plain, change) = self.decide_change(state, now, quantity);
-        let Some(lease) = lease else {
-            return (Leased::plain(plain), change);
+        let plain = || {
+            let (decision, change) = self.decide_change(state, now, quantity);
+            (Leased::plain(decision), change)
         };
-        let units = units_for(self, lease, quantity, &plain);
+        let Some(lease) = lease.filter(|_| quantity > 0) else {
+            return plain();
+        };
+        // What a plain decision of q would leave, from a peek (which copies no state, unlike an
+        // admission: a sliding log's admission copies its entries): every algorithm admits q ≥ 1
+        // exactly when q ≤ a peek's remaining, and then leaves remaining − q
+        // (core/tests/properties.rs), so this is [`units_for`] without deciding q itself.
+        let (peek, _) = self.decide_change(state, now, 0);
+        let Some(left) = peek.remaining.checked_sub(quantity) else {
+            return plain();
+        };
+        let units = grant_units(lease.max, left);
         if units == 0 {
-            return (Leased::plain(plain), change);
+            return plain();
         }
-        let (leased, leased_change) =
-            self.decide_change(state, now, quantity.saturating_add(units));
-        if !leased.allowed {
-            // Unreachable for states the algorithms produce (see the module docs); the plain
-            // decision is still right, so answer it rather than fail.
-            return (Leased::plain(plain), change);
+        let (leased, change) = self.decide_change(state, now, quantity.saturating_add(units));
+        let ttl_ms = grant_ttl_ms(self, lease, &leased);
+        if !leased.allowed || ttl_ms == 0 {
+            // A fixed_window with under 1 ms left (nothing could be spent), or, never for states
+            // the algorithms produce, a q + k that does not fit: the plain decision is right.
+            return plain();
         }
-        let grant = LeaseGrant {
-            units,
-            ttl_ms: grant_ttl_ms(self, lease, &leased),
-        };
+        let grant = LeaseGrant { units, ttl_ms };
         (
             Leased {
                 decision: leased,
                 grant: Some(grant),
             },
-            leased_change,
+            change,
         )
     }
 }
