@@ -6,6 +6,7 @@
 //! in the backend are twins of the transitions in [`algorithms`] and are tested against them.
 
 pub mod algorithms;
+pub mod all;
 pub mod cell;
 pub mod decision;
 pub mod descriptor;

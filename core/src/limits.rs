@@ -62,6 +62,10 @@ pub const MAX_REPORT_ACTIONS: usize = 256;
 /// Most per-key overrides one action's rule may carry. Every replica holds all of them in its rule
 /// cache and reloads them on every rules change, so they are bounded like the rules themselves.
 pub const MAX_OVERRIDES_PER_ACTION: usize = 1_000;
+/// Most checks one all-or-nothing request (`POST /v1/throttle/all`, a filter route's `checks`,
+/// one RLS request's descriptors decided together) may carry: every check's state is held (memory
+/// shard locks, one Redis script's keys) for the whole decision, so the set stays small.
+pub const MAX_CHECKS: usize = 8;
 /// Audit entries the store keeps (newest first; older ones are dropped as new ones arrive).
 pub const AUDIT_KEEP: usize = 1_000;
 

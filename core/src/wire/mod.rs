@@ -12,6 +12,7 @@ mod health;
 mod history;
 mod keys;
 mod levels;
+mod multi;
 mod overrides;
 pub mod parse;
 mod report;
@@ -33,6 +34,7 @@ pub use keys::{
     TOP_DENIED_SPAN_MS,
 };
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
+pub use multi::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
 pub use overrides::{check_override_key, KeyOverride, OverridesBody};
 pub use report::{ActionCounts, FilterReport};
 pub use rule::RawRule;

@@ -1,0 +1,194 @@
+//! Several limits on one request ([`decide_all`]): a table (three limits, the third denies) and
+//! properties on random histories of random check sets:
+//! - allowed: every enforced check allowed, and the states afterwards are exactly those of
+//!   deciding each check in order with [`Params::decide_change`];
+//! - denied at j: check j is the first enforced denial of that same sequence, no state changes,
+//!   and every other check's decision is a peek of the unchanged state.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use proptest::prelude::*;
+use serde_json::json;
+use sluice_core::all::{decide_all, Check};
+use sluice_core::time::NANOS_PER_MILLI;
+use sluice_core::{Params, Rule, State};
+
+const MS: u64 = NANOS_PER_MILLI;
+const T0: u64 = 1_704_067_200_000 * MS;
+
+fn params(algorithm: &str, capacity: u64) -> Params {
+    let body = match algorithm {
+        "fixed_window" | "sliding_log" | "sliding_window" => {
+            json!({"action": "a", "algorithm": algorithm, "capacity": capacity, "window": "1s"})
+        }
+        _ => {
+            json!({"action": "a", "algorithm": algorithm, "rate": {"count": capacity, "period": "1s"}, "capacity": capacity})
+        }
+    };
+    Rule::from_json(&body).expect("valid rule").params()
+}
+
+const ALGORITHMS: [&str; 6] = [
+    "gcra",
+    "leaky_bucket",
+    "token_bucket",
+    "fixed_window",
+    "sliding_log",
+    "sliding_window",
+];
+
+#[test]
+fn the_third_limit_denying_leaves_the_first_two_untouched() {
+    for algorithm in ALGORITHMS {
+        let p = params(algorithm, 5);
+        let tight = params(algorithm, 2);
+        let checks = [
+            Check {
+                params: p,
+                enforce: true,
+                quantity: 1,
+                slot: 0,
+            },
+            Check {
+                params: p,
+                enforce: true,
+                quantity: 1,
+                slot: 1,
+            },
+            Check {
+                params: tight,
+                enforce: true,
+                quantity: 1,
+                slot: 2,
+            },
+        ];
+        let mut states = vec![State::Fresh, State::Fresh, State::Fresh];
+        // Two requests pass: each limit has taken 2.
+        for _ in 0..2 {
+            let d = decide_all(&checks, &states, T0);
+            assert!(d.allowed(), "{algorithm}");
+            for (slot, change) in d.changes.into_iter().enumerate() {
+                states[slot] = change.expect("an admission changes every state");
+            }
+        }
+        let before = states.clone();
+        let d = decide_all(&checks, &states, T0);
+        assert_eq!(d.denied, Some(2), "{algorithm}");
+        assert!(d.changes.iter().all(Option::is_none), "{algorithm}");
+        assert!(!d.decisions[2].allowed);
+        // The others report what they really have left: 3 of 5.
+        assert_eq!(d.decisions[0].remaining, 3, "{algorithm}");
+        assert_eq!(d.decisions[1].remaining, 3, "{algorithm}");
+        assert_eq!(states, before);
+        // A shadow third check never denies.
+        let mut shadow = checks;
+        shadow[2].enforce = false;
+        let d = decide_all(&shadow, &states, T0);
+        assert!(d.allowed(), "{algorithm}");
+        assert!(!d.decisions[2].allowed);
+        assert!(d.changes[2].is_none());
+    }
+}
+
+#[test]
+fn two_checks_on_one_slot_see_each_other() {
+    let p = params("fixed_window", 3);
+    let checks = [
+        Check {
+            params: p,
+            enforce: true,
+            quantity: 2,
+            slot: 0,
+        },
+        Check {
+            params: p,
+            enforce: true,
+            quantity: 2,
+            slot: 0,
+        },
+    ];
+    let d = decide_all(&checks, &[State::Fresh], T0);
+    assert_eq!(d.denied, Some(1));
+    assert!(d.changes[0].is_none());
+    let one = [Check {
+        params: p,
+        enforce: true,
+        quantity: 1,
+        slot: 0,
+    }; 3];
+    let d = decide_all(&one, &[State::Fresh], T0);
+    assert!(d.allowed());
+    assert_eq!(d.decisions[2].remaining, 0);
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    checks: Vec<(usize, u64, bool)>,
+    dt_ms: u64,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        prop::collection::vec((0usize..3, 0u64..4, prop::bool::weighted(0.85)), 1..6),
+        0u64..400,
+    )
+        .prop_map(|(checks, dt_ms)| Step { checks, dt_ms })
+}
+
+proptest! {
+    #[test]
+    fn all_or_nothing_matches_deciding_in_order(
+        algorithm in 0usize..6,
+        caps in prop::collection::vec(1u64..6, 3),
+        steps in prop::collection::vec(step(), 1..40),
+    ) {
+        let slots: Vec<Params> = caps.iter().map(|&c| params(ALGORITHMS[algorithm], c)).collect();
+        let mut states = vec![State::Fresh; 3];
+        let mut now = T0;
+        for s in steps {
+            now += s.dt_ms * MS;
+            let checks: Vec<Check> = s.checks.iter().map(|&(slot, quantity, enforce)| Check {
+                params: slots[slot], enforce, quantity, slot,
+            }).collect();
+            let d = decide_all(&checks, &states, now);
+            // The reference: one by one on a copy.
+            let mut running = states.clone();
+            let mut first_denial = None;
+            let mut seen = Vec::new();
+            for (i, c) in checks.iter().enumerate() {
+                let (decision, change) = c.params.decide_change(&running[c.slot], now, c.quantity);
+                seen.push(decision);
+                if !decision.allowed && c.enforce {
+                    first_denial = Some(i);
+                    break;
+                }
+                if let Some(next) = change {
+                    running[c.slot] = next;
+                }
+            }
+            prop_assert_eq!(d.denied, first_denial);
+            prop_assert_eq!(d.decisions.len(), checks.len());
+            match first_denial {
+                None => {
+                    prop_assert_eq!(&d.decisions, &seen);
+                    for (slot, change) in d.changes.into_iter().enumerate() {
+                        if let Some(next) = change {
+                            states[slot] = next;
+                        }
+                    }
+                    prop_assert_eq!(&states, &running);
+                }
+                Some(j) => {
+                    prop_assert!(d.changes.iter().all(Option::is_none));
+                    prop_assert_eq!(d.decisions[j], seen[j]);
+                    for (i, c) in checks.iter().enumerate() {
+                        if i != j {
+                            let peek = c.params.decide_change(&states[c.slot], now, 0).0;
+                            prop_assert_eq!(d.decisions[i], peek);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
