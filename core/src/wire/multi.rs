@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(none.validate().unwrap_err().field, "checks");
         let nine = format!(
             r#"{{"checks": [{}]}}"#,
-            vec![r#"{"action":"a","key":"k"}"#; MAX_CHECKS + 1].join(",")
+            [r#"{"action":"a","key":"k"}"#; MAX_CHECKS + 1].join(",")
         );
         assert_eq!(
             parse(&nine).unwrap().validate().unwrap_err().field,
