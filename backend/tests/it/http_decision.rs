@@ -413,7 +413,16 @@ async fn the_openapi_schemas_list_exactly_the_fields_the_wire_types_send() {
         v.sort();
         v
     };
-    let (_, response) = s.throttle("reply", "k", 1).await;
+    // A leased rule and a request that asks for a lease, so the optional `lease` fields are sent.
+    let leased = json!({"action": "a-leased", "algorithm": "gcra", "capacity": 100,
+        "rate": {"count": 1, "period": "1h"}, "lease": {"max": 8, "ttl": "1s"}});
+    assert_eq!(s.put_rule(leased).await.0, 200);
+    let (_, response) = s
+        .post_decision(
+            "/v1/throttle",
+            json!({"action": "a-leased", "key": "k", "lease": true}),
+        )
+        .await;
     let mut sent: Vec<String> = response
         .as_object()
         .expect("object")
