@@ -328,3 +328,58 @@ async fn redis_cluster_passes_the_history_suite() {
         .expect("connect to the cluster");
     whole_suite(&store).await;
 }
+
+/// A history write Redis refuses (Redis killed) is kept and written by a later flush once Redis is
+/// back, so a short outage loses no history; the live activity of the refused flush is dropped
+/// (and counted), as before.
+#[tokio::test]
+async fn history_refused_by_a_dead_redis_is_written_when_it_is_back() {
+    use sluice_backend::activity::{write_flush, ActivityBook};
+    use sluice_backend::metrics::Metrics;
+    use std::time::Instant;
+
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let mut config = RedisConfig::new(RedisTarget::Single(redis.url()));
+    config.timeout = Duration::from_millis(300);
+    let store = RedisStore::connect(config).await.expect("connect");
+    let (book, metrics) = (ActivityBook::new(), Metrics::new());
+    let a = action("outage");
+    let now = T0 + 5_000;
+    book.record(&a, "k", true, now);
+    let flush = book.take_flush(Instant::now(), |_| false);
+    write_flush(&book, &store, &metrics, flush, now)
+        .await
+        .expect("redis up");
+
+    redis.kill();
+    book.record(&a, "k", false, now + 1);
+    book.record(&a, "k", false, now + 2);
+    let flush = book.take_flush(Instant::now(), |_| false);
+    assert!(write_flush(&book, &store, &metrics, flush, now)
+        .await
+        .is_err());
+
+    let _redis = RedisServer::start_on_port(port);
+    // The connection manager reconnects on its own; keep flushing (nothing new) until it has.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let flush = book.take_flush(Instant::now(), |_| false);
+        if write_flush(&book, &store, &metrics, flush, now)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "redis did not come back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let h = store.read_history(&a, T0, 1, now).await.expect("read");
+    // The restarted Redis is empty: what it holds is exactly the flush it refused.
+    assert_eq!(h.steps, vec![(T0, tally([0, 0, 2, 0, 0, 0]))]);
+    assert_eq!(h.last_seen_ms, Some(now + 2));
+    assert!(
+        metrics.encode().contains("sluice_activity_dropped_total 2"),
+        "the refused flush's activity record and denied-key record are counted as dropped"
+    );
+}
