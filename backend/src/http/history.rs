@@ -143,7 +143,14 @@ pub async fn get_key(
 ) -> Result<Json<KeyView>, ApiFailure> {
     let key = query_param(query.as_deref(), "key")?
         .ok_or_else(|| ApiFailure::invalid("key", "required: GET /v1/keys?key=<key>"))?;
-    let rules = rules(&app);
+    // The rule each action applies to this key: its override if it has one.
+    let set = app.rules.current();
+    let rules: Vec<Rule> = set
+        .rules
+        .keys()
+        .filter_map(|action| set.rule_for(action, &key))
+        .cloned()
+        .collect();
     let body = app
         .store_call_within(
             READ_DEADLINE,

@@ -280,6 +280,27 @@ async fn the_views_add_up(s: &Sluice) {
         "the peeks took nothing: {d}"
     );
 
+    // A key with an override is shown under the override, not the action's rule.
+    let r = s
+        .admin_req(reqwest::Method::PUT, "/v1/rules/post/overrides/vip")
+        .json(&json!({"algorithm": "fixed_window", "capacity": 20, "window": "1h"}))
+        .send()
+        .await
+        .expect("put override");
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, view) = s.admin_get("/v1/keys?key=vip").await;
+    assert_eq!(
+        action(&view, "post")["capacity"].as_u64(),
+        Some(20),
+        "{view}"
+    );
+    let (_, view) = s.admin_get("/v1/keys?key=alice").await;
+    assert_eq!(
+        action(&view, "post")["capacity"].as_u64(),
+        Some(2),
+        "{view}"
+    );
+
     // Keys of any text: empty, odd bytes, 10 KB (looked up exactly as the decision API stores it).
     let long = "x".repeat(10_000);
     let longest = "z".repeat(60_000);
