@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::wire::{ActionLevels, KeyLevel, LevelsBody};
-use sluice_core::Rule;
+use sluice_core::{Decision, Rule};
 use tokio::sync::watch;
 
 use crate::activity::ActivityBook;
 use crate::clock::now_ms;
-use crate::rules::RuleCache;
-use crate::store::{Store, StoreError};
+use crate::rules::{Overrides, RuleCache};
+use crate::store::{Activity, Store, StoreError};
 
 /// Keys per action when no `limit` is given.
 pub const DEFAULT_LIMIT: usize = 20;
@@ -22,15 +22,11 @@ async fn action_levels(
     store: &dyn Store,
     book: &ActivityBook,
     rule: &Rule,
+    overrides: &Overrides,
     limit: usize,
 ) -> Result<ActionLevels, StoreError> {
     let recent = store.recent_activity(rule.action(), limit).await?;
-    let keys: Vec<String> = recent.iter().map(|a| a.key.clone()).collect();
-    let decisions = if keys.is_empty() {
-        Vec::new()
-    } else {
-        store.peek_many(rule, &keys, None).await?
-    };
+    let decisions = peek_under_their_rules(store, rule, overrides, &recent).await?;
     let rates = book.rates(rule.action().as_str(), Instant::now());
     Ok(ActionLevels {
         action: rule.action().as_str().to_owned(),
@@ -52,15 +48,61 @@ async fn action_levels(
     })
 }
 
-/// Levels of the given rules (all cached rules when `only` is `None`), as of now.
+/// Peeks each recent key under the rule in force for it: the action's rule for most, in one
+/// batch, and a key's override (a different funnel, maybe another algorithm) one key at a time.
+async fn peek_under_their_rules(
+    store: &dyn Store,
+    rule: &Rule,
+    overrides: &Overrides,
+    recent: &[Activity],
+) -> Result<Vec<Decision>, StoreError> {
+    let special = overrides.get(rule.action().as_str());
+    let override_of = |key: &str| special.and_then(|by_key| by_key.get(key));
+    let plain: Vec<String> = recent
+        .iter()
+        .filter(|a| override_of(&a.key).is_none())
+        .map(|a| a.key.clone())
+        .collect();
+    let mut plain_decisions = if plain.is_empty() {
+        Vec::new()
+    } else {
+        store.peek_many(rule, &plain, None).await?
+    }
+    .into_iter();
+    let mut decisions = Vec::with_capacity(recent.len());
+    for a in recent {
+        let decision = match override_of(&a.key) {
+            Some(own) => store
+                .peek_many(own, std::slice::from_ref(&a.key), None)
+                .await?
+                .into_iter()
+                .next(),
+            None => plain_decisions.next(),
+        };
+        match decision {
+            Some(d) => decisions.push(d),
+            None => {
+                return Err(StoreError::Corrupt(
+                    "a peek answered fewer keys than asked".into(),
+                ))
+            }
+        }
+    }
+    Ok(decisions)
+}
+
+/// Levels of the given rules, as of now; keys with an override are read under it.
 pub async fn snapshot(
     store: &dyn Store,
     book: &ActivityBook,
     rules: &[Rule],
+    overrides: &Overrides,
     limit: usize,
 ) -> Result<LevelsBody, StoreError> {
     let at_ms = now_ms();
-    let futures = rules.iter().map(|r| action_levels(store, book, r, limit));
+    let futures = rules
+        .iter()
+        .map(|r| action_levels(store, book, r, overrides, limit));
     let actions = futures::future::try_join_all(futures).await?;
     Ok(LevelsBody {
         at_ms,
@@ -107,7 +149,7 @@ impl LevelsHub {
             }
             let set = rules.current();
             let list: Vec<Rule> = set.rules.values().cloned().collect();
-            match snapshot(store.as_ref(), &book, &list, DEFAULT_LIMIT).await {
+            match snapshot(store.as_ref(), &book, &list, &set.overrides, DEFAULT_LIMIT).await {
                 Ok(body) => match serde_json::to_string(&body) {
                     Ok(text) => {
                         self.tx.send_replace(Some(Arc::from(text)));

@@ -227,7 +227,13 @@ pub async fn get_levels(
     let body = app
         .store_call_within(
             LEVELS_DEADLINE,
-            levels::snapshot(app.store.as_ref(), &app.activity, &rules, limit),
+            levels::snapshot(
+                app.store.as_ref(),
+                &app.activity,
+                &rules,
+                &set.overrides,
+                limit,
+            ),
         )
         .await
         .map_err(|e| ApiFailure::store(&e))?;

@@ -300,6 +300,20 @@ async fn the_views_add_up(s: &Sluice) {
         Some(2),
         "{view}"
     );
+    // So does the live view, next to keys under the action's rule.
+    s.throttle("post", "vip", 1).await;
+    let capacity_of = |levels: &Value, key: &str| {
+        action(levels, "post")["keys"]
+            .as_array()
+            .and_then(|keys| keys.iter().find(|k| k["key"] == key))
+            .and_then(|k| k["capacity"].as_u64())
+    };
+    eventually(Duration::from_secs(5), "vip in the live view", || async {
+        let (_, levels) = s.admin_get("/v1/levels?action=post").await;
+        (capacity_of(&levels, "vip") == Some(20) && capacity_of(&levels, "alice") == Some(2))
+            .then_some(())
+    })
+    .await;
 
     // Keys of any text: empty, odd bytes, 10 KB (looked up exactly as the decision API stores it).
     let long = "x".repeat(10_000);
