@@ -2,10 +2,12 @@
 //! default) and Redis (single node or Cluster, shared by every replica). The conformance suite in
 //! `backend/tests` holds both to the same answers as sluice-core's transitions.
 
+mod all;
 mod changes;
 pub mod memory;
 pub mod redis;
 
+pub use all::{AllOutcome, CheckRequest};
 pub use changes::{AuditStamp, ChangeOutcome, RuleChange};
 
 use async_trait::async_trait;
@@ -119,6 +121,17 @@ pub trait Store: Send + Sync + 'static {
         lease: Option<Lease>,
         at: Option<Nanos>,
     ) -> Result<Leased, StoreError>;
+
+    /// Decides several checks all or nothing ([`sluice_core::all`]): allowed only if every
+    /// check allows, and a denied request changes no state. The memory store and a single Redis
+    /// node decide them in one atomic step; Redis Cluster reserves each in turn and refunds on a
+    /// denial (see [`AllOutcome::unrefunded`]). No leases. At most
+    /// [`sluice_core::limits::MAX_CHECKS`] checks (callers validate).
+    async fn throttle_all(
+        &self,
+        checks: &[CheckRequest<'_>],
+        at: Option<Nanos>,
+    ) -> Result<AllOutcome, StoreError>;
 
     /// redis-cell `CL.THROTTLE` semantics (gcra), under its own key namespace.
     async fn cell_throttle(

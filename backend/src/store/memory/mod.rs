@@ -177,6 +177,21 @@ impl Store for MemoryStore {
         ))
     }
 
+    async fn throttle_all(
+        &self,
+        checks: &[super::CheckRequest<'_>],
+        at: Option<Nanos>,
+    ) -> Result<super::AllOutcome, StoreError> {
+        let now = at.unwrap_or_else(now_ns);
+        let (names, planned) = super::all::plan(checks, rule_slot);
+        let decided = self.states.decide_all(&names, &planned, now);
+        Ok(super::AllOutcome {
+            decisions: decided.decisions,
+            denied: decided.denied,
+            unrefunded: 0,
+        })
+    }
+
     async fn cell_throttle(
         &self,
         key: &str,

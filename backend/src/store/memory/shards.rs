@@ -14,6 +14,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
+use sluice_core::all::{decide_all, AllDecision, Check};
 use sluice_core::{Decision, Lease, Leased, Nanos, Params, State};
 
 use super::table::{Evictions, Table};
@@ -165,6 +166,63 @@ impl ShardedStates {
             shard.table.put(name, next, expires_at, worth, now);
         }
         leased
+    }
+
+    /// Decides several checks all or nothing ([`decide_all`]) in one atomic step: every shard
+    /// holding one of `names` (the checks' state slots) is locked, in ascending shard order so two
+    /// such requests can never wait on each other in a cycle (single decisions hold one lock, the
+    /// totals one at a time), the pure decision runs on their states, and the changes are written
+    /// only when every check allowed.
+    pub(crate) fn decide_all(&self, names: &[String], checks: &[Check], now: Nanos) -> AllDecision {
+        let shard_of: Vec<usize> = names.iter().map(|name| self.shard_index(name)).collect();
+        let mut order = shard_of.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.lock(i)).collect();
+        for guard in &mut guards {
+            guard.maybe_sweep(now);
+        }
+        // `order` is sorted and holds every shard index, so the search always finds it.
+        let guard_at = |shard: usize| order.binary_search(&shard).unwrap_or(0);
+        let states: Vec<State> = names
+            .iter()
+            .zip(&shard_of)
+            .map(|(name, &shard)| {
+                guards
+                    .get(guard_at(shard))
+                    .and_then(|g| g.table.get(name))
+                    .map_or(State::Fresh, |entry| entry.state.clone())
+            })
+            .collect();
+        let decided = decide_all(checks, &states, now);
+        for (slot, change) in decided.changes.iter().enumerate() {
+            let (Some(next), Some(name), Some(&shard)) =
+                (change, names.get(slot), shard_of.get(slot))
+            else {
+                continue;
+            };
+            // The last decision on this slot says where the key stands after the request.
+            let Some((check, decision)) = checks
+                .iter()
+                .zip(&decided.decisions)
+                .rev()
+                .find(|(c, _)| c.slot == slot)
+            else {
+                continue;
+            };
+            let expires_at = now.saturating_add(check.params.idle_ttl_ns());
+            let worth = Worth::after(&check.params, decision, now);
+            if let Some(guard) = guards.get_mut(guard_at(shard)) {
+                guard.table.put(name, next.clone(), expires_at, worth, now);
+            }
+        }
+        drop(guards);
+        self.visit_next(now);
+        decided
+    }
+
+    fn shard_index(&self, name: &str) -> usize {
+        (self.hasher.hash_one(name) % self.shards.len() as u64) as usize
     }
 
     /// Removes the state named `name` (an admin's reset); returns whether it held state that had

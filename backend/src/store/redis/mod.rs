@@ -7,6 +7,7 @@
 //! so a slow Redis sheds load instead of queueing it. See docs/storage.md for the key layout and
 //! the precision reasoning of the scripts.
 
+mod all;
 mod changes;
 mod config;
 mod conn;
@@ -223,6 +224,14 @@ impl Store for RedisStore {
         let redis_key = self.keys.state(rule.action(), rule.algorithm(), key);
         self.decide(&redis_key, rule.params(), quantity, lease, at)
             .await
+    }
+
+    async fn throttle_all(
+        &self,
+        checks: &[super::CheckRequest<'_>],
+        at: Option<Nanos>,
+    ) -> Result<super::AllOutcome, StoreError> {
+        self.throttle_all_checks(checks, at).await
     }
 
     async fn cell_throttle(

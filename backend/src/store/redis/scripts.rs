@@ -27,6 +27,10 @@ pub(crate) struct Scripts {
     pub(crate) activity_record: Script,
     /// Read the newest keys of one action.
     pub(crate) activity_recent: Script,
+    /// Several checks all or nothing (see `all.rs`).
+    pub(crate) throttle_all: Script,
+    /// Cluster: undo one reservation of `throttle_all` by compare-and-set.
+    pub(crate) throttle_refund: Script,
 }
 
 fn with_prelude(body: &str) -> Script {
@@ -47,6 +51,8 @@ impl Scripts {
             rules_load: Script::new(include_str!("../../../lua/rules_load.lua")),
             activity_record: Script::new(include_str!("../../../lua/activity_record.lua")),
             activity_recent: Script::new(include_str!("../../../lua/activity_recent.lua")),
+            throttle_all: super::all::throttle_all_script(),
+            throttle_refund: super::all::throttle_refund_script(),
         }
     }
 

@@ -1,0 +1,147 @@
+-- throttle_all: several checks decided all or nothing in ONE call (twin of sluice_core::all).
+-- Built in Rust (scripts.rs): each algorithm script, with its own copy of the prelude, is wrapped
+-- unchanged as STEPS['<algorithm>'] = function(KEYS, ARGV) ... end, so a step reads its key and
+-- arguments exactly as the single-check script does; this driver follows them.
+--
+-- KEYS[i]: check i's state key (checks naming the same state repeat the same key).
+-- ARGV[1]: n, the number of checks. ARGV[2]: mode, 'all' (every check here, all or nothing),
+-- 'probe' (Redis Cluster: decide, answer, and put every key back: nothing changes) or 'reserve'
+-- (Redis Cluster: one check per call; the reply also carries, per key, its DUMP and PTTL before
+-- and its DUMP after, for a later refund by throttle_refund.lua).
+-- Then per check: algorithm name, '1' if the rule is enforced else '0', argc, then the argc
+-- arguments of the single-check script (scripts.rs algorithm_args, lease max always '0').
+--
+-- Checks run in order, each on what the earlier ones left. At the first check an enforced rule
+-- denies, every key is put back as it was (RESTORE of its DUMP with its PTTL, or DEL if it did
+-- not exist) and every other check is answered by a peek (quantity 0) of the restored state.
+-- A step that raises an error also puts every key back before the error goes on.
+-- Reply: { denied (1-based index, 0 = allowed), { reply of check 1, ... }[, snapshots] }.
+
+local n = tonumber(ARGV[1])
+local mode = ARGV[2]
+local checks = {}
+local pos = 3
+-- One "now" for every check, as core decides them all at one instant.
+local t = redis.call('TIME')
+local now = string.format('%d%06d000', tonumber(t[1]), tonumber(t[2]))
+for i = 1, n do
+  local argc = tonumber(ARGV[pos + 2])
+  local args = {}
+  for j = 1, argc do
+    args[j] = ARGV[pos + 2 + j]
+  end
+  if args[1] == '' then
+    args[1] = now
+  end
+  checks[i] = { algorithm = ARGV[pos], enforce = ARGV[pos + 1] == '1', args = args }
+  pos = pos + 3 + argc
+end
+
+-- Each distinct key's state before anything changes.
+local before = {}
+local keys = {}
+for i = 1, n do
+  local k = KEYS[i]
+  if before[k] == nil then
+    local ttl = redis.call('PTTL', k)
+    if ttl == -2 then
+      before[k] = false
+    else
+      before[k] = { redis.call('DUMP', k), ttl }
+    end
+    keys[#keys + 1] = k
+  end
+end
+
+local function restore()
+  for _, k in ipairs(keys) do
+    local b = before[k]
+    if b == false then
+      redis.call('DEL', k)
+    else
+      local ttl = b[2]
+      if ttl < 0 then
+        ttl = 0
+      end
+      redis.call('RESTORE', k, ttl, b[1], 'REPLACE')
+    end
+  end
+end
+
+local function run(i, peek)
+  local c = checks[i]
+  local args = c.args
+  if peek then
+    args = {}
+    for j, v in ipairs(c.args) do
+      args[j] = v
+    end
+    args[2] = '0'
+    args[6] = '0'
+    if c.algorithm == 'gcra' then
+      args[8] = '0'
+    end
+  end
+  local step = STEPS[c.algorithm]
+  if step == nil then
+    restore()
+    return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(c.algorithm))
+  end
+  local ok, reply = pcall(step, { KEYS[i] }, args)
+  if not ok then
+    restore()
+    error(reply)
+  end
+  if type(reply) == 'table' and reply.err then
+    restore()
+  end
+  return reply
+end
+
+local replies = {}
+local denied = 0
+for i = 1, n do
+  local reply = run(i, false)
+  if reply.err then
+    return reply
+  end
+  replies[i] = reply
+  if reply[1] == 0 and checks[i].enforce then
+    denied = i
+    break
+  end
+end
+if denied > 0 then
+  restore()
+  for i = 1, n do
+    if i ~= denied then
+      local reply = run(i, true)
+      if reply.err then
+        return reply
+      end
+      replies[i] = reply
+    end
+  end
+end
+if mode == 'probe' then
+  -- Would each check pass now? Answer, then put every key back.
+  restore()
+  return { denied, replies }
+end
+if mode ~= 'reserve' then
+  return { denied, replies }
+end
+local snapshots = {}
+for _, k in ipairs(keys) do
+  local b = before[k]
+  local after = ''
+  if redis.call('EXISTS', k) == 1 then
+    after = redis.call('DUMP', k)
+  end
+  if b == false then
+    snapshots[#snapshots + 1] = { k, '0', '', '0', after }
+  else
+    snapshots[#snapshots + 1] = { k, '1', b[1], tostring(b[2]), after }
+  end
+end
+return { denied, replies, snapshots }
