@@ -9,7 +9,7 @@ import uuid
 import requests
 
 import stack
-from lease_stack import PER_HOUR, counters, delta, hammer, start_envoy
+from lease_stack import PER_HOUR, counters, delta, hammer, start_envoy, start_slow_proxy
 
 
 def user():
@@ -86,3 +86,28 @@ def test_failures_during_an_outage_are_reported_once_the_backend_is_back(tmp, re
     finally:
         envoy.stop()
         backend.stop()
+
+
+def test_callouts_that_time_out_are_reported_as_timeouts(tmp, backend):
+    # Every answer is held 300 ms: callouts (timeout 100 ms) time out, reports (1 s) get through.
+    backend.put_rule({"action": "e2e_report", "algorithm": "gcra", "capacity": 1000, "rate": PER_HOUR})
+    proxy, port = start_slow_proxy(backend.decision_port, 0.3)
+    envoy = start_envoy(tmp, port, report_period_ms=300, timeout_ms=100)
+    try:
+        before = filter_counts(backend, "e2e_report")
+        key = {"x-user": user()}
+        for _ in range(4):
+            r = requests.get(envoy.url("LISTEN_OPEN_PORT") + "/report/x", headers=key, timeout=10)
+            assert r.status_code == 200 and r.headers["x-sluice-failure"] == "timeout"
+        r = requests.get(envoy.url("LISTEN_CLOSED_PORT") + "/report/x", headers=key, timeout=10)
+        assert r.status_code == 503 and r.headers["x-sluice-failure"] == "timeout"
+
+        def arrived():
+            now = filter_counts(backend, "e2e_report")
+            return {k: now[k] - before[k] for k in now} == {
+                "leased": 0, "cached_denied": 0, "passed_unchecked": 4, "timeout": 5, "error": 0}
+
+        wait_for(arrived, "4 passed unchecked and 5 timeouts in the backend's metrics", 15)
+    finally:
+        envoy.stop()
+        proxy.close()
