@@ -112,6 +112,78 @@ def test_the_dashboard_shows_the_generators_users(demo):
     assert {"alice", "bob", "carol", "mallory"} <= seen, seen
 
 
+def child_pid(parent, needle):
+    """The PID of the demo's child process whose command line contains `needle`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().split(")")[-1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and needle in cmdline:
+            return int(entry.name)
+    raise AssertionError(f"no child of {parent} runs {needle!r}")
+
+
+def history_totals(demo, action):
+    body = requests.get(f"http://127.0.0.1:{demo['admin']}/v1/history?range=1h",
+                        headers={"authorization": f"Bearer {TOKEN}"}, timeout=5).json()
+    return next(a["totals"] for a in body["actions"] if a["action"] == action)
+
+
+def test_requests_that_pass_unchecked_show_in_the_dashboard_within_15_s(demo):
+    """The backend stopped (SIGSTOP: a hung backend): Envoy's callouts time out and the demo's
+    failure mode lets requests through unchecked. The filter keeps counting them and reports once
+    the backend answers again; the dashboard's history (what its panel draws) shows them."""
+    backend = child_pid(demo["proc"].pid, "sluice")
+    before = history_totals(demo, "like")["passed_unchecked"]
+    url = f"http://127.0.0.1:{demo['envoy']}/posts/1/like"
+    os.kill(backend, signal.SIGSTOP)
+    try:
+        unchecked = [r for r in burst(url, "hung-backend-user", 5) if "x-sluice-failure" in r.headers]
+    finally:
+        os.kill(backend, signal.SIGCONT)
+    assert len(unchecked) == 5, "every request should have passed unchecked while the backend hung"
+    assert all(r.status_code < 400 for r in unchecked)
+    resumed = time.monotonic()
+    while history_totals(demo, "like")["passed_unchecked"] < before + 5:
+        assert time.monotonic() - resumed < 15, "passed-unchecked requests not in the history within 15 s"
+        time.sleep(0.5)
+
+
+def test_the_dashboards_denials_equal_envoys_over_a_minute(demo):
+    """Envoy's 429s (the backend's denials and the filter's cached ones), counted by the client
+    over one minute, against the dashboard's history of denied + cached denied for the action.
+    The demo's traffic generator is paused so only this run's traffic counts."""
+    traffic = child_pid(demo["proc"].pid, "demo/traffic.py")
+    os.kill(traffic, signal.SIGSTOP)
+    try:
+        time.sleep(3)  # the generator's last requests reach the history (flush ≤ 1 s, reports ~1 s)
+        before = history_totals(demo, "reply")
+        url = f"http://127.0.0.1:{demo['envoy']}/posts/7/replies"
+        seen, unchecked, session = {}, 0, requests.Session()
+        end = time.monotonic() + 60
+        sent = 0
+        while time.monotonic() < end and sent < 30_000:
+            user = "minute-abuser" if sent % 4 else f"minute-user-{sent % 40}"
+            r = session.post(url, headers={"x-user-id": user}, json={"text": "hi"}, timeout=5)
+            sent += 1
+            seen[r.status_code] = seen.get(r.status_code, 0) + 1
+            unchecked += "x-sluice-failure" in r.headers
+        time.sleep(3)  # the last reports and flushes
+        after = history_totals(demo, "reply")
+    finally:
+        os.kill(traffic, signal.SIGCONT)
+    envoy_denied = seen.get(429, 0)
+    dashboard = (after["denied"] - before["denied"]) + (after["cached_denied"] - before["cached_denied"])
+    print(f"{time.monotonic() - end + 60:.0f} s, {sent} requests: Envoy 429 {envoy_denied}, dashboard denied + cached "
+          f"{dashboard}, passed unchecked {unchecked}, statuses {seen}")
+    assert envoy_denied > 100, seen
+    assert abs(dashboard - envoy_denied) <= 0.01 * envoy_denied, (dashboard, envoy_denied, before, after)
+
+
 def test_ctrl_c_stops_everything_it_started(demo):
     proc = demo["proc"]
     proc.send_signal(signal.SIGINT)
