@@ -6,13 +6,13 @@
 use std::time::Instant;
 
 use sluice_core::leased::offer;
-use sluice_core::wire::ThrottleResponse;
+use sluice_core::wire::{DeniedCheck, ThrottleAllResponse, ThrottleResponse};
 use sluice_core::Rule;
 
 use crate::app::App;
 use crate::clock::now_ms;
 use crate::metrics::Outcome;
-use crate::store::StoreError;
+use crate::store::{CheckRequest, StoreError};
 
 /// Decides `quantity` units for `key` under `rule` (quantity 0 peeks: nothing changes and no
 /// activity is recorded), with no lease: what the rate limit service and every caller that
@@ -67,4 +67,62 @@ pub async fn decide_leased(
             .lease_granted(rule.action().as_str(), grant.units);
     }
     Ok(response)
+}
+
+/// Decides several checks all or nothing (`POST /v1/throttle/all`, and the rate limit service's
+/// descriptors): allowed only if every check allows, and a denied request consumes nothing from
+/// any of its limits ([`crate::store::Store::throttle_all`]). Each check is recorded as one
+/// decision is: every check of an allowed request (with its own outcome, so a shadow rule's
+/// would-deny shows), and of a denied request only the check that denied it (the others
+/// consumed nothing, like a peek).
+pub async fn decide_all(
+    app: &App,
+    checks: &[CheckRequest<'_>],
+    started: Instant,
+) -> Result<ThrottleAllResponse, StoreError> {
+    let outcome = app.store_call(app.store.throttle_all(checks, None)).await?;
+    if outcome.unrefunded > 0 {
+        tracing::warn!(
+            unrefunded = outcome.unrefunded,
+            "Redis Cluster: a request denied by one of its limits kept the debit of {} other \
+             limit(s), whose keys another request changed before the refund",
+            outcome.unrefunded
+        );
+    }
+    let now = now_ms();
+    let seconds = started.elapsed().as_secs_f64();
+    let mut results = Vec::with_capacity(checks.len());
+    for (index, (check, decision)) in checks.iter().zip(&outcome.decisions).enumerate() {
+        let rule = check.rule;
+        results.push(ThrottleResponse::new(
+            rule.algorithm(),
+            rule.mode(),
+            rule.params().policy_window_ns(),
+            decision,
+        ));
+        let recorded = outcome.denied.is_none_or(|denied| denied == index);
+        if !recorded {
+            continue;
+        }
+        if check.quantity > 0 {
+            app.activity
+                .record(rule.action(), check.key, decision.allowed, now);
+        }
+        app.metrics.decision(
+            rule.action().as_str(),
+            rule.algorithm(),
+            Outcome::of(decision.allowed, rule.mode()),
+            seconds,
+        );
+    }
+    Ok(ThrottleAllResponse {
+        allowed: outcome.denied.is_none(),
+        denied: outcome.denied.and_then(|index| {
+            checks.get(index).map(|c| DeniedCheck {
+                index,
+                action: c.rule.action().as_str().to_owned(),
+            })
+        }),
+        results,
+    })
 }

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod audit;
 pub mod dashboard;
 pub mod decision;
+pub mod decision_all;
 pub mod error;
 pub mod events;
 pub mod history;
@@ -56,6 +57,7 @@ fn probes() -> Router<Arc<App>> {
 pub fn decision_router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/throttle", post(decision::throttle))
+        .route("/v1/throttle/all", post(decision_all::throttle_all))
         .route("/v1/cl.throttle", post(decision::cl_throttle))
         .route("/v1/report", post(report::report))
         .merge(probes())

@@ -10,12 +10,14 @@ use sluice_core::{Algorithm, Mode, Rate};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use super::decision_all;
 use super::{admin, audit, decision, events, history, overrides, probes, report, reset};
 use sluice_core::wire::{
     ActionCounts, ActionHistory, ActionTopDenied, DeniedKey, FilterReport, HistoryBody,
     HistoryRange, KeyActionState, KeyView, StepCounts, TopDeniedBody,
 };
 use sluice_core::wire::{AuditBody, AuditEntry, AuditKind, KeyOverride, OverridesBody, ResetBody};
+use sluice_core::wire::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
 
 struct Security;
 
@@ -38,10 +40,11 @@ impl Modify for Security {
 #[openapi(
     info(
         title = "sluice",
-        description = "Rate-limit decisions for Envoy (decision listener, default 127.0.0.1:8081: /v1/throttle, /v1/cl.throttle, /v1/report) and rule administration (admin listener, default 127.0.0.1:8080: everything tagged admin, token protected). Probes and this document are on both."
+        description = "Rate-limit decisions for Envoy (decision listener, default 127.0.0.1:8081: /v1/throttle, /v1/throttle/all, /v1/cl.throttle, /v1/report) and rule administration (admin listener, default 127.0.0.1:8080: everything tagged admin, token protected). Probes and this document are on both."
     ),
     paths(
         decision::throttle,
+        decision_all::throttle_all,
         decision::cl_throttle,
         report::report,
         admin::list_rules,
@@ -72,7 +75,8 @@ impl Modify for Security {
         StoreHealth, ReadyBody, HealthBody,
         FilterReport, ActionCounts, HistoryBody, HistoryRange, ActionHistory, StepCounts,
         KeyView, KeyActionState, TopDeniedBody, ActionTopDenied, DeniedKey,
-        KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody
+        KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody,
+        ThrottleAllRequest, ThrottleCheck, ThrottleAllResponse, DeniedCheck
     )),
     modifiers(&Security),
     tags(

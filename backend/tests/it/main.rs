@@ -25,6 +25,7 @@ mod http_cell_redis;
 mod http_cluster;
 mod http_decision;
 mod http_history;
+mod http_multi;
 mod http_store_failure;
 mod key_spray_memory;
 mod lease;

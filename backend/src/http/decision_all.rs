@@ -1,0 +1,61 @@
+//! `POST /v1/throttle/all`: several limits on one request, all or nothing. A denial is a 200
+//! with `allowed: false` and `denied` naming the check; nothing was consumed from any limit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::Json;
+use sluice_core::wire::{ApiError, ThrottleAllRequest, ThrottleAllResponse};
+
+use super::error::ApiFailure;
+use super::input;
+use crate::app::App;
+use crate::decide::decide_all;
+use crate::store::CheckRequest;
+
+/// Decides 1 to 8 checks together: allowed only if every check allows; a denied request
+/// consumes nothing from any of its limits.
+#[utoipa::path(
+    post,
+    path = "/v1/throttle/all",
+    tag = "decision",
+    request_body = ThrottleAllRequest,
+    responses(
+        (status = 200, description = "The decision (a denial is `allowed: false` with `denied` naming the check, still 200)", body = ThrottleAllResponse),
+        (status = 400, description = "Bad input; `field` names the field at fault (`checks`, `checks[1].action`, ...)", body = ApiError),
+        (status = 404, description = "`unknown_action`: no rule for a check's action (`field` is `checks[i].action`)", body = ApiError),
+        (status = 413, description = "Body larger than 64 KiB", body = ApiError),
+        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = ApiError),
+    )
+)]
+pub async fn throttle_all(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<ThrottleAllResponse>, ApiFailure> {
+    let started = Instant::now();
+    let body = body.map_err(input::body_failure)?;
+    let request: ThrottleAllRequest = input::json(&body)?;
+    let actions = request.validate().map_err(ApiFailure::from_request_error)?;
+    let rules = app.rules.current();
+    let mut checks = Vec::with_capacity(request.checks.len());
+    for (index, (check, action)) in request.checks.iter().zip(&actions).enumerate() {
+        let Some(rule) = rules.rule_for(action.as_str(), &check.key) else {
+            app.metrics.unknown_action();
+            let mut failure = ApiFailure::unknown_action(action.as_str());
+            failure.body.field = Some(format!("checks[{index}].action"));
+            return Err(failure);
+        };
+        checks.push(CheckRequest {
+            rule,
+            key: &check.key,
+            quantity: check.quantity,
+        });
+    }
+    let response = decide_all(&app, &checks, started)
+        .await
+        .map_err(|e| ApiFailure::store(&e))?;
+    Ok(Json(response))
+}
