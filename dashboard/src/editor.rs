@@ -5,7 +5,7 @@
 //! next to a field is the message the server would have sent.
 
 use serde_json::{Map, Number, Value};
-use sluice_core::wire::rule_field_errors;
+use sluice_core::wire::{check_override_key, rule_field_errors};
 use sluice_core::{Algorithm, Limit, Mode, Params, Rule};
 
 use crate::api::ServerError;
@@ -15,6 +15,8 @@ use crate::api::ServerError;
 pub enum Field {
     /// Action name.
     Action,
+    /// The key an override is for (overrides only).
+    Key,
     /// Algorithm picker.
     Algorithm,
     /// Capacity.
@@ -43,6 +45,7 @@ impl Field {
     pub fn from_path(path: &str) -> Field {
         match path {
             "action" => Field::Action,
+            "key" => Field::Key,
             "algorithm" => Field::Algorithm,
             "capacity" => Field::Capacity,
             "rate" | "rate.count" => Field::RateCount,
@@ -60,6 +63,7 @@ impl Field {
     pub fn id(self) -> &'static str {
         match self {
             Field::Action => "rule-action",
+            Field::Key => "override-key",
             Field::Algorithm => "rule-algorithm",
             Field::Capacity => "rule-capacity",
             Field::RateCount => "rule-rate-count",
@@ -99,8 +103,8 @@ impl FieldError {
     }
 }
 
-/// Whether the editor makes a new rule or changes an existing one (whose action is fixed: the
-/// action is the rule's identity in the API path).
+/// Whether the editor makes a new rule (or override) or changes an existing one (whose action,
+/// and key for an override, are fixed: they are its identity in the API path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EditMode {
     /// A new rule: the action must not be taken yet.
@@ -135,6 +139,9 @@ pub struct RuleForm {
     pub lease_max: String,
     /// Lease ttl, as typed.
     pub lease_ttl: String,
+    /// `Some(key)` when the form is an override of one key of the action (whose rule exists, so
+    /// the action is fixed); `None` for a rule.
+    pub key: Option<String>,
 }
 
 impl Default for RuleForm {
@@ -158,6 +165,25 @@ impl RuleForm {
             lease_on: false,
             lease_max: "64".into(),
             lease_ttl: "1s".into(),
+            key: None,
+        }
+    }
+
+    /// A new override of `rule`'s action: the rule's own values to start from (the operator
+    /// changes what differs for the key), no key yet and no description.
+    pub fn new_override(rule: &Rule) -> RuleForm {
+        RuleForm {
+            key: Some(String::new()),
+            description: String::new(),
+            ..RuleForm::from_rule(rule)
+        }
+    }
+
+    /// The form showing the stored override of `key`.
+    pub fn from_override(key: &str, rule: &Rule) -> RuleForm {
+        RuleForm {
+            key: Some(key.to_owned()),
+            ..RuleForm::from_rule(rule)
         }
     }
 
@@ -192,6 +218,7 @@ impl RuleForm {
             Field::RateCount | Field::RatePeriod => self.algorithm.uses_rate(),
             Field::Window => !self.algorithm.uses_rate(),
             Field::LeaseMax | Field::LeaseTtl => self.lease_on,
+            Field::Key => self.key.is_some(),
             _ => true,
         }
     }
@@ -222,9 +249,10 @@ impl RuleForm {
         Value::Object(object)
     }
 
-    /// Validates with sluice-core. `existing` lists the actions that already have rules: a new
-    /// rule may not take one of them (that would silently overwrite it). On refusal, the first
-    /// error (see [`RuleForm::validate_all`] for every one).
+    /// Validates with sluice-core. `existing` lists the actions that already have rules (for an
+    /// override: the keys of the action that already have one): a new rule or override may not
+    /// take one of them (that would silently overwrite it). On refusal, the first error (see
+    /// [`RuleForm::validate_all`] for every one).
     pub fn validate(&self, mode: EditMode, existing: &[String]) -> Result<Rule, FieldError> {
         self.validate_all(mode, existing)
             .map_err(|mut all| all.remove(0))
@@ -246,13 +274,36 @@ impl RuleForm {
                 message: e.reason,
             })
             .collect();
-        let taken =
-            mode == EditMode::Create && existing.iter().any(|a| a.as_str() == self.action.trim());
-        if taken && !errors.iter().any(|e| e.field == Field::Action) {
-            errors.push(FieldError {
-                field: Field::Action,
-                message: "a rule for this action already exists; edit it instead".into(),
-            });
+        match &self.key {
+            None => {
+                let taken = mode == EditMode::Create
+                    && existing.iter().any(|a| a.as_str() == self.action.trim());
+                if taken && !errors.iter().any(|e| e.field == Field::Action) {
+                    errors.push(FieldError {
+                        field: Field::Action,
+                        message: "a rule for this action already exists; edit it instead".into(),
+                    });
+                }
+            }
+            // The key exactly as typed (a key may have spaces at its ends), judged by core.
+            Some(key) => {
+                if let Err(e) = check_override_key(key) {
+                    errors.push(FieldError {
+                        field: Field::Key,
+                        message: e.reason,
+                    });
+                } else if !crate::overrides::nameable_in_path(key) {
+                    errors.push(FieldError {
+                        field: Field::Key,
+                        message: "`.` and `..` cannot be named in a URL path from a browser (it resolves them away); set it with a client that sends the path as is".into(),
+                    });
+                } else if mode == EditMode::Create && existing.iter().any(|k| k == key) {
+                    errors.push(FieldError {
+                        field: Field::Key,
+                        message: "this key already has an override; edit it instead".into(),
+                    });
+                }
+            }
         }
         if errors.is_empty() {
             return Rule::from_json(&json).map_err(|e| {
@@ -275,8 +326,9 @@ impl RuleForm {
 }
 
 /// The inputs top to bottom, so messages (and focus on a refused save) follow the page.
-const FORM_ORDER: [Field; 11] = [
+const FORM_ORDER: [Field; 12] = [
     Field::Action,
+    Field::Key,
     Field::Algorithm,
     Field::Capacity,
     Field::RateCount,
@@ -604,5 +656,68 @@ mod tests {
         let other = FieldError::from_server(&ServerError::from_response(500, "boom"));
         assert_eq!(other.field, Field::Rule);
         assert!(other.message.contains("boom"));
+    }
+
+    #[test]
+    fn an_override_is_judged_like_a_rule_and_its_key_by_core() {
+        let rule = form().validate(EditMode::Create, &[]).unwrap();
+        let fresh = RuleForm::new_override(&rule);
+        assert!(fresh.shows(Field::Key));
+        assert!(!form().shows(Field::Key));
+        // No key yet: the key's message, next to every other field's, in form order.
+        let all = RuleForm {
+            capacity: "0".into(),
+            ..fresh.clone()
+        }
+        .validate_all(EditMode::Create, &[])
+        .unwrap_err();
+        assert_eq!(
+            all.iter().map(|e| e.field).collect::<Vec<_>>(),
+            [Field::Key, Field::Capacity]
+        );
+        assert_eq!(all[0].message, "must not be empty");
+        let long = RuleForm {
+            key: Some("k".repeat(129)),
+            ..fresh.clone()
+        };
+        assert_eq!(error_of(&long).field, Field::Key);
+        let dots = RuleForm {
+            key: Some("..".into()),
+            ..fresh.clone()
+        };
+        assert!(error_of(&dots).message.contains("URL path"));
+        // A key with an override already is taken for a new one, not for its own edit.
+        let vip = RuleForm {
+            key: Some("v/i p%".into()),
+            capacity: "160".into(),
+            ..fresh
+        };
+        let taken = vip
+            .validate_all(EditMode::Create, &["v/i p%".to_owned()])
+            .unwrap_err();
+        assert_eq!(taken[0].field, Field::Key);
+        let saved = vip
+            .validate(EditMode::Edit, &["v/i p%".to_owned()])
+            .unwrap();
+        assert_eq!(saved.capacity(), 160);
+        assert_eq!(saved.action().as_str(), "reply");
+        // The key is the path's, never part of the body.
+        assert!(vip.to_json().get("key").is_none());
+        assert_eq!(
+            RuleForm::from_override("v/i p%", &saved).key.as_deref(),
+            Some("v/i p%")
+        );
+        // The server's refusal of the key lands on the key.
+        let server = ServerError::from_response(
+            400,
+            r#"{"error":"invalid_request","field":"key","message":"key: is 200 bytes"}"#,
+        );
+        assert_eq!(
+            FieldError::from_server(&server),
+            FieldError {
+                field: Field::Key,
+                message: "is 200 bytes".into()
+            }
+        );
     }
 }

@@ -29,11 +29,14 @@
 //! directory `X/` of one-job files, as [`whatif`] did.
 
 pub mod api;
+pub mod audit;
 pub mod editor;
 pub mod format;
 pub mod history;
 pub mod keys;
 pub mod live_view;
+pub mod overrides;
+pub mod reset;
 pub mod rule_change;
 pub mod rules_view;
 pub mod signin;

@@ -318,3 +318,6 @@ await import('./store.test.mjs');
 // The operator views of issues 11 and 15 (history, one key, safe edits, the lease field), on a
 // stack of their own too: ops.test.mjs.
 await import('./ops.test.mjs');
+// Per-key overrides, resetting a key (live view and key view) and the audit page (issue 13), on a
+// stack of their own too: overrides.test.mjs.
+await import('./overrides.test.mjs');

@@ -4,7 +4,8 @@
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::Serialize;
 use sluice_core::wire::{
-    HistoryBody, HistoryRange, KeyView, RulesBody, SessionRequest, TopDeniedBody,
+    AuditBody, HistoryBody, HistoryRange, KeyView, ResetBody, RulesBody, SessionRequest,
+    TopDeniedBody,
 };
 use sluice_core::Rule;
 
@@ -96,6 +97,32 @@ pub async fn delete_rule(action: &str) -> Result<(), ServerError> {
     )))
     .await?;
     Ok(())
+}
+
+/// `PUT /v1/rules/{action}/overrides/{key}`: creates or replaces one key's override; answers the
+/// stored rule.
+pub async fn put_override(key: &str, rule: &Rule) -> Result<Rule, ServerError> {
+    let url = crate::overrides::override_url(rule.action().as_str(), key);
+    read(send_json(Request::put(&url), rule).await?).await
+}
+
+/// `DELETE /v1/rules/{action}/overrides/{key}`: the key is under the rule again.
+pub async fn delete_override(action: &str, key: &str) -> Result<(), ServerError> {
+    send(Request::delete(&crate::overrides::override_url(
+        action, key,
+    )))
+    .await?;
+    Ok(())
+}
+
+/// `DELETE /v1/keys?action=A&key=K`: removes the key's state under the action.
+pub async fn reset_key(action: &str, key: &str) -> Result<ResetBody, ServerError> {
+    read(send(Request::delete(&crate::reset::reset_url(action, key))).await?).await
+}
+
+/// `GET /v1/audit?limit=N`: the newest recorded changes, newest first.
+pub async fn audit(limit: usize) -> Result<AuditBody, ServerError> {
+    read(send(Request::get(&format!("/v1/audit?limit={limit}"))).await?).await
 }
 
 /// Percent-encodes anything outside the action alphabet (valid actions pass unchanged).

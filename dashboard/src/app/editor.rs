@@ -9,6 +9,7 @@ use wasm_bindgen::JsCast;
 
 use super::{api, whatif::WhatIf, Ctx, Editing};
 use crate::editor::{EditMode, Field, FieldError, RuleForm};
+use crate::overrides;
 use crate::rule_change::{big_changes, BigChange};
 use crate::rules_view;
 
@@ -23,6 +24,8 @@ fn focus(id: &str) {
 #[component]
 pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     let mode = editing.mode;
+    // An override of one key (its action's rule exists; the action is fixed).
+    let is_override = editing.form.key.is_some();
     let form = RwSignal::new(editing.form.clone());
     let touched = RwSignal::new(HashSet::<Field>::new());
     let attempted = RwSignal::new(false);
@@ -30,8 +33,13 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     let server_error = RwSignal::new(None::<FieldError>);
     // Every field's error at once (sluice-core's words, the server's).
     let checked = Memo::new(move |_| {
-        let existing = rules_view::actions(&ctx.rules.get());
-        form.get().validate_all(mode, &existing)
+        let form = form.get();
+        let existing = if is_override {
+            overrides::keys_of(&ctx.rules.get(), form.action.trim())
+        } else {
+            rules_view::actions(&ctx.rules.get())
+        };
+        form.validate_all(mode, &existing)
     });
     let params = Memo::new(move |_| form.get().plot_params());
     // The rule as saved, when editing one: overlaid on the what-if plot, and what a save is
@@ -40,7 +48,17 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
         EditMode::Edit => editing.form.validate(EditMode::Edit, &[]).ok(),
         EditMode::Create => None,
     };
-    let baseline = saved.as_ref().map(|r| r.params());
+    // A new override is drawn against its action's rule: what the key gets instead.
+    let baseline = match (&saved, is_override) {
+        (Some(rule), _) => Some(rule.params()),
+        (None, true) => ctx.rules.with_untracked(|body| {
+            body.rules
+                .iter()
+                .find(|r| r.action().as_str() == editing.form.action)
+                .map(|r| r.params())
+        }),
+        (None, false) => None,
+    };
     // Changes by more than 10× waiting for the operator's word.
     let confirming = RwSignal::new(None::<(sluice_core::Rule, Vec<BigChange>)>);
     // The message next to `field`: the server's refusal until the field changes, else
@@ -89,13 +107,27 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     let store = move |rule: sluice_core::Rule| {
         confirming.set(None);
         saving.set(true);
+        let key = form.with_untracked(|f| f.key.clone());
         leptos::task::spawn_local(async move {
             let action = rule.action().to_string();
-            match api::put_rule(&rule).await {
+            let sent = match &key {
+                Some(key) => api::put_override(key, &rule).await,
+                None => api::put_rule(&rule).await,
+            };
+            match sent {
                 Ok(stored) => {
-                    ctx.rules.update(|body| rules_view::upsert(body, stored));
+                    match &key {
+                        Some(key) => {
+                            ctx.rules
+                                .update(|body| overrides::upsert(body, key, stored));
+                            ctx.confirm(format!("Saved the override of “{key}” on {action}."));
+                        }
+                        None => {
+                            ctx.rules.update(|body| rules_view::upsert(body, stored));
+                            ctx.confirm(format!("Saved the rule for {action}."));
+                        }
+                    }
                     ctx.editing.set(None);
-                    ctx.confirm(format!("Saved the rule for {action}."));
                 }
                 Err(e) if e.is_unauthorized() => ctx.server_failed("Could not save", &e),
                 Err(e) => {
@@ -135,9 +167,13 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
         }
     };
     let cancel = move |_| ctx.editing.set(None);
-    let title = match mode {
-        EditMode::Create => "New rule".to_owned(),
-        EditMode::Edit => format!("Edit rule “{}”", editing.form.action),
+    let title = match (mode, &editing.form.key) {
+        (EditMode::Create, None) => "New rule".to_owned(),
+        (EditMode::Edit, None) => format!("Edit rule “{}”", editing.form.action),
+        (EditMode::Create, Some(_)) => format!("New override on “{}”", editing.form.action),
+        (EditMode::Edit, Some(key)) => {
+            format!("Edit override of “{key}” on “{}”", editing.form.action)
+        }
     };
     let shows = move |field: Field| move || !form.get().shows(field);
 
@@ -155,8 +191,19 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         value=Signal::derive(move || form.get().action)
                         message=Signal::derive(message(Field::Action))
                         on_input=edit(Field::Action, |f, v| f.action = v)
-                        readonly=mode == EditMode::Edit
+                        readonly=mode == EditMode::Edit || is_override
                     />
+                    <div hidden=shows(Field::Key)>
+                        <TextField
+                            field=Field::Key
+                            label="Key"
+                            hint="exactly as the filter sends it, 1–128 bytes"
+                            value=Signal::derive(move || form.get().key.unwrap_or_default())
+                            message=Signal::derive(message(Field::Key))
+                            on_input=edit(Field::Key, |f, v| f.key = Some(v))
+                            readonly=mode == EditMode::Edit
+                        />
+                    </div>
                     <div class="field">
                         <label for=Field::Algorithm.id()>"Algorithm"</label>
                         <select
@@ -317,7 +364,11 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                     </div>
                     <div class="form-actions">
                         <button type="submit" class="primary" id="save-rule" disabled=move || saving.get()>
-                            {move || if saving.get() { "Saving…" } else { "Save rule" }}
+                            {move || match (saving.get(), is_override) {
+                                (true, _) => "Saving…",
+                                (false, false) => "Save rule",
+                                (false, true) => "Save override",
+                            }}
                         </button>
                         <button type="button" class="quiet" id="cancel-edit" on:click=cancel>"Cancel"</button>
                     </div>

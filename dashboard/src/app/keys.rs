@@ -7,6 +7,7 @@ use std::time::Duration;
 use leptos::prelude::*;
 use sluice_core::wire::{KeyView, TopDeniedBody};
 
+use super::reset::ResetButton;
 use super::{api, Auth, Ctx, Tab, HISTORY_REFRESH_MS};
 use crate::keys::{key_query, key_rows, top_denied, KeyRow, TopDenied};
 
@@ -18,6 +19,8 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
     let top = RwSignal::new(None::<TopDeniedBody>);
     let top_error = RwSignal::new(String::new());
     let busy = RwSignal::new(false);
+    // What the last reset in the key view removed.
+    let reset_result = RwSignal::new(String::new());
 
     // Reads the looked-up key's states (if any) and the top-denied lists, while the view shows.
     let refresh = move || {
@@ -63,6 +66,12 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
             refresh();
         }
     });
+    // And at once after a reset, so the freed key shows its room without waiting.
+    Effect::new(move |_| {
+        if !reset_result.get().is_empty() {
+            refresh();
+        }
+    });
     if let Ok(handle) = set_interval_with_handle(refresh, Duration::from_millis(HISTORY_REFRESH_MS))
     {
         on_cleanup(move || handle.clear());
@@ -72,6 +81,7 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
         typed.set(key.clone());
         if ctx.key.get_untracked().as_deref() != Some(key.as_str()) {
             view_body.set(None);
+            reset_result.set(String::new());
         }
         ctx.key.set(Some(key));
     };
@@ -124,17 +134,28 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
                                 <th scope="col" class="num">"Remaining"</th>
                                 <th scope="col">"Retry after"</th>
                                 <th scope="col">"Last seen"</th>
+                                <th scope="col"><span class="sr-only">"Reset"</span></th>
                             </tr>
                         </thead>
                         <tbody>
                             <For
                                 each=move || rows.get()
-                                key=|r: &KeyRow| (r.action.clone(), r.level_text.clone(), r.remaining.clone(), r.retry_after.clone(), r.last_seen.clone())
-                                children=|r: KeyRow| view! { <KeyStateRow row=r /> }
+                                key=|r: &KeyRow| r.action.clone()
+                                children=move |r: KeyRow| {
+                                    // One row per action for as long as the key shows, so a reset
+                                    // being confirmed survives the refreshes; its values follow.
+                                    let key = view_body.get_untracked().map(|v| v.key).unwrap_or_default();
+                                    let action = r.action.clone();
+                                    let row = Memo::new(move |_| {
+                                        rows.get().into_iter().find(|x| x.action == action).unwrap_or_else(|| r.clone())
+                                    });
+                                    view! { <KeyStateRow ctx=ctx key=key row=row done=reset_result /> }
+                                }
                             />
                         </tbody>
                     </table>
                 </Show>
+                <p class="reset-result" id="key-reset-result" role="status">{move || reset_result.get()}</p>
             </div>
             <h3 class="top-title">"Most denied, last 5 minutes"</h3>
             <p class="field-error" id="top-denied-error">{move || top_error.get()}</p>
@@ -184,22 +205,25 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
 }
 
 #[component]
-fn KeyStateRow(row: KeyRow) -> impl IntoView {
+fn KeyStateRow(ctx: Ctx, key: String, row: Memo<KeyRow>, done: RwSignal<String>) -> impl IntoView {
+    let get = move |f: fn(&KeyRow) -> String| move || row.with(f);
+    let action = row.with_untracked(|r| r.action.clone());
     view! {
-        <tr class=format!("key-state {}", row.tone.class()) data-action=row.action.clone() data-remaining=row.remaining.clone()>
+        <tr class=move || format!("key-state {}", row.with(|r| r.tone.class())) data-action=action.clone() data-remaining=get(|r| r.remaining.clone())>
             <th scope="row" data-label="Action">
-                <span class="action-name">{row.action.clone()}</span>
-                <span class="desc">{row.rule_text.clone()}</span>
+                <span class="action-name">{action.clone()}</span>
+                <span class="desc">{get(|r| r.rule_text.clone())}</span>
             </th>
             <td data-label="Level">
                 <span class="level-bar" aria-hidden="true">
-                    <span class="level-bar-fill" style:transform=format!("scaleX({:.4})", row.fill)></span>
+                    <span class="level-bar-fill" style:transform=move || format!("scaleX({:.4})", row.with(|r| r.fill))></span>
                 </span>
-                <span class="level-text">{row.level_text.clone()}</span>
+                <span class="level-text">{get(|r| r.level_text.clone())}</span>
             </td>
-            <td data-label="Remaining" class="num remaining">{row.remaining.clone()}</td>
-            <td data-label="Retry after" class="retry-after">{row.retry_after.clone()}</td>
-            <td data-label="Last seen" class="last-seen">{row.last_seen.clone()}</td>
+            <td data-label="Remaining" class="num remaining">{get(|r| r.remaining.clone())}</td>
+            <td data-label="Retry after" class="retry-after">{get(|r| r.retry_after.clone())}</td>
+            <td data-label="Last seen" class="last-seen">{get(|r| r.last_seen.clone())}</td>
+            <td class="row-actions"><ResetButton ctx=ctx action=action.clone() key=key done=done /></td>
         </tr>
     }
 }

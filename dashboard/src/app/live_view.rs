@@ -3,6 +3,7 @@
 
 use leptos::prelude::*;
 
+use super::reset::ResetButton;
 use super::store_health::StorePanel;
 use super::Ctx;
 use crate::live_view::{live_view, ActionView, FunnelView, TOP_KEYS};
@@ -28,7 +29,7 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
                         children=move |a: ActionView| {
                             let name = a.action.clone();
                             let view_of = Memo::new(move |_| actions.get().into_iter().find(|x| x.action == name));
-                            view! { <ActionCard view=view_of /> }
+                            view! { <ActionCard ctx=ctx action=a.action.clone() view=view_of /> }
                         }
                     />
                 </div>
@@ -38,7 +39,10 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
 }
 
 #[component]
-fn ActionCard(view: Memo<Option<ActionView>>) -> impl IntoView {
+fn ActionCard(ctx: Ctx, action: String, view: Memo<Option<ActionView>>) -> impl IntoView {
+    // What the last reset on this card removed (kept when its funnel redraws or leaves).
+    let reset_result = RwSignal::new(String::new());
+    let action = StoredValue::new(action);
     let get =
         move |f: fn(&ActionView) -> String| move || view.get().map(|v| f(&v)).unwrap_or_default();
     view! {
@@ -66,11 +70,13 @@ fn ActionCard(view: Memo<Option<ActionView>>) -> impl IntoView {
                             let funnel = Memo::new(move |_| {
                                 view.get().and_then(|v| v.funnels.into_iter().find(|x| x.key == key))
                             });
-                            view! { <Funnel key=f.key.clone() funnel=funnel /> }
+                            let reset = view! { <ResetButton ctx=ctx action=action.get_value() key=f.key.clone() done=reset_result /> };
+                            view! { <Funnel key=f.key.clone() funnel=funnel reset=reset.into_any() /> }
                         }
                     />
                 </ul>
             </Show>
+            <p class="reset-result" role="status">{move || reset_result.get()}</p>
             <p class="more">
                 {move || view.get().filter(|v| v.more > 0).map(|v| format!("and {} more keys", v.more)).unwrap_or_default()}
             </p>
@@ -79,7 +85,7 @@ fn ActionCard(view: Memo<Option<ActionView>>) -> impl IntoView {
 }
 
 #[component]
-fn Funnel(key: String, funnel: Memo<Option<FunnelView>>) -> impl IntoView {
+fn Funnel(key: String, funnel: Memo<Option<FunnelView>>, reset: AnyView) -> impl IntoView {
     let fill = move || funnel.get().map_or(0.0, |f| f.fill);
     let tone = move || funnel.get().map_or("calm", |f| f.tone.class());
     view! {
@@ -99,6 +105,7 @@ fn Funnel(key: String, funnel: Memo<Option<FunnelView>>) -> impl IntoView {
                 <span class="level-text">{move || funnel.get().map(|f| f.level_text).unwrap_or_default()}</span>
                 <span class="remaining-text">{move || funnel.get().map(|f| format!("{} left", f.remaining)).unwrap_or_default()}</span>
             </div>
+            {reset}
         </li>
     }
 }

@@ -2,11 +2,13 @@
 //! few signals in [`Ctx`], fed by the admin API and its SSE stream.
 
 mod api;
+mod audit;
 mod editor;
 mod events;
 mod history;
 mod keys;
 mod live_view;
+mod reset;
 mod rules_view;
 mod signin;
 mod store_health;
@@ -59,6 +61,8 @@ pub enum Tab {
     History,
     /// One key on every action; the keys denied most.
     Keys,
+    /// Every recorded change: rules, overrides, resets.
+    Audit,
 }
 
 /// The editor's starting point.
@@ -241,6 +245,7 @@ fn App() -> impl IntoView {
                     <TabButton ctx=ctx tab=Tab::Live label="Live" />
                     <TabButton ctx=ctx tab=Tab::History label="History" />
                     <TabButton ctx=ctx tab=Tab::Keys label="Keys" />
+                    <TabButton ctx=ctx tab=Tab::Audit label="Audit" />
                 </nav>
                 <div class="session">
                     <LinkBadge ctx=ctx />
@@ -277,6 +282,9 @@ fn App() -> impl IntoView {
                     </div>
                     <div class="view" hidden=move || ctx.tab.get() != Tab::Keys>
                         <keys::KeysPanel ctx=ctx />
+                    </div>
+                    <div class="view" hidden=move || ctx.tab.get() != Tab::Audit>
+                        <audit::AuditPanel ctx=ctx />
                     </div>
                 }
                 .into_any(),

@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use super::{api, editor::Editor, Ctx, Editing};
 use crate::editor::{EditMode, RuleForm};
 use crate::history::{quiet_actions, QUIET_TEXT};
+use crate::overrides::{self, overrides_of, OverrideRow};
 use crate::rules_view::{self, rows, RuleRow};
 
 #[component]
@@ -117,6 +118,19 @@ fn Row(
             });
         }
     };
+    let add = {
+        let rule = row.rule.clone();
+        move |_| {
+            ctx.editing.set(Some(Editing {
+                mode: EditMode::Create,
+                form: RuleForm::new_override(&rule),
+            }));
+        }
+    };
+    let list = {
+        let action = action.clone();
+        Memo::new(move |_| overrides_of(&ctx.rules.get(), &action))
+    };
     let description = row.description.clone();
     view! {
         <tr data-action=action.clone()>
@@ -136,8 +150,10 @@ fn Row(
                     fallback=move || {
                         let edit = edit.clone();
                         let ask = ask.clone();
+                        let add = add.clone();
                         view! {
                             <button class="edit" on:click=edit>"Edit"</button>
+                            <button class="add-override" on:click=add>"Add override"</button>
                             <button class="danger-quiet delete" on:click=ask>"Delete"</button>
                         }
                     }
@@ -148,5 +164,82 @@ fn Row(
                 </Show>
             </td>
         </tr>
+        <tr class="overrides-row" data-overrides-of=action.clone() hidden=move || list.with(Vec::is_empty)>
+            <td colspan="7">
+                <p class="overrides-title">{format!("Per-key overrides of {action}")}</p>
+                <ul class="overrides">
+                    <For
+                        each=move || list.get()
+                        key=|o: &OverrideRow| (o.key.clone(), o.summary.clone(), o.rule.description().to_owned(), rules_view::lease_text(&o.rule))
+                        children=move |o: OverrideRow| view! { <Override ctx=ctx row=o /> }
+                    />
+                </ul>
+            </td>
+        </tr>
+    }
+}
+
+/// One override under its rule: the key (as text only), its rule in a line, Edit and Delete
+/// (with an inline confirmation).
+#[component]
+fn Override(ctx: Ctx, row: OverrideRow) -> impl IntoView {
+    let confirming = RwSignal::new(false);
+    let action = row.rule.action().to_string();
+    let key = row.key.clone();
+    let edit = {
+        let (key, rule) = (key.clone(), row.rule.clone());
+        move |_| {
+            ctx.editing.set(Some(Editing {
+                mode: EditMode::Edit,
+                form: RuleForm::from_override(&key, &rule),
+            }));
+        }
+    };
+    let delete = {
+        let (action, key) = (action.clone(), key.clone());
+        move |_| {
+            let (action, key) = (action.clone(), key.clone());
+            confirming.set(false);
+            leptos::task::spawn_local(async move {
+                match api::delete_override(&action, &key).await {
+                    Ok(()) => {
+                        ctx.rules
+                            .update(|body| overrides::remove(body, &action, &key));
+                        ctx.confirm(format!(
+                            "Deleted the override of “{key}”: the rule for {action} applies again."
+                        ));
+                    }
+                    Err(e) => {
+                        ctx.server_failed(&format!("Could not delete the override of “{key}”"), &e)
+                    }
+                }
+            });
+        }
+    };
+    let description = row.rule.description().to_owned();
+    // `.` and `..` cannot be named in a path from here (see overrides::nameable_in_path).
+    let fixed = !overrides::nameable_in_path(&key);
+    view! {
+        <li class="override" data-key=key.clone()>
+            <span class="override-key" title=key.clone()>{key.clone()}</span>
+            <span class="override-summary">{row.summary.clone()}</span>
+            {(!description.is_empty()).then(|| view! { <span class="desc">{description.clone()}</span> })}
+            <span class="override-actions">
+                <Show
+                    when=move || confirming.get()
+                    fallback=move || {
+                        let edit = edit.clone();
+                        view! {
+                            <button class="edit-override" disabled=fixed on:click=edit>"Edit"</button>
+                            <button class="danger-quiet delete-override" disabled=fixed on:click=move |_| confirming.set(true)>"Delete"</button>
+                        }
+                    }
+                >
+                    <span class="confirm-text">"Delete this override?"</span>
+                    <button class="danger confirm-delete-override" on:click=delete.clone()>"Delete"</button>
+                    <button class="quiet" on:click=move |_| confirming.set(false)>"Keep"</button>
+                </Show>
+            </span>
+        </li>
     }
 }

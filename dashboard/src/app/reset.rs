@@ -1,0 +1,62 @@
+//! The reset button of one key under one action (in the live view's funnels and the key view):
+//! asks first, then removes the key's state (`DELETE /v1/keys?action=A&key=K`) and says what was
+//! removed. Keys are untrusted text: only ever text nodes and attributes.
+
+use leptos::prelude::*;
+
+use super::{api, Ctx};
+use crate::reset::reset_text;
+
+/// `done` receives the sentence saying what the reset removed (or why it failed), shown by the
+/// view that holds the button, so the answer stays when the button's row is redrawn.
+#[component]
+pub fn ResetButton(ctx: Ctx, action: String, key: String, done: RwSignal<String>) -> impl IntoView {
+    let asking = RwSignal::new(false);
+    let busy = RwSignal::new(false);
+    let reset = {
+        let (action, key) = (action.clone(), key.clone());
+        move |_| {
+            if busy.get_untracked() {
+                return;
+            }
+            let (action, key) = (action.clone(), key.clone());
+            busy.set(true);
+            leptos::task::spawn_local(async move {
+                match api::reset_key(&action, &key).await {
+                    Ok(body) => {
+                        let text = reset_text(&body);
+                        done.set(text.clone());
+                        ctx.confirm(text);
+                    }
+                    Err(e) if e.is_unauthorized() => ctx.server_failed("Reset", &e),
+                    Err(e) => {
+                        let text = format!("Could not reset “{key}” on {action}: {}", e.message);
+                        done.set(text.clone());
+                        ctx.fail(text);
+                    }
+                }
+                busy.set(false);
+                asking.set(false);
+            });
+        }
+    };
+    let label = format!("Reset {key} on {action}");
+    view! {
+        <span class="reset" data-key=key.clone() data-action=action.clone()>
+            <Show
+                when=move || asking.get()
+                fallback=move || {
+                    view! {
+                        <button type="button" class="quiet reset-key" title="Forget this key's state: it starts fresh" aria-label=label.clone() on:click=move |_| asking.set(true)>
+                            "Reset"
+                        </button>
+                    }
+                }
+            >
+                <span class="confirm-text">"Reset this key?"</span>
+                <button type="button" class="danger confirm-reset" disabled=move || busy.get() on:click=reset.clone()>"Reset"</button>
+                <button type="button" class="quiet keep-key" on:click=move |_| asking.set(false)>"Keep"</button>
+            </Show>
+        </span>
+    }
+}
