@@ -7,15 +7,15 @@ use std::time::Instant;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice_core::wire::ThrottleResponse;
-use sluice_core::{Mode, Rule, RuleError};
+use sluice_core::{Rule, RuleError};
 use tonic::{Request, Response, Status};
 
 use super::request::{checks, Check};
 use super::response::{self, Answer};
 use crate::app::App;
-use crate::decide::decide;
+use crate::decide::{decide, decide_all as all_or_nothing};
 use crate::http::error::ApiFailure;
-use crate::store::StoreError;
+use crate::store::{CheckRequest, StoreError};
 
 /// The rate limit service over an [`App`].
 #[derive(Clone)]
@@ -80,11 +80,12 @@ impl RateLimitService for Rls {
     }
 }
 
-/// Decides every check with a rule. With one, that is one decision. With several, all or
-/// nothing: each is first peeked (quantity 0, nothing changes); if an enforced one cannot take its
-/// quantity, only those are decided (a denial consumes nothing) and the others answer their peek,
-/// unconsumed; otherwise each is decided in order. Two requests racing between peek and decision
-/// can still consume the descriptors decided before a refusal, as separate HTTP calls would.
+/// Decides every check with a rule. With one, that is one decision ([`decide`], exactly as
+/// `POST /v1/throttle`). With several, all or nothing in one atomic store step
+/// ([`crate::decide::decide_all`], as `POST /v1/throttle/all`): the request passes only if every
+/// enforced rule allows it, and a denied request consumes nothing from any of its descriptors'
+/// limits; the denying check answers its denial, every other one a peek of its unchanged state.
+/// Checks without a rule answer nothing (`None`).
 async fn decide_all(
     app: &App,
     checks: &[Check],
@@ -92,60 +93,41 @@ async fn decide_all(
     started: Instant,
 ) -> Result<Vec<Option<ThrottleResponse>>, StoreError> {
     let mut answers: Vec<Option<ThrottleResponse>> = vec![None; checks.len()];
-    let known = rules.iter().flatten().count();
-    if known > 1 {
-        let mut peeks = Vec::with_capacity(checks.len());
-        for (check, rule) in checks.iter().zip(rules) {
-            peeks.push(match rule {
-                Some(rule) => Some(peek(app, rule, &check.key).await?),
-                None => None,
-            });
-        }
-        let over: Vec<bool> = checks
-            .iter()
-            .zip(rules)
-            .zip(&peeks)
-            .map(|((c, r), p)| match (r, p) {
-                (Some(r), Some(p)) => r.mode() == Mode::Enforce && p.remaining < c.quantity,
-                _ => false,
+    let known: Vec<(usize, CheckRequest<'_>)> = checks
+        .iter()
+        .zip(rules)
+        .enumerate()
+        .filter_map(|(i, (check, rule))| {
+            rule.map(|rule| {
+                (
+                    i,
+                    CheckRequest {
+                        rule,
+                        key: &check.key,
+                        quantity: check.quantity,
+                    },
+                )
             })
-            .collect();
-        if over.iter().any(|o| *o) {
-            for (i, check) in checks.iter().enumerate() {
-                if let (true, Some(rule)) = (over[i], rules[i]) {
-                    answers[i] =
-                        Some(decide(app, rule, &check.key, check.quantity, started).await?);
-                }
-            }
-            if answers.iter().flatten().any(|a| !a.allowed) {
-                for (answer, peek) in answers.iter_mut().zip(peeks) {
-                    if answer.is_none() {
-                        *answer = peek;
-                    }
-                }
-                return Ok(answers);
+        })
+        .collect();
+    match known.as_slice() {
+        [] => {}
+        [(i, one)] => {
+            if let Some(answer) = answers.get_mut(*i) {
+                *answer = Some(decide(app, one.rule, one.key, one.quantity, started).await?);
             }
         }
-    }
-    for (i, (check, rule)) in checks.iter().zip(rules).enumerate() {
-        if let (None, Some(rule)) = (&answers[i], rule) {
-            answers[i] = Some(decide(app, rule, &check.key, check.quantity, started).await?);
+        several => {
+            let requests: Vec<CheckRequest<'_>> = several.iter().map(|(_, c)| *c).collect();
+            let decided = all_or_nothing(app, &requests, started).await?;
+            for ((i, _), result) in several.iter().zip(decided.results) {
+                if let Some(answer) = answers.get_mut(*i) {
+                    *answer = Some(result);
+                }
+            }
         }
     }
     Ok(answers)
-}
-
-/// The key's standing, unchanged (no activity, no decision metric).
-async fn peek(app: &App, rule: &Rule, key: &str) -> Result<ThrottleResponse, StoreError> {
-    let decision = app
-        .store_call(app.store.throttle(rule, key, 0, None))
-        .await?;
-    Ok(ThrottleResponse::new(
-        rule.algorithm(),
-        rule.mode(),
-        rule.params().policy_window_ns(),
-        &decision,
-    ))
 }
 
 #[cfg(test)]

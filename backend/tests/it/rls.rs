@@ -519,3 +519,91 @@ async fn the_binary_serves_rls_on_its_flag_and_stops_on_sigterm() {
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Three descriptors (per user 40, per IP 60, global 30) from 64 concurrent clients, 8 requests
+/// each: decided all or nothing in one atomic store step, so exactly 30 pass and afterwards the
+/// limits keep exactly 10, 60 − 30 and 0 (no denied request consumed anything). The earlier
+/// peek-then-decide path let a request racing between peek and decision consume its first
+/// descriptors and then be denied.
+async fn three_descriptors_under_64_clients(rig: &Rig) {
+    rig.put_rule(harness::long_rule("cu", "token_bucket", 40))
+        .await;
+    rig.put_rule(harness::long_rule("ci", "sliding_window", 60))
+        .await;
+    rig.put_rule(harness::long_rule("cg", "fixed_window", 30))
+        .await;
+    let three = || {
+        request(vec![
+            descriptor(&[("cu", "alice")]),
+            descriptor(&[("ci", "10.0.0.1")]),
+            descriptor(&[("cg", "all")]),
+        ])
+    };
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let mut rls = rig.rls.clone();
+            let request = three();
+            tokio::spawn(async move {
+                let mut passed = 0;
+                for _ in 0..8 {
+                    let r = rls
+                        .should_rate_limit(request.clone())
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    if r.overall_code == Code::Ok as i32 {
+                        passed += 1;
+                    }
+                }
+                passed
+            })
+        })
+        .collect();
+    let mut passed = 0;
+    for task in tasks {
+        passed += task.await.unwrap();
+    }
+    assert_eq!(passed, 30);
+    let left = |action: &'static str, key: &'static str| async move {
+        // A peek: quantity 0 through the HTTP API (RLS always asks for at least 1).
+        let r = rig
+            .http
+            .post(format!("{}/v1/throttle", rig.decision))
+            .json(&json!({"action": action, "key": key, "quantity": 0}))
+            .send()
+            .await
+            .unwrap();
+        r.json::<Value>().await.unwrap()["remaining"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(left("cu", "alice").await, 10);
+    assert_eq!(left("ci", "10.0.0.1").await, 30);
+    assert_eq!(left("cg", "all").await, 0);
+    // Denied at the third: the first two answer their unchanged standing.
+    let r = rig.ok(three()).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        (
+            r.statuses[0].limit_remaining,
+            r.statuses[1].limit_remaining,
+            r.statuses[2].code
+        ),
+        (10, 30, Code::OverLimit as i32)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_descriptors_are_all_or_nothing_under_64_clients_on_memory() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    three_descriptors_under_64_clients(&rig).await;
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_descriptors_are_all_or_nothing_under_64_clients_on_redis() {
+    let redis = support::RedisServer::start();
+    let rig = Rig::start(harness::redis(&redis.url())).await;
+    three_descriptors_under_64_clients(&rig).await;
+    rig.stop().await;
+}
