@@ -1,5 +1,6 @@
-//! sluice-dashboard: the operator's page for sluice: rules with validation, live funnel levels
-//! and a what-if plot that runs the core algorithms before a rule is saved.
+//! sluice-dashboard: the operator's page for sluice: rules and per-key overrides with validation,
+//! live funnel levels, a what-if plot that runs the core algorithms before a rule is saved, key
+//! resets and the audit trail.
 //!
 //! # Where things are
 //!
@@ -16,6 +17,9 @@
 //! | `live_view.rs` | [`live_view`] | funnels from a levels snapshot: order, fill, colour |
 //! | `history.rs` | [`history`] | per-action stacked history charts, hover readouts, the "passed unchecked" panel, actions quiet for 24 h |
 //! | `keys.rs` | [`keys`] | one key's state on every action; the most denied keys per action |
+//! | `rules_view.rs` (overrides under a rule), `editor.rs` | [`overrides`] | an action's overrides, an override's URL, keys a browser cannot put in a path |
+//! | `reset.rs` (live view, key view) | [`reset`] | the reset URL and what a reset removed |
+//! | `audit.rs` | [`audit`] | the audit trail newest first, the kind in words, before → after by field |
 //! | `store_health.rs` (in the live view) | [`store_health`] | the store line and warning banner; the eviction rate from successive snapshots |
 //! | `api.rs` (the admin API calls) | [`api`] | [`api::ServerError`]: how a failed call is described |
 //!
