@@ -110,6 +110,55 @@ pub fn render(
     headers
 }
 
+/// The headers for several policies on one request (a route with several checks): every policy in
+/// `RateLimit-Policy` and `RateLimit` (draft-10 lists, in order), while `X-RateLimit-*` and
+/// `Retry-After` describe the most restrictive one ([`most_restrictive`]), since those fields hold
+/// one policy each. `denied` is the position of the policy that refused the request, if any.
+pub fn render_all(
+    policies: &[(&str, RateLimit)],
+    denied: Option<usize>,
+    families: HeaderFamilies,
+) -> Vec<(&'static str, String)> {
+    let Some(worst) = most_restrictive(policies, denied) else {
+        return Vec::new();
+    };
+    let mut headers = Vec::with_capacity(6);
+    if families.ietf {
+        let (mut policy, mut limit) = (Vec::new(), Vec::new());
+        for (name, numbers) in policies {
+            let window_s = ceil_secs_of_ms(numbers.window_ms).max(1);
+            let reset_s = ceil_secs_of_ms(numbers.reset_after_ms);
+            policy.push(format!("\"{name}\";q={};w={window_s}", numbers.quota));
+            limit.push(format!("\"{name}\";r={};t={reset_s}", numbers.remaining));
+        }
+        headers.push(("ratelimit-policy", policy.join(", ")));
+        headers.push(("ratelimit", limit.join(", ")));
+    }
+    let (name, numbers) = worst;
+    let x_only = HeaderFamilies {
+        ietf: false,
+        x_ratelimit: families.x_ratelimit,
+    };
+    headers.extend(render(name, numbers, x_only));
+    headers
+}
+
+/// The policy that restricts the request most: the one that refused it (`denied`, whose
+/// `Retry-After` is the request's, or none when it can never pass), else the one with the fewest
+/// requests left (the first on a tie).
+pub fn most_restrictive<'a>(
+    policies: &'a [(&'a str, RateLimit)],
+    denied: Option<usize>,
+) -> Option<&'a (&'a str, RateLimit)> {
+    denied.and_then(|i| policies.get(i)).or_else(|| {
+        policies
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, (_, l))| (l.remaining, *i))
+            .map(|(_, p)| p)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +242,46 @@ mod tests {
         assert_eq!(shadow.retry_after_ms, None);
         let h = render("reply", &shadow, HeaderFamilies::default());
         assert!(h.iter().all(|(n, _)| *n != "retry-after"));
+    }
+
+    #[test]
+    fn several_policies_list_every_one_and_the_x_headers_show_the_tightest() {
+        let limit = |quota, remaining, retry| RateLimit {
+            quota,
+            window_ms: 60_000,
+            remaining,
+            reset_after_ms: 1_500,
+            retry_after_ms: retry,
+        };
+        let policies = [
+            ("user", limit(5, 3, None)),
+            ("ip", limit(100, 97, None)),
+            ("all", limit(2000, 0, Some(400))),
+        ];
+        let h = render_all(&policies, Some(2), HeaderFamilies::default());
+        let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get("ratelimit-policy"),
+            Some("\"user\";q=5;w=60, \"ip\";q=100;w=60, \"all\";q=2000;w=60")
+        );
+        assert_eq!(
+            get("ratelimit"),
+            Some("\"user\";r=3;t=2, \"ip\";r=97;t=2, \"all\";r=0;t=2")
+        );
+        assert_eq!(get("x-ratelimit-limit"), Some("2000, 2000;w=60"));
+        assert_eq!(get("x-ratelimit-remaining"), Some("0"));
+        assert_eq!(get("retry-after"), Some("1"));
+        // Allowed: the fewest left is the tightest; no Retry-After.
+        let allowed = [("user", limit(5, 3, None)), ("ip", limit(100, 2, None))];
+        let h = render_all(&allowed, None, HeaderFamilies::default());
+        let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("x-ratelimit-limit"), Some("100, 100;w=60"));
+        assert_eq!(get("retry-after"), None);
+        assert!(render_all(&[], None, HeaderFamilies::default()).is_empty());
+        assert_eq!(most_restrictive(&allowed, None).map(|p| p.0), Some("ip"));
+        // A refusal that can never pass (no retry time) is still the one shown, with no
+        // Retry-After: waiting would not help.
+        let never = [("user", limit(5, 3, None)), ("big", limit(1, 1, None))];
+        assert_eq!(most_restrictive(&never, Some(1)).map(|p| p.0), Some("big"));
     }
 }
