@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The docker-compose stack, built and run for real (tests/compose/test_stack.py): the README's
+# compose command, unchanged, then checks through the stack and `docker compose down`.
+#
+# Uses the Docker engine that answers; when none does, starts Debian's dockerd for this suite
+# only (no bridge, no iptables changes: every container uses host networking on 127.0.0.1) and
+# stops it by its PID at the end. Then builds (or finds cached) the local stand-ins for the
+# official images the compose files name (tests/compose/standins.sh): no registry is reachable.
+# A machine where dockerd cannot start skips this suite with one loud line, exit 0.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+started=$(date +%s)
+state="$root/.sluice/compose"
+mkdir -p "$state"
+
+skip() {
+  echo "SKIPPED tests/suites/70-compose.sh: $* (the compose stack was NOT tested)" | tee -a "$state/skipped" >&2
+  exit 0
+}
+
+dockerd_pid=""
+stop_engine() {
+  # Whatever happened (a timeout, a failed test), the stack does not outlive the suite.
+  if timeout 5 docker info >/dev/null 2>&1 && [ -n "$(docker compose ps -a -q 2>/dev/null)" ]; then
+    echo "compose: the stack is still up; docker compose down"
+    timeout 180 docker compose down >/dev/null 2>&1 || true
+  fi
+  [ -n "$dockerd_pid" ] || return 0
+  echo "compose: stopping the dockerd this suite started (pid $dockerd_pid)"
+  kill "$dockerd_pid" 2>/dev/null || true
+  for _ in $(seq 300); do kill -0 "$dockerd_pid" 2>/dev/null || return 0; sleep 0.1; done
+  echo "compose: dockerd (pid $dockerd_pid) did not stop within 30 s; killing it" >&2
+  kill -9 "$dockerd_pid" 2>/dev/null || true
+}
+trap stop_engine EXIT
+
+command -v docker >/dev/null || skip "no docker CLI (scripts/install/70-docker.sh installs docker.io)"
+if timeout 20 docker info >/dev/null 2>&1; then
+  echo "compose: using the Docker engine that already runs (left running)"
+else
+  command -v dockerd >/dev/null || skip "no Docker engine answers and there is no dockerd to start"
+  [ "$(id -u)" = 0 ] || skip "no Docker engine answers, and starting dockerd needs root"
+  [ ! -S /var/run/docker.sock ] || rm -f /var/run/docker.sock  # stale: nothing answered on it
+  echo "compose: starting dockerd for this suite (log: .sluice/compose/dockerd.log)"
+  ( dockerd --bridge=none --iptables=false --ip6tables=false --storage-driver=overlay2 \
+      </dev/null >"$state/dockerd.log" 2>&1 & echo $! >"$state/dockerd.pid" )
+  dockerd_pid=$(cat "$state/dockerd.pid")
+  for _ in $(seq 60); do
+    timeout 5 docker info >/dev/null 2>&1 && break
+    kill -0 "$dockerd_pid" 2>/dev/null || { dockerd_pid=""; skip "dockerd could not start here: $(grep -v '^$' "$state/dockerd.log" | tail -n 1)"; }
+    sleep 0.5
+  done
+  timeout 5 docker info >/dev/null 2>&1 || skip "dockerd started but did not answer within 30 s: $(tail -n 1 "$state/dockerd.log")"
+fi
+docker compose version >/dev/null 2>&1 || { echo "compose: no 'docker compose' (scripts/install/70-docker.sh installs the plugin)" >&2; exit 1; }
+
+# CPU time spent inside Docker (builds and containers; cgroup v1 cpuacct, when readable): a
+# figure that, unlike wall time, does not grow when other work shares the machine.
+docker_cpu() { cat /sys/fs/cgroup/cpuacct/docker/cpuacct.usage 2>/dev/null || echo 0; }
+t0=$(date +%s)
+timeout 1800 bash tests/compose/standins.sh
+echo "compose: stand-in images ready in $(( $(date +%s) - t0 )) s"
+
+t0=$(date +%s)
+cpu0=$(docker_cpu)
+SLUICE_COMPOSE_LOG="$state/compose-up.log" timeout 3600 \
+  .venv/bin/python -m pytest -q -p no:cacheprovider -s tests/compose
+echo "compose: stack built, run and checked in $(( $(date +%s) - t0 )) s (CPU inside Docker: $(( ($(docker_cpu) - cpu0) / 1000000000 )) s); suite in $(( $(date +%s) - started )) s"
