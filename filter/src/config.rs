@@ -211,20 +211,56 @@ pub const DEFAULT_MISSING_KEY: &str = "anonymous";
 /// How deep `on_missing` fallbacks may nest.
 pub const MAX_KEY_DEPTH: usize = 4;
 
-/// One route: match → action and key.
+/// One of several limits on a route (`checks`): an action and where its key comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteCheck {
+    /// The action whose rule applies.
+    pub action: String,
+    /// Where this check's key comes from.
+    pub key: KeySource,
+    /// Units this check costs (default: the route's `quantity`).
+    #[serde(default)]
+    pub quantity: Option<u64>,
+    /// Index of `action` in [`Config::actions`] (set by validation).
+    #[serde(skip)]
+    pub action_index: usize,
+}
+
+/// The `key` before validation fills it in (never used as a key: validation refuses a route
+/// without one).
+fn unset_key() -> KeySource {
+    KeySource::Constant {
+        value: String::new(),
+    }
+}
+
+/// One route: match → action and key, or match → several checks (all or nothing, one callout).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Route {
     /// Conditions; all must hold.
     #[serde(default, rename = "match")]
     pub matcher: Match,
-    /// The action whose rule limits this route.
+    /// The action whose rule limits this route (with `checks`: set by validation to the first
+    /// check's, for logs and failure reports).
+    #[serde(default)]
     pub action: String,
-    /// Where the key comes from.
+    /// `key` as written (absent for a route with `checks`); validation moves it to [`Route::key`].
+    #[serde(default, rename = "key")]
+    key_written: Option<KeySource>,
+    /// Where the key comes from (with `checks`: the first check's). Set by validation.
+    #[serde(skip, default = "unset_key")]
     pub key: KeySource,
     /// Units each request costs (default 1).
     #[serde(default = "one")]
     pub quantity: u64,
+    /// Several limits instead of `action` and `key` (2 to
+    /// [`sluice_core::limits::MAX_CHECKS`]): the request passes only if every one allows it, and
+    /// a denied request consumes nothing from any of them (`POST /v1/throttle/all`). HTTP callouts
+    /// only; no leases and no denial cache for such routes.
+    #[serde(default)]
+    pub checks: Vec<RouteCheck>,
     /// Index of `action` in [`Config::actions`] (set by validation): the per-worker counters
     /// are a table indexed by it, so a request never hashes an action name.
     #[serde(skip)]
@@ -361,14 +397,13 @@ impl Config {
             return Err(ConfigError::new("routes", "must hold at least one route"));
         }
         for (i, route) in self.routes.iter_mut().enumerate() {
-            validate_route(route, &format!("routes[{i}]"))?;
-            route.action_index = match self.actions.iter().position(|a| *a == route.action) {
-                Some(index) => index,
-                None => {
-                    self.actions.push(route.action.clone());
-                    self.actions.len() - 1
-                }
-            };
+            let at = format!("routes[{i}]");
+            validate_checks(route, &at, self.backend.protocol)?;
+            validate_route(route, &at)?;
+            route.action_index = action_index(&mut self.actions, &route.action);
+            for check in &mut route.checks {
+                check.action_index = action_index(&mut self.actions, &check.action);
+            }
         }
         Ok(())
     }
@@ -385,6 +420,82 @@ fn grpc_service(cluster: &str, authority: &str) -> Option<String> {
         }),
     };
     String::from_utf8(service.encode_to_vec()).ok()
+}
+
+/// The position of `action` in `actions`, appended when new.
+fn action_index(actions: &mut Vec<String>, action: &str) -> usize {
+    match actions.iter().position(|a| a == action) {
+        Some(index) => index,
+        None => {
+            actions.push(action.to_owned());
+            actions.len() - 1
+        }
+    }
+}
+
+/// A route gives either `action` and `key`, or `checks` (2 to MAX_CHECKS, HTTP callouts only);
+/// each check is validated like a route's own action, key and quantity. With `checks`, the
+/// route's `action` and `key` become the first check's (what logs and failure reports name).
+fn validate_checks(route: &mut Route, at: &str, protocol: Protocol) -> Result<(), ConfigError> {
+    let key_given = route.key_written.is_some() || route.key != unset_key();
+    if let Some(key) = route.key_written.take() {
+        route.key = key;
+    }
+    if route.checks.is_empty() {
+        if route.action.is_empty() {
+            return Err(ConfigError::new(
+                format!("{at}.action"),
+                "required (or give checks: a list of {action, key})",
+            ));
+        }
+        if !key_given {
+            return Err(ConfigError::new(
+                format!("{at}.key"),
+                "required (or give checks: a list of {action, key})",
+            ));
+        }
+        return Ok(());
+    }
+    if !route.action.is_empty() || key_given {
+        return Err(ConfigError::new(
+            format!("{at}.checks"),
+            "give either action and key, or checks, not both",
+        ));
+    }
+    let max = sluice_core::limits::MAX_CHECKS;
+    if route.checks.len() < 2 || route.checks.len() > max {
+        return Err(ConfigError::new(
+            format!("{at}.checks"),
+            format!(
+                "must hold 2 to {max} checks (one limit is action and key); got {}",
+                route.checks.len()
+            ),
+        ));
+    }
+    if protocol != Protocol::Http {
+        return Err(ConfigError::new(
+            format!("{at}.checks"),
+            "several checks need backend.protocol http (one POST /v1/throttle/all carries them)",
+        ));
+    }
+    for (j, check) in route.checks.iter_mut().enumerate() {
+        let here = format!("{at}.checks[{j}]");
+        Action::parse(&check.action).map_err(|r| ConfigError::new(format!("{here}.action"), r))?;
+        let quantity = check.quantity.unwrap_or(route.quantity);
+        if !(1..=MAX_QUANTITY).contains(&quantity) {
+            return Err(ConfigError::new(
+                format!("{here}.quantity"),
+                format!("must be 1 to {MAX_QUANTITY}; got {quantity}"),
+            ));
+        }
+        check.quantity = Some(quantity);
+        validate_key(&mut check.key, &format!("{here}.key"), 1)?;
+    }
+    if let Some(first) = route.checks.first() {
+        route.action = first.action.clone();
+        route.key = first.key.clone();
+    }
+    Ok(())
 }
 
 fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {

@@ -10,11 +10,14 @@
 use std::rc::Rc;
 
 use sluice_core::headers::{self, RateLimit};
-use sluice_core::wire::{ApiError, ErrorCode, ThrottleRequest, ThrottleResponse};
+use sluice_core::wire::{
+    ApiError, ErrorCode, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck, ThrottleRequest,
+    ThrottleResponse,
+};
 use sluice_core::Action;
 
 use crate::cache::{self, Entry};
-use crate::config::{Config, FailureMode, Protocol, UnknownAction};
+use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
 use crate::host::{Callout, Counter, GrpcCall, Host};
 use crate::lease::{self, Lease};
 use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
@@ -42,6 +45,8 @@ pub enum Answer {
     /// A decision estimated from a gRPC `DescriptorStatus` without sluice's metadata (see
     /// `rls::classify`): handled like a decision, except that a denial is not cached.
     Estimated(ThrottleResponse),
+    /// The answer to a route with several checks (`POST /v1/throttle/all`).
+    All(ThrottleAllResponse),
     /// 404 `unknown_action`: no rule for the action.
     UnknownAction,
     /// Anything else: the failure mode applies; the reason goes in `x-sluice-failure`.
@@ -70,6 +75,19 @@ pub fn classify(status: Option<&[u8]>, body: &[u8]) -> Answer {
     }
 }
 
+/// Classifies the answer to `POST /v1/throttle/all` (a route with several checks) as
+/// [`classify`] does one decision.
+pub fn classify_all(status: Option<&[u8]>, body: &[u8]) -> Answer {
+    let ok = status.is_some_and(|s| s == b"200");
+    if !ok {
+        return classify(status, body);
+    }
+    match serde_json::from_slice::<ThrottleAllResponse>(body) {
+        Ok(r) => Answer::All(r),
+        Err(_) => Answer::Failure("bad_response".into()),
+    }
+}
+
 /// A callout in flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
@@ -81,6 +99,8 @@ struct Pending {
     quantity: u64,
     sent_ns: u64,
     identity: Option<Vec<u8>>,
+    /// A route with several checks: their actions, in order (the answer's `results` follow it).
+    all: Option<Vec<String>>,
 }
 
 /// The filter's state for one HTTP request.
@@ -116,6 +136,9 @@ impl Flow {
         let Some(route) = route::find(&config.routes, &line, host) else {
             return Next::Continue;
         };
+        if !route.checks.is_empty() {
+            return self.start_all(host, route, &line);
+        }
         let key = route::extract_key(&route.key, &line, host);
         // The upstream trusts these headers from the filter only: drop any a client sent.
         host.remove_request_header(SHADOW_HEADER);
@@ -164,6 +187,7 @@ impl Flow {
                     quantity: route.quantity,
                     sent_ns: now,
                     identity,
+                    all: None,
                 });
                 Next::Pause
             }
@@ -172,6 +196,78 @@ impl Flow {
                 self.fail(host, at, &message, reason, true)
             }
         }
+    }
+
+    /// A route with several checks: one `POST /v1/throttle/all` carrying them all (no lease, no
+    /// denial cache: a denial depends on every check's key, and one cached under the route's
+    /// whole key set would answer for limits that may have freed since).
+    fn start_all(&mut self, host: &mut dyn Host, route: &Route, line: &RequestLine) -> Next {
+        host.remove_request_header(SHADOW_HEADER);
+        host.remove_request_header(FAILURE_HEADER);
+        let now = host.now_ns();
+        let request = ThrottleAllRequest {
+            checks: route
+                .checks
+                .iter()
+                .map(|c| ThrottleCheck {
+                    action: c.action.clone(),
+                    key: route::extract_key(&c.key, line, host),
+                    quantity: c.quantity.unwrap_or(route.quantity),
+                })
+                .collect(),
+        };
+        let path = format!("{}/all", self.config.backend.path);
+        let sent = serde_json::to_vec(&request)
+            .map_err(|e| ("encode", format!("encode: {e}")))
+            .and_then(|body| self.send_http(host, &path, body));
+        match sent {
+            Ok(token) => {
+                host.count(Counter::Callouts);
+                self.pending = Some(Pending {
+                    token,
+                    action: route.action.clone(),
+                    action_index: route.action_index,
+                    lease_identity: None,
+                    quantity: route.quantity,
+                    sent_ns: now,
+                    identity: None,
+                    all: Some(route.checks.iter().map(|c| c.action.clone()).collect()),
+                });
+                Next::Pause
+            }
+            Err((reason, message)) => {
+                let at = (route.action_index, route.action.as_str());
+                self.fail(host, at, &message, reason, true)
+            }
+        }
+    }
+
+    /// POSTs a JSON body to the backend cluster at `path`; `Err` as [`Flow::dispatch_http`].
+    fn send_http(
+        &self,
+        host: &mut dyn Host,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<u32, (&'static str, String)> {
+        let backend = &self.config.backend;
+        let call = Callout {
+            cluster: backend.cluster.clone(),
+            headers: vec![
+                (":method", "POST".to_owned()),
+                (":path", path.to_owned()),
+                (":authority", backend.authority.clone()),
+                ("content-type", "application/json".to_owned()),
+            ],
+            body,
+            timeout_ms: backend.timeout_ms,
+        };
+        host.dispatch(&call).map_err(|e| {
+            let message = format!(
+                "callout to cluster {:?} could not start: {e}",
+                backend.cluster
+            );
+            ("dispatch", message)
+        })
     }
 
     /// Starts the HTTP callout; `Err` is the failure reason and a log line.
@@ -246,7 +342,12 @@ impl Flow {
         status: Option<&[u8]>,
         body: &[u8],
     ) {
-        let answer = classify(status, body);
+        let several = self.pending.as_ref().is_some_and(|p| p.all.is_some());
+        let answer = if several {
+            classify_all(status, body)
+        } else {
+            classify(status, body)
+        };
         self.answered(host, token, answer);
     }
 
@@ -273,6 +374,7 @@ impl Flow {
         match answer {
             Answer::Decision(r) => self.decided(host, &pending, &r, true),
             Answer::Estimated(r) => self.decided(host, &pending, &r, false),
+            Answer::All(r) => self.decided_all(host, &pending, &r),
             Answer::UnknownAction => {
                 host.count(Counter::UnknownAction);
                 match self.config.unknown_action {
@@ -341,6 +443,48 @@ impl Flow {
         }
         self.response_headers = headers::render(&pending.action, &limit, self.config.headers);
         if r.would_deny {
+            host.count(Counter::ShadowWouldDeny);
+            host.set_request_header(SHADOW_HEADER, "would-deny");
+            self.response_headers
+                .push((SHADOW_HEADER, "would-deny".to_owned()));
+        }
+        host.resume();
+    }
+
+    /// The answer for a route with several checks: every policy in `RateLimit-Policy` and
+    /// `RateLimit`, the most restrictive in `X-RateLimit-*` and `Retry-After`; a denial's
+    /// problem+json names the check that denied.
+    fn decided_all(&mut self, host: &mut dyn Host, pending: &Pending, r: &ThrottleAllResponse) {
+        let names = pending.all.as_deref().unwrap_or_default();
+        let denied = r.denied.as_ref().map(|d| d.index);
+        if r.results.len() != names.len() || denied.is_some_and(|i| i >= names.len()) {
+            let at = (pending.action_index, pending.action.as_str());
+            let _ = self.fail(host, at, "", "bad_response", false);
+            return;
+        }
+        let policies: Vec<(&str, RateLimit)> = names
+            .iter()
+            .zip(&r.results)
+            .map(|(name, result)| (name.as_str(), RateLimit::of(result)))
+            .collect();
+        let rendered = headers::render_all(&policies, denied, self.config.headers);
+        if !r.allowed {
+            host.count(Counter::Denied);
+            let (action, retry) = denied
+                .and_then(|i| policies.get(i))
+                .map_or((pending.action.as_str(), None), |(name, limit)| {
+                    (*name, limit.retry_after_ms)
+                });
+            let mut headers: Vec<(&str, &str)> =
+                rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            headers.push(("content-type", "application/problem+json"));
+            let body = reply::too_many_requests(action, retry);
+            host.send_reply(429, &headers, &body);
+            return;
+        }
+        host.count(Counter::Allowed);
+        self.response_headers = rendered;
+        if r.results.iter().any(|x| x.would_deny) {
             host.count(Counter::ShadowWouldDeny);
             host.set_request_header(SHADOW_HEADER, "would-deny");
             self.response_headers
@@ -434,3 +578,6 @@ mod grpc_tests;
 
 #[cfg(test)]
 mod lease_tests;
+
+#[cfg(test)]
+mod all_tests;
