@@ -103,7 +103,8 @@ def test_only_the_probes_and_login_are_public(backend):
     them, and that listener stays off the public network) are not served on the admin listener."""
     ops = operations(backend)
     decision = {(m, p) for m, p, tags, s in ops if "decision" in tags}
-    assert decision == {("post", "/v1/throttle"), ("post", "/v1/cl.throttle"), ("post", "/v1/report")}
+    assert decision == {("post", "/v1/throttle"), ("post", "/v1/throttle/all"), ("post", "/v1/cl.throttle"),
+                        ("post", "/v1/report")}
     for method, path in decision:
         assert call(backend.admin_url, method, path, {}).status_code in (404, 405), (method, path)
     public = {(m, p) for m, p, tags, s in ops if not s} - decision
