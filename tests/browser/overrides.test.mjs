@@ -4,7 +4,7 @@
 // Against a stack of its own (real redis-server and sluice), in a browser of its own (the session
 // cookie belongs to 127.0.0.1 whatever the port), signed in through the API so the page never
 // meets a 401. Whether an override or a reset took effect is asked of the real decision API
-// (`POST /v1/throttle`), never of the page. Screenshots at 1280 and 390 wide. Every console error
+// (`POST /v1/throttle`) and of a real Envoy running the sluice filter, never of the page. Screenshots at 1280 and 390 wide. Every console error
 // fails the run. dashboard.test.mjs imports this file; it also runs alone:
 // `node --test overrides.test.mjs`.
 import { describe, test, before, after } from 'node:test';
@@ -14,6 +14,7 @@ import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { startStack, adminApi, throttle, waitFor } from './stack.mjs';
+import { startEnvoy, viaEnvoy } from './envoy.mjs';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const bin = process.env.SLUICE_BIN ?? join(repo, 'target', 'debug', 'sluice');
@@ -31,16 +32,25 @@ const VIP = `vip/ü %2F "q" 'é'`;
 const ODD_KEYS = ['a?b#c&d=e+f', '...', '<b>bold</b> 🦀'];
 const LIMITED = 'limited user/ü';
 const LIVE_KEY = 'live "key"';
+// The Envoy route `/limited/` (envoy/e2e.yaml) is action e2e_limited, keyed by the x-user header.
+const ENVOY_ACTION = 'e2e_limited';
+const ENVOY_USER = 'envoy user/%2F "q"';
+// The key the backend sees: the filter keeps a header's UTF-8 but writes `%` as `%25`, so that
+// keys are injective (docs/filter.md, "Header values are bytes"). The operator takes it from the
+// page (the most denied keys), as the test does.
+const ENVOY_KEY = ENVOY_USER.replaceAll('%', '%25');
 
 /** The path segment of a key, as encodeURIComponent makes it (and the backend decodes it). */
 const seg = (key) => encodeURIComponent(key);
 
 describe('overrides, resets and the audit trail', () => {
-  let stack, api, browser, context, page;
+  let stack, api, browser, context, page, envoy;
   const consoleErrors = [];
   const dialogs = [];
-  // What this file changed, in order, as the audit trail must show it: [kind, key].
+  // What this file changed, in order, as the audit trail must show it: [kind, key, who], who being
+  // 'token' (the API) or 'session' (this page).
   const changes = [];
+  let editAt = -1;
 
   const watch = (p) => {
     p.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e}`));
@@ -76,7 +86,11 @@ describe('overrides, resets and the audit trail', () => {
     watch(page);
     const put = await api('PUT', `/v1/rules/${ACTION}`, { action: ACTION, ...RULE });
     assert.equal(put.status, 200, put.text);
-    changes.push(['rule_put', null]);
+    changes.push(['rule_put', null, 'token']);
+    const limited = await api('PUT', `/v1/rules/${ENVOY_ACTION}`, { action: ENVOY_ACTION, ...RULE });
+    assert.equal(limited.status, 200, limited.text);
+    changes.push(['rule_put', null, 'token']);
+    envoy = await startEnvoy({ repo, decisionPort: Number(new URL(stack.decision).port), logDir: join(artifacts, 'browser-logs'), name: 'overrides-envoy' });
     const session = await context.request.post(`${stack.admin}/v1/session`, { data: { token: stack.token } });
     assert.ok(session.ok(), `sign-in: ${session.status()}`);
     await page.goto(stack.admin + '/');
@@ -85,6 +99,7 @@ describe('overrides, resets and the audit trail', () => {
 
   after(async () => {
     await browser?.close();
+    envoy?.stop();
     stack?.stop();
   });
 
@@ -127,7 +142,7 @@ describe('overrides, resets and the audit trail', () => {
     await page.locator('#whatif-count-chart path.saved-line[d^="M"]').waitFor();
     await page.click('#save-rule');
     await overrideItem(VIP).waitFor();
-    changes.push(['override_put', VIP]);
+    changes.push(['override_put', VIP, 'session']);
     // Stored under the key exactly as typed, and in force for it at once.
     assert.deepEqual(await overrideKeys(), [VIP]);
     const stored = await api('GET', `/v1/rules/${ACTION}/overrides/${seg(VIP)}`);
@@ -161,7 +176,8 @@ describe('overrides, resets and the audit trail', () => {
     await page.fill('#rule-capacity', '12');
     await page.click('#save-rule');
     await item.locator('.override-summary', { hasText: 'capacity 12' }).waitFor();
-    changes.push(['override_put', VIP]);
+    editAt = changes.length;
+    changes.push(['override_put', VIP, 'session']);
     assert.equal((await api('GET', `/v1/rules/${ACTION}/overrides/${seg(VIP)}`)).body.capacity, 12);
 
     // Deleted, after a confirmation ("Keep" keeps it).
@@ -173,7 +189,7 @@ describe('overrides, resets and the audit trail', () => {
     await item.locator('button.delete-override').click();
     await item.locator('button.confirm-delete-override').click();
     await item.waitFor({ state: 'detached' });
-    changes.push(['override_delete', VIP]);
+    changes.push(['override_delete', VIP, 'session']);
     assert.deepEqual(await overrideKeys(), []);
     // The key is under the rule again, with the rule's state as it left it: denied.
     const back = await decide(VIP);
@@ -194,7 +210,7 @@ describe('overrides, resets and the audit trail', () => {
       await page.fill('#rule-capacity', '3');
       await page.click('#save-rule');
       await overrideItem(key).waitFor();
-      changes.push(['override_put', key]);
+      changes.push(['override_put', key, 'session']);
     }
     assert.deepEqual((await overrideKeys()).sort(), [...ODD_KEYS].sort());
     for (const key of ODD_KEYS) {
@@ -218,7 +234,7 @@ describe('overrides, resets and the audit trail', () => {
       await item.locator('button.delete-override').click();
       await item.locator('button.confirm-delete-override').click();
       await item.waitFor({ state: 'detached' });
-      changes.push(['override_delete', key]);
+      changes.push(['override_delete', key, 'session']);
     }
     assert.deepEqual(await overrideKeys(), []);
    } finally {
@@ -245,7 +261,7 @@ describe('overrides, resets and the audit trail', () => {
     await shot('42-keys-reset-confirm');
     await row.locator('button.confirm-reset').click();
     await page.locator('#key-reset-result', { hasText: `Reset “${LIMITED}” on ${ACTION}: removed its gcra state.` }).waitFor();
-    changes.push(['key_reset', LIMITED]);
+    changes.push(['key_reset', LIMITED, 'session']);
     // Free again through the real decision API, with the rule's whole capacity.
     const freed = await decide(LIMITED);
     assert.equal(freed.allowed, true);
@@ -263,9 +279,67 @@ describe('overrides, resets and the audit trail', () => {
     await funnel.locator('button.reset-key').click();
     await funnel.locator('button.confirm-reset').click();
     await card.locator('.reset-result', { hasText: `Reset “${LIVE_KEY}” on ${ACTION}: removed its gcra state.` }).waitFor();
-    changes.push(['key_reset', LIVE_KEY]);
+    changes.push(['key_reset', LIVE_KEY, 'session']);
     assert.equal((await decide(LIVE_KEY)).allowed, true, 'free again');
     await shot('44-live-reset');
+  });
+
+  test('through a real Envoy: an override made here applies within a second, so does its deletion, and a reset frees the user', async () => {
+   try {
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push(await viaEnvoy(envoy.url, ENVOY_USER));
+    assert.deepEqual(statuses, [200, 200, 429], 'limited by the rule through the proxy');
+    // The key as the backend sees it, from the most denied keys in the Keys view.
+    await page.click('#tab-keys');
+    const link = page.locator(`article.top-card[data-action="${ENVOY_ACTION}"] button.key-link`);
+    await link.waitFor();
+    const key = await link.innerText();
+    assert.equal(key, ENVOY_KEY);
+    await page.click('#tab-rules');
+    await page.locator(`tr[data-action="${ENVOY_ACTION}"] button.add-override`).click();
+    await page.fill('#override-key', key);
+    await page.selectOption('#rule-algorithm', 'fixed_window');
+    await page.fill('#rule-capacity', '10');
+    await page.fill('#rule-window', '60s');
+    await page.click('#save-rule');
+    const item = page.locator(`tr.overrides-row[data-overrides-of="${ENVOY_ACTION}"] li.override`);
+    await item.waitFor();
+    changes.push(['override_put', ENVOY_KEY, 'session']);
+    // From the moment the page shows it saved, Envoy lets the user through within a second (a
+    // denial the filter cached is held at most 600 ms by this config).
+    let saved = Date.now();
+    await waitFor('the override to let the user through Envoy', async () => (await viaEnvoy(envoy.url, ENVOY_USER)) === 200,
+      { timeout: 1000, every: 50 });
+    const applied = Date.now() - saved;
+    for (let i = 0; i < 5; i++) assert.equal(await viaEnvoy(envoy.url, ENVOY_USER), 200, `request ${i + 1} under the override`);
+    // Deleted here: the rule (whose state the user left exhausted) denies again within a second.
+    await item.locator('button.delete-override').click();
+    await item.locator('button.confirm-delete-override').click();
+    await item.waitFor({ state: 'detached' });
+    changes.push(['override_delete', ENVOY_KEY, 'session']);
+    saved = Date.now();
+    await waitFor('the rule to deny the user through Envoy again', async () => (await viaEnvoy(envoy.url, ENVOY_USER)) === 429,
+      { timeout: 1000, every: 50 });
+    const removed = Date.now() - saved;
+    // Reset from the key view (opened from the most denied list): free through Envoy within a second.
+    await page.click('#tab-keys');
+    await link.click();
+    await page.locator('#shown-key', { hasText: ENVOY_KEY }).waitFor();
+    const row = page.locator(`#key-result tr.key-state[data-action="${ENVOY_ACTION}"]`);
+    await row.locator('td.remaining', { hasText: /^0$/ }).waitFor();
+    assert.equal(await viaEnvoy(envoy.url, ENVOY_USER), 429, 'still limited before the reset');
+    await row.locator('button.reset-key').click();
+    await row.locator('button.confirm-reset').click();
+    await page.locator('#key-reset-result', { hasText: `Reset “${ENVOY_KEY}” on ${ENVOY_ACTION}: removed its` }).waitFor();
+    changes.push(['key_reset', ENVOY_KEY, 'session']);
+    saved = Date.now();
+    await waitFor('the reset user to pass Envoy', async () => (await viaEnvoy(envoy.url, ENVOY_USER)) === 200,
+      { timeout: 1000, every: 50 });
+    const freed = Date.now() - saved;
+    console.log(`# through Envoy: override applied after ${applied} ms, its deletion after ${removed} ms, the reset after ${freed} ms`);
+   } finally {
+    await closeEditor();
+   }
   });
 
   test('the audit page shows each change in order, with who and what changed', async () => {
@@ -274,22 +348,28 @@ describe('overrides, resets and the audit trail', () => {
     await waitFor('every change on the audit page', async () => (await entries.count()) === changes.length);
     // Newest first: the reverse of what this file did, kind and key.
     const shown = await entries.evaluateAll((els) => els.map((e) => [e.dataset.kind, e.querySelector('.audit-key')?.textContent ?? null]));
-    assert.deepEqual(shown, [...changes].reverse());
+    assert.deepEqual(shown, changes.map(([kind, key]) => [kind, key]).reverse());
     // The same as the API's own answer, in the same order.
     const trail = await api('GET', '/v1/audit?limit=100');
     assert.deepEqual(trail.body.entries.map((e) => [e.kind, e.key ?? null]), shown);
-    // Who: the rule came with the token, everything else from this page's session.
+    // Who: the rules came with the token, everything else from this page's session (one login).
     const who = await entries.locator('.audit-who').allInnerTexts();
-    assert.equal(who.at(-1), 'by token');
-    assert.ok(who.slice(0, -1).every((w) => /^by session:[0-9a-f]{12}$/.test(w)), who.join(', '));
+    const sessions = new Set();
+    who.forEach((w, i) => {
+      const expected = changes[changes.length - 1 - i][2];
+      if (expected === 'token') assert.equal(w, 'by token');
+      else { assert.match(w, /^by session:[0-9a-f]{12}$/); sessions.add(w); }
+    });
+    assert.equal(sessions.size, 1, 'one login, one session id');
     // The edit of the VIP override lists what changed, and only that.
-    const edit = entries.nth(changes.length - 3);
+    const edit = entries.nth(changes.length - 1 - editAt);
     assert.equal(await edit.locator('.audit-what').innerText(), 'override changed');
     assert.deepEqual(await edit.locator('li.change').evaluateAll((els) => els.map((e) => [
       e.dataset.field, e.querySelector('.change-before').textContent, e.querySelector('.change-after').textContent])),
     [['capacity', '10', '12']]);
     // A reset says what it removed.
-    assert.equal(await entries.first().locator('.audit-note').innerText(), 'removed gcra state');
+    const liveReset = entries.filter({ has: page.locator('.audit-key', { hasText: LIVE_KEY }) });
+    assert.equal(await liveReset.locator('.audit-note').innerText(), 'removed gcra state');
     // Markup in a key stayed text here too.
     assert.equal(await page.locator('.audit-key b').count(), 0);
     await shot('45-audit');

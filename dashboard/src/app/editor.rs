@@ -197,7 +197,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <TextField
                             field=Field::Key
                             label="Key"
-                            hint="exactly as the filter sends it, 1–128 bytes"
+                            hint="as Live and Keys show it, 1–128 bytes"
                             value=Signal::derive(move || form.get().key.unwrap_or_default())
                             message=Signal::derive(message(Field::Key))
                             on_input=edit(Field::Key, |f, v| f.key = Some(v))
