@@ -232,7 +232,8 @@ describe('overrides, resets and the audit trail', () => {
     for (const key of ODD_KEYS) {
       const item = overrideItem(key);
       await item.locator('button.delete-override').click();
-      await item.locator('button.confirm-delete-override').click();
+      await waitFor('the question to have the focus', () => item.locator('button.confirm-delete-override').evaluate((b) => b === document.activeElement), { timeout: 2000 });
+      await page.keyboard.press('Enter');
       await item.waitFor({ state: 'detached' });
       changes.push(['override_delete', key, 'session']);
     }
@@ -276,8 +277,12 @@ describe('overrides, resets and the audit trail', () => {
     const card = page.locator(`article.action-card[data-action="${ACTION}"]`);
     const funnel = card.locator(`li.funnel-item[data-key='${LIVE_KEY}']`);
     await funnel.waitFor();
-    await funnel.locator('button.reset-key').click();
-    await funnel.locator('button.confirm-reset').click();
+    // By keyboard: the question takes the focus, Enter answers it.
+    await funnel.locator('button.reset-key').focus();
+    await page.keyboard.press('Enter');
+    await funnel.locator('button.confirm-reset').waitFor();
+    await waitFor('the question to have the focus', () => funnel.locator('button.confirm-reset').evaluate((b) => b === document.activeElement), { timeout: 2000 });
+    await page.keyboard.press('Enter');
     await card.locator('.reset-result', { hasText: `Reset “${LIVE_KEY}” on ${ACTION}: removed its gcra state.` }).waitFor();
     changes.push(['key_reset', LIVE_KEY, 'session']);
     assert.equal((await decide(LIVE_KEY)).allowed, true, 'free again');

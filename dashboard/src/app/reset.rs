@@ -13,6 +13,14 @@ use crate::reset::reset_text;
 pub fn ResetButton(ctx: Ctx, action: String, key: String, done: RwSignal<String>) -> impl IntoView {
     let asking = RwSignal::new(false);
     let busy = RwSignal::new(false);
+    // The question takes the focus when it appears, so a keyboard user answers it with Enter
+    // (or moves on to Keep) instead of starting again from the top of the page.
+    let confirm_ref = NodeRef::<leptos::html::Button>::new();
+    Effect::new(move |_| {
+        if let Some(button) = confirm_ref.get() {
+            let _ = button.focus();
+        }
+    });
     let reset = {
         let (action, key) = (action.clone(), key.clone());
         move |_| {
@@ -54,7 +62,7 @@ pub fn ResetButton(ctx: Ctx, action: String, key: String, done: RwSignal<String>
                 }
             >
                 <span class="confirm-text">"Reset this key?"</span>
-                <button type="button" class="danger confirm-reset" disabled=move || busy.get() on:click=reset.clone()>"Reset"</button>
+                <button type="button" class="danger confirm-reset" node_ref=confirm_ref disabled=move || busy.get() on:click=reset.clone()>"Reset"</button>
                 <button type="button" class="quiet keep-key" on:click=move |_| asking.set(false)>"Keep"</button>
             </Show>
         </span>

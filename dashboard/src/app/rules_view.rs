@@ -184,6 +184,13 @@ fn Row(
 #[component]
 fn Override(ctx: Ctx, row: OverrideRow) -> impl IntoView {
     let confirming = RwSignal::new(false);
+    // The question takes the focus when it appears (Enter deletes, Tab reaches Keep).
+    let confirm_ref = NodeRef::<leptos::html::Button>::new();
+    Effect::new(move |_| {
+        if let Some(button) = confirm_ref.get() {
+            let _ = button.focus();
+        }
+    });
     let action = row.rule.action().to_string();
     let key = row.key.clone();
     let edit = {
@@ -236,7 +243,7 @@ fn Override(ctx: Ctx, row: OverrideRow) -> impl IntoView {
                     }
                 >
                     <span class="confirm-text">"Delete this override?"</span>
-                    <button class="danger confirm-delete-override" on:click=delete.clone()>"Delete"</button>
+                    <button class="danger confirm-delete-override" node_ref=confirm_ref on:click=delete.clone()>"Delete"</button>
                     <button class="quiet" on:click=move |_| confirming.set(false)>"Keep"</button>
                 </Show>
             </span>
