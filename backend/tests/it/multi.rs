@@ -299,5 +299,144 @@ async fn cluster_reserves_and_refunds_several_limits() {
     config.timeout = Duration::from_secs(5);
     let store = Arc::new(RedisStore::connect(config).await.expect("connect"));
     third_limit_denies_and_the_others_keep_their_counts(store.as_ref(), "c").await;
+    randomized_all_against_core(store.as_ref(), "rc", 0xc1a5, 15, false).await;
     concurrent_clients_debit_exactly_the_passed(store.clone(), "c", false).await;
+}
+
+/// Random requests of 2 to 4 checks under rules of random algorithms, capacities, spans and
+/// modes, at fixed times (forward, repeated, sometimes a little back), with quantities from 0 to
+/// beyond the capacity: every answer (each decision, exactly, and which check denied) equals
+/// core's `decide_all` on states kept beside it. With `duplicates`, checks may name the same
+/// rule and key (the second sees the first one's debit); the Cluster, which decides checks in
+/// different slots, gets distinct ones.
+pub async fn randomized_all_against_core(
+    store: &dyn Store,
+    tag: &str,
+    seed: u64,
+    sequences: usize,
+    duplicates: bool,
+) {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut compared = 0;
+    let mut denied = 0;
+    for n in 0..sequences {
+        let rules: Vec<Rule> = (0..4)
+            .map(|i| {
+                let algorithm = ALGORITHMS[rng.random_range(0..6)];
+                let capacity = rng.random_range(1..=6u64);
+                let span = ["7ms", "250ms", "1s", "60s"][rng.random_range(0..4)];
+                let mode = if rng.random_bool(0.15) { "shadow" } else { "enforce" };
+                let limit = if algorithm.ends_with("window") || algorithm == "sliding_log" {
+                    format!(r#""window":"{span}""#)
+                } else {
+                    format!(r#""rate":{{"count":1,"period":"{span}"}}"#)
+                };
+                rule(&format!(
+                    r#"{{"action":"{tag}x{n}-{i}","algorithm":"{algorithm}","capacity":{capacity},"mode":"{mode}",{limit}}}"#
+                ))
+            })
+            .collect();
+        let mut states: HashMap<(usize, String), State> = HashMap::new();
+        let mut now = T0 + rng.random_range(0..1_000_000_000u64);
+        for step in 0..25 {
+            match rng.random_range(0..10) {
+                0 => {}
+                1 => now -= rng.random_range(0..5_000_000u64),
+                _ => now += rng.random_range(0..400_000_000u64),
+            }
+            let count = rng.random_range(2..=4usize);
+            let mut picks: Vec<(usize, String)> = Vec::new();
+            while picks.len() < count {
+                let pick = (
+                    rng.random_range(0..4usize),
+                    ["a", "b"][rng.random_range(0..2)].to_owned(),
+                );
+                if duplicates || !picks.iter().any(|p| p.0 == pick.0) {
+                    picks.push(pick);
+                }
+            }
+            let quantities: Vec<u64> = picks
+                .iter()
+                .map(|(r, _)| match rng.random_range(0..8) {
+                    0 => 0,
+                    1 => rules[*r].params().capacity() + 1,
+                    2 => rng.random_range(1..=rules[*r].params().capacity()),
+                    _ => 1,
+                })
+                .collect();
+            let requests: Vec<CheckRequest<'_>> = picks
+                .iter()
+                .zip(&quantities)
+                .map(|((r, key), &quantity)| CheckRequest {
+                    rule: &rules[*r],
+                    key,
+                    quantity,
+                })
+                .collect();
+            let mut slots: Vec<(usize, String)> = Vec::new();
+            let core: Vec<Check> = picks
+                .iter()
+                .zip(&quantities)
+                .map(|(pick, &quantity)| {
+                    let slot = slots.iter().position(|s| s == pick).unwrap_or_else(|| {
+                        slots.push(pick.clone());
+                        slots.len() - 1
+                    });
+                    Check {
+                        params: rules[pick.0].params(),
+                        enforce: rules[pick.0].mode() == Mode::Enforce,
+                        quantity,
+                        slot,
+                    }
+                })
+                .collect();
+            let before: Vec<State> = slots
+                .iter()
+                .map(|s| states.get(s).cloned().unwrap_or_default())
+                .collect();
+            let want = decide_all(&core, &before, now);
+            let got = store
+                .throttle_all(&requests, Some(now))
+                .await
+                .expect("throttle_all");
+            assert_eq!(
+                (got.decisions.clone(), got.denied),
+                (want.decisions.clone(), want.denied),
+                "seed {seed} sequence {n} step {step} at {now}: checks {picks:?} x {quantities:?}, rules {:?}",
+                rules.iter().map(|r| r.to_json().to_string()).collect::<Vec<_>>()
+            );
+            for (slot, change) in want.changes.into_iter().enumerate() {
+                if let Some(next) = change {
+                    states.insert(slots[slot].clone(), next);
+                }
+            }
+            compared += 1;
+            denied += usize::from(got.denied.is_some());
+        }
+    }
+    assert_eq!(compared, sequences * 25);
+    // Both outcomes were exercised, not just one.
+    assert!(
+        denied > compared / 10 && denied < compared * 9 / 10,
+        "{denied} of {compared} denied"
+    );
+    eprintln!("{tag}: {compared} requests compared with core, {denied} denied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_matches_core_on_random_requests() {
+    let store = MemoryStore::new();
+    randomized_all_against_core(&store, "rm", 0x5eed, 40, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_script_matches_core_on_random_requests() {
+    let redis = support::RedisServer::start();
+    let mut config = RedisConfig::new(RedisTarget::Single(redis.url()));
+    config.timeout = Duration::from_secs(5);
+    let store = RedisStore::connect(config).await.expect("connect");
+    randomized_all_against_core(&store, "rr", 0x5eed, 40, true).await;
 }
