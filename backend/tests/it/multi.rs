@@ -440,3 +440,111 @@ async fn redis_script_matches_core_on_random_requests() {
     let store = RedisStore::connect(config).await.expect("connect");
     randomized_all_against_core(&store, "rr", 0x5eed, 40, true).await;
 }
+
+/// The Cluster's refund (`throttle_refund.lua`) is a compare-and-set on a real redis-server: it
+/// puts a key back to its state before a reservation only while the key still holds exactly what
+/// the reservation left (or, for a key that did not exist, deletes it); once another request has
+/// changed the key it writes nothing and answers 0, so that request's debit is never erased.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_refund_restores_only_an_untouched_key() {
+    let redis = support::RedisServer::start();
+    let client = redis::Client::open(redis.url()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let refund = redis::Script::new(include_str!("../../lua/throttle_refund.lua"));
+    let dump = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("DUMP")
+                .arg("k")
+                .query_async::<Option<Vec<u8>>>(&mut conn)
+                .await
+                .expect("dump")
+                .unwrap_or_default()
+        }
+    };
+    let hset = |conn: &mut redis::aio::MultiplexedConnection, count: u64| {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("HSET")
+                .arg("k")
+                .arg("count")
+                .arg(count)
+                .query_async::<i64>(&mut conn)
+                .await
+                .expect("hset");
+        }
+    };
+    let count = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("HGET")
+                .arg("k")
+                .arg("count")
+                .query_async::<Option<u64>>(&mut conn)
+                .await
+                .expect("hget")
+        }
+    };
+    // Before: count 1 with a TTL. The reservation left count 2.
+    hset(&mut conn, 1).await;
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("k")
+        .arg(600_000)
+        .query_async(&mut conn)
+        .await
+        .expect("pexpire");
+    let before = dump(&mut conn).await;
+    hset(&mut conn, 2).await;
+    let after = dump(&mut conn).await;
+    // Another request took one more (count 3): no refund, nothing written.
+    hset(&mut conn, 3).await;
+    let done: i64 = refund
+        .key("k")
+        .arg("1")
+        .arg(&before)
+        .arg("600000")
+        .arg(&after)
+        .invoke_async(&mut conn)
+        .await
+        .expect("refund");
+    assert_eq!((done, count(&mut conn).await), (0, Some(3)));
+    // Untouched since the reservation: restored to count 1, TTL kept.
+    hset(&mut conn, 2).await;
+    let done: i64 = refund
+        .key("k")
+        .arg("1")
+        .arg(&before)
+        .arg("600000")
+        .arg(&after)
+        .invoke_async(&mut conn)
+        .await
+        .expect("refund");
+    assert_eq!((done, count(&mut conn).await), (1, Some(1)));
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("k")
+        .query_async(&mut conn)
+        .await
+        .expect("pttl");
+    assert!(ttl > 500_000, "{ttl}");
+    // A key the reservation created: deleted by its refund.
+    let _: i64 = redis::cmd("DEL")
+        .arg("k")
+        .query_async(&mut conn)
+        .await
+        .expect("del");
+    hset(&mut conn, 1).await;
+    let created = dump(&mut conn).await;
+    let done: i64 = refund
+        .key("k")
+        .arg("0")
+        .arg("")
+        .arg("0")
+        .arg(&created)
+        .invoke_async(&mut conn)
+        .await
+        .expect("refund");
+    assert_eq!((done, count(&mut conn).await), (1, None));
+}
