@@ -89,9 +89,21 @@ pub fn upsert(body: &mut RulesBody, rule: Rule) {
     }
 }
 
-/// Drops the rule for `action`, if there is one: what the page shows right after a delete.
+/// Drops the rule for `action`, if there is one, and its overrides (the backend deletes them with
+/// it): what the page shows right after a delete.
 pub fn remove(body: &mut RulesBody, action: &str) {
     body.rules.retain(|r| r.action().as_str() != action);
+    body.overrides
+        .retain(|o| o.rule.action().as_str() != action);
+}
+
+/// The delete question of a rule, which says what goes with it.
+pub fn delete_question(overrides: usize) -> String {
+    match overrides {
+        0 => "Delete?".to_owned(),
+        1 => "Delete, with its override?".to_owned(),
+        n => format!("Delete, with its {n} overrides?"),
+    }
 }
 
 #[cfg(test)]
@@ -163,8 +175,15 @@ mod tests {
         assert_eq!(table.len(), 2);
         assert_eq!(table[1].capacity, "32");
         assert_eq!(actions(&body), ["reply", "login"]);
+        body.overrides.push(sluice_core::wire::KeyOverride {
+            key: "vip".into(),
+            rule: body.rules[0].clone(),
+        });
         remove(&mut body, "reply");
         remove(&mut body, "nothing");
         assert_eq!(actions(&body), ["login"]);
+        assert!(body.overrides.is_empty(), "its overrides went with it");
+        assert_eq!(delete_question(0), "Delete?");
+        assert_eq!(delete_question(2), "Delete, with its 2 overrides?");
     }
 }

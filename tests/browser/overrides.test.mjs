@@ -213,6 +213,19 @@ describe('overrides, resets and the audit trail', () => {
       changes.push(['override_put', key, 'session']);
     }
     assert.deepEqual((await overrideKeys()).sort(), [...ODD_KEYS].sort());
+    // The rule's delete question counts what goes with it ("Keep" keeps everything).
+    const ruleRow = page.locator(`tr[data-action="${ACTION}"]`);
+    await ruleRow.locator('button.delete').click();
+    await ruleRow.locator('.confirm-text', { hasText: 'Delete, with its 3 overrides?' }).waitFor();
+    await ruleRow.locator('button', { hasText: 'Keep' }).click();
+    // An override made elsewhere (the API) appears under its rule without a reload, and goes.
+    const elsewhere = await api('PUT', `/v1/rules/${ACTION}/overrides/${seg('from-the-api')}`, { ...RULE, capacity: 7 });
+    assert.equal(elsewhere.status, 200, elsewhere.text);
+    changes.push(['override_put', 'from-the-api', 'token']);
+    await overrideItem('from-the-api').locator('.override-summary', { hasText: 'capacity 7' }).waitFor();
+    assert.equal((await api('DELETE', `/v1/rules/${ACTION}/overrides/${seg('from-the-api')}`)).status, 204);
+    changes.push(['override_delete', 'from-the-api', 'token']);
+    await overrideItem('from-the-api').waitFor({ state: 'detached' });
     for (const key of ODD_KEYS) {
       const one = await api('GET', `/v1/rules/${ACTION}/overrides/${seg(key)}`);
       assert.equal(one.status, 200, `${key}: ${one.text}`);

@@ -158,7 +158,7 @@ fn Row(
                         }
                     }
                 >
-                    <span class="confirm-text">"Delete?"</span>
+                    <span class="confirm-text">{move || rules_view::delete_question(list.with(Vec::len))}</span>
                     <button class="danger confirm-delete" on:click=delete.clone()>"Delete"</button>
                     <button class="quiet" on:click=move |_| confirming.set(None)>"Keep"</button>
                 </Show>
