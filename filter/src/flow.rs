@@ -88,6 +88,17 @@ pub fn classify_all(status: Option<&[u8]>, body: &[u8]) -> Answer {
     }
 }
 
+/// The check a 404 `unknown_action` from `POST /v1/throttle/all` names (`checks[i].action`).
+fn unknown_check(body: &[u8]) -> Option<usize> {
+    let error = serde_json::from_slice::<ApiError>(body).ok()?;
+    let field = error.field?;
+    field
+        .strip_prefix("checks[")?
+        .strip_suffix("].action")?
+        .parse()
+        .ok()
+}
+
 /// A callout in flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
@@ -348,6 +359,14 @@ impl Flow {
         } else {
             classify(status, body)
         };
+        if let (Answer::UnknownAction, Some(p)) = (&answer, self.pending.as_mut()) {
+            // A route with several checks: the 404 names the check (`checks[i].action`), so the
+            // reply names that action rather than the route's first.
+            let named = unknown_check(body).and_then(|i| p.all.as_ref()?.get(i).cloned());
+            if let Some(action) = named {
+                p.action = action;
+            }
+        }
         self.answered(host, token, answer);
     }
 

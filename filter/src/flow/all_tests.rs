@@ -218,3 +218,26 @@ fn checks_are_validated_by_name() {
         "routes[0].checks"
     );
 }
+
+#[test]
+fn an_unknown_action_is_named_by_the_check_the_backend_names() {
+    let json = r#"{"backend": {"cluster": "b"}, "unknown_action": "deny",
+        "routes": [{"checks": [
+            {"action": "reply", "key": {"source": "client_ip"}},
+            {"action": "reply_all", "key": {"source": "constant", "value": "all"}}]}]}"#;
+    let mut h = request();
+    let mut flow = Flow::new(Rc::new(Config::from_json(json.as_bytes()).unwrap()));
+    assert_eq!(flow.on_request_headers(&mut h), Next::Pause);
+    let body = br#"{"error": "unknown_action", "field": "checks[1].action", "message": "no rule"}"#;
+    let token = h.next_token - 1;
+    flow.on_callout_response(&mut h, token, Some(b"404"), body);
+    let reply = &h.effects.replies[0];
+    assert_eq!(reply.0, 403);
+    let problem: serde_json::Value = serde_json::from_slice(&reply.2).unwrap();
+    assert_eq!(problem["action"], "reply_all", "{problem}");
+    assert_eq!(
+        unknown_check(br#"{"error": "unknown_action", "field": "checks[x].action"}"#),
+        None
+    );
+    assert_eq!(unknown_check(b"junk"), None);
+}
