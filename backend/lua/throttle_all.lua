@@ -12,8 +12,9 @@
 -- arguments of the single-check script (scripts.rs algorithm_args, lease max always '0').
 --
 -- Checks run in order, each on what the earlier ones left. At the first check an enforced rule
--- denies, every key is put back as it was (RESTORE of its DUMP with its PTTL, or DEL if it did
--- not exist) and every other check is answered by a peek (quantity 0) of the restored state.
+-- denies, every key an earlier check may have written is put back as it was (RESTORE of its
+-- DUMP with its PTTL, or DEL if it did not exist) and every other check is answered by a peek
+-- (quantity 0) of the restored state.
 -- A step that raises an error also puts every key back before the error goes on.
 -- Reply: { denied (1-based index, 0 = allowed), { reply of check 1, ... }[, snapshots] }.
 
@@ -37,20 +38,32 @@ for i = 1, n do
   pos = pos + 3 + argc
 end
 
--- Each distinct key's state before anything changes.
+-- Each key's state before this call changed it, taken just before the first step that may write
+-- it: a step writes only when it admits a quantity >= 1 (every algorithm script writes in its
+-- allowed branch only), so a peek's key needs none, and in mode 'all' neither does the last
+-- check's own key (if it denies it wrote nothing; if it allows, nothing is put back). In the
+-- Cluster modes (one check per call) the snapshot is the point: probe puts it back, reserve
+-- returns it for a refund.
 local before = {}
 local keys = {}
-for i = 1, n do
+local function snapshot(i)
   local k = KEYS[i]
-  if before[k] == nil then
-    local ttl = redis.call('PTTL', k)
-    if ttl == -2 then
-      before[k] = false
-    else
-      before[k] = { redis.call('DUMP', k), ttl }
-    end
-    keys[#keys + 1] = k
+  if before[k] ~= nil then
+    return
   end
+  if tonumber(checks[i].args[2]) == 0 then
+    return
+  end
+  if mode == 'all' and i == n then
+    return
+  end
+  local ttl = redis.call('PTTL', k)
+  if ttl == -2 then
+    before[k] = false
+  else
+    before[k] = { redis.call('DUMP', k), ttl }
+  end
+  keys[#keys + 1] = k
 end
 
 local function restore()
@@ -101,6 +114,7 @@ end
 local replies = {}
 local denied = 0
 for i = 1, n do
+  snapshot(i)
   local reply = run(i, false)
   if reply.err then
     return reply
