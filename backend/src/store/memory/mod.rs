@@ -168,13 +168,9 @@ impl Store for MemoryStore {
         at: Option<Nanos>,
     ) -> Result<Leased, StoreError> {
         let now = at.unwrap_or_else(now_ns);
-        Ok(self.states.decide_leased(
-            &rule_slot(rule, key),
-            rule.params(),
-            now,
-            quantity,
-            lease,
-        ))
+        Ok(self
+            .states
+            .decide_leased(&rule_slot(rule, key), rule.params(), now, quantity, lease))
     }
 
     async fn throttle_all(

@@ -241,9 +241,15 @@ impl Store for RedisStore {
         at: Option<Nanos>,
     ) -> Result<Decision, StoreError> {
         let redis_key = self.keys.cell(key);
-        self.decide(&redis_key, Params::Gcra(args.params), args.quantity, None, at)
-            .await
-            .map(|l| l.decision)
+        self.decide(
+            &redis_key,
+            Params::Gcra(args.params),
+            args.quantity,
+            None,
+            at,
+        )
+        .await
+        .map(|l| l.decision)
     }
 
     async fn peek_many(
