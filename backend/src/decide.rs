@@ -82,6 +82,8 @@ pub async fn decide_all(
 ) -> Result<ThrottleAllResponse, StoreError> {
     let outcome = app.store_call(app.store.throttle_all(checks, None)).await?;
     if outcome.unrefunded > 0 {
+        app.metrics
+            .unrefunded(u64::try_from(outcome.unrefunded).unwrap_or(u64::MAX));
         tracing::warn!(
             unrefunded = outcome.unrefunded,
             "Redis Cluster: a request denied by one of its limits kept the debit of {} other \

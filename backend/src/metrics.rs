@@ -112,6 +112,7 @@ pub struct Metrics {
     unknown_action: Counter,
     rules: Gauge,
     activity_dropped: Counter,
+    unrefunded: Counter,
     lease_units: Family<LeaseLabels, Counter>,
     filter_decisions: Family<FilterLabels, Counter>,
     filter_failures: Family<FailureLabels, Counter>,
@@ -215,6 +216,12 @@ impl Metrics {
             "Live-activity records dropped (batch full, or the store refused the flush)",
             activity_dropped.clone(),
         );
+        let unrefunded = Counter::default();
+        registry.register(
+            "sluice_multi_unrefunded",
+            "Redis Cluster only: debits a request denied by another of its limits kept, because another request changed the key before the refund (never a pass: the limit only counts one request more)",
+            unrefunded.clone(),
+        );
         let lease_units = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "sluice_lease_units_granted",
@@ -254,6 +261,7 @@ impl Metrics {
             unknown_action,
             rules,
             activity_dropped,
+            unrefunded,
             lease_units,
             filter_decisions,
             filter_failures,
@@ -344,6 +352,11 @@ impl Metrics {
         self.activity_dropped.inc_by(n);
     }
 
+    /// Counts debits a denied multi-limit request kept on Redis Cluster (a skipped refund).
+    pub fn unrefunded(&self, n: u64) {
+        self.unrefunded.inc_by(n);
+    }
+
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -370,6 +383,16 @@ mod tests {
         text.lines()
             .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
             .map(|l| l[name.len() + 1..].to_owned())
+    }
+
+    #[test]
+    fn kept_cluster_debits_are_counted() {
+        let metrics = Metrics::new();
+        let name = "sluice_multi_unrefunded_total";
+        assert_eq!(sample(&metrics.encode(), name).as_deref(), Some("0"));
+        metrics.unrefunded(2);
+        metrics.unrefunded(1);
+        assert_eq!(sample(&metrics.encode(), name).as_deref(), Some("3"));
     }
 
     #[tokio::test]
