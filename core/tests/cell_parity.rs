@@ -415,7 +415,9 @@ fn accepted_cell_args() -> impl Strategy<Value = (u64, u64, u64, u64)> {
         .prop_flat_map(|(count, period, interval)| {
             let most = CELL_MAX_NS / interval;
             let max_burst = prop_oneof![0..=(most - 1).min(20), 0..=most - 1];
-            let quantity = prop_oneof![0..=3u64, 0..=most];
+            // Small quantities too, but never above what the period allows (with a period of
+            // ~97 years, 3 × its interval is already over i64::MAX ns).
+            let quantity = prop_oneof![0..=3u64.min(most), 0..=most];
             (max_burst, quantity).prop_map(move |(max_burst, q)| (max_burst, count, period, q))
         })
 }
