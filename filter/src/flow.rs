@@ -289,7 +289,6 @@ impl Flow {
         key: String,
         quantity: u64,
     ) -> Result<u32, (&'static str, String)> {
-        let backend = &self.config.backend;
         let request = ThrottleRequest {
             action: action.to_owned(),
             key,
@@ -297,24 +296,7 @@ impl Flow {
             lease: self.config.lease.enabled,
         };
         let body = serde_json::to_vec(&request).map_err(|e| ("encode", format!("encode: {e}")))?;
-        let call = Callout {
-            cluster: backend.cluster.clone(),
-            headers: vec![
-                (":method", "POST".to_owned()),
-                (":path", backend.path.clone()),
-                (":authority", backend.authority.clone()),
-                ("content-type", "application/json".to_owned()),
-            ],
-            body,
-            timeout_ms: backend.timeout_ms,
-        };
-        host.dispatch(&call).map_err(|e| {
-            let message = format!(
-                "callout to cluster {:?} could not start: {e}",
-                backend.cluster
-            );
-            ("dispatch", message)
-        })
+        self.send_http(host, &self.config.backend.path, body)
     }
 
     /// Starts the gRPC callout (`ShouldRateLimit` with one descriptor); `Err` as above.
