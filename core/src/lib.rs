@@ -11,6 +11,8 @@ pub mod cell;
 pub mod decision;
 pub mod descriptor;
 pub mod duration;
+#[cfg(feature = "exchange")]
+pub mod exchange;
 pub mod headers;
 pub mod lease;
 pub mod leased;
