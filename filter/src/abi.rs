@@ -12,16 +12,31 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
 
-use crate::config::Config;
+use crate::config::{Config, Protocol};
 use crate::flow::{Flow, Next, MAX_RESPONSE_BODY};
-use crate::host::{Callout, CasError, Counter, GrpcCall, Host};
+use crate::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
 use crate::report::Worker;
 use crate::rls_proto;
 
+mod exchange_glue;
+
+use exchange_glue::{ExchangeLink, SharedExchanger};
+
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+    proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> {
+        Box::new(Root {
+            id,
+            ..Root::default()
+        })
+    });
 }}
+
+/// The root's tick period with `protocol: grpc_stream`: a quarter of the callout timeout (5 ms
+/// at least), so a request waiting on the stream is answered as timed out at most that late.
+fn exchange_tick(timeout_ms: u64) -> Duration {
+    Duration::from_millis((timeout_ms / 4).clamp(5, 1_000))
+}
 
 /// Metric ids, defined once per VM (Envoy shares the stats by name across workers).
 #[derive(Debug, Default, Clone)]
@@ -47,12 +62,18 @@ impl Metrics {
 }
 
 /// The root context (one per worker thread and plugin): parses the configuration once, makes
-/// one [`Http`] per request, and on its tick sends the worker's counts to the backend.
+/// one [`Http`] per request, and on its tick sends the worker's counts to the backend and (with
+/// `protocol: grpc_stream`) keeps the worker's exchange stream open and its deadlines.
 #[derive(Default)]
 struct Root {
+    /// Envoy's id of this root context.
+    id: u32,
     config: Option<Rc<Config>>,
     metrics: Rc<Metrics>,
     worker: Rc<Worker>,
+    exchanger: SharedExchanger,
+    /// When the next count report is due (the tick may run faster than reports).
+    next_report_ns: u64,
 }
 
 impl Root {
@@ -60,7 +81,16 @@ impl Root {
         WasmHost {
             metrics: Rc::clone(&self.metrics),
             request_headers: RefCell::new(None),
+            config: self.config.clone(),
+            link: None,
         }
+    }
+
+    /// The exchange's gRPC service, when the protocol is `grpc_stream`.
+    fn exchange_service(&self) -> Option<&str> {
+        let config = self.config.as_deref()?;
+        (config.backend.protocol == Protocol::GrpcStream)
+            .then_some(config.backend.grpc_service.as_str())
     }
 }
 
@@ -79,6 +109,24 @@ impl Context for Root {
         let mut host = self.host();
         self.worker
             .on_report_response(&mut host, token, status.as_deref());
+    }
+
+    /// A count report sent as a unary exchange (`protocol: grpc_stream`).
+    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
+        let (status, _body) = exchange_glue::reply_of_call(status_code, response_size);
+        let mut host = self.host();
+        self.worker
+            .on_report_response(&mut host, token, Some(&status));
+    }
+
+    fn on_grpc_stream_message(&mut self, token: u32, message_size: usize) {
+        let host = self.host();
+        exchange_glue::on_message(&self.exchanger, token, message_size, &host, self.id);
+    }
+
+    fn on_grpc_stream_close(&mut self, token: u32, _status_code: u32) {
+        let host = self.host();
+        exchange_glue::on_close(&self.exchanger, token, &host, self.id);
     }
 }
 
@@ -102,10 +150,18 @@ impl RootContext for Root {
             Ok(config) => {
                 self.metrics = Rc::new(Metrics::define());
                 self.worker = Rc::new(Worker::new(&config));
-                if config.report.cluster.is_some() {
-                    let period = Duration::from_millis(config.report.period_ms);
+                let reports = config.report.cluster.is_some() || config.report.via_exchange;
+                let period = if config.backend.protocol == Protocol::GrpcStream {
+                    Some(exchange_tick(config.backend.timeout_ms))
+                } else {
+                    reports.then(|| Duration::from_millis(config.report.period_ms))
+                };
+                if let Some(period) = period {
                     if hostcalls::set_tick_period(period).is_err() {
-                        log(LogLevel::Warn, "sluice: no tick: counts are not reported");
+                        log(
+                            LogLevel::Warn,
+                            "sluice: no tick: counts are not reported and exchange deadlines not kept",
+                        );
                     }
                 }
                 self.config = Some(Rc::new(config));
@@ -122,20 +178,36 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        if let Some(config) = self.config.clone() {
-            let mut host = self.host();
+        let Some(config) = self.config.clone() else {
+            return;
+        };
+        let mut host = self.host();
+        if let Some(service) = self.exchange_service() {
+            exchange_glue::tick(&self.exchanger, service, &host, self.id);
+        }
+        let now = host.now();
+        if now >= self.next_report_ns {
+            self.next_report_ns = now.saturating_add(config.report.period_ms * 1_000_000);
             self.worker.tick(&mut host, &config);
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Http {
-            flow: self
-                .config
-                .as_ref()
-                .map(|c| Flow::with_worker(Rc::clone(c), Rc::clone(&self.worker))),
-            host: self.host(),
-        }))
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let flow = self.config.as_ref().map(|c| {
+            Rc::new(RefCell::new(Flow::with_worker(
+                Rc::clone(c),
+                Rc::clone(&self.worker),
+            )))
+        });
+        let mut host = self.host();
+        if let (Some(flow), Some(_)) = (&flow, self.exchange_service()) {
+            host.link = Some(ExchangeLink {
+                exchanger: Rc::clone(&self.exchanger),
+                context_id,
+                flow: Rc::downgrade(flow),
+            });
+        }
+        Some(Box::new(Http { flow, host }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -144,10 +216,17 @@ impl RootContext for Root {
 }
 
 /// One request. `flow` is `None` only if the configuration was refused (then Envoy does not run
-/// the plugin at all; passing through is the safe answer anyway).
+/// the plugin at all; passing through is the safe answer anyway). It is shared (weakly) with
+/// the root's exchanger, which hands it answers that arrive on the worker's stream.
 struct Http {
-    flow: Option<Flow>,
+    flow: Option<Rc<RefCell<Flow>>>,
     host: WasmHost,
+}
+
+/// A request's flow, unless it is in use (it never is when Envoy calls a request context; a
+/// busy flow is skipped rather than panicking the VM).
+fn flow_of(flow: &Option<Rc<RefCell<Flow>>>) -> Option<std::cell::RefMut<'_, Flow>> {
+    flow.as_ref()?.try_borrow_mut().ok()
 }
 
 impl Context for Http {
@@ -158,7 +237,7 @@ impl Context for Http {
         body_size: usize,
         _trailers: usize,
     ) {
-        let Some(flow) = self.flow.as_mut() else {
+        let Some(mut flow) = flow_of(&self.flow) else {
             return;
         };
         let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
@@ -190,9 +269,15 @@ impl Context for Http {
 
 impl Http {
     fn grpc_response(&mut self, token: u32, status_code: u32, response_size: usize) {
-        let Some(flow) = self.flow.as_mut() else {
+        let Some(mut flow) = flow_of(&self.flow) else {
             return;
         };
+        if flow.protocol() == Protocol::GrpcStream {
+            // A unary exchange (the stream was down): answered like an HTTP callout.
+            let (status, body) = exchange_glue::reply_of_call(status_code, response_size);
+            flow.on_callout_response(&mut self.host, token, Some(&status), &body);
+            return;
+        }
         let message = if status_code != 0 || response_size == 0 {
             None
         } else {
@@ -215,18 +300,14 @@ impl Http {
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        match self
-            .flow
-            .as_mut()
-            .map(|f| f.on_request_headers(&mut self.host))
-        {
+        match flow_of(&self.flow).map(|mut f| f.on_request_headers(&mut self.host)) {
             Some(Next::Pause) => Action::Pause,
             Some(Next::Continue) | None => Action::Continue,
         }
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if let Some(flow) = self.flow.as_mut() {
+        if let Some(mut flow) = flow_of(&self.flow) {
             flow.on_response_headers(&mut self.host);
         }
         Action::Continue
@@ -242,6 +323,30 @@ struct WasmHost {
     /// The request's header pairs (pseudo-headers included), fetched on first use and kept in
     /// step with the filter's own changes to them.
     request_headers: RefCell<Option<HeaderPairs>>,
+    /// The plugin configuration (for the exchange's gRPC service).
+    config: Option<Rc<Config>>,
+    /// A request context's way to the worker's exchange stream (`protocol: grpc_stream`).
+    link: Option<ExchangeLink>,
+}
+
+impl WasmHost {
+    /// Host wall clock in nanoseconds (0 if the host will not say).
+    fn now(&self) -> u64 {
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// A host for handing a request its answer from the root (no headers read yet, no link).
+    fn for_request(&self) -> WasmHost {
+        WasmHost {
+            metrics: Rc::clone(&self.metrics),
+            request_headers: RefCell::new(None),
+            config: self.config.clone(),
+            link: None,
+        }
+    }
 }
 
 fn log(level: LogLevel, message: &str) {
@@ -250,10 +355,7 @@ fn log(level: LogLevel, message: &str) {
 
 impl Host for WasmHost {
     fn now_ns(&self) -> u64 {
-        hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        self.now()
     }
 
     fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
@@ -328,6 +430,14 @@ impl Host for WasmHost {
             Duration::from_millis(call.timeout_ms),
         )
         .map_err(|status| format!("{status:?}"))
+    }
+
+    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, String> {
+        let Some(config) = self.config.as_deref() else {
+            return Err("no configuration".to_owned());
+        };
+        let now = self.now();
+        exchange_glue::start(&config.backend.grpc_service, self.link.as_ref(), now, call)
     }
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {

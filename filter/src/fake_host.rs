@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::host::{Callout, CasError, Counter, GrpcCall, Host};
+use crate::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
 
 /// A reply the flow sent: status, headers, body.
 pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
@@ -13,6 +13,7 @@ pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
 pub struct Effects {
     pub callouts: Vec<Callout>,
     pub grpc_calls: Vec<GrpcCall>,
+    pub exchanges: Vec<ExchangeCall>,
     pub replies: Vec<Reply>,
     pub resumed: u32,
     pub request_headers_set: Vec<(String, String)>,
@@ -168,6 +169,14 @@ impl Host for FakeHost {
             return Err(e.clone());
         }
         self.effects.grpc_calls.push(call.clone());
+        self.next_token += 1;
+        Ok(self.next_token - 1)
+    }
+    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, String> {
+        if let Some(e) = &self.dispatch_error {
+            return Err(e.clone());
+        }
+        self.effects.exchanges.push(call.clone());
         self.next_token += 1;
         Ok(self.next_token - 1)
     }

@@ -18,7 +18,7 @@ use sluice_core::Action;
 
 use crate::cache::{self, Entry};
 use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
-use crate::host::{Callout, Counter, GrpcCall, Host};
+use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
 use crate::lease::{self, Lease};
 use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
 use crate::report::{Event, Worker};
@@ -140,6 +140,11 @@ impl Flow {
         }
     }
 
+    /// The callout protocol this request uses.
+    pub fn protocol(&self) -> Protocol {
+        self.config.backend.protocol
+    }
+
     /// Request headers are in: decide whether to meter, answer from the cache, or call out.
     pub fn on_request_headers(&mut self, host: &mut dyn Host) -> Next {
         let config = Rc::clone(&self.config);
@@ -155,7 +160,7 @@ impl Flow {
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
         let now = host.now_ns();
-        let leasing = config.lease.enabled && config.backend.protocol == Protocol::Http;
+        let leasing = config.lease.enabled && config.backend.protocol.speaks_json();
         let lease_identity = leasing.then(|| lease::identity(&route.action, &key));
         if let Some(id) = &lease_identity {
             let taken = lease::table::spend(host, id, config.lease.slots, route.quantity, now);
@@ -184,7 +189,9 @@ impl Flow {
             }
         }
         let dispatched = match config.backend.protocol {
-            Protocol::Http => self.dispatch_http(host, &route.action, key, route.quantity),
+            Protocol::Http | Protocol::GrpcStream => {
+                self.dispatch_http(host, &route.action, key, route.quantity)
+            }
             Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, route.quantity),
         };
         match dispatched {
@@ -253,7 +260,9 @@ impl Flow {
         }
     }
 
-    /// POSTs a JSON body to the backend cluster at `path`; `Err` as [`Flow::dispatch_http`].
+    /// POSTs a JSON body to the backend at `path` (an HTTP callout, or an exchange with
+    /// `protocol: grpc_stream`; both answer with a status and a body); `Err` as
+    /// [`Flow::dispatch_http`].
     fn send_http(
         &self,
         host: &mut dyn Host,
@@ -261,6 +270,20 @@ impl Flow {
         body: Vec<u8>,
     ) -> Result<u32, (&'static str, String)> {
         let backend = &self.config.backend;
+        if backend.protocol == Protocol::GrpcStream {
+            let call = ExchangeCall {
+                path: path.to_owned(),
+                body,
+                timeout_ms: backend.timeout_ms,
+            };
+            return host.exchange(&call).map_err(|e| {
+                let message = format!(
+                    "exchange with cluster {:?} could not start: {e}",
+                    backend.cluster
+                );
+                ("dispatch", message)
+            });
+        }
         let call = Callout {
             cluster: backend.cluster.clone(),
             headers: vec![
@@ -582,3 +605,6 @@ mod lease_tests;
 
 #[cfg(test)]
 mod all_tests;
+
+#[cfg(test)]
+mod stream_tests;

@@ -98,6 +98,18 @@ pub struct GrpcCall {
     pub timeout_ms: u64,
 }
 
+/// A decision-API request over the exchange transport (`protocol: grpc_stream`, see
+/// `exchange.rs`): `POST {path}` with the JSON `body`, answered like an HTTP callout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeCall {
+    /// The decision API's path (`/v1/throttle`, `/v1/throttle/all`, `/v1/report`).
+    pub path: String,
+    /// The JSON body.
+    pub body: Vec<u8>,
+    /// Timeout in milliseconds.
+    pub timeout_ms: u64,
+}
+
 /// Why a conditional shared-data write did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CasError {
@@ -130,6 +142,10 @@ pub trait Host {
     /// Starts the gRPC callout (`rls_proto::SERVICE`/`METHOD`); `Err` carries why it could not
     /// start. Its answer comes back as a gRPC status and message.
     fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String>;
+    /// Starts an exchange (on the worker's stream when it is open, else as a unary call);
+    /// `Err` carries why it could not start. Its answer comes back as an HTTP callout's would:
+    /// a status and a body (a timeout as 504, a stream or call that failed as 503).
+    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, String>;
     /// Answers the client directly; the request goes no further.
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]);
     /// Resumes a paused request.

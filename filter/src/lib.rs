@@ -11,6 +11,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod exchange;
 pub mod flow;
 pub mod host;
 pub mod key;

@@ -28,7 +28,7 @@ use sluice_core::limits::MAX_REPORT_ACTIONS;
 use sluice_core::wire::{ActionCounts, FilterReport};
 
 use crate::config::Config;
-use crate::host::{Callout, Counter, Host};
+use crate::host::{Callout, Counter, ExchangeCall, Host};
 
 /// One action's counts since the last accepted report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -141,9 +141,9 @@ impl Worker {
 
     /// The tick: sends what accumulated, if anything and if no report is in flight.
     pub fn tick(&self, host: &mut dyn Host, config: &Config) {
-        let Some(cluster) = &config.report.cluster else {
+        if config.report.cluster.is_none() && !config.report.via_exchange {
             return;
-        };
+        }
         if self.in_flight.borrow().is_some() {
             return;
         }
@@ -172,8 +172,13 @@ impl Worker {
         };
         let sent = serde_json::to_vec(&report)
             .map_err(|e| format!("encode: {e}"))
-            .and_then(|body| {
-                host.dispatch(&Callout {
+            .and_then(|body| match &config.report.cluster {
+                None => host.exchange(&ExchangeCall {
+                    path: config.report.path.clone(),
+                    body,
+                    timeout_ms: config.report.timeout_ms,
+                }),
+                Some(cluster) => host.dispatch(&Callout {
                     cluster: cluster.clone(),
                     headers: vec![
                         (":method", "POST".to_owned()),
@@ -183,7 +188,7 @@ impl Worker {
                     ],
                     body,
                     timeout_ms: config.report.timeout_ms,
-                })
+                }),
             });
         match sent {
             Ok(token) => *self.in_flight.borrow_mut() = Some((token, snapshot)),

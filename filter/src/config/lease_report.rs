@@ -45,10 +45,15 @@ pub struct ReportConfig {
     #[serde(default = "yes")]
     pub enabled: bool,
     /// Cluster the report goes to. Default: `backend.cluster` with `protocol: http`; with
+    /// `protocol: grpc_stream` the report goes as an exchange (`via_exchange`); with
     /// `protocol: grpc` (whose cluster is the RLS listener) reports are sent only when this names
     /// the decision listener's cluster.
     #[serde(default)]
     pub cluster: Option<String>,
+    /// Set by validation: reports go as unary exchanges to `backend.cluster` (`protocol:
+    /// grpc_stream` with no `cluster` of their own).
+    #[serde(skip)]
+    pub via_exchange: bool,
     /// Path of the report endpoint.
     #[serde(default = "default_path")]
     pub path: String,
@@ -65,6 +70,7 @@ impl Default for ReportConfig {
         ReportConfig {
             enabled: true,
             cluster: None,
+            via_exchange: false,
             path: default_path(),
             period_ms: default_period_ms(),
             timeout_ms: default_timeout_ms(),
@@ -133,8 +139,10 @@ impl ReportConfig {
         if self.cluster.is_none() && protocol == Protocol::Http {
             self.cluster = Some(backend_cluster.to_owned());
         }
+        self.via_exchange = self.cluster.is_none() && protocol == Protocol::GrpcStream;
         if !self.enabled {
             self.cluster = None;
+            self.via_exchange = false;
         }
         Ok(())
     }
