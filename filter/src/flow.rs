@@ -163,7 +163,14 @@ impl Flow {
         let leasing = config.lease.enabled && config.backend.protocol.speaks_json();
         let lease_identity = leasing.then(|| lease::identity(&route.action, &key));
         if let Some(id) = &lease_identity {
-            let taken = lease::table::spend(host, id, config.lease.slots, route.quantity, now);
+            let taken = lease::table::spend(
+                host,
+                &mut self.worker.pockets(),
+                id,
+                config.lease.slots,
+                route.quantity,
+                now,
+            );
             if let Some(limit) = taken {
                 host.count(Counter::LeaseHits);
                 self.worker.record(route.action_index, Event::Leased);
@@ -608,3 +615,6 @@ mod all_tests;
 
 #[cfg(test)]
 mod stream_tests;
+
+#[cfg(test)]
+mod pocket_tests;

@@ -5,7 +5,9 @@
 //! whether one is granted). An allowed answer may carry `lease: {units, ttl_ms}`; the filter
 //! stores it in proxy-wasm shared data ([`table`]), so every worker of this Envoy spends from
 //! the same lease, and takes `quantity` units from it for each later request of that key, each
-//! take a check-and-set, so no unit is spent twice.
+//! take a check-and-set, so no unit is spent twice. A take from a lease with plenty left also
+//! moves a few units (at most 16) into the worker's own [`pocket`], in the same check-and-set:
+//! that worker's next admissions of the key are taken from there with no hostcall at all.
 //!
 //! # What an entry holds
 //!
@@ -31,12 +33,26 @@
 //! corrects it). The allowed answer that brings a grant says the same: the backend's remaining +
 //! the granted units. `reset` counts down to the newest answer's own deadline; spending leased
 //! units does not move it, since they were debited already. No `Retry-After`: it is an admission.
+//!
+//! With pockets, "this Envoy's lease" is, as this worker knows it, the shared entry's live units
+//! plus this worker's pocket after the admission:
+//!
+//! - a take from the shared table: the entry as written (backend remaining + its live units,
+//!   after the take and the chunk) + the pocket's units (including the chunk just taken), which
+//!   is what the take alone said before pockets;
+//! - a take from the pocket: the shared entry as this worker last wrote it (`seen`: its backend
+//!   remaining, its units still live now, its reset deadline, quota and window) + the pocket's
+//!   units after the take. Other workers' spending since is not seen, nor their pockets (at most
+//!   16 units each), as other Envoys' spending is not.
+//!
+//! On one worker the count goes down by `quantity` per admission whichever way it was taken.
 
 use sluice_core::headers::RateLimit;
 use sluice_core::limits::{MAX_LEASE_TTL_MS, MAX_LEASE_UNITS};
 use sluice_core::time::{ceil_millis, NANOS_PER_MILLI};
 use sluice_core::wire::ThrottleResponse;
 
+pub mod pocket;
 pub mod table;
 
 /// Layout version, the first byte of an entry: an entry of another layout (an older filter in
@@ -122,19 +138,36 @@ impl Lease {
     /// taken) when fewer than `quantity` are live. A quantity of 0 takes nothing and fails: a
     /// lease is for admissions that cost something.
     pub fn take(&mut self, quantity: u64, now_ns: u64) -> bool {
+        self.take_grant(quantity, now_ns).is_some()
+    }
+
+    /// [`Lease::take`], answering what was taken as one grant that lives only while every grant
+    /// it drew from would have (the latest `from`, the earliest `until`): a worker's pocket keeps
+    /// its units under that grant, so none is spent outside its own grant's lifetime.
+    pub fn take_grant(&mut self, quantity: u64, now_ns: u64) -> Option<Grant> {
         if quantity == 0 || self.live_units(now_ns) < quantity {
-            return false;
+            return None;
         }
         self.grants.retain(|g| g.live_at(now_ns));
         self.grants.sort_by_key(|g| g.until_ns);
+        let mut taken = Grant {
+            units: quantity,
+            from_ns: 0,
+            until_ns: u64::MAX,
+        };
         let mut need = quantity;
         for g in &mut self.grants {
+            if need == 0 {
+                break;
+            }
             let part = g.units.min(need);
             g.units -= part;
             need -= part;
+            taken.from_ns = taken.from_ns.max(g.from_ns);
+            taken.until_ns = taken.until_ns.min(g.until_ns);
         }
         self.grants.retain(|g| g.units > 0);
-        true
+        Some(taken)
     }
 
     /// This lease with a newer grant added: dead grants dropped, the newer answer's header
@@ -162,10 +195,19 @@ impl Lease {
 
     /// What an admission from this lease at `now` tells the client (after the take).
     pub fn rate_limit(&self, now_ns: u64) -> RateLimit {
+        self.rate_limit_with(now_ns, 0)
+    }
+
+    /// [`Lease::rate_limit`] for a worker that also holds `pocketed` units of this lease in its
+    /// pocket (after the admission): they are units this Envoy can still spend.
+    pub fn rate_limit_with(&self, now_ns: u64, pocketed: u64) -> RateLimit {
         RateLimit {
             quota: self.capacity,
             window_ms: self.window_ms,
-            remaining: self.remaining.saturating_add(self.live_units(now_ns)),
+            remaining: self
+                .remaining
+                .saturating_add(self.live_units(now_ns))
+                .saturating_add(pocketed),
             reset_after_ms: ceil_millis(self.reset_at_ns.saturating_sub(now_ns)),
             retry_after_ms: None,
         }
@@ -242,3 +284,6 @@ pub fn decode(bytes: &[u8]) -> Option<(Lease, &[u8])> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod pocket_tests;

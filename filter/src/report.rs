@@ -22,13 +22,14 @@
 //! not yet accepted: at most one period's counts plus whatever the backend has refused since.
 //! Adds saturate at `u64::MAX`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, RefMut};
 
 use sluice_core::limits::MAX_REPORT_ACTIONS;
 use sluice_core::wire::{ActionCounts, FilterReport};
 
 use crate::config::Config;
 use crate::host::{Callout, Counter, ExchangeCall, Host};
+use crate::lease::pocket::Pockets;
 
 /// One action's counts since the last accepted report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -86,13 +87,16 @@ impl Event {
     }
 }
 
-/// The state one worker's requests share: the counts table and the report in flight.
+/// The state one worker's requests share: the counts table, the report in flight and the lease
+/// pockets.
 #[derive(Debug, Default)]
 pub struct Worker {
     counts: RefCell<Vec<Counts>>,
     in_flight: RefCell<Option<(u32, Vec<Counts>)>>,
     /// A report failed since the last accepted one (so the failure is logged once, not per tick).
     failing: Cell<bool>,
+    /// This worker's lease pockets (`lease::pocket`): per worker, like the counts.
+    pockets: RefCell<Pockets>,
 }
 
 impl Worker {
@@ -103,6 +107,11 @@ impl Worker {
             counts: RefCell::new(vec![Counts::default(); rows]),
             ..Worker::default()
         }
+    }
+
+    /// This worker's lease pockets, borrowed for one admission (`lease::table::spend`).
+    pub fn pockets(&self) -> RefMut<'_, Pockets> {
+        self.pockets.borrow_mut()
     }
 
     /// Counts one event for the action at `action_index` (ignored beyond the table's bound).

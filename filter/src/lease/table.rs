@@ -1,6 +1,9 @@
 //! The lease table in proxy-wasm shared data: every worker of this Envoy reads and writes the
 //! same entries, each write a check-and-set against the version it read, so two workers can
 //! never spend the same unit (the loser of a race reads again and takes from what is left).
+//! [`spend`] asks the worker's pocket (`super::pocket`) first and the table only when the pocket
+//! cannot admit; a take from the table may move a chunk into the pocket in the same write, so
+//! those units too are debited from the entry exactly once.
 //!
 //! # Memory bound
 //!
@@ -19,6 +22,9 @@
 //! as a conflict. (In the unlikely case the other entry's version is exactly that number, its
 //! lease is overwritten: units lost, never spent twice.)
 
+use sluice_core::headers::RateLimit;
+
+use super::pocket::{self, Pockets};
 use super::{decode, encode, Lease};
 use crate::cache::fnv1a;
 use crate::host::{CasError, Host};
@@ -31,16 +37,27 @@ pub const MAX_CAS_TRIES: usize = 8;
 /// has inserted, it (almost surely) mismatches, so the insert becomes a conflict.
 const INSERT: u32 = u32::MAX;
 
-/// The two slot numbers of an identity (the same twice when `slots` is 1).
-fn slot_hashes(identity: &[u8], slots: u64) -> [u64; 2] {
-    let slots = slots.max(1);
+/// The two hashes of an identity: FNV-1a, and a second, independent-enough one (splitmix64's
+/// finaliser over the first). The slots are these modulo the slot count; the second also picks
+/// the identity's set in the worker's pocket table.
+fn hashes(identity: &[u8]) -> [u64; 2] {
     let h = fnv1a(identity);
-    // A second, independent-enough hash: splitmix64's finaliser over the first.
     let mut h2 = h ^ 0x9e37_79b9_7f4a_7c15;
     h2 = (h2 ^ (h2 >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h2 = (h2 ^ (h2 >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h2 ^= h2 >> 31;
+    [h, h2]
+}
+
+/// The two slot numbers of an identity (the same twice when `slots` is 1).
+fn slot_numbers([h, h2]: [u64; 2], slots: u64) -> [u64; 2] {
+    let slots = slots.max(1);
     [h % slots, h2 % slots]
+}
+
+/// The hash the worker's pocket table files `identity` under.
+pub fn pocket_hash(identity: &[u8]) -> u64 {
+    hashes(identity)[1]
 }
 
 fn slot_key(slot: u64) -> String {
@@ -49,7 +66,7 @@ fn slot_key(slot: u64) -> String {
 
 /// The two slot keys of an identity (the same key twice when `slots` is 1).
 pub fn slot_keys(identity: &[u8], slots: u64) -> [String; 2] {
-    slot_hashes(identity, slots).map(slot_key)
+    slot_numbers(hashes(identity), slots).map(slot_key)
 }
 
 /// What a slot holds, for one identity.
@@ -71,21 +88,32 @@ fn read(host: &dyn Host, key: &str, identity: &[u8], now_ns: u64) -> Slot {
     }
 }
 
-/// Takes `quantity` units of the lease of `identity` at `now`, if it has them: the numbers the
-/// admission's headers show, or `None` (no lease, spent, expired, or no agreement after
-/// [`MAX_CAS_TRIES`] rounds): then the request calls out.
+/// Takes `quantity` units of the lease of `identity` at `now`, if this worker's pocket or the
+/// shared table has them: the numbers the admission's headers show, or `None` (no lease, spent,
+/// expired, or no agreement after [`MAX_CAS_TRIES`] rounds): then the request calls out.
+///
+/// The pocket is tried first, with no hostcall. Otherwise the shared entry is read and written
+/// back with `quantity` taken, plus a [`pocket::chunk`] for this worker's pocket when the lease
+/// has plenty left and the pocket table has room: one check-and-set debits both, once.
 pub fn spend(
     host: &mut dyn Host,
+    pockets: &mut Pockets,
     identity: &[u8],
     slots: u64,
     quantity: u64,
     now_ns: u64,
-) -> Option<sluice_core::headers::RateLimit> {
-    let hashes = slot_hashes(identity, slots);
-    let candidates = if hashes[0] == hashes[1] { 1 } else { 2 };
-    for (i, &hash) in hashes.iter().take(candidates).enumerate() {
+) -> Option<RateLimit> {
+    let hashes = hashes(identity);
+    let pocket_hash = hashes[1];
+    if let Some(limit) = pockets.take(pocket_hash, identity, quantity, now_ns) {
+        return Some(limit);
+    }
+    let room = pockets.room(pocket_hash, identity, now_ns);
+    let numbers = slot_numbers(hashes, slots);
+    let candidates = if numbers[0] == numbers[1] { 1 } else { 2 };
+    for (i, &number) in numbers.iter().take(candidates).enumerate() {
         // Formatted per candidate: a hit in the first slot never builds the second's key.
-        let key = &slot_key(hash);
+        let key = &slot_key(number);
         for _ in 0..MAX_CAS_TRIES {
             let (mut lease, version) = match read(host, key, identity, now_ns) {
                 Slot::Mine(lease, version) => (lease, version),
@@ -97,8 +125,18 @@ pub fn spend(
             if !lease.take(quantity, now_ns) {
                 break;
             }
+            let extra = room.map_or(0, |r| pocket::chunk(lease.live_units(now_ns), r.live));
+            let chunk = lease.take_grant(extra, now_ns);
             match host.shared_set_if(key, &encode(&lease, identity), version) {
-                Ok(()) => return Some(lease.rate_limit(now_ns)),
+                Ok(()) => {
+                    let limit = lease.rate_limit(now_ns);
+                    let pocketed =
+                        room.map_or(0, |r| pockets.refill(r, identity, chunk, lease, now_ns));
+                    return Some(RateLimit {
+                        remaining: limit.remaining.saturating_add(pocketed),
+                        ..limit
+                    });
+                }
                 Err(CasError::Conflict) => continue,
                 Err(CasError::Failed) => return None,
             }

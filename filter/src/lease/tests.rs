@@ -1,10 +1,24 @@
 //! Leases at fixed times: the entry (grant, take, merge, layout) and the table in shared data
 //! (check-and-set, races between workers, the slot bound).
 
-use super::table::{slot_keys, spend, store, MAX_CAS_TRIES};
+use super::pocket::Pockets;
+use super::table::{self, slot_keys, store, MAX_CAS_TRIES};
 use super::*;
 use crate::fake_host::FakeHost;
 use crate::host::Host;
+
+/// One admission by a worker with no pocket yet (a fresh pocket table per call): the shared
+/// table's take. The leases below are small enough never to pocket, except where only whether a
+/// take succeeds is checked (pockets: `pocket_tests`).
+fn spend(
+    h: &mut FakeHost,
+    identity: &[u8],
+    slots: u64,
+    quantity: u64,
+    now: u64,
+) -> Option<sluice_core::headers::RateLimit> {
+    table::spend(h, &mut Pockets::default(), identity, slots, quantity, now)
+}
 
 const MS: u64 = NANOS_PER_MILLI;
 const T0: u64 = 1_700_000_000_000 * MS;
