@@ -116,6 +116,7 @@ pub struct Metrics {
     lease_units: Family<LeaseLabels, Counter>,
     filter_decisions: Family<FilterLabels, Counter>,
     filter_failures: Family<FailureLabels, Counter>,
+    exchange_streams: Gauge,
 }
 
 /// The store's own figures ([`Store::health`]), read at each scrape so they are never stale and
@@ -240,6 +241,12 @@ impl Metrics {
             "The Envoy filters' failed callouts to the backend, from their reports, by action and reason (timeout, error)",
             filter_failures.clone(),
         );
+        let exchange_streams = Gauge::default();
+        registry.register(
+            "sluice_exchange_streams",
+            "Decision exchange streams open on the gRPC listener (sluice.v1.DecisionExchange/Stream; one per Envoy worker using the filter's gRPC callout)",
+            exchange_streams.clone(),
+        );
         for kind in [
             "unavailable",
             "timeout",
@@ -265,6 +272,7 @@ impl Metrics {
             lease_units,
             filter_decisions,
             filter_failures,
+            exchange_streams,
         }
     }
 
@@ -355,6 +363,16 @@ impl Metrics {
     /// Counts debits a denied multi-limit request kept on Redis Cluster (a skipped refund).
     pub fn unrefunded(&self, n: u64) {
         self.unrefunded.inc_by(n);
+    }
+
+    /// Counts one decision exchange stream opened.
+    pub fn exchange_stream_opened(&self) {
+        self.exchange_streams.inc();
+    }
+
+    /// Counts one decision exchange stream closed.
+    pub fn exchange_stream_closed(&self) {
+        self.exchange_streams.dec();
     }
 
     /// The OpenMetrics text exposition.

@@ -8,9 +8,12 @@
 //! - [`service`]: the decisions (shared with `POST /v1/throttle` through [`crate::decide`]) and
 //!   failures as gRPC statuses.
 //! - [`response`]: statuses, headers and dynamic metadata.
+//! - [`exchange`]: `sluice.v1.DecisionExchange`, the filter's gRPC callout (the decision API's
+//!   requests as messages on one long-lived stream), served on the same listener.
 //!
 //! docs/rls.md is the user's page.
 
+pub mod exchange;
 pub mod request;
 pub mod response;
 pub mod service;
@@ -61,21 +64,22 @@ pub async fn serve(
     app: Arc<App>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
-    // A backstop on one call beyond the store's own bounds: every descriptor's store steps.
-    let call_deadline = app
-        .store_deadline
-        .saturating_mul(2 * request::MAX_DESCRIPTORS as u32)
-        .min(Duration::from_secs(30));
+    let exchange = exchange::DecisionExchange::new(app.clone());
     let service =
         RateLimitServiceServer::new(Rls::new(app)).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let mut stop_grace = stop.clone();
+    // No server-wide `timeout`: tonic's bounds a call only until its response head, so it would
+    // bound a unary call but nothing inside an exchange stream, and a long-lived stream is not a
+    // call to put one deadline on. Each unit of work bounds itself instead: a RateLimitService
+    // call by [`Rls::call_deadline`], every exchange (in a stream or a `Call`) by the store
+    // deadline its handler's store step runs under (see [`exchange`]).
     let server = tonic::transport::Server::builder()
-        .timeout(call_deadline)
         // A peer that vanished without closing (a crashed Envoy, a dropped route) is noticed
         // and its connection closed, rather than held forever.
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(service)
+        .add_service(exchange)
         .serve_with_incoming_shutdown(incoming(listener), async move {
             let _ = stop.wait_for(|s| *s).await;
         });

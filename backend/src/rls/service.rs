@@ -2,7 +2,7 @@
 //! decision path as `POST /v1/throttle` ([`crate::decide`]).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -21,12 +21,24 @@ use crate::store::{CheckRequest, StoreError};
 #[derive(Clone)]
 pub struct Rls {
     app: Arc<App>,
+    call_deadline: Duration,
 }
 
 impl Rls {
     /// The service for `app` (its store, rules, metrics and activity).
     pub fn new(app: Arc<App>) -> Rls {
-        Rls { app }
+        let call_deadline = Rls::call_deadline(app.store_deadline);
+        Rls { app, call_deadline }
+    }
+
+    /// A backstop on one call beyond the store's own bounds: every descriptor's store steps.
+    /// Set here on the unary call rather than server-wide, where it would also end the
+    /// long-lived exchange streams served on the same listener. Past it the call answers as a
+    /// store timeout would (`UNAVAILABLE`, `store_timeout: ...`).
+    pub fn call_deadline(store_deadline: Duration) -> Duration {
+        store_deadline
+            .saturating_mul(2 * super::request::MAX_DESCRIPTORS as u32)
+            .min(Duration::from_secs(30))
     }
 }
 
@@ -68,7 +80,12 @@ impl RateLimitService for Rls {
                 rule
             })
             .collect();
-        let decided = decide_all(&self.app, &checks, &found, started)
+        let decided = self
+            .app
+            .store_call_within(
+                self.call_deadline,
+                decide_all(&self.app, &checks, &found, started),
+            )
             .await
             .map_err(|e| store_status(&e))?;
         let answers: Vec<Answer<'_>> = checks

@@ -19,6 +19,7 @@ mod admin_replicas;
 mod cluster;
 mod concurrency;
 mod conformance;
+mod exchange;
 mod hardening;
 mod http_binary;
 mod http_cell_redis;
