@@ -6,7 +6,9 @@
 #   sluice denied (every request asks the backend),
 #   memory and Redis | sluice cached denial (answered from shared data, no callout) | Envoy's
 #   native ratelimit filter → sluice RLS (gRPC, --rls-listen) allowed, memory and Redis | sluice
-#   allowed through the filter's gRPC callout (ShouldRateLimit to the same RLS listener)
+#   allowed through the filter's gRPC callout (ShouldRateLimit to the same RLS listener) | sluice
+#   allowed through the filter's exchange stream (protocol grpc_stream: one long-lived gRPC stream
+#   per Envoy worker to the same listener, one message each way per request)
 # and the ratios of the allowed paths to no filter. Each row also shows where the CPU went:
 # microseconds of CPU per request in Envoy, the backend, redis-server and wrk, and the total CPU
 # use (200% = both cores of a 2-core machine busy), and for the sluice rows the callouts per 100
@@ -18,7 +20,7 @@
 # release `sluice`, one on a real redis-server, one on the memory store, each with BACKEND_THREADS tokio workers (default: one per CPU). The memory rows run
 # through a second Envoy rendered from the same envoy/bench.yaml, pointed at the memory backend
 # (idle while the other rows run). Everything on 127.0.0.1, stopped by PID at exit. Bounded:
-# about ROUNDS × 13 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
+# about ROUNDS × 15 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
 #   DURATION=5 ROUNDS=3 CONNECTIONS=16 ENVOY_CONCURRENCY=1 BACKEND_THREADS=1 PIN=1 benches/envoy/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,7 +30,7 @@ ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
 BACKEND_THREADS=${BACKEND_THREADS:-$(nproc)}
-PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_leased_memory sluice_leased_redis grpc_allowed_memory grpc_allowed_redis rls_allowed_memory rls_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
+PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_leased_memory sluice_leased_redis grpc_allowed_memory grpc_allowed_redis stream_allowed_memory stream_allowed_redis rls_allowed_memory rls_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
 TOKEN=bench-admin-token-0123456789abcdef
 # BACKEND_BIN: the backend binary (to compare builds). CALLOUT_PROTOCOL=h2: Envoy calls the backend
 # over HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1; needs a backend that serves h2c.
@@ -112,7 +114,7 @@ export FILTER_WASM=$PWD/target/wasm32-wasip1/wasm-release/sluice_filter.wasm
 envoy() {
   local name=$1 listener
   local -A ports=([ENVOY_ADMIN_PORT]=$(free_port) [BACKEND_PORT]=$2 [BACKEND_RLS_PORT]=$3)
-  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC; do ports[BENCH_${listener}_PORT]=$(free_port); done
+  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC STREAM; do ports[BENCH_${listener}_PORT]=$(free_port); done
   local env=(); for k in "${!ports[@]}"; do env+=("$k=${ports[$k]}"); done
   env "${env[@]}" envoy/render.sh bench.yaml >"$work/envoy-$name.yaml"
   if [ "$CALLOUT_PROTOCOL" = h2 ]; then # only the sluice_backend cluster says http_protocol_options
@@ -121,7 +123,7 @@ envoy() {
   $PIN_ENVOY .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"
-  for listener in PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC ENVOY_ADMIN; do
+  for listener in PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC STREAM ENVOY_ADMIN; do
     local k=BENCH_${listener}_PORT; [ "$listener" = ENVOY_ADMIN ] && k=ENVOY_ADMIN_PORT
     printf -v "${name}_${listener,,}" %s "${ports[$k]}"
   done
@@ -149,6 +151,8 @@ probe "$envoy_memory_rls" 200 x-ratelimit-remaining   # Envoy's own header: slui
 probe "$envoy_redis_rls" 200 x-ratelimit-remaining
 probe "$envoy_memory_grpc" 200 x-ratelimit-remaining
 probe "$envoy_redis_grpc" 200 x-ratelimit-remaining
+probe "$envoy_memory_stream" 200 x-ratelimit-remaining
+probe "$envoy_redis_stream" 200 x-ratelimit-remaining
 probe "$envoy_memory_denied" 429 retry-after
 probe "$envoy_redis_denied" 429 retry-after
 probe "$envoy_redis_cached" 429   # the first denial fills the cache
@@ -162,6 +166,7 @@ declare -A port_of=(
   [sluice_cached_denial]=$envoy_redis_cached
   [rls_allowed_memory]=$envoy_memory_rls [rls_allowed_redis]=$envoy_redis_rls
   [grpc_allowed_memory]=$envoy_memory_grpc [grpc_allowed_redis]=$envoy_redis_grpc
+  [stream_allowed_memory]=$envoy_memory_stream [stream_allowed_redis]=$envoy_redis_stream
 )
 # Warm every path once before measuring any (the first row would otherwise also pay for start-up
 # work still going on in the background, e.g. V8 compiling the filter).

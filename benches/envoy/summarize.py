@@ -18,6 +18,8 @@ ROWS = {
     "sluice_leased_redis": "sluice filter, allowed, rule with lease {max 64, ttl 1s}, backend on Redis",
     "grpc_allowed_memory": "sluice filter, gRPC callout (allowed), backend on the memory store",
     "grpc_allowed_redis": "sluice filter, gRPC callout (allowed), backend on Redis",
+    "stream_allowed_memory": "sluice filter, exchange stream (grpc_stream, allowed), backend on the memory store",
+    "stream_allowed_redis": "sluice filter, exchange stream (grpc_stream, allowed), backend on Redis",
     "rls_allowed_memory": "Envoy ratelimit filter → sluice RLS (allowed), backend on the memory store",
     "rls_allowed_redis": "Envoy ratelimit filter → sluice RLS (allowed), backend on Redis",
     "sluice_denied_memory": "sluice filter, HTTP callout (denied), backend on the memory store",
@@ -26,6 +28,7 @@ ROWS = {
 }
 ALLOWED = ("local_ratelimit", "sluice_allowed_memory", "sluice_allowed_redis", "sluice_leased_memory",
            "sluice_leased_redis", "grpc_allowed_memory", "grpc_allowed_redis",
+           "stream_allowed_memory", "stream_allowed_redis",
            "rls_allowed_memory", "rls_allowed_redis")
 
 

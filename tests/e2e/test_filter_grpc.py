@@ -48,7 +48,7 @@ def grpc_stack(tmp, upstream):
     redis, redis_port = stack.start_redis(tmp)
     backend = RlsBackend(tmp, redis_port).start()
     grpc = stack.Envoy(tmp, "e2e_grpc.yaml",
-                       {"RLS_PORT": backend.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS},
+                       {"RLS_PORT": backend.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
                        ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
     http = stack.Envoy(tmp, "e2e.yaml",
                        {"BACKEND_PORT": backend.decision_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS},
@@ -63,7 +63,7 @@ def grpc_stack(tmp, upstream):
 def down_envoy(tmp, upstream):
     """The gRPC config pointed at a port nothing listens on: the backend is down."""
     e = stack.Envoy(tmp, "e2e_grpc.yaml",
-                    {"RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS},
+                    {"RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
                     ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
     yield e
     e.stop()
@@ -180,7 +180,7 @@ def test_a_backend_stopped_mid_run_fails_open_then_recovers(tmp, upstream):
     redis, redis_port = stack.start_redis(tmp)
     b = RlsBackend(tmp, redis_port).start()
     e = stack.Envoy(tmp, "e2e_grpc.yaml",
-                    {"RLS_PORT": b.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS},
+                    {"RLS_PORT": b.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
                     ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
     try:
         b.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 100, "rate": HOUR})
@@ -205,7 +205,7 @@ def test_an_unknown_grpc_cluster_fails_at_dispatch_and_the_vm_lives_on(tmp, upst
     """proxy-wasm's SDK panics (killing the VM) on some hostcall statuses; an unknown cluster
     must come back as a dispatch failure instead, request after request."""
     e = stack.Envoy(tmp, "e2e_grpc.yaml",
-                    {"RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS},
+                    {"RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
                     ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"])
     e.config.write_text(e.config.read_text().replace('"cluster": "sluice_rls"', '"cluster": "no_such_cluster"'))
     e.start()
