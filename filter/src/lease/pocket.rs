@@ -201,6 +201,9 @@ impl Pockets {
     /// After a take from the shared table succeeded: adds the `chunk` it pocketed (if any) to the
     /// identity's pocket at `room`, and keeps `seen` (the entry as written) for the headers. An
     /// identity with no entry gets one only with a chunk. Answers the pocket's live units.
+    /// `room` must come from [`Pockets::room`] with no change to the table since (`spend` calls
+    /// the two around one check-and-set); a stale one can only drop the chunk (units lost,
+    /// never spent twice).
     pub fn refill(
         &mut self,
         room: Room,
