@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Helper of benches/envoy/callgrind.sh: free ports, the Envoy configuration, a callgrind dump's
+total, and the final table. Subcommands:
+
+  port WORK                     a free 127.0.0.1 port never handed out before in WORK
+  config WORK OUT ROWS...       writes Envoy's configuration (JSON, which Envoy reads as YAML) and
+                                WORK/rows.tsv (row, build, port); ports and paths come from the
+                                environment (see callgrind.sh), ROWS are row names
+  total FILE                    the instruction total of one callgrind dump
+  delta BEFORE AFTER            what changed between two dumps of Envoy's /stats (the counters
+                                that show a window's requests were decided as the row means)
+  table WORK                    the table of WORK/results.tsv
+
+Why one Envoy with every row as its own listener: instruction counts do not depend on cache state
+or on what else the process holds, so rows measured in turn in one process compare exactly, and
+the expensive part (starting Envoy and V8 under valgrind) is paid once. Every other filter build
+(COMPARE) gets its own VM (`vm_id`), so the builds are measured side by side in one process.
+"""
+import json
+import os
+import socket
+import statistics
+import sys
+
+HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+ROUTER = {
+    "name": "envoy.filters.http.router",
+    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+}
+# Callout timeouts far above what Envoy under valgrind needs (a 25 ms timeout fires under callgrind
+# and the request passes undecided); failure modes closed, so an undecided request is a 503 that
+# callgrind.sh refuses instead of a cheaper 200 that would skew a row.
+TIMEOUT_MS = 10000
+
+# Row name -> (label, filter configuration or None). Rows without a configuration are the two
+# that do not load the wasm filter (no_filter, rls); they do not depend on the build.
+ROWS = {
+    "no_filter": ("no filter", None),
+    "nomatch": (
+        "sluice loaded, no route matches",
+        {"backend": {"cluster": "sluice_backend", "authority": "sluice", "protocol": "http"},
+         "routes": [{"match": {"path_prefix": "/never-matched/"}, "action": "bench_allowed",
+                     "key": {"source": "header", "name": "x-user"}}]},
+    ),
+    "leased": (
+        "sluice allowed, leased (hit)",
+        {"backend": {"cluster": "sluice_backend", "authority": "sluice", "protocol": "http"},
+         "lease": {"enabled": True},
+         "routes": [{"action": "bench_leased", "key": {"source": "header", "name": "x-user"}}]},
+    ),
+    "http": (
+        "sluice allowed, HTTP callout",
+        {"backend": {"cluster": "sluice_backend", "authority": "sluice", "protocol": "http"},
+         "routes": [{"action": "bench_allowed", "key": {"source": "header", "name": "x-user"}}]},
+    ),
+    "grpc": (
+        "sluice allowed, gRPC callout",
+        {"backend": {"cluster": "sluice_rls", "protocol": "grpc"},
+         "routes": [{"action": "bench_allowed", "key": {"source": "header", "name": "x-user"}}]},
+    ),
+    "grpc_stream": (
+        "sluice allowed, grpc_stream",
+        {"backend": {"cluster": "sluice_rls", "protocol": "grpc_stream"},
+         "routes": [{"action": "bench_allowed", "key": {"source": "header", "name": "x-user"}}]},
+    ),
+    "rls": ("native ratelimit -> sluice RLS", None),
+}
+BUILD_FREE = {"no_filter", "rls"}
+
+
+def port(work):
+    used_file = os.path.join(work, "ports")
+    used = set(open(used_file).read().split()) if os.path.exists(used_file) else set()
+    for _ in range(100):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = str(s.getsockname()[1])
+        s.close()
+        if p not in used:
+            with open(used_file, "a") as f:
+                f.write(p + "\n")
+            return p
+    sys.exit("sluice callgrind: no free port")
+
+
+def addr(p):
+    return {"socket_address": {"address": "127.0.0.1", "port_value": int(p)}}
+
+
+def listener(name, p, http_filters, route):
+    return {
+        "name": name,
+        "address": addr(p),
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": HCM,
+                "stat_prefix": name,
+                "normalize_path": True,
+                "merge_slashes": True,
+                "path_with_escaped_slashes_action": "UNESCAPE_AND_REDIRECT",
+                "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [route]}]},
+                "http_filters": http_filters + [ROUTER],
+            },
+        }]}],
+    }
+
+
+def cluster(name, p, http2=False):
+    options = {"explicit_http_config": {"http2_protocol_options": {}}} if http2 else {
+        # As in bench.yaml: the backend closes connections idle for 10 s; close ours first.
+        "common_http_protocol_options": {"idle_timeout": "5s"},
+        "explicit_http_config": {"http_protocol_options": {}},
+    }
+    return {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": dict(
+            {"@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"}, **options)},
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": addr(p)}}]}]},
+    }
+
+
+def wasm_filter(name, vm_id, wasm, conf):
+    conf = json.loads(json.dumps(conf))
+    conf["backend"]["timeout_ms"] = TIMEOUT_MS
+    conf.update({"failure_mode": "deny", "denial_cache": {"enabled": False}, "report": {"enabled": False}})
+    conf.setdefault("lease", {"enabled": True})  # the default, as in bench.yaml's allowed rows
+    return {
+        "name": "envoy.filters.http.wasm",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            "config": {
+                "name": name,
+                "vm_config": {"vm_id": vm_id, "runtime": "envoy.wasm.runtime.v8",
+                              "code": {"local": {"filename": wasm}}},
+                "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                  "value": json.dumps(conf)},
+            },
+        },
+    }
+
+
+def config(work, out, rows):
+    env = os.environ
+    builds = [("base", env["WASM"])]
+    for path in env.get("COMPARE", "").split():
+        name = os.path.basename(path).removesuffix(".wasm")
+        while name in {b for b, _ in builds}:
+            name += "_"
+        builds.append((name, path))
+    upstream = port(work)
+    to_upstream = {"match": {"prefix": "/"}, "route": {"cluster": "upstream"}}
+    listeners = [listener("upstream", upstream, [], {
+        "match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}})]
+    table = []
+    for row in rows:
+        if row not in ROWS:
+            sys.exit(f"sluice callgrind: unknown row {row} (known: {' '.join(ROWS)})")
+        label, conf = ROWS[row]
+        for build, wasm in builds[:1] if row in BUILD_FREE else builds:
+            p = port(work)
+            name = f"{row}_{build}"
+            if row == "no_filter":
+                listeners.append(listener(name, p, [], to_upstream))
+            elif row == "rls":
+                # Envoy's own ratelimit filter, as bench.yaml's rls_allowed (one descriptor that
+                # sluice maps to bench_allowed and the x-user key).
+                route = dict(to_upstream, route={"cluster": "upstream", "rate_limits": [{"actions": [
+                    {"generic_key": {"descriptor_value": "bench_allowed"}},
+                    {"request_headers": {"header_name": "x-user", "descriptor_key": "user"}}]}]})
+                listeners.append(listener(name, p, [{
+                    "name": "envoy.filters.http.ratelimit",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+                        "domain": "sluice",
+                        "timeout": f"{TIMEOUT_MS / 1000}s",
+                        "failure_mode_deny": True,
+                        "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
+                        "rate_limit_service": {"transport_api_version": "V3",
+                                               "grpc_service": {"envoy_grpc": {"cluster_name": "sluice_rls"}}},
+                    }}], route))
+            else:
+                # One VM per build, shared by its listeners (as one filter build is in production).
+                vm_id = "sluice" if build == "base" else f"sluice_{[n for n, _ in builds].index(build)}"
+                listeners.append(listener(name, p, [wasm_filter(name, vm_id, wasm, conf)], to_upstream))
+            table.append((row, build, p, label))
+    doc = {
+        "admin": {"address": addr(env["ENVOY_ADMIN_PORT"])},
+        # Envoy's stats flush (every 5 s by default) would land in some windows and not others
+        # (a window of 300 requests under callgrind takes a few seconds): ~1% between repeats.
+        "stats_flush_interval": "299s",
+        "static_resources": {
+            "listeners": listeners,
+            "clusters": [
+                cluster("sluice_backend", env["BACKEND_PORT"]),
+                cluster("sluice_rls", env["BACKEND_RLS_PORT"], http2=True),
+                {"name": "upstream", "type": "STATIC", "connect_timeout": "1s", "load_assignment": {
+                    "cluster_name": "upstream",
+                    "endpoints": [{"lb_endpoints": [{"endpoint": {"address": addr(upstream)}}]}]}},
+            ],
+        },
+    }
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(os.path.join(work, "rows.tsv"), "w") as f:
+        for r in table:
+            f.write("\t".join(r) + "\n")
+
+
+def total(path):
+    # `totals:` (at the end) is the dump's count of the event Ir, instructions executed; the
+    # `summary:` line at the top of a dump asked for while instrumentation is off reads 0.
+    found = {}
+    for line in open(path):
+        if line.startswith(("totals:", "summary:")):
+            found[line.split(":")[0]] = int(line.split()[1])
+    if "totals" not in found and "summary" not in found:
+        sys.exit(f"sluice callgrind: no totals in {path}")
+    print(found.get("totals", found.get("summary")))
+
+
+COUNTERS = {
+    "wasmcustom.sluice.callouts": "callouts",
+    "wasmcustom.sluice.lease_hits": "lease_hits",
+    "wasmcustom.sluice.allowed": "allowed",
+    "wasmcustom.sluice.failures_deny": "failures",
+    "wasmcustom.sluice.failures_allow": "failures_allow",
+    "cluster.upstream.ratelimit.ok": "rls_ok",
+    "cluster.upstream.ratelimit.error": "rls_error",
+    "cluster.upstream.ratelimit.failure_mode_allowed": "rls_failure_allowed",
+}
+
+
+def delta(before, after):
+    def read(path):
+        out = {}
+        for line in open(path):
+            name, _, value = line.partition(": ")
+            if name in COUNTERS and value.strip().isdigit():
+                out[name] = int(value)
+        return out
+    a, b = read(before), read(after)
+    shown = [f"{COUNTERS[n]}={b[n] - a.get(n, 0)}" for n in COUNTERS if n in b and b[n] != a.get(n, 0)]
+    print(" ".join(shown) or "no counter moved")
+
+
+def table(work):
+    rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(work, "rows.tsv"))]
+    results, notes = {}, {}
+    for line in open(os.path.join(work, "results.tsv")):
+        row, build, _, ipr, note = line.rstrip("\n").split("\t")
+        results.setdefault((row, build), []).append(float(ipr))
+        notes.setdefault((row, build), []).append(note)
+    skipped = {}
+    skip_file = os.path.join(work, "skipped.tsv")
+    if os.path.exists(skip_file):
+        for line in open(skip_file):
+            row, why = line.rstrip("\n").split("\t", 1)
+            skipped[row] = why
+    plain = results.get(("no_filter", "base"))
+    ref = statistics.mean(plain) if plain else None
+    reps = max((len(v) for v in results.values()), default=0)
+
+    def k(v):
+        return f"{v / 1000:.1f}k"
+
+    def d(v):
+        return f"{v / 1000:+.1f}k"
+
+    bw = max([12] + [len(b) + 1 for _, b, _, _ in rows])
+    head = f"{'row':33} {'build':{bw}}" + "".join(f" {'repeat ' + str(i + 1):>9}" for i in range(reps))
+    head += f" {'mean':>9} {'vs no filter':>13} {'vs base':>16}"
+    print(head)
+    print("-" * len(head))
+    labels = {row: label for row, _, _, label in rows}
+    builds = {}
+    for row, build, _, _ in rows:
+        builds.setdefault(row, []).append(build)
+    for row in ROWS:
+        if row in skipped:
+            print(f"{ROWS[row][0]:33} skipped: {skipped[row]}")
+            continue
+        if row not in labels:
+            continue
+        base_mean = None
+        for n, build in enumerate(builds[row]):
+            vals = results.get((row, build), [])
+            first = labels[row] if n == 0 else ""
+            shown = f"{first:33} {'-' if row in BUILD_FREE else build:{bw}}"
+            shown += "".join(f" {k(v):>9}" for v in vals) + " " * (10 * (reps - len(vals)))
+            if not vals:
+                print(shown)
+                continue
+            mean = statistics.mean(vals)
+            base_mean = mean if build == "base" else base_mean
+            vs_base = ""
+            if build != "base" and base_mean:
+                vs_base = f"{d(mean - base_mean)} ({(mean - base_mean) / base_mean * 100:+.1f}%)"
+            vs_plain = d(mean - ref) if ref is not None and row != "no_filter" else ""
+            print(shown + f" {k(mean):>9} {vs_plain:>13} {vs_base:>16}")
+    print()
+    print("what Envoy's counters did in each measured window (callouts and lease hits of the wasm filter,")
+    print("ratelimit.ok of the native filter), repeats separated by |")
+    for row, build, _, _ in rows:
+        if (row, build) in notes:
+            print(f"  {row:12} {build:{bw}} " + " | ".join(notes[(row, build)]))
+
+
+def main():
+    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
+    if cmd == "port":
+        print(port(sys.argv[2]))
+    elif cmd == "config":
+        config(sys.argv[2], sys.argv[3], sys.argv[4:])
+    elif cmd == "total":
+        total(sys.argv[2])
+    elif cmd == "delta":
+        delta(sys.argv[2], sys.argv[3])
+    elif cmd == "table":
+        table(sys.argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
