@@ -56,8 +56,8 @@ pub enum UnknownAction {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
-    /// `POST /v1/throttle` with a JSON body to the decision listener (`--decision-listen`).
-    #[default]
+    /// `POST /v1/throttle` with a JSON body to the decision listener (`--decision-listen`), one
+    /// HTTP callout per decision.
     Http,
     /// gRPC `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` to the backend's RLS
     /// listener (`--rls-listen`), over an HTTP/2 cluster.
@@ -66,6 +66,8 @@ pub enum Protocol {
     /// (`sluice.v1.DecisionExchange/Stream` on the RLS listener, an HTTP/2 cluster): the same
     /// JSON as `http` (leases and several checks included) at a fraction of Envoy's cost per
     /// request; unary `DecisionExchange/Call` while the stream is down. See `exchange.rs`.
+    /// The default: of the three it costs Envoy the least CPU per decision (docs/exchange.md).
+    #[default]
     GrpcStream,
 }
 
@@ -610,8 +612,10 @@ mod tests {
         assert_eq!(c.backend.timeout_ms, 25);
         assert_eq!(c.backend.authority, "sluice-backend");
         assert_eq!(c.backend.path, "/v1/throttle");
-        assert_eq!(c.backend.protocol, Protocol::Http);
-        assert_eq!(c.backend.grpc_service, "");
+        assert_eq!(c.backend.protocol, Protocol::GrpcStream);
+        // GrpcService { envoy_grpc (1) { cluster_name (1), authority (2) } }
+        assert!(c.backend.grpc_service.contains("sluice_backend"));
+        assert!(c.report.via_exchange && c.report.cluster.is_none());
         assert_eq!(c.failure_mode, FailureMode::Allow);
         assert_eq!(c.failure_status, 503);
         assert_eq!(c.unknown_action, UnknownAction::Allow);
@@ -741,7 +745,7 @@ mod tests {
         }
         // The same names are fine over HTTP.
         let json = format!(
-            r#"{{"backend": {{"cluster": "{long}"}}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
+            r#"{{"backend": {{"cluster": "{long}", "protocol": "http"}}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
         );
         assert!(parse(&json).is_ok());
         let mid = "é".repeat(MAX_GRPC_NAME / 2);

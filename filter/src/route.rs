@@ -132,7 +132,8 @@ mod tests {
 
     fn config(routes: &str) -> Config {
         Config::from_json(
-            format!(r#"{{"backend": {{"cluster": "b"}}, "routes": {routes}}}"#).as_bytes(),
+            format!(r#"{{"backend": {{"protocol": "http", "cluster": "b"}}, "routes": {routes}}}"#)
+                .as_bytes(),
         )
         .unwrap()
     }

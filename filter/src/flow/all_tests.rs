@@ -11,7 +11,7 @@ const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
 const T0: u64 = 1_700_000_000_000 * MS;
 
 fn config() -> Rc<Config> {
-    let json = r#"{"backend": {"cluster": "sluice_backend", "authority": "sluice"},
+    let json = r#"{"backend": {"protocol": "http", "cluster": "sluice_backend", "authority": "sluice"},
         "routes": [{"match": {"path_prefix": "/api/"}, "checks": [
             {"action": "reply", "key": {"source": "header", "name": "x-user"}},
             {"action": "reply_ip", "key": {"source": "client_ip"}},
@@ -221,7 +221,7 @@ fn checks_are_validated_by_name() {
 
 #[test]
 fn an_unknown_action_is_named_by_the_check_the_backend_names() {
-    let json = r#"{"backend": {"cluster": "b"}, "unknown_action": "deny",
+    let json = r#"{"backend": {"protocol": "http", "cluster": "b"}, "unknown_action": "deny",
         "routes": [{"checks": [
             {"action": "reply", "key": {"source": "client_ip"}},
             {"action": "reply_all", "key": {"source": "constant", "value": "all"}}]}]}"#;

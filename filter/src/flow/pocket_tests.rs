@@ -11,7 +11,7 @@ const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
 const T0: u64 = 1_700_000_000_000 * MS;
 
 fn config() -> Rc<Config> {
-    let json = r#"{"backend": {"cluster": "sluice_backend", "authority": "sluice", "timeout_ms": 30},
+    let json = r#"{"backend": {"protocol": "http", "cluster": "sluice_backend", "authority": "sluice", "timeout_ms": 30},
         "routes": [{"action": "reply", "match": {"path_prefix": "/api/"},
                     "key": {"source": "header", "name": "x-user"}}]}"#;
     Rc::new(Config::from_json(json.as_bytes()).unwrap())

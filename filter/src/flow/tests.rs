@@ -11,7 +11,7 @@ const T0: u64 = 1_700_000_000_000 * MS;
 
 fn config(extra: &str) -> Rc<Config> {
     let json = format!(
-        r#"{{"backend": {{"cluster": "sluice_backend", "authority": "sluice", "timeout_ms": 30}},
+        r#"{{"backend": {{"protocol": "http", "cluster": "sluice_backend", "authority": "sluice", "timeout_ms": 30}},
         {extra}
         "routes": [{{"action": "reply", "match": {{"path_prefix": "/api/"}},
                      "key": {{"source": "header", "name": "x-user"}}}}]}}"#

@@ -9,7 +9,7 @@ use crate::fake_host::FakeHost;
 
 fn config(extra: &str) -> Config {
     let json = format!(
-        r#"{{"backend": {{"cluster": "sluice_backend", "authority": "sluice"}}, {extra}
+        r#"{{"backend": {{"protocol": "http", "cluster": "sluice_backend", "authority": "sluice"}}, {extra}
         "routes": [
           {{"action": "reply", "key": {{"source": "path"}}}},
           {{"action": "login", "key": {{"source": "path"}}}},
@@ -202,7 +202,7 @@ fn bad_report_fields_are_named() {
         (r#""lease": {"slots": 0},"#, "lease.slots"),
     ] {
         let json = format!(
-            r#"{{"backend": {{"cluster": "c"}}, {extra} "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
+            r#"{{"backend": {{"protocol": "http", "cluster": "c"}}, {extra} "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
         );
         let err = Config::from_json(json.as_bytes()).unwrap_err();
         assert!(err.field.starts_with(field), "{extra}: {err}");
@@ -215,7 +215,7 @@ fn the_table_is_bounded_by_max_report_actions() {
         .map(|i| format!(r#"{{"action": "a{i}", "key": {{"source": "path"}}}}"#))
         .collect();
     let json = format!(
-        r#"{{"backend": {{"cluster": "c"}}, "routes": [{}]}}"#,
+        r#"{{"backend": {{"protocol": "http", "cluster": "c"}}, "routes": [{}]}}"#,
         routes.join(",")
     );
     let c = Config::from_json(json.as_bytes()).unwrap();
