@@ -41,11 +41,14 @@ pub fn assemble(
     ActionHistory {
         action: action.to_owned(),
         last_seen_ms: stored.last_seen_ms,
-        totals: totals.counts(0),
+        totals: Tally { at_ms: 0, ..totals },
         steps: slots
             .iter()
             .enumerate()
-            .map(|(i, t)| t.counts(first_step_ms + i as u64 * HISTORY_STEP_MS))
+            .map(|(i, t)| Tally {
+                at_ms: first_step_ms + i as u64 * HISTORY_STEP_MS,
+                ..*t
+            })
             .collect(),
     }
 }

@@ -31,75 +31,12 @@ pub const HISTORY_TTL_MS: u64 = HISTORY_SPAN_MS + 10 * 60 * 1000;
 /// How long a stored top-denied bucket lives.
 pub const DENIED_TTL_MS: u64 = (DENIED_BUCKETS + 1) * DENIED_BUCKET_MS;
 
-/// Requests of one action in one step, by outcome (the stored form of a history step).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tally {
-    /// Allowed by the backend (shadow-mode would-denials included).
-    pub allowed: u64,
-    /// Allowed by a filter from a lease.
-    pub leased: u64,
-    /// Denied by the backend under an enforced rule.
-    pub denied: u64,
-    /// Denied by a filter's denial cache.
-    pub cached_denied: u64,
-    /// Failed callouts the failure mode let through.
-    pub passed_unchecked: u64,
-    /// Failed callouts (timeout or error).
-    pub failed: u64,
-}
-
-impl Tally {
-    /// The stored field names, one letter each, in a fixed order (the Redis hash's fields).
-    pub const FIELDS: [&'static str; 6] = ["a", "l", "d", "c", "p", "f"];
-
-    /// The counts in [`Tally::FIELDS`] order.
-    pub fn values(&self) -> [u64; 6] {
-        [
-            self.allowed,
-            self.leased,
-            self.denied,
-            self.cached_denied,
-            self.passed_unchecked,
-            self.failed,
-        ]
-    }
-
-    /// A tally from counts in [`Tally::FIELDS`] order.
-    pub fn from_values(v: [u64; 6]) -> Tally {
-        Tally {
-            allowed: v[0],
-            leased: v[1],
-            denied: v[2],
-            cached_denied: v[3],
-            passed_unchecked: v[4],
-            failed: v[5],
-        }
-    }
-
-    /// Adds `other` (saturating: a counter never wraps).
-    pub fn add(&mut self, other: &Tally) {
-        let (a, b) = (self.values(), other.values());
-        *self = Tally::from_values(std::array::from_fn(|i| a[i].saturating_add(b[i])));
-    }
-
-    /// Whether every count is zero.
-    pub fn is_zero(&self) -> bool {
-        self.values().iter().all(|v| *v == 0)
-    }
-
-    /// The wire form, for the step starting at `at_ms` (0 for totals).
-    pub fn counts(&self, at_ms: u64) -> StepCounts {
-        StepCounts {
-            at_ms,
-            allowed: self.allowed,
-            leased: self.leased,
-            denied: self.denied,
-            cached_denied: self.cached_denied,
-            passed_unchecked: self.passed_unchecked,
-            failed: self.failed,
-        }
-    }
-}
+/// Requests of one action in one step, by outcome: the stored form of a history step is the
+/// wire's [`StepCounts`] itself, so the six counters are defined once, in core. Stored and
+/// pending tallies leave `at_ms` 0 (the step's start is kept beside them) and
+/// [`body::assemble`] sets it when the step is answered; Redis keeps only
+/// [`StepCounts::values`], so its stored form does not change.
+pub type Tally = StepCounts;
 
 /// Counts to add to one action's step, and when the action was last seen (0: not in this record).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,21 +119,6 @@ mod tests {
         assert_eq!(buckets[5], 1_699_999_980_000 - 300_000);
         // Near the epoch there are fewer buckets, never an underflow.
         assert_eq!(denied_buckets(61_000), vec![60_000, 0]);
-    }
-
-    #[test]
-    fn tallies_add_and_round_trip_their_fields() {
-        let mut t = Tally::from_values([1, 2, 3, 4, 5, 6]);
-        assert_eq!(t.values(), [1, 2, 3, 4, 5, 6]);
-        t.add(&Tally {
-            allowed: u64::MAX,
-            ..Tally::default()
-        });
-        assert_eq!(t.allowed, u64::MAX, "saturates");
-        assert!(!t.is_zero());
-        assert!(Tally::default().is_zero());
-        let c = t.counts(10_000);
-        assert_eq!((c.at_ms, c.leased, c.failed), (10_000, 2, 6));
     }
 
     #[test]

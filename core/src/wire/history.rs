@@ -79,3 +79,79 @@ pub struct StepCounts {
     /// Callouts that failed (timeout or error), whatever the failure mode made of them.
     pub failed: u64,
 }
+
+impl StepCounts {
+    /// The six counters, `at_ms` left out, in declaration order. The backend keeps a history
+    /// step in Redis as these, space separated (`"a l d c p f"`), so this order is a storage
+    /// format: reordering it misreads every step already stored.
+    pub fn values(&self) -> [u64; 6] {
+        [
+            self.allowed,
+            self.leased,
+            self.denied,
+            self.cached_denied,
+            self.passed_unchecked,
+            self.failed,
+        ]
+    }
+
+    /// Counts from values in [`StepCounts::values`] order, with `at_ms` 0 (a stored step keeps
+    /// its start beside its counts; it is set when the step is answered).
+    pub fn from_values(v: [u64; 6]) -> StepCounts {
+        let [allowed, leased, denied, cached_denied, passed_unchecked, failed] = v;
+        StepCounts {
+            at_ms: 0,
+            allowed,
+            leased,
+            denied,
+            cached_denied,
+            passed_unchecked,
+            failed,
+        }
+    }
+
+    /// Adds `other`'s counters, saturating (a counter never wraps); `at_ms` stays this one's.
+    pub fn add(&mut self, other: &StepCounts) {
+        let (a, b) = (self.values(), other.values());
+        *self = StepCounts {
+            at_ms: self.at_ms,
+            ..StepCounts::from_values(std::array::from_fn(|i| a[i].saturating_add(b[i])))
+        };
+    }
+
+    /// Whether every counter is zero (`at_ms` aside): such a step need not be stored.
+    pub fn is_zero(&self) -> bool {
+        self.values().iter().all(|v| *v == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_keep_the_stored_order_and_add_saturates() {
+        let mut c = StepCounts::from_values([1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            (c.at_ms, c.allowed, c.leased, c.denied, c.cached_denied),
+            (0, 1, 2, 3, 4)
+        );
+        assert_eq!((c.passed_unchecked, c.failed), (5, 6));
+        assert_eq!(c.values(), [1, 2, 3, 4, 5, 6]);
+        c.at_ms = 10_000;
+        c.add(&StepCounts {
+            at_ms: 20_000,
+            allowed: u64::MAX,
+            failed: 1,
+            ..StepCounts::default()
+        });
+        assert_eq!(c.values(), [u64::MAX, 2, 3, 4, 5, 7], "saturates");
+        assert_eq!(c.at_ms, 10_000, "keeps its own step");
+        assert!(!c.is_zero());
+        assert!(StepCounts {
+            at_ms: 10_000,
+            ..StepCounts::default()
+        }
+        .is_zero());
+    }
+}
