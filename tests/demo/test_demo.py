@@ -3,6 +3,9 @@
 So that the README's first command cannot rot: the stack must come up from the repository, a curl
 through Envoy must show the rate-limit headers and a 429 after the burst, the dashboard's levels
 must show the traffic generator's users, and Ctrl-C must stop every process the demo started.
+The demo's Envoy uses the filter's default callout (envoy/demo.yaml names no protocol), so this is
+also where the default is checked end to end: decisions ride the exchange stream to the backend's
+gRPC listener.
 """
 
 import os
@@ -34,11 +37,12 @@ def pid_alive(pid):
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    admin, decision, upstream, envoy, envoy_admin = (free_port() for _ in range(5))
+    admin, decision, rls, upstream, envoy, envoy_admin = (free_port() for _ in range(6))
     env = dict(os.environ,
                SLUICE_ADMIN_LISTEN=f"127.0.0.1:{admin}",
                SLUICE_DECISION_LISTEN=f"127.0.0.1:{decision}",
-               SLUICE_DECISION_PORT=str(decision),
+               SLUICE_RLS_LISTEN=f"127.0.0.1:{rls}",
+               SLUICE_RLS_PORT=str(rls),
                UPSTREAM_PORT=str(upstream),
                ENVOY_LISTEN_PORT=str(envoy),
                ENVOY_ADMIN_PORT=str(envoy_admin),
@@ -56,7 +60,8 @@ def demo(tmp_path_factory):
             proc.kill()
             pytest.fail("demo did not come up within 900 s")
         time.sleep(0.5)
-    yield {"proc": proc, "log": log_path, "admin": admin, "envoy": envoy}
+    yield {"proc": proc, "log": log_path, "admin": admin, "decision": decision, "envoy": envoy,
+           "envoy_admin": envoy_admin}
     if proc.poll() is None:
         proc.kill()
     log.close()
@@ -96,6 +101,50 @@ def test_a_curl_through_envoy_shows_headers_then_429_after_the_burst(demo):
     assert int(denied.headers["retry-after"]) >= 1
     assert denied.headers["content-type"] == "application/problem+json"
     assert denied.json()["action"] == "post"
+
+
+def envoy_stat(demo, suffix):
+    """The sum of the demo Envoy's counters and gauges whose name ends with `suffix`."""
+    text = requests.get(f"http://127.0.0.1:{demo['envoy_admin']}/stats", timeout=5).text
+    return sum(int(value) for name, value in (line.split(": ", 1) for line in text.splitlines()
+                                              if ": " in line)
+               if name.endswith(suffix) and value.strip().isdigit())
+
+
+def backend_metric(demo, name):
+    text = requests.get(f"http://127.0.0.1:{demo['decision']}/metrics", timeout=5).text
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.split(" ")[0] == name]
+    assert values, f"{name} not in the backend's /metrics"
+    return sum(values)
+
+
+def test_decisions_ride_the_exchange_stream_to_the_grpc_listener(demo):
+    """The filter's default protocol, grpc_stream: each Envoy worker holds one stream open on the
+    backend's gRPC listener, and 40 decisions add no upstream request (unary calls, the fallback
+    while no stream is open, or an HTTP callout would each show as one). The traffic generator
+    is paused so only this test's requests count; count reports (unary exchanges) are taken out."""
+    traffic = child_pid(demo["proc"].pid, "demo/traffic.py")
+    os.kill(traffic, signal.SIGSTOP)
+    try:
+        assert backend_metric(demo, "sluice_exchange_streams") >= 1
+        url = f"http://127.0.0.1:{demo['envoy']}/posts"
+        rq_before = envoy_stat(demo, "cluster.sluice_backend.upstream_rq_total")
+        reports_before = envoy_stat(demo, "sluice.reports_sent") + envoy_stat(demo, "sluice.reports_failed")
+        callouts_before = envoy_stat(demo, "sluice.callouts")
+        # A fresh user each: every request is a decision (no denial, no cached denial).
+        responses = [burst(url, f"stream-user-{i}", 1)[0] for i in range(40)]
+        assert [r.status_code for r in responses] == [201] * 40, [r.status_code for r in responses]
+        # A callout that timed out on this loaded machine (x-sluice-failure, passed unchecked)
+        # still went on the stream; every one that was answered was decided by the backend.
+        decided = [r for r in responses if "x-sluice-failure" not in r.headers]
+        assert decided, [r.headers.get("x-sluice-failure") for r in responses]
+        assert {r.headers.get("x-ratelimit-remaining") for r in decided} == {"4"}
+        assert envoy_stat(demo, "sluice.callouts") - callouts_before == 40
+        reports = envoy_stat(demo, "sluice.reports_sent") + envoy_stat(demo, "sluice.reports_failed") - reports_before
+        opened = envoy_stat(demo, "cluster.sluice_backend.upstream_rq_total") - rq_before - reports
+        assert opened <= 2, f"{opened} upstream requests for 40 decisions: not on the stream"
+    finally:
+        os.kill(traffic, signal.SIGCONT)
 
 
 def test_the_dashboard_shows_the_generators_users(demo):
