@@ -298,6 +298,8 @@ impl Http {
     }
 }
 
+/// Every callback implemented here (and in `Context for Http`, `Context for Root`, `RootContext`)
+/// must stay out of `exports::UNUSED_CALLBACKS`: the build removes those exports.
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         match flow_of(&self.flow).map(|mut f| f.on_request_headers(&mut self.host)) {

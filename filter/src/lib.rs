@@ -12,6 +12,7 @@
 pub mod cache;
 pub mod config;
 pub mod exchange;
+pub mod exports;
 pub mod flow;
 pub mod host;
 pub mod key;

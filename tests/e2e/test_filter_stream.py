@@ -11,6 +11,7 @@ same backend gives the HTTP callout to compare with."""
 import concurrent.futures
 import os
 import signal
+import socket
 import time
 import uuid
 
@@ -157,6 +158,30 @@ def test_a_paused_backend_times_out_into_the_failure_mode_then_recovers(stream_s
         os.kill(backend.proc.popen.pid, signal.SIGCONT)
     stack.wait_until(lambda: "x-sluice-failure" not in get(envoy, "/limited/p", who).headers,
                      "decisions again after SIGCONT", timeout=10)
+
+
+def test_a_body_sent_while_the_decision_is_pending_does_not_pass_the_request(stream_stack):
+    """The module exports no body callback (Envoy then continues the body itself): a body that
+    arrives while the filter waits for its answer must not carry the request upstream."""
+    backend, envoy, _ = stream_stack
+    backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 1000, "rate": HOUR})
+    head = (b"POST /limited/b HTTP/1.1\r\nhost: e2e\r\nx-user: " + user().encode() +
+            b"\r\ncontent-length: 5\r\nconnection: close\r\n\r\n")
+    os.kill(backend.proc.popen.pid, signal.SIGSTOP)
+    try:
+        with socket.create_connection(("127.0.0.1", envoy.ports["LISTEN_CLOSED_PORT"]), timeout=10) as conn:
+            conn.sendall(head)
+            time.sleep(0.05)  # the callout is in flight (the backend is stopped)
+            conn.sendall(b"hello")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+    finally:
+        os.kill(backend.proc.popen.pid, signal.SIGCONT)
+    # failure_mode deny: the timed-out decision answers 503; the upstream never saw it.
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:300]
+    assert b"x-sluice-failure: timeout" in answer
+    assert b'"path"' not in answer, "the upstream answered"
 
 
 def test_a_restarted_backend_gets_a_new_stream(tmp, upstream):
