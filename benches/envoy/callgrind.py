@@ -48,6 +48,19 @@ ROWS = {
          "lease": {"enabled": True},
          "routes": [{"action": "bench_leased", "key": {"source": "header", "name": "x-user"}}]},
     ),
+    # The leased hit with fewer rate-limit headers: what each header family costs.
+    "leased_ietf": (
+        "sluice leased, IETF headers only",
+        {"backend": {"cluster": "sluice_backend", "authority": "sluice", "protocol": "http"},
+         "lease": {"enabled": True}, "headers": {"ietf": True, "x_ratelimit": False},
+         "routes": [{"action": "bench_leased", "key": {"source": "header", "name": "x-user"}}]},
+    ),
+    "leased_noheaders": (
+        "sluice leased, no rate-limit headers",
+        {"backend": {"cluster": "sluice_backend", "authority": "sluice", "protocol": "http"},
+         "lease": {"enabled": True}, "headers": {"ietf": False, "x_ratelimit": False},
+         "routes": [{"action": "bench_leased", "key": {"source": "header", "name": "x-user"}}]},
+    ),
     "http": (
         "sluice allowed, HTTP callout",
         {"backend": {"cluster": "sluice_backend", "authority": "sluice", "protocol": "http"},

@@ -11,6 +11,8 @@
 #   nomatch      the sluice filter loaded, no route matches
 #   leased       sluice allowed, leased hit (rule lease {max 100000, ttl 60s}: every measured
 #                request is a hit)
+#   leased_ietf, leased_noheaders  the leased hit with only the IETF headers (RateLimit,
+#                RateLimit-Policy), and with no rate-limit headers (not in the default ROWS)
 #   http         sluice allowed, HTTP callout (backend.protocol http)
 #   grpc         sluice allowed, gRPC callout (protocol grpc: ShouldRateLimit to the RLS listener)
 #   grpc_stream  sluice allowed, protocol grpc_stream (DecisionExchange/Stream on the RLS listener);
@@ -164,6 +166,8 @@ while IFS=$'\t' read -r row build p _; do
   grep -q '^HTTP/1.1 200' <<<"$out" || { echo "sluice callgrind: $row/$build answered $(head -1 <<<"$out")" >&2; exit 1; }
   case $row in
     no_filter | nomatch) ;;
+    leased_ietf) grep -qi '^ratelimit:' <<<"$out" || { echo "sluice callgrind: $row/$build sent no RateLimit" >&2; exit 1; } ;;
+    leased_noheaders) ;;
     *) grep -qi '^x-ratelimit-remaining' <<<"$out" || { echo "sluice callgrind: $row/$build sent no x-ratelimit-remaining" >&2; exit 1; } ;;
   esac
   curl -s --max-time 600 -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$p/warm[1-$WARMUP]" >/dev/null
@@ -208,7 +212,7 @@ measure() { # ROW BUILD PORT REPEAT
   echo "  $1/$2 repeat $4: $((total / REQUESTS)) instructions per request ($note)" >&2
   # A leased window must be all hits: a lease that ran out (60 s ttl) and was granted again inside
   # the window adds a callout to it. Such a window is measured again (the new lease has 60 s).
-  if [ "$1" = leased ] && [[ $note == *callouts=* ]]; then return 3; fi
+  if [[ $1 == leased* ]] && [[ $note == *callouts=* ]]; then return 3; fi
   printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$4" "$((total / REQUESTS))" "$note" >>"$work/results.tsv"
 }
 for rep in $(seq 1 "$REPEATS"); do

@@ -439,7 +439,13 @@ impl Host for WasmHost {
             return Err("no configuration".to_owned());
         };
         let now = self.now();
-        exchange_glue::start(&config.backend.grpc_service, self.link.as_ref(), now, call)
+        exchange_glue::start(
+            &config.backend.grpc_service,
+            self.link.as_ref(),
+            now,
+            call,
+            &self.metrics,
+        )
     }
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {

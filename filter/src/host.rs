@@ -30,11 +30,17 @@ pub enum Counter {
     ReportsSent,
     /// Count reports that failed (kept and added to the next one).
     ReportsFailed,
+    /// Exchange streams opened (`protocol: grpc_stream`; one per worker, again after a close).
+    ExchangeStreamsOpened,
+    /// Exchange streams that closed (the backend went away or restarted): its requests failed.
+    ExchangeStreamsClosed,
+    /// Exchanges sent as unary calls because no stream was open (or it was full).
+    ExchangeUnary,
 }
 
 impl Counter {
     /// Every counter, for defining them once at start.
-    pub const ALL: [Counter; 12] = [
+    pub const ALL: [Counter; 15] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CachedDenials,
@@ -47,6 +53,9 @@ impl Counter {
         Counter::LeaseGrants,
         Counter::ReportsSent,
         Counter::ReportsFailed,
+        Counter::ExchangeStreamsOpened,
+        Counter::ExchangeStreamsClosed,
+        Counter::ExchangeUnary,
     ];
 
     /// The stat name (Envoy shows it as `wasmcustom.<name>`).
@@ -64,6 +73,9 @@ impl Counter {
             Counter::LeaseGrants => "sluice.lease_grants",
             Counter::ReportsSent => "sluice.reports_sent",
             Counter::ReportsFailed => "sluice.reports_failed",
+            Counter::ExchangeStreamsOpened => "sluice.exchange_streams_opened",
+            Counter::ExchangeStreamsClosed => "sluice.exchange_streams_closed",
+            Counter::ExchangeUnary => "sluice.exchange_unary",
         }
     }
 

@@ -193,18 +193,34 @@ def test_a_restarted_backend_gets_a_new_stream(tmp, upstream):
         who = user()
         r = get(e, "/limited/z", who)
         assert r.status_code == 200 and "x-sluice-failure" not in r.headers
+        # One stream per worker and listener's plugin at least, opened on the roots' first ticks.
+        stack.wait_until(lambda: stat(e, "sluice.exchange_streams_opened") >= 2, "streams opened")
+        opened = stat(e, "sluice.exchange_streams_opened")
+        assert stat(e, "sluice.exchange_streams_closed") == 0
         b.stop()
         r = get(e, "/limited/z", who)
         assert r.status_code == 200 and r.headers.get("x-sluice-failure") in ("unavailable", "timeout"), r.headers
         assert get(e, "/limited/z", who, "LISTEN_CLOSED_PORT").status_code == 503
+        # Envoy's stats say what happened: the streams closed, and requests went as unary calls.
+        stack.wait_until(lambda: stat(e, "sluice.exchange_streams_closed") >= 2, "streams seen closed")
+        assert stat(e, "sluice.exchange_unary") >= 1
         b.start()
         stack.wait_until(lambda: "x-sluice-failure" not in get(e, "/limited/z", who).headers,
                          "the filter back on the restarted backend", timeout=10)
-        # Back on a stream: more decisions add no upstream requests beyond the new streams.
+        # Decisions went as unary calls until a tick reopened the stream (at most a second
+        # after the close); then they ride it again: no upstream request per decision.
+        def on_the_stream():
+            before = stat(e, "cluster.sluice_rls.upstream_rq_total")
+            assert "x-sluice-failure" not in get(e, "/limited/z", who).headers
+            return stat(e, "cluster.sluice_rls.upstream_rq_total") == before
+        # Four in a row: each a new connection, so both workers' streams are back.
+        stack.wait_until(lambda: all(on_the_stream() for _ in range(4)), "decisions back on a stream",
+                         timeout=10)
         before = stat(e, "cluster.sluice_rls.upstream_rq_total")
         for _ in range(20):
             assert "x-sluice-failure" not in get(e, "/limited/z", who).headers
         assert stat(e, "cluster.sluice_rls.upstream_rq_total") - before <= 2
+        assert stat(e, "sluice.exchange_streams_opened") > opened
     finally:
         e.stop()
         b.stop()

@@ -14,10 +14,10 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::BufferType;
 use sluice_core::exchange::{ExchangeReply, ExchangeRequest, CALL_METHOD, SERVICE, STREAM_METHOD};
 
-use super::WasmHost;
+use super::{Metrics, WasmHost};
 use crate::exchange::{Exchanger, StreamHost, Waiting};
 use crate::flow::{Flow, MAX_RESPONSE_BODY};
-use crate::host::ExchangeCall;
+use crate::host::{Counter, ExchangeCall};
 
 /// One worker's exchanger; the waiters are the request contexts' flows (weak: a request that
 /// went away is simply not answered).
@@ -62,12 +62,14 @@ impl StreamHost for RootStreams<'_> {
 
 /// Starts one exchange: on the worker's stream when `link` is given and the stream takes it,
 /// else as a unary `DecisionExchange/Call` (whose answer comes back to the calling context's
-/// `on_grpc_call_response`, see [`reply_of_call`]).
+/// `on_grpc_call_response`, see [`reply_of_call`]). A unary call from a request context is
+/// counted (`sluice.exchange_unary`): many of them mean the stream is down.
 pub fn start(
     service: &str,
     link: Option<&ExchangeLink>,
     now_ns: u64,
     call: &ExchangeCall,
+    metrics: &Metrics,
 ) -> Result<u32, String> {
     if let Some(link) = link {
         let deadline = now_ns.saturating_add(call.timeout_ms.saturating_mul(1_000_000));
@@ -82,6 +84,7 @@ pub fn start(
         if let Some(id) = sent {
             return Ok(id);
         }
+        metrics.increment(Counter::ExchangeUnary);
     }
     let message = prost::Message::encode_to_vec(&ExchangeRequest {
         id: 0,
@@ -140,7 +143,11 @@ pub fn tick(exchanger: &SharedExchanger, service: &str, root: &WasmHost, root_id
     let now = root.now();
     let expired = {
         let mut ex = exchanger.borrow_mut();
+        let was_open = ex.token().is_some();
         ex.ensure_open(&mut RootStreams { service }, now);
+        if !was_open && ex.token().is_some() {
+            root.metrics.increment(Counter::ExchangeStreamsOpened);
+        }
         ex.expired(now)
     };
     deliver_all(expired, TIMED_OUT, &[], root, root_id);
@@ -165,7 +172,15 @@ pub fn on_message(
 
 /// Stream `token` closed: every request waiting on it fails now (the failure mode applies).
 pub fn on_close(exchanger: &SharedExchanger, token: u32, root: &WasmHost, root_id: u32) {
-    let failed = exchanger.borrow_mut().on_close(token, root.now());
+    let failed = {
+        let mut ex = exchanger.borrow_mut();
+        let ours = ex.token() == Some(token);
+        let failed = ex.on_close(token, root.now());
+        if ours {
+            root.metrics.increment(Counter::ExchangeStreamsClosed);
+        }
+        failed
+    };
     deliver_all(failed, STREAM_CLOSED, &[], root, root_id);
 }
 
