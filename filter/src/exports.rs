@@ -86,86 +86,81 @@ fn take<'a>(bytes: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], TrimE
     Ok(slice)
 }
 
-/// The export section's payload without the exports named in `drop`; the names removed.
-fn filter_exports(payload: &[u8], drop: &[&str]) -> Result<(Vec<u8>, Vec<String>), TrimError> {
-    let mut at = 0;
-    let count = read_u32(payload, &mut at)?;
-    let mut kept = Vec::new();
-    let mut kept_count = 0u32;
-    let mut dropped = Vec::new();
-    for _ in 0..count {
-        let entry_start = at;
-        let name_len = read_u32(payload, &mut at)? as usize;
-        let name = take(payload, &mut at, name_len)?;
-        take(payload, &mut at, 1)?; // kind
-        read_u32(payload, &mut at)?; // index
-        let name = String::from_utf8_lossy(name);
-        if drop.contains(&name.as_ref()) {
-            dropped.push(name.into_owned());
-        } else {
-            kept.extend_from_slice(&payload[entry_start..at]);
-            kept_count += 1;
-        }
-    }
-    if at != payload.len() {
-        return Err(TrimError::Truncated(at));
-    }
-    let mut out = Vec::with_capacity(kept.len() + 5);
-    write_u32(&mut out, kept_count);
-    out.extend_from_slice(&kept);
-    Ok((out, dropped))
-}
-
-/// `module` with the exports named in `drop` removed (every other byte as it was), and the
-/// names actually removed. The functions stay in the module, unexported.
-pub fn drop_exports(module: &[u8], drop: &[&str]) -> Result<(Vec<u8>, Vec<String>), TrimError> {
+/// The module's sections in order: `(id, payload)`.
+fn sections(module: &[u8]) -> Result<Vec<(u8, &[u8])>, TrimError> {
     if !module.starts_with(&MAGIC_AND_VERSION) {
         return Err(TrimError::NotWasm);
     }
-    let mut out = Vec::with_capacity(module.len());
-    out.extend_from_slice(&MAGIC_AND_VERSION);
-    let mut dropped = Vec::new();
+    let mut found = Vec::new();
     let mut at = MAGIC_AND_VERSION.len();
     while at < module.len() {
         let id = module[at];
         at += 1;
         let size = read_u32(module, &mut at)? as usize;
-        let payload = take(module, &mut at, size)?;
-        if id == EXPORT_SECTION {
-            let (payload, names) = filter_exports(payload, drop)?;
-            dropped.extend(names);
-            out.push(id);
-            write_u32(&mut out, u32::try_from(payload.len()).unwrap_or(u32::MAX));
-            out.extend_from_slice(&payload);
-        } else {
-            out.push(id);
-            write_u32(&mut out, u32::try_from(size).unwrap_or(u32::MAX));
-            out.extend_from_slice(payload);
+        found.push((id, take(module, &mut at, size)?));
+    }
+    Ok(found)
+}
+
+/// The export section's entries: each export's name and its whole encoded entry.
+fn exports(payload: &[u8]) -> Result<Vec<(String, &[u8])>, TrimError> {
+    let mut at = 0;
+    let count = read_u32(payload, &mut at)?;
+    let mut entries = Vec::new();
+    for _ in 0..count {
+        let entry_start = at;
+        let name_len = read_u32(payload, &mut at)? as usize;
+        let name = String::from_utf8_lossy(take(payload, &mut at, name_len)?).into_owned();
+        take(payload, &mut at, 1)?; // kind
+        read_u32(payload, &mut at)?; // index
+        entries.push((name, &payload[entry_start..at]));
+    }
+    if at != payload.len() {
+        return Err(TrimError::Truncated(at));
+    }
+    Ok(entries)
+}
+
+fn write_section(out: &mut Vec<u8>, id: u8, payload: &[u8]) {
+    out.push(id);
+    write_u32(out, u32::try_from(payload.len()).unwrap_or(u32::MAX));
+    out.extend_from_slice(payload);
+}
+
+/// `module` with the exports named in `drop` removed (every other byte as it was), and the
+/// names actually removed. The functions stay in the module, unexported.
+pub fn drop_exports(module: &[u8], drop: &[&str]) -> Result<(Vec<u8>, Vec<String>), TrimError> {
+    let mut out = Vec::with_capacity(module.len());
+    out.extend_from_slice(&MAGIC_AND_VERSION);
+    let mut dropped = Vec::new();
+    for (id, payload) in sections(module)? {
+        if id != EXPORT_SECTION {
+            write_section(&mut out, id, payload);
+            continue;
         }
+        let (gone, kept): (Vec<_>, Vec<_>) = exports(payload)?
+            .into_iter()
+            .partition(|(name, _)| drop.contains(&name.as_str()));
+        let mut rewritten = Vec::with_capacity(payload.len());
+        write_u32(
+            &mut rewritten,
+            u32::try_from(kept.len()).unwrap_or(u32::MAX),
+        );
+        for (_, entry) in &kept {
+            rewritten.extend_from_slice(entry);
+        }
+        write_section(&mut out, id, &rewritten);
+        dropped.extend(gone.into_iter().map(|(name, _)| name));
     }
     Ok((out, dropped))
 }
 
 /// The names a module exports (for checks and tests).
 pub fn export_names(module: &[u8]) -> Result<Vec<String>, TrimError> {
-    if !module.starts_with(&MAGIC_AND_VERSION) {
-        return Err(TrimError::NotWasm);
-    }
     let mut names = Vec::new();
-    let mut at = MAGIC_AND_VERSION.len();
-    while at < module.len() {
-        let id = module[at];
-        at += 1;
-        let size = read_u32(module, &mut at)? as usize;
-        let payload = take(module, &mut at, size)?;
+    for (id, payload) in sections(module)? {
         if id == EXPORT_SECTION {
-            let mut p = 0;
-            for _ in 0..read_u32(payload, &mut p)? {
-                let len = read_u32(payload, &mut p)? as usize;
-                names.push(String::from_utf8_lossy(take(payload, &mut p, len)?).into_owned());
-                take(payload, &mut p, 1)?;
-                read_u32(payload, &mut p)?;
-            }
+            names.extend(exports(payload)?.into_iter().map(|(name, _)| name));
         }
     }
     Ok(names)
