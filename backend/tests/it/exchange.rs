@@ -10,123 +10,29 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sluice_backend::app::run_with_rls;
 use sluice_backend::rls::exchange::ExchangeCodec;
 use sluice_backend::rls::Rls;
-use sluice_backend::{Config, Listeners, RunError, StoreChoice};
+use sluice_backend::{Config, StoreChoice};
 use sluice_core::exchange::{ExchangeReply, ExchangeRequest, CALL_PATH, STREAM_PATH};
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 
-use crate::harness::{self, client, eventually, long_rule, TOKEN};
+use crate::grpc_rig::GrpcRig;
+use crate::harness::{self, eventually, long_rule, TOKEN};
 use crate::support;
 
 /// The client's side of the codec: encodes requests, decodes replies.
 type ClientCodec = ExchangeCodec<ExchangeRequest, ExchangeReply>;
 
 /// sluice with its gRPC listener, and a channel to it.
-struct Rig {
-    admin: String,
-    decision: String,
-    http: reqwest::Client,
-    channel: Channel,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<JoinHandle<Result<(), RunError>>>,
-}
+type Rig = GrpcRig<Channel>;
 
 impl Rig {
-    async fn start(store: StoreChoice) -> Rig {
-        Rig::start_with(Config::new(store, TOKEN)).await
-    }
-
-    async fn start_with(config: Config) -> Rig {
-        let bind = || TcpListener::bind("127.0.0.1:0");
-        let (decision, admin, rls) = (
-            bind().await.unwrap(),
-            bind().await.unwrap(),
-            bind().await.unwrap(),
-        );
-        let admin_url = format!("http://{}", admin.local_addr().unwrap());
-        let decision_url = format!("http://{}", decision.local_addr().unwrap());
-        let rls_url = format!("http://{}", rls.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(run_with_rls(
-            Listeners { decision, admin },
-            Some(rls),
-            config,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
-        let http = client();
-        eventually(Duration::from_secs(10), "sluice answers /healthz", || {
-            let r = http.get(format!("{admin_url}/healthz")).send();
-            async move { r.await.ok().filter(|r| r.status().is_success()) }
-        })
-        .await;
-        let channel = tonic::transport::Endpoint::from_shared(rls_url)
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        Rig {
-            admin: admin_url,
-            decision: decision_url,
-            http,
-            channel,
-            stop: Some(stop),
-            handle: Some(handle),
-        }
-    }
-
-    async fn put_rule(&self, rule: Value) {
-        let action = rule["action"].as_str().unwrap().to_owned();
-        let r = self
-            .http
-            .put(format!("{}/v1/rules/{action}", self.admin))
-            .bearer_auth(TOKEN)
-            .json(&rule)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
-    }
-
-    /// The decision listener's answer to `POST {path}` with `body`.
-    async fn http_post(&self, path: &str, body: Vec<u8>) -> (u32, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.decision))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = u32::from(r.status().as_u16());
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn metric(&self, name: &str) -> Option<String> {
-        let text = self
-            .http
-            .get(format!("{}/metrics", self.decision))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_owned))
-    }
-
     fn grpc(&self) -> tonic::client::Grpc<Channel> {
-        tonic::client::Grpc::new(self.channel.clone())
+        tonic::client::Grpc::new(self.client.clone())
     }
 
     /// Opens an exchange stream.
@@ -162,18 +68,6 @@ impl Rig {
         .await
         .map(tonic::Response::into_inner)
     }
-
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(handle) = self.handle.take() {
-            let result = tokio::time::timeout(Duration::from_secs(6), handle)
-                .await
-                .expect("run returned within 6 s after shutdown");
-            result.unwrap().unwrap();
-        }
-    }
 }
 
 /// One open stream: requests go in on `tx`, replies come out of `replies`.
@@ -200,6 +94,11 @@ impl Exchange {
             .expect("a reply, not the end of the stream")
     }
 
+    /// One unit of `action` for the key "k" through `ask`; returns the status.
+    async fn throttle_k(&mut self, id: u64, action: &str) -> u32 {
+        self.ask(id, "/v1/throttle", throttle(action, "k")).await.0
+    }
+
     /// Sends one request and waits for its reply (nothing else in flight).
     async fn ask(&mut self, id: u64, path: &str, body: Vec<u8>) -> (u32, Value) {
         self.send(id, path, body).await;
@@ -220,6 +119,16 @@ fn throttle(action: &str, key: &str) -> Vec<u8> {
     json!({"action": action, "key": key, "quantity": 1})
         .to_string()
         .into_bytes()
+}
+
+/// A case of `/v1/throttle` for `action`, one unit, answered `want`.
+fn throttle_case(id: u64, action: &str, want: u32) -> (u64, &'static str, BodyFor<'_>, u32) {
+    (
+        id,
+        "/v1/throttle",
+        Box::new(move |k| throttle(action, k)),
+        want,
+    )
 }
 
 /// A decision without what differs between two keys or two instants.
@@ -256,24 +165,9 @@ async fn one_stream_answers_every_kind_of_request_with_its_id_as_the_http_listen
     // Serially first, so each answer can be set beside the HTTP listener's for the same input
     // (a twin key there, so the two transports count alike).
     let cases: Vec<(u64, &str, BodyFor, u32)> = vec![
-        (
-            10,
-            "/v1/throttle",
-            Box::new(|k| throttle("ex_reply", k)),
-            200,
-        ),
-        (
-            11,
-            "/v1/throttle",
-            Box::new(|k| throttle("ex_none", k)),
-            404,
-        ),
-        (
-            12,
-            "/v1/throttle",
-            Box::new(|k| throttle("ex_reply", k)),
-            200,
-        ),
+        throttle_case(10, "ex_reply", 200),
+        throttle_case(11, "ex_none", 404),
+        throttle_case(12, "ex_reply", 200),
         (
             13,
             "/v1/throttle",
@@ -284,12 +178,7 @@ async fn one_stream_answers_every_kind_of_request_with_its_id_as_the_http_listen
             }),
             400,
         ),
-        (
-            14,
-            "/v1/throttle",
-            Box::new(|k| throttle("ex_reply", k)),
-            200,
-        ),
+        throttle_case(14, "ex_reply", 200),
         (
             15,
             "/v1/throttle/all",
@@ -452,13 +341,7 @@ async fn a_slow_exchange_does_not_hold_up_the_next_on_its_stream() {
     let rig = Rig::start(harness::redis(&redis.url())).await;
     rig.put_rule(long_rule("ex_slow", "gcra", 10)).await;
     let mut stream = rig.open().await;
-    assert_eq!(
-        stream
-            .ask(1, "/v1/throttle", throttle("ex_slow", "k"))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(stream.throttle_k(1, "ex_slow").await, 200);
     // Redis answers nothing for 3 s (redis-cli cannot unpause it: it is paused too); the
     // harness's Redis timeout (500 ms) fails the decision first.
     assert_eq!(redis.cli(&["CLIENT", "PAUSE", "3000", "ALL"]).trim(), "OK");
@@ -557,13 +440,7 @@ async fn a_malformed_message_ends_its_stream_with_invalid_argument_and_only_that
     let rig = Rig::start(StoreChoice::Memory).await;
     rig.put_rule(long_rule("ex_bad", "gcra", 100)).await;
     let mut healthy = rig.open().await;
-    assert_eq!(
-        healthy
-            .ask(1, "/v1/throttle", throttle("ex_bad", "k"))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(healthy.throttle_k(1, "ex_bad").await, 200);
 
     let (tx, rx) = mpsc::channel(4);
     let mut grpc = rig.grpc();
@@ -582,21 +459,9 @@ async fn a_malformed_message_ends_its_stream_with_invalid_argument_and_only_that
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
 
     // The other stream and new ones carry on.
-    assert_eq!(
-        healthy
-            .ask(2, "/v1/throttle", throttle("ex_bad", "k"))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(healthy.throttle_k(2, "ex_bad").await, 200);
     let mut fresh = rig.open().await;
-    assert_eq!(
-        fresh
-            .ask(3, "/v1/throttle", throttle("ex_bad", "k"))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(fresh.throttle_k(3, "ex_bad").await, 200);
     rig.stop().await;
 }
 
@@ -610,14 +475,8 @@ async fn open_streams_are_counted_and_shutdown_ends_them_unavailable() {
     );
     let mut a = rig.open().await;
     let mut b = rig.open().await;
-    assert_eq!(
-        a.ask(1, "/v1/throttle", throttle("ex_gauge", "k")).await.0,
-        200
-    );
-    assert_eq!(
-        b.ask(1, "/v1/throttle", throttle("ex_gauge", "k")).await.0,
-        200
-    );
+    assert_eq!(a.throttle_k(1, "ex_gauge").await, 200);
+    assert_eq!(b.throttle_k(1, "ex_gauge").await, 200);
     assert_eq!(
         rig.metric("sluice_exchange_streams").await.as_deref(),
         Some("2")

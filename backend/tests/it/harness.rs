@@ -110,17 +110,7 @@ impl Sluice {
 
     /// Stops gracefully; asserts that `run` returned Ok within 5 s.
     pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(handle) = self.handle.take() {
-            let result = tokio::time::timeout(Duration::from_secs(5), handle)
-                .await
-                .expect("run returned within 5 s after shutdown");
-            result
-                .expect("run task did not panic")
-                .expect("run returned Ok");
-        }
+        stop_run(self.stop.take(), self.handle.take(), Duration::from_secs(5)).await;
     }
 
     /// `POST /v1/throttle`; returns (status, body).
@@ -147,16 +137,7 @@ impl Sluice {
 
     /// POST raw bytes to the decision listener.
     pub async fn post_raw(&self, path: &str, body: &'static [u8]) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.decision))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .expect("decision request");
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        post_bytes(&self.http, format!("{}{path}", self.decision), body).await
     }
 
     /// An admin request with the token.
@@ -212,6 +193,44 @@ impl Drop for Sluice {
             let _ = stop.send(());
         }
     }
+}
+
+/// Ends a `run` spawned with a stop signal: sends the signal, then asserts that the task
+/// returned Ok within `within`.
+pub async fn stop_run(
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<Result<(), RunError>>>,
+    within: Duration,
+) {
+    if let Some(stop) = stop {
+        let _ = stop.send(());
+    }
+    if let Some(handle) = handle {
+        let result = tokio::time::timeout(within, handle)
+            .await
+            .unwrap_or_else(|_| panic!("run returned within {within:?} after shutdown"));
+        result
+            .expect("run task did not panic")
+            .expect("run returned Ok");
+    }
+}
+
+/// POSTs `body` to `url` as JSON (the bytes as they are, valid or not); returns the status and
+/// the answer as JSON (Null if it is none).
+pub async fn post_bytes(
+    http: &reqwest::Client,
+    url: String,
+    body: impl Into<reqwest::Body>,
+) -> (u16, Value) {
+    let r = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("decision request");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 /// Polls `check` every 25 ms until it returns Some, or panics after `within`.

@@ -13,105 +13,24 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{value::Kind, UInt64Value, Value as PbValue};
 use serde_json::{json, Value};
-use sluice_backend::app::run_with_rls;
-use sluice_backend::{Config, Listeners, RunError, StoreChoice};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use sluice_backend::StoreChoice;
 use tonic::transport::Channel;
 
-use crate::harness::{self, client, eventually, TOKEN};
+use crate::grpc_rig::GrpcRig;
+use crate::harness::{self, eventually, TOKEN};
 use crate::support;
 
-/// sluice with its rate limit service, and a gRPC client to it.
-struct Rig {
-    admin: String,
-    decision: String,
-    http: reqwest::Client,
-    rls: RateLimitServiceClient<Channel>,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<JoinHandle<Result<(), RunError>>>,
-}
+/// sluice with its rate limit service, and envoy-types' client to it.
+type Rig = GrpcRig<RateLimitServiceClient<Channel>>;
 
 impl Rig {
-    async fn start(store: StoreChoice) -> Rig {
-        let bind = || TcpListener::bind("127.0.0.1:0");
-        let (decision, admin, rls) = (
-            bind().await.unwrap(),
-            bind().await.unwrap(),
-            bind().await.unwrap(),
-        );
-        let admin_url = format!("http://{}", admin.local_addr().unwrap());
-        let decision_url = format!("http://{}", decision.local_addr().unwrap());
-        let rls_url = format!("http://{}", rls.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(run_with_rls(
-            Listeners { decision, admin },
-            Some(rls),
-            Config::new(store, TOKEN),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
-        let http = client();
-        eventually(Duration::from_secs(10), "sluice answers /healthz", || {
-            let r = http.get(format!("{admin_url}/healthz")).send();
-            async move { r.await.ok().filter(|r| r.status().is_success()) }
-        })
-        .await;
-        let channel = tonic::transport::Endpoint::from_shared(rls_url)
-            .unwrap()
-            .timeout(Duration::from_secs(10))
-            .connect()
-            .await
-            .unwrap();
-        Rig {
-            admin: admin_url,
-            decision: decision_url,
-            http,
-            rls: RateLimitServiceClient::new(channel),
-            stop: Some(stop),
-            handle: Some(handle),
-        }
-    }
-
-    async fn put_rule(&self, rule: Value) {
-        let action = rule["action"].as_str().unwrap().to_owned();
-        let r = self
-            .http
-            .put(format!("{}/v1/rules/{action}", self.admin))
-            .bearer_auth(TOKEN)
-            .json(&rule)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
-    }
-
     async fn ask(&self, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
-        let mut rls = self.rls.clone();
+        let mut rls = self.client.clone();
         rls.should_rate_limit(request).await.map(|r| r.into_inner())
     }
 
     async fn ok(&self, request: RateLimitRequest) -> RateLimitResponse {
         self.ask(request).await.unwrap()
-    }
-
-    async fn metrics(&self) -> String {
-        let r = self.http.get(format!("{}/metrics", self.decision)).send();
-        r.await.unwrap().text().await.unwrap()
-    }
-
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(handle) = self.handle.take() {
-            let result = tokio::time::timeout(Duration::from_secs(6), handle)
-                .await
-                .expect("run returned within 6 s after shutdown");
-            result.unwrap().unwrap();
-        }
     }
 }
 
@@ -541,7 +460,7 @@ async fn three_descriptors_under_64_clients(rig: &Rig) {
     };
     let tasks: Vec<_> = (0..64)
         .map(|_| {
-            let mut rls = rig.rls.clone();
+            let mut rls = rig.client.clone();
             let request = three();
             tokio::spawn(async move {
                 let mut passed = 0;

@@ -1,7 +1,8 @@
 //! Decisions through Envoy's rate limit service (gRPC RLS v3) reach the history and top denied
 //! exactly as HTTP decisions do: both ways in share `decide` and its activity batch.
 
-use crate::harness::{client, eventually, TOKEN};
+use crate::grpc_rig::GrpcRig;
+use crate::harness::{eventually, TOKEN};
 
 use std::time::Duration;
 
@@ -11,51 +12,17 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::{json, Value};
-use sluice_backend::app::run_with_rls;
-use sluice_backend::{Config, Listeners, StoreChoice};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use sluice_backend::StoreChoice;
+use tonic::transport::Channel;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rls_decisions_count_in_history_and_top_denied() {
-    let bind = || TcpListener::bind("127.0.0.1:0");
-    let (decision, admin, rls) = (
-        bind().await.expect("bind"),
-        bind().await.expect("bind"),
-        bind().await.expect("bind"),
-    );
-    let admin_url = format!("http://{}", admin.local_addr().expect("addr"));
-    let rls_url = format!("http://{}", rls.local_addr().expect("addr"));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let handle = tokio::spawn(run_with_rls(
-        Listeners { decision, admin },
-        Some(rls),
-        Config::new(StoreChoice::Memory, TOKEN),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    let http = client();
-    eventually(Duration::from_secs(10), "sluice answers /healthz", || {
-        let r = http.get(format!("{admin_url}/healthz")).send();
-        async move { r.await.ok().filter(|r| r.status().is_success()) }
-    })
+    let rig = GrpcRig::<RateLimitServiceClient<Channel>>::start(StoreChoice::Memory).await;
+    rig.put_rule(
+        json!({"action": "user", "algorithm": "fixed_window", "capacity": 2, "window": "1h"}),
+    )
     .await;
-    let r = http
-        .put(format!("{admin_url}/v1/rules/user"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"algorithm": "fixed_window", "capacity": 2, "window": "1h"}))
-        .send()
-        .await
-        .expect("put rule");
-    assert_eq!(r.status().as_u16(), 200);
-    let channel = tonic::transport::Endpoint::from_shared(rls_url)
-        .expect("url")
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .expect("connect");
-    let mut rls = RateLimitServiceClient::new(channel);
+    let mut rls = rig.client.clone();
     let ask = |value: &str| RateLimitRequest {
         domain: "edge".into(),
         descriptors: vec![RateLimitDescriptor {
@@ -77,8 +44,9 @@ async fn rls_decisions_count_in_history_and_top_denied() {
         [Code::Ok, Code::Ok, Code::OverLimit, Code::OverLimit].map(|c| c as i32)
     );
     let get = |path: &str| {
-        let r = http
-            .get(format!("{admin_url}{path}"))
+        let r = rig
+            .http
+            .get(format!("{}{path}", rig.admin))
             .bearer_auth(TOKEN)
             .send();
         async move { r.await.expect("get").json::<Value>().await.expect("json") }
@@ -100,6 +68,5 @@ async fn rls_decisions_count_in_history_and_top_denied() {
     );
     let view = get("/v1/keys?key=mallory").await;
     assert_eq!(view["actions"][0]["remaining"], 0);
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(6), handle).await;
+    rig.stop().await;
 }
