@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::Store;
-use sluice_core::{Lease, Rule, Span};
+use sluice_core::{Algorithm, Lease, Rule, Span};
 
 /// Distinct keys the decisions are spread over (round robin).
 const KEYS: usize = 1_000;
@@ -123,14 +123,7 @@ async fn main() -> Result<()> {
         "redis lease µs",
         "units/call"
     );
-    for algorithm in [
-        "gcra",
-        "leaky_bucket",
-        "token_bucket",
-        "fixed_window",
-        "sliding_log",
-        "sliding_window",
-    ] {
+    for algorithm in Algorithm::ALL.map(Algorithm::name) {
         let rule = Arc::new(rule_for(algorithm)?);
         let memory = || -> Arc<dyn Store> { Arc::new(MemoryStore::new()) };
         let (plain, _) = run(memory(), rule.clone(), None, total).await?;

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use serde_json::json;
 use sluice_core::all::{decide_all, Check};
 use sluice_core::time::NANOS_PER_MILLI;
-use sluice_core::{Params, Rule, State};
+use sluice_core::{Algorithm, Params, Rule, State};
 
 const MS: u64 = NANOS_PER_MILLI;
 const T0: u64 = 1_704_067_200_000 * MS;
@@ -28,18 +28,14 @@ fn params(algorithm: &str, capacity: u64) -> Params {
     Rule::from_json(&body).expect("valid rule").params()
 }
 
-const ALGORITHMS: [&str; 6] = [
-    "gcra",
-    "leaky_bucket",
-    "token_bucket",
-    "fixed_window",
-    "sliding_log",
-    "sliding_window",
-];
+/// Every algorithm's JSON name, from core's list.
+fn algorithms() -> [&'static str; 6] {
+    Algorithm::ALL.map(Algorithm::name)
+}
 
 #[test]
 fn the_third_limit_denying_leaves_the_first_two_untouched() {
-    for algorithm in ALGORITHMS {
+    for algorithm in algorithms() {
         let p = params(algorithm, 5);
         let tight = params(algorithm, 2);
         let checks = [
@@ -142,7 +138,7 @@ proptest! {
         caps in prop::collection::vec(1u64..6, 3),
         steps in prop::collection::vec(step(), 1..40),
     ) {
-        let slots: Vec<Params> = caps.iter().map(|&c| params(ALGORITHMS[algorithm], c)).collect();
+        let slots: Vec<Params> = caps.iter().map(|&c| params(algorithms()[algorithm], c)).collect();
         let mut states = vec![State::Fresh; 3];
         let mut now = T0;
         for s in steps {

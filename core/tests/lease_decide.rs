@@ -23,7 +23,7 @@ use sluice_core::lease::grant_units;
 use sluice_core::leased::{grant_ttl_ms, offer, units_for};
 use sluice_core::limits::{MAX_LEASE_TTL_MS, MAX_LEASE_UNITS};
 use sluice_core::time::NANOS_PER_MILLI;
-use sluice_core::{Lease, LeaseGrant, Params, Rule, Span, State};
+use sluice_core::{Algorithm, Lease, LeaseGrant, Params, Rule, Span, State};
 
 const MS: u64 = NANOS_PER_MILLI;
 /// Midnight UTC, 2024-01-01: aligned to every window used here.
@@ -235,15 +235,8 @@ fn config(cases: u32) -> ProptestConfig {
 }
 
 fn algorithm_json(i: usize, capacity: u64, scale_ms: u64, count: u64) -> Value {
-    let algorithm = [
-        "gcra",
-        "leaky_bucket",
-        "token_bucket",
-        "fixed_window",
-        "sliding_log",
-        "sliding_window",
-    ][i];
-    if i < 3 {
+    let algorithm = Algorithm::ALL[i].name();
+    if Algorithm::ALL[i].uses_rate() {
         json!({"action": "a", "algorithm": algorithm, "capacity": capacity,
             "rate": {"count": count, "period": format!("{scale_ms}ms")}})
     } else {
@@ -517,16 +510,13 @@ fn two_envoys_hammering_admit_exactly_the_capacity() {
             .map(|n| (T0 + n * 50_000, (n % 2) as usize))
             .collect();
         let (admitted, callouts) = simulate(&p, l, &requests);
-        let algorithm = [
-            "gcra",
-            "leaky_bucket",
-            "token_bucket",
-            "fixed_window",
-            "sliding_log",
-            "sliding_window",
-        ][i];
+        let algorithm = Algorithm::ALL[i].name();
         // The meters refill 1 unit every 360 ms: about 5 more over the 2 s.
-        let refill = if i < 3 { (2_000 + 1_000) / 360 } else { 0 };
+        let refill = if Algorithm::ALL[i].uses_rate() {
+            (2_000 + 1_000) / 360
+        } else {
+            0
+        };
         let n = admitted.len() as u64;
         assert!(
             n <= capacity + refill,

@@ -16,16 +16,12 @@ use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::{CheckRequest, Store};
 use sluice_core::all::{decide_all, Check};
-use sluice_core::{Mode, Rule, State};
+use sluice_core::{Algorithm, Mode, Rule, State};
 
-const ALGORITHMS: [&str; 6] = [
-    "gcra",
-    "leaky_bucket",
-    "token_bucket",
-    "fixed_window",
-    "sliding_log",
-    "sliding_window",
-];
+/// Every algorithm's JSON name, from core's list.
+fn algorithms() -> [&'static str; 6] {
+    Algorithm::ALL.map(Algorithm::name)
+}
 /// Midnight UTC, 2024-01-01 (aligned to every window here).
 const T0: u64 = 1_704_067_200_000_000_000;
 
@@ -52,7 +48,7 @@ async fn remaining(store: &dyn Store, rule: &Rule, key: &str, at: Option<u64>) -
 /// the third is denied by the global limit and the first two keep exactly 3 and 4. Each answer
 /// equals core's `decide_all` on a memory of the same history.
 pub async fn third_limit_denies_and_the_others_keep_their_counts(store: &dyn Store, tag: &str) {
-    for algorithm in ALGORITHMS {
+    for algorithm in algorithms() {
         let user = limit_rule(&format!("{tag}u-{algorithm}"), algorithm, 5, "enforce");
         let ip = limit_rule(&format!("{tag}i-{algorithm}"), algorithm, 6, "enforce");
         let global = limit_rule(&format!("{tag}g-{algorithm}"), algorithm, 2, "enforce");
@@ -168,7 +164,7 @@ pub async fn concurrent_clients_debit_exactly_the_passed(
     atomic: bool,
 ) -> usize {
     let mut unrefunded_total = 0;
-    for algorithm in ALGORITHMS {
+    for algorithm in algorithms() {
         let rules = Arc::new([
             limit_rule(&format!("{tag}cu-{algorithm}"), algorithm, 40, "enforce"),
             limit_rule(&format!("{tag}ci-{algorithm}"), algorithm, 60, "enforce"),
@@ -325,7 +321,7 @@ pub async fn randomized_all_against_core(
     for n in 0..sequences {
         let rules: Vec<Rule> = (0..4)
             .map(|i| {
-                let algorithm = ALGORITHMS[rng.random_range(0..6)];
+                let algorithm = algorithms()[rng.random_range(0..6)];
                 let capacity = rng.random_range(1..=6u64);
                 let span = ["7ms", "250ms", "1s", "60s"][rng.random_range(0..4)];
                 let mode = if rng.random_bool(0.15) { "shadow" } else { "enforce" };
