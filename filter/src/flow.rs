@@ -201,19 +201,32 @@ impl Flow {
             }
             Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, route.quantity),
         };
-        match dispatched {
+        let pending = Pending {
+            token: 0,
+            action: route.action.clone(),
+            action_index: route.action_index,
+            lease_identity,
+            quantity: route.quantity,
+            sent_ns: now,
+            identity,
+            all: None,
+        };
+        self.started(host, route, dispatched, pending)
+    }
+
+    /// A callout started: count it and wait for its answer (`pending` gets its token). One that
+    /// could not start: the failure mode applies now.
+    fn started(
+        &mut self,
+        host: &mut dyn Host,
+        route: &Route,
+        sent: Result<u32, (&'static str, String)>,
+        pending: Pending,
+    ) -> Next {
+        match sent {
             Ok(token) => {
                 host.count(Counter::Callouts);
-                self.pending = Some(Pending {
-                    token,
-                    action: route.action.clone(),
-                    action_index: route.action_index,
-                    lease_identity,
-                    quantity: route.quantity,
-                    sent_ns: now,
-                    identity,
-                    all: None,
-                });
+                self.pending = Some(Pending { token, ..pending });
                 Next::Pause
             }
             Err((reason, message)) => {
@@ -245,26 +258,17 @@ impl Flow {
         let sent = serde_json::to_vec(&request)
             .map_err(|e| ("encode", format!("encode: {e}")))
             .and_then(|body| self.send_http(host, &path, body));
-        match sent {
-            Ok(token) => {
-                host.count(Counter::Callouts);
-                self.pending = Some(Pending {
-                    token,
-                    action: route.action.clone(),
-                    action_index: route.action_index,
-                    lease_identity: None,
-                    quantity: route.quantity,
-                    sent_ns: now,
-                    identity: None,
-                    all: Some(route.checks.iter().map(|c| c.action.clone()).collect()),
-                });
-                Next::Pause
-            }
-            Err((reason, message)) => {
-                let at = (route.action_index, route.action.as_str());
-                self.fail(host, at, &message, reason, true)
-            }
-        }
+        let pending = Pending {
+            token: 0,
+            action: route.action.clone(),
+            action_index: route.action_index,
+            lease_identity: None,
+            quantity: route.quantity,
+            sent_ns: now,
+            identity: None,
+            all: Some(route.checks.iter().map(|c| c.action.clone()).collect()),
+        };
+        self.started(host, route, sent, pending)
     }
 
     /// POSTs a JSON body to the backend at `path` (an HTTP callout, or an exchange with
