@@ -69,7 +69,7 @@ pub async fn decide_leased(
     Ok(response)
 }
 
-/// Decides several checks all or nothing (`POST /v1/throttle/all`, and the rate limit service's
+/// Decides all-or-nothing checks (`POST /v1/throttle/all`, and the rate limit service's
 /// descriptors): allowed only if every check allows, and a denied request consumes nothing from
 /// any of its limits ([`crate::store::Store::throttle_all`]). Each check is recorded as one
 /// decision is: every check of an allowed request (with its own outcome, so a shadow rule's

@@ -219,7 +219,7 @@ impl Metrics {
         );
         let unrefunded = Counter::default();
         registry.register(
-            "sluice_multi_unrefunded",
+            "sluice_all_unrefunded",
             "Redis Cluster only: debits a request denied by another of its limits kept, because another request changed the key before the refund (never a pass: the limit only counts one request more)",
             unrefunded.clone(),
         );
@@ -360,7 +360,7 @@ impl Metrics {
         self.activity_dropped.inc_by(n);
     }
 
-    /// Counts debits a denied multi-limit request kept on Redis Cluster (a skipped refund).
+    /// Counts debits a denied all-or-nothing request kept on Redis Cluster (a skipped refund).
     pub fn unrefunded(&self, n: u64) {
         self.unrefunded.inc_by(n);
     }
@@ -406,7 +406,7 @@ mod tests {
     #[test]
     fn kept_cluster_debits_are_counted() {
         let metrics = Metrics::new();
-        let name = "sluice_multi_unrefunded_total";
+        let name = "sluice_all_unrefunded_total";
         assert_eq!(sample(&metrics.encode(), name).as_deref(), Some("0"));
         metrics.unrefunded(2);
         metrics.unrefunded(1);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
-use sluice_core::{Rule, RuleError};
+use sluice_core::{FieldError, Rule};
 
 /// Why a rules file was refused. Every variant names the file; those about one rule name its
 /// 1-based position, its action as written, and the line where it starts.
@@ -51,7 +51,7 @@ pub enum RulesFileError {
         /// The rule's action as written (`?` when it has none).
         action: String,
         /// The field at fault (`error.field`, dotted: `rate.period`) and the reason.
-        error: RuleError,
+        error: FieldError,
     },
     /// Two rules for one action.
     #[error(

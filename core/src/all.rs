@@ -1,4 +1,4 @@
-//! Several limits on one request, all or nothing: the request passes only if every check allows
+//! All-or-nothing checks (several limits on one request): the request passes only if every check allows
 //! it, and a denied request consumes nothing from any of its limits.
 //!
 //! Checks are decided in order, each against the state the earlier ones left (two checks on the

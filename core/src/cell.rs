@@ -19,9 +19,9 @@
 //! keys of the wrong type).
 
 use crate::decision::Decision;
+use crate::field_error::FieldError;
 use crate::limits::{CELL_MAX_NS, CELL_MAX_PERIOD_S};
 use crate::params::MeterParams;
-use crate::rule::RuleError;
 use crate::time::{cell_secs, NANOS_PER_MICRO, NANOS_PER_SEC};
 
 /// Validated `CL.THROTTLE` arguments.
@@ -41,7 +41,7 @@ impl CellArgs {
         count: u64,
         period_s: u64,
         quantity: u64,
-    ) -> Result<CellArgs, RuleError> {
+    ) -> Result<CellArgs, FieldError> {
         for (field, value) in [
             ("max_burst", max_burst),
             ("count", count),
@@ -49,27 +49,27 @@ impl CellArgs {
             ("quantity", quantity),
         ] {
             if value > CELL_MAX_NS {
-                return Err(RuleError::new(
+                return Err(FieldError::new(
                     field,
                     format!("must be at most {CELL_MAX_NS} (a 64-bit signed integer)"),
                 ));
             }
         }
         if count == 0 {
-            return Err(RuleError::new("count", "must be at least 1"));
+            return Err(FieldError::new("count", "must be at least 1"));
         }
         if period_s == 0 {
-            return Err(RuleError::new("period", "must be at least 1 second"));
+            return Err(FieldError::new("period", "must be at least 1 second"));
         }
         if period_s > CELL_MAX_PERIOD_S {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "period",
                 format!("must be at most {CELL_MAX_PERIOD_S} seconds (2^63 − 1 nanoseconds, where redis-cell overflows)"),
             ));
         }
         let interval = emission_interval(period_s, count);
         if interval == 0 {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "count",
                 "more than one per nanosecond; use a longer period",
             ));
@@ -77,13 +77,13 @@ impl CellArgs {
         // max_burst ≤ i64::MAX, so this fits; a capacity of 2^63 overflows below, as in redis-cell.
         let capacity = max_burst + 1;
         if !fits(interval, capacity) {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "max_burst",
                 "a full burst would take over 2^63 − 1 nanoseconds (~292 years) to drain, where redis-cell overflows",
             ));
         }
         if !fits(interval, quantity) {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "quantity",
                 "quantity × period / count is over 2^63 − 1 nanoseconds (~292 years), where redis-cell overflows",
             ));

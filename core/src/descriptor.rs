@@ -23,7 +23,8 @@
 //! The request's `domain` is not part of the action (sluice's rules are global); it must not be
 //! empty, as Envoy requires.
 
-use crate::rule::{Action, RuleError};
+use crate::field_error::FieldError;
+use crate::rule::Action;
 
 /// The entry key whose value names the action instead of its key.
 pub const GENERIC_KEY: &str = "generic_key";
@@ -77,11 +78,11 @@ pub fn closest_unit(window_ms: u64) -> i32 {
 pub fn to_check<'a>(
     index: usize,
     entries: impl IntoIterator<Item = (&'a str, &'a str)>,
-) -> Result<(Action, String), RuleError> {
+) -> Result<(Action, String), FieldError> {
     let field = |what: &str| format!("descriptors[{index}].{what}");
     let mut entries = entries.into_iter().enumerate();
     let Some((_, (first_key, first_value))) = entries.next() else {
-        return Err(RuleError::new(field("entries"), "must not be empty"));
+        return Err(FieldError::new(field("entries"), "must not be empty"));
     };
     let (name, name_field) = if first_key == GENERIC_KEY {
         (first_value, field("entries[0].value"))
@@ -89,7 +90,7 @@ pub fn to_check<'a>(
         (first_key, field("entries[0].key"))
     };
     let action = Action::parse(name).map_err(|reason| {
-        RuleError::new(name_field, format!("names the action, which {reason}"))
+        FieldError::new(name_field, format!("names the action, which {reason}"))
     })?;
     let mut values: Vec<&str> = Vec::new();
     if first_key != GENERIC_KEY {
@@ -97,13 +98,13 @@ pub fn to_check<'a>(
     }
     for (i, (key, value)) in entries {
         if i >= MAX_ENTRIES {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 field("entries"),
                 format!("at most {MAX_ENTRIES} entries"),
             ));
         }
         if key.is_empty() {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 field(&format!("entries[{i}].key")),
                 "must not be empty",
             ));

@@ -110,7 +110,7 @@ pub fn render(
     headers
 }
 
-/// The headers for several policies on one request (a route with several checks): every policy in
+/// The headers for several policies on one request (a route with all-or-nothing checks): every policy in
 /// `RateLimit-Policy` and `RateLimit` (draft-10 lists, in order), while `X-RateLimit-*` and
 /// `Retry-After` describe the most restrictive one ([`most_restrictive`]), since those fields hold
 /// one policy each. `denied` is the position of the policy that refused the request, if any.

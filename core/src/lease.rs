@@ -11,8 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Span;
+use crate::field_error::FieldError;
 use crate::limits::{MAX_LEASE_TTL_MS, MAX_LEASE_UNITS};
-use crate::rule::RuleError;
 
 /// One grant never takes more than `1 / LEASE_SHARE_DIVISOR` of what the key has left after the
 /// request itself (rounded down), so one Envoy cannot drain a bucket another Envoy also serves:
@@ -38,15 +38,15 @@ pub struct Lease {
 
 impl Lease {
     /// Checks the bounds, naming the field at fault (`lease.max`, `lease.ttl`).
-    pub fn validate(self) -> Result<Lease, RuleError> {
+    pub fn validate(self) -> Result<Lease, FieldError> {
         if self.max == 0 || self.max > MAX_LEASE_UNITS {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "lease.max",
                 format!("must be 1 to {MAX_LEASE_UNITS}; got {}", self.max),
             ));
         }
         if self.ttl.millis() > MAX_LEASE_TTL_MS {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "lease.ttl",
                 format!(
                     "must be at most {}s; got {}",

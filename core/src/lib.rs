@@ -13,6 +13,7 @@ pub mod descriptor;
 pub mod duration;
 #[cfg(feature = "exchange")]
 pub mod exchange;
+pub mod field_error;
 pub mod headers;
 pub mod lease;
 pub mod leased;
@@ -25,9 +26,10 @@ pub mod wire;
 
 pub use decision::Decision;
 pub use duration::Span;
+pub use field_error::FieldError;
 pub use lease::{Lease, LeaseGrant};
 pub use leased::Leased;
 pub use params::{MeterParams, Params, WindowParams};
-pub use rule::{Action, Algorithm, Limit, Mode, Rate, Rule, RuleError};
+pub use rule::{Action, Algorithm, Limit, Mode, Rate, Rule};
 pub use state::State;
 pub use time::Nanos;

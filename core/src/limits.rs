@@ -80,3 +80,12 @@ const _: () = assert!(MAX_SPAN_MS * 1_000_000 < TWO_POW_53);
 const _: () = assert!(CELL_MAX_PERIOD_S == 9_223_372_036);
 const _: () = assert!(CELL_MAX_PERIOD_S * NANOS_PER_SEC <= CELL_MAX_NS);
 const _: () = assert!((CELL_MAX_PERIOD_S + 1) * NANOS_PER_SEC > CELL_MAX_NS);
+
+/// The filter's default wait for one decision (`backend.timeout_ms`), in milliseconds. The
+/// backend's defaults are derived from it (docs/failure-modes.md), so that with no flags set the
+/// backend never spends longer on a decision than the filter waits for it.
+pub const DEFAULT_DECISION_TIMEOUT_MS: u64 = 25;
+
+/// The longest a caller may ask the backend to work on one decision (`timeout_ms` of a decision
+/// request; the filter's `backend.timeout_ms` has the same bound), in milliseconds.
+pub const MAX_DECISION_TIMEOUT_MS: u64 = 60_000;

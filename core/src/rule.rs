@@ -11,6 +11,7 @@ use std::fmt;
 use serde_json::Value;
 
 use crate::duration::Span;
+use crate::field_error::FieldError;
 use crate::lease::Lease;
 use crate::limits::{
     MAX_ACTION_LEN, MAX_CAPACITY, MAX_DESCRIPTION_LEN, MAX_HORIZON_NS, MAX_RATE_COUNT,
@@ -18,26 +19,6 @@ use crate::limits::{
 };
 use crate::params::Params;
 use crate::wire::{parse, RawRule};
-
-/// A refused rule: which field, and why. Shown to users as `field: reason`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct RuleError {
-    /// The JSON field at fault, dotted for nested ones (`rate.period`).
-    pub field: String,
-    /// What is wrong and what would be accepted.
-    pub reason: String,
-}
-
-impl RuleError {
-    /// A refusal of `field` for `reason`.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> RuleError {
-        RuleError {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
 
 /// An action name: 1–64 characters of `[A-Za-z0-9_.:-]`, safe in Redis keys, URLs and headers.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -214,24 +195,24 @@ impl Rule {
         limit: Limit,
         mode: Mode,
         description: &str,
-    ) -> Result<Rule, RuleError> {
-        let action = Action::parse(action).map_err(|r| RuleError::new("action", r))?;
+    ) -> Result<Rule, FieldError> {
+        let action = Action::parse(action).map_err(|r| FieldError::new("action", r))?;
         validate_capacity(algorithm, capacity)?;
         if let Limit::Rate(rate) = limit {
             validate_rate(rate, capacity)?;
         }
         let params = Params::from_parts(algorithm, capacity, limit).ok_or_else(|| {
             if algorithm.uses_rate() {
-                RuleError::new(
+                FieldError::new(
                     "rate",
                     format!("{algorithm} needs a rate ({{\"count\": N, \"period\": \"60s\"}}), not a window"),
                 )
             } else {
-                RuleError::new("window", format!("{algorithm} needs a window (like \"60s\"), not a rate"))
+                FieldError::new("window", format!("{algorithm} needs a window (like \"60s\"), not a rate"))
             }
         })?;
         if description.len() > MAX_DESCRIPTION_LEN {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "description",
                 format!("must be at most {MAX_DESCRIPTION_LEN} bytes"),
             ));
@@ -249,18 +230,18 @@ impl Rule {
     }
 
     /// The same rule with leasing set (validated) or off.
-    pub fn with_lease(mut self, lease: Option<Lease>) -> Result<Rule, RuleError> {
+    pub fn with_lease(mut self, lease: Option<Lease>) -> Result<Rule, FieldError> {
         self.lease = lease.map(Lease::validate).transpose()?;
         Ok(self)
     }
 
     /// Parses and validates the JSON form, naming the field and the reason on refusal.
-    pub fn from_json(value: &Value) -> Result<Rule, RuleError> {
+    pub fn from_json(value: &Value) -> Result<Rule, FieldError> {
         Rule::try_from(parse::from_value::<RawRule>(value, "rule")?)
     }
 
     /// Parses JSON text (see [`Rule::from_json`]).
-    pub fn from_json_str(text: &str) -> Result<Rule, RuleError> {
+    pub fn from_json_str(text: &str) -> Result<Rule, FieldError> {
         Rule::try_from(parse::from_slice::<RawRule>(text.as_bytes(), "rule")?)
     }
 
@@ -303,14 +284,14 @@ impl Rule {
     }
 }
 
-fn validate_capacity(algorithm: Algorithm, capacity: u64) -> Result<(), RuleError> {
+fn validate_capacity(algorithm: Algorithm, capacity: u64) -> Result<(), FieldError> {
     let max = if algorithm == Algorithm::SlidingLog {
         MAX_SLIDING_LOG_CAPACITY
     } else {
         MAX_CAPACITY
     };
     if capacity == 0 {
-        return Err(RuleError::new("capacity", "must be at least 1"));
+        return Err(FieldError::new("capacity", "must be at least 1"));
     }
     if capacity > max {
         let why = if algorithm == Algorithm::SlidingLog {
@@ -318,7 +299,7 @@ fn validate_capacity(algorithm: Algorithm, capacity: u64) -> Result<(), RuleErro
         } else {
             ""
         };
-        return Err(RuleError::new(
+        return Err(FieldError::new(
             "capacity",
             format!("must be at most {max} for {algorithm}{why}; got {capacity}"),
         ));
@@ -326,18 +307,18 @@ fn validate_capacity(algorithm: Algorithm, capacity: u64) -> Result<(), RuleErro
     Ok(())
 }
 
-fn validate_rate(rate: Rate, capacity: u64) -> Result<(), RuleError> {
+fn validate_rate(rate: Rate, capacity: u64) -> Result<(), FieldError> {
     if rate.count == 0 {
-        return Err(RuleError::new("rate.count", "must be at least 1"));
+        return Err(FieldError::new("rate.count", "must be at least 1"));
     }
     if rate.count > MAX_RATE_COUNT {
-        return Err(RuleError::new(
+        return Err(FieldError::new(
             "rate.count",
             format!("must be at most {MAX_RATE_COUNT}; got {}", rate.count),
         ));
     }
     if rate.emission_interval_ns() == 0 {
-        return Err(RuleError::new(
+        return Err(FieldError::new(
             "rate.count",
             format!(
                 "{} per {} is more than one per nanosecond; use a longer period",
@@ -347,7 +328,7 @@ fn validate_rate(rate: Rate, capacity: u64) -> Result<(), RuleError> {
     }
     let horizon = u128::from(rate.emission_interval_ns()) * u128::from(capacity);
     if horizon > u128::from(MAX_HORIZON_NS) {
-        return Err(RuleError::new(
+        return Err(FieldError::new(
             "capacity",
             format!(
                 "a full bucket of {capacity} at {} per {} takes {} days to drain; at most 90 days is supported",

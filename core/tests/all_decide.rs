@@ -1,4 +1,4 @@
-//! Several limits on one request ([`decide_all`]): a table (three limits, the third denies) and
+//! All-or-nothing checks (several limits on one request) ([`decide_all`]): a table (three limits, the third denies) and
 //! properties on random histories of random check sets:
 //! - allowed: every enforced check allowed, and the states afterwards are exactly those of
 //!   deciding each check in order with [`Params::decide_change`];

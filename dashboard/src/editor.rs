@@ -78,18 +78,20 @@ impl Field {
     }
 }
 
-/// A message for one input.
+/// Where the form shows a refusal: a core [`sluice_core::FieldError`] (the one field-error
+/// shape of rules, requests and configs) resolved to the input it names, so its message sits next
+/// to that input. Not a second error type: its `message` is the core error's `reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
+pub struct InputError {
     /// Which input.
     pub field: Field,
     /// The reason, without the field name (it is shown next to the field).
     pub message: String,
 }
 
-impl FieldError {
+impl InputError {
     /// The message for a server refusal: next to its field when the server named one.
-    pub fn from_server(error: &ServerError) -> FieldError {
+    pub fn from_server(error: &ServerError) -> InputError {
         let field = error.field.as_deref().map_or(Field::Rule, Field::from_path);
         let message = match &error.field {
             Some(path) => error
@@ -99,7 +101,7 @@ impl FieldError {
                 .to_owned(),
             None => error.message.clone(),
         };
-        FieldError { field, message }
+        InputError { field, message }
     }
 }
 
@@ -253,7 +255,7 @@ impl RuleForm {
     /// override: the keys of the action that already have one): a new rule or override may not
     /// take one of them (that would silently overwrite it). On refusal, the first error (see
     /// [`RuleForm::validate_all`] for every one).
-    pub fn validate(&self, mode: EditMode, existing: &[String]) -> Result<Rule, FieldError> {
+    pub fn validate(&self, mode: EditMode, existing: &[String]) -> Result<Rule, InputError> {
         self.validate_all(mode, existing)
             .map_err(|mut all| all.remove(0))
     }
@@ -265,11 +267,11 @@ impl RuleForm {
         &self,
         mode: EditMode,
         existing: &[String],
-    ) -> Result<Rule, Vec<FieldError>> {
+    ) -> Result<Rule, Vec<InputError>> {
         let json = self.to_json();
-        let mut errors: Vec<FieldError> = rule_field_errors(&json)
+        let mut errors: Vec<InputError> = rule_field_errors(&json)
             .into_iter()
-            .map(|e| FieldError {
+            .map(|e| InputError {
                 field: Field::from_path(&e.field),
                 message: e.reason,
             })
@@ -279,7 +281,7 @@ impl RuleForm {
                 let taken = mode == EditMode::Create
                     && existing.iter().any(|a| a.as_str() == self.action.trim());
                 if taken && !errors.iter().any(|e| e.field == Field::Action) {
-                    errors.push(FieldError {
+                    errors.push(InputError {
                         field: Field::Action,
                         message: "a rule for this action already exists; edit it instead".into(),
                     });
@@ -288,17 +290,17 @@ impl RuleForm {
             // The key exactly as typed (a key may have spaces at its ends), judged by core.
             Some(key) => {
                 if let Err(e) = check_override_key(key) {
-                    errors.push(FieldError {
+                    errors.push(InputError {
                         field: Field::Key,
                         message: e.reason,
                     });
                 } else if !crate::overrides::nameable_in_path(key) {
-                    errors.push(FieldError {
+                    errors.push(InputError {
                         field: Field::Key,
                         message: "`.` and `..` cannot be named in a URL path from a browser (it resolves them away); set it with a client that sends the path as is".into(),
                     });
                 } else if mode == EditMode::Create && existing.iter().any(|k| k == key) {
-                    errors.push(FieldError {
+                    errors.push(InputError {
                         field: Field::Key,
                         message: "this key already has an override; edit it instead".into(),
                     });
@@ -307,7 +309,7 @@ impl RuleForm {
         }
         if errors.is_empty() {
             return Rule::from_json(&json).map_err(|e| {
-                vec![FieldError {
+                vec![InputError {
                     field: Field::from_path(&e.field),
                     message: e.reason,
                 }]
@@ -403,7 +405,7 @@ mod tests {
         }
     }
 
-    fn error_of(f: &RuleForm) -> FieldError {
+    fn error_of(f: &RuleForm) -> InputError {
         f.validate(EditMode::Create, &[]).unwrap_err()
     }
 
@@ -425,7 +427,7 @@ mod tests {
         });
         assert_eq!(
             e,
-            FieldError {
+            InputError {
                 field: Field::Capacity,
                 message: "must be at least 1".into()
             }
@@ -650,10 +652,10 @@ mod tests {
             400,
             r#"{"error":"invalid_rule","field":"rate.period","message":"rate.period: must be at most 7d; got \"8d\""}"#,
         );
-        let f = FieldError::from_server(&e);
+        let f = InputError::from_server(&e);
         assert_eq!(f.field, Field::RatePeriod);
         assert_eq!(f.message, "must be at most 7d; got \"8d\"");
-        let other = FieldError::from_server(&ServerError::from_response(500, "boom"));
+        let other = InputError::from_server(&ServerError::from_response(500, "boom"));
         assert_eq!(other.field, Field::Rule);
         assert!(other.message.contains("boom"));
     }
@@ -713,8 +715,8 @@ mod tests {
             r#"{"error":"invalid_request","field":"key","message":"key: is 200 bytes"}"#,
         );
         assert_eq!(
-            FieldError::from_server(&server),
-            FieldError {
+            InputError::from_server(&server),
+            InputError {
                 field: Field::Key,
                 message: "is 200 bytes".into()
             }

@@ -4,30 +4,11 @@
 
 use serde::Deserialize;
 use sluice_core::headers::HeaderFamilies;
-use sluice_core::limits::MAX_QUANTITY;
-use sluice_core::Action;
+use sluice_core::limits::{MAX_DECISION_TIMEOUT_MS, MAX_QUANTITY};
+use sluice_core::{Action, FieldError};
 
 mod lease_report;
 pub use lease_report::{LeaseConfig, ReportConfig};
-
-/// A refused configuration: the JSON path of the field at fault and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct ConfigError {
-    /// Dotted JSON path (`routes[0].key.name`), or `(root)`.
-    pub field: String,
-    /// What is wrong and what would be accepted.
-    pub reason: String,
-}
-
-impl ConfigError {
-    pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
 
 /// What to do when the backend cannot give a decision (error status, timeout, bad JSON).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -64,7 +45,7 @@ pub enum Protocol {
     Grpc,
     /// The decision API's requests as messages on one long-lived gRPC stream per worker
     /// (`sluice.v1.DecisionExchange/Stream` on the RLS listener, an HTTP/2 cluster): the same
-    /// JSON as `http` (leases and several checks included) at a fraction of Envoy's cost per
+    /// JSON as `http` (leases and all-or-nothing checks included) at a fraction of Envoy's cost per
     /// request; unary `DecisionExchange/Call` while the stream is down. See `exchange.rs`.
     /// The default: of the three it costs Envoy the least CPU per decision (docs/exchange.md).
     #[default]
@@ -77,7 +58,7 @@ impl Protocol {
         matches!(self, Protocol::Grpc | Protocol::GrpcStream)
     }
 
-    /// Whether the callout carries the decision API's JSON (leases, several checks).
+    /// Whether the callout carries the decision API's JSON (leases, all-or-nothing checks).
     pub fn speaks_json(self) -> bool {
         matches!(self, Protocol::Http | Protocol::GrpcStream)
     }
@@ -120,7 +101,7 @@ fn default_path() -> String {
     "/v1/throttle".to_owned()
 }
 fn default_timeout_ms() -> u64 {
-    25
+    sluice_core::limits::DEFAULT_DECISION_TIMEOUT_MS
 }
 
 /// The local denial cache (see `cache.rs` for why it is exact).
@@ -230,7 +211,7 @@ pub const DEFAULT_MISSING_KEY: &str = "anonymous";
 /// How deep `on_missing` fallbacks may nest.
 pub const MAX_KEY_DEPTH: usize = 4;
 
-/// One of several limits on a route (`checks`): an action and where its key comes from.
+/// One of a route's all-or-nothing checks (`checks`): an action and where its key comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteCheck {
@@ -254,7 +235,7 @@ fn unset_key() -> KeySource {
     }
 }
 
-/// One route: match → action and key, or match → several checks (all or nothing, one callout).
+/// One route: match → action and key, or match → all-or-nothing checks (one callout).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Route {
@@ -274,7 +255,7 @@ pub struct Route {
     /// Units each request costs (default 1).
     #[serde(default = "one")]
     pub quantity: u64,
-    /// Several limits instead of `action` and `key` (2 to
+    /// All-or-nothing checks instead of `action` and `key` (2 to
     /// [`sluice_core::limits::MAX_CHECKS`]): the request passes only if every one allows it, and
     /// a denied request consumes nothing from any of them (`POST /v1/throttle/all`). HTTP callouts
     /// only; no leases and no denial cache for such routes.
@@ -332,7 +313,7 @@ pub struct Config {
 
 impl Config {
     /// Parses and validates the plugin configuration, naming the field at fault on error.
-    pub fn from_json(bytes: &[u8]) -> Result<Config, ConfigError> {
+    pub fn from_json(bytes: &[u8]) -> Result<Config, FieldError> {
         let de = &mut serde_json::Deserializer::from_slice(bytes);
         let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
@@ -341,39 +322,42 @@ impl Config {
             } else {
                 path
             };
-            ConfigError::new(field, e.into_inner().to_string())
+            FieldError::new(field, e.into_inner().to_string())
         })?;
         config.validate()?;
         Ok(config)
     }
 
-    fn validate(&mut self) -> Result<(), ConfigError> {
+    fn validate(&mut self) -> Result<(), FieldError> {
         let b = &self.backend;
         if b.cluster.is_empty() {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "backend.cluster",
                 "must name an Envoy cluster",
             ));
         }
         if b.authority.is_empty() {
-            return Err(ConfigError::new("backend.authority", "must not be empty"));
+            return Err(FieldError::new("backend.authority", "must not be empty"));
         }
         if !b.path.starts_with('/') {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "backend.path",
                 format!("must start with /; got {:?}", b.path),
             ));
         }
-        if !(1..=60_000).contains(&b.timeout_ms) {
-            return Err(ConfigError::new(
+        if !(1..=MAX_DECISION_TIMEOUT_MS).contains(&b.timeout_ms) {
+            return Err(FieldError::new(
                 "backend.timeout_ms",
-                format!("must be 1 to 60000 milliseconds; got {}", b.timeout_ms),
+                format!(
+                    "must be 1 to {MAX_DECISION_TIMEOUT_MS} milliseconds; got {}",
+                    b.timeout_ms
+                ),
             ));
         }
         if b.protocol.is_grpc() {
             for (field, value) in [("cluster", &b.cluster), ("authority", &b.authority)] {
                 if value.len() > MAX_GRPC_NAME {
-                    return Err(ConfigError::new(
+                    return Err(FieldError::new(
                         format!("backend.{field}"),
                         format!(
                             "must be at most {MAX_GRPC_NAME} bytes with a gRPC protocol; got {}",
@@ -384,11 +368,11 @@ impl Config {
             }
             self.backend.grpc_service =
                 grpc_service(&self.backend.cluster, &self.backend.authority).ok_or_else(|| {
-                    ConfigError::new("backend.cluster", "cannot be named in a gRPC call")
+                    FieldError::new("backend.cluster", "cannot be named in a gRPC call")
                 })?;
         }
         if !(400..=599).contains(&self.failure_status) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "failure_status",
                 format!(
                     "must be an HTTP error status, 400 to 599; got {}",
@@ -398,13 +382,13 @@ impl Config {
         }
         let dc = &self.denial_cache;
         if !(1..=86_400_000).contains(&dc.max_ttl_ms) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "denial_cache.max_ttl_ms",
                 format!("must be 1 to 86400000; got {}", dc.max_ttl_ms),
             ));
         }
         if !(1..=16_777_216).contains(&dc.slots) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "denial_cache.slots",
                 format!("must be 1 to 16777216; got {}", dc.slots),
             ));
@@ -413,7 +397,7 @@ impl Config {
         self.report
             .validate(&self.backend.cluster, self.backend.protocol)?;
         if self.routes.is_empty() {
-            return Err(ConfigError::new("routes", "must hold at least one route"));
+            return Err(FieldError::new("routes", "must hold at least one route"));
         }
         for (i, route) in self.routes.iter_mut().enumerate() {
             let at = format!("routes[{i}]");
@@ -455,20 +439,20 @@ fn action_index(actions: &mut Vec<String>, action: &str) -> usize {
 /// A route gives either `action` and `key`, or `checks` (2 to MAX_CHECKS, HTTP callouts only);
 /// each check is validated like a route's own action, key and quantity. With `checks`, the
 /// route's `action` and `key` become the first check's (what logs and failure reports name).
-fn validate_checks(route: &mut Route, at: &str, protocol: Protocol) -> Result<(), ConfigError> {
+fn validate_checks(route: &mut Route, at: &str, protocol: Protocol) -> Result<(), FieldError> {
     let key_given = route.key_written.is_some() || route.key != unset_key();
     if let Some(key) = route.key_written.take() {
         route.key = key;
     }
     if route.checks.is_empty() {
         if route.action.is_empty() {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 format!("{at}.action"),
                 "required (or give checks: a list of {action, key})",
             ));
         }
         if !key_given {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 format!("{at}.key"),
                 "required (or give checks: a list of {action, key})",
             ));
@@ -476,14 +460,14 @@ fn validate_checks(route: &mut Route, at: &str, protocol: Protocol) -> Result<()
         return Ok(());
     }
     if !route.action.is_empty() || key_given {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             format!("{at}.checks"),
             "give either action and key, or checks, not both",
         ));
     }
     let max = sluice_core::limits::MAX_CHECKS;
     if route.checks.len() < 2 || route.checks.len() > max {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             format!("{at}.checks"),
             format!(
                 "must hold 2 to {max} checks (one limit is action and key); got {}",
@@ -492,17 +476,17 @@ fn validate_checks(route: &mut Route, at: &str, protocol: Protocol) -> Result<()
         ));
     }
     if !protocol.speaks_json() {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             format!("{at}.checks"),
-            "several checks need backend.protocol http or grpc_stream (one POST /v1/throttle/all carries them)",
+            "all-or-nothing checks need backend.protocol http or grpc_stream (one POST /v1/throttle/all carries them)",
         ));
     }
     for (j, check) in route.checks.iter_mut().enumerate() {
         let here = format!("{at}.checks[{j}]");
-        Action::parse(&check.action).map_err(|r| ConfigError::new(format!("{here}.action"), r))?;
+        Action::parse(&check.action).map_err(|r| FieldError::new(format!("{here}.action"), r))?;
         let quantity = check.quantity.unwrap_or(route.quantity);
         if !(1..=MAX_QUANTITY).contains(&quantity) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 format!("{here}.quantity"),
                 format!("must be 1 to {MAX_QUANTITY}; got {quantity}"),
             ));
@@ -517,10 +501,10 @@ fn validate_checks(route: &mut Route, at: &str, protocol: Protocol) -> Result<()
     Ok(())
 }
 
-fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
-    Action::parse(&route.action).map_err(|r| ConfigError::new(format!("{at}.action"), r))?;
+fn validate_route(route: &mut Route, at: &str) -> Result<(), FieldError> {
+    Action::parse(&route.action).map_err(|r| FieldError::new(format!("{at}.action"), r))?;
     if !(1..=MAX_QUANTITY).contains(&route.quantity) {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             format!("{at}.quantity"),
             format!("must be 1 to {MAX_QUANTITY}; got {}", route.quantity),
         ));
@@ -528,7 +512,7 @@ fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
     let m = &mut route.matcher;
     if let Some(prefix) = &m.path_prefix {
         if !prefix.starts_with('/') {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 format!("{at}.match.path_prefix"),
                 "must start with /",
             ));
@@ -536,7 +520,7 @@ fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
     }
     if let Some(path) = &m.path {
         if !path.starts_with('/') {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 format!("{at}.match.path"),
                 "must start with /",
             ));
@@ -544,7 +528,7 @@ fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
     }
     if let Some(method) = &m.method {
         if method.is_empty() || !method.bytes().all(|c| c.is_ascii_uppercase()) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 format!("{at}.match.method"),
                 format!("must be an uppercase HTTP method such as GET or POST; got {method:?}"),
             ));
@@ -552,27 +536,27 @@ fn validate_route(route: &mut Route, at: &str) -> Result<(), ConfigError> {
     }
     for (j, h) in m.headers.iter_mut().enumerate() {
         h.name = header_name(&h.name)
-            .map_err(|r| ConfigError::new(format!("{at}.match.headers[{j}].name"), r))?;
+            .map_err(|r| FieldError::new(format!("{at}.match.headers[{j}].name"), r))?;
     }
     validate_key(&mut route.key, &format!("{at}.key"), 1)
 }
 
-fn validate_key(key: &mut KeySource, at: &str, depth: usize) -> Result<(), ConfigError> {
+fn validate_key(key: &mut KeySource, at: &str, depth: usize) -> Result<(), FieldError> {
     if depth > MAX_KEY_DEPTH {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             at,
             format!("on_missing may nest at most {MAX_KEY_DEPTH} deep"),
         ));
     }
     let on_missing = match key {
         KeySource::Header { name, on_missing } => {
-            *name = header_name(name).map_err(|r| ConfigError::new(format!("{at}.name"), r))?;
+            *name = header_name(name).map_err(|r| FieldError::new(format!("{at}.name"), r))?;
             on_missing
         }
         KeySource::ClientIp { on_missing } | KeySource::Path { on_missing } => on_missing,
         KeySource::Constant { value } => {
             if value.is_empty() {
-                return Err(ConfigError::new(format!("{at}.value"), "must not be empty"));
+                return Err(FieldError::new(format!("{at}.value"), "must not be empty"));
             }
             return Ok(());
         }
@@ -599,7 +583,7 @@ fn header_name(name: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn parse(json: &str) -> Result<Config, ConfigError> {
+    fn parse(json: &str) -> Result<Config, FieldError> {
         Config::from_json(json.as_bytes())
     }
 

@@ -45,7 +45,7 @@ pub enum Answer {
     /// A decision estimated from a gRPC `DescriptorStatus` without sluice's metadata (see
     /// `rls::classify`): handled like a decision, except that a denial is not cached.
     Estimated(ThrottleResponse),
-    /// The answer to a route with several checks (`POST /v1/throttle/all`).
+    /// The answer to a route with all-or-nothing checks (`POST /v1/throttle/all`).
     All(ThrottleAllResponse),
     /// 404 `unknown_action`: no rule for the action.
     UnknownAction,
@@ -75,7 +75,7 @@ pub fn classify(status: Option<&[u8]>, body: &[u8]) -> Answer {
     }
 }
 
-/// Classifies the answer to `POST /v1/throttle/all` (a route with several checks) as
+/// Classifies the answer to `POST /v1/throttle/all` (a route with all-or-nothing checks) as
 /// [`classify`] does one decision.
 pub fn classify_all(status: Option<&[u8]>, body: &[u8]) -> Answer {
     let ok = status.is_some_and(|s| s == b"200");
@@ -110,7 +110,7 @@ struct Pending {
     quantity: u64,
     sent_ns: u64,
     identity: Option<Vec<u8>>,
-    /// A route with several checks: their actions, in order (the answer's `results` follow it).
+    /// A route with all-or-nothing checks: their actions, in order (the answer's `results` follow it).
     all: Option<Vec<String>>,
 }
 
@@ -236,7 +236,7 @@ impl Flow {
         }
     }
 
-    /// A route with several checks: one `POST /v1/throttle/all` carrying them all (no lease, no
+    /// A route with all-or-nothing checks: one `POST /v1/throttle/all` carrying them all (no lease, no
     /// denial cache: a denial depends on every check's key, and one cached under the route's
     /// whole key set would answer for limits that may have freed since).
     fn start_all(&mut self, host: &mut dyn Host, route: &Route, line: &RequestLine) -> Next {
@@ -253,6 +253,8 @@ impl Flow {
                     quantity: c.quantity.unwrap_or(route.quantity),
                 })
                 .collect(),
+            // The backend starts no store step it cannot answer within this wait.
+            timeout_ms: Some(self.config.backend.timeout_ms),
         };
         let path = format!("{}/all", self.config.backend.path);
         let sent = serde_json::to_vec(&request)
@@ -328,6 +330,8 @@ impl Flow {
             key,
             quantity,
             lease: self.config.lease.enabled,
+            // The backend starts no store step it cannot answer within this wait.
+            timeout_ms: Some(self.config.backend.timeout_ms),
         };
         let body = serde_json::to_vec(&request).map_err(|e| ("encode", format!("encode: {e}")))?;
         self.send_http(host, &self.config.backend.path, body)
@@ -376,7 +380,7 @@ impl Flow {
             classify(status, body)
         };
         if let (Answer::UnknownAction, Some(p)) = (&answer, self.pending.as_mut()) {
-            // A route with several checks: the 404 names the check (`checks[i].action`), so the
+            // A route with all-or-nothing checks: the 404 names the check (`checks[i].action`), so the
             // reply names that action rather than the route's first.
             let named = unknown_check(body).and_then(|i| p.all.as_ref()?.get(i).cloned());
             if let Some(action) = named {
@@ -486,7 +490,7 @@ impl Flow {
         host.resume();
     }
 
-    /// The answer for a route with several checks: every policy in `RateLimit-Policy` and
+    /// The answer for a route with all-or-nothing checks: every policy in `RateLimit-Policy` and
     /// `RateLimit`, the most restrictive in `X-RateLimit-*` and `Retry-After`; a denial's
     /// problem+json names the check that denied.
     fn decided_all(&mut self, host: &mut dyn Host, pending: &Pending, r: &ThrottleAllResponse) {

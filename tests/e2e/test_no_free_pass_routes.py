@@ -1,5 +1,5 @@
 """No key a client controls turns into a free pass on the two kinds of route test_no_free_pass.py
-does not attack: routes with several checks (`checks`, all or nothing, one
+does not attack: routes with all-or-nothing checks (`checks`, all or nothing, one
 `POST /v1/throttle/all`) and leased routes (a rule with `lease`: admissions from the lease table
 in shared data and the workers' pockets, with no callout). Keys at odd sizes and bytes (empty,
 1 byte, 128 and 129 bytes around the digest bound, 40 KB, non-UTF-8, quotes, backslashes, JSON
@@ -223,7 +223,7 @@ def no_failure(responses, what):
     assert not failures, (what, failures)
 
 
-# --- several checks -------------------------------------------------------------------------------
+# --- all-or-nothing checks -------------------------------------------------------------------------------
 
 def multi(envoy, user, org):
     return send(envoy, b"/multi/x", [("x-user", user), ("x-org", org)])

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sluice_core::wire::{ActionCounts, FilterReport};
-use sluice_core::RuleError;
+use sluice_core::FieldError;
 
 use super::pending::HistoryPending;
 use super::{step_start, HistoryRecord, Tally};
@@ -95,7 +95,7 @@ pub fn ingest(
     warnings: &UncheckedWarnings,
     now_ms: u64,
     now: Instant,
-) -> Result<Ingested, RuleError> {
+) -> Result<Ingested, FieldError> {
     let entries = report.validate()?;
     let mut ingested = Ingested::default();
     for (action, counts) in entries {

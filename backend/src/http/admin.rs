@@ -12,7 +12,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
 use sluice_core::wire::{parse, ApiError, LevelsBody, RawRule, RulesBody, SessionRequest};
-use sluice_core::{Action, Rule, RuleError};
+use sluice_core::{Action, FieldError, Rule};
 
 use super::audit;
 use super::error::ApiFailure;
@@ -137,7 +137,7 @@ pub(crate) fn rule_body(
         None => raw.action = Some(action.as_str().to_owned()),
         Some(named) if named == action.as_str() => {}
         Some(other) => {
-            return Err(ApiFailure::invalid_rule(RuleError::new(
+            return Err(ApiFailure::invalid_rule(FieldError::new(
                 "action",
                 format!(
                     "must equal the action in the path ({:?}); got {other:?}",

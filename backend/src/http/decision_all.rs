@@ -1,4 +1,4 @@
-//! `POST /v1/throttle/all`: several limits on one request, all or nothing. A denial is a 200
+//! `POST /v1/throttle/all`: all-or-nothing checks (several limits on one request). A denial is a 200
 //! with `allowed: false` and `denied` naming the check; nothing was consumed from any limit.
 
 use std::sync::Arc;

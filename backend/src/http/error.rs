@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sluice_core::wire::{ApiError, ErrorCode};
-use sluice_core::RuleError;
+use sluice_core::FieldError;
 
 use crate::store::StoreError;
 
@@ -31,7 +31,7 @@ impl ApiFailure {
         }
     }
 
-    fn about_field(status: StatusCode, error: ErrorCode, e: RuleError) -> ApiFailure {
+    fn about_field(status: StatusCode, error: ErrorCode, e: FieldError) -> ApiFailure {
         ApiFailure {
             status,
             body: ApiError {
@@ -44,16 +44,16 @@ impl ApiFailure {
 
     /// 400 `invalid_request` naming the field at fault.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiFailure {
-        ApiFailure::from_request_error(RuleError::new(field, message))
+        ApiFailure::from_request_error(FieldError::new(field, message))
     }
 
     /// 400 `invalid_request` from a core validation or parse error.
-    pub fn from_request_error(e: RuleError) -> ApiFailure {
+    pub fn from_request_error(e: FieldError) -> ApiFailure {
         ApiFailure::about_field(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, e)
     }
 
     /// 400 `invalid_rule` from a rule validation error.
-    pub fn invalid_rule(e: RuleError) -> ApiFailure {
+    pub fn invalid_rule(e: FieldError) -> ApiFailure {
         ApiFailure::about_field(StatusCode::BAD_REQUEST, ErrorCode::InvalidRule, e)
     }
 

@@ -4,7 +4,7 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_core::descriptor::to_check;
 use sluice_core::limits::MAX_QUANTITY;
-use sluice_core::{Action, RuleError};
+use sluice_core::{Action, FieldError};
 
 /// Most descriptors one request may carry.
 pub use sluice_core::limits::MAX_RLS_DESCRIPTORS as MAX_DESCRIPTORS;
@@ -21,15 +21,15 @@ pub struct Check {
 }
 
 /// The checks of a request, in descriptor order, or the first field sluice refuses.
-pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, RuleError> {
+pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
     if request.domain.is_empty() {
-        return Err(RuleError::new("domain", "must not be empty"));
+        return Err(FieldError::new("domain", "must not be empty"));
     }
     if request.descriptors.is_empty() {
-        return Err(RuleError::new("descriptors", "must not be empty"));
+        return Err(FieldError::new("descriptors", "must not be empty"));
     }
     if request.descriptors.len() > MAX_DESCRIPTORS {
-        return Err(RuleError::new(
+        return Err(FieldError::new(
             "descriptors",
             format!(
                 "at most {MAX_DESCRIPTORS} descriptors; got {}",
@@ -43,13 +43,13 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, RuleError> {
         .enumerate()
         .map(|(index, descriptor)| {
             if descriptor.is_negative_hits {
-                return Err(RuleError::new(
+                return Err(FieldError::new(
                     format!("descriptors[{index}].is_negative_hits"),
                     "sluice never returns quota (a denied request consumes nothing already)",
                 ));
             }
             if descriptor.limit.is_some() {
-                return Err(RuleError::new(
+                return Err(FieldError::new(
                     format!("descriptors[{index}].limit"),
                     "limits are sluice rules (admin API or rules file), not descriptor overrides",
                 ));
@@ -59,7 +59,7 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, RuleError> {
                 None => (u64::from(request.hits_addend), "hits_addend".to_owned()),
             };
             if quantity > MAX_QUANTITY {
-                return Err(RuleError::new(
+                return Err(FieldError::new(
                     field,
                     format!("must be at most {MAX_QUANTITY}; got {quantity}"),
                 ));

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice_core::wire::ThrottleResponse;
-use sluice_core::{Rule, RuleError};
+use sluice_core::{FieldError, Rule};
 use tonic::{Request, Response, Status};
 
 use super::request::{checks, Check};
@@ -43,7 +43,7 @@ impl Rls {
 }
 
 /// `INVALID_ARGUMENT` whose message starts with the field at fault.
-pub fn invalid(e: RuleError) -> Status {
+pub fn invalid(e: FieldError) -> Status {
     Status::invalid_argument(format!("{}: {}", e.field, e.reason))
 }
 
@@ -203,7 +203,7 @@ mod tests {
                 "{status:?}"
             );
         }
-        let s = invalid(RuleError::new("domain", "must not be empty"));
+        let s = invalid(FieldError::new("domain", "must not be empty"));
         assert_eq!(s.code(), tonic::Code::InvalidArgument);
         assert_eq!(s.message(), "domain: must not be empty");
     }

@@ -1,4 +1,4 @@
-//! Several limits on one request, all or nothing ([`sluice_core::all`]): what a store is given
+//! All-or-nothing checks (several limits on one request) ([`sluice_core::all`]): what a store is given
 //! and what it answers. Both stores resolve each check to a state name (memory slot, Redis key);
 //! checks naming the same state share one slot of the core decision.
 

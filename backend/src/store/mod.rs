@@ -122,7 +122,7 @@ pub trait Store: Send + Sync + 'static {
         at: Option<Nanos>,
     ) -> Result<Leased, StoreError>;
 
-    /// Decides several checks all or nothing ([`sluice_core::all`]): allowed only if every
+    /// Decides all-or-nothing checks ([`sluice_core::all`]): allowed only if every
     /// check allows, and a denied request changes no state. The memory store and a single Redis
     /// node decide them in one atomic step; Redis Cluster reserves each in turn and refunds on a
     /// denial (see [`AllOutcome::unrefunded`]). No leases. At most

@@ -4,9 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::decision::Decision;
+use crate::field_error::FieldError;
 use crate::lease::LeaseGrant;
-use crate::limits::MAX_QUANTITY;
-use crate::rule::{Action, Algorithm, Mode, RuleError};
+use crate::limits::{MAX_DECISION_TIMEOUT_MS, MAX_QUANTITY};
+use crate::rule::{Action, Algorithm, Mode};
 use crate::time::ceil_millis;
 
 fn one() -> u64 {
@@ -33,19 +34,38 @@ pub struct ThrottleRequest {
     /// so no units are debited for a lease nobody spends.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lease: bool,
+    /// How long the caller waits for this answer, in milliseconds counted from when it sent the
+    /// request (1 to 60000; the filter sends its `backend.timeout_ms`). The backend starts no
+    /// store step whose answer cannot arrive within it and answers 503 `deadline_exceeded`
+    /// instead, having debited nothing. Absent: the backend's own store deadline applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 60_000))]
+    pub timeout_ms: Option<u64>,
 }
 
 impl ThrottleRequest {
     /// Checks the action name and the quantity bound, naming the field at fault.
-    pub fn validate(&self) -> Result<Action, RuleError> {
-        let action = Action::parse(&self.action).map_err(|r| RuleError::new("action", r))?;
+    pub fn validate(&self) -> Result<Action, FieldError> {
+        let action = Action::parse(&self.action).map_err(|r| FieldError::new("action", r))?;
         if self.quantity > MAX_QUANTITY {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "quantity",
                 format!("must be at most {MAX_QUANTITY}; got {}", self.quantity),
             ));
         }
+        check_timeout_ms(self.timeout_ms)?;
         Ok(action)
+    }
+}
+
+/// Checks a decision request's `timeout_ms` (absent is fine), naming the field.
+pub(crate) fn check_timeout_ms(timeout_ms: Option<u64>) -> Result<(), FieldError> {
+    match timeout_ms {
+        Some(ms) if !(1..=MAX_DECISION_TIMEOUT_MS).contains(&ms) => Err(FieldError::new(
+            "timeout_ms",
+            format!("must be 1 to {MAX_DECISION_TIMEOUT_MS} milliseconds; got {ms}"),
+        )),
+        _ => Ok(()),
     }
 }
 

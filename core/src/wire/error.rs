@@ -27,6 +27,9 @@ pub enum ErrorCode {
     StoreTimeout,
     /// 503: too many store calls in flight on this replica.
     Overloaded,
+    /// 503: the caller's `timeout_ms` left no time for the store step, so none was started and
+    /// nothing was debited; the caller has given up (or is about to) and applies its failure mode.
+    DeadlineExceeded,
     /// 503: the store refused to write because it is out of memory (Redis `OOM` under
     /// `maxmemory` with `noeviction`). Distinct from an outage: the fix is sizing, not restarts.
     StoreFull,
@@ -57,6 +60,7 @@ impl ErrorCode {
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::StoreTimeout => "store_timeout",
             ErrorCode::Overloaded => "overloaded",
+            ErrorCode::DeadlineExceeded => "deadline_exceeded",
             ErrorCode::StoreFull => "store_full",
             ErrorCode::StoreWrongType => "store_wrong_type",
             ErrorCode::StoreCorrupt => "store_corrupt",

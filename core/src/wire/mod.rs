@@ -4,6 +4,7 @@
 //!
 //! Requests are parsed with [`parse`], which names the field at fault for every refusal.
 
+mod all;
 mod audit;
 mod decision;
 mod error;
@@ -12,7 +13,6 @@ mod health;
 mod history;
 mod keys;
 mod levels;
-mod multi;
 mod overrides;
 pub mod parse;
 mod report;
@@ -21,6 +21,7 @@ mod rule_errors;
 mod rules;
 mod session;
 
+pub use all::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
 pub use audit::{AuditBody, AuditEntry, AuditKind, ResetBody};
 pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 pub use error::{ApiError, ErrorCode};
@@ -34,7 +35,6 @@ pub use keys::{
     TOP_DENIED_SPAN_MS,
 };
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
-pub use multi::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
 pub use overrides::{check_override_key, KeyOverride, OverridesBody};
 pub use report::{ActionCounts, FilterReport};
 pub use rule::RawRule;

@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::field_error::FieldError;
 use crate::limits::MAX_LITERAL_KEY_BYTES;
-use crate::rule::{Rule, RuleError};
+use crate::rule::Rule;
 
 /// One key's override, as `GET /v1/rules/{action}/overrides` and `GET /v1/rules` list it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,12 +37,12 @@ pub struct OverridesBody {
 /// Checks the `{key}` of an override: 1 to [`MAX_LITERAL_KEY_BYTES`] bytes. Longer keys are
 /// refused, not stored by digest: the filter sends a key over that bound as its `sha256:`
 /// digest, which is itself short, so that digest is the key to override.
-pub fn check_override_key(key: &str) -> Result<(), RuleError> {
+pub fn check_override_key(key: &str) -> Result<(), FieldError> {
     if key.is_empty() {
-        return Err(RuleError::new("key", "must not be empty"));
+        return Err(FieldError::new("key", "must not be empty"));
     }
     if key.len() > MAX_LITERAL_KEY_BYTES {
-        return Err(RuleError::new(
+        return Err(FieldError::new(
             "key",
             format!(
                 "is {} bytes; an override's key is at most {MAX_LITERAL_KEY_BYTES} bytes (the filter sends a longer key as its `sha256:` digest: override that digest)",

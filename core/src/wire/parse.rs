@@ -9,28 +9,28 @@ use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 use serde_json::Value;
 
-use crate::rule::RuleError;
+use crate::field_error::FieldError;
 
 /// Parses JSON text into `T`. `whole` names the document when the fault is not in one field.
-pub fn from_slice<T: DeserializeOwned>(bytes: &[u8], whole: &str) -> Result<T, RuleError> {
+pub fn from_slice<T: DeserializeOwned>(bytes: &[u8], whole: &str) -> Result<T, FieldError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         match inner.classify() {
             Category::Syntax | Category::Eof | Category::Io => {
-                RuleError::new(whole, format!("not valid JSON: {inner}"))
+                FieldError::new(whole, format!("not valid JSON: {inner}"))
             }
             Category::Data => refusal(&path, &without_position(&inner.to_string()), whole),
         }
     })?;
     de.end()
-        .map_err(|e| RuleError::new(whole, format!("not valid JSON: {e}")))?;
+        .map_err(|e| FieldError::new(whole, format!("not valid JSON: {e}")))?;
     Ok(value)
 }
 
 /// Converts an already parsed JSON value into `T` (see [`from_slice`]).
-pub fn from_value<T: DeserializeOwned>(value: &Value, whole: &str) -> Result<T, RuleError> {
+pub fn from_value<T: DeserializeOwned>(value: &Value, whole: &str) -> Result<T, FieldError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         refusal(&path, &e.into_inner().to_string(), whole)
@@ -48,7 +48,7 @@ fn without_position(message: &str) -> String {
 /// Turns serde's message at `path` into a refusal naming a field. Missing and unknown fields are
 /// reported by serde against their parent object, so the field's own name is taken from the
 /// message and appended.
-fn refusal(path: &str, message: &str, whole: &str) -> RuleError {
+fn refusal(path: &str, message: &str, whole: &str) -> FieldError {
     // serde accepts a struct written as an array; sluice's bodies are objects only.
     if path.starts_with('[') || message.contains("expected struct") {
         // A nested object (`rate`, `lease`) of another type names itself, not the document.
@@ -57,7 +57,7 @@ fn refusal(path: &str, message: &str, whole: &str) -> RuleError {
         } else {
             path
         };
-        return RuleError::new(at, "must be a JSON object");
+        return FieldError::new(at, "must be a JSON object");
     }
     let parent = if path == "." { "" } else { path };
     let join = |name: &str| {
@@ -70,28 +70,28 @@ fn refusal(path: &str, message: &str, whole: &str) -> RuleError {
         }
     };
     if let Some(name) = quoted_after(message, "missing field `") {
-        return RuleError::new(join(name), "is required");
+        return FieldError::new(join(name), "is required");
     }
     if let Some(name) = quoted_after(message, "unknown field `") {
         let expected = message
             .split_once(", expected ")
             .map(|(_, list)| list.replace('`', ""))
             .unwrap_or_else(|| "no fields".to_owned());
-        return RuleError::new(join(name), format!("unknown field; expected {expected}"));
+        return FieldError::new(join(name), format!("unknown field; expected {expected}"));
     }
     if let Some(rest) = message.strip_prefix("unknown variant `") {
         let (got, expected) = rest.split_once("`, expected ").unwrap_or((rest, ""));
         let expected = expected.trim_start_matches("one of ").replace('`', "");
-        return RuleError::new(
+        return FieldError::new(
             if parent.is_empty() { whole } else { parent },
             format!("must be one of {expected}; got {got:?}"),
         );
     }
     let reason = plain(message);
     if parent.is_empty() {
-        return RuleError::new(whole, reason);
+        return FieldError::new(whole, reason);
     }
-    RuleError::new(parent, reason)
+    FieldError::new(parent, reason)
 }
 
 /// serde's type complaints in the words of the API docs: `invalid value: integer `-3`, expected

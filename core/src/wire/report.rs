@@ -10,8 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::field_error::FieldError;
 use crate::limits::MAX_REPORT_ACTIONS;
-use crate::rule::{Action, RuleError};
+use crate::rule::Action;
 
 /// `POST /v1/report` request. The answer is 204 with no body.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,9 +51,9 @@ pub struct ActionCounts {
 impl FilterReport {
     /// Checks every action name and the entry bound, naming the field at fault
     /// (`actions[3].action`).
-    pub fn validate(&self) -> Result<Vec<(Action, &ActionCounts)>, RuleError> {
+    pub fn validate(&self) -> Result<Vec<(Action, &ActionCounts)>, FieldError> {
         if self.actions.len() > MAX_REPORT_ACTIONS {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "actions",
                 format!(
                     "at most {MAX_REPORT_ACTIONS} entries; got {}",
@@ -65,11 +66,11 @@ impl FilterReport {
             .enumerate()
             .map(|(i, counts)| {
                 let action = Action::parse(&counts.action)
-                    .map_err(|r| RuleError::new(format!("actions[{i}].action"), r))?;
+                    .map_err(|r| FieldError::new(format!("actions[{i}].action"), r))?;
                 if counts.passed_unchecked
                     > counts.failed_timeout.saturating_add(counts.failed_error)
                 {
-                    return Err(RuleError::new(
+                    return Err(FieldError::new(
                         format!("actions[{i}].passed_unchecked"),
                         "cannot exceed failed_timeout + failed_error",
                     ));

@@ -5,8 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Span;
+use crate::field_error::FieldError;
 use crate::lease::Lease;
-use crate::rule::{Algorithm, Limit, Mode, Rate, Rule, RuleError};
+use crate::rule::{Algorithm, Limit, Mode, Rate, Rule};
 
 /// A rule as sent: every field present or not, nothing yet checked across fields. `rate` for
 /// gcra, leaky_bucket and token_bucket; `window` for fixed_window, sliding_log and
@@ -46,35 +47,34 @@ pub struct RawRule {
 }
 
 impl TryFrom<RawRule> for Rule {
-    type Error = RuleError;
+    type Error = FieldError;
 
-    fn try_from(raw: RawRule) -> Result<Rule, RuleError> {
+    fn try_from(raw: RawRule) -> Result<Rule, FieldError> {
         let action = raw
             .action
-            .ok_or_else(|| RuleError::new("action", "is required"))?;
+            .ok_or_else(|| FieldError::new("action", "is required"))?;
         let algorithm = raw.algorithm;
-        let limit =
-            if algorithm.uses_rate() {
-                if raw.window.is_some() {
-                    return Err(RuleError::new(
-                        "window",
-                        format!("{algorithm} takes a rate, not a window"),
-                    ));
-                }
-                Limit::Rate(raw.rate.ok_or_else(|| {
-                    RuleError::new("rate", "is required ({\"count\": N, \"period\": \"60s\"})")
-                })?)
-            } else {
-                if raw.rate.is_some() {
-                    return Err(RuleError::new(
-                        "rate",
-                        format!("{algorithm} takes a window, not a rate"),
-                    ));
-                }
-                Limit::Window(raw.window.ok_or_else(|| {
-                    RuleError::new("window", "is required (a duration like \"60s\")")
-                })?)
-            };
+        let limit = if algorithm.uses_rate() {
+            if raw.window.is_some() {
+                return Err(FieldError::new(
+                    "window",
+                    format!("{algorithm} takes a rate, not a window"),
+                ));
+            }
+            Limit::Rate(raw.rate.ok_or_else(|| {
+                FieldError::new("rate", "is required ({\"count\": N, \"period\": \"60s\"})")
+            })?)
+        } else {
+            if raw.rate.is_some() {
+                return Err(FieldError::new(
+                    "rate",
+                    format!("{algorithm} takes a window, not a rate"),
+                ));
+            }
+            Limit::Window(raw.window.ok_or_else(|| {
+                FieldError::new("window", "is required (a duration like \"60s\")")
+            })?)
+        };
         Rule::new(
             &action,
             algorithm,

@@ -8,7 +8,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::rule::{Rule, RuleError};
+use crate::field_error::FieldError;
+use crate::rule::Rule;
 
 /// Most rounds of judging: more than every field of a rule could need.
 const MAX_ROUNDS: usize = 32;
@@ -20,9 +21,9 @@ const MAX_ROUNDS: usize = 32;
 /// A placeholder stands in for a faulty field while the rest is judged, so a check that spans
 /// two fields (a capacity too large to drain at the rate) is judged against the placeholder
 /// when the other field was wrong too.
-pub fn rule_field_errors(value: &Value) -> Vec<RuleError> {
+pub fn rule_field_errors(value: &Value) -> Vec<FieldError> {
     let mut value = value.clone();
-    let mut errors: Vec<RuleError> = Vec::new();
+    let mut errors: Vec<FieldError> = Vec::new();
     let mut placeheld: Vec<String> = Vec::new();
     for _ in 0..MAX_ROUNDS {
         let error = match Rule::from_json(&value) {

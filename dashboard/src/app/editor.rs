@@ -8,7 +8,7 @@ use sluice_core::{Algorithm, Mode};
 use wasm_bindgen::JsCast;
 
 use super::{api, whatif::WhatIf, Ctx, Editing};
-use crate::editor::{EditMode, Field, FieldError, RuleForm};
+use crate::editor::{EditMode, Field, InputError, RuleForm};
 use crate::overrides;
 use crate::rule_change::{big_changes, BigChange};
 use crate::rules_view;
@@ -30,7 +30,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     let touched = RwSignal::new(HashSet::<Field>::new());
     let attempted = RwSignal::new(false);
     let saving = RwSignal::new(false);
-    let server_error = RwSignal::new(None::<FieldError>);
+    let server_error = RwSignal::new(None::<InputError>);
     // Every field's error at once (sluice-core's words, the server's).
     let checked = Memo::new(move |_| {
         let form = form.get();
@@ -76,7 +76,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
             let Err(errors) = checked.get() else {
                 return String::new();
             };
-            let shown = |e: &&FieldError| attempted.get() || touched.get().contains(&e.field);
+            let shown = |e: &&InputError| attempted.get() || touched.get().contains(&e.field);
             let mine: Vec<String> = errors
                 .iter()
                 .filter(|e| shown_at(e.field) == field)
@@ -131,7 +131,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                 }
                 Err(e) if e.is_unauthorized() => ctx.server_failed("Could not save", &e),
                 Err(e) => {
-                    let field_error = FieldError::from_server(&e);
+                    let field_error = InputError::from_server(&e);
                     focus(field_error.field.id());
                     server_error.set(Some(field_error));
                     ctx.fail(format!("The server refused the rule: {}", e.message));

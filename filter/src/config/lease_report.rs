@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use super::{ConfigError, Protocol};
+use super::{FieldError, Protocol};
 
 /// The lease table (see `lease.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -89,9 +89,9 @@ fn default_timeout_ms() -> u64 {
 }
 
 impl LeaseConfig {
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self) -> Result<(), FieldError> {
         if !(1..=16_777_216).contains(&self.slots) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "lease.slots",
                 format!("must be 1 to 16777216; got {}", self.slots),
             ));
@@ -106,15 +106,15 @@ impl ReportConfig {
         &mut self,
         backend_cluster: &str,
         protocol: Protocol,
-    ) -> Result<(), ConfigError> {
+    ) -> Result<(), FieldError> {
         if !self.path.starts_with('/') {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "report.path",
                 format!("must start with /; got {:?}", self.path),
             ));
         }
         if !(100..=3_600_000).contains(&self.period_ms) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "report.period_ms",
                 format!(
                     "must be 100 to 3600000 milliseconds; got {}",
@@ -123,14 +123,14 @@ impl ReportConfig {
             ));
         }
         if !(1..=60_000).contains(&self.timeout_ms) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "report.timeout_ms",
                 format!("must be 1 to 60000 milliseconds; got {}", self.timeout_ms),
             ));
         }
         if let Some(cluster) = &self.cluster {
             if cluster.is_empty() {
-                return Err(ConfigError::new(
+                return Err(FieldError::new(
                     "report.cluster",
                     "must name an Envoy cluster",
                 ));

@@ -1,4 +1,4 @@
-//! A route with several checks: one callout to `POST /v1/throttle/all` carrying them all, every
+//! A route with all-or-nothing checks: one callout to `POST /v1/throttle/all` carrying them all, every
 //! policy in the draft-10 headers, the most restrictive in `X-RateLimit-*` and `Retry-After`, a
 //! denial's problem+json naming the check that denied; no lease, no denial cache.
 

@@ -87,6 +87,7 @@ fn the_callout_carries_pseudo_headers_timeout_and_the_request() {
             key: "alice".into(),
             quantity: 1,
             lease: true,
+            timeout_ms: Some(25),
         }
     );
     // With leases turned off, the callout does not ask for one.

@@ -168,7 +168,7 @@ impl ShardedStates {
         leased
     }
 
-    /// Decides several checks all or nothing ([`decide_all`]) in one atomic step: every shard
+    /// Decides all-or-nothing checks ([`decide_all`]) in one atomic step: every shard
     /// holding one of `names` (the checks' state slots) is locked, in ascending shard order so two
     /// such requests can never wait on each other in a cycle (single decisions hold one lock, the
     /// totals one at a time), the pure decision runs on their states, and the changes are written

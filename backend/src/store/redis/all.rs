@@ -1,4 +1,4 @@
-//! Several limits on one request, all or nothing, in Redis.
+//! All-or-nothing checks (several limits on one request), in Redis.
 //!
 //! Single node: ONE call of `throttle_all.lua` with every check's key: the algorithm scripts,
 //! each with its own prelude, wrapped unchanged as functions (so the single-check scripts and

@@ -27,7 +27,7 @@ pub(crate) struct Scripts {
     pub(crate) activity_record: Script,
     /// Read the newest keys of one action.
     pub(crate) activity_recent: Script,
-    /// Several checks all or nothing (see `all.rs`).
+    /// all-or-nothing checks (see `all.rs`).
     pub(crate) throttle_all: Script,
     /// Cluster: undo one reservation of `throttle_all` by compare-and-set.
     pub(crate) throttle_refund: Script,

@@ -1,4 +1,4 @@
-//! `POST /v1/throttle/all`: several limits on one request, all or nothing
+//! `POST /v1/throttle/all`: all-or-nothing checks (several limits on one request)
 //! ([`crate::all`]). The single-check `POST /v1/throttle` is unchanged beside it.
 //!
 //! The request is allowed only if every check allows it; a denied request consumes nothing from
@@ -7,8 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::decision::ThrottleResponse;
+use crate::field_error::FieldError;
 use crate::limits::{MAX_CHECKS, MAX_QUANTITY};
-use crate::rule::{Action, RuleError};
+use crate::rule::Action;
 
 fn one() -> u64 {
     1
@@ -39,14 +40,19 @@ pub struct ThrottleAllRequest {
     /// The checks, decided in this order (1 to 8).
     #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 8))]
     pub checks: Vec<ThrottleCheck>,
+    /// How long the caller waits for this answer, in milliseconds: as
+    /// [`super::ThrottleRequest::timeout_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 60_000))]
+    pub timeout_ms: Option<u64>,
 }
 
 impl ThrottleAllRequest {
     /// Checks the count, every action name and quantity, naming the field at fault
     /// (`checks`, `checks[2].action`, ...).
-    pub fn validate(&self) -> Result<Vec<Action>, RuleError> {
+    pub fn validate(&self) -> Result<Vec<Action>, FieldError> {
         if self.checks.is_empty() || self.checks.len() > MAX_CHECKS {
-            return Err(RuleError::new(
+            return Err(FieldError::new(
                 "checks",
                 format!(
                     "must hold 1 to {MAX_CHECKS} checks; got {}",
@@ -59,16 +65,20 @@ impl ThrottleAllRequest {
             .enumerate()
             .map(|(i, check)| {
                 let action = Action::parse(&check.action)
-                    .map_err(|r| RuleError::new(format!("checks[{i}].action"), r))?;
+                    .map_err(|r| FieldError::new(format!("checks[{i}].action"), r))?;
                 if check.quantity > MAX_QUANTITY {
-                    return Err(RuleError::new(
+                    return Err(FieldError::new(
                         format!("checks[{i}].quantity"),
                         format!("must be at most {MAX_QUANTITY}; got {}", check.quantity),
                     ));
                 }
                 Ok(action)
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|actions| {
+                super::decision::check_timeout_ms(self.timeout_ms)?;
+                Ok(actions)
+            })
     }
 }
 
@@ -102,7 +112,7 @@ mod tests {
     use super::*;
     use crate::wire::parse::from_slice;
 
-    fn parse(json: &str) -> Result<ThrottleAllRequest, RuleError> {
+    fn parse(json: &str) -> Result<ThrottleAllRequest, FieldError> {
         from_slice::<ThrottleAllRequest>(json.as_bytes(), "body")
     }
 

@@ -1,4 +1,4 @@
-//! Several limits on one request, all or nothing (`Store::throttle_all`), on the memory store, a
+//! All-or-nothing checks (several limits on one request) (`Store::throttle_all`), on the memory store, a
 //! real redis-server and a real 3-master Redis Cluster:
 //! - three limits where the third denies: the first two keep exactly their counts (peeked before
 //!   and after), for every algorithm, and every step equals core's `decide_all`;

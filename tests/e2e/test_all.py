@@ -1,4 +1,4 @@
-"""Several limits on one request through a real Envoy (envoy/e2e_multi.yaml), the real backend and
+"""All-or-nothing checks (several limits on one request) through a real Envoy (envoy/e2e_all.yaml), the real backend and
 a real redis-server: a route with three checks (per user, per client IP, global) asks ONE callout
 (POST /v1/throttle/all); a request is allowed only if every limit allows it, and a denied request
 consumes nothing from any of them (exact counts read back from the backend before and after).
@@ -16,8 +16,8 @@ HOUR = {"count": 1, "period": "1h"}
 
 
 @pytest.fixture(scope="module")
-def multi_envoy(tmp, backend):
-    e = stack.Envoy(tmp, "e2e_multi.yaml", {"BACKEND_PORT": backend.decision_port, "TIMEOUT_MS": 1000},
+def all_envoy(tmp, backend):
+    e = stack.Envoy(tmp, "e2e_all.yaml", {"BACKEND_PORT": backend.decision_port, "TIMEOUT_MS": 1000},
                     ["LISTEN_OPEN_PORT", "UPSTREAM_PORT"]).start()
     yield e
     e.stop()
@@ -46,14 +46,14 @@ def reset(backend, action, key):
     assert r.status_code in (200, 204, 404), r.text
 
 
-def test_the_third_limit_denying_leaves_the_others_untouched(multi_envoy, backend):
+def test_the_third_limit_denying_leaves_the_others_untouched(all_envoy, backend):
     # Per user 5, per IP 100, global 3 (in place of 2000/s, so the test can reach it exactly).
     rules(backend, 5, 100, 3)
     for action, key in (("e2e_m_ip", "127.0.0.1"), ("e2e_m_all", "all")):
         reset(backend, action, key)
     users = [f"m-{uuid.uuid4().hex[:10]}" for _ in range(4)]
     for u in users[:3]:
-        r = get(multi_envoy, u)
+        r = get(all_envoy, u)
         assert r.status_code == 200, r.text
         assert r.headers["ratelimit-policy"] == \
             '"e2e_m_user";q=5;w=604800, "e2e_m_ip";q=100;w=604800, "e2e_m_all";q=3;w=604800'
@@ -62,7 +62,7 @@ def test_the_third_limit_denying_leaves_the_others_untouched(multi_envoy, backen
     before = (remaining(backend, "e2e_m_user", users[3]), remaining(backend, "e2e_m_ip", "127.0.0.1"))
     assert before == (5, 97)
     callouts = backend.metric("sluice_decisions_total", action="e2e_m_all")
-    r = get(multi_envoy, users[3])
+    r = get(all_envoy, users[3])
     assert r.status_code == 429, r.text
     assert r.json()["action"] == "e2e_m_all", r.text
     assert r.headers["content-type"] == "application/problem+json"
@@ -77,20 +77,20 @@ def test_the_third_limit_denying_leaves_the_others_untouched(multi_envoy, backen
     assert backend.metric("sluice_decisions_total", action="e2e_m_all") == callouts + 1
 
 
-def test_the_first_limit_denying_leaves_the_others_untouched(multi_envoy, backend):
+def test_the_first_limit_denying_leaves_the_others_untouched(all_envoy, backend):
     rules(backend, 2, 100, 1000)
     for action, key in (("e2e_m_ip", "127.0.0.1"), ("e2e_m_all", "all")):
         reset(backend, action, key)
     u = f"m-{uuid.uuid4().hex[:10]}"
-    assert [get(multi_envoy, u).status_code for _ in range(2)] == [200, 200]
+    assert [get(all_envoy, u).status_code for _ in range(2)] == [200, 200]
     before = (remaining(backend, "e2e_m_ip", "127.0.0.1"), remaining(backend, "e2e_m_all", "all"))
     assert before == (98, 998)
     for _ in range(3):
-        r = get(multi_envoy, u)
+        r = get(all_envoy, u)
         assert r.status_code == 429
         assert r.json()["action"] == "e2e_m_user"
         assert r.headers["x-ratelimit-limit"].startswith("2, ")
     after = (remaining(backend, "e2e_m_ip", "127.0.0.1"), remaining(backend, "e2e_m_all", "all"))
     assert after == before
     # Another user still passes: only the first user's limit was spent.
-    assert get(multi_envoy, f"m-{uuid.uuid4().hex[:10]}").status_code == 200
+    assert get(all_envoy, f"m-{uuid.uuid4().hex[:10]}").status_code == 200
