@@ -21,6 +21,10 @@ pub enum ErrorCode {
     NotFound,
     /// 405: the route exists, the method does not.
     MethodNotAllowed,
+    /// 421: the request reached a listener that does not speak its protocol (a gRPC call on the
+    /// HTTP decision listener, an HTTP/1.1 request on the gRPC listener); the message names the
+    /// listener that does. A misconfigured cluster, never a reason to pass requests quietly.
+    WrongListener,
     /// 503: the store cannot be reached.
     StoreUnavailable,
     /// 503: the store did not answer in time.
@@ -57,6 +61,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::WrongListener => "wrong_listener",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::StoreTimeout => "store_timeout",
             ErrorCode::Overloaded => "overloaded",
@@ -109,9 +114,11 @@ mod tests {
             ErrorCode::Unauthorized,
             ErrorCode::NotFound,
             ErrorCode::MethodNotAllowed,
+            ErrorCode::WrongListener,
             ErrorCode::StoreUnavailable,
             ErrorCode::StoreTimeout,
             ErrorCode::Overloaded,
+            ErrorCode::DeadlineExceeded,
             ErrorCode::StoreFull,
             ErrorCode::StoreWrongType,
             ErrorCode::StoreCorrupt,
