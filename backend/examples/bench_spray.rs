@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use sluice_backend::store::memory::sizing::BYTES_PER_KEY;
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
-use sluice_backend::store::Store;
+use sluice_backend::store::DecisionStore;
 use sluice_core::Rule;
 
 // The tests' redis-server launcher (which may panic, as test code does: see its header).

@@ -329,6 +329,7 @@ pub async fn flush_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::ActivityStore;
 
     fn action(name: &str) -> Action {
         Action::parse(name).expect("valid action")

@@ -71,7 +71,7 @@ pub async fn decide_leased(
 
 /// Decides all-or-nothing checks (`POST /v1/throttle/all`, and the rate limit service's
 /// descriptors): allowed only if every check allows, and a denied request consumes nothing from
-/// any of its limits ([`crate::store::Store::throttle_all`]). Each check is recorded as one
+/// any of its limits ([`crate::store::DecisionStore::throttle_all`]). Each check is recorded as one
 /// decision is: every check of an allowed request (with its own outcome, so a shadow rule's
 /// would-deny shows), and of a denied request only the check that denied it (the others
 /// consumed nothing, like a peek).

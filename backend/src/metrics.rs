@@ -395,6 +395,7 @@ impl Default for Metrics {
 mod tests {
     use super::*;
     use crate::store::memory::MemoryStore;
+    use crate::store::DecisionStore;
     use sluice_core::Rule;
 
     fn sample(text: &str, name: &str) -> Option<String> {

@@ -85,15 +85,13 @@ pub struct Activity {
     pub denied: u64,
 }
 
-/// The storage behind the decision and admin APIs.
+/// Decisions: the atomic throttle steps on each key's state, and the reset of that state. The hot
+/// path: every metered request reaches exactly one of these methods.
 ///
 /// `at` is the decision time: `None` in production (the store's own clock: Redis `TIME`, or the
 /// system clock for memory), `Some` in tests that hold stores to fixed-time tables.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// A short name for logs and `/readyz`: "memory", "redis", "redis-cluster".
-    fn kind(&self) -> &'static str;
-
+pub trait DecisionStore: Send + Sync + 'static {
     /// Decides one request for `key` under `rule`, atomically, with no lease: every request
     /// decided on its own (the RLS path, peeks, tools).
     async fn throttle(
@@ -112,7 +110,7 @@ pub trait Store: Send + Sync + 'static {
     /// Decides one request for `key` under `rule`, atomically, and with `lease` (a caller that
     /// can hold one, under an enforced rule: [`sluice_core::leased::offer`]) also debits a lease
     /// grant in the same atomic step, answering the decision of quantity + granted units
-    /// ([`sluice_core::leased`]). With `lease: None` it is exactly [`Store::throttle`].
+    /// ([`sluice_core::leased`]). With `lease: None` it is exactly [`DecisionStore::throttle`].
     async fn throttle_leased(
         &self,
         rule: &Rule,
@@ -149,6 +147,19 @@ pub trait Store: Send + Sync + 'static {
         at: Option<Nanos>,
     ) -> Result<Vec<Decision>, StoreError>;
 
+    /// Removes every throttle state `key` holds under `action` (one per algorithm), as if it had
+    /// never been seen; returns the algorithms whose state was there.
+    async fn reset_key(
+        &self,
+        action: &Action,
+        key: &str,
+    ) -> Result<Vec<sluice_core::Algorithm>, StoreError>;
+}
+
+/// Rules and per-key overrides, their version (what every replica polls) and the audit trail of
+/// their changes: written by admins, read by every replica's rule cache.
+#[async_trait]
+pub trait RuleStore: Send + Sync + 'static {
     /// Every rule and the current version.
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError>;
 
@@ -181,15 +192,13 @@ pub trait Store: Send + Sync + 'static {
         &self,
         limit: usize,
     ) -> Result<Vec<sluice_core::wire::AuditEntry>, StoreError>;
+}
 
-    /// Removes every throttle state `key` holds under `action` (one per algorithm), as if it had
-    /// never been seen; returns the algorithms whose state was there.
-    async fn reset_key(
-        &self,
-        action: &Action,
-        key: &str,
-    ) -> Result<Vec<sluice_core::Algorithm>, StoreError>;
-
+/// Activity and history: what the dashboard shows (recent keys, steps of counts, the most denied
+/// keys). Stored with TTLs, written in batches off the hot path; losing some is a gap in a chart,
+/// never a wrong decision.
+#[async_trait]
+pub trait ActivityStore: Send + Sync + 'static {
     /// Records a batch of recent activity.
     async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError>;
 
@@ -234,6 +243,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// When `key` was last seen under `action`, if it is among the action's recent keys.
     async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError>;
+}
+
+/// The storage behind the decision and admin APIs: the three concerns together (as limitador
+/// splits its storage), plus what identifies and probes the store. Code that needs one concern
+/// takes that trait; the app holds one `Arc<dyn Store>`.
+#[async_trait]
+pub trait Store: DecisionStore + RuleStore + ActivityStore {
+    /// A short name for logs and `/readyz`: "memory", "redis", "redis-cluster".
+    fn kind(&self) -> &'static str;
 
     /// Whether the store answers (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;

@@ -1,4 +1,4 @@
-//! All-or-nothing checks (several limits on one request) (`Store::throttle_all`), on the memory store, a
+//! All-or-nothing checks (several limits on one request) (`DecisionStore::throttle_all`), on the memory store, a
 //! real redis-server and a real 3-master Redis Cluster:
 //! - three limits where the third denies: the first two keep exactly their counts (peeked before
 //!   and after), for every algorithm, and every step equals core's `decide_all`;
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
+use sluice_backend::store::DecisionStore;
 use sluice_backend::store::{CheckRequest, Store};
 use sluice_core::all::{decide_all, Check};
 use sluice_core::{Algorithm, Mode, Rule, State};

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
+use sluice_backend::store::DecisionStore;
+use sluice_backend::store::RuleStore;
 use sluice_backend::store::{Store, StoreError};
 use store_suite::*;
 use support::RedisCluster;

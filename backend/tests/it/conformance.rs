@@ -13,6 +13,8 @@ use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{
     ConnectError, RedisConfig, RedisField, RedisStore, RedisTarget,
 };
+use sluice_backend::store::DecisionStore;
+use sluice_backend::store::RuleStore;
 use sluice_backend::store::{Store, StoreError};
 use store_suite::*;
 use support::RedisServer;

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use harness::Sluice;
 use sluice_backend::rules::{poll_once, PollOutcome, RuleCache, RuleSet};
 use sluice_backend::store::redis::{RedisConfig, RedisField, RedisStore, RedisTarget};
-use sluice_backend::store::Store;
+
+use sluice_backend::store::RuleStore;
 use sluice_backend::{Config, RunError, StoreChoice};
 use sluice_core::Rule;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

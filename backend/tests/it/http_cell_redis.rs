@@ -15,7 +15,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
-use sluice_backend::store::Store;
+
+use sluice_backend::store::DecisionStore;
 use sluice_backend::StoreChoice;
 use sluice_core::algorithms::gcra::{self, GcraState};
 use sluice_core::cell::CellArgs;

@@ -14,6 +14,7 @@ use sluice_backend::{Config, StoreChoice};
 use sluice_core::{Algorithm, Nanos, Rule};
 
 use crate::harness::{Sluice, TOKEN};
+use sluice_backend::store::DecisionStore;
 
 const S: Nanos = 1_000_000_000;
 /// 840 s into an hour: a 1 h window does not roll over within the sprays below.

@@ -16,6 +16,9 @@ use serde_json::Value;
 use sluice_backend::store::redis::{
     RedisConfig, RedisStore, RedisTarget, ACTIVITY_TTL_MS, HEALTH_INTERVAL, RECOMMENDED_POLICY,
 };
+use sluice_backend::store::ActivityStore;
+use sluice_backend::store::DecisionStore;
+use sluice_backend::store::RuleStore;
 use sluice_backend::store::{Activity, Store, StoreError};
 use sluice_core::cell::CellArgs;
 use sluice_core::{Action, Rule};

@@ -45,7 +45,7 @@ pub(super) fn listed(overrides: &Overrides) -> Vec<KeyOverride> {
 }
 
 impl Rules {
-    /// Applies `change` (see [`crate::store::Store::change_rules`]).
+    /// Applies `change` (see [`crate::store::RuleStore::change_rules`]).
     pub(super) fn apply(
         &mut self,
         change: &RuleChange,

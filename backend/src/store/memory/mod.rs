@@ -31,7 +31,7 @@ use sluice_core::{Action, Decision, Lease, Leased, Nanos, Params, Rule};
 use self::activity::ActivityLog;
 use self::history::HistoryLog;
 use self::shards::{ShardedStates, Totals};
-use super::{Activity, RuleSnapshot, Store, StoreError};
+use super::{Activity, ActivityStore, DecisionStore, RuleSnapshot, RuleStore, Store, StoreError};
 use crate::clock::now_ns;
 
 /// Shards of the state map: enough that 2–64 cores rarely contend on one lock.
@@ -154,11 +154,7 @@ fn health_of(totals: &Totals, max_keys: usize) -> StoreHealth {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
-    fn kind(&self) -> &'static str {
-        "memory"
-    }
-
+impl DecisionStore for MemoryStore {
     async fn throttle_leased(
         &self,
         rule: &Rule,
@@ -172,7 +168,6 @@ impl Store for MemoryStore {
             .states
             .decide_leased(&rule_slot(rule, key), rule.params(), now, quantity, lease))
     }
-
     async fn throttle_all(
         &self,
         checks: &[super::CheckRequest<'_>],
@@ -187,7 +182,6 @@ impl Store for MemoryStore {
             unrefunded: 0,
         })
     }
-
     async fn cell_throttle(
         &self,
         key: &str,
@@ -202,7 +196,6 @@ impl Store for MemoryStore {
             args.quantity,
         ))
     }
-
     async fn peek_many(
         &self,
         rule: &Rule,
@@ -216,51 +209,6 @@ impl Store for MemoryStore {
             .map(|key| self.states.decide(&rule_slot(rule, key), params, now, 0))
             .collect())
     }
-
-    async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
-        let rules = self.rules();
-        Ok(RuleSnapshot {
-            version: Some(rules.version),
-            rules: rules.by_action.values().cloned().collect(),
-            overrides: changes::listed(&rules.overrides),
-        })
-    }
-
-    async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
-        let mut rules = self.rules();
-        rules.by_action.insert(rule.action().clone(), rule.clone());
-        rules.version += 1;
-        Ok(rules.version)
-    }
-
-    async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
-        let mut rules = self.rules();
-        match rules.apply(&crate::store::RuleChange::DeleteRule(action.clone()), None) {
-            crate::store::ChangeOutcome::Done { version, .. } => Ok(Some(version)),
-            _ => Ok(None),
-        }
-    }
-
-    async fn change_rules(
-        &self,
-        change: &crate::store::RuleChange,
-        audit: Option<&crate::store::AuditStamp>,
-    ) -> Result<crate::store::ChangeOutcome, StoreError> {
-        Ok(self.rules().apply(change, audit))
-    }
-
-    async fn record_audit(&self, entry: &sluice_core::wire::AuditEntry) -> Result<(), StoreError> {
-        self.rules().audit.push(entry.clone());
-        Ok(())
-    }
-
-    async fn read_audit(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<sluice_core::wire::AuditEntry>, StoreError> {
-        Ok(self.rules().audit.newest(limit))
-    }
-
     async fn reset_key(
         &self,
         action: &Action,
@@ -275,16 +223,59 @@ impl Store for MemoryStore {
             })
             .collect())
     }
+}
 
+#[async_trait]
+impl RuleStore for MemoryStore {
+    async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
+        let rules = self.rules();
+        Ok(RuleSnapshot {
+            version: Some(rules.version),
+            rules: rules.by_action.values().cloned().collect(),
+            overrides: changes::listed(&rules.overrides),
+        })
+    }
+    async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
+        let mut rules = self.rules();
+        rules.by_action.insert(rule.action().clone(), rule.clone());
+        rules.version += 1;
+        Ok(rules.version)
+    }
+    async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
+        let mut rules = self.rules();
+        match rules.apply(&crate::store::RuleChange::DeleteRule(action.clone()), None) {
+            crate::store::ChangeOutcome::Done { version, .. } => Ok(Some(version)),
+            _ => Ok(None),
+        }
+    }
+    async fn change_rules(
+        &self,
+        change: &crate::store::RuleChange,
+        audit: Option<&crate::store::AuditStamp>,
+    ) -> Result<crate::store::ChangeOutcome, StoreError> {
+        Ok(self.rules().apply(change, audit))
+    }
+    async fn record_audit(&self, entry: &sluice_core::wire::AuditEntry) -> Result<(), StoreError> {
+        self.rules().audit.push(entry.clone());
+        Ok(())
+    }
+    async fn read_audit(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<sluice_core::wire::AuditEntry>, StoreError> {
+        Ok(self.rules().audit.newest(limit))
+    }
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
         Ok(Some(self.rules().version))
     }
+}
 
+#[async_trait]
+impl ActivityStore for MemoryStore {
     async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError> {
         self.activity.record(batch);
         Ok(())
     }
-
     async fn recent_activity(
         &self,
         action: &Action,
@@ -292,7 +283,6 @@ impl Store for MemoryStore {
     ) -> Result<Vec<Activity>, StoreError> {
         Ok(self.activity.recent(action, limit))
     }
-
     async fn record_history(
         &self,
         batch: &[crate::history::HistoryRecord],
@@ -300,7 +290,6 @@ impl Store for MemoryStore {
         self.history.record(batch);
         Ok(())
     }
-
     async fn read_history(
         &self,
         action: &Action,
@@ -310,7 +299,6 @@ impl Store for MemoryStore {
     ) -> Result<crate::history::StoredHistory, StoreError> {
         Ok(self.history.read(action, first_step_ms, steps, now_ms))
     }
-
     async fn record_denied(
         &self,
         batch: &[crate::history::DeniedRecord],
@@ -318,7 +306,6 @@ impl Store for MemoryStore {
         self.history.record_denied(batch);
         Ok(())
     }
-
     async fn top_denied(
         &self,
         action: &Action,
@@ -327,15 +314,19 @@ impl Store for MemoryStore {
     ) -> Result<Vec<(String, u64)>, StoreError> {
         Ok(self.history.top_denied(action, now_ms, limit))
     }
-
     async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError> {
         Ok(self.activity.last_seen(action, key))
     }
+}
 
+#[async_trait]
+impl Store for MemoryStore {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
-
     fn health(&self) -> StoreHealth {
         health_of(&self.states.totals(), self.states.max_keys())
     }

@@ -310,7 +310,7 @@ impl RedisStore {
                 if j == denied {
                     Ok(decision)
                 } else {
-                    crate::store::Store::throttle(self, c.rule, c.key, 0, at).await
+                    crate::store::DecisionStore::throttle(self, c.rule, c.key, 0, at).await
                 }
             }))
             .await?;

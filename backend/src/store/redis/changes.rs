@@ -75,7 +75,7 @@ pub(super) fn parse_overrides(flat: &[String], hash: &str) -> Result<Vec<KeyOver
 }
 
 impl RedisStore {
-    /// See [`crate::store::Store::change_rules`].
+    /// See [`crate::store::RuleStore::change_rules`].
     pub(super) async fn rules_change(
         &self,
         change: &RuleChange,
@@ -129,7 +129,7 @@ impl RedisStore {
         }
     }
 
-    /// See [`crate::store::Store::record_audit`].
+    /// See [`crate::store::RuleStore::record_audit`].
     pub(super) async fn audit_record(&self, entry: &AuditEntry) -> Result<(), StoreError> {
         let [hash, _] = self.keys.rules();
         let key = audit_key(&hash);
@@ -151,7 +151,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// See [`crate::store::Store::read_audit`].
+    /// See [`crate::store::RuleStore::read_audit`].
     pub(super) async fn audit_read(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -180,7 +180,7 @@ impl RedisStore {
             .collect()
     }
 
-    /// See [`crate::store::Store::reset_key`].
+    /// See [`crate::store::DecisionStore::reset_key`].
     pub(super) async fn state_reset(
         &self,
         action: &Action,

@@ -99,7 +99,7 @@ fn parse_u64(text: &str, key: &str) -> Result<u64, StoreError> {
 }
 
 impl RedisStore {
-    /// See [`crate::store::Store::record_history`]: one script per record, pipelined under one
+    /// See [`crate::store::ActivityStore::record_history`]: one script per record, pipelined under one
     /// permit and one timeout.
     pub(super) async fn history_record(&self, batch: &[HistoryRecord]) -> Result<(), StoreError> {
         if batch.is_empty() {
@@ -132,7 +132,7 @@ impl RedisStore {
         .map(|_| ())
     }
 
-    /// See [`crate::store::Store::read_history`]: one script.
+    /// See [`crate::store::ActivityStore::read_history`]: one script.
     pub(super) async fn history_read(
         &self,
         action: &Action,
@@ -179,7 +179,7 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// See [`crate::store::Store::record_denied`]: one script per (action, bucket).
+    /// See [`crate::store::ActivityStore::record_denied`]: one script per (action, bucket).
     pub(super) async fn denied_record(&self, batch: &[DeniedRecord]) -> Result<(), StoreError> {
         let mut by_bucket: BTreeMap<(&Action, u64), Vec<&DeniedRecord>> = BTreeMap::new();
         for r in batch.iter().filter(|r| r.denied > 0) {
@@ -208,7 +208,7 @@ impl RedisStore {
             .map(|_| ())
     }
 
-    /// See [`crate::store::Store::top_denied`]: one script over the buckets.
+    /// See [`crate::store::ActivityStore::top_denied`]: one script over the buckets.
     pub(super) async fn denied_top(
         &self,
         action: &Action,
@@ -244,7 +244,7 @@ impl RedisStore {
         Ok(rank_denied(rows, limit))
     }
 
-    /// See [`crate::store::Store::key_last_seen`]: the key's score in the action's recent zset.
+    /// See [`crate::store::ActivityStore::key_last_seen`]: the key's score in the action's recent zset.
     pub(super) async fn key_seen(
         &self,
         action: &Action,

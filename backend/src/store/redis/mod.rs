@@ -36,7 +36,7 @@ use self::errors::Call;
 use self::health::Health;
 use self::keys::KeyLayout;
 use self::scripts::{algorithm_args, leased, Scripts};
-use super::{Activity, RuleSnapshot, Store, StoreError};
+use super::{Activity, ActivityStore, DecisionStore, RuleSnapshot, RuleStore, Store, StoreError};
 
 pub use self::config::{
     RedisConfig, RedisConfigError, RedisField, RedisTarget, DEFAULT_KEY_PREFIX,
@@ -208,11 +208,7 @@ fn duration_ms(d: Duration) -> u64 {
 }
 
 #[async_trait]
-impl Store for RedisStore {
-    fn kind(&self) -> &'static str {
-        store_kind(self.cluster)
-    }
-
+impl DecisionStore for RedisStore {
     async fn throttle_leased(
         &self,
         rule: &Rule,
@@ -225,7 +221,6 @@ impl Store for RedisStore {
         self.decide(&redis_key, rule.params(), quantity, lease, at)
             .await
     }
-
     async fn throttle_all(
         &self,
         checks: &[super::CheckRequest<'_>],
@@ -233,7 +228,6 @@ impl Store for RedisStore {
     ) -> Result<super::AllOutcome, StoreError> {
         self.throttle_all_checks(checks, at).await
     }
-
     async fn cell_throttle(
         &self,
         key: &str,
@@ -251,7 +245,6 @@ impl Store for RedisStore {
         .await
         .map(|l| l.decision)
     }
-
     async fn peek_many(
         &self,
         rule: &Rule,
@@ -282,7 +275,17 @@ impl Store for RedisStore {
             .map(|reply| leased(params, None, reply).map(|l| l.decision))
             .collect()
     }
+    async fn reset_key(
+        &self,
+        action: &Action,
+        key: &str,
+    ) -> Result<Vec<sluice_core::Algorithm>, StoreError> {
+        self.state_reset(action, key).await
+    }
+}
 
+#[async_trait]
+impl RuleStore for RedisStore {
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
         let [hash, legacy_version_key] = self.keys.rules();
         let mut conn = self.conn.clone();
@@ -316,7 +319,6 @@ impl Store for RedisStore {
             overrides: changes::parse_overrides(&flat_overrides, &hash)?,
         })
     }
-
     async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
         let [hash, _] = self.keys.rules();
         let json = rule.to_json().to_string();
@@ -330,7 +332,6 @@ impl Store for RedisStore {
         )
         .await
     }
-
     async fn delete_rule(&self, action: &Action) -> Result<Option<u64>, StoreError> {
         // The same script as the admin API's deletes (its overrides go too), with no audit.
         match self
@@ -341,7 +342,6 @@ impl Store for RedisStore {
             _ => Ok(None),
         }
     }
-
     async fn change_rules(
         &self,
         change: &super::RuleChange,
@@ -349,26 +349,15 @@ impl Store for RedisStore {
     ) -> Result<super::ChangeOutcome, StoreError> {
         self.rules_change(change, audit).await
     }
-
     async fn record_audit(&self, entry: &sluice_core::wire::AuditEntry) -> Result<(), StoreError> {
         self.audit_record(entry).await
     }
-
     async fn read_audit(
         &self,
         limit: usize,
     ) -> Result<Vec<sluice_core::wire::AuditEntry>, StoreError> {
         self.audit_read(limit).await
     }
-
-    async fn reset_key(
-        &self,
-        action: &Action,
-        key: &str,
-    ) -> Result<Vec<sluice_core::Algorithm>, StoreError> {
-        self.state_reset(action, key).await
-    }
-
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
         let [hash, _] = self.keys.rules();
         let mut conn = self.conn.clone();
@@ -384,7 +373,10 @@ impl Store for RedisStore {
             .await?;
         version.map(|v| parse_version(&v, &hash)).transpose()
     }
+}
 
+#[async_trait]
+impl ActivityStore for RedisStore {
     async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError> {
         let mut by_action: BTreeMap<&Action, Vec<&Activity>> = BTreeMap::new();
         for item in batch {
@@ -417,7 +409,6 @@ impl Store for RedisStore {
         .await
         .map(|_| ())
     }
-
     async fn recent_activity(
         &self,
         action: &Action,
@@ -458,14 +449,12 @@ impl Store for RedisStore {
             })
             .collect()
     }
-
     async fn record_history(
         &self,
         batch: &[crate::history::HistoryRecord],
     ) -> Result<(), StoreError> {
         self.history_record(batch).await
     }
-
     async fn read_history(
         &self,
         action: &Action,
@@ -476,14 +465,12 @@ impl Store for RedisStore {
         self.history_read(action, first_step_ms, steps, now_ms)
             .await
     }
-
     async fn record_denied(
         &self,
         batch: &[crate::history::DeniedRecord],
     ) -> Result<(), StoreError> {
         self.denied_record(batch).await
     }
-
     async fn top_denied(
         &self,
         action: &Action,
@@ -492,11 +479,16 @@ impl Store for RedisStore {
     ) -> Result<Vec<(String, u64)>, StoreError> {
         self.denied_top(action, now_ms, limit).await
     }
-
     async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError> {
         self.key_seen(action, key).await
     }
+}
 
+#[async_trait]
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        store_kind(self.cluster)
+    }
     async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let _: String = self
@@ -508,7 +500,6 @@ impl Store for RedisStore {
             .await?;
         Ok(())
     }
-
     /// The last reading of Redis's memory settings (no round trip: see [`RedisStore::refresh_health`]).
     fn health(&self) -> StoreHealth {
         self.health.get()
