@@ -155,7 +155,7 @@ pub async fn run(
     run_with_rls(listeners, None, config, shutdown).await
 }
 
-/// [`run`], and Envoy's rate limit service (gRPC, see [`crate::rls`]) on `rls` if given, served
+/// [`run`], and Envoy's rate limit service (gRPC, see [`crate::grpc::rls`]) on `rls` if given, served
 /// by the same app and shut down with it.
 pub async fn run_with_rls(
     listeners: Listeners,
@@ -290,7 +290,7 @@ pub async fn run_with_rls(
             return Ok(());
         };
         tracing::info!(addr = ?listener.local_addr().ok(), "rate limit service listening (gRPC envoy.service.ratelimit.v3)");
-        let r = crate::rls::serve(listener, app.clone(), stop_rx.clone()).await;
+        let r = crate::grpc::serve(listener, app.clone(), stop_rx.clone()).await;
         let _ = stop_tx.send(true);
         r.map_err(|e| RunError::Io(std::io::Error::other(e)))
     };

@@ -12,7 +12,7 @@ use crate::config::{Config, StoreChoice};
 use crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT_MS;
 use crate::rules_file;
 use crate::store::redis::{
-    RedisConfig, RedisConfigError, RedisField, RedisTarget, DEFAULT_KEY_PREFIX,
+    RedisConfig, RedisConfigError, RedisField, RedisTarget, SentinelTarget, DEFAULT_KEY_PREFIX,
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT, MAX_TIMEOUT_MS,
 };
 
@@ -78,6 +78,13 @@ pub struct Cli {
     /// Redis Cluster seed nodes, comma-separated, e.g. redis://10.0.0.1:7000,redis://10.0.0.2:7000.
     #[arg(long, env = "SLUICE_REDIS_CLUSTER", value_name = "URL,URL", value_delimiter = ',', num_args = 1..)]
     pub redis_cluster: Vec<String>,
+
+    /// Sentinel-managed Redis: the master's name and the sentinels, e.g.
+    /// mymaster@10.0.0.1:26379,10.0.0.2:26379 (envoyproxy/ratelimit's mymaster,10.0.0.1:26379,...
+    /// is accepted too). Decisions follow the master the sentinels name across failovers.
+    #[arg(long, env = "SLUICE_REDIS_SENTINEL", value_name = "MASTER@HOST:PORT,HOST:PORT",
+          conflicts_with_all = ["redis_url", "redis_cluster"])]
+    pub redis_sentinel: Option<String>,
 
     /// Bound on each Redis command; past it the decision fails fast with 503 store_timeout.
     #[arg(long, env = "SLUICE_REDIS_TIMEOUT_MS", value_name = "MS", default_value_t = DEFAULT_TIMEOUT_MS,
@@ -176,6 +183,7 @@ fn redis_flag(field: RedisField) -> (&'static str, &'static str) {
     match field {
         RedisField::Url => ("--redis-url", "SLUICE_REDIS_URL"),
         RedisField::ClusterUrls => ("--redis-cluster", "SLUICE_REDIS_CLUSTER"),
+        RedisField::Sentinel => ("--redis-sentinel", "SLUICE_REDIS_SENTINEL"),
         RedisField::Timeout => ("--redis-timeout-ms", "SLUICE_REDIS_TIMEOUT_MS"),
         RedisField::MaxInFlight => ("--max-in-flight", "SLUICE_MAX_IN_FLIGHT"),
         RedisField::KeyPrefix => ("--key-prefix", "SLUICE_KEY_PREFIX"),
@@ -190,6 +198,8 @@ impl Cli {
             RedisTarget::Single(url.clone())
         } else if !self.redis_cluster.is_empty() {
             RedisTarget::Cluster(self.redis_cluster.clone())
+        } else if let Some(spec) = &self.redis_sentinel {
+            RedisTarget::Sentinel(SentinelTarget::parse(spec).map_err(FlagError::redis)?)
         } else {
             return Ok(StoreChoice::Memory);
         };

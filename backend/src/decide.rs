@@ -1,5 +1,5 @@
 //! One decision under a rule, as every way in makes it: the HTTP decision API
-//! (`POST /v1/throttle`) and Envoy's rate limit service (gRPC, [`crate::rls`]). The store call
+//! (`POST /v1/throttle`) and Envoy's rate limit service (gRPC, [`crate::grpc::rls`]). The store call
 //! under the deadline, the wire answer, the live activity and the decision metrics are recorded
 //! here once, so no path counts differently from another.
 

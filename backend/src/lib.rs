@@ -15,7 +15,7 @@ pub mod history;
 pub mod http;
 pub mod levels;
 pub mod metrics;
-pub mod rls;
+pub mod grpc;
 pub mod rules;
 pub mod rules_file;
 pub mod store;

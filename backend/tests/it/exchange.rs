@@ -10,8 +10,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sluice_backend::rls::exchange::ExchangeCodec;
-use sluice_backend::rls::Rls;
+use sluice_backend::grpc::exchange::ExchangeCodec;
+use sluice_backend::grpc::rls::Rls;
 use sluice_backend::{Config, StoreChoice};
 use sluice_core::exchange::{ExchangeReply, ExchangeRequest, CALL_PATH, STREAM_PATH};
 use tokio::sync::mpsc;

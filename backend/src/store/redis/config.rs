@@ -25,6 +25,8 @@ pub enum RedisTarget {
     Single(String),
     /// A Redis Cluster, by one or more seed node URLs.
     Cluster(Vec<String>),
+    /// A Sentinel-managed Redis: the master the sentinels name, followed across failovers.
+    Sentinel(SentinelTarget),
 }
 
 /// How to reach and use Redis. Check it with [`RedisConfig::validate`] when it is built;
@@ -96,6 +98,7 @@ impl RedisConfig {
                     .build()
                     .map_err(|e| RedisConfigError::Cluster { reason: reason(&e) })?;
             }
+            RedisTarget::Sentinel(target) => target.validate()?,
         }
         Ok(())
     }
@@ -152,6 +155,25 @@ pub enum RedisConfigError {
         /// What the Redis client said.
         reason: String,
     },
+    /// The Sentinel setting does not have the shape `MASTER@HOST:PORT,HOST:PORT` (or
+    /// `MASTER,HOST:PORT,HOST:PORT`).
+    #[error("{spec:?} {reason}")]
+    SentinelSpec {
+        /// The setting as given, with any password hidden.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// One sentinel address is not usable.
+    #[error("sentinel #{index} {url:?} is not a usable Redis URL: {reason}")]
+    SentinelUrl {
+        /// 1-based position in the list of sentinels.
+        index: usize,
+        /// The address as a URL, with any password hidden.
+        url: String,
+        /// What the Redis client said.
+        reason: String,
+    },
 }
 
 /// The [`RedisConfig`] field a [`RedisConfigError`] is about.
@@ -161,6 +183,8 @@ pub enum RedisField {
     Url,
     /// [`RedisConfig::target`], Cluster.
     ClusterUrls,
+    /// [`RedisConfig::target`], Sentinel.
+    Sentinel,
     /// [`RedisConfig::timeout`].
     Timeout,
     /// [`RedisConfig::max_in_flight`].
@@ -180,8 +204,151 @@ impl RedisConfigError {
             RedisConfigError::NoClusterUrls
             | RedisConfigError::ClusterUrl { .. }
             | RedisConfigError::Cluster { .. } => RedisField::ClusterUrls,
+            RedisConfigError::SentinelSpec { .. } | RedisConfigError::SentinelUrl { .. } => {
+                RedisField::Sentinel
+            }
         }
     }
+}
+
+/// A Sentinel-managed Redis: the name the sentinels know the master by, and the sentinels to ask
+/// (as `redis://host:port` URLs; a URL's user and password are the sentinel's own). The master's
+/// address is never configured: it is whatever the sentinels name now (see `sentinel.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelTarget {
+    /// The master's name in the sentinels' configuration (`sentinel monitor <name> ...`).
+    pub master: String,
+    /// The sentinels, as Redis URLs.
+    pub sentinels: Vec<String>,
+}
+
+/// The port a sentinel listens on when an address names none.
+pub const DEFAULT_SENTINEL_PORT: u16 = 26379;
+
+impl SentinelTarget {
+    /// Parses `MASTER@ADDR,ADDR,...` or envoyproxy/ratelimit's `MASTER,ADDR,ADDR,...` (its
+    /// `REDIS_URL` with `REDIS_TYPE=sentinel`, so a setting can be copied over). An `ADDR` is
+    /// `host:port`, `host` (port 26379) or a `redis://[user:password@]host:port` URL when the
+    /// sentinels require a password. The addresses are checked by [`SentinelTarget::validate`].
+    pub fn parse(spec: &str) -> Result<SentinelTarget, RedisConfigError> {
+        let refuse = |reason: &str| RedisConfigError::SentinelSpec {
+            spec: redact_list(spec),
+            reason: reason.to_owned(),
+        };
+        let mut items = spec.split(',').map(str::trim);
+        let first = items.next().unwrap_or_default();
+        let (master, mut addresses) = match first.split_once('@') {
+            Some((name, address)) if !name.contains([':', '/']) => (name, vec![address]),
+            _ if !first.contains([':', '/']) => (first, Vec::new()),
+            _ => {
+                return Err(refuse(
+                    "does not start with the master's name: give MASTER@HOST:PORT,HOST:PORT \
+                     (or MASTER,HOST:PORT,HOST:PORT), e.g. mymaster@10.0.0.1:26379,10.0.0.2:26379",
+                ))
+            }
+        };
+        if master.is_empty() {
+            return Err(refuse("names no master: give MASTER@HOST:PORT,HOST:PORT"));
+        }
+        if master.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(refuse(
+                "has a master name with spaces or control characters",
+            ));
+        }
+        addresses.extend(items);
+        if addresses.is_empty() {
+            return Err(refuse(
+                "names no sentinel: give MASTER@HOST:PORT,HOST:PORT (the sentinels, not the master)",
+            ));
+        }
+        let mut sentinels = Vec::with_capacity(addresses.len());
+        for (i, address) in addresses.into_iter().enumerate() {
+            if address.is_empty() {
+                return Err(refuse(&format!(
+                    "has an empty sentinel address (#{})",
+                    i + 1
+                )));
+            }
+            sentinels.push(sentinel_url(address));
+        }
+        Ok(SentinelTarget {
+            master: master.to_owned(),
+            sentinels,
+        })
+    }
+
+    /// Checks every sentinel URL and that they make one Sentinel client; no network traffic.
+    pub fn validate(&self) -> Result<(), RedisConfigError> {
+        if self.master.is_empty() || self.sentinels.is_empty() {
+            return Err(RedisConfigError::SentinelSpec {
+                spec: format!("{}@{}", self.master, redact_list(&self.sentinels.join(","))),
+                reason: "needs a master name and at least one sentinel".to_owned(),
+            });
+        }
+        for (i, url) in self.sentinels.iter().enumerate() {
+            url.as_str()
+                .into_connection_info()
+                .map_err(|e| RedisConfigError::SentinelUrl {
+                    index: i + 1,
+                    url: redact(url),
+                    reason: reason(&e),
+                })?;
+        }
+        redis::sentinel::SentinelClient::build(
+            self.sentinels.iter().map(String::as_str).collect(),
+            self.master.clone(),
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| RedisConfigError::SentinelSpec {
+            spec: format!("{}@{}", self.master, redact_list(&self.sentinels.join(","))),
+            reason: format!("does not make a Sentinel client: {}", reason(&e)),
+        })?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for SentinelTarget {
+    /// `master mymaster via sentinels 10.0.0.1:26379, 10.0.0.2:26379` (passwords hidden).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown: Vec<String> = self.sentinels.iter().map(|u| redact(u)).collect();
+        write!(
+            f,
+            "master {} via sentinels {}",
+            self.master,
+            shown.join(", ")
+        )
+    }
+}
+
+/// A sentinel address as a URL: `host:port` and `host` become `redis://host:port`.
+fn sentinel_url(address: &str) -> String {
+    if address.contains("://") {
+        return address.to_owned();
+    }
+    let has_port = match address.rsplit_once(':') {
+        // "[::1]" alone has colons but no port.
+        Some((host, port)) => {
+            !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !host.ends_with(':')
+        }
+        None => false,
+    };
+    if has_port && !(address.starts_with('[') && address.ends_with(']')) {
+        format!("redis://{address}")
+    } else {
+        format!("redis://{address}:{DEFAULT_SENTINEL_PORT}")
+    }
+}
+
+/// [`redact`] applied to each comma-separated item (and to `name@url` items).
+fn redact_list(list: &str) -> String {
+    list.split(',')
+        .map(|item| match item.split_once('@') {
+            Some((name, rest)) if rest.contains("://") => format!("{name}@{}", redact(rest)),
+            _ => redact(item),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn check_key_prefix(prefix: &str) -> Result<(), RedisConfigError> {

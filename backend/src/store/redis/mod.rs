@@ -16,6 +16,7 @@ mod health;
 mod history;
 mod keys;
 mod scripts;
+mod sentinel;
 mod sizing;
 
 use std::collections::BTreeMap;
@@ -39,9 +40,11 @@ use self::scripts::{algorithm_args, leased, Scripts};
 use super::{Activity, ActivityStore, DecisionStore, RuleSnapshot, RuleStore, Store, StoreError};
 
 pub use self::config::{
-    RedisConfig, RedisConfigError, RedisField, RedisTarget, DEFAULT_KEY_PREFIX,
-    DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT, MAX_TIMEOUT_MS,
+    RedisConfig, RedisConfigError, RedisField, RedisTarget, SentinelTarget, DEFAULT_KEY_PREFIX,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_SENTINEL_PORT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT,
+    MAX_TIMEOUT_MS,
 };
+pub use self::sentinel::RETRY_EVERY as SENTINEL_RETRY_EVERY;
 pub use self::health::HEALTH_INTERVAL;
 pub use self::keys::MAX_RAW_SUBJECT;
 pub use self::sizing::RECOMMENDED_POLICY;

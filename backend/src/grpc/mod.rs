@@ -1,23 +1,18 @@
-//! Envoy's rate limit service (RLS v3, `envoy.service.ratelimit.v3.RateLimitService`) over gRPC,
-//! so Envoy's native `envoy.filters.http.ratelimit` filter (and anything else speaking RLS) can
-//! use sluice's rules and store. Served on its own listener (`--rls-listen`), HTTP/2 cleartext as
-//! Envoy's gRPC clusters speak, by the same [`App`] as the HTTP listeners.
+//! The gRPC listener (`--grpc-listen`, default `127.0.0.1:8082`): sluice's front door for Envoy.
+//! One HTTP/2 cleartext listener, as Envoy's gRPC clusters speak, served by the same [`App`] as
+//! the HTTP listeners, carries both ways Envoy asks for decisions:
 //!
-//! - [`request`]: descriptors → checks, through core's one mapping
-//!   ([`sluice_core::descriptor`]).
-//! - [`service`]: the decisions (shared with `POST /v1/throttle` through [`crate::decide`]) and
-//!   failures as gRPC statuses.
-//! - [`response`]: statuses, headers and dynamic metadata.
-//! - [`exchange`]: `sluice.v1.DecisionExchange`, the filter's gRPC callout (the decision API's
-//!   requests as messages on one long-lived stream), served on the same listener.
+//! - [`exchange`]: `sluice.v1.DecisionExchange`, the sluice filter's default transport
+//!   (`grpc_stream`): the decision API's requests as messages on one long-lived stream per Envoy
+//!   worker, each answered by the decision router, so it answers exactly as `POST /v1/throttle`.
+//!   Most decisions take this path.
+//! - [`rls`]: Envoy's rate limit service (RLS v3, `envoy.service.ratelimit.v3.RateLimitService`),
+//!   for Envoy's native `envoy.filters.http.ratelimit` filter and anything else speaking RLS.
 //!
-//! docs/rls.md is the user's page.
+//! docs/exchange.md and docs/rls.md are the user's pages.
 
 pub mod exchange;
-pub mod request;
-pub mod response;
-pub mod service;
-
+pub mod rls;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +23,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 
-pub use service::Rls;
+pub use rls::Rls;
 
 /// Largest request message sluice decodes (tonic answers `OUT_OF_RANGE` beyond).
 pub use sluice_core::limits::MAX_RLS_MESSAGE_BYTES as MAX_MESSAGE_BYTES;
@@ -49,7 +44,7 @@ fn incoming(listener: TcpListener) -> impl Stream<Item = Result<TcpStream, std::
                     return Some((Ok(stream), listener));
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, "rls listener: accept failed; retrying");
+                    tracing::debug!(error = %e, "grpc listener: accept failed; retrying");
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 }
             }
@@ -57,7 +52,7 @@ fn incoming(listener: TcpListener) -> impl Stream<Item = Result<TcpStream, std::
     })
 }
 
-/// Serves the rate limit service on `listener` until `stop` turns true, then shuts down
+/// Serves the gRPC listener (the decision exchange and the rate limit service) on `listener` until `stop` turns true, then shuts down
 /// gracefully: no new connections, in-flight calls finish (bounded by [`SHUTDOWN_GRACE`]).
 pub async fn serve(
     listener: TcpListener,
@@ -90,7 +85,7 @@ pub async fn serve(
             let _ = stop_grace.wait_for(|s| *s).await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
         } => {
-            tracing::warn!("rls: connections still open {SHUTDOWN_GRACE:?} after shutdown; closing them");
+            tracing::warn!("grpc listener: connections still open {SHUTDOWN_GRACE:?} after shutdown; closing them");
             Ok(())
         }
     }
