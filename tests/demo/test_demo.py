@@ -35,6 +35,14 @@ def pid_alive(pid):
     return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
 
 
+def sigint_as_at_a_terminal():
+    """In the demo's process, before exec: SIGINT back to its default action. A test runner started
+    as a background job (CI's, `cmd &`) inherits SIGINT *ignored*, and bash cannot trap a signal
+    that was ignored when it started, so scripts/demo.sh would never see the Ctrl-C this module
+    sends, and the test would fail for the runner's reason, not the demo's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     admin, decision, rls, upstream, envoy, envoy_admin = (free_port() for _ in range(6))
@@ -51,7 +59,8 @@ def demo(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("demo") / "demo.out"
     log = open(log_path, "w")
     proc = subprocess.Popen(["bash", "scripts/demo.sh"], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            preexec_fn=sigint_as_at_a_terminal)
     deadline = time.monotonic() + 900  # the first run may build everything
     while "sluice demo is up" not in log_path.read_text():
         if proc.poll() is not None:
