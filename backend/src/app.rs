@@ -1,5 +1,6 @@
-//! Assembly: open the store, load and import rules, start the background tasks, serve both
-//! listeners until shutdown, then stop the tasks and flush what is pending.
+//! Assembly: open the store, load and import rules, start the background tasks, serve the
+//! listeners (decision, admin, gRPC) until shutdown, then stop the tasks and flush what is
+//! pending.
 
 use std::future::Future;
 use std::num::NonZeroUsize;
@@ -20,13 +21,18 @@ use crate::store::memory::sizing::BYTES_PER_KEY;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{ConnectError, RedisConfigError, RedisStore};
 use crate::store::{Store, StoreError};
+use crate::wrong_listener::WrongListener;
 
-/// The two listeners, bound by the caller (port 0 in tests).
+/// The listeners, bound by the caller (port 0 in tests).
 pub struct Listeners {
-    /// The decision API (what Envoy calls; keep it off the public network).
+    /// The decision API over HTTP (the filter's `protocol: http`, tools; keep it off the public
+    /// network).
     pub decision: TcpListener,
     /// The admin API and the dashboard (token protected).
     pub admin: TcpListener,
+    /// The gRPC listener (see [`crate::grpc`]): the filter's default transport (the decision
+    /// exchange) and Envoy's rate limit service. `None`: not served (`--grpc-listen off`).
+    pub grpc: Option<TcpListener>,
 }
 
 /// Why the service could not start or stopped with an error.
@@ -146,20 +152,10 @@ async fn open_store(
 }
 
 /// Runs the service on `listeners` until `shutdown` completes, then shuts down gracefully:
-/// in-flight requests finish, SSE streams end, the pending activity batch is flushed.
+/// in-flight requests finish, SSE streams end, the pending activity batch is flushed. The gRPC
+/// listener, if given, is served by the same app and stops with it.
 pub async fn run(
     listeners: Listeners,
-    config: Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), RunError> {
-    run_with_rls(listeners, None, config, shutdown).await
-}
-
-/// [`run`], and Envoy's rate limit service (gRPC, see [`crate::grpc::rls`]) on `rls` if given, served
-/// by the same app and shut down with it.
-pub async fn run_with_rls(
-    listeners: Listeners,
-    rls: Option<TcpListener>,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
@@ -248,9 +244,18 @@ pub async fn run_with_rls(
 
     let decision_addr = listeners.decision.local_addr()?;
     let admin_addr = listeners.admin.local_addr()?;
+    let grpc_addr = match &listeners.grpc {
+        Some(listener) => Some(listener.local_addr()?),
+        None => None,
+    };
+    let wrong = WrongListener::new(decision_addr, grpc_addr, metrics.clone());
     let dashboard = http::dashboard::Dashboard::new(config.dashboard_dir.as_deref());
-    tracing::info!(addr = %decision_addr, "decision API listening (POST /v1/throttle, /v1/cl.throttle)");
+    tracing::info!(addr = %decision_addr, "decision API listening over HTTP (POST /v1/throttle, /v1/cl.throttle; the filter's protocol: http)");
     tracing::info!(addr = %admin_addr, dashboard = %dashboard.describe(), "admin API and dashboard listening");
+    match grpc_addr {
+        Some(addr) => tracing::info!(addr = %addr, "gRPC listener listening: the sluice filter's decision exchange (sluice.v1.DecisionExchange, its default grpc_stream protocol) and Envoy's rate limit service (envoy.service.ratelimit.v3)"),
+        None => tracing::info!("gRPC listener off (--grpc-listen off): filters using the default grpc_stream protocol and Envoy's rate limit service get no answer from this backend"),
+    }
 
     // One shutdown signal fans out to both servers and every task.
     {
@@ -266,7 +271,10 @@ pub async fn run_with_rls(
     let decision_server = async {
         let r = serve(
             listeners.decision,
-            http::decision_router(app.clone()),
+            http::decision_router(app.clone()).layer(axum::middleware::from_fn_with_state(
+                wrong.clone(),
+                crate::wrong_listener::refuse_grpc,
+            )),
             header_read_timeout,
             stop_rx.clone(),
         )
@@ -285,16 +293,15 @@ pub async fn run_with_rls(
         let _ = stop_tx.send(true);
         r
     };
-    let rls_server = async {
-        let Some(listener) = rls else {
+    let grpc_server = async {
+        let Some(listener) = listeners.grpc else {
             return Ok(());
         };
-        tracing::info!(addr = ?listener.local_addr().ok(), "rate limit service listening (gRPC envoy.service.ratelimit.v3)");
-        let r = crate::grpc::serve(listener, app.clone(), stop_rx.clone()).await;
+        let r = crate::grpc::serve(listener, app.clone(), wrong.clone(), stop_rx.clone()).await;
         let _ = stop_tx.send(true);
         r.map_err(|e| RunError::Io(std::io::Error::other(e)))
     };
-    let (d, a, g) = tokio::join!(decision_server, admin_server, rls_server);
+    let (d, a, g) = tokio::join!(decision_server, admin_server, grpc_server);
 
     let _ = stop_tx.send(true);
     let flush = async { while tasks.join_next().await.is_some() {} };

@@ -11,14 +11,17 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod decide;
+pub mod failure_log;
 pub mod history;
 pub mod http;
 pub mod levels;
+pub mod log_limit;
 pub mod metrics;
 pub mod grpc;
 pub mod rules;
 pub mod rules_file;
 pub mod store;
+pub mod wrong_listener;
 
 pub use app::{run, Listeners, RunError};
 pub use config::{Config, StoreChoice};

@@ -86,6 +86,11 @@ struct LeaseLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     kind: String,
 }
@@ -117,6 +122,7 @@ pub struct Metrics {
     filter_decisions: Family<FilterLabels, Counter>,
     filter_failures: Family<FailureLabels, Counter>,
     exchange_streams: Gauge,
+    wrong_listener: Family<ListenerLabels, Counter>,
 }
 
 /// The store's own figures ([`Store::health`]), read at each scrape so they are never stale and
@@ -247,6 +253,17 @@ impl Metrics {
             "Decision exchange streams open on the gRPC listener (sluice.v1.DecisionExchange/Stream; one per Envoy worker using the filter's gRPC callout)",
             exchange_streams.clone(),
         );
+        let wrong_listener = Family::<ListenerLabels, Counter>::default();
+        registry.register(
+            "sluice_wrong_listener",
+            "Requests that reached a listener not speaking their protocol, by the listener that refused them: decision (a gRPC request: use the gRPC listener), grpc (an HTTP request: use the decision listener)",
+            wrong_listener.clone(),
+        );
+        for listener in ["decision", "grpc"] {
+            let _ = wrong_listener.get_or_create(&ListenerLabels {
+                listener: listener.to_owned(),
+            });
+        }
         for kind in [
             "unavailable",
             "timeout",
@@ -273,7 +290,18 @@ impl Metrics {
             filter_decisions,
             filter_failures,
             exchange_streams,
+            wrong_listener,
         }
+    }
+
+    /// Counts one request refused by `listener` (`decision` or `grpc`) for speaking the other
+    /// listener's protocol.
+    pub fn wrong_listener(&self, listener: &str) {
+        self.wrong_listener
+            .get_or_create(&ListenerLabels {
+                listener: listener.to_owned(),
+            })
+            .inc();
     }
 
     /// Adds one filter report entry under the `action` label `label` (zero counts create no

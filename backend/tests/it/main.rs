@@ -37,3 +37,4 @@ mod redis_sizing;
 mod report_log;
 mod rls;
 mod rls_history;
+mod sentinel;

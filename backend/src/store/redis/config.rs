@@ -494,6 +494,62 @@ mod tests {
     }
 
     #[test]
+    fn sentinel_settings_parse_in_both_forms() {
+        let ours =
+            SentinelTarget::parse("mymaster@10.0.0.1:26379, 10.0.0.2:26380,h3").expect("ours");
+        assert_eq!(ours.master, "mymaster");
+        assert_eq!(
+            ours.sentinels,
+            [
+                "redis://10.0.0.1:26379",
+                "redis://10.0.0.2:26380",
+                "redis://h3:26379"
+            ]
+        );
+        let theirs = SentinelTarget::parse("mymaster,10.0.0.1:26379,10.0.0.2:26380,h3")
+            .expect("ratelimit's");
+        assert_eq!(ours, theirs);
+        let with_auth =
+            SentinelTarget::parse("m@redis://:pw@10.0.0.1:26379,[::1]:26380,[::1]").expect("urls");
+        assert_eq!(
+            with_auth.sentinels,
+            [
+                "redis://:pw@10.0.0.1:26379",
+                "redis://[::1]:26380",
+                "redis://[::1]:26379"
+            ]
+        );
+        assert!(!with_auth.to_string().contains("pw"), "{with_auth}");
+        let c = RedisConfig::new(RedisTarget::Sentinel(with_auth));
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn bad_sentinel_settings_are_refused_naming_the_field() {
+        for spec in [
+            "",
+            "@10.0.0.1:26379",
+            "mymaster",
+            "mymaster@",
+            "10.0.0.1:26379,10.0.0.2:26379",
+            "redis://10.0.0.1:26379",
+            "my master@h:1",
+            "m@h:1,,h:2",
+        ] {
+            let e = SentinelTarget::parse(spec).expect_err(spec);
+            assert_eq!(e.field(), RedisField::Sentinel, "{spec:?}: {e}");
+        }
+        let e = SentinelTarget::parse("m@redis://:hunter2@h:1/x,h:2")
+            .and_then(|t| RedisConfig::new(RedisTarget::Sentinel(t)).validate())
+            .expect_err("bad db");
+        assert!(
+            matches!(e, RedisConfigError::SentinelUrl { index: 1, .. }),
+            "{e:?}"
+        );
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    #[test]
     fn a_refused_url_never_shows_its_password() {
         assert_eq!(
             redact("redis://user:hunter2@10.0.0.1:6379/x"),

@@ -12,9 +12,14 @@
 //! to the new master. A command that does not answer in time makes the task check the sentinels
 //! once, without dropping a connection they still vouch for. The task runs apart from the
 //! requests, so a request's timeout never cancels a failover half-way.
+//!
+//! A master can also be replaced while it stays up (`SENTINEL FAILOVER`, a partition that heals):
+//! until the sentinels reconfigure it as a replica it still accepts writes, and decisions made
+//! there are lost to the new master. So the sentinels are also asked every [`CHECK_EVERY`] while
+//! the store lives, which bounds that window to about a second.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -29,6 +34,8 @@ use super::config::SentinelTarget;
 
 /// Pause between two questions to the sentinels while no usable master is found.
 pub const RETRY_EVERY: Duration = Duration::from_millis(100);
+/// How often the sentinels are asked whether they still name the master in use.
+pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Least time a lookup of the master may take (the command timeout, when longer, bounds it
 /// instead): asking up to three sentinels and checking the master's `ROLE` is several round trips.
 const LOOKUP_MIN: Duration = Duration::from_secs(1);
@@ -90,15 +97,15 @@ impl SentinelConn {
             address,
             generation: 0,
         });
-        Ok(SentinelConn {
-            shared: Arc::new(Shared {
-                name: target.master.clone(),
-                sentinels: Mutex::new(sentinels),
-                current,
-                looking: AtomicBool::new(false),
-                timeout,
-            }),
-        })
+        let shared = Arc::new(Shared {
+            name: target.master.clone(),
+            sentinels: Mutex::new(sentinels),
+            current,
+            looking: AtomicBool::new(false),
+            timeout,
+        });
+        tokio::spawn(check_periodically(Arc::downgrade(&shared)));
+        Ok(SentinelConn { shared })
     }
 
     /// The master's name and the address of the node in use (`host:port`).
@@ -185,6 +192,22 @@ fn trouble(e: &RedisError) -> Option<Trouble> {
         ErrorKind::Server(ServerErrorKind::ReadOnly) => Some(Trouble::Broken),
         _ if e.is_timeout() => Some(Trouble::Slow),
         _ => None,
+    }
+}
+
+/// Asks the sentinels every [`CHECK_EVERY`] whether the master changed; ends with the store (the
+/// last [`SentinelConn`] dropped).
+async fn check_periodically(shared: Weak<Shared>) {
+    let mut every = tokio::time::interval(CHECK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let generation = shared.current.borrow().generation;
+        look_up(&shared, generation, Trouble::Slow);
     }
 }
 
