@@ -82,6 +82,9 @@ pub struct App {
     pub levels: Arc<LevelsHub>,
     /// Backstop bound on one store call from a handler.
     pub store_deadline: Duration,
+    /// The store's recent latency for decisions: a step whose answer cannot arrive before its
+    /// caller's deadline is not started ([`crate::deadline`]).
+    pub latency: Arc<crate::deadline::latency::LatencyEstimate>,
     /// Turns true at shutdown (ends SSE streams so graceful shutdown does not wait on them).
     pub stopping: watch::Receiver<bool>,
 }
@@ -205,6 +208,9 @@ pub async fn run(
         auth,
         levels: Arc::new(LevelsHub::new()),
         store_deadline: config.store_deadline,
+        latency: Arc::new(crate::deadline::latency::LatencyEstimate::new(
+            std::time::Instant::now(),
+        )),
         stopping: stop_rx.clone(),
     });
 

@@ -13,7 +13,7 @@ use crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT_MS;
 use crate::rules_file;
 use crate::store::redis::{
     RedisConfig, RedisConfigError, RedisField, RedisTarget, SentinelTarget, DEFAULT_KEY_PREFIX,
-    DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT, MAX_TIMEOUT_MS,
+    DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, MAX_TIMEOUT_MS,
 };
 
 /// Log line format.
@@ -86,8 +86,11 @@ pub struct Cli {
           conflicts_with_all = ["redis_url", "redis_cluster"])]
     pub redis_sentinel: Option<String>,
 
-    /// Bound on each Redis command; past it the decision fails fast with 503 store_timeout.
-    #[arg(long, env = "SLUICE_REDIS_TIMEOUT_MS", value_name = "MS", default_value_t = DEFAULT_TIMEOUT_MS,
+    /// Bound on each Redis command; past it the command fails with 503 store_timeout. Decisions
+    /// whose caller sends a deadline (the filter does) are bounded by it instead; this bounds
+    /// the rest, and lets a step that outlives its caller end with a known answer (default: 4 x
+    /// the filter's default backend.timeout_ms; docs/failure-modes.md, "One deadline").
+    #[arg(long, env = "SLUICE_REDIS_TIMEOUT_MS", value_name = "MS", default_value_t = crate::deadline::DEFAULT_REDIS_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     pub redis_timeout_ms: u64,
 
@@ -219,7 +222,7 @@ impl Cli {
         let store = self.store_choice()?;
         let store_deadline = match store {
             StoreChoice::Redis(_) => {
-                Duration::from_millis(self.redis_timeout_ms.saturating_mul(4).max(200))
+                crate::deadline::store_deadline(Duration::from_millis(self.redis_timeout_ms))
             }
             _ => Duration::from_secs(1),
         };

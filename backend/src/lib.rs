@@ -10,6 +10,7 @@ pub mod auth;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod deadline;
 pub mod decide;
 pub mod failure_log;
 pub mod history;

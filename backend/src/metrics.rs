@@ -91,6 +91,11 @@ struct ListenerLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     kind: String,
 }
@@ -122,6 +127,9 @@ pub struct Metrics {
     filter_decisions: Family<FilterLabels, Counter>,
     filter_failures: Family<FailureLabels, Counter>,
     exchange_streams: Gauge,
+    late_debits: Family<LeaseLabels, Counter>,
+    late_unknown: Family<LeaseLabels, Counter>,
+    deadline_exceeded: Family<StageLabels, Counter>,
     wrong_listener: Family<ListenerLabels, Counter>,
 }
 
@@ -253,6 +261,28 @@ impl Metrics {
             "Decision exchange streams open on the gRPC listener (sluice.v1.DecisionExchange/Stream; one per Envoy worker using the filter's gRPC callout)",
             exchange_streams.clone(),
         );
+        // One deadline (backend/src/deadline/): decisions whose caller's deadline passed.
+        let late_debits = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_late_debits",
+            "Decisions whose store step debited after the caller had given up (its deadline passed: the filter's failure mode decided the request), by action; docs/failure-modes.md, \"One deadline\"",
+            late_debits.clone(),
+        );
+        let late_unknown = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_late_unknown",
+            "Decisions whose store step failed (e.g. a Redis timeout) after the caller had given up: it may or may not have debited, by action",
+            late_unknown.clone(),
+        );
+        let deadline_exceeded = Family::<StageLabels, Counter>::default();
+        registry.register(
+            "sluice_deadline_exceeded",
+            "Decisions answered 503 deadline_exceeded, by stage: not_started (the time left was below the store's recent latency; nothing debited), late (the store step outlived the deadline)",
+            deadline_exceeded.clone(),
+        );
+        for stage in ["not_started", "late"] {
+            let _ = deadline_exceeded.get_or_create(&StageLabels { stage });
+        }
         let wrong_listener = Family::<ListenerLabels, Counter>::default();
         registry.register(
             "sluice_wrong_listener",
@@ -290,6 +320,9 @@ impl Metrics {
             filter_decisions,
             filter_failures,
             exchange_streams,
+            late_debits,
+            late_unknown,
+            deadline_exceeded,
             wrong_listener,
         }
     }
@@ -391,6 +424,31 @@ impl Metrics {
     /// Counts debits a denied all-or-nothing request kept on Redis Cluster (a skipped refund).
     pub fn unrefunded(&self, n: u64) {
         self.unrefunded.inc_by(n);
+    }
+
+    /// Counts `n` late debits of `action` ([`crate::deadline::late`]).
+    pub fn late_debits(&self, action: &str, n: u64) {
+        self.late_debits
+            .get_or_create(&LeaseLabels {
+                action: action.to_owned(),
+            })
+            .inc_by(n);
+    }
+
+    /// Counts one late store step of `action` that failed (it may have debited).
+    pub fn late_unknown(&self, action: &str) {
+        self.late_unknown
+            .get_or_create(&LeaseLabels {
+                action: action.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one decision answered `deadline_exceeded` at `stage` (`not_started`, `late`).
+    pub fn deadline_exceeded(&self, stage: &'static str) {
+        self.deadline_exceeded
+            .get_or_create(&StageLabels { stage })
+            .inc();
     }
 
     /// Counts one decision exchange stream opened.

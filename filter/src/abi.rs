@@ -13,6 +13,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
 
 use crate::config::{Config, Protocol};
+use crate::failure::Failure;
 use crate::flow::{Flow, Next, MAX_RESPONSE_BODY};
 use crate::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
 use crate::report::Worker;
@@ -20,7 +21,7 @@ use crate::rls_proto;
 
 mod exchange_glue;
 
-use exchange_glue::{ExchangeLink, SharedExchanger};
+use exchange_glue::{ExchangeLink, SharedExchanger, UnaryReply};
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -86,6 +87,19 @@ impl Root {
         }
     }
 
+    /// The exchange stream failed (could not open, or closed): counted in the worker's failure
+    /// log, which says so at once the first time, then at most once per 10 s per reason.
+    fn note_stream(&self, failure: Option<Failure>) {
+        let (Some(failure), Some(config)) = (failure, self.config.as_deref()) else {
+            return;
+        };
+        let now = self.host().now();
+        let line = self.worker.failures().stream(&failure, now, config);
+        if let Some(line) = line {
+            log(LogLevel::Warn, &line);
+        }
+    }
+
     /// The exchange's gRPC service, when the protocol is `grpc_stream`.
     fn exchange_service(&self) -> Option<&str> {
         let config = self.config.as_deref()?;
@@ -113,10 +127,20 @@ impl Context for Root {
 
     /// A count report sent as a unary exchange (`protocol: grpc_stream`).
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
-        let (status, _body) = exchange_glue::reply_of_call(status_code, response_size);
+        let reply = exchange_glue::reply_of_call(status_code, response_size);
         let mut host = self.host();
-        self.worker
-            .on_report_response(&mut host, token, Some(&status));
+        // A report that got through shows the backend is there (it ends the stream's down
+        // state, like a probe).
+        let result = match &reply {
+            UnaryReply::Answered(..) => Ok(()),
+            UnaryReply::Failed(f) => Err(f),
+        };
+        self.exchanger.borrow_mut().on_unary(result, host.now());
+        let status = match &reply {
+            UnaryReply::Answered(status, _) => Some(status.as_slice()),
+            UnaryReply::Failed(_) => None,
+        };
+        self.worker.on_report_response(&mut host, token, status);
     }
 
     fn on_grpc_stream_message(&mut self, token: u32, message_size: usize) {
@@ -124,9 +148,10 @@ impl Context for Root {
         exchange_glue::on_message(&self.exchanger, token, message_size, &host, self.id);
     }
 
-    fn on_grpc_stream_close(&mut self, token: u32, _status_code: u32) {
+    fn on_grpc_stream_close(&mut self, token: u32, status_code: u32) {
         let host = self.host();
-        exchange_glue::on_close(&self.exchanger, token, &host, self.id);
+        let failure = exchange_glue::on_close(&self.exchanger, token, status_code, &host, self.id);
+        self.note_stream(failure);
     }
 }
 
@@ -183,7 +208,8 @@ impl RootContext for Root {
         };
         let mut host = self.host();
         if let Some(service) = self.exchange_service() {
-            exchange_glue::tick(&self.exchanger, service, &host, self.id);
+            let refused = exchange_glue::tick(&self.exchanger, service, &host, self.id);
+            self.note_stream(refused);
         }
         let now = host.now();
         if now >= self.next_report_ns {
@@ -274,8 +300,20 @@ impl Http {
         };
         if flow.protocol() == Protocol::GrpcStream {
             // A unary exchange (the stream was down): answered like an HTTP callout.
-            let (status, body) = exchange_glue::reply_of_call(status_code, response_size);
-            flow.on_callout_response(&mut self.host, token, Some(&status), &body);
+            let reply = exchange_glue::reply_of_call(status_code, response_size);
+            exchange_glue::note_unary(self.host.link.as_ref(), &reply, self.host.now());
+            match reply {
+                UnaryReply::Answered(status, body) => {
+                    flow.on_callout_response(&mut self.host, token, Some(&status), &body)
+                }
+                UnaryReply::Failed(failure) => flow.on_failure(&mut self.host, token, failure),
+            }
+            return;
+        }
+        if status_code != 0 {
+            let message = exchange_glue::grpc_message();
+            let failure = Failure::of_grpc(Protocol::Grpc, status_code, message.as_deref());
+            flow.on_failure(&mut self.host, token, failure);
             return;
         }
         let message = if status_code != 0 || response_size == 0 {
@@ -434,18 +472,8 @@ impl Host for WasmHost {
         .map_err(|status| format!("{status:?}"))
     }
 
-    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, String> {
-        let Some(config) = self.config.as_deref() else {
-            return Err("no configuration".to_owned());
-        };
-        let now = self.now();
-        exchange_glue::start(
-            &config.backend.grpc_service,
-            self.link.as_ref(),
-            now,
-            call,
-            &self.metrics,
-        )
+    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
+        exchange_glue::start(self, call)
     }
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {

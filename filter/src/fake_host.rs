@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use crate::failure::Failure;
 use crate::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
 
 /// A reply the flow sent: status, headers, body.
@@ -41,6 +42,9 @@ pub struct FakeHost {
     pub shared_writes: u32,
     pub counters: HashMap<Counter, u64>,
     pub dispatch_error: Option<String>,
+    /// What `exchange` answers instead of starting one (a stream that is down for a reason that
+    /// will not fix itself per request).
+    pub exchange_failure: Option<Failure>,
     pub next_token: u32,
     pub effects: Effects,
 }
@@ -172,9 +176,12 @@ impl Host for FakeHost {
         self.next_token += 1;
         Ok(self.next_token - 1)
     }
-    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, String> {
+    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
+        if let Some(f) = &self.exchange_failure {
+            return Err(f.clone());
+        }
         if let Some(e) = &self.dispatch_error {
-            return Err(e.clone());
+            return Err(Failure::not_started(e));
         }
         self.effects.exchanges.push(call.clone());
         self.next_token += 1;

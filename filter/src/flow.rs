@@ -1,8 +1,10 @@
 //! One request's way through the filter: route → key → lease → denial cache → callout → resume or
-//! reply. The callout is the HTTP decision API or the gRPC rate limit service
-//! (`backend.protocol`); both answers become an [`Answer`], and everything after that is shared.
-//! A live lease for the (action, key) admits the request with no callout (HTTP callouts only:
-//! the gRPC callout never asks for a lease).
+//! reply. The callout is, by `backend.protocol`, a message on the worker's exchange stream
+//! (`grpc_stream`, the default), an HTTP callout to the decision API (`http`) or the gRPC rate
+//! limit service (`grpc`); every answer becomes an [`Answer`], and everything after that is
+//! shared. A live lease for the (action, key) admits the request with no callout (the JSON
+//! callouts only: the RLS callout never asks for a lease). A failed decision is classified once,
+//! in [`crate::failure`], counted and logged (rate-limited) by reason.
 //!
 //! Every path ends in exactly one of: the request continues (synchronously, or by `resume` after
 //! the callout), or the filter replies. Nothing here can panic; the host's errors arrive as values.
@@ -18,6 +20,7 @@ use sluice_core::Action;
 
 use crate::cache::{self, Entry};
 use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
+use crate::failure::Failure;
 use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
 use crate::lease::{self, Lease};
 use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
@@ -49,42 +52,41 @@ pub enum Answer {
     All(ThrottleAllResponse),
     /// 404 `unknown_action`: no rule for the action.
     UnknownAction,
-    /// Anything else: the failure mode applies; the reason goes in `x-sluice-failure`.
-    Failure(String),
+    /// Anything else: the failure mode applies; why is classified in [`crate::failure`] (its
+    /// `header` goes in `x-sluice-failure`).
+    Failure(Failure),
 }
 
-/// Classifies a callout response. A timeout or refused connection arrives from Envoy as a 504 or
-/// 503, so every non-200 other than 404 `unknown_action` is a failure.
-pub fn classify(status: Option<&[u8]>, body: &[u8]) -> Answer {
+/// Classifies a decision-API answer (an HTTP callout's, or an exchange reply's status and
+/// body) under `protocol`. A timeout or refused connection arrives from Envoy as a 504 or 503, so
+/// every non-200 other than 404 `unknown_action` is a failure.
+pub fn classify(protocol: Protocol, status: Option<&[u8]>, body: &[u8]) -> Answer {
     let status = status
         .and_then(|s| std::str::from_utf8(s).ok())
         .and_then(|s| s.parse::<u16>().ok());
     match status {
         Some(200) => match serde_json::from_slice::<ThrottleResponse>(body) {
             Ok(r) => Answer::Decision(r),
-            Err(_) => Answer::Failure("bad_response".into()),
+            Err(_) => Answer::Failure(Failure::of_http(protocol, status, body)),
         },
         Some(404) => match serde_json::from_slice::<ApiError>(body) {
             Ok(e) if e.error == ErrorCode::UnknownAction => Answer::UnknownAction,
-            _ => Answer::Failure("status_404".into()),
+            _ => Answer::Failure(Failure::of_http(protocol, status, body)),
         },
-        Some(503) => Answer::Failure("unavailable".into()),
-        Some(504) => Answer::Failure("timeout".into()),
-        Some(code) => Answer::Failure(format!("status_{code}")),
-        None => Answer::Failure("bad_response".into()),
+        _ => Answer::Failure(Failure::of_http(protocol, status, body)),
     }
 }
 
 /// Classifies the answer to `POST /v1/throttle/all` (a route with all-or-nothing checks) as
 /// [`classify`] does one decision.
-pub fn classify_all(status: Option<&[u8]>, body: &[u8]) -> Answer {
+pub fn classify_all(protocol: Protocol, status: Option<&[u8]>, body: &[u8]) -> Answer {
     let ok = status.is_some_and(|s| s == b"200");
     if !ok {
-        return classify(status, body);
+        return classify(protocol, status, body);
     }
     match serde_json::from_slice::<ThrottleAllResponse>(body) {
         Ok(r) => Answer::All(r),
-        Err(_) => Answer::Failure("bad_response".into()),
+        Err(_) => Answer::Failure(Failure::of_http(protocol, Some(200), body)),
     }
 }
 
@@ -220,7 +222,7 @@ impl Flow {
         &mut self,
         host: &mut dyn Host,
         route: &Route,
-        sent: Result<u32, (&'static str, String)>,
+        sent: Result<u32, Failure>,
         pending: Pending,
     ) -> Next {
         match sent {
@@ -229,9 +231,9 @@ impl Flow {
                 self.pending = Some(Pending { token, ..pending });
                 Next::Pause
             }
-            Err((reason, message)) => {
+            Err(failure) => {
                 let at = (route.action_index, route.action.as_str());
-                self.fail(host, at, &message, reason, true)
+                self.fail(host, at, &failure, true)
             }
         }
     }
@@ -258,7 +260,7 @@ impl Flow {
         };
         let path = format!("{}/all", self.config.backend.path);
         let sent = serde_json::to_vec(&request)
-            .map_err(|e| ("encode", format!("encode: {e}")))
+            .map_err(|e| Failure::encode(&e.to_string()))
             .and_then(|body| self.send_http(host, &path, body));
         let pending = Pending {
             token: 0,
@@ -276,12 +278,7 @@ impl Flow {
     /// POSTs a JSON body to the backend at `path` (an HTTP callout, or an exchange with
     /// `protocol: grpc_stream`; both answer with a status and a body); `Err` as
     /// [`Flow::dispatch_http`].
-    fn send_http(
-        &self,
-        host: &mut dyn Host,
-        path: &str,
-        body: Vec<u8>,
-    ) -> Result<u32, (&'static str, String)> {
+    fn send_http(&self, host: &mut dyn Host, path: &str, body: Vec<u8>) -> Result<u32, Failure> {
         let backend = &self.config.backend;
         if backend.protocol == Protocol::GrpcStream {
             let call = ExchangeCall {
@@ -289,13 +286,7 @@ impl Flow {
                 body,
                 timeout_ms: backend.timeout_ms,
             };
-            return host.exchange(&call).map_err(|e| {
-                let message = format!(
-                    "exchange with cluster {:?} could not start: {e}",
-                    backend.cluster
-                );
-                ("dispatch", message)
-            });
+            return host.exchange(&call);
         }
         let call = Callout {
             cluster: backend.cluster.clone(),
@@ -308,23 +299,18 @@ impl Flow {
             body,
             timeout_ms: backend.timeout_ms,
         };
-        host.dispatch(&call).map_err(|e| {
-            let message = format!(
-                "callout to cluster {:?} could not start: {e}",
-                backend.cluster
-            );
-            ("dispatch", message)
-        })
+        host.dispatch(&call).map_err(|e| Failure::not_started(&e))
     }
 
-    /// Starts the HTTP callout; `Err` is the failure reason and a log line.
+    /// Starts the decision callout (an exchange, or an HTTP callout); `Err` is the failure when
+    /// it could not start.
     fn dispatch_http(
         &self,
         host: &mut dyn Host,
         action: &str,
         key: String,
         quantity: u64,
-    ) -> Result<u32, (&'static str, String)> {
+    ) -> Result<u32, Failure> {
         let request = ThrottleRequest {
             action: action.to_owned(),
             key,
@@ -333,7 +319,7 @@ impl Flow {
             // The backend starts no store step it cannot answer within this wait.
             timeout_ms: Some(self.config.backend.timeout_ms),
         };
-        let body = serde_json::to_vec(&request).map_err(|e| ("encode", format!("encode: {e}")))?;
+        let body = serde_json::to_vec(&request).map_err(|e| Failure::encode(&e.to_string()))?;
         self.send_http(host, &self.config.backend.path, body)
     }
 
@@ -344,25 +330,20 @@ impl Flow {
         action: &str,
         key: &str,
         quantity: u64,
-    ) -> Result<u32, (&'static str, String)> {
+    ) -> Result<u32, Failure> {
         let backend = &self.config.backend;
         // The action was validated at configuration and the quantity bounded to 10^9.
         let message = Action::parse(action)
             .ok()
             .and_then(|a| crate::rls::request(&a, key, quantity))
-            .ok_or_else(|| ("encode", format!("encode: action {action:?} x {quantity}")))?;
+            .ok_or_else(|| Failure::encode(&format!("action {action:?} x {quantity}")))?;
         let call = GrpcCall {
             service: backend.grpc_service.clone(),
             message,
             timeout_ms: backend.timeout_ms,
         };
-        host.dispatch_grpc(&call).map_err(|e| {
-            let message = format!(
-                "gRPC callout to cluster {:?} could not start: {e}",
-                backend.cluster
-            );
-            ("dispatch", message)
-        })
+        host.dispatch_grpc(&call)
+            .map_err(|e| Failure::not_started(&e))
     }
 
     /// The callout answered (or timed out: Envoy reports that as a 504).
@@ -374,10 +355,11 @@ impl Flow {
         body: &[u8],
     ) {
         let several = self.pending.as_ref().is_some_and(|p| p.all.is_some());
+        let protocol = self.config.backend.protocol;
         let answer = if several {
-            classify_all(status, body)
+            classify_all(protocol, status, body)
         } else {
-            classify(status, body)
+            classify(protocol, status, body)
         };
         if let (Answer::UnknownAction, Some(p)) = (&answer, self.pending.as_mut()) {
             // A route with all-or-nothing checks: the 404 names the check (`checks[i].action`), so the
@@ -401,6 +383,13 @@ impl Flow {
     ) {
         let answer = crate::rls::classify(status, message);
         self.answered(host, token, answer);
+    }
+
+    /// The callout `token` failed before any answer could be read (an exchange that timed out on
+    /// the tick, a stream that closed, a unary call or gRPC callout that ended with a gRPC
+    /// status): the failure mode applies, with the failure as classified.
+    pub fn on_failure(&mut self, host: &mut dyn Host, token: u32, failure: Failure) {
+        self.answered(host, token, Answer::Failure(failure));
     }
 
     fn answered(&mut self, host: &mut dyn Host, token: u32, answer: Answer) {
@@ -437,9 +426,9 @@ impl Flow {
                     }
                 }
             }
-            Answer::Failure(reason) => {
+            Answer::Failure(failure) => {
                 let at = (pending.action_index, pending.action.as_str());
-                let _ = self.fail(host, at, "", &reason, false);
+                let _ = self.fail(host, at, &failure, false);
             }
         }
     }
@@ -498,7 +487,8 @@ impl Flow {
         let denied = r.denied.as_ref().map(|d| d.index);
         if r.results.len() != names.len() || denied.is_some_and(|i| i >= names.len()) {
             let at = (pending.action_index, pending.action.as_str());
-            let _ = self.fail(host, at, "", "bad_response", false);
+            let failure = Failure::bad_response("results that do not match the route's checks");
+            let _ = self.fail(host, at, &failure, false);
             return;
         }
         let policies: Vec<(&str, RateLimit)> = names
@@ -560,19 +550,26 @@ impl Flow {
         host.send_reply(429, &headers, &body);
     }
 
-    /// The backend could not decide: apply the failure mode. `sync` is true inside the
-    /// request-headers callback (answer with [`Next`]), false after a callout (resume or reply).
+    /// The backend could not decide: apply the failure mode, count the failure by reason and
+    /// log it (at most one line per reason per 10 s on this worker, `failure::log`). `sync` is
+    /// true inside the request-headers callback (answer with [`Next`]), false after a callout
+    /// (resume or reply).
     fn fail(
         &mut self,
         host: &mut dyn Host,
         (action_index, action): (usize, &str),
-        log: &str,
-        reason: &str,
+        failure: &Failure,
         sync: bool,
     ) -> Next {
-        if !log.is_empty() {
-            host.warn(&format!("sluice: {log}"));
+        host.count(failure.reason.counter());
+        let line = self
+            .worker
+            .failures()
+            .request(failure, host.now_ns(), &self.config);
+        if let Some(line) = line {
+            host.warn(&line);
         }
+        let reason = failure.header.as_str();
         let passed = self.config.failure_mode == FailureMode::Allow;
         self.worker
             .record(action_index, Event::failed(reason, passed));

@@ -3,6 +3,8 @@
 //! (`abi.rs`). Every method is infallible from the flow's point of view: the wasm
 //! implementation turns host errors into "absent" or a log line, never a panic.
 
+use crate::failure::Failure;
+
 /// Counters the filter keeps as Envoy stats (names in [`Counter::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Counter {
@@ -36,11 +38,23 @@ pub enum Counter {
     ExchangeStreamsClosed,
     /// Exchanges sent as unary calls because no stream was open (or it was full).
     ExchangeUnary,
+    /// Failed decisions by reason (`failure::Reason`): the callout could not start.
+    FailuresClusterMissing,
+    /// Failed decisions: the backend could not be reached (connection refused or reset).
+    FailuresUnreachable,
+    /// Failed decisions: the cluster does not speak the protocol.
+    FailuresWrongProtocol,
+    /// Failed decisions: no answer in time.
+    FailuresTimeout,
+    /// Failed decisions: an answer that does not decode.
+    FailuresBadResponse,
+    /// Failed decisions: sluice answered an error (store unavailable, deadline, ...).
+    FailuresBackendError,
 }
 
 impl Counter {
     /// Every counter, for defining them once at start.
-    pub const ALL: [Counter; 15] = [
+    pub const ALL: [Counter; 21] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CachedDenials,
@@ -56,6 +70,12 @@ impl Counter {
         Counter::ExchangeStreamsOpened,
         Counter::ExchangeStreamsClosed,
         Counter::ExchangeUnary,
+        Counter::FailuresClusterMissing,
+        Counter::FailuresUnreachable,
+        Counter::FailuresWrongProtocol,
+        Counter::FailuresTimeout,
+        Counter::FailuresBadResponse,
+        Counter::FailuresBackendError,
     ];
 
     /// The stat name (Envoy shows it as `wasmcustom.<name>`).
@@ -76,6 +96,12 @@ impl Counter {
             Counter::ExchangeStreamsOpened => "sluice.exchange_streams_opened",
             Counter::ExchangeStreamsClosed => "sluice.exchange_streams_closed",
             Counter::ExchangeUnary => "sluice.exchange_unary",
+            Counter::FailuresClusterMissing => "sluice.failures_cluster_missing",
+            Counter::FailuresUnreachable => "sluice.failures_unreachable",
+            Counter::FailuresWrongProtocol => "sluice.failures_wrong_protocol",
+            Counter::FailuresTimeout => "sluice.failures_timeout",
+            Counter::FailuresBadResponse => "sluice.failures_bad_response",
+            Counter::FailuresBackendError => "sluice.failures_backend_error",
         }
     }
 
@@ -155,9 +181,11 @@ pub trait Host {
     /// start. Its answer comes back as a gRPC status and message.
     fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String>;
     /// Starts an exchange (on the worker's stream when it is open, else as a unary call);
-    /// `Err` carries why it could not start. Its answer comes back as an HTTP callout's would:
-    /// a status and a body (a timeout as 504, a stream or call that failed as 503).
-    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, String>;
+    /// `Err` is the failure when it could not start, or when the stream is down for a reason
+    /// that will not fix itself per request (then the failure mode applies at once, see
+    /// `exchange.rs`). Its answer comes back as a status and a body, read as an HTTP callout's;
+    /// a timeout, a closed stream or a failed unary call as a [`Failure`].
+    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure>;
     /// Answers the client directly; the request goes no further.
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]);
     /// Resumes a paused request.

@@ -13,6 +13,7 @@ pub mod cache;
 pub mod config;
 pub mod exchange;
 pub mod exports;
+pub mod failure;
 pub mod flow;
 pub mod host;
 pub mod key;

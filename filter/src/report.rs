@@ -28,6 +28,7 @@ use sluice_core::limits::MAX_REPORT_ACTIONS;
 use sluice_core::wire::{ActionCounts, FilterReport};
 
 use crate::config::Config;
+use crate::failure::log::FailureLog;
 use crate::host::{Callout, Counter, ExchangeCall, Host};
 use crate::lease::pocket::Pockets;
 
@@ -97,6 +98,8 @@ pub struct Worker {
     failing: Cell<bool>,
     /// This worker's lease pockets (`lease::pocket`): per worker, like the counts.
     pockets: RefCell<Pockets>,
+    /// This worker's failure log (`failure::log`): one line per reason per 10 s at most.
+    failures: RefCell<FailureLog>,
 }
 
 impl Worker {
@@ -112,6 +115,11 @@ impl Worker {
     /// This worker's lease pockets, borrowed for one admission (`lease::table::spend`).
     pub fn pockets(&self) -> RefMut<'_, Pockets> {
         self.pockets.borrow_mut()
+    }
+
+    /// This worker's failure log, borrowed for one failure (or the tick).
+    pub fn failures(&self) -> RefMut<'_, FailureLog> {
+        self.failures.borrow_mut()
     }
 
     /// Counts one event for the action at `action_index` (ignored beyond the table's bound).
@@ -150,6 +158,12 @@ impl Worker {
 
     /// The tick: sends what accumulated, if anything and if no report is in flight.
     pub fn tick(&self, host: &mut dyn Host, config: &Config) {
+        // Failure counts held back by the log's rate limit go out once their 10 s have passed,
+        // even when no further failure comes to carry them.
+        let lines = self.failures().due(host.now_ns(), config);
+        for line in lines {
+            host.warn(&line);
+        }
         if config.report.cluster.is_none() && !config.report.via_exchange {
             return;
         }
@@ -182,11 +196,13 @@ impl Worker {
         let sent = serde_json::to_vec(&report)
             .map_err(|e| format!("encode: {e}"))
             .and_then(|body| match &config.report.cluster {
-                None => host.exchange(&ExchangeCall {
-                    path: config.report.path.clone(),
-                    body,
-                    timeout_ms: config.report.timeout_ms,
-                }),
+                None => host
+                    .exchange(&ExchangeCall {
+                        path: config.report.path.clone(),
+                        body,
+                        timeout_ms: config.report.timeout_ms,
+                    })
+                    .map_err(|f| format!("{} ({})", f.reason.name(), f.seen)),
                 Some(cluster) => host.dispatch(&Callout {
                     cluster: cluster.clone(),
                     headers: vec![

@@ -14,6 +14,8 @@ use sluice_core::rule::{Algorithm, Mode};
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::Action;
 
+use crate::config::Protocol;
+use crate::failure::Failure;
 use crate::flow::Answer;
 use crate::rls_proto::{
     Code, DescriptorStatus, Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, Unit,
@@ -59,10 +61,12 @@ pub fn request(action: &Action, key: &str, quantity: u64) -> Option<Vec<u8>> {
 /// refused the request).
 pub fn classify(status: u32, message: &[u8]) -> Answer {
     if status != GRPC_OK {
-        return Answer::Failure(format!("grpc_{status}"));
+        return Answer::Failure(Failure::of_grpc(Protocol::Grpc, status, None));
     }
     let Ok(response) = RateLimitResponse::decode(message) else {
-        return Answer::Failure("bad_response".into());
+        return Answer::Failure(Failure::bad_response(
+            "a message that is not a RateLimitResponse",
+        ));
     };
     if let Some(metadata) = &response.dynamic_metadata {
         if let Some(list) = metadata.fields.get(METADATA_KEY) {
@@ -71,7 +75,9 @@ pub fn classify(status: u32, message: &[u8]) -> Answer {
     }
     match response.statuses.first() {
         Some(status) => estimated(status),
-        None => Answer::Failure("bad_response".into()),
+        None => Answer::Failure(Failure::bad_response(
+            "a RateLimitResponse with neither sluice's metadata nor a status",
+        )),
     }
 }
 
@@ -87,10 +93,14 @@ fn from_metadata(list: &prost_types::Value) -> Answer {
         Some(Kind::StructValue(s)) => {
             match serde_json::from_value::<ThrottleResponse>(json_of_struct(s)) {
                 Ok(r) => Answer::Decision(r),
-                Err(_) => Answer::Failure("bad_response".into()),
+                Err(_) => Answer::Failure(Failure::bad_response(
+                    "sluice's metadata that is not a ThrottleResponse",
+                )),
             }
         }
-        _ => Answer::Failure("bad_response".into()),
+        _ => Answer::Failure(Failure::bad_response(
+            "sluice's metadata that is neither a decision nor null",
+        )),
     }
 }
 
@@ -144,7 +154,7 @@ fn estimated(status: &DescriptorStatus) -> Answer {
     let over = status.code == Code::OverLimit as i32;
     let Some(limit) = &status.current_limit else {
         if over {
-            return Answer::Failure("bad_response".into());
+            return Answer::Failure(Failure::bad_response("OVER_LIMIT without a current_limit"));
         }
         return Answer::UnknownAction;
     };
@@ -342,25 +352,35 @@ mod tests {
             vec![],
             Some(metadata(throttle_struct(&sample(true)))),
         );
-        assert_eq!(classify(14, &ok), Answer::Failure("grpc_14".into()));
-        assert_eq!(classify(4, b""), Answer::Failure("grpc_4".into()));
-        let bad = Answer::Failure("bad_response".into());
-        assert_eq!(classify(GRPC_OK, b"\xff\xff\xff"), bad);
-        assert_eq!(classify(GRPC_OK, b""), bad, "no statuses, no metadata");
+        let header = |a: Answer| match a {
+            Answer::Failure(f) => f.header,
+            other => panic!("a failure: {other:?}"),
+        };
+        assert_eq!(header(classify(14, &ok)), "grpc_14");
+        assert_eq!(header(classify(4, b"")), "grpc_4");
+        assert_eq!(header(classify(GRPC_OK, b"\xff\xff\xff")), "bad_response");
+        assert_eq!(
+            header(classify(GRPC_OK, b"")),
+            "bad_response",
+            "no statuses, no metadata"
+        );
         let not_a_decision = value(Kind::StringValue("nope".into()));
         assert_eq!(
-            classify(
+            header(classify(
                 GRPC_OK,
                 &response(Code::Ok, vec![], Some(metadata(not_a_decision)))
-            ),
-            bad
+            )),
+            "bad_response"
         );
         let over_without_limit = response(
             Code::OverLimit,
             vec![status(Code::OverLimit, None, 0, 0)],
             None,
         );
-        assert_eq!(classify(GRPC_OK, &over_without_limit), bad);
+        assert_eq!(
+            header(classify(GRPC_OK, &over_without_limit)),
+            "bad_response"
+        );
     }
 
     #[test]

@@ -12,21 +12,17 @@ use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::BufferType;
-use sluice_core::exchange::{ExchangeReply, ExchangeRequest, CALL_METHOD, SERVICE, STREAM_METHOD};
+use sluice_core::exchange::{ExchangeRequest, CALL_METHOD, SERVICE, STREAM_METHOD};
 
-use super::{Metrics, WasmHost};
-use crate::exchange::{Exchanger, StreamHost, Waiting};
+use super::WasmHost;
+use crate::exchange::{Exchanger, Route, StreamHost, Waiting};
+use crate::failure::Failure;
 use crate::flow::{Flow, MAX_RESPONSE_BODY};
 use crate::host::{Counter, ExchangeCall};
 
 /// One worker's exchanger; the waiters are the request contexts' flows (weak: a request that
 /// went away is simply not answered).
 pub type SharedExchanger = Rc<RefCell<Exchanger<Weak<RefCell<Flow>>>>>;
-
-/// The status a request waiting on the stream is answered with when its deadline passes.
-const TIMED_OUT: &[u8] = b"504";
-/// The status requests waiting on a stream that closed are answered with.
-const STREAM_CLOSED: &[u8] = b"503";
 
 /// A request context's way to the worker's stream (set only with `protocol: grpc_stream`).
 pub struct ExchangeLink {
@@ -54,24 +50,20 @@ impl StreamHost for RootStreams<'_> {
         hostcalls::send_grpc_stream_message(token, Some(message), false)
             .map_err(|s| format!("{s:?}"))
     }
-
-    fn warn(&mut self, message: &str) {
-        super::log(proxy_wasm::types::LogLevel::Warn, message);
-    }
 }
 
-/// Starts one exchange: on the worker's stream when `link` is given and the stream takes it,
-/// else as a unary `DecisionExchange/Call` (whose answer comes back to the calling context's
-/// `on_grpc_call_response`, see [`reply_of_call`]). A unary call from a request context is
-/// counted (`sluice.exchange_unary`): many of them mean the stream is down.
-pub fn start(
-    service: &str,
-    link: Option<&ExchangeLink>,
-    now_ns: u64,
-    call: &ExchangeCall,
-    metrics: &Metrics,
-) -> Result<u32, String> {
-    if let Some(link) = link {
+/// Starts one exchange for the request whose host is `host`: on the worker's stream when it
+/// takes it, else as a unary `DecisionExchange/Call` (whose answer comes back to the calling
+/// context's `on_grpc_call_response`, see [`reply_of_call`]), or not at all while the stream is
+/// down for a reason that persists (`Err`: the failure mode applies at once). A unary call from
+/// a request context is counted (`sluice.exchange_unary`).
+pub fn start(host: &WasmHost, call: &ExchangeCall) -> Result<u32, Failure> {
+    let Some(config) = host.config.as_deref() else {
+        return Err(Failure::not_started("no configuration"));
+    };
+    let service = config.backend.grpc_service.as_str();
+    let now_ns = host.now();
+    if let Some(link) = host.link.as_ref() {
         let deadline = now_ns.saturating_add(call.timeout_ms.saturating_mul(1_000_000));
         let sent = link.exchanger.borrow_mut().send(
             &mut RootStreams { service },
@@ -80,11 +72,21 @@ pub fn start(
             link.context_id,
             link.flow.clone(),
             deadline,
+            now_ns,
         );
-        if let Some(id) = sent {
-            return Ok(id);
+        if let Some((failure, orphans)) = sent.orphaned {
+            // The stream is given up: the requests waiting on it fail now, then this context
+            // is made effective again for its own callout.
+            for w in orphans {
+                deliver(w, Delivery::Failed(failure.clone()), host);
+            }
+            let _ = hostcalls::set_effective_context(link.context_id);
         }
-        metrics.increment(Counter::ExchangeUnary);
+        match sent.route {
+            Route::Stream(id) => return Ok(id),
+            Route::Fail(failure) => return Err(failure),
+            Route::Unary => host.metrics.increment(Counter::ExchangeUnary),
+        }
     }
     let message = prost::Message::encode_to_vec(&ExchangeRequest {
         id: 0,
@@ -99,27 +101,53 @@ pub fn start(
         Some(&message),
         Duration::from_millis(call.timeout_ms),
     )
-    .map_err(|status| format!("{status:?}"))
+    .map_err(|status| {
+        let failure = Failure::not_started(&format!("{status:?}"));
+        if let Some(link) = host.link.as_ref() {
+            link.exchanger.borrow_mut().on_unary(Err(&failure), now_ns);
+        }
+        failure
+    })
 }
 
-/// The answer of a unary exchange as an HTTP callout's status and body: a gRPC failure is a
-/// 504 when it timed out (DEADLINE_EXCEEDED) and a 503 otherwise, as Envoy reports a callout.
-pub fn reply_of_call(status_code: u32, response_size: usize) -> (Vec<u8>, Vec<u8>) {
-    const DEADLINE_EXCEEDED: u32 = 4;
-    if status_code != 0 {
-        let status = if status_code == DEADLINE_EXCEEDED {
-            TIMED_OUT
-        } else {
-            STREAM_CLOSED
-        };
-        return (status.to_vec(), Vec::new());
+/// What a unary exchange came back as.
+pub enum UnaryReply {
+    /// The backend's answer: status and body, read as an HTTP callout's.
+    Answered(Vec<u8>, Vec<u8>),
+    /// The call failed (a gRPC status other than OK, or a reply that does not decode).
+    Failed(Failure),
+}
+
+/// The answer of a unary exchange; its gRPC status and grpc-message classify a failure
+/// (`exchange::unary_reply`).
+pub fn reply_of_call(status_code: u32, response_size: usize) -> UnaryReply {
+    let message = (status_code != 0).then(grpc_message).flatten();
+    let bytes = if status_code == 0 {
+        read_buffer(response_size)
+    } else {
+        Vec::new()
+    };
+    match crate::exchange::unary_reply(status_code, message.as_deref(), &bytes) {
+        Ok((status, body)) => UnaryReply::Answered(status.to_string().into_bytes(), body),
+        Err(failure) => UnaryReply::Failed(failure),
     }
-    let bytes = read_buffer(response_size);
-    match prost::Message::decode(bytes.as_slice()) {
-        Ok(ExchangeReply { status, body, .. }) => (status.to_string().into_bytes(), body),
-        // Not an exchange reply: classified as a bad response.
-        Err(_) => (b"502".to_vec(), Vec::new()),
-    }
+}
+
+/// Tells the worker's exchanger how a unary exchange ended (its probes end the down state).
+pub fn note_unary(link: Option<&ExchangeLink>, reply: &UnaryReply, now_ns: u64) {
+    let Some(link) = link else {
+        return;
+    };
+    let result = match reply {
+        UnaryReply::Answered(..) => Ok(()),
+        UnaryReply::Failed(f) => Err(f),
+    };
+    link.exchanger.borrow_mut().on_unary(result, now_ns);
+}
+
+/// The grpc-message of the call or stream that just ended, if the host gives one.
+pub fn grpc_message() -> Option<String> {
+    hostcalls::get_grpc_status().ok().and_then(|(_, m)| m)
 }
 
 /// The gRPC message just received (bounded like a callout's body).
@@ -137,20 +165,26 @@ fn read_buffer(size: usize) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-/// The root's tick: open the stream if it is down (after its pause), and answer every request
-/// whose deadline passed as timed out.
-pub fn tick(exchanger: &SharedExchanger, service: &str, root: &WasmHost, root_id: u32) {
+/// The root's tick: open the stream if it is down (after its backoff), and answer every request
+/// whose deadline passed as timed out. `Some` when the stream could not open (to be logged).
+pub fn tick(
+    exchanger: &SharedExchanger,
+    service: &str,
+    root: &WasmHost,
+    root_id: u32,
+) -> Option<Failure> {
     let now = root.now();
-    let expired = {
+    let (refused, expired) = {
         let mut ex = exchanger.borrow_mut();
         let was_open = ex.token().is_some();
-        ex.ensure_open(&mut RootStreams { service }, now);
+        let refused = ex.ensure_open(&mut RootStreams { service }, now);
         if !was_open && ex.token().is_some() {
             root.metrics.increment(Counter::ExchangeStreamsOpened);
         }
-        ex.expired(now)
+        (refused, ex.expired(now))
     };
-    deliver_all(expired, TIMED_OUT, &[], root, root_id);
+    deliver_all(expired, &Failure::timed_out(), root, root_id);
+    refused
 }
 
 /// A message on stream `token`: hand it to the request that waits for it.
@@ -165,29 +199,39 @@ pub fn on_message(
     let answered = exchanger.borrow_mut().on_message(token, &bytes);
     if let Some((waiting, reply)) = answered {
         let status = reply.status.to_string();
-        deliver(waiting, status.as_bytes(), &reply.body, root);
+        deliver(
+            waiting,
+            Delivery::Answer(status.as_bytes(), &reply.body),
+            root,
+        );
         let _ = hostcalls::set_effective_context(root_id);
     }
 }
 
-/// Stream `token` closed: every request waiting on it fails now (the failure mode applies).
-pub fn on_close(exchanger: &SharedExchanger, token: u32, root: &WasmHost, root_id: u32) {
-    let failed = {
-        let mut ex = exchanger.borrow_mut();
-        let ours = ex.token() == Some(token);
-        let failed = ex.on_close(token, root.now());
-        if ours {
-            root.metrics.increment(Counter::ExchangeStreamsClosed);
-        }
-        failed
-    };
-    deliver_all(failed, STREAM_CLOSED, &[], root, root_id);
+/// Stream `token` closed with gRPC `status`: every request waiting on it fails now (the failure
+/// mode applies), classified by that status. `Some` when it was the worker's current stream
+/// (to be logged).
+pub fn on_close(
+    exchanger: &SharedExchanger,
+    token: u32,
+    status: u32,
+    root: &WasmHost,
+    root_id: u32,
+) -> Option<Failure> {
+    let message = grpc_message();
+    let closed = exchanger
+        .borrow_mut()
+        .on_close(token, status, message.as_deref(), root.now());
+    if closed.current {
+        root.metrics.increment(Counter::ExchangeStreamsClosed);
+    }
+    deliver_all(closed.waiting, &closed.failure, root, root_id);
+    closed.current.then_some(closed.failure)
 }
 
 fn deliver_all(
     waiting: Vec<Waiting<Weak<RefCell<Flow>>>>,
-    status: &[u8],
-    body: &[u8],
+    failure: &Failure,
     root: &WasmHost,
     root_id: u32,
 ) {
@@ -195,13 +239,21 @@ fn deliver_all(
         return;
     }
     for w in waiting {
-        deliver(w, status, body, root);
+        deliver(w, Delivery::Failed(failure.clone()), root);
     }
     let _ = hostcalls::set_effective_context(root_id);
 }
 
+/// What a waiting request is handed.
+enum Delivery<'a> {
+    /// The backend's answer: status and body.
+    Answer(&'a [u8], &'a [u8]),
+    /// No answer: the failure mode applies.
+    Failed(Failure),
+}
+
 /// Runs the waiting request's flow on its own context; a request that went away is skipped.
-fn deliver(waiting: Waiting<Weak<RefCell<Flow>>>, status: &[u8], body: &[u8], root: &WasmHost) {
+fn deliver(waiting: Waiting<Weak<RefCell<Flow>>>, what: Delivery<'_>, root: &WasmHost) {
     let Some(flow) = waiting.waiter.upgrade() else {
         return;
     };
@@ -212,5 +264,10 @@ fn deliver(waiting: Waiting<Weak<RefCell<Flow>>>, status: &[u8], body: &[u8], ro
         return;
     };
     let mut host = root.for_request();
-    flow.on_callout_response(&mut host, waiting.id, Some(status), body);
+    match what {
+        Delivery::Answer(status, body) => {
+            flow.on_callout_response(&mut host, waiting.id, Some(status), body)
+        }
+        Delivery::Failed(failure) => flow.on_failure(&mut host, waiting.id, failure),
+    }
 }

@@ -94,7 +94,9 @@ fn an_exchange_that_cannot_start_applies_the_failure_mode_at_once() {
     assert_eq!(host.counters.get(&Counter::FailuresAllow), Some(&1));
     let warnings = host.effects.warnings.borrow();
     assert!(
-        warnings.iter().any(|w| w.contains("exchange with cluster")),
+        warnings
+            .iter()
+            .any(|w| w.contains("cluster_missing") && w.contains("\"sluice_rls\"")),
         "{warnings:?}"
     );
 }

@@ -87,7 +87,8 @@ fn the_callout_carries_pseudo_headers_timeout_and_the_request() {
             key: "alice".into(),
             quantity: 1,
             lease: true,
-            timeout_ms: Some(25),
+            // backend.timeout_ms of this configuration: the backend's wait is the filter's.
+            timeout_ms: Some(30),
         }
     );
     // With leases turned off, the callout does not ask for one.
