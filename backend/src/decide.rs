@@ -1,7 +1,9 @@
 //! One decision under a rule, as every way in makes it: the HTTP decision API
 //! (`POST /v1/throttle`) and Envoy's rate limit service (gRPC, [`crate::grpc::rls`]). The store call
-//! under the deadline, the wire answer, the live activity and the decision metrics are recorded
-//! here once, so no path counts differently from another.
+//! under the caller's deadline ([`crate::deadline`]), the wire answer, the live activity and the
+//! decision metrics are recorded here once, so no path counts differently from another. A
+//! decision made after its caller gave up is never recorded as allowed or denied (the caller did
+//! not act on it): it is counted as late instead ([`crate::deadline::late`]).
 
 use std::time::Instant;
 
@@ -11,21 +13,24 @@ use sluice_core::Rule;
 
 use crate::app::App;
 use crate::clock::now_ms;
+use crate::deadline::late::{Late, LateChecks};
+use crate::deadline::{call, Deadline, DecideError};
 use crate::metrics::Outcome;
-use crate::store::{CheckRequest, StoreError};
+use crate::store::CheckRequest;
 
 /// Decides `quantity` units for `key` under `rule` (quantity 0 peeks: nothing changes and no
 /// activity is recorded), with no lease: what the rate limit service and every caller that
-/// cannot hold a lease get. `started` is when the caller began on the request, for the latency
-/// the decision metric reports.
+/// cannot hold a lease get. `deadline`: the caller's, if it sent one. `started` is when the
+/// caller began on the request, for the latency the decision metric reports.
 pub async fn decide(
     app: &App,
     rule: &Rule,
     key: &str,
     quantity: u64,
+    deadline: Option<Deadline>,
     started: Instant,
-) -> Result<ThrottleResponse, StoreError> {
-    decide_leased(app, rule, key, quantity, false, started).await
+) -> Result<ThrottleResponse, DecideError> {
+    decide_leased(app, rule, key, quantity, false, deadline, started).await
 }
 
 /// Like [`decide`], for a caller that may hold a lease (`asked`: the sluice filter says so per
@@ -38,12 +43,23 @@ pub async fn decide_leased(
     key: &str,
     quantity: u64,
     asked: bool,
+    deadline: Option<Deadline>,
     started: Instant,
-) -> Result<ThrottleResponse, StoreError> {
+) -> Result<ThrottleResponse, DecideError> {
     let lease = offer(rule, asked);
-    let leased = app
-        .store_call(app.store.throttle_leased(rule, key, quantity, lease, None))
-        .await?;
+    // The step owns what it needs: it may outlive this request (see crate::deadline::call).
+    let (store, owned_rule, owned_key) = (app.store.clone(), rule.clone(), key.to_owned());
+    let step = async move {
+        store
+            .throttle_leased(&owned_rule, &owned_key, quantity, lease, None)
+            .await
+    };
+    let late = Late::new(app.metrics.clone());
+    let action = rule.action().as_str().to_owned();
+    let leased = call::run(app, deadline, step, move |result| {
+        late.single(&action, quantity, &result)
+    })
+    .await?;
     let decision = leased.decision;
     let mut response = ThrottleResponse::new(
         rule.algorithm(),
@@ -78,9 +94,34 @@ pub async fn decide_leased(
 pub async fn decide_all(
     app: &App,
     checks: &[CheckRequest<'_>],
+    deadline: Option<Deadline>,
     started: Instant,
-) -> Result<ThrottleAllResponse, StoreError> {
-    let outcome = app.store_call(app.store.throttle_all(checks, None)).await?;
+) -> Result<ThrottleAllResponse, DecideError> {
+    let owned: Vec<(Rule, String, u64)> = checks
+        .iter()
+        .map(|c| (c.rule.clone(), c.key.to_owned(), c.quantity))
+        .collect();
+    let late_checks: LateChecks = checks
+        .iter()
+        .map(|c| (c.rule.action().as_str().to_owned(), c.quantity))
+        .collect();
+    let store = app.store.clone();
+    let step = async move {
+        let requests: Vec<CheckRequest<'_>> = owned
+            .iter()
+            .map(|(rule, key, quantity)| CheckRequest {
+                rule,
+                key,
+                quantity: *quantity,
+            })
+            .collect();
+        store.throttle_all(&requests, None).await
+    };
+    let late = Late::new(app.metrics.clone());
+    let outcome = call::run(app, deadline, step, move |result| {
+        late.all(&late_checks, &result)
+    })
+    .await?;
     if outcome.unrefunded > 0 {
         app.metrics
             .unrefunded(u64::try_from(outcome.unrefunded).unwrap_or(u64::MAX));

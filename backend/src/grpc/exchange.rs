@@ -19,10 +19,14 @@
 //! - `Call`: one exchange.
 //!
 //! No deadline is set on either method, nor on the stream as a whole (it is meant to live as
-//! long as its Envoy worker): each exchange is bounded by the store's own deadline
-//! ([`App::store_call`], which every decision handler's store step goes through, answering 503
-//! `store_timeout` past it), exactly as on the HTTP listener, and the handlers await nothing
-//! else. A second, per-exchange timer would cost a timer per message and never fire first.
+//! long as its Envoy worker): each exchange carries its caller's deadline in its JSON body
+//! (`timeout_ms`, as over HTTP), and the decision handlers honour it ([`crate::deadline`]); a
+//! request without one is bounded by the store's own deadline ([`App::store_call`]), exactly as
+//! on the HTTP listener. A message's deadline counts from when it is read off the stream
+//! ([`Arrival`], stamped here and read by the handlers), not from when its handler first runs.
+//! A message is read and started in the same poll; messages past [`MAX_IN_FLIGHT_PER_STREAM`]
+//! wait unread in HTTP/2 flow control, where no stamp can reach them: that wait is not counted,
+//! and the caller's own timer covers it (the filter gives up at its deadline either way).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -30,6 +34,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use axum::body::Body as AxumBody;
 use axum::http::{header, HeaderValue, Method, Request as HttpRequest, StatusCode, Uri};
@@ -49,6 +54,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tower::ServiceExt;
 
 use crate::app::App;
+use crate::deadline::Arrival;
 use crate::http::error::ApiFailure;
 use crate::metrics::Metrics;
 
@@ -201,7 +207,12 @@ impl UnaryService<ExchangeRequest> for CallMethod {
 
     fn call(&mut self, request: Request<ExchangeRequest>) -> Self::Future {
         let router = self.0.router.clone();
-        Box::pin(async move { Ok(Response::new(exchange(router, request.into_inner()).await)) })
+        let arrived = Instant::now();
+        Box::pin(async move {
+            Ok(Response::new(
+                exchange(router, request.into_inner(), arrived).await,
+            ))
+        })
     }
 }
 
@@ -283,7 +294,9 @@ impl Stream for Exchanges {
             match this.inbound.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(request))) => {
                     let router = this.inner.router.clone();
-                    this.in_flight.push(Box::pin(exchange(router, request)));
+                    let arrived = Instant::now();
+                    this.in_flight
+                        .push(Box::pin(exchange(router, request, arrived)));
                 }
                 Poll::Ready(Some(Err(status))) => this.ending = Some(Ending::Failed(status)),
                 Poll::Ready(None) => this.ending = Some(Ending::ClientDone),
@@ -313,9 +326,10 @@ impl Stream for Exchanges {
 }
 
 /// Answers one exchange through the decision router: its status and body, with its `id`.
-async fn exchange(router: Router, request: ExchangeRequest) -> ExchangeReply {
+/// `arrived`: when the message was read, where its caller's deadline starts.
+async fn exchange(router: Router, request: ExchangeRequest, arrived: Instant) -> ExchangeReply {
     let id = request.id;
-    let response = match http_request(request) {
+    let response = match http_request(request, arrived) {
         Ok(request) => match router.oneshot(request).await {
             Ok(response) => response,
             Err(never) => match never {},
@@ -331,8 +345,11 @@ async fn exchange(router: Router, request: ExchangeRequest) -> ExchangeReply {
 }
 
 /// `POST {path}` with the JSON body, as the filter's HTTP callout sends it. A path that is not
-/// an absolute URI path is a 400 naming `path`.
-fn http_request(request: ExchangeRequest) -> Result<HttpRequest<AxumBody>, ApiFailure> {
+/// an absolute URI path is a 400 naming `path`. Carries `arrived` as an [`Arrival`].
+fn http_request(
+    request: ExchangeRequest,
+    arrived: Instant,
+) -> Result<HttpRequest<AxumBody>, ApiFailure> {
     let bad_path = || ApiFailure::invalid("path", "must be an absolute path like /v1/throttle");
     if !request.path.starts_with('/') {
         return Err(bad_path());
@@ -345,6 +362,7 @@ fn http_request(request: ExchangeRequest) -> Result<HttpRequest<AxumBody>, ApiFa
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    http.extensions_mut().insert(Arrival(arrived));
     Ok(http)
 }
 
@@ -385,23 +403,42 @@ mod tests {
     #[test]
     fn paths_must_be_absolute() {
         for path in ["v1/throttle", "", "/v1/thr ottle", "http://x/v1/throttle"] {
-            let failure = http_request(ExchangeRequest {
-                id: 1,
-                path: path.into(),
-                body: vec![],
-            })
+            let failure = http_request(
+                ExchangeRequest {
+                    id: 1,
+                    path: path.into(),
+                    body: vec![],
+                },
+                Instant::now(),
+            )
             .unwrap_err();
             assert_eq!(failure.status, StatusCode::BAD_REQUEST, "{path:?}");
             assert_eq!(failure.body.field.as_deref(), Some("path"));
         }
-        let ok = http_request(ExchangeRequest {
-            id: 1,
-            path: "/v1/throttle".into(),
-            body: b"{}".to_vec(),
-        })
+        let ok = http_request(
+            ExchangeRequest {
+                id: 1,
+                path: "/v1/throttle".into(),
+                body: b"{}".to_vec(),
+            },
+            Instant::now(),
+        )
         .unwrap();
         assert_eq!(ok.method(), Method::POST);
         assert_eq!(ok.uri().path(), "/v1/throttle");
         assert_eq!(ok.headers()[header::CONTENT_TYPE], "application/json");
+
+        // The caller's deadline counts from when the message was read, not when it runs.
+        let read = Instant::now();
+        let stamped = http_request(
+            ExchangeRequest {
+                id: 2,
+                path: "/v1/throttle".into(),
+                body: b"{}".to_vec(),
+            },
+            read,
+        )
+        .unwrap();
+        assert_eq!(stamped.extensions().get::<Arrival>(), Some(&Arrival(read)));
     }
 }

@@ -8,13 +8,14 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use sluice_core::cell::CellArgs;
 use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
+use crate::deadline::{Arrival, Deadline};
 use crate::decide::decide_leased;
 
 /// Decides one request under its action's rule.
@@ -28,14 +29,16 @@ use crate::decide::decide_leased;
         (status = 400, description = "Bad input; `field` names the field at fault", body = ApiError),
         (status = 404, description = "`unknown_action`: no rule for the action", body = ApiError),
         (status = 413, description = "Body larger than 64 KiB", body = ApiError),
-        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = ApiError),
+        (status = 503, description = "`store_unavailable`, `store_timeout`, `overloaded`, or `deadline_exceeded` (the request's `timeout_ms` left no time for the store: nothing was debited, or the store answered too late)", body = ApiError),
     )
 )]
 pub async fn throttle(
     State(app): State<Arc<App>>,
+    arrival: Option<Extension<Arrival>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ThrottleResponse>, ApiFailure> {
     let started = Instant::now();
+    let arrived = arrival.map_or(started, |Extension(Arrival(at))| at);
     let body = body.map_err(input::body_failure)?;
     let request: ThrottleRequest = input::json(&body)?;
     let action = request.validate().map_err(ApiFailure::from_request_error)?;
@@ -50,10 +53,11 @@ pub async fn throttle(
         &request.key,
         request.quantity,
         request.lease,
+        Deadline::from_ms(arrived, request.timeout_ms),
         started,
     )
     .await
-    .map_err(|e| ApiFailure::store(&e))?;
+    .map_err(|e| e.api_failure())?;
     Ok(Json(response))
 }
 

@@ -7,12 +7,13 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use sluice_core::wire::{ApiError, ThrottleAllRequest, ThrottleAllResponse};
 
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
+use crate::deadline::{Arrival, Deadline};
 use crate::decide::decide_all;
 use crate::store::CheckRequest;
 
@@ -28,14 +29,16 @@ use crate::store::CheckRequest;
         (status = 400, description = "Bad input; `field` names the field at fault (`checks`, `checks[1].action`, ...)", body = ApiError),
         (status = 404, description = "`unknown_action`: no rule for a check's action (`field` is `checks[i].action`)", body = ApiError),
         (status = 413, description = "Body larger than 64 KiB", body = ApiError),
-        (status = 503, description = "`store_unavailable`, `store_timeout` or `overloaded`", body = ApiError),
+        (status = 503, description = "`store_unavailable`, `store_timeout`, `overloaded`, or `deadline_exceeded` (the request's `timeout_ms` left no time for the store: nothing was debited, or the store answered too late)", body = ApiError),
     )
 )]
 pub async fn throttle_all(
     State(app): State<Arc<App>>,
+    arrival: Option<Extension<Arrival>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ThrottleAllResponse>, ApiFailure> {
     let started = Instant::now();
+    let arrived = arrival.map_or(started, |Extension(Arrival(at))| at);
     let body = body.map_err(input::body_failure)?;
     let request: ThrottleAllRequest = input::json(&body)?;
     let actions = request.validate().map_err(ApiFailure::from_request_error)?;
@@ -54,8 +57,9 @@ pub async fn throttle_all(
             quantity: check.quantity,
         });
     }
-    let response = decide_all(&app, &checks, started)
+    let deadline = Deadline::from_ms(arrived, request.timeout_ms);
+    let response = decide_all(&app, &checks, deadline, started)
         .await
-        .map_err(|e| ApiFailure::store(&e))?;
+        .map_err(|e| e.api_failure())?;
     Ok(Json(response))
 }

@@ -1,11 +1,14 @@
 //! `ShouldRateLimit`: the request's checks decided under the rules in force, through the same
-//! decision path as `POST /v1/throttle` ([`crate::decide`]).
+//! decision path as `POST /v1/throttle` ([`crate::decide`]), under the caller's `grpc-timeout`
+//! when it sends one (Envoy's ratelimit filter does when its `timeout` is set): the same
+//! deadline as a decision request's `timeout_ms` ([`crate::deadline`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluice_core::limits::MAX_DECISION_TIMEOUT_MS;
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::{FieldError, Rule};
 use tonic::{Request, Response, Status};
@@ -13,6 +16,7 @@ use tonic::{Request, Response, Status};
 use super::request::{checks, Check};
 use super::response::{self, Answer};
 use crate::app::App;
+use crate::deadline::{parse_grpc_timeout, Deadline, DecideError};
 use crate::decide::{decide, decide_all as all_or_nothing};
 use crate::http::error::ApiFailure;
 use crate::store::{CheckRequest, StoreError};
@@ -42,6 +46,32 @@ impl Rls {
     }
 }
 
+/// The caller's deadline: `grpc-timeout` from `arrived`, at most [`MAX_DECISION_TIMEOUT_MS`] (as
+/// a decision request's `timeout_ms`). None without the header (the store deadline applies).
+pub fn deadline(metadata: &tonic::metadata::MetadataMap, arrived: Instant) -> Option<Deadline> {
+    let timeout = metadata
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout)?;
+    Some(Deadline::new(
+        arrived,
+        timeout.min(Duration::from_millis(MAX_DECISION_TIMEOUT_MS)),
+    ))
+}
+
+/// A decision that could not be made: [`store_status`] for a store failure; `DEADLINE_EXCEEDED`
+/// (message `deadline_exceeded: ...`) for a missed deadline (Envoy's `failure_mode_deny`
+/// decides, as for any error).
+pub fn decide_status(e: &DecideError) -> Status {
+    match e {
+        DecideError::Store(e) => store_status(e),
+        DecideError::Deadline(miss) => Status::deadline_exceeded(format!(
+            "{}: {miss}",
+            sluice_core::wire::ErrorCode::DeadlineExceeded.as_str()
+        )),
+    }
+}
+
 /// `INVALID_ARGUMENT` whose message starts with the field at fault.
 pub fn invalid(e: FieldError) -> Status {
     Status::invalid_argument(format!("{}: {}", e.field, e.reason))
@@ -67,6 +97,7 @@ impl RateLimitService for Rls {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
+        let deadline = deadline(request.metadata(), started);
         let request = request.into_inner();
         let checks = checks(&request).map_err(invalid)?;
         let rules = self.app.rules.current();
@@ -80,14 +111,22 @@ impl RateLimitService for Rls {
                 rule
             })
             .collect();
-        let decided = self
-            .app
-            .store_call_within(
-                self.call_deadline,
-                decide_all(&self.app, &checks, &found, started),
-            )
-            .await
-            .map_err(|e| store_status(&e))?;
+        let decided = match tokio::time::timeout(
+            self.call_deadline,
+            decide_all(&self.app, &checks, &found, deadline, started),
+        )
+        .await
+        {
+            Ok(decided) => decided,
+            Err(_) => {
+                let e = StoreError::Timeout(
+                    u64::try_from(self.call_deadline.as_millis()).unwrap_or(u64::MAX),
+                );
+                self.app.metrics.store_error(&e);
+                Err(e.into())
+            }
+        }
+        .map_err(|e| decide_status(&e))?;
         let answers: Vec<Answer<'_>> = checks
             .iter()
             .zip(decided)
@@ -107,8 +146,9 @@ async fn decide_all(
     app: &App,
     checks: &[Check],
     rules: &[Option<&Rule>],
+    deadline: Option<Deadline>,
     started: Instant,
-) -> Result<Vec<Option<ThrottleResponse>>, StoreError> {
+) -> Result<Vec<Option<ThrottleResponse>>, DecideError> {
     let mut answers: Vec<Option<ThrottleResponse>> = vec![None; checks.len()];
     let known: Vec<(usize, CheckRequest<'_>)> = checks
         .iter()
@@ -131,12 +171,13 @@ async fn decide_all(
         [] => {}
         [(i, one)] => {
             if let Some(answer) = answers.get_mut(*i) {
-                *answer = Some(decide(app, one.rule, one.key, one.quantity, started).await?);
+                *answer =
+                    Some(decide(app, one.rule, one.key, one.quantity, deadline, started).await?);
             }
         }
         several => {
             let requests: Vec<CheckRequest<'_>> = several.iter().map(|(_, c)| *c).collect();
-            let decided = all_or_nothing(app, &requests, started).await?;
+            let decided = all_or_nothing(app, &requests, deadline, started).await?;
             for ((i, _), result) in several.iter().zip(decided.results) {
                 if let Some(answer) = answers.get_mut(*i) {
                     *answer = Some(result);

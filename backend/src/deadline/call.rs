@@ -1,0 +1,132 @@
+//! One decision's store step under its caller's deadline.
+//!
+//! - No deadline (tools, RLS without `grpc-timeout`): the step runs under the store deadline, as
+//!   every store call does ([`App::store_call`]).
+//! - A deadline whose time left is below the store's recent latency: no step is started, the
+//!   answer is [`Miss::NotStarted`] (503 `deadline_exceeded`), nothing is debited, and a probe of
+//!   the store's latency is sent if one is due ([`super::latency`]).
+//! - Otherwise the step is spawned, and waited for at most the time left (and the store
+//!   deadline). Past it the caller gets [`Miss::Late`], and the step, which cannot be called back
+//!   (an EVALSHA already sent runs to its end), finishes on its own, bounded by the store
+//!   deadline; what it debited is handed to the `late` callback, never to the caller's answer.
+//!   A caller that hangs up (its connection closed, the handler dropped) is late the same way.
+//!
+//! Every step's duration (success or timeout) is a sample of the latency estimate.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::error::micros;
+use super::latency::LatencyEstimate;
+use super::{Admission, Deadline, DecideError, Miss};
+use crate::app::App;
+use crate::store::{Store, StoreError};
+
+/// Runs `step` (a decision's store step, owning what it needs) under `deadline`; `late` receives
+/// its result if it finishes after its caller gave up.
+pub async fn run<T, F, L>(
+    app: &App,
+    deadline: Option<Deadline>,
+    step: F,
+    late: L,
+) -> Result<T, DecideError>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    L: FnOnce(Result<T, StoreError>) + Send + 'static,
+{
+    let bound = app.store_deadline;
+    let latency = app.latency.clone();
+    let metrics = app.metrics.clone();
+    let Some(deadline) = deadline else {
+        let result = timed(&latency, bound, step).await;
+        if let Err(e) = &result {
+            metrics.store_error(e);
+        }
+        return Ok(result?);
+    };
+    let now = Instant::now();
+    let wait = match deadline.admit(now, latency.estimate()) {
+        Admission::Refuse {
+            remaining,
+            estimate,
+        } => {
+            probe(app.store.clone(), latency, bound, now);
+            metrics.deadline_exceeded("not_started");
+            return Err(Miss::NotStarted {
+                remaining_us: micros(remaining),
+                estimate_us: micros(estimate),
+            }
+            .into());
+        }
+        Admission::Start(remaining) => remaining.min(bound),
+    };
+    let (tx, mut rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let result = timed(&latency, bound, step).await;
+        if let Err(e) = &result {
+            metrics.store_error(e);
+        }
+        // The receiver is gone or closed: the caller gave up before this answer.
+        if let Err(result) = tx.send(result) {
+            late(result);
+        }
+    });
+    match tokio::time::timeout(wait, &mut rx).await {
+        Ok(Ok(result)) => Ok(result?),
+        Ok(Err(_)) => {
+            Err(StoreError::Unavailable("the store step ended without an answer".into()).into())
+        }
+        Err(_) => {
+            // Closing first makes the hand-over exact: either the answer is already here (and
+            // answered, on time to the microsecond), or the step will find the channel closed
+            // and count what it did as late. Never both, never neither.
+            rx.close();
+            match rx.try_recv() {
+                Ok(result) => Ok(result?),
+                Err(_) => {
+                    app.metrics.deadline_exceeded("late");
+                    Err(Miss::Late {
+                        waited_us: micros(now.elapsed()),
+                    }
+                    .into())
+                }
+            }
+        }
+    }
+}
+
+/// Runs `step` under `bound`, adding its duration to `latency` when it answered or timed out
+/// (a refused connection says nothing about how long a step takes).
+async fn timed<T>(
+    latency: &LatencyEstimate,
+    bound: Duration,
+    step: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let started = Instant::now();
+    let result = match tokio::time::timeout(bound, step).await {
+        Ok(r) => r,
+        Err(_) => Err(StoreError::Timeout(
+            u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+        )),
+    };
+    if matches!(result, Ok(_) | Err(StoreError::Timeout(_))) {
+        let now = Instant::now();
+        latency.observe(now.saturating_duration_since(started), now);
+    }
+    result
+}
+
+/// Sends a latency probe (a store `PING`) if one is due at `now`.
+fn probe(store: Arc<dyn Store>, latency: Arc<LatencyEstimate>, bound: Duration, now: Instant) {
+    if !latency.probe_due(now) {
+        return;
+    }
+    tokio::spawn(async move {
+        let _ = timed(&latency, bound, store.ping()).await;
+        latency.probe_done();
+    });
+}
