@@ -38,6 +38,7 @@ pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<ReadyBody>, ApiF
         status: "ready".to_owned(),
         store: app.store.kind().to_owned(),
         warnings: app.store.health().warnings,
+        master: app.store.master(),
     }))
 }
 

@@ -264,4 +264,11 @@ pub trait Store: DecisionStore + RuleStore + ActivityStore {
             ..StoreHealth::default()
         }
     }
+
+    /// Where writes go now, when that can change while running: with Redis Sentinel, the master
+    /// the sentinels name (`mymaster at 10.0.0.5:6379`), for `/readyz`. `None` for stores whose
+    /// address is configured.
+    fn master(&self) -> Option<String> {
+        None
+    }
 }

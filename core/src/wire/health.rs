@@ -46,4 +46,8 @@ pub struct ReadyBody {
     /// See [`StoreHealth::warnings`]: ready, but at risk.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Redis Sentinel only: the master the sentinels name now, `<name> at <host:port>` (it
+    /// changes on a failover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
 }

@@ -214,7 +214,8 @@ impl RedisConfigError {
 /// A Sentinel-managed Redis: the name the sentinels know the master by, and the sentinels to ask
 /// (as `redis://host:port` URLs; a URL's user and password are the sentinel's own). The master's
 /// address is never configured: it is whatever the sentinels name now (see `sentinel.rs`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `Debug` hides passwords (the start log prints the target).
+#[derive(Clone, PartialEq, Eq)]
 pub struct SentinelTarget {
     /// The master's name in the sentinels' configuration (`sentinel monitor <name> ...`).
     pub master: String,
@@ -305,6 +306,16 @@ impl SentinelTarget {
             reason: format!("does not make a Sentinel client: {}", reason(&e)),
         })?;
         Ok(())
+    }
+}
+
+impl std::fmt::Debug for SentinelTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown: Vec<String> = self.sentinels.iter().map(|u| redact(u)).collect();
+        f.debug_struct("SentinelTarget")
+            .field("master", &self.master)
+            .field("sentinels", &shown)
+            .finish()
     }
 }
 
@@ -520,6 +531,7 @@ mod tests {
             ]
         );
         assert!(!with_auth.to_string().contains("pw"), "{with_auth}");
+        assert!(!format!("{with_auth:?}").contains("pw"), "{with_auth:?}");
         let c = RedisConfig::new(RedisTarget::Sentinel(with_auth));
         assert_eq!(c.validate(), Ok(()));
     }

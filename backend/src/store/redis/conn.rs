@@ -91,7 +91,6 @@ impl ConnectionLike for Conn {
 impl Conn {
     /// With Sentinel, the master's name and the address of the node in use, for `/readyz` and
     /// logs; `None` for other deployments, whose addresses are configured.
-    #[allow(dead_code)]
     pub(crate) fn sentinel_master(&self) -> Option<(String, String)> {
         match self {
             Conn::Single(Node::Sentinel(c)) => Some(c.master()),

@@ -44,9 +44,9 @@ pub use self::config::{
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_SENTINEL_PORT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT,
     MAX_TIMEOUT_MS,
 };
-pub use self::sentinel::RETRY_EVERY as SENTINEL_RETRY_EVERY;
 pub use self::health::HEALTH_INTERVAL;
 pub use self::keys::MAX_RAW_SUBJECT;
+pub use self::sentinel::RETRY_EVERY as SENTINEL_RETRY_EVERY;
 pub use self::sizing::RECOMMENDED_POLICY;
 
 /// Keys of recent activity kept per action.
@@ -506,6 +506,13 @@ impl Store for RedisStore {
     /// The last reading of Redis's memory settings (no round trip: see [`RedisStore::refresh_health`]).
     fn health(&self) -> StoreHealth {
         self.health.get()
+    }
+
+    /// With Sentinel, the master the sentinels name now (no round trip).
+    fn master(&self) -> Option<String> {
+        self.conn
+            .sentinel_master()
+            .map(|(name, address)| format!("{name} at {address}"))
     }
 }
 
