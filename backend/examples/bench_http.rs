@@ -44,6 +44,7 @@ async fn start(store: StoreChoice) -> Result<Server> {
             Listeners {
                 decision: d,
                 admin: a,
+                grpc: None,
             },
             Config::new(store, TOKEN),
             async move {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
-use crate::config::{Config, StoreChoice};
+use crate::config::{Config, GrpcListen, StoreChoice};
 use crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT_MS;
 use crate::rules_file;
 use crate::store::redis::{
@@ -31,8 +31,10 @@ pub enum LogFormat {
     name = "sluice",
     version,
     about = "Rate-limit decisions for Envoy: gcra, leaky/token bucket and window algorithms over memory or Redis",
-    long_about = "sluice answers rate-limit decisions for the sluice Envoy filter (POST /v1/throttle on the \
-decision listener) and serves the admin API and dashboard (rules, live funnel levels) on the admin listener.\n\n\
+    long_about = "sluice answers rate-limit decisions for Envoy: on the gRPC listener (default 127.0.0.1:8082), \
+the sluice filter's default grpc_stream protocol and Envoy's rate limit service (RLS v3); on the decision listener, \
+the same decisions over HTTP (POST /v1/throttle: the filter's protocol: http, tools). It serves the admin API and \
+dashboard (rules, live funnel levels) on the admin listener.\n\n\
 Without --redis-url or --redis-cluster, state lives in this process only (fine for one replica). With Redis, \
 every replica shares state and rules; rule changes reach every replica within a second.\n\n\
 Every flag can also be set by its environment variable (shown as [env: ...]); flags win. \
@@ -61,10 +63,17 @@ pub struct Cli {
     )]
     pub admin_listen: SocketAddr,
 
-    /// Address of Envoy's rate limit service (gRPC RLS v3, HTTP/2 cleartext) for the native
-    /// `envoy.filters.http.ratelimit` filter; off unless set. Keep it off the public network.
-    #[arg(long, env = "SLUICE_RLS_LISTEN", value_name = "ADDR")]
-    pub rls_listen: Option<SocketAddr>,
+    /// Address of the gRPC listener (HTTP/2 cleartext, as Envoy's gRPC clusters speak): the sluice
+    /// filter's default transport (its grpc_stream protocol, sluice.v1.DecisionExchange) and
+    /// Envoy's rate limit service (RLS v3, for the native envoy.filters.http.ratelimit filter).
+    /// `off` disables it. Keep it off the public network. [default: 127.0.0.1:8082]
+    #[arg(long, env = "SLUICE_GRPC_LISTEN", value_name = "ADDR|off")]
+    pub grpc_listen: Option<GrpcListen>,
+
+    /// The old name of --grpc-listen (SLUICE_RLS_LISTEN: of SLUICE_GRPC_LISTEN); still accepted,
+    /// with a warning at start.
+    #[arg(long, env = "SLUICE_RLS_LISTEN", value_name = "ADDR|off")]
+    pub rls_listen: Option<GrpcListen>,
 
     /// Redis single node, e.g. redis://127.0.0.1:6379/0. Default: memory store.
     #[arg(
@@ -193,7 +202,29 @@ fn redis_flag(field: RedisField) -> (&'static str, &'static str) {
     }
 }
 
+/// `--grpc-listen` and its old name `--rls-listen` give different addresses.
+#[derive(Debug, thiserror::Error)]
+#[error("--grpc-listen (SLUICE_GRPC_LISTEN) is {new} but its old name --rls-listen (SLUICE_RLS_LISTEN) is {old}; give only --grpc-listen")]
+pub struct GrpcListenConflict {
+    /// The new name's value.
+    pub new: GrpcListen,
+    /// The old name's value.
+    pub old: GrpcListen,
+}
+
 impl Cli {
+    /// Where the gRPC listener listens: `--grpc-listen`, or its old name `--rls-listen` (with a
+    /// warning), or the default. Both, with different values, is refused naming both.
+    pub fn grpc_listen(&self) -> Result<GrpcListen, GrpcListenConflict> {
+        if let Some(old) = self.rls_listen {
+            tracing::warn!("--rls-listen (SLUICE_RLS_LISTEN) is the old name of --grpc-listen (SLUICE_GRPC_LISTEN); it still works, but use the new name");
+            if let Some(new) = self.grpc_listen.filter(|new| *new != old) {
+                return Err(GrpcListenConflict { new, old });
+            }
+        }
+        Ok(self.grpc_listen.or(self.rls_listen).unwrap_or_default())
+    }
+
     /// The store this command line asks for, with every Redis setting checked
     /// ([`RedisConfig::validate`]): a bad one is refused here, naming its flag.
     pub fn store_choice(&self) -> Result<StoreChoice, FlagError> {
@@ -290,8 +321,8 @@ pub async fn shutdown_signal() {
 
 /// The whole binary: parse, bind, run until a signal.
 pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
-    let (decision_addr, admin_addr, rls_addr) =
-        (cli.decision_listen, cli.admin_listen, cli.rls_listen);
+    let (decision_addr, admin_addr) = (cli.decision_listen, cli.admin_listen);
+    let grpc_listen = cli.grpc_listen()?;
     let config = cli.into_config()?;
     let decision = tokio::net::TcpListener::bind(decision_addr)
         .await
@@ -299,17 +330,22 @@ pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("cannot listen on {admin_addr} (--admin-listen)"))?;
-    let rls = match rls_addr {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} (--rls-listen)"))?,
-        ),
-        None => None,
+    let grpc = match grpc_listen {
+        GrpcListen::At(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                anyhow::anyhow!("--grpc-listen {addr}: address in use; pass another address or off")
+            } else {
+                anyhow::Error::new(e).context(format!("cannot listen on {addr} (--grpc-listen)"))
+            }
+        })?),
+        GrpcListen::Off => None,
     };
-    crate::app::run_with_rls(
-        crate::Listeners { decision, admin },
-        rls,
+    crate::app::run(
+        crate::Listeners {
+            decision,
+            admin,
+            grpc,
+        },
         config,
         shutdown_signal(),
     )
@@ -340,6 +376,35 @@ mod tests {
                 "--{id} has no SLUICE_* environment variable"
             );
         }
+    }
+
+    #[test]
+    fn the_grpc_listener_is_on_by_default_and_its_old_name_still_works() {
+        let at = |port| GrpcListen::At(SocketAddr::from(([127, 0, 0, 1], port)));
+        let parse = |args: &[&str]| Cli::try_parse_from(args).expect("parses").grpc_listen();
+        assert_eq!(parse(&["sluice"]).expect("default"), at(8082));
+        let off = parse(&["sluice", "--grpc-listen", "off"]).expect("off");
+        assert_eq!(off, GrpcListen::Off);
+        let old = parse(&["sluice", "--rls-listen", "127.0.0.1:9"]).expect("old name");
+        assert_eq!(old, at(9));
+        let same = [
+            "sluice",
+            "--rls-listen",
+            "127.0.0.1:9",
+            "--grpc-listen",
+            "127.0.0.1:9",
+        ];
+        assert_eq!(parse(&same).expect("same value"), at(9));
+        let e = parse(&[
+            "sluice",
+            "--rls-listen",
+            "127.0.0.1:9",
+            "--grpc-listen",
+            "off",
+        ])
+        .expect_err("conflict");
+        assert_eq!(e.to_string(), "--grpc-listen (SLUICE_GRPC_LISTEN) is off but its old name --rls-listen (SLUICE_RLS_LISTEN) is 127.0.0.1:9; give only --grpc-listen");
+        assert!(Cli::try_parse_from(["sluice", "--grpc-listen", "8082"]).is_err());
     }
 
     #[test]

@@ -92,3 +92,77 @@ impl Config {
         }
     }
 }
+
+/// The gRPC listener's default address (`--grpc-listen`): on by default, because it serves the
+/// sluice filter's default protocol.
+pub const DEFAULT_GRPC_LISTEN: std::net::SocketAddr = std::net::SocketAddr::V4(
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 8082),
+);
+
+/// Where the gRPC listener listens (`--grpc-listen ADDR`), or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrpcListen {
+    /// Not served (`off`): filters on the default `grpc_stream` protocol and Envoy's rate limit
+    /// service get no answer from this process.
+    Off,
+    /// Served at this address.
+    At(std::net::SocketAddr),
+}
+
+impl Default for GrpcListen {
+    fn default() -> GrpcListen {
+        GrpcListen::At(DEFAULT_GRPC_LISTEN)
+    }
+}
+
+impl std::fmt::Display for GrpcListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GrpcListen::Off => f.write_str("off"),
+            GrpcListen::At(addr) => write!(f, "{addr}"),
+        }
+    }
+}
+
+/// A `--grpc-listen` value that is neither an address nor `off`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not an address (HOST:PORT, e.g. 127.0.0.1:8082) or off")]
+pub struct GrpcListenError(String);
+
+impl std::str::FromStr for GrpcListen {
+    type Err = GrpcListenError;
+
+    fn from_str(s: &str) -> Result<GrpcListen, GrpcListenError> {
+        if s.trim().eq_ignore_ascii_case("off") {
+            return Ok(GrpcListen::Off);
+        }
+        s.trim()
+            .parse()
+            .map(GrpcListen::At)
+            .map_err(|_| GrpcListenError(s.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_listen_is_an_address_or_off() {
+        assert_eq!("off".parse::<GrpcListen>().ok(), Some(GrpcListen::Off));
+        assert_eq!("OFF".parse::<GrpcListen>().ok(), Some(GrpcListen::Off));
+        assert_eq!(
+            "127.0.0.1:9".parse::<GrpcListen>().ok(),
+            Some(GrpcListen::At(std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                9
+            ))))
+        );
+        assert_eq!(GrpcListen::default().to_string(), "127.0.0.1:8082");
+        let e = "nope".parse::<GrpcListen>().err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("\"nope\" is not an address (HOST:PORT, e.g. 127.0.0.1:8082) or off")
+        );
+    }
+}

@@ -20,8 +20,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use futures::Stream;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tonic::service::Routes;
 
 use crate::app::App;
+use crate::wrong_listener::WrongListener;
 
 pub use rls::Rls;
 
@@ -54,14 +56,23 @@ fn incoming(listener: TcpListener) -> impl Stream<Item = Result<TcpStream, std::
 
 /// Serves the gRPC listener (the decision exchange and the rate limit service) on `listener` until `stop` turns true, then shuts down
 /// gracefully: no new connections, in-flight calls finish (bounded by [`SHUTDOWN_GRACE`]).
+///
+/// HTTP/1.1 is accepted too, only so that a request that is not gRPC (the filter's
+/// `protocol: http` pointed here) is answered `421 wrong_listener` naming the decision listener
+/// ([`crate::wrong_listener::refuse_http`]) rather than dropped as a protocol error.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
+    wrong: Arc<WrongListener>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let exchange = exchange::DecisionExchange::new(app.clone());
     let service =
         RateLimitServiceServer::new(Rls::new(app)).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let routes = Routes::new(service).add_service(exchange);
+    let routes = Routes::from(routes.into_axum_router().layer(
+        axum::middleware::from_fn_with_state(wrong, crate::wrong_listener::refuse_http),
+    ));
     let mut stop_grace = stop.clone();
     // No server-wide `timeout`: tonic's bounds a call only until its response head, so it would
     // bound a unary call but nothing inside an exchange stream, and a long-lived stream is not a
@@ -73,8 +84,8 @@ pub async fn serve(
         // and its connection closed, rather than held forever.
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .add_service(service)
-        .add_service(exchange)
+        .accept_http1(true)
+        .add_routes(routes)
         .serve_with_incoming_shutdown(incoming(listener), async move {
             let _ = stop.wait_for(|s| *s).await;
         });

@@ -19,14 +19,17 @@ pub struct ApiFailure {
 }
 
 impl ApiFailure {
-    /// A failure with a code and message, no field.
+    /// A failure with a code and message, no field. Every 5xx is built here, so its cause is
+    /// logged here (rate-limited: [`crate::failure_log`]); a 5xx is only built to be answered.
     pub fn new(status: StatusCode, error: ErrorCode, message: impl Into<String>) -> ApiFailure {
+        let message = message.into();
+        crate::failure_log::answered(status, error, &message);
         ApiFailure {
             status,
             body: ApiError {
                 error,
                 field: None,
-                message: message.into(),
+                message,
             },
         }
     }

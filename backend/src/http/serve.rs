@@ -21,6 +21,12 @@
 //! Keep-alive stays on (Envoy reuses its connections to the decision listener); `TCP_NODELAY`
 //! is set so small responses are never held back by Nagle's algorithm. Graceful shutdown stops
 //! accepting, lets in-flight requests finish and closes idle connections at once.
+//!
+//! **HTTP/2 with prior knowledge** (a connection opening with the HTTP/2 preface) is served too,
+//! only so that a gRPC client sent to an HTTP listener (an Envoy cluster with HTTP/2 options
+//! pointed at the decision listener) gets an answer it can read (see [`crate::wrong_listener`])
+//! rather than a protocol error. Such a connection lives at most the read bound; HTTP/1.1 stays
+//! the protocol of both listeners. Every request carries its peer (`ConnectInfo<SocketAddr>`).
 
 use std::future::Future;
 use std::io;
@@ -28,11 +34,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::Router;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -51,6 +57,13 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration =
 /// Pause after an accept error that is not about one connection (e.g. out of descriptors).
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
+/// The first bytes of every HTTP/2 connection (RFC 9113, section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How long to wait before looking again at a connection that has sent part of the HTTP/2
+/// preface and no more (a real client sends it in one segment; this only paces a trickler).
+const PREFACE_PAUSE: Duration = Duration::from_millis(5);
+
 /// Serves `router` on `listener` until `stop` turns true (or its sender is dropped), then shuts
 /// down gracefully: no new connections, in-flight requests finish, idle connections close.
 pub async fn serve(
@@ -65,6 +78,8 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout)
         .keep_alive(true);
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new()).max_concurrent_streams(16);
     let service = router.map_request(move |req: Request<Incoming>| {
         req.map(|body| DeadlineBody::new(body, header_read_timeout))
     });
@@ -75,8 +90,8 @@ pub async fn serve(
             _ = stop.wait_for(|s| *s) => break,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
                 if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
@@ -95,11 +110,38 @@ pub async fn serve(
         };
         // Best effort: a socket that refuses the option still serves.
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(StallGuard::new(stream, header_read_timeout));
-        let connection = builder.serve_connection(io, TowerToHyperService::new(service.clone()));
-        let watched = graceful.watch(connection);
+        let service = service
+            .clone()
+            .map_request(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            });
+        let service = TowerToHyperService::new(service);
+        let (watcher, h1, h2, mut stop) = (
+            graceful.watcher(),
+            builder.clone(),
+            h2.clone(),
+            stop.clone(),
+        );
+        // Told apart in the connection's own task, so a client that sends nothing never holds
+        // up accepting; bounded like a request head, and dropped at once when stopping.
         tokio::spawn(async move {
-            if let Err(e) = watched.await {
+            let opened = tokio::select! {
+                opened = tokio::time::timeout(header_read_timeout, opens_with_h2(&stream)) => opened,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let Ok(Ok(is_h2)) = opened else { return };
+            let io = TokioIo::new(StallGuard::new(stream, header_read_timeout));
+            let served = if is_h2 {
+                let connection = watcher.watch(h2.serve_connection(io, service));
+                match tokio::time::timeout(header_read_timeout, connection).await {
+                    Ok(served) => served,
+                    Err(_) => Ok(()),
+                }
+            } else {
+                watcher.watch(h1.serve_connection(io, service)).await
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "connection closed with an error");
             }
         });
@@ -107,6 +149,23 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Whether the client opened with the HTTP/2 preface (looked at, not read: the connection's
+/// server reads it again). Anything else, and a closed connection, is HTTP/1.1's to answer.
+async fn opens_with_h2(stream: &TcpStream) -> io::Result<bool> {
+    let mut buf = [0u8; H2_PREFACE.len()];
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        let seen = buf.get(..n).unwrap_or_default();
+        if n == 0 || !H2_PREFACE.starts_with(seen) {
+            return Ok(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Ok(true);
+        }
+        tokio::time::sleep(PREFACE_PAUSE).await;
+    }
 }
 
 /// Errors about one connection that went away before it was accepted: just accept the next.

@@ -1,4 +1,4 @@
-//! The decision exchange (`sluice.v1.DecisionExchange` on the `--rls-listen` gRPC listener)
+//! The decision exchange (`sluice.v1.DecisionExchange` on the gRPC listener, `--grpc-listen`)
 //! against an in-process sluice on port-0 listeners, with a real tonic client over loopback and
 //! the backend's own codec: on one stream, requests of every kind answered with their ids and
 //! the decision listener's bodies; exactly capacity admitted with 64 (and 2048) in flight, on

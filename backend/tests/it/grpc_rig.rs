@@ -1,4 +1,4 @@
-//! A sluice started in-process with `run_with_rls` on port-0 loopback listeners (decision, admin
+//! A sluice started in-process with `run` on port-0 loopback listeners (decision, admin
 //! and the gRPC listener), with a client connected to the gRPC listener. Used by the rls,
 //! rls_history and exchange tests, which add their own calls in an `impl GrpcRig<TheirClient>`.
 
@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_json::Value;
-use sluice_backend::app::run_with_rls;
-use sluice_backend::{Config, Listeners, RunError, StoreChoice};
+use sluice_backend::{run, Config, Listeners, RunError, StoreChoice};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -49,6 +48,8 @@ pub struct GrpcRig<C> {
     pub admin: String,
     /// `http://127.0.0.1:PORT` of the decision listener.
     pub decision: String,
+    /// `http://127.0.0.1:PORT` of the gRPC listener.
+    pub grpc: String,
     /// A client with a bounded timeout (harness::client).
     pub http: reqwest::Client,
     /// The client to the gRPC listener.
@@ -67,18 +68,21 @@ impl<C: GrpcClient> GrpcRig<C> {
     /// connects to the gRPC listener.
     pub async fn start_with(config: Config) -> Self {
         let bind = || TcpListener::bind("127.0.0.1:0");
-        let (decision, admin, rls) = (
+        let (decision, admin, grpc) = (
             bind().await.unwrap(),
             bind().await.unwrap(),
             bind().await.unwrap(),
         );
         let admin_url = format!("http://{}", admin.local_addr().unwrap());
         let decision_url = format!("http://{}", decision.local_addr().unwrap());
-        let rls_url = format!("http://{}", rls.local_addr().unwrap());
+        let grpc_url = format!("http://{}", grpc.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(run_with_rls(
-            Listeners { decision, admin },
-            Some(rls),
+        let handle = tokio::spawn(run(
+            Listeners {
+                decision,
+                admin,
+                grpc: Some(grpc),
+            },
             config,
             async move {
                 let _ = stopped.await;
@@ -90,7 +94,7 @@ impl<C: GrpcClient> GrpcRig<C> {
             async move { r.await.ok().filter(|r| r.status().is_success()) }
         })
         .await;
-        let mut endpoint = tonic::transport::Endpoint::from_shared(rls_url).unwrap();
+        let mut endpoint = tonic::transport::Endpoint::from_shared(grpc_url.clone()).unwrap();
         if let Some(timeout) = C::CALL_TIMEOUT {
             endpoint = endpoint.timeout(timeout);
         }
@@ -98,6 +102,7 @@ impl<C: GrpcClient> GrpcRig<C> {
         GrpcRig {
             admin: admin_url,
             decision: decision_url,
+            grpc: grpc_url,
             http,
             client: C::over(channel),
             stop: Some(stop),

@@ -324,7 +324,7 @@ async fn slow_clients_past_the_descriptor_limit_are_shed_and_the_listener_recove
     let (dport, aport) = (support::free_port(), support::free_port());
     let script = format!(
         "ulimit -n 48 && exec {BIN} --decision-listen 127.0.0.1:{dport} --admin-listen 127.0.0.1:{aport} \
-         --admin-token {} --header-read-timeout-ms 500",
+         --grpc-listen off --admin-token {} --header-read-timeout-ms 500",
         harness::TOKEN
     );
     let mut child = Command::new("sh")
@@ -402,6 +402,8 @@ impl Running {
                 &decision,
                 "--admin-listen",
                 &admin,
+                "--grpc-listen",
+                "off",
                 "--admin-token",
                 harness::TOKEN,
             ])

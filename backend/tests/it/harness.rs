@@ -59,9 +59,17 @@ impl Sluice {
         let decision_url = format!("http://{}", decision.local_addr().expect("addr"));
         let admin_url = format!("http://{}", admin.local_addr().expect("addr"));
         let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(run(Listeners { decision, admin }, config, async move {
-            let _ = stopped.await;
-        }));
+        let handle = tokio::spawn(run(
+            Listeners {
+                decision,
+                admin,
+                grpc: None,
+            },
+            config,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         let sluice = Sluice {
             decision: decision_url,
             admin: admin_url,
@@ -98,7 +106,11 @@ impl Sluice {
         let result = tokio::time::timeout(
             Duration::from_secs(10),
             run(
-                Listeners { decision, admin },
+                Listeners {
+                    decision,
+                    admin,
+                    grpc: None,
+                },
                 config,
                 std::future::pending(),
             ),

@@ -51,9 +51,19 @@ struct Running {
 }
 
 impl Running {
+    /// Starts the binary with `args`; the gRPC listener is off unless `args` name it (parallel
+    /// tests would all want its default port).
     fn start(args: &[&str]) -> Running {
-        let mut child = Command::new(BIN)
+        let names_grpc = args
+            .iter()
+            .any(|a| a.starts_with("--grpc-listen") || a.starts_with("--rls-listen"));
+        let mut command = Command::new(BIN);
+        if !names_grpc {
+            command.env("SLUICE_GRPC_LISTEN", "off");
+        }
+        let mut child = command
             .args(args)
+            .env_remove("SLUICE_RLS_LISTEN")
             .env_remove("SLUICE_ADMIN_TOKEN")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

@@ -263,6 +263,7 @@ fn max_keys_zero_is_refused_by_the_binary_naming_the_flag() {
         let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
         command
             .args(["--decision-listen", &decision, "--admin-listen", &admin])
+            .args(["--grpc-listen", "off"])
             .args(["--admin-token", "a-token-long-enough-1234"])
             .args(flags)
             .env_remove("SLUICE_MAX_KEYS")

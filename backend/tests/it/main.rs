@@ -22,6 +22,7 @@ mod cluster;
 mod concurrency;
 mod conformance;
 mod exchange;
+mod grpc_listener;
 mod hardening;
 mod http_all;
 mod http_binary;

@@ -442,8 +442,7 @@ async fn the_rate_limit_service_applies_overrides() {
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    use sluice_backend::app::run_with_rls;
-    use sluice_backend::{Config, Listeners};
+    use sluice_backend::{run, Config, Listeners};
     use tokio::net::TcpListener;
 
     let bind = || TcpListener::bind("127.0.0.1:0");
@@ -455,9 +454,12 @@ async fn the_rate_limit_service_applies_overrides() {
     let admin_url = format!("http://{}", admin.local_addr().expect("addr"));
     let rls_url = format!("http://{}", rls.local_addr().expect("addr"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let handle = tokio::spawn(run_with_rls(
-        Listeners { decision, admin },
-        Some(rls),
+    let handle = tokio::spawn(run(
+        Listeners {
+            decision,
+            admin,
+            grpc: Some(rls),
+        },
         Config::new(StoreChoice::Memory, TOKEN),
         async move {
             let _ = stopped.await;

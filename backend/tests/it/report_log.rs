@@ -24,6 +24,7 @@ async fn passed_unchecked_is_a_warning_once_per_action_per_ten_seconds() {
     let mut child = Command::new(BIN)
         .args(["--decision-listen", &format!("127.0.0.1:{decision}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args(["--grpc-listen", "off"])
         .args(["--admin-token", "report-log-token-0123456789"])
         .arg("--rules")
         .arg(&rules)

@@ -381,7 +381,8 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
     rig.stop().await;
 }
 
-/// The binary: `--rls-listen` serves the service (rules from `--rules`), and SIGTERM stops it.
+/// The binary: the gRPC listener (`SLUICE_GRPC_LISTEN`) serves the service (rules from
+/// `--rules`), and SIGTERM stops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_serves_rls_on_its_flag_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("sluice-rls-bin-{}", std::process::id()));
@@ -402,7 +403,7 @@ async fn the_binary_serves_rls_on_its_flag_and_stops_on_sigterm() {
         .args(["--admin-listen", &format!("127.0.0.1:{}", ports[1])])
         .args(["--admin-token", TOKEN])
         .args(["--rules", rules.to_str().unwrap()])
-        .env("SLUICE_RLS_LISTEN", format!("127.0.0.1:{}", ports[2]))
+        .env("SLUICE_GRPC_LISTEN", format!("127.0.0.1:{}", ports[2]))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
