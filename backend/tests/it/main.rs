@@ -21,6 +21,7 @@ mod all;
 mod cluster;
 mod concurrency;
 mod conformance;
+mod deadline;
 mod exchange;
 mod grpc_listener;
 mod hardening;
