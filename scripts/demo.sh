@@ -33,11 +33,11 @@ profile="${SLUICE_DEMO_PROFILE:-release}"
 command -v cargo >/dev/null || die "cargo not found; install Rust with rustup (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 not found; install it (Debian: apt-get install python3 python3-venv)"
 port_of() { echo "${1##*:}"; }
-# The backend reads SLUICE_RLS_LISTEN (--rls-listen); Envoy's config is rendered with SLUICE_RLS_PORT.
-[ "$(port_of "$SLUICE_RLS_LISTEN")" = "$SLUICE_RLS_PORT" ] \
-  || die "SLUICE_RLS_PORT ($SLUICE_RLS_PORT) must be the port of SLUICE_RLS_LISTEN ($SLUICE_RLS_LISTEN): Envoy calls the backend there"
+# The backend reads SLUICE_GRPC_LISTEN (--grpc-listen); Envoy's config is rendered with SLUICE_GRPC_PORT.
+[ "$(port_of "$SLUICE_GRPC_LISTEN")" = "$SLUICE_GRPC_PORT" ] \
+  || die "SLUICE_GRPC_PORT ($SLUICE_GRPC_PORT) must be the port of SLUICE_GRPC_LISTEN ($SLUICE_GRPC_LISTEN): Envoy calls the backend there"
 for port in "$(port_of "$SLUICE_ADMIN_LISTEN")" "$(port_of "$SLUICE_DECISION_LISTEN")" \
-            "$SLUICE_RLS_PORT" "$UPSTREAM_PORT" "$ENVOY_LISTEN_PORT" "$ENVOY_ADMIN_PORT"; do
+            "$SLUICE_GRPC_PORT" "$UPSTREAM_PORT" "$ENVOY_LISTEN_PORT" "$ENVOY_ADMIN_PORT"; do
   python3 -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1])))" "$port" 2>/dev/null \
     || die "port $port on 127.0.0.1 is in use; stop what uses it or change it in demo/demo.env (or the environment)"
 done
@@ -81,7 +81,7 @@ wait_http() { # URL NAME LOG PID: wait up to 30 s for an HTTP answer, or say why
 }
 
 # Its flags come from the environment: demo.env's SLUICE_*, the gRPC listener Envoy calls
-# (SLUICE_RLS_LISTEN, --rls-listen) included. Every listener is bound before any answers, so
+# (SLUICE_GRPC_LISTEN, --grpc-listen) included. Every listener is bound before any answers, so
 # /healthz answering on the decision listener means the gRPC one is up too.
 "$sluice" >"$state/sluice.log" 2>&1 &
 pids+=($!)
@@ -110,7 +110,7 @@ cat <<INFO
   dashboard    http://$SLUICE_ADMIN_LISTEN/
   admin token  $SLUICE_ADMIN_TOKEN
   envoy        http://127.0.0.1:$ENVOY_LISTEN_PORT/   (logs in .sluice/demo/)
-  backend      gRPC $SLUICE_RLS_LISTEN (Envoy's decisions), decision API http://$SLUICE_DECISION_LISTEN/
+  backend      gRPC $SLUICE_GRPC_LISTEN (Envoy's decisions), decision API http://$SLUICE_DECISION_LISTEN/
 
   try:
     curl -si -X POST http://127.0.0.1:$ENVOY_LISTEN_PORT/posts -H 'x-user-id: you' -d '{"text":"hi"}'

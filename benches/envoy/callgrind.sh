@@ -30,7 +30,7 @@
 # named in the table by file name), each loaded as its own VM in the same Envoy and measured beside
 # the first, row by row (the table adds each one's difference to base). At most two COMPARE builds:
 # V8 reserves ~10 GB of address space per wasm instance and valgrind's ends at 128 GB.
-# BACKEND_BIN: the backend (release build, memory store, with --rls-listen). Builds the filter and
+# BACKEND_BIN: the backend (release build, memory store, with --grpc-listen). Builds the filter and
 # the backend first unless SKIP_BUILD=1. Everything on 127.0.0.1, stopped by PID at exit; bounded
 # by MAX_SECONDS (default 1800). A run of the default rows takes ~100 s with one COMPARE build
 # (~10-25 s to start Envoy under valgrind, 4-6 s per window) on an idle machine, about twice that
@@ -103,7 +103,7 @@ wait_for() { # URL SECONDS [PID]: bounded wait for a 200 (while PID, if given, r
 # The backend: memory store, decision API and RLS listener.
 backend_port=$(port) backend_admin=$(port) backend_rls=$(port)
 RUST_LOG=warn "$BACKEND_BIN" --decision-listen "127.0.0.1:$backend_port" --admin-listen "127.0.0.1:$backend_admin" \
-  --rls-listen "127.0.0.1:$backend_rls" --admin-token "$TOKEN" >"$work/backend.log" 2>&1 &
+  --grpc-listen "127.0.0.1:$backend_rls" --admin-token "$TOKEN" >"$work/backend.log" 2>&1 &
 backend_pid=$!
 wait_for "http://127.0.0.1:$backend_admin/readyz" 20
 put_rule() { # ACTION JSON

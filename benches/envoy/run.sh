@@ -5,7 +5,7 @@
 #   ttl 1s}: most requests admitted from the lease in shared data, no callout), memory and Redis |
 #   sluice denied (every request asks the backend),
 #   memory and Redis | sluice cached denial (answered from shared data, no callout) | Envoy's
-#   native ratelimit filter → sluice RLS (gRPC, --rls-listen) allowed, memory and Redis | sluice
+#   native ratelimit filter → sluice RLS (gRPC, --grpc-listen) allowed, memory and Redis | sluice
 #   allowed through the filter's gRPC callout (ShouldRateLimit to the same RLS listener) | sluice
 #   allowed through the filter's exchange stream (protocol grpc_stream: one long-lived gRPC stream
 #   per Envoy worker to the same listener, one message each way per request)
@@ -87,12 +87,12 @@ $PIN_OTHERS redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appen
 redis_server_pid=$!; pids+=($redis_server_pid)
 
 # backend NAME [sluice flags...]: starts a release backend; sets <NAME>_pid, <NAME>_port, <NAME>_admin
-# and <NAME>_rls (its gRPC rate limit service, --rls-listen).
+# and <NAME>_rls (its gRPC rate limit service, --grpc-listen).
 backend() {
   local name=$1; shift
   local port admin rls; port=$(free_port) admin=$(free_port) rls=$(free_port)
   TOKIO_WORKER_THREADS=$BACKEND_THREADS RUST_LOG=warn $PIN_OTHERS "$BACKEND_BIN" --decision-listen "127.0.0.1:$port" \
-    --admin-listen "127.0.0.1:$admin" --rls-listen "127.0.0.1:$rls" --admin-token "$TOKEN" "$@" >"$work/sluice-$name.log" 2>&1 &
+    --admin-listen "127.0.0.1:$admin" --grpc-listen "127.0.0.1:$rls" --admin-token "$TOKEN" "$@" >"$work/sluice-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"; printf -v "${name}_port" %s "$port"; printf -v "${name}_admin" %s "$admin"
   printf -v "${name}_rls" %s "$rls"

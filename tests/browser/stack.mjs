@@ -97,11 +97,14 @@ export async function startStack({
 
     const adminPort = await freePort();
     const decisionPort = await freePort();
+    // The gRPC listener is on by default at 127.0.0.1:8082: a free port, so stacks never collide.
+    const grpcPort = await freePort();
     const token = `browser-test-${Math.random().toString(36).slice(2)}`;
     const log = openSync(join(logDir, name === 'sluice' ? 'sluice.log' : `${name}.log`), 'w');
     const sluice = spawn(bin, [
       '--admin-listen', `127.0.0.1:${adminPort}`,
       '--decision-listen', `127.0.0.1:${decisionPort}`,
+      '--grpc-listen', `127.0.0.1:${grpcPort}`,
       '--admin-token', token,
       '--dashboard-dir', dashboardDir,
       ...storeArgs,
@@ -120,7 +123,7 @@ export async function startStack({
       sluice.once('exit', () => resolve());
       stop(sluice);
     });
-    return { admin, decision, token, redisPort, stop: stopAll, stopSluice };
+    return { admin, decision, grpcPort, token, redisPort, stop: stopAll, stopSluice };
   } catch (e) {
     stopAll();
     throw e;

@@ -58,7 +58,7 @@ UPSTREAM = f"http://127.0.0.1:{ENV['UPSTREAM_PORT']}"
 REDIS_PORT = 6379  # docker-compose.yml's redis command
 PORTS = sorted({int(ENV["SLUICE_ADMIN_LISTEN"].rsplit(":", 1)[1]),
                 int(ENV["SLUICE_DECISION_LISTEN"].rsplit(":", 1)[1]),
-                int(ENV["SLUICE_RLS_LISTEN"].rsplit(":", 1)[1]),
+                int(ENV["SLUICE_GRPC_LISTEN"].rsplit(":", 1)[1]),
                 int(ENV["ENVOY_LISTEN_PORT"]), int(ENV["ENVOY_ADMIN_PORT"]),
                 int(ENV["UPSTREAM_PORT"]), REDIS_PORT})
 
@@ -211,7 +211,7 @@ def test_envoy_meters_a_user_exactly_to_capacity_then_429(stack):
 
 def test_envoy_asks_on_the_exchange_stream(stack):
     """The demo's Envoy uses the filter's default callout: a stream per worker, open on the
-    backend's gRPC listener (the sluice container's SLUICE_RLS_LISTEN), counted by the backend."""
+    backend's gRPC listener (the sluice container's SLUICE_GRPC_LISTEN), counted by the backend."""
     metrics = requests.get(DECISION + "/metrics", timeout=5).text
     streams = [float(line.split()[-1]) for line in metrics.splitlines()
                if line.split(" ")[0] == "sluice_exchange_streams"]

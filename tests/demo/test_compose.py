@@ -50,7 +50,7 @@ def test_every_service_is_on_host_networking_and_loopback():
     # The token passes through from `up`'s shell: an interpolated ${...:?} would make every
     # other command (down, ps, logs) refuse to run without it.
     assert "\n      - SLUICE_ADMIN_TOKEN\n" in stack["sluice"] and "${SLUICE_ADMIN_TOKEN" not in COMPOSE
-    for listen in ("SLUICE_ADMIN_LISTEN", "SLUICE_DECISION_LISTEN", "SLUICE_RLS_LISTEN"):
+    for listen in ("SLUICE_ADMIN_LISTEN", "SLUICE_DECISION_LISTEN", "SLUICE_GRPC_LISTEN"):
         assert demo_env()[listen].startswith("127.0.0.1:"), listen
     assert "address: 127.0.0.1" in (ROOT / "envoy" / "demo.yaml").read_text()
 
@@ -84,12 +84,12 @@ def test_the_stack_and_the_demo_read_the_same_files():
 def test_the_demo_envoy_calls_the_grpc_listener_on_the_default_protocol():
     """envoy/demo.yaml names no protocol (the filter's default, grpc_stream) and points its one
     backend cluster, over HTTP/2, at the backend's gRPC listener: the port both the backend
-    (SLUICE_RLS_LISTEN, `--rls-listen`) and the rendered Envoy config (SLUICE_RLS_PORT) take
+    (SLUICE_GRPC_LISTEN, `--grpc-listen`) and the rendered Envoy config (SLUICE_GRPC_PORT) take
     from demo.env, in the demo and in the compose stack alike."""
     env = demo_env()
-    assert env["SLUICE_RLS_LISTEN"].rsplit(":", 1)[1] == env["SLUICE_RLS_PORT"]
+    assert env["SLUICE_GRPC_LISTEN"].rsplit(":", 1)[1] == env["SLUICE_GRPC_PORT"]
     assert "SLUICE_DECISION_PORT" not in env  # no longer a placeholder of demo.yaml
-    ports = [env[k].rsplit(":", 1)[1] for k in ("SLUICE_ADMIN_LISTEN", "SLUICE_DECISION_LISTEN", "SLUICE_RLS_LISTEN")]
+    ports = [env[k].rsplit(":", 1)[1] for k in ("SLUICE_ADMIN_LISTEN", "SLUICE_DECISION_LISTEN", "SLUICE_GRPC_LISTEN")]
     ports += [env[k] for k in ("ENVOY_LISTEN_PORT", "ENVOY_ADMIN_PORT", "UPSTREAM_PORT")]
     assert len(set(ports)) == len(ports), ports
     envoy = (ROOT / "envoy" / "demo.yaml").read_text()
@@ -97,10 +97,10 @@ def test_the_demo_envoy_calls_the_grpc_listener_on_the_default_protocol():
     assert '"cluster": "sluice_backend"' in config and '"protocol"' not in config
     cluster = envoy.split("  - name: sluice_backend\n", 1)[1].split("\n  - name: ", 1)[0]
     assert "explicit_http_config: {http2_protocol_options: {}}" in cluster
-    assert "port_value: ${SLUICE_RLS_PORT}" in cluster
+    assert "port_value: ${SLUICE_GRPC_PORT}" in cluster
     assert "${SLUICE_DECISION_PORT}" not in envoy
     # The demo checks the port is free; the backend gets it from demo.env in both stacks.
-    assert '"$SLUICE_RLS_PORT"' in DEMO and "SLUICE_RLS_LISTEN" in DEMO
+    assert '"$SLUICE_GRPC_PORT"' in DEMO and "SLUICE_GRPC_LISTEN" in DEMO
     assert "env_file: demo/demo.env" in services()["sluice"]
 
 

@@ -106,8 +106,12 @@ class Backend:
         self.redis_port = redis_port
         self.decision_port = free_port()
         self.admin_port = free_port()
-        # rls=True: also serve Envoy's rate limit service (gRPC, h2c) on --rls-listen.
-        self.rls_port = free_port() if rls else None
+        # The gRPC listener (--grpc-listen: the filter's default exchange stream and Envoy's rate
+        # limit service, h2c) is on by default at 127.0.0.1:8082; every backend here gets a free
+        # port instead, so parallel stacks never collide. `rls_port` is its older name, kept for
+        # callers; `rls` is accepted for them too (every backend serves it now).
+        self.grpc_port = free_port()
+        self.rls_port = self.grpc_port
         self.extra_args = list(extra_args)
         self.proc = None
 
@@ -123,8 +127,7 @@ class Backend:
         args = [SLUICE, "--decision-listen", f"127.0.0.1:{self.decision_port}",
                 "--admin-listen", f"127.0.0.1:{self.admin_port}",
                 "--redis-url", f"redis://127.0.0.1:{self.redis_port}/", "--admin-token", TOKEN]
-        if self.rls_port:
-            args += ["--rls-listen", f"127.0.0.1:{self.rls_port}"]
+        args += ["--grpc-listen", f"127.0.0.1:{self.grpc_port}"]
         args += self.extra_args
         self.proc = Proc(args, self.tmp / f"sluice-{self.decision_port}.log")
 
@@ -132,7 +135,7 @@ class Backend:
             if not self.proc.alive():
                 raise RuntimeError(f"sluice exited:\n{self.proc.tail()}")
             up = requests.get(f"{self.admin_url}/readyz", timeout=1).status_code == 200
-            return up and (not self.rls_port or port_open(self.rls_port))
+            return up and port_open(self.grpc_port)
 
         wait_until(ready, "sluice backend")
         return self

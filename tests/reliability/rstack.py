@@ -103,7 +103,7 @@ class Backend(stack.Backend):
         self.starts += 1
         args = [stack.SLUICE, "--decision-listen", f"127.0.0.1:{self.decision_port}",
                 "--admin-listen", f"127.0.0.1:{self.admin_port}", "--redis-url", self.redis_url,
-                "--admin-token", TOKEN, *self.extra]
+                "--grpc-listen", f"127.0.0.1:{self.grpc_port}", "--admin-token", TOKEN, *self.extra]
         self.proc = stack.Proc(args, self.tmp / f"sluice-{self.decision_port}-{self.starts}.log")
 
         def ready():
