@@ -20,7 +20,7 @@ pub mod log;
 pub const GRPC_LISTEN_DEFAULT: &str = "127.0.0.1:8082";
 
 /// Longest snippet of a body or grpc-message quoted in a log line.
-pub const MAX_SNIPPET: usize = 160;
+pub const MAX_SNIPPET: usize = 240;
 
 /// Why a decision failed. Every failed decision is exactly one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -186,7 +186,8 @@ impl Failure {
     pub fn of_grpc(protocol: Protocol, status: u32, message: Option<&str>) -> Failure {
         let mut seen = format!("gRPC status {status} {}", grpc::name(status));
         if let Some(m) = message.filter(|m| !m.is_empty()) {
-            seen.push_str(&format!(" (grpc-message {})", snippet(m.as_bytes())));
+            let decoded = percent_decoded(m.as_bytes());
+            seen.push_str(&format!(" (grpc-message {})", snippet(&decoded)));
         }
         let reason = match status {
             grpc::DEADLINE_EXCEEDED => Reason::Timeout,
@@ -290,6 +291,29 @@ fn sluice_error(body: &[u8]) -> Option<ApiError> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     value.get("error")?.as_str()?;
     serde_json::from_value(value).ok()
+}
+
+/// A grpc-message as sent: gRPC percent-encodes it on the wire (`%20` for a space), and Envoy
+/// hands it over as received.
+fn percent_decoded(bytes: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&byte) = bytes.get(i) {
+        let pair = (bytes.get(i + 1).copied(), bytes.get(i + 2).copied());
+        match (byte, pair) {
+            (b'%', (Some(h), Some(l))) if hex(h).is_some() && hex(l).is_some() => {
+                let value = hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0);
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
