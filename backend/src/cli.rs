@@ -45,7 +45,8 @@ sluice --redis-url redis://127.0.0.1:6379/ --admin-token \"$TOKEN\"\n  \
 SLUICE_REDIS_CLUSTER=redis://10.0.0.1:7000,redis://10.0.0.2:7000 sluice --log-format json"
 )]
 pub struct Cli {
-    /// Address of the decision API (what Envoy calls; keep it off the public network).
+    /// Address of the decision API over HTTP (the filter's protocol: http, tools; keep it off the
+    /// public network).
     #[arg(
         long,
         env = "SLUICE_DECISION_LISTEN",
