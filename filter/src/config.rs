@@ -40,11 +40,11 @@ pub enum Protocol {
     /// `POST /v1/throttle` with a JSON body to the decision listener (`--decision-listen`), one
     /// HTTP callout per decision.
     Http,
-    /// gRPC `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` to the backend's RLS
-    /// listener (`--rls-listen`), over an HTTP/2 cluster.
+    /// gRPC `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` to the backend's gRPC
+    /// listener (`--grpc-listen`), over an HTTP/2 cluster.
     Grpc,
     /// The decision API's requests as messages on one long-lived gRPC stream per worker
-    /// (`sluice.v1.DecisionExchange/Stream` on the RLS listener, an HTTP/2 cluster): the same
+    /// (`sluice.v1.DecisionExchange/Stream` on the gRPC listener, an HTTP/2 cluster): the same
     /// JSON as `http` (leases and all-or-nothing checks included) at a fraction of Envoy's cost per
     /// request; unary `DecisionExchange/Call` while the stream is down. See `exchange.rs`.
     /// The default: of the three it costs Envoy the least CPU per decision (docs/exchange.md).
@@ -53,7 +53,7 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    /// Whether the callout goes to the RLS listener's gRPC server (an HTTP/2 cluster).
+    /// Whether the callout goes to the backend's gRPC listener (an HTTP/2 cluster).
     pub fn is_grpc(self) -> bool {
         matches!(self, Protocol::Grpc | Protocol::GrpcStream)
     }
@@ -73,10 +73,10 @@ pub const MAX_GRPC_NAME: usize = 60;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Backend {
-    /// Envoy cluster name of the sluice backend's decision listener (`http`) or RLS listener
-    /// (`grpc`).
+    /// Envoy cluster name of the sluice backend's gRPC listener (`grpc_stream`, the default, and
+    /// `grpc`; `--grpc-listen`, HTTP/2) or its decision listener (`http`; `--decision-listen`).
     pub cluster: String,
-    /// The callout's protocol (default `http`).
+    /// The callout's protocol (default `grpc_stream`; `http` and `grpc` are the options).
     #[serde(default)]
     pub protocol: Protocol,
     /// `:authority` of the callout.

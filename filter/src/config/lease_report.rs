@@ -46,8 +46,8 @@ pub struct ReportConfig {
     pub enabled: bool,
     /// Cluster the report goes to. Default: `backend.cluster` with `protocol: http`; with
     /// `protocol: grpc_stream` the report goes as an exchange (`via_exchange`); with
-    /// `protocol: grpc` (whose cluster is the RLS listener) reports are sent only when this names
-    /// the decision listener's cluster.
+    /// `protocol: grpc` (whose cluster is the gRPC listener, where `/v1/report` is not served)
+    /// reports are sent only when this names the decision listener's cluster.
     #[serde(default)]
     pub cluster: Option<String>,
     /// Set by validation: reports go as unary exchanges to `backend.cluster` (`protocol:
