@@ -10,6 +10,7 @@ same backend gives the HTTP callout to compare with."""
 
 import concurrent.futures
 import os
+import re
 import signal
 import socket
 import time
@@ -52,6 +53,10 @@ def user():
 
 def get(envoy, path, who, listener="LISTEN_OPEN_PORT"):
     return requests.get(envoy.url(listener) + path, headers={"x-user": who}, timeout=10)
+
+
+def log_of(envoy):
+    return envoy.proc.log_path.read_text(errors="replace")
 
 
 def stat(envoy, suffix):
@@ -201,14 +206,19 @@ def test_a_restarted_backend_gets_a_new_stream(tmp, upstream):
         r = get(e, "/limited/z", who)
         assert r.status_code == 200 and r.headers.get("x-sluice-failure") in ("unavailable", "timeout"), r.headers
         assert get(e, "/limited/z", who, "LISTEN_CLOSED_PORT").status_code == 503
-        # Envoy's stats say what happened: the streams closed, and requests went as unary calls.
+        # Envoy's stats say what happened: the streams closed, and requests went as unary calls
+        # (while the stream is down as unreachable, only probes: one per backoff interval).
         stack.wait_until(lambda: stat(e, "sluice.exchange_streams_closed") >= 2, "streams seen closed")
         assert stat(e, "sluice.exchange_unary") >= 1
+        # And Envoy's log says why, naming the cluster.
+        stack.wait_until(lambda: re.search(r'sluice: unreachable: .*cluster "sluice_rls"', log_of(e)),
+                         "the unreachable line in Envoy's log", timeout=5)
         b.start()
         stack.wait_until(lambda: "x-sluice-failure" not in get(e, "/limited/z", who).headers,
                          "the filter back on the restarted backend", timeout=10)
-        # Decisions went as unary calls until a tick reopened the stream (at most a second
-        # after the close); then they ride it again: no upstream request per decision.
+        # Decisions went as unary probes (or failed at once) until a tick reopened the stream (an
+        # answered probe brings the reopen forward; the backoff is at most 5 s); then they ride it
+        # again: no upstream request per decision.
         def on_the_stream():
             before = stat(e, "cluster.sluice_rls.upstream_rq_total")
             assert "x-sluice-failure" not in get(e, "/limited/z", who).headers
@@ -239,5 +249,8 @@ def test_an_unknown_cluster_fails_at_dispatch_and_the_vm_lives_on(tmp, upstream)
             time.sleep(0.3)  # across several ticks, each trying to open the stream
         r = get(e, "/limited/x", user(), "LISTEN_CLOSED_PORT")
         assert r.status_code == 503 and r.headers.get("x-sluice-failure")
+        # Named in Envoy's log, with the fix.
+        stack.wait_until(lambda: re.search(r'sluice: cluster_missing: .*cluster "no_such_cluster"', log_of(e)),
+                         "the cluster_missing line in Envoy's log", timeout=5)
     finally:
         e.stop()
