@@ -107,11 +107,8 @@ def proxy(redis):
 @pytest.fixture(scope="module")
 def backend(tmp, proxy):
     """The real `sluice` with no timeout flags at all: the defaults are under test."""
-    grpc_port = stack.free_port()
-    b = rstack.Backend(tmp, f"redis://127.0.0.1:{proxy.port}/",
-                       ["--grpc-listen", f"127.0.0.1:{grpc_port}"]).start()
-    b.grpc_port = grpc_port
-    stack.wait_until(lambda: stack.port_open(grpc_port), "the gRPC listener")
+    b = rstack.Backend(tmp, f"redis://127.0.0.1:{proxy.port}/").start()
+    stack.wait_until(lambda: stack.port_open(b.grpc_port), "the gRPC listener")
     b.put_rule(RULE)
     yield b
     b.stop()

@@ -5,7 +5,8 @@
 //! - A deadline whose time left is below the store's recent latency: no step is started, the
 //!   answer is [`Miss::NotStarted`] (503 `deadline_exceeded`), nothing is debited, and a probe of
 //!   the store's latency is sent if one is due ([`super::latency`]).
-//! - Otherwise the step is spawned, and waited for at most the time left (and the store
+//! - Otherwise the step is started (a store that answers at once is answered with no task), then
+//!   spawned, and waited for at most the time left (and the store
 //!   deadline). Past it the caller gets [`Miss::Late`], and the step, which cannot be called back
 //!   (an EVALSHA already sent runs to its end), finishes on its own, bounded by the store
 //!   deadline; what it debited is handed to the `late` callback, never to the caller's answer.
@@ -17,6 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use tokio::sync::oneshot;
 
 use super::error::micros;
@@ -64,12 +66,21 @@ where
         }
         Admission::Start(remaining) => remaining.min(bound),
     };
-    let (tx, mut rx) = oneshot::channel();
-    tokio::spawn(async move {
+    let mut running = Box::pin(async move {
         let result = timed(&latency, bound, step).await;
         if let Err(e) = &result {
             metrics.store_error(e);
         }
+        result
+    });
+    // A store that answers without waiting (the memory store) is answered here, with no task;
+    // a Redis step has sent its command by now and goes on in its own task.
+    if let Some(result) = (&mut running).now_or_never() {
+        return Ok(result?);
+    }
+    let (tx, mut rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let result = running.await;
         // The receiver is gone or closed: the caller gave up before this answer.
         if let Err(result) = tx.send(result) {
             late(result);

@@ -255,3 +255,91 @@ async fn deadline_a_request_without_timeout_ms_waits_for_the_store() {
     assert_eq!(peek_remaining(&sluice, "dl", "k").await, 3);
     sluice.stop().await;
 }
+
+/// RLS: Envoy's ratelimit filter sends `grpc-timeout` when its `timeout` is set; the backend holds
+/// it as it holds `timeout_ms`.
+#[tokio::test]
+async fn deadline_rls_honours_grpc_timeout() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use tonic::transport::Channel;
+
+    use crate::grpc_rig::GrpcRig;
+
+    let server = RedisServer::start();
+    let proxy = SlowProxy::start(
+        server
+            .url()
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .to_owned(),
+    )
+    .await;
+    let rig: GrpcRig<RateLimitServiceClient<Channel>> =
+        GrpcRig::start(redis(&format!("redis://{}", proxy.addr))).await;
+    rig.put_rule(
+        json!({"action": "dl", "algorithm": "fixed_window", "capacity": 10, "window": "1h"}),
+    )
+    .await;
+    let ask = |timeout: Option<Duration>| {
+        let mut request = tonic::Request::new(RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "dl".into(),
+                    value: "k".into(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        });
+        if let Some(t) = timeout {
+            request.set_timeout(t); // sent as the grpc-timeout header
+        }
+        let mut client = rig.client.clone();
+        async move { client.should_rate_limit(request).await }
+    };
+    assert!(ask(Some(Duration::from_millis(100))).await.is_ok());
+
+    proxy.set_delay(400);
+    // Started (the estimate is fast), answered late: DEADLINE_EXCEEDED from sluice at ~98 ms (or,
+    // on a loaded machine, tonic's own grpc-timeout at 100 ms); the debit is counted as late.
+    let status = ask(Some(Duration::from_millis(100))).await.unwrap_err();
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "{status:?}"
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the late debit is counted",
+        || async {
+            let m = rig.metrics().await;
+            (metric(&m, "sluice_late_debits_total{action=\"dl\"}") == 1.0).then_some(())
+        },
+    )
+    .await;
+    // Learned: refused before any store step, with sluice's own status.
+    let sent = Instant::now();
+    let status = ask(Some(Duration::from_millis(100))).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status.message().starts_with("deadline_exceeded: ")
+            && status.message().contains("no store step was started"),
+        "{status:?}"
+    );
+    assert!(
+        sent.elapsed() < Duration::from_millis(90),
+        "{:?}",
+        sent.elapsed()
+    );
+    // Without grpc-timeout the store deadline applies (no estimate check): decided.
+    proxy.set_delay(0);
+    let answer = ask(None).await.unwrap().into_inner();
+    assert_eq!(answer.overall_code, 1, "OK: {answer:?}");
+    rig.stop().await;
+}
