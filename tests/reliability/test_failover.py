@@ -32,7 +32,7 @@ import requests
 import stack
 
 TOKEN = stack.TOKEN
-REDIS_TIMEOUT_MS = 50  # the backend's default --redis-timeout-ms, passed explicitly
+REDIS_TIMEOUT_MS = 50  # --redis-timeout-ms, passed explicitly (the bound below follows it)
 DECISION_BOUND_S = max(4 * REDIS_TIMEOUT_MS, 200) / 1000 + 1.0  # backstop + slack (2 shared cores)
 NODE_TIMEOUT_MS = 1000
 DOWN_AFTER_MS = 1000
