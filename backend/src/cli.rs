@@ -35,7 +35,7 @@ pub enum LogFormat {
 the sluice filter's default grpc_stream protocol and Envoy's rate limit service (RLS v3); on the decision listener, \
 the same decisions over HTTP (POST /v1/throttle: the filter's protocol: http, tools). It serves the admin API and \
 dashboard (rules, live funnel levels) on the admin listener.\n\n\
-Without --redis-url or --redis-cluster, state lives in this process only (fine for one replica). With Redis, \
+Without --redis-url, --redis-cluster or --redis-sentinel, state lives in this process only (fine for one replica). With Redis, \
 every replica shares state and rules; rule changes reach every replica within a second.\n\n\
 Every flag can also be set by its environment variable (shown as [env: ...]); flags win. \
 Log verbosity follows RUST_LOG (default: info).",
@@ -432,6 +432,42 @@ mod tests {
             memory.store_choice().expect("valid"),
             StoreChoice::Memory
         ));
+    }
+
+    #[test]
+    fn redis_sentinel_excludes_the_other_targets_and_names_its_flag() {
+        for other in [
+            ["--redis-url", "redis://a/"],
+            ["--redis-cluster", "redis://b/"],
+        ] {
+            let both = Cli::try_parse_from([
+                "sluice",
+                "--redis-sentinel",
+                "m@h:26379",
+                other[0],
+                other[1],
+            ]);
+            assert!(both.is_err(), "{other:?} accepted beside --redis-sentinel");
+        }
+        for spec in ["m@h:26379,h2", "m,h:26379,h2:26379"] {
+            let cli = Cli::try_parse_from(["sluice", "--redis-sentinel", spec]).expect("parses");
+            match cli.store_choice().expect("valid") {
+                StoreChoice::Redis(c) => assert_eq!(
+                    c.target,
+                    RedisTarget::Sentinel(SentinelTarget {
+                        master: "m".into(),
+                        sentinels: vec!["redis://h:26379".into(), "redis://h2:26379".into()],
+                    })
+                ),
+                other => panic!("expected Sentinel, got {other:?}"),
+            }
+        }
+        let e = refused(&["sluice", "--redis-sentinel", "h:26379,h2:26379"]);
+        assert_eq!(
+            (e.flag, e.env),
+            ("--redis-sentinel", "SLUICE_REDIS_SENTINEL")
+        );
+        assert!(e.to_string().contains("master's name"), "{e}");
     }
 
     #[test]
