@@ -7,8 +7,9 @@ use std::time::Duration;
 use redis::cluster::ClusterClientBuilder;
 use redis::{IntoConnectionInfo, RedisError};
 
-/// Default bound on each Redis command, in milliseconds (`--redis-timeout-ms`).
-pub const DEFAULT_TIMEOUT_MS: u64 = 50;
+/// Default bound on each Redis command, in milliseconds (`--redis-timeout-ms`): derived from
+/// the filter's default wait ([`crate::deadline::DEFAULT_REDIS_TIMEOUT_MS`], 100 ms).
+pub const DEFAULT_TIMEOUT_MS: u64 = crate::deadline::DEFAULT_REDIS_TIMEOUT_MS;
 /// Largest accepted command timeout, in milliseconds.
 pub const MAX_TIMEOUT_MS: u64 = 60_000;
 /// Default bound on Redis commands in flight (`--max-in-flight`).
@@ -420,7 +421,7 @@ mod tests {
     fn the_defaults_are_valid_and_are_the_command_lines() {
         let c = single();
         assert_eq!(c.validate(), Ok(()));
-        assert_eq!(c.timeout, Duration::from_millis(50));
+        assert_eq!(c.timeout, Duration::from_millis(100));
         assert_eq!(c.max_in_flight, 1024);
         assert_eq!(c.key_prefix, "sluice");
     }
