@@ -223,14 +223,19 @@ impl Failure {
             format!("HTTP {code} {}", snippet(body))
         };
         let reason = match sluice_error(body) {
-            Some(e) if e.error == ErrorCode::WrongListener => Reason::WrongProtocol,
             Some(e) => {
+                // sluice's own error: its code and message say it better than the raw body.
                 let seen = format!(
                     "HTTP {code} {} ({})",
                     e.error,
                     snippet(e.message.as_bytes())
                 );
-                return Failure::new(Reason::BackendError, header, seen);
+                let reason = if e.error == ErrorCode::WrongListener {
+                    Reason::WrongProtocol
+                } else {
+                    Reason::BackendError
+                };
+                return Failure::new(reason, header, seen);
             }
             None => match code {
                 504 => Reason::Timeout,

@@ -182,3 +182,24 @@ def test_a_cluster_envoy_does_not_have_is_named(tmp, upstream):
         assert stat(e, "sluice.failures_cluster_missing") >= 1
     finally:
         e.stop()
+
+
+def test_protocol_http_on_the_grpc_listener_is_named_wrong_protocol(tmp, upstream, misconfigured):
+    """The other way round: `protocol: http` on a cluster pointed at the gRPC listener."""
+    backend, _, _ = misconfigured
+    e = stack.Envoy(tmp, "e2e_misconfig.yaml",
+                    {"BACKEND_PORT": backend.grpc_port, "RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream,
+                     "TIMEOUT_MS": TIMEOUT_MS}, LISTENERS)
+    e.config.write_text(e.config.read_text().replace('"backend": {"cluster": "sluice_backend",',
+                                                     '"backend": {"cluster": "sluice_backend", "protocol": "http",'))
+    e.start()
+    try:
+        first = time.monotonic()
+        r = get(e, "LISTEN_OPEN_PORT")
+        assert r.status_code == 200 and r.headers.get("x-sluice-failure"), r.headers
+        left = NAMED_WITHIN_S - (time.monotonic() - first)
+        line = wait_for_line(lambda: envoy_log(e), r"sluice: wrong_protocol: .*cluster \"sluice_backend\", protocol http",
+                             max(left, 0.05), "Envoy's log")
+        assert "--decision-listen" in line, line
+    finally:
+        e.stop()
