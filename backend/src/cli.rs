@@ -96,6 +96,14 @@ pub struct Cli {
           conflicts_with_all = ["redis_url", "redis_cluster"])]
     pub redis_sentinel: Option<String>,
 
+    /// With --redis-sentinel: the password of the master and its replicas (their requirepass);
+    /// prefer the environment variable. A sentinel's own password goes in its address:
+    /// redis://:PASSWORD@HOST:PORT.
+    #[arg(long, env = "SLUICE_REDIS_SENTINEL_MASTER_PASSWORD", value_name = "PASSWORD",
+          requires = "redis_sentinel", conflicts_with_all = ["redis_url", "redis_cluster"], hide_env_values = true,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub redis_sentinel_master_password: Option<String>,
+
     /// Bound on each Redis command; past it the command fails with 503 store_timeout. Decisions
     /// whose caller sends a deadline (the filter does) are bounded by it instead; this bounds
     /// the rest, and lets a step that outlives its caller end with a known answer (default: 4 x
@@ -234,7 +242,10 @@ impl Cli {
         } else if !self.redis_cluster.is_empty() {
             RedisTarget::Cluster(self.redis_cluster.clone())
         } else if let Some(spec) = &self.redis_sentinel {
-            RedisTarget::Sentinel(SentinelTarget::parse(spec).map_err(FlagError::redis)?)
+            RedisTarget::Sentinel(SentinelTarget {
+                master_password: self.redis_sentinel_master_password.clone(),
+                ..SentinelTarget::parse(spec).map_err(FlagError::redis)?
+            })
         } else {
             return Ok(StoreChoice::Memory);
         };
@@ -457,11 +468,35 @@ mod tests {
                     RedisTarget::Sentinel(SentinelTarget {
                         master: "m".into(),
                         sentinels: vec!["redis://h:26379".into(), "redis://h2:26379".into()],
+                        master_password: None,
                     })
                 ),
                 other => panic!("expected Sentinel, got {other:?}"),
             }
         }
+        let with_password = Cli::try_parse_from([
+            "sluice",
+            "--redis-sentinel",
+            "m@h",
+            "--redis-sentinel-master-password",
+            "pw",
+        ])
+        .expect("parses");
+        match with_password.store_choice().expect("valid") {
+            StoreChoice::Redis(RedisConfig {
+                target: RedisTarget::Sentinel(t),
+                ..
+            }) => assert_eq!(t.master_password.as_deref(), Some("pw")),
+            other => panic!("expected Sentinel, got {other:?}"),
+        }
+        assert!(Cli::try_parse_from([
+            "sluice",
+            "--redis-url",
+            "redis://a/",
+            "--redis-sentinel-master-password",
+            "pw",
+        ])
+        .is_err());
         let e = refused(&["sluice", "--redis-sentinel", "h:26379,h2:26379"]);
         assert_eq!(
             (e.flag, e.env),

@@ -26,10 +26,23 @@ struct Sentinel {
     child: Child,
     port: u16,
     dir: std::path::PathBuf,
+    /// The sentinel's own `requirepass`, if any.
+    password: Option<String>,
 }
 
 impl Sentinel {
     fn start(master_port: u16, down_after_ms: u64) -> Sentinel {
+        Sentinel::start_with(master_port, down_after_ms, None, None)
+    }
+
+    /// With `password`, the sentinel requires it; with `master_password`, it authenticates to
+    /// the master with it (`sentinel auth-pass`).
+    fn start_with(
+        master_port: u16,
+        down_after_ms: u64,
+        password: Option<&str>,
+        master_password: Option<&str>,
+    ) -> Sentinel {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("sluice-sentinel-{}-{port}", std::process::id()));
@@ -42,8 +55,12 @@ impl Sentinel {
                  sentinel monitor {MASTER} 127.0.0.1 {master_port} 1\n\
                  sentinel down-after-milliseconds {MASTER} {down_after_ms}\n\
                  sentinel failover-timeout {MASTER} 3000\n\
-                 sentinel parallel-syncs {MASTER} 1\n",
-                dir.display()
+                 sentinel parallel-syncs {MASTER} 1\n{}{}",
+                dir.display(),
+                password.map_or(String::new(), |p| format!("requirepass {p}\n")),
+                master_password.map_or(String::new(), |p| format!(
+                    "sentinel auth-pass {MASTER} {p}\n"
+                )),
             ),
         )
         .expect("write sentinel.conf");
@@ -54,7 +71,12 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server on PATH");
-        let sentinel = Sentinel { child, port, dir };
+        let sentinel = Sentinel {
+            child,
+            port,
+            dir,
+            password: password.map(str::to_owned),
+        };
         sentinel.wait_until(Duration::from_secs(10), "it names the master", |s| {
             s.master_port() == Some(master_port)
         });
@@ -64,6 +86,11 @@ impl Sentinel {
     fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(
+                self.password
+                    .iter()
+                    .flat_map(|p| ["--no-auth-warning", "-a", p.as_str()]),
+            )
             .args(args)
             .output()
             .expect("redis-cli on PATH");
@@ -260,6 +287,7 @@ async fn sentinel_settings_are_checked_and_outages_are_unavailable() {
     let bad = SentinelTarget {
         master: "m".into(),
         sentinels: vec!["redis://127.0.0.1:1/notadb".into()],
+        master_password: None,
     };
     match RedisStore::connect(RedisConfig::new(RedisTarget::Sentinel(bad))).await {
         Err(ConnectError::Config(e)) => assert_eq!(e.field(), RedisField::Sentinel, "{e}"),
@@ -283,5 +311,59 @@ async fn sentinel_settings_are_checked_and_outages_are_unavailable() {
             assert!(detail.to_lowercase().contains("master"), "{detail}")
         }
         other => panic!("expected unavailable, got {:?}", other.err()),
+    }
+}
+
+#[tokio::test]
+async fn sentinel_and_master_passwords() {
+    let master = RedisServer::start();
+    assert!(master
+        .cli(&["CONFIG", "SET", "requirepass", "masterpw"])
+        .contains("OK"));
+    let sentinel = Sentinel::start_with(master.port, 5_000, Some("sentinelpw"), Some("masterpw"));
+    let spec = format!("{MASTER}@redis://:sentinelpw@127.0.0.1:{}", sentinel.port);
+    let config = |master_password: Option<&str>| {
+        let mut target = SentinelTarget::parse(&spec).expect("spec");
+        target.master_password = master_password.map(str::to_owned);
+        RedisConfig::new(RedisTarget::Sentinel(target))
+    };
+
+    let store = RedisStore::connect(config(Some("masterpw")))
+        .await
+        .expect("both passwords given");
+    let r = rule(
+        r#"{"action":"auth","algorithm":"gcra","capacity":2,"rate":{"count":1,"period":"1h"}}"#,
+    );
+    assert!(
+        store
+            .throttle(&r, "k", 1, None)
+            .await
+            .expect("decided")
+            .allowed
+    );
+    assert_eq!(
+        store.master(),
+        Some(format!("{MASTER} at 127.0.0.1:{}", master.port))
+    );
+
+    // Without the master's password the master refuses (NOAUTH): unavailable, not a crash.
+    match RedisStore::connect(config(None)).await {
+        Err(ConnectError::Store(StoreError::Unavailable(_))) => {}
+        other => panic!(
+            "expected unavailable without the master password, got {:?}",
+            other.err()
+        ),
+    }
+    // Without the sentinel's password the sentinel refuses.
+    let target = SentinelTarget {
+        master_password: Some("masterpw".into()),
+        ..SentinelTarget::parse(&format!("{MASTER}@127.0.0.1:{}", sentinel.port)).expect("spec")
+    };
+    match RedisStore::connect(RedisConfig::new(RedisTarget::Sentinel(target))).await {
+        Err(ConnectError::Store(StoreError::Unavailable(_))) => {}
+        other => panic!(
+            "expected unavailable without the sentinel password, got {:?}",
+            other.err()
+        ),
     }
 }

@@ -222,6 +222,9 @@ pub struct SentinelTarget {
     pub master: String,
     /// The sentinels, as Redis URLs.
     pub sentinels: Vec<String>,
+    /// The master's (and replicas') `requirepass`, if any (`--redis-sentinel-master-password`);
+    /// a sentinel's own password goes in its URL.
+    pub master_password: Option<String>,
 }
 
 /// The port a sentinel listens on when an address names none.
@@ -276,6 +279,7 @@ impl SentinelTarget {
         Ok(SentinelTarget {
             master: master.to_owned(),
             sentinels,
+            master_password: None,
         })
     }
 
@@ -316,6 +320,10 @@ impl std::fmt::Debug for SentinelTarget {
         f.debug_struct("SentinelTarget")
             .field("master", &self.master)
             .field("sentinels", &shown)
+            .field(
+                "master_password",
+                &self.master_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
@@ -533,6 +541,14 @@ mod tests {
         );
         assert!(!with_auth.to_string().contains("pw"), "{with_auth}");
         assert!(!format!("{with_auth:?}").contains("pw"), "{with_auth:?}");
+        let with_master_password = SentinelTarget {
+            master_password: Some("masterpw".into()),
+            ..with_auth.clone()
+        };
+        assert!(
+            !format!("{with_master_password:?}").contains("masterpw"),
+            "{with_master_password:?}"
+        );
         let c = RedisConfig::new(RedisTarget::Sentinel(with_auth));
         assert_eq!(c.validate(), Ok(()));
     }

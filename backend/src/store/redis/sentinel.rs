@@ -23,10 +23,10 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
-    ServerErrorKind, Value,
+    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisConnectionInfo, RedisError, RedisFuture,
+    RedisResult, ServerErrorKind, Value,
 };
 use tokio::sync::{watch, Mutex};
 
@@ -81,10 +81,14 @@ impl SentinelConn {
     /// Asks the sentinels for the master and connects to it (logging which master they named).
     /// Fails when no sentinel answers, none knows the master, or the master cannot be reached.
     pub(crate) async fn open(target: &SentinelTarget, timeout: Duration) -> RedisResult<Self> {
+        let master_info = target.master_password.as_ref().map(|password| {
+            SentinelNodeConnectionInfo::default()
+                .set_redis_connection_info(RedisConnectionInfo::default().set_password(password))
+        });
         let mut sentinels = SentinelClient::build(
             target.sentinels.iter().map(String::as_str).collect(),
             target.master.clone(),
-            None,
+            master_info,
             SentinelServerType::Master,
         )?;
         let (conn, address) = connect(&mut sentinels, timeout).await?;
