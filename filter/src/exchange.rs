@@ -303,10 +303,15 @@ impl<W> Exchanger<W> {
 
     /// Removes the requests waiting on stream `token`, in id order.
     fn take_waiting(&mut self, token: u32) -> Vec<Waiting<W>> {
+        self.take(|w| w.stream == token)
+    }
+
+    /// Removes the waiting requests `which` picks, in id order.
+    fn take(&mut self, which: impl Fn(&Waiting<W>) -> bool) -> Vec<Waiting<W>> {
         let ids: Vec<u32> = self
             .waiting
             .values()
-            .filter(|w| w.stream == token)
+            .filter(|w| which(w))
             .map(|w| w.id)
             .collect();
         let mut taken: Vec<Waiting<W>> = ids
@@ -403,18 +408,7 @@ impl<W> Exchanger<W> {
 
     /// Requests whose deadline has passed at `now_ns`, removed: to be answered as timed out.
     pub fn expired(&mut self, now_ns: u64) -> Vec<Waiting<W>> {
-        let overdue: Vec<u32> = self
-            .waiting
-            .values()
-            .filter(|w| w.deadline_ns <= now_ns)
-            .map(|w| w.id)
-            .collect();
-        let mut expired: Vec<Waiting<W>> = overdue
-            .iter()
-            .filter_map(|id| self.waiting.remove(id))
-            .collect();
-        expired.sort_by_key(|w| w.id);
-        expired
+        self.take(|w| w.deadline_ns <= now_ns)
     }
 }
 

@@ -74,6 +74,28 @@ def wait_for_line(read, pattern, within, what):
         time.sleep(0.02)
 
 
+def first_failure_named(envoy, listener, status, pattern):
+    """One request on `listener` (answered `status`, marked with x-sluice-failure); the line of
+    Envoy's log matching `pattern`, which must appear within NAMED_WITHIN_S of the request's
+    start. Returns the line and when the request started."""
+    first = time.monotonic()
+    r = get(envoy, listener)
+    assert r.status_code == status and r.headers.get("x-sluice-failure"), (r.status_code, r.headers)
+    left = NAMED_WITHIN_S - (time.monotonic() - first)
+    return wait_for_line(lambda: envoy_log(envoy), pattern, max(left, 0.05), "Envoy's log"), first
+
+
+def rewritten_envoy(tmp, upstream, backend_port, old, new):
+    """An Envoy from e2e_misconfig.yaml with `old` replaced by `new` in its rendered config."""
+    e = stack.Envoy(tmp, "e2e_misconfig.yaml",
+                    {"BACKEND_PORT": backend_port, "RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream,
+                     "TIMEOUT_MS": TIMEOUT_MS}, LISTENERS)
+    text = e.config.read_text()
+    assert old in text
+    e.config.write_text(text.replace(old, new))
+    return e.start()
+
+
 def stat(envoy, suffix):
     return sum(v for k, v in envoy.stats().items() if k.endswith(suffix))
 
@@ -100,13 +122,9 @@ def misconfigured(tmp, upstream):
 
 def test_a_cluster_on_the_http_listener_is_named_in_both_logs_within_a_second(misconfigured):
     backend, _, envoy = misconfigured
-    first = time.monotonic()
-    r = get(envoy, "LISTEN_OPEN_PORT")
     # failure_mode allow: passed, and marked.
-    assert r.status_code == 200 and r.headers.get("x-sluice-failure"), r.headers
-    left = NAMED_WITHIN_S - (time.monotonic() - first)
-    line = wait_for_line(lambda: envoy_log(envoy), r"sluice: wrong_protocol: .*cluster \"sluice_backend\"",
-                         max(left, 0.05), "Envoy's log")
+    line, first = first_failure_named(envoy, "LISTEN_OPEN_PORT", 200,
+                                      r"sluice: wrong_protocol: .*cluster \"sluice_backend\"")
     assert "protocol grpc_stream" in line and "likely fix:" in line and "--grpc-listen" in line, line
     assert "passed unchecked (failure_mode allow)" in line, line
     assert "[warning]" in line, line
@@ -122,13 +140,9 @@ def test_a_cluster_on_the_http_listener_is_named_in_both_logs_within_a_second(mi
 
 def test_a_backend_without_its_grpc_listener_is_named_unreachable_within_a_second(misconfigured):
     _, _, envoy = misconfigured
-    first = time.monotonic()
-    r = get(envoy, "LISTEN_CLOSED_PORT")
     # failure_mode deny: refused, and marked.
-    assert r.status_code == 503 and r.headers.get("x-sluice-failure"), (r.status_code, r.headers)
-    left = NAMED_WITHIN_S - (time.monotonic() - first)
-    line = wait_for_line(lambda: envoy_log(envoy), r"sluice: unreachable: .*cluster \"sluice_grpc\"",
-                         max(left, 0.05), "Envoy's log")
+    line, _ = first_failure_named(envoy, "LISTEN_CLOSED_PORT", 503,
+                                  r"sluice: unreachable: .*cluster \"sluice_grpc\"")
     assert "likely fix:" in line and "--grpc-listen" in line, line
     assert stat(envoy, "sluice.failures_unreachable") >= 1
 
@@ -167,11 +181,7 @@ def test_a_burst_while_the_stream_is_down_makes_few_reopens_and_few_unary_calls(
 
 
 def test_a_cluster_envoy_does_not_have_is_named(tmp, upstream):
-    e = stack.Envoy(tmp, "e2e_misconfig.yaml",
-                    {"BACKEND_PORT": stack.free_port(), "RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream,
-                     "TIMEOUT_MS": TIMEOUT_MS}, LISTENERS)
-    e.config.write_text(e.config.read_text().replace('"cluster": "sluice_grpc"', '"cluster": "no_such_cluster"'))
-    e.start()
+    e = rewritten_envoy(tmp, upstream, stack.free_port(), '"cluster": "sluice_grpc"', '"cluster": "no_such_cluster"')
     try:
         # Said on the roots' first tick, before any request: the stream cannot even open.
         line = wait_for_line(lambda: envoy_log(e), r"sluice: cluster_missing: .*cluster \"no_such_cluster\"", 5,
@@ -187,19 +197,11 @@ def test_a_cluster_envoy_does_not_have_is_named(tmp, upstream):
 def test_protocol_http_on_the_grpc_listener_is_named_wrong_protocol(tmp, upstream, misconfigured):
     """The other way round: `protocol: http` on a cluster pointed at the gRPC listener."""
     backend, _, _ = misconfigured
-    e = stack.Envoy(tmp, "e2e_misconfig.yaml",
-                    {"BACKEND_PORT": backend.grpc_port, "RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream,
-                     "TIMEOUT_MS": TIMEOUT_MS}, LISTENERS)
-    e.config.write_text(e.config.read_text().replace('"backend": {"cluster": "sluice_backend",',
-                                                     '"backend": {"cluster": "sluice_backend", "protocol": "http",'))
-    e.start()
+    e = rewritten_envoy(tmp, upstream, backend.grpc_port, '"backend": {"cluster": "sluice_backend",',
+                        '"backend": {"cluster": "sluice_backend", "protocol": "http",')
     try:
-        first = time.monotonic()
-        r = get(e, "LISTEN_OPEN_PORT")
-        assert r.status_code == 200 and r.headers.get("x-sluice-failure"), r.headers
-        left = NAMED_WITHIN_S - (time.monotonic() - first)
-        line = wait_for_line(lambda: envoy_log(e), r"sluice: wrong_protocol: .*cluster \"sluice_backend\", protocol http",
-                             max(left, 0.05), "Envoy's log")
-        assert "--decision-listen" in line, line
+        line, _ = first_failure_named(e, "LISTEN_OPEN_PORT", 200,
+                                      r"sluice: wrong_protocol: .*cluster \"sluice_backend\", protocol http")
+        assert "421 wrong_listener" in line and "--decision-listen" in line, line
     finally:
         e.stop()

@@ -16,21 +16,7 @@ fn send(
     waiter: &'static str,
     deadline_ns: u64,
 ) -> Option<u32> {
-    send_at(ex, host, path, body, context_id, waiter, deadline_ns, 0)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn send_at(
-    ex: &mut Exchanger<&'static str>,
-    host: &mut Host,
-    path: &str,
-    body: Vec<u8>,
-    context_id: u32,
-    waiter: &'static str,
-    deadline_ns: u64,
-    now_ns: u64,
-) -> Option<u32> {
-    let sent = ex.send(host, path, body, context_id, waiter, deadline_ns, now_ns);
+    let sent = ex.send(host, path, body, context_id, waiter, deadline_ns, 0);
     assert!(sent.orphaned.is_none());
     match sent.route {
         Route::Stream(id) => Some(id),
@@ -395,17 +381,8 @@ fn an_answered_probe_ends_the_down_state_and_brings_the_reopen_forward() {
     // The reopen is not held back by the 3.2 s pause: the next tick opens the stream.
     ex.ensure_open(&mut host, now + 32 * MS);
     assert!(ex.token().is_some());
-    assert!(send_at(
-        &mut ex,
-        &mut host,
-        "/p",
-        vec![],
-        1,
-        "a",
-        u64::MAX,
-        now + 33 * MS
-    )
-    .is_some());
+    let sent = ex.send(&mut host, "/p", vec![], 1, "a", u64::MAX, now + 33 * MS);
+    assert!(matches!(sent.route, Route::Stream(_)));
     assert_eq!(ex.backoff_ns(), REOPEN_FIRST_NS);
 }
 
