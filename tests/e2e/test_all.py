@@ -1,4 +1,5 @@
-"""All-or-nothing checks (several limits on one request) through a real Envoy (envoy/e2e_all.yaml), the real backend and
+"""All-or-nothing checks (several limits on one request) through a real Envoy
+(envoy/e2e_all.yaml), the real backend and
 a real redis-server: a route with three checks (per user, per client IP, global) asks ONE callout
 (POST /v1/throttle/all); a request is allowed only if every limit allows it, and a denied request
 consumes nothing from any of them (exact counts read back from the backend before and after).
