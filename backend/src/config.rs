@@ -95,9 +95,11 @@ impl Config {
 
 /// The gRPC listener's default address (`--grpc-listen`): on by default, because it serves the
 /// sluice filter's default protocol.
-pub const DEFAULT_GRPC_LISTEN: std::net::SocketAddr = std::net::SocketAddr::V4(
-    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 8082),
-);
+pub const DEFAULT_GRPC_LISTEN: std::net::SocketAddr =
+    std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::LOCALHOST,
+        sluice_core::limits::DEFAULT_GRPC_PORT,
+    ));
 
 /// Where the gRPC listener listens (`--grpc-listen ADDR`), or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -89,3 +89,25 @@ pub const DEFAULT_DECISION_TIMEOUT_MS: u64 = 25;
 /// The longest a caller may ask the backend to work on one decision (`timeout_ms` of a decision
 /// request; the filter's `backend.timeout_ms` has the same bound), in milliseconds.
 pub const MAX_DECISION_TIMEOUT_MS: u64 = 60_000;
+
+/// The backend's gRPC listener's default port, on 127.0.0.1 (`--grpc-listen`): where the filter's
+/// default protocol finds it. The filter's log lines name it when a cluster points elsewhere.
+pub const DEFAULT_GRPC_PORT: u16 = 8082;
+
+/// [`DEFAULT_GRPC_PORT`]'s address as text, for messages.
+pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:8082";
+
+const _: () = {
+    // The text and the port say the same thing.
+    let text = DEFAULT_GRPC_LISTEN.as_bytes();
+    let port = DEFAULT_GRPC_PORT;
+    let digits = [
+        b'0' + (port / 1000 % 10) as u8,
+        b'0' + (port / 100 % 10) as u8,
+        b'0' + (port / 10 % 10) as u8,
+        b'0' + (port % 10) as u8,
+    ];
+    assert!(port >= 1000 && port < 10000 && text.len() == 14);
+    assert!(text[10] == digits[0] && text[11] == digits[1]);
+    assert!(text[12] == digits[2] && text[13] == digits[3]);
+};

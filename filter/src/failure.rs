@@ -17,7 +17,7 @@ use crate::host::Counter;
 pub mod log;
 
 /// The backend's gRPC listener's default address (`sluice --grpc-listen`), named in fixes.
-pub const GRPC_LISTEN_DEFAULT: &str = "127.0.0.1:8082";
+pub const GRPC_LISTEN_DEFAULT: &str = sluice_core::limits::DEFAULT_GRPC_LISTEN;
 
 /// Longest snippet of a body or grpc-message quoted in a log line.
 pub const MAX_SNIPPET: usize = 240;
