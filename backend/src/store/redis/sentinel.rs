@@ -55,6 +55,9 @@ struct Shared {
     current: watch::Sender<Master>,
     /// Whether a lookup task is running (at most one at a time).
     looking: AtomicBool,
+    /// Whether the connection in use was seen broken (cleared by a switch), so that a running
+    /// lookup started for a slow answer escalates instead of keeping a dead connection.
+    broken: AtomicBool,
     /// Bound on connecting to the master and on each of its answers.
     timeout: Duration,
 }
@@ -106,6 +109,7 @@ impl SentinelConn {
             sentinels: Mutex::new(sentinels),
             current,
             looking: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
             timeout,
         });
         tokio::spawn(check_periodically(Arc::downgrade(&shared)));
@@ -221,6 +225,9 @@ fn look_up(shared: &Arc<Shared>, generation: u64, trouble: Trouble) {
     if shared.current.borrow().generation != generation {
         return;
     }
+    if trouble == Trouble::Broken {
+        shared.broken.store(true, Ordering::Release);
+    }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -238,6 +245,11 @@ async fn follow(shared: Arc<Shared>, generation: u64, trouble: Trouble) {
         if shared.current.borrow().generation != generation {
             break;
         }
+        let trouble = if shared.broken.load(Ordering::Acquire) {
+            Trouble::Broken
+        } else {
+            trouble
+        };
         match switch(&shared, generation, trouble).await {
             Ok(()) => break,
             Err(e) if trouble == Trouble::Slow => {
@@ -288,6 +300,7 @@ async fn switch(shared: &Shared, generation: u64, trouble: Trouble) -> RedisResu
         address: address.clone(),
         generation: generation + 1,
     });
+    shared.broken.store(false, Ordering::Release);
     if address == previous {
         tracing::info!(
             "Redis Sentinel: reconnected to master {:?} at {address}",
