@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 
+import rstack
 import stack
 
 TOKEN = stack.TOKEN
@@ -166,21 +167,13 @@ class Answer:
     error: str = None  # no HTTP answer at all
 
 
-class Load:
-    """Decisions from a few threads, bounded in time and count, every answer recorded. `plan` is a
-    list of (action, key, group); each thread walks it in its own shuffled order, so capacity keys
-    are hammered evenly."""
-
-    def __init__(self, url, plan, threads=4, max_seconds=40.0, max_requests=60_000):
-        self.url = url + "/v1/throttle"
-        self.plan = plan
-        self.threads = threads
-        self.max_seconds = max_seconds
-        self.max_requests = max_requests
-        self.answers = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._workers = []
+@dataclass
+class Decisions(rstack.Load):
+    """rstack.Load's threads, bounds and stop, posting decisions straight to the backend instead of
+    requests through Envoy. `plan` is a list of (action, key, group); each thread walks it in its
+    own shuffled order, so capacity keys are hammered evenly."""
+    url: str = ""
+    plan: list = None
 
     def _run(self, seed):
         rnd = random.Random(seed)
@@ -194,7 +187,8 @@ class Load:
                     return
                 a = Answer(action, key, group, time.monotonic(), 0.0)
                 try:
-                    r = session.post(self.url, json={"action": action, "key": key, "quantity": 1}, timeout=10)
+                    r = session.post(self.url + "/v1/throttle", json={"action": action, "key": key, "quantity": 1},
+                                     timeout=10)
                     a.status = r.status_code
                     body = r.json()
                     if r.status_code == 200:
@@ -209,22 +203,9 @@ class Load:
                     if len(self.answers) >= self.max_requests:
                         self._stop.set()
 
-    def start(self):
-        for i in range(self.threads):
-            t = threading.Thread(target=self._run, args=(i,), daemon=True)
-            t.start()
-            self._workers.append(t)
-        return self
-
     def snapshot(self):
         with self._lock:
             return list(self.answers)
-
-    def stop(self):
-        self._stop.set()
-        for t in self._workers:
-            t.join(timeout=15)
-        return self.snapshot()
 
 
 def wait_for(check, what, timeout, every=0.05):
@@ -250,7 +231,8 @@ def run_failover(backend, plan, kill, recovered_bound_s, label):
     """Starts the load, waits until every victim capacity key is about half spent, kills (by
     `kill()`), waits until the victim keys are answered 200 again and the capacity keys are
     spent, then checks and prints everything. Returns the measured figures."""
-    load = Load(f"http://127.0.0.1:{backend.decision_port}", plan).start()
+    load = Decisions(envoy=None, path="", listeners=[], url=f"http://127.0.0.1:{backend.decision_port}",
+                     plan=plan, threads=4, max_seconds=40.0, max_requests=60_000).start()
     try:
         victim_cap = {k for a, k, g in plan if a == CAP_RULE["action"] and g == "victim"}
         # Before: a steady rate, and the victim capacity keys about half spent (so that a lost
@@ -282,7 +264,7 @@ def run_failover(backend, plan, kill, recovered_bound_s, label):
 
         wait_for(spent, "every capacity key spent and denied since", timeout=20)
     finally:
-        answers = load.stop()
+        answers = load.stop().snapshot()
     return check_and_report(answers, plan, killed_at, recovered_bound_s, label)
 
 

@@ -196,6 +196,12 @@ async fn sentinel_store_passes_the_conformance_suite() {
         "a Sentinel-managed Redis is a single node to the store"
     );
     store.ping().await.expect("ping");
+    // The memory-settings reading goes to the master too (a test redis-server has no maxmemory).
+    let health = store.refresh_health().await;
+    assert!(
+        health.warnings.iter().any(|w| w.contains("maxmemory is 0")),
+        "{health:?}"
+    );
     tables(store.as_ref()).await;
     cell_sequences(store.as_ref()).await;
     awkward_subjects_are_independent(store.as_ref()).await;

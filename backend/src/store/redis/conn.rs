@@ -2,7 +2,7 @@
 //! a set of sentinels names: [`SentinelConn`]) or a Cluster (`cluster_async`), so every command
 //! is written once. All are cheap to clone and multiplexed: concurrent commands are pipelined on
 //! the wire. A Sentinel-managed Redis is a single node to the rest of the store (same scripts,
-//! same single-node code paths), so it is a kind of [`Node`], not a third deployment.
+//! same single-node code paths: only the Cluster is told apart).
 
 use std::time::Duration;
 
@@ -14,21 +14,14 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use super::sentinel::SentinelConn;
 use super::RedisTarget;
 
-/// A connection to either deployment.
+/// A connection to any deployment.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    /// One node.
-    Single(Node),
+    /// One node, `redis://host:port/db`.
+    Single(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
-}
-
-/// A connection to one node: a fixed address, or the master the sentinels name.
-#[derive(Clone)]
-pub(crate) enum Node {
-    /// `redis://host:port/db`.
-    Direct(ConnectionManager),
-    /// The master a set of sentinels names now.
+    /// The master a set of sentinels names now (one node, followed across failovers).
     Sentinel(SentinelConn),
 }
 
@@ -42,13 +35,13 @@ impl Conn {
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
                     .set_number_of_retries(2);
-                Ok(Conn::Single(Node::Direct(
+                Ok(Conn::Single(
                     ConnectionManager::new_with_config(client, config).await?,
-                )))
+                ))
             }
-            RedisTarget::Sentinel(target) => Ok(Conn::Single(Node::Sentinel(
-                SentinelConn::open(target, timeout).await?,
-            ))),
+            RedisTarget::Sentinel(target) => {
+                Ok(Conn::Sentinel(SentinelConn::open(target, timeout).await?))
+            }
             RedisTarget::Cluster(urls) => {
                 let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
                     .connection_timeout(timeout)
@@ -65,6 +58,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -77,6 +71,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -84,6 +79,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -93,36 +89,8 @@ impl Conn {
     /// logs; `None` for other deployments, whose addresses are configured.
     pub(crate) fn sentinel_master(&self) -> Option<(String, String)> {
         match self {
-            Conn::Single(Node::Sentinel(c)) => Some(c.master()),
+            Conn::Sentinel(c) => Some(c.master()),
             _ => None,
-        }
-    }
-}
-
-impl ConnectionLike for Node {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Node::Direct(c) => c.req_packed_command(cmd),
-            Node::Sentinel(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Node::Direct(c) => c.req_packed_commands(pipeline, offset, count),
-            Node::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Node::Direct(c) => c.get_db(),
-            Node::Sentinel(c) => c.get_db(),
         }
     }
 }

@@ -190,11 +190,13 @@ async fn on_each_node(
     cmd: &redis::Cmd,
 ) -> RedisResult<Vec<(String, RedisResult<Value>)>> {
     match conn.clone() {
-        Conn::Single(mut c) => match cmd.query_async::<Value>(&mut c).await {
-            Ok(value) => Ok(vec![(String::new(), Ok(value))]),
-            Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => Err(e),
-            Err(e) => Ok(vec![(String::new(), Err(e))]),
-        },
+        mut single @ (Conn::Single(_) | Conn::Sentinel(_)) => {
+            match cmd.query_async::<Value>(&mut single).await {
+                Ok(value) => Ok(vec![(String::new(), Ok(value))]),
+                Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => Err(e),
+                Err(e) => Ok(vec![(String::new(), Err(e))]),
+            }
+        }
         Conn::Cluster(mut c) => {
             let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
             let reply = c.route_command(cmd.clone(), routing).await?;
