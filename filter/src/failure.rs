@@ -279,7 +279,7 @@ impl Failure {
                 "point cluster {cluster:?} at sluice's decision listener (--decision-listen, HTTP/1.1: no http2_protocol_options), or leave backend.protocol unset (grpc_stream) with an HTTP/2 cluster to the gRPC listener (--grpc-listen, default {GRPC_LISTEN_DEFAULT})"
             ),
             Reason::Timeout => format!(
-                "the backend did not answer within backend.timeout_ms ({} ms): look at its latency and its store's (keep --redis-timeout-ms below the filter's timeout), or raise backend.timeout_ms",
+                "the backend did not answer within backend.timeout_ms ({} ms): look at its latency and its store's (sluice_late_debits_total, sluice_deadline_exceeded_total), or raise backend.timeout_ms",
                 backend.timeout_ms
             ),
             Reason::BadResponse => format!(
