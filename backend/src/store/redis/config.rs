@@ -19,8 +19,9 @@ pub const MAX_IN_FLIGHT: usize = 1_000_000;
 /// Default prefix of every key sluice writes (`--key-prefix`).
 pub const DEFAULT_KEY_PREFIX: &str = "sluice";
 
-/// Which Redis deployment to use.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which Redis deployment to use. `Debug` hides the passwords in its URLs (the start log prints
+/// the target).
+#[derive(Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// One node: `redis://host:port/db`.
     Single(String),
@@ -28,6 +29,19 @@ pub enum RedisTarget {
     Cluster(Vec<String>),
     /// A Sentinel-managed Redis: the master the sentinels name, followed across failovers.
     Sentinel(SentinelTarget),
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTarget::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
+            RedisTarget::Cluster(urls) => f
+                .debug_tuple("Cluster")
+                .field(&urls.iter().map(|u| redact(u)).collect::<Vec<_>>())
+                .finish(),
+            RedisTarget::Sentinel(target) => f.debug_tuple("Sentinel").field(target).finish(),
+        }
+    }
 }
 
 /// How to reach and use Redis. Check it with [`RedisConfig::validate`] when it is built;
@@ -590,5 +604,24 @@ mod tests {
         let c = RedisConfig::new(RedisTarget::Single("redis://:hunter2@h/notadb".into()));
         let e = c.validate().expect_err("bad db");
         assert!(!e.to_string().contains("hunter2"), "{e}");
+        let single = format!(
+            "{:?}",
+            RedisTarget::Single("redis://:hunter2@h:6379/0".into())
+        );
+        assert!(
+            !single.contains("hunter2") && single.contains("h:6379"),
+            "{single}"
+        );
+        let cluster = format!(
+            "{:?}",
+            RedisTarget::Cluster(vec![
+                "redis://u:hunter2@a:7000".into(),
+                "redis://b:7001".into()
+            ])
+        );
+        assert!(
+            !cluster.contains("hunter2") && cluster.contains("b:7001"),
+            "{cluster}"
+        );
     }
 }
