@@ -6,6 +6,18 @@
 -- KEYS[2]: the action's last-seen time (ms, a string).
 -- ARGV[1]: the block's TTL (ms). ARGV[2]: the last-seen TTL (ms). ARGV[3]: last seen (ms, 0 =
 -- not in this record). ARGV[4]: the step's index. ARGV[5..10]: the six counts, in field order.
+-- For a filter report with an identity, also KEYS[3]: the highest seq applied for (action,
+-- reporter), ARGV[11]: the report's seq, ARGV[12]: the mark's TTL (ms). Then nothing is added
+-- unless ARGV[11] is above the mark, and the mark is raised in this same step (one slot: KEYS[3]
+-- shares the action's hash tag), so every copy of a report after the first, on any replica,
+-- adds nothing. Returns 1 when applied, 0 for a copy.
+if KEYS[3] then
+  local held = tonumber(redis.call('GET', KEYS[3]) or '-1') or -1
+  if tonumber(ARGV[11]) <= held then
+    return 0
+  end
+  redis.call('SET', KEYS[3], ARGV[11], 'PX', ARGV[12])
+end
 local add = {}
 local any = false
 for i = 1, 6 do

@@ -17,12 +17,23 @@
 //! anything is non-zero, as one `POST` to the backend: the counts move from the table into the
 //! report in flight, and the table starts again from zero. One report is in flight at a time. On
 //! a 2xx answer the report is done; on any other answer, a timeout, or a callout that cannot
-//! start, its counts are added back to the table and go out with the next report. Counts are
-//! lost only when the worker's VM goes away (Envoy restarts or reloads the plugin) with counts
-//! not yet accepted: at most one period's counts plus whatever the backend has refused since.
-//! Adds saturate at `u64::MAX`.
+//! start, the *same* report (same counts, same sequence number) is sent again at the next tick,
+//! until one copy is accepted; what accumulated meanwhile waits in the table for the report after
+//! it. Counts are lost only when the worker's VM goes away (Envoy restarts or reloads the plugin)
+//! with counts not yet accepted: at most one period's counts plus whatever the backend has
+//! refused since. Adds saturate at `u64::MAX`.
+//!
+//! # Exactly once
+//!
+//! Every report carries this worker's reporter id (random, drawn once per worker) and a sequence
+//! number that grows by one per *new* report, never per copy. A copy whose first twin the backend
+//! counted but whose answer was lost (a stalled backend, a timeout) is recognised by the backend
+//! (it keeps the highest `seq` applied per action and reporter, in the store) and counted once;
+//! merging a failed report's counts into the next one, as before, made such copies count twice.
 
 use std::cell::{Cell, RefCell, RefMut};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 
 use sluice_core::limits::MAX_REPORT_ACTIONS;
 use sluice_core::wire::{ActionCounts, FilterReport};
@@ -88,12 +99,34 @@ impl Event {
     }
 }
 
+/// A report's sequence number and counts, until the backend accepts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Unsent {
+    seq: u64,
+    counts: Vec<Counts>,
+}
+
+/// A fresh reporter id: 128 random bits in hex. `RandomState` seeds from the host's random source
+/// (WASI `random_get` in Envoy), so no crate is needed for it; two workers, VMs or Envoys drawing
+/// the same id is as likely as a 128-bit collision.
+fn new_reporter() -> String {
+    let draw = || RandomState::new().hash_one(0u8);
+    format!("{:016x}{:016x}", draw(), draw())
+}
+
 /// The state one worker's requests share: the counts table, the report in flight and the lease
 /// pockets.
 #[derive(Debug, Default)]
 pub struct Worker {
     counts: RefCell<Vec<Counts>>,
-    in_flight: RefCell<Option<(u32, Vec<Counts>)>>,
+    /// This worker's reporter id (see the module's "Exactly once").
+    reporter: String,
+    /// The sequence number of the last report built (0: none yet).
+    seq: Cell<u64>,
+    /// The report being sent, by token, with its sequence number and counts.
+    in_flight: RefCell<Option<(u32, Unsent)>>,
+    /// A report that did not go through, to be sent again as it is (same `seq`) at the next tick.
+    retry: RefCell<Option<Unsent>>,
     /// A report failed since the last accepted one (so the failure is logged once, not per tick).
     failing: Cell<bool>,
     /// This worker's lease pockets (`lease::pocket`): per worker, like the counts.
@@ -108,6 +141,7 @@ impl Worker {
         let rows = config.actions.len().min(MAX_REPORT_ACTIONS);
         Worker {
             counts: RefCell::new(vec![Counts::default(); rows]),
+            reporter: new_reporter(),
             ..Worker::default()
         }
     }
@@ -145,15 +179,42 @@ impl Worker {
         }
     }
 
-    /// The counts not yet accepted by the backend: the table plus the report in flight.
+    /// This worker's reporter id.
+    pub fn reporter(&self) -> &str {
+        &self.reporter
+    }
+
+    /// The counts not yet accepted by the backend: the table plus the report in flight or
+    /// waiting to be sent again.
     pub fn unreported(&self) -> Vec<Counts> {
         let mut all = self.counts.borrow().clone();
-        if let Some((_, sent)) = self.in_flight.borrow().as_ref() {
-            for (row, c) in all.iter_mut().zip(sent) {
+        let in_flight = self.in_flight.borrow();
+        let retry = self.retry.borrow();
+        for unsent in in_flight.iter().map(|(_, u)| u).chain(retry.iter()) {
+            for (row, c) in all.iter_mut().zip(&unsent.counts) {
                 row.add(c);
             }
         }
         all
+    }
+
+    /// The report to send now: the one waiting to be sent again, else the table's counts under
+    /// the next sequence number (the table starts again from zero); `None` when all is zero.
+    fn next_report(&self) -> Option<Unsent> {
+        if let Some(unsent) = self.retry.borrow_mut().take() {
+            return Some(unsent);
+        }
+        let mut counts = self.counts.borrow_mut();
+        if counts.iter().all(Counts::is_zero) {
+            return None;
+        }
+        let zeros = vec![Counts::default(); counts.len()];
+        let seq = self.seq.get() + 1;
+        self.seq.set(seq);
+        Some(Unsent {
+            seq,
+            counts: std::mem::replace(&mut *counts, zeros),
+        })
     }
 
     /// The tick: sends what accumulated, if anything and if no report is in flight.
@@ -170,16 +231,14 @@ impl Worker {
         if self.in_flight.borrow().is_some() {
             return;
         }
-        let snapshot = {
-            let mut counts = self.counts.borrow_mut();
-            if counts.iter().all(Counts::is_zero) {
-                return;
-            }
-            let zeros = vec![Counts::default(); counts.len()];
-            std::mem::replace(&mut *counts, zeros)
+        let Some(unsent) = self.next_report() else {
+            return;
         };
         let report = FilterReport {
-            actions: snapshot
+            reporter: Some(self.reporter.clone()),
+            seq: Some(unsent.seq),
+            actions: unsent
+                .counts
                 .iter()
                 .zip(&config.actions)
                 .filter(|(c, _)| !c.is_zero())
@@ -216,8 +275,8 @@ impl Worker {
                 }),
             });
         match sent {
-            Ok(token) => *self.in_flight.borrow_mut() = Some((token, snapshot)),
-            Err(e) => self.failed(host, snapshot, &format!("could not start: {e}")),
+            Ok(token) => *self.in_flight.borrow_mut() = Some((token, unsent)),
+            Err(e) => self.failed(host, unsent, &format!("could not start: {e}")),
         }
     }
 
@@ -236,15 +295,14 @@ impl Worker {
         }
     }
 
-    /// A report that did not go through: its counts go back into the table for the next one.
-    fn failed(&self, host: &mut dyn Host, sent: Vec<Counts>, why: &str) {
-        for (row, c) in self.counts.borrow_mut().iter_mut().zip(&sent) {
-            row.add(c);
-        }
+    /// A report that did not go through: it is sent again, as it is, at the next tick (its
+    /// counts are not merged into the table: a copy the backend did count must keep its `seq`).
+    fn failed(&self, host: &mut dyn Host, sent: Unsent, why: &str) {
+        *self.retry.borrow_mut() = Some(sent);
         host.count(Counter::ReportsFailed);
         if !self.failing.replace(true) {
             host.warn(&format!(
-                "sluice: count report {why}; counts are kept and sent with the next report"
+                "sluice: count report {why}; it is kept and sent again with the next tick"
             ));
         }
     }

@@ -51,6 +51,25 @@ pub struct HistoryRecord {
     pub last_seen_ms: u64,
 }
 
+/// How long the highest report `seq` applied per (action, reporter) is kept: a day, like last
+/// seen. A copy is resent within a tick or two of its first; a reporter silent for a day is gone.
+pub const REPORT_MARK_TTL_MS: u64 = LAST_SEEN_SPAN_MS;
+/// Most (action, reporter) marks the memory store keeps; past it the oldest are forgotten.
+pub const MAX_REPORT_MARKS: usize = 65_536;
+
+/// A filter report's identity, for one action: the record is applied only when `seq` is higher
+/// than the highest applied for (action, reporter), and that mark is raised in the same atomic
+/// step (see core's `FilterReport`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportMark {
+    /// The reporter id (checked by core: 1–64 of `[A-Za-z0-9_.:-]`).
+    pub reporter: String,
+    /// The report's sequence number.
+    pub seq: u64,
+    /// Now, in ms since the epoch (the mark lives [`REPORT_MARK_TTL_MS`] from it).
+    pub now_ms: u64,
+}
+
 /// Backend denials of one key, to add to the top-denied bucket holding `at_ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeniedRecord {

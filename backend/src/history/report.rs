@@ -1,6 +1,6 @@
 //! `POST /v1/report`: what only the filter knows (leased admissions, cached denials, failed
-//! callouts) added to the Prometheus counters and the history, and a warning in the log while
-//! requests pass unchecked.
+//! callouts) added to the Prometheus counters and the history, once per report however often
+//! the filter had to send it, and a warning in the log while requests pass unchecked.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,9 +10,10 @@ use sluice_core::wire::{ActionCounts, FilterReport};
 use sluice_core::FieldError;
 
 use super::pending::HistoryPending;
-use super::{step_start, HistoryRecord, Tally};
+use super::{step_start, HistoryRecord, ReportMark, Tally};
 use crate::metrics::Metrics;
 use crate::rules::RuleSet;
+use crate::store::{ActivityStore, StoreError};
 
 /// The `action` label of counts reported for an action without a rule on this replica (no action
 /// can be named so: parentheses are not allowed in action names). Such counts reach the metrics,
@@ -73,6 +74,8 @@ pub struct Ingested {
     pub known: usize,
     /// Entries for actions without one (counted under [`UNKNOWN_ACTION_LABEL`] only).
     pub unknown: usize,
+    /// Entries already applied from an earlier copy of the report (counted nowhere now).
+    pub copies: usize,
 }
 
 fn tally(counts: &ActionCounts) -> Tally {
@@ -85,21 +88,49 @@ fn tally(counts: &ActionCounts) -> Tally {
     }
 }
 
-/// Validates `report` (the refusal names the field) and adds it to the metrics and to the pending
-/// history at `now_ms`; warns (rate-limited) when requests passed unchecked.
-pub fn ingest(
+/// What counting a report needs: the rules (which actions have a history), the metrics, the
+/// pending history (reports without an identity) and the warning limiter.
+#[derive(Clone, Copy)]
+pub struct Sinks<'a> {
+    /// The rules in force.
+    pub rules: &'a RuleSet,
+    /// Prometheus counters.
+    pub metrics: &'a Metrics,
+    /// History counts waiting for the next flush.
+    pub pending: &'a HistoryPending,
+    /// The "passed unchecked" warning's limiter.
+    pub warnings: &'a UncheckedWarnings,
+}
+
+/// Why a report was not (fully) counted.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The body is wrong; the field is named.
+    #[error("{0}")]
+    Invalid(FieldError),
+    /// The store did not answer: the filter sends the same report again, and what was applied
+    /// before the failure is recognised then.
+    #[error("{0}")]
+    Store(StoreError),
+}
+
+/// Validates `report` (the refusal names the field) and counts it at `now_ms`: a report with an
+/// identity once per (action, reporter, seq), through the store's atomic
+/// [`ActivityStore::apply_report`] (its history at once, the metrics when the store applied it);
+/// a report without one (an older filter) into the metrics and the pending history, every copy.
+/// Warns (rate-limited) when requests passed unchecked.
+pub async fn ingest(
     report: &FilterReport,
-    rules: &RuleSet,
-    metrics: &Metrics,
-    pending: &HistoryPending,
-    warnings: &UncheckedWarnings,
+    sinks: Sinks<'_>,
+    store: &dyn ActivityStore,
     now_ms: u64,
     now: Instant,
-) -> Result<Ingested, FieldError> {
-    let entries = report.validate()?;
+) -> Result<Ingested, IngestError> {
+    let entries = report.validate().map_err(IngestError::Invalid)?;
+    let id = report.id().map_err(IngestError::Invalid)?;
     let mut ingested = Ingested::default();
     for (action, counts) in entries {
-        let known = rules.rules.contains_key(action.as_str());
+        let known = sinks.rules.rules.contains_key(action.as_str());
         let label = if known {
             ingested.known += 1;
             action.as_str()
@@ -107,21 +138,39 @@ pub fn ingest(
             ingested.unknown += 1;
             UNKNOWN_ACTION_LABEL
         };
-        metrics.filter_counts(label, counts);
         let tally = tally(counts);
-        if known
-            && !tally.is_zero()
-            && !pending.add(HistoryRecord {
-                action: action.clone(),
-                step_ms: step_start(now_ms),
-                tally,
-                last_seen_ms: now_ms,
-            })
-        {
-            metrics.activity_dropped(1);
+        // Counts of an action without a rule reach the metrics only (the mark still applies).
+        let record = HistoryRecord {
+            action: action.clone(),
+            step_ms: step_start(now_ms),
+            tally: if known { tally } else { Tally::default() },
+            last_seen_ms: if known && !tally.is_zero() { now_ms } else { 0 },
+        };
+        match &id {
+            Some(id) => {
+                let mark = ReportMark {
+                    reporter: id.reporter.to_owned(),
+                    seq: id.seq,
+                    now_ms,
+                };
+                let applied = store
+                    .apply_report(&mark, &record)
+                    .await
+                    .map_err(IngestError::Store)?;
+                if !applied {
+                    ingested.copies += 1;
+                    continue;
+                }
+            }
+            None => {
+                if known && !tally.is_zero() && !sinks.pending.add(record) {
+                    sinks.metrics.activity_dropped(1);
+                }
+            }
         }
+        sinks.metrics.filter_counts(label, counts);
         if counts.passed_unchecked > 0 {
-            if let Some(n) = warnings.note(label, counts.passed_unchecked, now) {
+            if let Some(n) = sinks.warnings.note(label, counts.passed_unchecked, now) {
                 tracing::warn!(
                     action = label,
                     passed_unchecked = n,

@@ -14,7 +14,8 @@ use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
 use crate::clock::now_ms;
-use crate::history::report::ingest;
+use crate::history::report::{ingest, IngestError, Sinks};
+use crate::store::StoreError;
 
 /// Takes one filter report. Counts of actions without a rule here are counted in the metrics
 /// under the action `(unknown)` and left out of the history.
@@ -24,7 +25,8 @@ use crate::history::report::ingest;
     tag = "decision",
     request_body = FilterReport,
     responses(
-        (status = 204, description = "Counted (in the metrics at once, in the history within a flush, ≤ 250 ms)"),
+        (status = 204, description = "Counted, or a copy of a report already counted (same `reporter` and `seq`): counted nowhere. With an identity, in the history and the metrics at once; without, in the history within a flush (≤ 250 ms)"),
+        (status = 503, description = "The store did not answer: send the same report again", body = ApiError),
         (status = 400, description = "Bad input; `field` names the field at fault (`actions[3].action`)", body = ApiError),
         (status = 413, description = "Body larger than 64 KiB", body = ApiError),
     )
@@ -35,15 +37,34 @@ pub async fn report(
 ) -> Result<StatusCode, ApiFailure> {
     let body = body.map_err(input::body_failure)?;
     let report: FilterReport = input::json(&body)?;
-    ingest(
-        &report,
-        &app.rules.current(),
-        &app.metrics,
-        &app.activity.steps,
-        &app.activity.unchecked,
-        now_ms(),
-        Instant::now(),
-    )
-    .map_err(ApiFailure::from_request_error)?;
-    Ok(StatusCode::NO_CONTENT)
+    // Counted in a task of its own, so that a caller hanging up (the filter's report timeout)
+    // cannot cut a report between the store's apply and the metrics: the next copy of it is
+    // recognised as applied and counted nowhere.
+    let task = tokio::spawn(async move {
+        let rules = app.rules.current();
+        let sinks = Sinks {
+            rules: &rules,
+            metrics: &app.metrics,
+            pending: &app.activity.steps,
+            warnings: &app.activity.unchecked,
+        };
+        let counted = ingest(&report, sinks, app.store.as_ref(), now_ms(), Instant::now());
+        let e = match tokio::time::timeout(app.store_deadline, counted).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(IngestError::Invalid(e))) => return Err(ApiFailure::from_request_error(e)),
+            Ok(Err(IngestError::Store(e))) => e,
+            Err(_) => StoreError::Timeout(
+                u64::try_from(app.store_deadline.as_millis()).unwrap_or(u64::MAX),
+            ),
+        };
+        app.metrics.store_error(&e);
+        Err(ApiFailure::store(&e))
+    });
+    match task.await {
+        Ok(Ok(())) => Ok(StatusCode::NO_CONTENT),
+        Ok(Err(failure)) => Err(failure),
+        Err(e) => Err(ApiFailure::store(&StoreError::Unavailable(format!(
+            "report task: {e}"
+        )))),
+    }
 }

@@ -217,6 +217,16 @@ pub trait ActivityStore: Send + Sync + 'static {
         batch: &[crate::history::HistoryRecord],
     ) -> Result<(), StoreError>;
 
+    /// Applies one action's filter-report counts once per (action, reporter, seq): when `mark.seq`
+    /// is above the highest applied for (action, reporter), adds `record` (as `record_history`
+    /// does) and raises the mark, in one atomic step; otherwise changes nothing. Returns whether
+    /// it applied. A record with zero counts and last seen 0 only raises the mark.
+    async fn apply_report(
+        &self,
+        mark: &crate::history::ReportMark,
+        record: &crate::history::HistoryRecord,
+    ) -> Result<bool, StoreError>;
+
     /// The stored steps of `action` among the `steps` steps from `first_step_ms`, and when it was
     /// last seen (if within a day of `now_ms`).
     async fn read_history(

@@ -6,7 +6,8 @@ use crate::support::{RedisCluster, RedisServer};
 use std::time::Duration;
 
 use sluice_backend::history::{
-    DeniedRecord, HistoryRecord, Tally, DENIED_BUCKET_MS, DENIED_KEEP, LAST_SEEN_SPAN_MS,
+    DeniedRecord, HistoryRecord, ReportMark, Tally, DENIED_BUCKET_MS, DENIED_KEEP,
+    LAST_SEEN_SPAN_MS,
 };
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
@@ -279,7 +280,38 @@ pub async fn key_last_seen_round_trip(store: &dyn Store) {
     );
 }
 
+/// A filter report applies once per (action, reporter, seq), in seq order, whatever the copies.
+pub async fn reports_apply_once(store: &dyn Store) {
+    let mark = |reporter: &str, seq| ReportMark {
+        reporter: reporter.into(),
+        seq,
+        now_ms: T0,
+    };
+    let passed = |n| record("rep", T0, [0, 0, 0, 0, n, n], T0 + 5);
+    let apply = |m: ReportMark, r: HistoryRecord| async move {
+        store.apply_report(&m, &r).await.expect("apply")
+    };
+    assert!(apply(mark("w1", 1), passed(3)).await);
+    assert!(!apply(mark("w1", 1), passed(3)).await, "a copy");
+    assert!(apply(mark("w2", 1), passed(1)).await, "another reporter");
+    assert!(apply(mark("w1", 2), passed(2)).await);
+    assert!(!apply(mark("w1", 1), passed(3)).await, "a late copy");
+    // The mark is per action: the same report's other action is applied once too.
+    assert!(apply(mark("w1", 2), record("rep2", T0, [0, 0, 0, 1, 0, 0], 0)).await);
+    assert!(!apply(mark("w1", 2), record("rep2", T0, [0, 0, 0, 1, 0, 0], 0)).await);
+    // A zero record only raises the mark (an action without a rule).
+    assert!(apply(mark("w1", 3), record("rep", T0, [0; 6], 0)).await);
+    assert!(!apply(mark("w1", 3), passed(9)).await);
+    let held = store
+        .read_history(&action("rep"), T0, 1, T0)
+        .await
+        .expect("read");
+    assert_eq!(held.steps, vec![(T0, tally([0, 0, 0, 0, 6, 6]))]);
+    assert_eq!(held.last_seen_ms, Some(T0 + 5));
+}
+
 async fn whole_suite(store: &dyn Store) {
+    reports_apply_once(store).await;
     history_round_trip(store).await;
     top_denied_round_trip(store).await;
     key_last_seen_round_trip(store).await;

@@ -15,6 +15,7 @@ mod keys;
 mod levels;
 mod overrides;
 pub mod parse;
+pub mod ratelimit;
 mod report;
 mod rule;
 mod rule_errors;
@@ -36,7 +37,7 @@ pub use keys::{
 };
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
 pub use overrides::{check_override_key, KeyOverride, OverridesBody};
-pub use report::{ActionCounts, FilterReport};
+pub use report::{ActionCounts, FilterReport, ReportId, MAX_REPORTER_LEN};
 pub use rule::RawRule;
 pub use rule_errors::rule_field_errors;
 pub use rules::RulesBody;

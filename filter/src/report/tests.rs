@@ -95,13 +95,16 @@ fn a_tick_sends_the_non_zero_actions_to_the_report_endpoint() {
 }
 
 #[test]
-fn a_failed_report_is_added_to_the_next_one() {
+fn a_failed_report_is_sent_again_as_it_was_then_the_next_one_follows() {
     let c = config("");
     let w = Worker::new(&c);
     let mut h = root();
     w.record(1, Event::CachedDenied);
     w.tick(&mut h, &c);
     let first = token(&h);
+    let sent = last_report(&h);
+    assert_eq!(sent.reporter.as_deref(), Some(w.reporter()));
+    assert_eq!(sent.seq, Some(1));
     // While the first is in flight, counts go on and no second report is sent.
     w.record(1, Event::CachedDenied);
     w.record(0, Event::Leased);
@@ -112,19 +115,21 @@ fn a_failed_report_is_added_to_the_next_one() {
         2,
         "in flight counts as unreported"
     );
-    // Each way a report can fail keeps its counts.
+    // Each way a report can fail sends the same report again: same seq, same counts, nothing of
+    // what came meanwhile (a copy the backend did count is then recognised as one).
     for (i, status) in [Some(&b"503"[..]), Some(b"504"), Some(b"400"), None]
         .into_iter()
         .enumerate()
     {
         let t = if i == 0 { first } else { token(&h) };
         w.on_report_response(&mut h, t, status);
+        assert_eq!(
+            w.unreported()[1].cached_denied,
+            2,
+            "{status:?}: nothing lost"
+        );
         w.tick(&mut h, &c);
-        let report = last_report(&h);
-        let login = report.actions.iter().find(|a| a.action == "login").unwrap();
-        assert_eq!(login.cached_denied, 2, "{status:?}");
-        let reply = report.actions.iter().find(|a| a.action == "reply").unwrap();
-        assert_eq!(reply.leased, 1);
+        assert_eq!(last_report(&h), sent, "{status:?}");
     }
     assert_eq!(h.counter(Counter::ReportsFailed), 4);
     assert_eq!(
@@ -134,11 +139,36 @@ fn a_failed_report_is_added_to_the_next_one() {
     );
     let t = token(&h);
     w.on_report_response(&mut h, t, Some(b"204"));
+    // Accepted: what came meanwhile goes out next, under the next seq.
+    w.tick(&mut h, &c);
+    let next = last_report(&h);
+    assert_eq!(next.seq, Some(2));
+    assert_eq!(next.reporter, sent.reporter);
+    let login = next.actions.iter().find(|a| a.action == "login").unwrap();
+    assert_eq!(login.cached_denied, 1);
+    let reply = next.actions.iter().find(|a| a.action == "reply").unwrap();
+    assert_eq!(reply.leased, 1);
+    let t = token(&h);
+    w.on_report_response(&mut h, t, Some(b"204"));
     assert!(w.unreported().iter().all(Counts::is_zero));
     // A stray answer changes nothing.
     w.record(0, Event::Leased);
     w.on_report_response(&mut h, 999, Some(b"204"));
     assert_eq!(w.unreported()[0].leased, 1);
+}
+
+#[test]
+fn each_worker_draws_its_own_reporter_id() {
+    let c = config("");
+    let (a, b) = (Worker::new(&c), Worker::new(&c));
+    assert_ne!(a.reporter(), b.reporter());
+    assert_eq!(a.reporter().len(), 32);
+    let report = FilterReport {
+        reporter: Some(a.reporter().to_owned()),
+        seq: Some(1),
+        ..FilterReport::default()
+    };
+    assert!(report.id().unwrap().is_some(), "the backend takes the id");
 }
 
 #[test]

@@ -8,8 +8,9 @@ use sluice_core::wire::{HISTORY_SPAN_MS, HISTORY_STEP_MS};
 use sluice_core::Action;
 
 use crate::history::{
-    denied_bucket, last_seen_within_span, rank_denied, DeniedRecord, HistoryRecord, StoredHistory,
-    Tally, DENIED_BUCKETS, DENIED_BUCKET_MS, DENIED_KEEP, LAST_SEEN_SPAN_MS,
+    denied_bucket, last_seen_within_span, rank_denied, DeniedRecord, HistoryRecord, ReportMark,
+    StoredHistory, Tally, DENIED_BUCKETS, DENIED_BUCKET_MS, DENIED_KEEP, LAST_SEEN_SPAN_MS,
+    MAX_REPORT_MARKS, REPORT_MARK_TTL_MS,
 };
 
 /// Steps kept per action: the span and one more (a read may straddle a step).
@@ -83,10 +84,12 @@ impl ActionLog {
     }
 }
 
-/// Every action's history and denied keys.
+/// Every action's history and denied keys, and the filter reports' marks.
 #[derive(Debug, Default)]
 pub(crate) struct HistoryLog {
     actions: Mutex<HashMap<Action, ActionLog>>,
+    /// (action, reporter) → (highest seq applied, expires at ms): see `ReportMark`.
+    marks: Mutex<HashMap<(Action, String), (u64, u64)>>,
 }
 
 impl HistoryLog {
@@ -117,6 +120,44 @@ impl HistoryLog {
                 .max(log.denied.back().map_or(0, |(at, _)| *at));
             newest + LAST_SEEN_SPAN_MS >= latest
         });
+    }
+
+    /// Applies `record` unless a report of `mark.reporter` with this or a higher seq was applied
+    /// for the action; the marks' lock is held across the check, the raise and the record, so
+    /// two copies arriving together apply once. Bounded by [`MAX_REPORT_MARKS`]: expired marks
+    /// go first, then the ones closest to expiring.
+    pub(crate) fn apply_report(&self, mark: &ReportMark, record: &HistoryRecord) -> bool {
+        let mut marks = self
+            .marks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let id = (record.action.clone(), mark.reporter.clone());
+        if let Some((seq, expires)) = marks.get(&id) {
+            if *expires > mark.now_ms && mark.seq <= *seq {
+                return false;
+            }
+        }
+        if marks.len() >= MAX_REPORT_MARKS && !marks.contains_key(&id) {
+            marks.retain(|_, (_, expires)| *expires > mark.now_ms);
+            while marks.len() >= MAX_REPORT_MARKS {
+                let Some(oldest) = marks
+                    .iter()
+                    .min_by_key(|(_, (_, expires))| *expires)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                marks.remove(&oldest);
+            }
+        }
+        marks.insert(
+            id,
+            (mark.seq, mark.now_ms.saturating_add(REPORT_MARK_TTL_MS)),
+        );
+        if !record.tally.is_zero() || record.last_seen_ms > 0 {
+            self.record(std::slice::from_ref(record));
+        }
+        true
     }
 
     /// The stored steps of `action` in the range, and its last-seen time.
@@ -236,6 +277,35 @@ mod tests {
                 }
             )]
         );
+    }
+
+    #[test]
+    fn a_report_applies_once_per_action_and_reporter_in_seq_order() {
+        let log = HistoryLog::default();
+        let mark = |reporter: &str, seq| ReportMark {
+            reporter: reporter.into(),
+            seq,
+            now_ms: T0,
+        };
+        assert!(log.apply_report(&mark("r1", 1), &rec(T0, 3)));
+        assert!(!log.apply_report(&mark("r1", 1), &rec(T0, 3)), "a copy");
+        assert!(
+            log.apply_report(&mark("r2", 1), &rec(T0, 1)),
+            "another reporter"
+        );
+        assert!(log.apply_report(&mark("r1", 2), &rec(T0, 2)));
+        assert!(
+            !log.apply_report(&mark("r1", 1), &rec(T0, 3)),
+            "a late copy"
+        );
+        let held = log.read(&action(), T0, 1, T0);
+        assert_eq!(held.steps[0].1.allowed, 6);
+        // Once the mark has expired the reporter starts again (a day later: a new VM's seq 1).
+        let later = ReportMark {
+            now_ms: T0 + REPORT_MARK_TTL_MS,
+            ..mark("r1", 1)
+        };
+        assert!(log.apply_report(&later, &rec(T0, 0)));
     }
 
     #[test]

@@ -290,6 +290,13 @@ impl ActivityStore for MemoryStore {
         self.history.record(batch);
         Ok(())
     }
+    async fn apply_report(
+        &self,
+        mark: &crate::history::ReportMark,
+        record: &crate::history::HistoryRecord,
+    ) -> Result<bool, StoreError> {
+        Ok(self.history.apply_report(mark, record))
+    }
     async fn read_history(
         &self,
         action: &Action,

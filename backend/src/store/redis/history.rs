@@ -7,6 +7,8 @@
 //!   Redis's compact encoding, and an hour is read with 7 HGETALLs: with one key per step, 20
 //!   actions × 360 lookups kept Redis busy ~35 ms per read (measured), past the command timeout;
 //! - last seen: string `{<prefix>:history:<action>}:seen` (ms), TTL a day;
+//! - report marks: string `{<prefix>:history:<action>}:report:<reporter>`, the highest filter
+//!   report seq applied for that action and reporter, TTL a day (see `ReportMark`);
 //! - top denied: zset `{<prefix>:denied:<action>}:<minute_ms>`, key -> denials, at most
 //!   [`DENIED_KEEP`] members, TTL 7 min.
 //!
@@ -16,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use futures::future::try_join_all;
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 use sluice_core::wire::HISTORY_STEP_MS;
 use sluice_core::Action;
 
@@ -24,7 +26,8 @@ use super::errors::Call;
 use super::RedisStore;
 use crate::history::{
     denied_bucket, denied_buckets, last_seen_within_span, rank_denied, DeniedRecord, HistoryRecord,
-    StoredHistory, Tally, DENIED_KEEP, DENIED_TTL_MS, HISTORY_TTL_MS, LAST_SEEN_SPAN_MS,
+    ReportMark, StoredHistory, Tally, DENIED_KEEP, DENIED_TTL_MS, HISTORY_TTL_MS,
+    LAST_SEEN_SPAN_MS, REPORT_MARK_TTL_MS,
 };
 use crate::store::StoreError;
 
@@ -61,6 +64,11 @@ impl HistoryKeys {
     /// The last-seen key of an action.
     pub(crate) fn seen(&self, action: &Action) -> String {
         format!("{}:seen", self.history_tag(action))
+    }
+
+    /// The highest report seq applied for (action, reporter): in the action's slot.
+    pub(crate) fn report_mark(&self, action: &Action, reporter: &str) -> String {
+        format!("{}:report:{reporter}", self.history_tag(action))
     }
 
     /// The zset of one top-denied bucket.
@@ -107,20 +115,7 @@ impl RedisStore {
         }
         let calls = batch.iter().map(|r| {
             let mut conn = self.conn.clone();
-            let (block, index) = block_of(r.step_ms);
-            let mut invocation = self
-                .history
-                .record
-                .key(self.history.block(&r.action, block));
-            invocation
-                .key(self.history.seen(&r.action))
-                .arg(HISTORY_TTL_MS)
-                .arg(LAST_SEEN_SPAN_MS)
-                .arg(r.last_seen_ms)
-                .arg(index);
-            for v in r.tally.values() {
-                invocation.arg(v);
-            }
+            let invocation = self.record_invocation(r);
             async move { invocation.invoke_async::<i64>(&mut conn).await }
         });
         self.bounded(
@@ -130,6 +125,46 @@ impl RedisStore {
         )
         .await
         .map(|_| ())
+    }
+
+    /// `history_record.lua` for one record (its two keys and ten arguments).
+    fn record_invocation(&self, r: &HistoryRecord) -> ScriptInvocation<'_> {
+        let (block, index) = block_of(r.step_ms);
+        let mut invocation = self
+            .history
+            .record
+            .key(self.history.block(&r.action, block));
+        invocation
+            .key(self.history.seen(&r.action))
+            .arg(HISTORY_TTL_MS)
+            .arg(LAST_SEEN_SPAN_MS)
+            .arg(r.last_seen_ms)
+            .arg(index);
+        for v in r.tally.values() {
+            invocation.arg(v);
+        }
+        invocation
+    }
+
+    /// See [`crate::store::ActivityStore::apply_report`]: `history_record.lua` with the mark as
+    /// its third key (in the action's slot), so the check, the raise and the add are one step.
+    pub(super) async fn history_apply_report(
+        &self,
+        mark: &ReportMark,
+        record: &HistoryRecord,
+    ) -> Result<bool, StoreError> {
+        let key = self.history.report_mark(&record.action, &mark.reporter);
+        let mut invocation = self.record_invocation(record);
+        invocation.key(&key).arg(mark.seq).arg(REPORT_MARK_TTL_MS);
+        let mut conn = self.conn.clone();
+        let applied: i64 = self
+            .bounded(
+                &key,
+                Call::Script("history_record"),
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+        Ok(applied == 1)
     }
 
     /// See [`crate::store::ActivityStore::read_history`]: one script.

@@ -458,6 +458,13 @@ impl ActivityStore for RedisStore {
     ) -> Result<(), StoreError> {
         self.history_record(batch).await
     }
+    async fn apply_report(
+        &self,
+        mark: &crate::history::ReportMark,
+        record: &crate::history::HistoryRecord,
+    ) -> Result<bool, StoreError> {
+        self.history_apply_report(mark, record).await
+    }
     async fn read_history(
         &self,
         action: &Action,
