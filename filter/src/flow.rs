@@ -257,6 +257,8 @@ impl Flow {
                 .collect(),
             // The backend starts no store step it cannot answer within this wait.
             timeout_ms: Some(self.config.backend.timeout_ms),
+            // ... counted from here, when the backend could only read it late (a stall).
+            sent_at_ms: Some(now / 1_000_000),
         };
         let path = format!("{}/all", self.config.backend.path);
         let sent = serde_json::to_vec(&request)
@@ -318,6 +320,8 @@ impl Flow {
             lease: self.config.lease.enabled,
             // The backend starts no store step it cannot answer within this wait.
             timeout_ms: Some(self.config.backend.timeout_ms),
+            // ... counted from here, when the backend could only read it late (a stall).
+            sent_at_ms: Some(host.now_ns() / 1_000_000),
         };
         let body = serde_json::to_vec(&request).map_err(|e| Failure::encode(&e.to_string()))?;
         self.send_http(host, &self.config.backend.path, body)

@@ -8,11 +8,14 @@
 //! - [`latency::LatencyEstimate`]: the store's recent latency, lock-free.
 //! - [`call::run`]: one decision's store step under a deadline.
 //! - [`late`]: what a late step left behind, counted and logged.
+//! - [`stall::arrival`]: a request read right after this process stood still counts from when
+//!   its sender sent it.
 
 pub mod call;
 pub mod error;
 pub mod late;
 pub mod latency;
+pub mod stall;
 
 use std::time::{Duration, Instant};
 

@@ -15,7 +15,7 @@ use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleRe
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
-use crate::deadline::{Arrival, Deadline};
+use crate::deadline::{stall, Arrival, Deadline};
 use crate::decide::decide_leased;
 
 /// Decides one request under its action's rule.
@@ -53,7 +53,10 @@ pub async fn throttle(
         &request.key,
         request.quantity,
         request.lease,
-        Deadline::from_ms(arrived, request.timeout_ms),
+        Deadline::from_ms(
+            stall::arrival(arrived, request.sent_at_ms),
+            request.timeout_ms,
+        ),
         started,
     )
     .await

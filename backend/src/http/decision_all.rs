@@ -13,7 +13,7 @@ use sluice_core::wire::{ApiError, ThrottleAllRequest, ThrottleAllResponse};
 use super::error::ApiFailure;
 use super::input;
 use crate::app::App;
-use crate::deadline::{Arrival, Deadline};
+use crate::deadline::{stall, Arrival, Deadline};
 use crate::decide::decide_all;
 use crate::store::CheckRequest;
 
@@ -57,6 +57,7 @@ pub async fn throttle_all(
             quantity: check.quantity,
         });
     }
+    let arrived = stall::arrival(arrived, request.sent_at_ms);
     let deadline = Deadline::from_ms(arrived, request.timeout_ms);
     let response = decide_all(&app, &checks, deadline, started)
         .await

@@ -45,6 +45,9 @@ pub struct ThrottleAllRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 60_000))]
     pub timeout_ms: Option<u64>,
+    /// When the caller sent the request: as [`super::ThrottleRequest::sent_at_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at_ms: Option<u64>,
 }
 
 impl ThrottleAllRequest {

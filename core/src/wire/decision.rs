@@ -41,6 +41,13 @@ pub struct ThrottleRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 60_000))]
     pub timeout_ms: Option<u64>,
+    /// When the caller sent the request, in milliseconds since the Unix epoch by its own clock
+    /// (the filter sends it). The backend reads it only for requests it reads right after its
+    /// own process stood still (SIGSTOP, a VM pause), to count their `timeout_ms` from when they
+    /// were sent rather than from when it could read them; clock offsets are learned, not
+    /// assumed (docs/failure-modes.md, "One deadline").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at_ms: Option<u64>,
 }
 
 impl ThrottleRequest {
