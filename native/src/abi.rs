@@ -1,0 +1,955 @@
+//! Envoy's dynamic-module ABI, as Envoy 1.40 speaks it (ABI `v0.2.0`): the `extern "C"`
+//! declarations of the callbacks the filter calls, the event hooks Envoy calls, and thin safe
+//! handles over both. This is the crate's only `unsafe` code.
+//!
+//! Why our own bindings: Envoy's Rust SDK is not a published crate. The names, signatures and
+//! semantics below are Envoy's (`source/extensions/dynamic_modules/abi/abi.h`); each callback
+//! used is checked against the running Envoy at load ([`missing_callbacks`]), so a module built
+//! for another ABI is refused with a log line instead of calling an absent symbol.
+//!
+//! Panics: every hook runs its body under `catch_unwind`; a panic is logged and the hook answers
+//! "continue" (or does nothing), never unwinding into Envoy.
+
+use std::ffi::c_void;
+use std::os::raw::c_char;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::glue::{self, CalloutAnswer, NativeConfig, NativeFilter};
+
+/// The ABI version this module is built for, reported from `envoy_dynamic_module_on_program_init`
+/// (Envoy 1.40 logs "Dynamic module ABI version v0.2.0 matched.").
+pub const ABI_VERSION: &str = "v0.2.0";
+const ABI_VERSION_C: &[u8] = b"v0.2.0\0";
+
+/// A buffer owned by Envoy (`envoy_dynamic_module_type_envoy_buffer`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EnvoyBuffer {
+    ptr: *const c_char,
+    length: usize,
+}
+
+/// A buffer owned by the module (`envoy_dynamic_module_type_module_buffer`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ModuleBuffer {
+    ptr: *const c_char,
+    length: usize,
+}
+
+/// A header owned by the module (`envoy_dynamic_module_type_module_http_header`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ModuleHeader {
+    key_ptr: *const c_char,
+    key_length: usize,
+    value_ptr: *const c_char,
+    value_length: usize,
+}
+
+/// A header owned by Envoy (`envoy_dynamic_module_type_envoy_http_header`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EnvoyHeader {
+    key_ptr: *const c_char,
+    key_length: usize,
+    value_ptr: *const c_char,
+    value_length: usize,
+}
+
+fn module_buffer(bytes: &[u8]) -> ModuleBuffer {
+    ModuleBuffer {
+        ptr: bytes.as_ptr().cast(),
+        length: bytes.len(),
+    }
+}
+
+fn module_headers(headers: &[(&str, &str)]) -> Vec<ModuleHeader> {
+    headers
+        .iter()
+        .map(|(k, v)| ModuleHeader {
+            key_ptr: k.as_ptr().cast(),
+            key_length: k.len(),
+            value_ptr: v.as_ptr().cast(),
+            value_length: v.len(),
+        })
+        .collect()
+}
+
+/// Copies an Envoy buffer (empty for a null pointer).
+fn envoy_bytes(ptr: *const c_char, length: usize) -> Vec<u8> {
+    if ptr.is_null() || length == 0 {
+        return Vec::new();
+    }
+    // SAFETY: Envoy passes a pointer valid for `length` bytes for the duration of the call.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), length) }.to_vec()
+}
+
+// `envoy_dynamic_module_type_http_header_type`.
+const REQUEST_HEADER: u32 = 0;
+const RESPONSE_HEADER: u32 = 2;
+// `envoy_dynamic_module_type_log_level`.
+const LOG_INFO: u32 = 2;
+const LOG_WARN: u32 = 3;
+const LOG_ERROR: u32 = 4;
+// `envoy_dynamic_module_type_attribute_id_SourceAddress` (`source.address`, `ip:port`).
+const ATTRIBUTE_SOURCE_ADDRESS: u32 = 24;
+// `envoy_dynamic_module_type_on_http_filter_*_status`.
+const CONTINUE: u32 = 0;
+const STOP_ITERATION: u32 = 1;
+// `envoy_dynamic_module_type_http_callout_init_result` / `_http_callout_result`.
+const CALLOUT_INIT_SUCCESS: u32 = 0;
+const CALLOUT_SUCCESS: u32 = 0;
+
+extern "C" {
+    fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
+    fn envoy_dynamic_module_callback_http_get_header(
+        filter: *mut c_void,
+        header_type: u32,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+        index: usize,
+        optional_size: *mut usize,
+    ) -> bool;
+    fn envoy_dynamic_module_callback_http_set_header(
+        filter: *mut c_void,
+        header_type: u32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    fn envoy_dynamic_module_callback_http_add_header(
+        filter: *mut c_void,
+        header_type: u32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    fn envoy_dynamic_module_callback_http_send_response(
+        filter: *mut c_void,
+        status: u32,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        details: ModuleBuffer,
+    );
+    fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: *mut c_void);
+    fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+        filter: *mut c_void,
+        attribute: u32,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    fn envoy_dynamic_module_callback_http_filter_http_callout(
+        filter: *mut c_void,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        filter: *mut c_void,
+        id: usize,
+        tag_values: *mut ModuleBuffer,
+        tag_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        config: *mut c_void,
+        name: ModuleBuffer,
+        tag_keys: *mut ModuleBuffer,
+        tag_keys_size: usize,
+        id: *mut usize,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        config: *mut c_void,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        config: *mut c_void,
+    ) -> *mut c_void;
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        scheduler: *mut c_void,
+        event_id: u64,
+    );
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: *mut c_void);
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+/// Every callback the module calls: all must be exported by the Envoy that loads it.
+const CALLBACKS: [&[u8]; 14] = [
+    b"envoy_dynamic_module_callback_log\0",
+    b"envoy_dynamic_module_callback_http_get_header\0",
+    b"envoy_dynamic_module_callback_http_set_header\0",
+    b"envoy_dynamic_module_callback_http_add_header\0",
+    b"envoy_dynamic_module_callback_http_send_response\0",
+    b"envoy_dynamic_module_callback_http_filter_continue_decoding\0",
+    b"envoy_dynamic_module_callback_http_filter_get_attribute_string\0",
+    b"envoy_dynamic_module_callback_http_filter_http_callout\0",
+    b"envoy_dynamic_module_callback_http_filter_increment_counter\0",
+    b"envoy_dynamic_module_callback_http_filter_config_define_counter\0",
+    b"envoy_dynamic_module_callback_http_filter_config_http_callout\0",
+    b"envoy_dynamic_module_callback_http_filter_config_scheduler_new\0",
+    b"envoy_dynamic_module_callback_http_filter_config_scheduler_commit\0",
+    b"envoy_dynamic_module_callback_http_filter_config_scheduler_delete\0",
+];
+
+/// The callbacks this module needs that the process does not export (empty when the loading
+/// Envoy speaks our ABI). Looked up with `dlsym(RTLD_DEFAULT, …)`.
+pub fn missing_callbacks() -> Vec<String> {
+    CALLBACKS
+        .iter()
+        .filter(|name| {
+            // SAFETY: `name` is NUL-terminated; RTLD_DEFAULT is the null handle on glibc.
+            unsafe { dlsym(std::ptr::null_mut(), name.as_ptr().cast()) }.is_null()
+        })
+        .map(|name| String::from_utf8_lossy(&name[..name.len() - 1]).into_owned())
+        .collect()
+}
+
+/// Log levels the filter uses.
+#[derive(Debug, Clone, Copy)]
+pub enum Level {
+    /// Info.
+    Info,
+    /// Warning.
+    Warn,
+    /// Error.
+    Error,
+}
+
+/// Writes one line to Envoy's log (the `dynamic_modules` logger).
+pub fn log(level: Level, message: &str) {
+    let level = match level {
+        Level::Info => LOG_INFO,
+        Level::Warn => LOG_WARN,
+        Level::Error => LOG_ERROR,
+    };
+    // SAFETY: the buffer is valid for the call; Envoy copies it.
+    unsafe { envoy_dynamic_module_callback_log(level, module_buffer(message.as_bytes())) }
+}
+
+/// Envoy's side of one filter configuration (`envoy_dynamic_module_type_http_filter_config_envoy_ptr`):
+/// valid from `on_http_filter_config_new` until `on_http_filter_config_destroy` returns.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigHandle(*mut c_void);
+
+// SAFETY: the pointer is only an address here; it is used only on the main thread (counters are
+// defined in `config_new`, config callouts are made from `on_http_filter_config_scheduled`).
+unsafe impl Send for ConfigHandle {}
+// SAFETY: as above.
+unsafe impl Sync for ConfigHandle {}
+
+impl ConfigHandle {
+    /// Defines a counter (during `config_new` only); its id for [`FilterHandle::increment`].
+    pub fn define_counter(&self, name: &str) -> Option<usize> {
+        let mut id = 0usize;
+        // SAFETY: the config pointer is live during config_new; buffers valid for the call.
+        let result = unsafe {
+            envoy_dynamic_module_callback_http_filter_config_define_counter(
+                self.0,
+                module_buffer(name.as_bytes()),
+                std::ptr::null_mut(),
+                0,
+                &mut id,
+            )
+        };
+        (result == 0).then_some(id)
+    }
+
+    /// A config-level HTTP callout (main thread only): its id, or the init result's number.
+    pub fn http_callout(
+        &self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u64, u32> {
+        let mut headers = module_headers(headers);
+        let mut id = 0u64;
+        // SAFETY: the config pointer is live (the scheduler that called us belongs to it).
+        let result = unsafe {
+            envoy_dynamic_module_callback_http_filter_config_http_callout(
+                self.0,
+                &mut id,
+                module_buffer(cluster.as_bytes()),
+                headers.as_mut_ptr(),
+                headers.len(),
+                module_buffer(body),
+                timeout_ms,
+            )
+        };
+        if result == CALLOUT_INIT_SUCCESS {
+            Ok(id)
+        } else {
+            Err(result)
+        }
+    }
+
+    /// A scheduler posting events to the main thread (`on_http_filter_config_scheduled`).
+    pub fn scheduler(&self) -> Option<Scheduler> {
+        // SAFETY: the config pointer is live during config_new.
+        let ptr = unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_new(self.0) };
+        (!ptr.is_null()).then_some(Scheduler(ptr))
+    }
+}
+
+/// A config scheduler: `commit` may be called from any thread and runs
+/// `on_http_filter_config_scheduled` on Envoy's main thread.
+#[derive(Debug)]
+pub struct Scheduler(*mut c_void);
+
+// SAFETY: Envoy's scheduler posts to the main dispatcher, which is thread-safe.
+unsafe impl Send for Scheduler {}
+// SAFETY: as above.
+unsafe impl Sync for Scheduler {}
+
+impl Scheduler {
+    /// Asks for `on_http_filter_config_scheduled(event_id)` on the main thread.
+    pub fn commit(&self, event_id: u64) {
+        // SAFETY: the scheduler lives until dropped (with its configuration).
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_config_scheduler_commit(self.0, event_id)
+        }
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        // SAFETY: created by scheduler_new, deleted once.
+        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.0) }
+    }
+}
+
+/// Envoy's side of one request's filter (`envoy_dynamic_module_type_http_filter_envoy_ptr`): valid
+/// until `on_http_filter_destroy`; used only on the worker thread that runs the request.
+#[derive(Debug, Clone, Copy)]
+pub struct FilterHandle(*mut c_void);
+
+impl FilterHandle {
+    /// Every value of a request header, in order.
+    pub fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut count = 0usize;
+        let mut index = 0usize;
+        loop {
+            let mut value = EnvoyBuffer {
+                ptr: std::ptr::null(),
+                length: 0,
+            };
+            let size = if index == 0 {
+                &mut count as *mut usize
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: the filter pointer is live during the hook; out-pointers are ours.
+            let found = unsafe {
+                envoy_dynamic_module_callback_http_get_header(
+                    self.0,
+                    REQUEST_HEADER,
+                    module_buffer(name.as_bytes()),
+                    &mut value,
+                    index,
+                    size,
+                )
+            };
+            if !found {
+                break;
+            }
+            out.push(envoy_bytes(value.ptr, value.length));
+            index += 1;
+            if index >= count {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Sets (replaces) a request header.
+    pub fn set_request_header(&self, name: &str, value: &str) {
+        // SAFETY: live filter pointer; Envoy copies the buffers.
+        unsafe {
+            envoy_dynamic_module_callback_http_set_header(
+                self.0,
+                REQUEST_HEADER,
+                module_buffer(name.as_bytes()),
+                module_buffer(value.as_bytes()),
+            );
+        }
+    }
+
+    /// Removes a request header (a null value removes it).
+    pub fn remove_request_header(&self, name: &str) {
+        // SAFETY: live filter pointer; a null value buffer means removal.
+        unsafe {
+            envoy_dynamic_module_callback_http_set_header(
+                self.0,
+                REQUEST_HEADER,
+                module_buffer(name.as_bytes()),
+                ModuleBuffer {
+                    ptr: std::ptr::null(),
+                    length: 0,
+                },
+            );
+        }
+    }
+
+    /// Adds a response header (during `on_response_headers`).
+    pub fn add_response_header(&self, name: &str, value: &str) {
+        // SAFETY: live filter pointer; Envoy copies the buffers.
+        unsafe {
+            envoy_dynamic_module_callback_http_add_header(
+                self.0,
+                RESPONSE_HEADER,
+                module_buffer(name.as_bytes()),
+                module_buffer(value.as_bytes()),
+            );
+        }
+    }
+
+    /// Answers the client directly.
+    pub fn send_response(&self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        let mut headers = module_headers(headers);
+        let details = b"sluice";
+        // SAFETY: live filter pointer; Envoy copies headers and body.
+        unsafe {
+            envoy_dynamic_module_callback_http_send_response(
+                self.0,
+                u32::from(status),
+                headers.as_mut_ptr(),
+                headers.len(),
+                module_buffer(body),
+                module_buffer(details),
+            )
+        }
+    }
+
+    /// Resumes a request stopped in `on_request_headers`.
+    pub fn continue_decoding(&self) {
+        // SAFETY: live filter pointer.
+        unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(self.0) }
+    }
+
+    /// The downstream peer (`ip:port`).
+    pub fn source_address(&self) -> Option<Vec<u8>> {
+        let mut value = EnvoyBuffer {
+            ptr: std::ptr::null(),
+            length: 0,
+        };
+        // SAFETY: live filter pointer; out-pointer is ours.
+        let found = unsafe {
+            envoy_dynamic_module_callback_http_filter_get_attribute_string(
+                self.0,
+                ATTRIBUTE_SOURCE_ADDRESS,
+                &mut value,
+            )
+        };
+        found.then(|| envoy_bytes(value.ptr, value.length))
+    }
+
+    /// Starts an HTTP callout; its answer comes to `on_http_filter_http_callout_done`. `Err` is
+    /// the init result's number (1 missing headers, 2 cluster not found, 4 cannot create).
+    pub fn http_callout(
+        &self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u64, u32> {
+        let mut headers = module_headers(headers);
+        let mut id = 0u64;
+        // SAFETY: live filter pointer; Envoy copies headers and body.
+        let result = unsafe {
+            envoy_dynamic_module_callback_http_filter_http_callout(
+                self.0,
+                &mut id,
+                module_buffer(cluster.as_bytes()),
+                headers.as_mut_ptr(),
+                headers.len(),
+                module_buffer(body),
+                timeout_ms,
+            )
+        };
+        if result == CALLOUT_INIT_SUCCESS {
+            Ok(id)
+        } else {
+            Err(result)
+        }
+    }
+
+    /// Adds one to a counter defined by the configuration.
+    pub fn increment(&self, id: usize) {
+        // SAFETY: live filter pointer; no tags.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_increment_counter(
+                self.0,
+                id,
+                std::ptr::null_mut(),
+                0,
+                1,
+            );
+        }
+    }
+}
+
+/// Reads a callout's answer: its headers and body chunks, copied (the body bounded by `limit`).
+fn callout_answer(
+    result: u32,
+    headers: *const EnvoyHeader,
+    headers_size: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_size: usize,
+    limit: usize,
+) -> CalloutAnswer {
+    let mut answer = CalloutAnswer {
+        completed: result == CALLOUT_SUCCESS,
+        ..CalloutAnswer::default()
+    };
+    if !headers.is_null() {
+        // SAFETY: Envoy passes `headers_size` headers valid for the call.
+        let headers = unsafe { std::slice::from_raw_parts(headers, headers_size) };
+        for h in headers {
+            let name = envoy_bytes(h.key_ptr, h.key_length);
+            answer
+                .headers
+                .push((name, envoy_bytes(h.value_ptr, h.value_length)));
+        }
+    }
+    if !chunks.is_null() {
+        // SAFETY: Envoy passes `chunks_size` chunks valid for the call.
+        let chunks = unsafe { std::slice::from_raw_parts(chunks, chunks_size) };
+        for c in chunks {
+            let room = limit.saturating_sub(answer.body.len());
+            answer
+                .body
+                .extend_from_slice(&envoy_bytes(c.ptr, c.length.min(room)));
+        }
+    }
+    answer
+}
+
+/// Runs a hook body, turning a panic into a log line and `fallback`.
+fn guarded<T>(hook: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(_) => {
+            log(
+                Level::Error,
+                &format!("sluice: panic in {hook} (a bug; the request continues)"),
+            );
+            fallback
+        }
+    }
+}
+
+/// The module's configuration behind Envoy's config module pointer.
+fn config_ref<'a>(ptr: *const c_void) -> Option<&'a NativeConfig> {
+    // SAFETY: the pointer is one `config_new` returned (a leaked Box), live until config_destroy.
+    unsafe { ptr.cast::<NativeConfig>().as_ref() }
+}
+
+/// The request's filter behind Envoy's filter module pointer (only its worker thread uses it).
+fn filter_mut<'a>(ptr: *mut c_void) -> Option<&'a mut NativeFilter> {
+    // SAFETY: the pointer is one `filter_new` returned (a leaked Box), live until filter_destroy;
+    // Envoy calls a filter's hooks one at a time on one thread.
+    unsafe { ptr.cast::<NativeFilter>().as_mut() }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Event hooks.
+// ---------------------------------------------------------------------------------------------
+
+/// Load time: refuse (null) when the process lacks a callback we call; else our ABI version.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
+    guarded("program_init", std::ptr::null(), || {
+        let missing = missing_callbacks();
+        if missing.is_empty() {
+            ABI_VERSION_C.as_ptr().cast()
+        } else {
+            // No logging callback can be trusted here: say it on stderr, and refuse.
+            eprintln!(
+                "sluice: this Envoy lacks the dynamic-module callbacks {} (the module is built \
+                 for ABI {ABI_VERSION}, Envoy 1.40/1.41): not loaded",
+                missing.join(", ")
+            );
+            std::ptr::null()
+        }
+    })
+}
+
+/// A filter configuration: the JSON string the wasm filter gets; null refuses it.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    config_envoy: *mut c_void,
+    name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> *const c_void {
+    guarded("http_filter_config_new", std::ptr::null(), || {
+        let name = envoy_bytes(name.ptr, name.length);
+        let json = envoy_bytes(config.ptr, config.length);
+        match glue::config_new(ConfigHandle(config_envoy), &name, &json) {
+            Some(config) => Box::into_raw(Box::new(config)).cast_const().cast(),
+            None => std::ptr::null(),
+        }
+    })
+}
+
+/// A configuration goes away (after every filter made from it).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *mut c_void) {
+    guarded("http_filter_config_destroy", (), || {
+        if !config.is_null() {
+            // SAFETY: `config_new` leaked this Box; Envoy destroys it once.
+            drop(unsafe { Box::from_raw(config.cast::<NativeConfig>()) });
+        }
+    })
+}
+
+/// Per-route configuration is not supported: refused (null).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
+    _name: EnvoyBuffer,
+    _config: EnvoyBuffer,
+) -> *const c_void {
+    guarded("per_route_config_new", std::ptr::null(), || {
+        log(
+            Level::Error,
+            "sluice: per-route configuration is not supported; configure routes in the filter's JSON",
+        );
+        std::ptr::null()
+    })
+}
+
+/// Never called (no per-route configuration is ever made).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_destroy(_c: *mut c_void) {}
+
+/// A request's filter.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: *const c_void,
+    filter_envoy: *mut c_void,
+) -> *mut c_void {
+    guarded("http_filter_new", std::ptr::null_mut(), || {
+        let Some(config) = config_ref(config) else {
+            return std::ptr::null_mut();
+        };
+        let filter = glue::filter_new(config, FilterHandle(filter_envoy));
+        Box::into_raw(Box::new(filter)).cast()
+    })
+}
+
+/// The request's filter goes away.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: *mut c_void) {
+    guarded("http_filter_destroy", (), || {
+        if filter.is_null() {
+            return;
+        }
+        // SAFETY: `filter_new` leaked this Box; Envoy destroys it once.
+        let filter = unsafe { Box::from_raw(filter.cast::<NativeFilter>()) };
+        glue::filter_destroy(*filter);
+    })
+}
+
+/// Request headers: meter, answer, or stop for a callout.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    _filter_envoy: *mut c_void,
+    filter: *mut c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    guarded("on_request_headers", CONTINUE, || {
+        match filter_mut(filter) {
+            Some(f) => {
+                if glue::on_request_headers(f) {
+                    STOP_ITERATION
+                } else {
+                    CONTINUE
+                }
+            }
+            None => CONTINUE,
+        }
+    })
+}
+
+/// Request body: passed through.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    CONTINUE
+}
+
+/// Request trailers: passed through.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    _e: *mut c_void,
+    _f: *mut c_void,
+) -> u32 {
+    CONTINUE
+}
+
+/// Response headers: the rate-limit headers of an allowed decision.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    _filter_envoy: *mut c_void,
+    filter: *mut c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    guarded("on_response_headers", CONTINUE, || {
+        if let Some(f) = filter_mut(filter) {
+            glue::on_response_headers(f);
+        }
+        CONTINUE
+    })
+}
+
+/// Response body: passed through.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    CONTINUE
+}
+
+/// Response trailers: passed through.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    _e: *mut c_void,
+    _f: *mut c_void,
+) -> u32 {
+    CONTINUE
+}
+
+/// The stream is done (nothing to do: `destroy` follows).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    _e: *mut c_void,
+    _f: *mut c_void,
+) {
+}
+
+/// No per-request scheduler is used.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _event_id: u64,
+) {
+}
+
+/// A decision callout answered (or failed).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    _filter_envoy: *mut c_void,
+    filter: *mut c_void,
+    callout_id: u64,
+    result: u32,
+    headers: *const EnvoyHeader,
+    headers_size: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_size: usize,
+) {
+    guarded("http_callout_done", (), || {
+        let Some(f) = filter_mut(filter) else {
+            return;
+        };
+        let answer = callout_answer(
+            result,
+            headers,
+            headers_size,
+            chunks,
+            chunks_size,
+            glue::MAX_ANSWER,
+        );
+        glue::on_callout_done(f, callout_id, answer);
+    })
+}
+
+/// Streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _stream_id: u64,
+    _headers: *const EnvoyHeader,
+    _headers_size: usize,
+    _end_stream: bool,
+) {
+}
+
+/// Streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _stream_id: u64,
+    _chunks: *const EnvoyBuffer,
+    _chunks_size: usize,
+    _end_stream: bool,
+) {
+}
+
+/// Streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _stream_id: u64,
+    _trailers: *const EnvoyHeader,
+    _trailers_size: usize,
+) {
+}
+
+/// Streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _stream_id: u64,
+) {
+}
+
+/// Streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _stream_id: u64,
+    _reason: u32,
+) {
+}
+
+/// Watermarks: nothing buffered, nothing to do.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _e: *mut c_void,
+    _f: *mut c_void,
+) {
+}
+
+/// Watermarks: nothing buffered, nothing to do.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _e: *mut c_void,
+    _f: *mut c_void,
+) {
+}
+
+/// A local reply (ours or Envoy's): continue with it.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
+    _e: *mut c_void,
+    _f: *mut c_void,
+    _response_code: u32,
+    _details: EnvoyBuffer,
+    _reset_imminent: bool,
+) -> u32 {
+    CONTINUE
+}
+
+/// A report callout (made from the main thread) answered.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _config_envoy: *mut c_void,
+    config: *const c_void,
+    callout_id: u64,
+    result: u32,
+    headers: *const EnvoyHeader,
+    headers_size: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_size: usize,
+) {
+    guarded("config_http_callout_done", (), || {
+        let Some(config) = config_ref(config) else {
+            return;
+        };
+        let answer = callout_answer(
+            result,
+            headers,
+            headers_size,
+            chunks,
+            chunks_size,
+            glue::MAX_ANSWER,
+        );
+        glue::on_config_callout_done(config, callout_id, answer);
+    })
+}
+
+/// Config streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers(
+    _e: *mut c_void,
+    _c: *const c_void,
+    _stream_id: u64,
+    _headers: *const EnvoyHeader,
+    _headers_size: usize,
+    _end_stream: bool,
+) {
+}
+
+/// Config streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
+    _e: *mut c_void,
+    _c: *const c_void,
+    _stream_id: u64,
+    _chunks: *const EnvoyBuffer,
+    _chunks_size: usize,
+    _end_stream: bool,
+) {
+}
+
+/// Config streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailers(
+    _e: *mut c_void,
+    _c: *const c_void,
+    _stream_id: u64,
+    _trailers: *const EnvoyHeader,
+    _trailers_size: usize,
+) {
+}
+
+/// Config streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complete(
+    _e: *mut c_void,
+    _c: *const c_void,
+    _stream_id: u64,
+) {
+}
+
+/// Config streams are not used by this build.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
+    _e: *mut c_void,
+    _c: *const c_void,
+    _stream_id: u64,
+    _reason: u32,
+) {
+}
+
+/// The main thread's turn: send the reports the workers queued.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _config_envoy: *mut c_void,
+    config: *const c_void,
+    _event_id: u64,
+) {
+    guarded("config_scheduled", (), || {
+        if let Some(config) = config_ref(config) {
+            glue::on_config_scheduled(config);
+        }
+    })
+}

@@ -1,0 +1,24 @@
+//! sluice-filter-native: the sluice filter as an Envoy dynamic module
+//! (`envoy.filters.http.dynamic_modules`, Envoy 1.40/1.41, ABI `v0.2.0`).
+//!
+//! The same filter as the proxy-wasm build: [`sluice_filter`] holds the request flow, routes,
+//! keys, denial cache, leases, reports and the exchange protocol behind its `Host` trait; this
+//! crate is the second host. Per host:
+//!
+//! - `abi`: the ABI's `extern "C"` callbacks and event hooks (the crate's only `unsafe`; every
+//!   hook under `catch_unwind`; the callbacks checked against the process at load).
+//! - `glue`: the hooks' work: the configuration, the per-worker state, the `Host` over the ABI.
+//! - `shared`: the lease table and denial cache as one process-wide sharded map.
+//! - `grpc`: gRPC unary calls (exchange `Call`, RLS) framed by hand over the HTTP callout.
+//! - `relay`: count reports without a timer: piggy-backed on requests, sent by the main thread.
+
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+mod abi;
+pub mod glue;
+pub mod grpc;
+pub mod relay;
+pub mod shared;
+
+pub use abi::ABI_VERSION;
