@@ -53,6 +53,9 @@ pub enum RunError {
         /// Why.
         source: StoreError,
     },
+    /// The ratelimit configuration (`--ratelimit-config`) was refused or could not be published.
+    #[error(transparent)]
+    RatelimitConfig(#[from] crate::ratelimit::watch::StartError),
     /// Rules could not be loaded or imported at start.
     #[error("cannot {what} at start: {source}")]
     Rules {
@@ -87,6 +90,8 @@ pub struct App {
     pub latency: Arc<crate::deadline::latency::LatencyEstimate>,
     /// Turns true at shutdown (ends SSE streams so graceful shutdown does not wait on them).
     pub stopping: watch::Receiver<bool>,
+    /// The envoyproxy/ratelimit configuration in force (`--ratelimit-config`), if any.
+    pub ratelimit: Option<Arc<crate::ratelimit::Live>>,
 }
 
 impl App {
@@ -189,6 +194,10 @@ pub async fn run(
             })?;
         tracing::info!(imported = config.import_rules.len(), "rules file imported");
     }
+    let ratelimit = match &config.ratelimit_config {
+        Some(path) => Some(crate::ratelimit::watch::start(path, store.as_ref(), &cache).await?),
+        None => None,
+    };
     let current = cache.current();
     tracing::info!(
         rules = current.rules.len(),
@@ -212,6 +221,7 @@ pub async fn run(
             std::time::Instant::now(),
         )),
         stopping: stop_rx.clone(),
+        ratelimit: ratelimit.clone(),
     });
 
     let intervals = config.intervals;
@@ -224,6 +234,14 @@ pub async fn run(
             intervals.rules_poll,
             stop_rx.clone(),
             move |n| metrics.set_rules(n),
+        ));
+    }
+    if let Some(live) = ratelimit {
+        tasks.spawn(crate::ratelimit::watch::watch_loop(
+            live,
+            store.clone(),
+            cache.clone(),
+            stop_rx.clone(),
         ));
     }
     tasks.spawn(activity::flush_loop(

@@ -145,6 +145,16 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_RULES", value_name = "FILE")]
     pub rules: Option<PathBuf>,
 
+    /// An envoyproxy/ratelimit configuration (a YAML file or a directory of them), served on the
+    /// rate limit service as that service answers it, and reloaded within a second of a change
+    /// (docs/rls.md "Coming from envoyproxy/ratelimit"). A bad file stops the start.
+    #[arg(long, env = "SLUICE_RATELIMIT_CONFIG", value_name = "PATH")]
+    pub ratelimit_config: Option<PathBuf>,
+
+    /// A tool instead of the service.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Token for the admin API (Authorization: Bearer TOKEN, or the dashboard login). If unset,
     /// a random one is generated and printed once to stderr.
     #[arg(
@@ -162,6 +172,29 @@ pub struct Cli {
     /// Log format.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+/// `sluice <command>`: tools that run and exit.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Rules tools.
+    Rules {
+        /// The tool.
+        #[command(subcommand)]
+        tool: RulesTool,
+    },
+}
+
+/// `sluice rules <tool>`.
+#[derive(Debug, clap::Subcommand)]
+pub enum RulesTool {
+    /// Validates an envoyproxy/ratelimit configuration (a file or a directory) as
+    /// --ratelimit-config loads it; lists every error (file: path.to.field: reason) and exits
+    /// non-zero if there is any.
+    Check {
+        /// The file or directory.
+        path: PathBuf,
+    },
 }
 
 /// Installs the tracing subscriber (RUST_LOG filter, default info).
@@ -301,6 +334,7 @@ impl Cli {
         config.max_keys = max_keys;
         config.store_deadline = store_deadline;
         config.import_rules = import_rules;
+        config.ratelimit_config = self.ratelimit_config;
         config.dashboard_dir = dashboard_dir;
         config.header_read_timeout = Duration::from_millis(self.header_read_timeout_ms);
         Ok(config)
@@ -333,6 +367,14 @@ pub async fn shutdown_signal() {
 
 /// The whole binary: parse, bind, run until a signal.
 pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
+    if let Some(Command::Rules {
+        tool: RulesTool::Check { path },
+    }) = &cli.command
+    {
+        let ok = crate::ratelimit::check::run(path, &mut std::io::stdout().lock())?;
+        anyhow::ensure!(ok, "{}: refused (errors above)", path.display());
+        return Ok(());
+    }
     let (decision_addr, admin_addr) = (cli.decision_listen, cli.admin_listen);
     let grpc_listen = cli.grpc_listen()?;
     let config = cli.into_config()?;

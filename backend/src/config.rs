@@ -75,6 +75,9 @@ pub struct Config {
     /// `None` sizes it from this machine's memory
     /// ([`crate::store::memory::sizing::default_max_keys`]).
     pub max_keys: Option<NonZeroUsize>,
+    /// `--ratelimit-config`: an envoyproxy/ratelimit configuration file or directory, served
+    /// on the rate limit service and watched for changes ([`crate::ratelimit`]).
+    pub ratelimit_config: Option<PathBuf>,
 }
 
 impl Config {
@@ -89,6 +92,7 @@ impl Config {
             intervals: Intervals::default(),
             header_read_timeout: crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT,
             max_keys: None,
+            ratelimit_config: None,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod http;
 pub mod levels;
 pub mod log_limit;
 pub mod metrics;
+pub mod ratelimit;
 pub mod rules;
 pub mod rules_file;
 pub mod store;

@@ -123,7 +123,9 @@ pub fn from_check(action: &Action, key: &str) -> [(&'static str, String); 2] {
     ]
 }
 
-fn join(values: &[&str]) -> String {
+/// A key from descriptor values: one value as sent, several joined by `|` after escaping `%`
+/// and `|` (also the key of a limit from an envoyproxy/ratelimit configuration).
+pub fn join(values: &[&str]) -> String {
     match values {
         [] => String::new(),
         [one] => (*one).to_owned(),

@@ -116,6 +116,7 @@ pub async fn put_rule(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Rule>, ApiFailure> {
     let action = segment_action(action)?;
+    crate::ratelimit::owned::writable(&app, &action)?;
     let rule = rule_body(&action, body)?;
     match audit::apply(&app, &headers, RuleChange::PutRule(rule.clone())).await? {
         ChangeOutcome::Done { .. } => Ok(Json(rule)),
@@ -165,6 +166,7 @@ pub async fn delete_rule(
     action: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiFailure> {
     let action = segment_action(action)?;
+    crate::ratelimit::owned::writable(&app, &action)?;
     match audit::apply(&app, &headers, RuleChange::DeleteRule(action.clone())).await? {
         ChangeOutcome::Done { .. } => Ok(StatusCode::NO_CONTENT),
         ChangeOutcome::Missing => Err(ApiFailure::unknown_action(action.as_str())),

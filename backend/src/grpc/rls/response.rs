@@ -49,7 +49,8 @@ fn status(answer: &Answer<'_>) -> DescriptorStatus {
     }
 }
 
-fn duration_of_ms(ms: u64) -> pb::Duration {
+/// A duration in milliseconds as protobuf's.
+pub fn duration_of_ms(ms: u64) -> pb::Duration {
     pb::Duration {
         seconds: i64::try_from(ms / MILLIS_PER_SEC).unwrap_or(i64::MAX),
         // Below 1e9: fits.
@@ -136,7 +137,8 @@ fn null() -> pb::Value {
     }
 }
 
-fn to_proto(v: &serde_json::Value) -> pb::Value {
+/// A JSON value as protobuf's `Value` (for metadata).
+pub fn to_proto(v: &serde_json::Value) -> pb::Value {
     use serde_json::Value as J;
     let kind = match v {
         J::Null => return null(),

@@ -90,6 +90,39 @@ pub fn store_status(e: &StoreError) -> Status {
     }
 }
 
+impl Rls {
+    /// The store error a call past its backstop deadline answers (counted as one).
+    fn backstop_timeout(&self) -> StoreError {
+        let e =
+            StoreError::Timeout(u64::try_from(self.call_deadline.as_millis()).unwrap_or(u64::MAX));
+        self.app.metrics.store_error(&e);
+        e
+    }
+
+    /// A request for a domain of `--ratelimit-config`: answered as envoyproxy/ratelimit answers
+    /// ([`crate::ratelimit::decide`]), under the same deadlines as every call.
+    async fn answer_configured(
+        &self,
+        level: &crate::ratelimit::matcher::Level,
+        request: &RateLimitRequest,
+        deadline: Option<Deadline>,
+        started: Instant,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        use crate::ratelimit::decide::{answer, AnswerError};
+        match tokio::time::timeout(
+            self.call_deadline,
+            answer(&self.app, level, request, deadline, started),
+        )
+        .await
+        {
+            Ok(Ok(response)) => Ok(Response::new(response)),
+            Ok(Err(AnswerError::Invalid(e))) => Err(invalid(e)),
+            Ok(Err(AnswerError::Decide(e))) => Err(decide_status(&e)),
+            Err(_) => Err(store_status(&self.backstop_timeout())),
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl RateLimitService for Rls {
     async fn should_rate_limit(
@@ -99,6 +132,14 @@ impl RateLimitService for Rls {
         let started = Instant::now();
         let deadline = deadline(request.metadata(), started);
         let request = request.into_inner();
+        if let Some(live) = &self.app.ratelimit {
+            let loaded = live.current();
+            if let Some(level) = loaded.domains.get(&request.domain) {
+                return self
+                    .answer_configured(level, &request, deadline, started)
+                    .await;
+            }
+        }
         let checks = checks(&request).map_err(invalid)?;
         let rules = self.app.rules.current();
         let found: Vec<Option<&Rule>> = checks
@@ -118,13 +159,7 @@ impl RateLimitService for Rls {
         .await
         {
             Ok(decided) => decided,
-            Err(_) => {
-                let e = StoreError::Timeout(
-                    u64::try_from(self.call_deadline.as_millis()).unwrap_or(u64::MAX),
-                );
-                self.app.metrics.store_error(&e);
-                Err(e.into())
-            }
+            Err(_) => Err(self.backstop_timeout().into()),
         }
         .map_err(|e| decide_status(&e))?;
         let answers: Vec<Answer<'_>> = checks

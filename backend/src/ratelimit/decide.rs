@@ -1,0 +1,549 @@
+//! A `RateLimitRequest` for a domain of the ratelimit configuration, answered as
+//! envoyproxy/ratelimit answers it (`src/service/ratelimit.go`), on sluice's store.
+//!
+//! - Each descriptor finds its limit by the peer's most-specific match ([`super::matcher`]);
+//!   a limit some matched limit `replaces` (by `name`) is dropped; `unlimited` is OK with
+//!   `limit_remaining` 2^32-1; no limit is OK with an empty status.
+//! - Hits: the descriptor's `hits_addend` when set (0 checks without debiting), else the
+//!   request's, 0 meaning 1.
+//! - A check without debit (hits 0) is over when nothing is left (the peer lets one more pass at
+//!   exactly the limit; sluice's counters never pass the limit, so "nothing left" is the same
+//!   point).
+//! - `requests_per_unit: 0` is always over. `shadow_mode` is never over (its status is OK).
+//!   `quota_mode` descriptors are over one by one, but the request only when all of them are.
+//! - The debits are sluice's all-or-nothing step ([`crate::decide::decide_all`]): a request one
+//!   descriptor refuses debits none (the peer counts every descriptor of a refused request);
+//!   a check-only descriptor or a `requests_per_unit: 0` that refuses is decided before any
+//!   debit. One exception keeps the token-quota pattern honest: a lone debit larger than what is
+//!   left (a response's token count, debited when the stream is done) takes what is left, so
+//!   the next check refuses, as the peer's overshooting counter does.
+
+use std::time::Instant;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    rate_limit::Unit, Code, DescriptorStatus, RateLimit as LimitProto,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf as pb;
+use sluice_core::limits::MAX_QUANTITY;
+use sluice_core::wire::ThrottleResponse;
+use sluice_core::{Algorithm, FieldError, Mode, Rule};
+
+use super::matcher::{lookup, Level, Matched};
+use super::metadata;
+use crate::app::App;
+use crate::clock::now_ms;
+use crate::deadline::{Deadline, DecideError};
+use crate::decide::{decide, decide_all};
+use crate::grpc::rls::request::MAX_DESCRIPTORS;
+use crate::grpc::rls::response::{self, Answer};
+use crate::store::CheckRequest;
+
+/// What one descriptor is, before the store is asked.
+enum Kind<'r> {
+    /// No limit (none matched, or replaced, or its rule is not in the cache yet).
+    None,
+    /// `unlimited: true`.
+    Unlimited,
+    /// `requests_per_unit: 0`.
+    Zero(Matched),
+    /// A counted limit under a sluice rule.
+    Counted(Matched, &'r Rule),
+}
+
+/// One descriptor's place in the request.
+struct Slot<'r> {
+    kind: Kind<'r>,
+    quantity: u64,
+}
+
+/// The hits of each descriptor as the peer counts them, after the checks sluice's RLS makes on
+/// every request (each refusal names its field).
+pub fn hits(request: &RateLimitRequest) -> Result<Vec<u64>, FieldError> {
+    if request.domain.is_empty() {
+        return Err(FieldError::new("domain", "must not be empty"));
+    }
+    if request.descriptors.is_empty() {
+        return Err(FieldError::new("descriptors", "must not be empty"));
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(FieldError::new(
+            "descriptors",
+            format!(
+                "at most {MAX_DESCRIPTORS} descriptors; got {}",
+                request.descriptors.len()
+            ),
+        ));
+    }
+    request
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if d.is_negative_hits {
+                return Err(FieldError::new(
+                    format!("descriptors[{i}].is_negative_hits"),
+                    "sluice never returns quota (a denied request consumes nothing already)",
+                ));
+            }
+            if d.limit.is_some() {
+                return Err(FieldError::new(
+                    format!("descriptors[{i}].limit"),
+                    "per-descriptor limit overrides are not supported; put the limit in the ratelimit config",
+                ));
+            }
+            let (hits, field) = match &d.hits_addend {
+                Some(h) => (h.value, format!("descriptors[{i}].hits_addend")),
+                None => (u64::from(request.hits_addend).max(1), "hits_addend".to_owned()),
+            };
+            if hits > MAX_QUANTITY {
+                return Err(FieldError::new(field, format!("must be at most {MAX_QUANTITY}; got {hits}")));
+            }
+            Ok(hits)
+        })
+        .collect()
+}
+
+/// The limits of a request's descriptors under a domain's `level`, `replaces` applied.
+pub fn matches(level: &Level, request: &RateLimitRequest) -> Vec<Option<Matched>> {
+    let mut found: Vec<Option<Matched>> = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            lookup(
+                level,
+                d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+            )
+        })
+        .collect();
+    let replaced: Vec<String> = found
+        .iter()
+        .flatten()
+        .flat_map(|m| m.limit.replaces.iter().cloned())
+        .collect();
+    for slot in &mut found {
+        if slot
+            .as_ref()
+            .is_some_and(|m| !m.limit.name.is_empty() && replaced.contains(&m.limit.name))
+        {
+            *slot = None;
+        }
+    }
+    found
+}
+
+/// Answers `request` under the domain's `level` (see the module docs).
+pub async fn answer(
+    app: &App,
+    level: &Level,
+    request: &RateLimitRequest,
+    deadline: Option<Deadline>,
+    started: Instant,
+) -> Result<RateLimitResponse, AnswerError> {
+    let hits = hits(request).map_err(AnswerError::Invalid)?;
+    let rules = app.rules.current();
+    let slots: Vec<Slot<'_>> = matches(level, request)
+        .into_iter()
+        .zip(hits)
+        .map(|(m, quantity)| {
+            let kind = match m {
+                None => Kind::None,
+                Some(m) => match (m.limit.per_unit(), m.limit.action.as_deref()) {
+                    (None, _) => Kind::Unlimited,
+                    (Some((_, 0)), _) => Kind::Zero(m),
+                    (Some(_), Some(action)) => match rules.rule_for(action, &m.key) {
+                        Some(rule) => Kind::Counted(m, rule),
+                        None => Kind::None,
+                    },
+                    (Some(_), None) => Kind::None,
+                },
+            };
+            Slot { kind, quantity }
+        })
+        .collect();
+    let decided = decide_slots(app, &slots, deadline, started)
+        .await
+        .map_err(AnswerError::Decide)?;
+    Ok(respond(request, &slots, &decided, now_ms()))
+}
+
+/// Why a request got no answer.
+#[derive(Debug)]
+pub enum AnswerError {
+    /// A field sluice refuses.
+    Invalid(FieldError),
+    /// The store could not decide.
+    Decide(DecideError),
+}
+
+fn enforced(m: &Matched) -> bool {
+    !m.limit.shadow_mode && !m.limit.quota_mode
+}
+
+/// The store's answers, one per slot (`None` where no rule is counted).
+async fn decide_slots(
+    app: &App,
+    slots: &[Slot<'_>],
+    deadline: Option<Deadline>,
+    started: Instant,
+) -> Result<Vec<Option<ThrottleResponse>>, DecideError> {
+    let counted: Vec<(usize, CheckRequest<'_>)> = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match &s.kind {
+            Kind::Counted(m, rule) => Some((
+                i,
+                CheckRequest {
+                    rule,
+                    key: &m.key,
+                    quantity: s.quantity,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<Option<ThrottleResponse>> = vec![None; slots.len()];
+    if counted.is_empty() {
+        return Ok(out);
+    }
+    let refused_before = slots
+        .iter()
+        .any(|s| matches!(&s.kind, Kind::Zero(m) if enforced(m)));
+    let checks_only = counted.iter().any(|(_, c)| c.quantity == 0);
+    // Peeks first when something may refuse without a debit: a refused request debits nothing.
+    if refused_before || checks_only {
+        let peeks: Vec<CheckRequest<'_>> = counted
+            .iter()
+            .map(|(_, c)| CheckRequest { quantity: 0, ..*c })
+            .collect();
+        let answers = run(app, &peeks, deadline, started).await?;
+        let check_refuses = counted.iter().zip(&answers).any(|((i, c), r)| {
+            c.quantity == 0
+                && r.remaining == 0
+                && matches!(&slots[*i].kind, Kind::Counted(m, _) if enforced(m))
+        });
+        for ((i, _), r) in counted.iter().zip(&answers) {
+            out[*i] = Some(r.clone());
+        }
+        if refused_before || check_refuses {
+            return Ok(out);
+        }
+    }
+    let debits: Vec<(usize, CheckRequest<'_>)> = counted
+        .into_iter()
+        .filter(|(_, c)| c.quantity > 0)
+        .collect();
+    if debits.is_empty() {
+        return Ok(out);
+    }
+    let requests: Vec<CheckRequest<'_>> = debits.iter().map(|(_, c)| *c).collect();
+    let mut answers = run(app, &requests, deadline, started).await?;
+    if let ([(_, only)], [answer]) = (debits.as_slice(), answers.as_mut_slice()) {
+        let short = !answer.allowed && answer.remaining > 0 && answer.remaining < only.quantity;
+        if short && only.rule.mode() == Mode::Enforce {
+            let rest = answer.remaining;
+            decide(app, only.rule, only.key, rest, deadline, started).await?;
+            answer.remaining = 0;
+        }
+    }
+    for ((i, _), r) in debits.iter().zip(answers) {
+        out[*i] = Some(r);
+    }
+    Ok(out)
+}
+
+/// One decision, or all-or-nothing for several.
+async fn run(
+    app: &App,
+    checks: &[CheckRequest<'_>],
+    deadline: Option<Deadline>,
+    started: Instant,
+) -> Result<Vec<ThrottleResponse>, DecideError> {
+    match checks {
+        [one] => Ok(vec![
+            decide(app, one.rule, one.key, one.quantity, deadline, started).await?,
+        ]),
+        several => Ok(decide_all(app, several, deadline, started).await?.results),
+    }
+}
+
+/// Whether a counted descriptor is over, before shadow mode: refused, would be refused, or (a
+/// check) nothing left.
+fn over(quantity: u64, r: &ThrottleResponse) -> bool {
+    if quantity == 0 {
+        r.remaining == 0
+    } else {
+        !r.allowed || r.would_deny
+    }
+}
+
+fn reset(unit_ms: u64, now_ms: u64) -> pb::Duration {
+    // As the peer: the rest of the unit's clock-aligned window, in whole seconds (rounded up).
+    let left_ms = unit_ms - now_ms % unit_ms;
+    pb::Duration {
+        seconds: i64::try_from(left_ms.div_ceil(1_000)).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+fn status(m: &Matched, code: Code, remaining: u64, reset_after: pb::Duration) -> DescriptorStatus {
+    let (unit, rpu) = m
+        .limit
+        .per_unit()
+        .unwrap_or((super::config::RlsUnit(Unit::Second), 0));
+    DescriptorStatus {
+        code: code as i32,
+        current_limit: Some(LimitProto {
+            name: m.limit.name.clone(),
+            requests_per_unit: rpu,
+            unit: unit.0 as i32,
+        }),
+        limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(reset_after),
+        quota: None,
+    }
+}
+
+/// The response: statuses, overall code, sluice's headers, and the metadata (sluice's list and
+/// the peer's `domain`, `descriptors`, `hitsAddend` and the passed descriptors' `metadata`).
+fn respond(
+    request: &RateLimitRequest,
+    slots: &[Slot<'_>],
+    decided: &[Option<ThrottleResponse>],
+    now_ms: u64,
+) -> RateLimitResponse {
+    let mut statuses = Vec::with_capacity(slots.len());
+    let (mut refused, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
+    let mut passed_metadata = Vec::new();
+    for (slot, answer) in slots.iter().zip(decided) {
+        let (m, is_over, remaining, reset_after) = match (&slot.kind, answer) {
+            (Kind::None, _) | (Kind::Counted(..), None) => {
+                statuses.push(DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..DescriptorStatus::default()
+                });
+                continue;
+            }
+            (Kind::Unlimited, _) => {
+                statuses.push(DescriptorStatus {
+                    code: Code::Ok as i32,
+                    limit_remaining: u32::MAX,
+                    ..DescriptorStatus::default()
+                });
+                continue;
+            }
+            (Kind::Zero(m), _) => {
+                let unit_ms = m.limit.per_unit().map_or(1_000, |(u, _)| u.millis());
+                (m, true, 0, reset(unit_ms, now_ms))
+            }
+            (Kind::Counted(m, rule), Some(r)) => {
+                let is_over = over(slot.quantity, r);
+                let reset_after = match (rule.algorithm(), m.limit.per_unit()) {
+                    (Algorithm::FixedWindow, Some((unit, _))) => reset(unit.millis(), now_ms),
+                    _ => response::duration_of_ms(r.reset_after_ms),
+                };
+                let remaining = if is_over { 0 } else { r.remaining };
+                (m, is_over, remaining, reset_after)
+            }
+        };
+        let code = if is_over && !m.limit.shadow_mode {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        if m.limit.quota_mode {
+            quota_total += 1;
+            quota_over += usize::from(code == Code::OverLimit);
+        } else if code == Code::OverLimit {
+            refused = true;
+        }
+        if code == Code::Ok {
+            if let Some(md) = &m.limit.metadata {
+                passed_metadata.push(md);
+            }
+        }
+        statuses.push(status(m, code, remaining, reset_after));
+    }
+    let over_all = refused || (quota_total > 0 && quota_over == quota_total);
+    let answers: Vec<Answer<'_>> = slots
+        .iter()
+        .zip(decided)
+        .map(|(s, d)| match (&s.kind, d) {
+            (Kind::Counted(_, rule), Some(r)) => Some((rule.action(), r.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut dynamic = response::metadata(&answers);
+    metadata::add_peer_fields(&mut dynamic, request, &passed_metadata);
+    RateLimitResponse {
+        overall_code: if over_all { Code::OverLimit } else { Code::Ok } as i32,
+        statuses,
+        response_headers_to_add: response::headers(&answers),
+        dynamic_metadata: Some(dynamic),
+        ..RateLimitResponse::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::google::protobuf::UInt64Value;
+    use std::path::PathBuf;
+
+    fn level(yaml: &str) -> Level {
+        let loaded = super::super::load::build(&[(PathBuf::from("c.yaml"), yaml.to_owned())])
+            .expect("loads");
+        loaded.domains.into_values().next().expect("one domain")
+    }
+
+    fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            hits_addend: hits.map(|value| UInt64Value { value }),
+            ..Default::default()
+        }
+    }
+
+    fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "d".into(),
+            descriptors,
+            hits_addend: hits,
+        }
+    }
+
+    /// Each descriptor's matched (path, key), or None.
+    fn matched(level: &Level, descriptors: &[&[(&str, &str)]]) -> Vec<Option<(String, String)>> {
+        let r = request(descriptors.iter().map(|e| descriptor(e, None)).collect(), 0);
+        matches(level, &r)
+            .into_iter()
+            .map(|m| m.map(|m| (m.limit.path.clone(), m.key)))
+            .collect()
+    }
+
+    fn some(path: &str, key: &str) -> Option<(String, String)> {
+        Some((path.to_owned(), key.to_owned()))
+    }
+
+    #[test]
+    fn the_readmes_matching_examples() {
+        // Example 2: nested, a key without a value, several descriptors.
+        let l = level("domain: d\ndescriptors:\n  - key: message_type\n    value: marketing\n    descriptors:\n      - key: to_number\n        rate_limit: {unit: day, requests_per_unit: 5}\n  - key: to_number\n    rate_limit: {unit: day, requests_per_unit: 100}\n");
+        assert_eq!(
+            matched(
+                &l,
+                &[
+                    &[("message_type", "marketing"), ("to_number", "206")],
+                    &[("to_number", "206")]
+                ]
+            ),
+            vec![
+                some("d.message_type_marketing.to_number", "marketing|206"),
+                some("d.to_number", "206")
+            ]
+        );
+        assert_eq!(
+            matched(&l, &[&[("message_type", "other"), ("to_number", "206")]]),
+            vec![None]
+        );
+        // Example 3: key/value before key.
+        let l = level("domain: d\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n  - key: remote_address\n    value: 50.0.0.5\n    rate_limit: {unit: second, requests_per_unit: 0}\n");
+        assert_eq!(
+            matched(&l, &[&[("remote_address", "50.0.0.5")]]),
+            vec![some("d.remote_address_50.0.0.5", "50.0.0.5")]
+        );
+        assert_eq!(
+            matched(&l, &[&[("remote_address", "50.0.0.1")]]),
+            vec![some("d.remote_address", "50.0.0.1")]
+        );
+        // Example 4: depth must match.
+        let l = level("domain: d\ndescriptors:\n  - key: key\n    value: value\n    rate_limit: {unit: second, requests_per_unit: 300}\n");
+        assert_eq!(
+            matched(&l, &[&[("key", "value"), ("subkey", "subvalue")]]),
+            vec![None]
+        );
+        assert_eq!(
+            matched(&l, &[&[("key", "value")]]),
+            vec![some("d.key_value", "value")]
+        );
+    }
+
+    #[test]
+    fn wildcards_exact_first_and_shared_thresholds() {
+        let l = level("domain: d\ndescriptors:\n  - key: files\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: own\n    value: own/*\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: own\n    value: own/exact\n    rate_limit: {unit: hour, requests_per_unit: 1}\n");
+        assert_eq!(
+            matched(
+                &l,
+                &[&[("files", "files/a.pdf")], &[("files", "files/b.csv")]]
+            ),
+            vec![
+                some("d.files_files/*", "files/*"),
+                some("d.files_files/*", "files/*")
+            ]
+        );
+        assert_eq!(
+            matched(
+                &l,
+                &[
+                    &[("own", "own/a")],
+                    &[("own", "own/exact")],
+                    &[("own", "other")]
+                ]
+            ),
+            vec![
+                some("d.own_own/*", "own/a"),
+                some("d.own_own/exact", "own/exact"),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn replaces_drops_the_replaced_limit_example_7() {
+        let l = level("domain: d\ndescriptors:\n  - key: key_1\n    value: value_1\n    descriptors:\n      - key: user\n        value: bkthomps\n        rate_limit: {name: specific_limit, requests_per_unit: 5, unit: second}\n  - key: key_2\n    value: value_2\n    descriptors:\n      - key: user\n        value: bkthomps\n        rate_limit: {replaces: [{name: specific_limit}], requests_per_unit: 10, unit: second}\n");
+        let both = matched(
+            &l,
+            &[
+                &[("key_1", "value_1"), ("user", "bkthomps")],
+                &[("key_2", "value_2"), ("user", "bkthomps")],
+            ],
+        );
+        assert_eq!(both[0], None);
+        assert!(both[1].is_some());
+        let alone = matched(&l, &[&[("key_1", "value_1"), ("user", "bkthomps")]]);
+        assert!(alone[0].is_some());
+    }
+
+    #[test]
+    fn hits_as_the_peer_counts_them() {
+        let r = request(
+            vec![
+                descriptor(&[("a", "1")], None),
+                descriptor(&[("a", "1")], Some(0)),
+                descriptor(&[("a", "1")], Some(7)),
+            ],
+            0,
+        );
+        assert_eq!(hits(&r).expect("valid"), vec![1, 0, 7]);
+        let r = request(vec![descriptor(&[("a", "1")], None)], 3);
+        assert_eq!(hits(&r).expect("valid"), vec![3]);
+        let mut r = request(vec![descriptor(&[("a", "1")], None)], 0);
+        r.domain.clear();
+        assert_eq!(hits(&r).expect_err("empty").field, "domain");
+    }
+
+    #[test]
+    fn fixed_windows_reset_at_the_units_clock_edge() {
+        assert_eq!(reset(60_000, 120_000).seconds, 60);
+        assert_eq!(reset(60_000, 179_001).seconds, 1);
+        assert_eq!(reset(1_000, 5_500).seconds, 1);
+    }
+}

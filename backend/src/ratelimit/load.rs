@@ -1,0 +1,186 @@
+//! `--ratelimit-config PATH` read whole: a YAML file, or a directory of them (searched
+//! recursively, as the peer's runtime directory is; names ending `.yaml` or `.yml`; entries
+//! starting with `.` skipped, which also skips a Kubernetes ConfigMap's `..data` links while
+//! following the files' own links). All files are checked and every refusal returned, so one
+//! run lists everything wrong.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use sluice_core::Rule;
+
+use super::config::{self, ConfigError};
+use super::matcher::Level;
+use super::translate::translate;
+
+/// A whole configuration, ready to serve.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    /// Each domain's top level.
+    pub domains: HashMap<String, Level>,
+    /// Every counted limit's rule, across domains.
+    pub rules: Vec<Rule>,
+    /// The files read, sorted.
+    pub files: Vec<PathBuf>,
+    /// A digest of the files' names and contents: what the watcher compares.
+    pub fingerprint: [u8; 32],
+}
+
+/// The files under `path` (itself, if a file), sorted; refused when none can be read.
+pub fn files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| ConfigError::new(path, "(path)", format!("cannot read: {e}")))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut out = Vec::new();
+    walk(path, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConfigError> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| ConfigError::new(dir, "(path)", format!("cannot list: {e}")))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            walk(&path, out)?;
+        } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The files' names and contents, read once: what [`load`] parses and the watcher compares.
+pub fn read(path: &Path) -> Result<Vec<(PathBuf, String)>, ConfigError> {
+    files(path)?
+        .into_iter()
+        .map(|f| {
+            std::fs::read_to_string(&f)
+                .map(|text| (f.clone(), text))
+                .map_err(|e| ConfigError::new(&f, "(file)", format!("cannot read: {e}")))
+        })
+        .collect()
+}
+
+/// A digest of files as [`read`] returns them.
+pub fn fingerprint(files: &[(PathBuf, String)]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for (path, text) in files {
+        h.update(path.to_string_lossy().as_bytes());
+        h.update([0]);
+        h.update(text.as_bytes());
+        h.update([0]);
+    }
+    h.finalize().into()
+}
+
+/// Reads, parses and translates everything under `path`.
+pub fn load(path: &Path) -> Result<Loaded, Vec<ConfigError>> {
+    let files = read(path).map_err(|e| vec![e])?;
+    build(&files)
+}
+
+/// Parses and translates files already read. Two files for one domain are refused (the peer's
+/// default, without `MERGE_DOMAIN_CONFIG`).
+pub fn build(files: &[(PathBuf, String)]) -> Result<Loaded, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let mut loaded = Loaded {
+        files: files.iter().map(|(p, _)| p.clone()).collect(),
+        fingerprint: fingerprint(files),
+        ..Loaded::default()
+    };
+    let mut owners: HashMap<String, PathBuf> = HashMap::new();
+    for (file, text) in files {
+        let parsed = match config::parse(file, text) {
+            Ok(p) => p,
+            Err(e) => {
+                errors.extend(e);
+                continue;
+            }
+        };
+        if let Some(first) = owners.get(&parsed.domain) {
+            errors.push(ConfigError::new(
+                file,
+                "domain",
+                format!(
+                    "duplicate domain '{}' (also in {})",
+                    parsed.domain,
+                    first.display()
+                ),
+            ));
+            continue;
+        }
+        owners.insert(parsed.domain.clone(), file.clone());
+        match translate(&parsed) {
+            Ok(t) => {
+                loaded.rules.extend(t.rules);
+                loaded.domains.insert(parsed.domain, t.level);
+            }
+            Err(e) => errors.extend(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(loaded)
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, text: &str) -> (PathBuf, String) {
+        (PathBuf::from(name), text.to_owned())
+    }
+
+    #[test]
+    fn several_domains_side_by_side_and_a_repeated_domain_refused() {
+        let a = file("a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
+        let b = file("b.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
+        let loaded = build(&[a.clone(), b]).expect("two domains");
+        assert_eq!(loaded.domains.len(), 2);
+        assert_eq!(loaded.rules.len(), 2);
+        let again = file("c.yaml", "domain: a\ndescriptors: []\n");
+        let e = build(&[a, again]).expect_err("duplicate");
+        assert_eq!(
+            e[0].to_string(),
+            "c.yaml: domain: duplicate domain 'a' (also in a.yaml)"
+        );
+    }
+
+    #[test]
+    fn errors_of_every_file_are_listed() {
+        let a = file("a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: nope, requests_per_unit: 1}\n");
+        let b = file("b.yaml", "domain: ''\n");
+        let e = build(&[a, b]).expect_err("both");
+        assert_eq!(e.len(), 2, "{e:?}");
+    }
+
+    #[test]
+    fn a_directory_is_read_recursively_skipping_dotfiles_and_other_names() {
+        let dir = std::env::temp_dir().join(format!("sluice-rl-load-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub")).expect("dir");
+        std::fs::create_dir_all(dir.join("..data")).expect("dir");
+        let text = "domain: x\ndescriptors: []\n";
+        std::fs::write(dir.join("a.yaml"), text).expect("write");
+        std::fs::write(dir.join("sub/b.yml"), text.replace('x', "y")).expect("write");
+        std::fs::write(dir.join("..data/c.yaml"), "broken: [").expect("write");
+        std::fs::write(dir.join(".hidden.yaml"), "broken: [").expect("write");
+        std::fs::write(dir.join("notes.txt"), "hello").expect("write");
+        let loaded = load(&dir).expect("loads");
+        assert_eq!(loaded.files.len(), 2, "{:?}", loaded.files);
+        assert!(loaded.domains.contains_key("x") && loaded.domains.contains_key("y"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,261 @@
+//! A parsed file as sluice sees it: the domain's descriptor tree ([`super::matcher`]) and one
+//! sluice rule per counted limit, validated through core's [`Rule`] like any other rule.
+//!
+//! A limit's rule: the action `rl:<domain>.<descriptor path>` (sanitised to an action name; a
+//! digest of the exact path is appended when sanitising changed it or it is too long), the
+//! algorithm `fixed_window` (clock-aligned windows, as the peer's) unless the descriptor says
+//! `algorithm`, capacity `requests_per_unit` (or `capacity`), window (or rate period) the unit,
+//! mode `shadow` for `shadow_mode` and `quota_mode` descriptors (they never refuse on their own;
+//! the service decides quota mode across descriptors), and the description naming the file.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use sluice_core::duration::Span;
+use sluice_core::limits::MAX_ACTION_LEN;
+use sluice_core::rule::{Limit as RuleLimit, Rate};
+use sluice_core::wire::ratelimit::{owned_description, FILE_OWNED_ACTION_PREFIX};
+use sluice_core::{Algorithm, FieldError, Mode, Rule};
+
+use super::config::{ConfigError, Descriptor, DomainFile, Quota};
+use super::matcher::{Level, Limit, Node};
+
+/// A domain's tree and the rules its limits need.
+#[derive(Debug, Clone, Default)]
+pub struct Translated {
+    /// The domain's top level.
+    pub level: Level,
+    /// One rule per counted limit.
+    pub rules: Vec<Rule>,
+}
+
+/// Translates one file; every refusal is returned.
+pub fn translate(file: &DomainFile) -> Result<Translated, Vec<ConfigError>> {
+    let mut out = Translated::default();
+    let mut errors = Vec::new();
+    let path = file.domain.clone();
+    out.level = level(file, &file.descriptors, &path, &mut out.rules, &mut errors);
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
+}
+
+fn composite(d: &Descriptor) -> String {
+    if d.value.is_empty() {
+        d.key.clone()
+    } else {
+        format!("{}_{}", d.key, d.value)
+    }
+}
+
+fn level(
+    file: &DomainFile,
+    descriptors: &[Descriptor],
+    parent: &str,
+    rules: &mut Vec<Rule>,
+    errors: &mut Vec<ConfigError>,
+) -> Level {
+    let mut out = Level::default();
+    for d in descriptors {
+        let key = composite(d);
+        let path = format!("{parent}.{key}");
+        let limit = d.rate_limit.as_ref().and_then(|rl| {
+            let (action, algorithm) = match rule(file, d, &path) {
+                Ok(Some(r)) => {
+                    let pair = (Some(r.action().as_str().to_owned()), r.algorithm());
+                    rules.push(r);
+                    pair
+                }
+                Ok(None) => (None, Algorithm::FixedWindow),
+                Err(e) => {
+                    errors.push(e);
+                    return None;
+                }
+            };
+            Some(Arc::new(Limit {
+                action,
+                quota: rl.quota.clone(),
+                name: rl.name.clone(),
+                replaces: rl.replaces.clone(),
+                shadow_mode: d.shadow_mode,
+                quota_mode: d.quota_mode,
+                metadata: d.metadata.clone(),
+                algorithm,
+                path: path.clone(),
+            }))
+        });
+        let node = Node {
+            limit,
+            share_threshold: d.share_threshold,
+            level: level(file, &d.descriptors, &path, rules, errors),
+        };
+        out.insert(key, node);
+    }
+    out
+}
+
+/// The action for a descriptor path: readable when the path is already a short action name,
+/// else sanitised and tagged with a digest of the exact path, so two paths never share one.
+pub fn action_for(path: &str) -> String {
+    let plain = format!("{FILE_OWNED_ACTION_PREFIX}{path}");
+    if sluice_core::Action::parse(&plain).is_ok() {
+        return plain;
+    }
+    let digest = Sha256::digest(path.as_bytes());
+    let tag: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let room = MAX_ACTION_LEN - FILE_OWNED_ACTION_PREFIX.len() - tag.len() - 1;
+    let sanitised: String = path
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(room)
+        .collect();
+    format!("{FILE_OWNED_ACTION_PREFIX}{sanitised}-{tag}")
+}
+
+/// The rule a descriptor's limit runs, or `None` when it needs no state (`unlimited`,
+/// `requests_per_unit: 0`).
+fn rule(file: &DomainFile, d: &Descriptor, path: &str) -> Result<Option<Rule>, ConfigError> {
+    let Some(rl) = &d.rate_limit else {
+        return Ok(None);
+    };
+    let Quota::PerUnit {
+        unit,
+        requests_per_unit,
+    } = rl.quota
+    else {
+        return Ok(None);
+    };
+    if requests_per_unit == 0 {
+        return Ok(None);
+    }
+    let at = &d.field;
+    let refuse = |field: String, reason: String| ConfigError {
+        file: file.file.clone(),
+        error: FieldError::new(field, reason),
+    };
+    let algorithm = d.extension.map_or(Algorithm::FixedWindow, |e| e.algorithm);
+    let capacity = d
+        .extension
+        .and_then(|e| e.capacity)
+        .unwrap_or(u64::from(requests_per_unit));
+    let span = Span::from_millis(unit.millis()).ok_or_else(|| {
+        refuse(
+            format!("{at}.rate_limit.unit"),
+            format!(
+                "{unit} is longer than sluice's longest window or period ({}); use week or shorter",
+                Span::from_millis(sluice_core::limits::MAX_SPAN_MS)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default()
+            ),
+        )
+    })?;
+    let limit = if algorithm.uses_rate() {
+        RuleLimit::Rate(Rate {
+            count: u64::from(requests_per_unit),
+            period: span,
+        })
+    } else {
+        RuleLimit::Window(span)
+    };
+    let mode = if d.shadow_mode || d.quota_mode {
+        Mode::Shadow
+    } else {
+        Mode::Enforce
+    };
+    let description = owned_description(&file.file.display().to_string(), path);
+    Rule::new(
+        &action_for(path),
+        algorithm,
+        capacity,
+        limit,
+        mode,
+        &description,
+    )
+    .map_err(|e| {
+        let capacity_set = d.extension.and_then(|x| x.capacity).is_some();
+        let field = match e.field.as_str() {
+            "capacity" if capacity_set => format!("{at}.capacity"),
+            "capacity" | "rate.count" => format!("{at}.rate_limit.requests_per_unit"),
+            "window" | "rate.period" | "rate" => format!("{at}.rate_limit.unit"),
+            "algorithm" => format!("{at}.algorithm"),
+            other => format!("{at}.{other}"),
+        };
+        refuse(field, e.reason)
+    })
+    .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn translated(text: &str) -> Result<Translated, Vec<String>> {
+        let f = super::super::config::parse(Path::new("c.yaml"), text)
+            .map_err(|e| e.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+        translate(&f).map_err(|e| e.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn actions_are_readable_when_they_can_be_and_distinct_always() {
+        assert_eq!(action_for("edge.remote_address"), "rl:edge.remote_address");
+        let a = action_for("edge.path_/api/*/x");
+        let b = action_for("edge.path_/api/?/x");
+        assert!(a.starts_with("rl:edge.path__api___x-"), "{a}");
+        assert_ne!(a, b);
+        let long = action_for(&"x".repeat(200));
+        assert!(sluice_core::Action::parse(&long).is_ok(), "{long}");
+    }
+
+    #[test]
+    fn limits_become_fixed_windows_or_the_algorithm_asked_for() {
+        let t = translated(
+            "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: u\n    algorithm: gcra\n    capacity: 4\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: free\n    rate_limit: {unlimited: true}\n  - key: never\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+        )
+        .expect("translates");
+        assert_eq!(t.rules.len(), 2);
+        let ip = &t.rules[0];
+        assert_eq!(ip.action().as_str(), "rl:d.ip");
+        assert_eq!(ip.algorithm(), Algorithm::FixedWindow);
+        assert_eq!(ip.capacity(), 10);
+        assert_eq!(
+            ip.limit(),
+            RuleLimit::Window(Span::from_millis(60_000).expect("span"))
+        );
+        assert_eq!(
+            sluice_core::wire::ratelimit::file_owner(ip.description()),
+            Some("c.yaml")
+        );
+        let u = &t.rules[1];
+        assert_eq!(
+            (u.algorithm(), u.capacity(), u.mode()),
+            (Algorithm::Gcra, 4, Mode::Shadow)
+        );
+        let never = t.level.children.get("never").and_then(|n| n.limit.clone());
+        assert_eq!(never.and_then(|l| l.action.clone()), None);
+    }
+
+    #[test]
+    fn what_sluice_cannot_run_names_the_field() {
+        let e = translated("domain: d\ndescriptors:\n  - key: m\n    rate_limit: {unit: month, requests_per_unit: 10}\n")
+            .expect_err("month");
+        assert!(
+            e[0].starts_with("c.yaml: descriptors[0].rate_limit.unit: month is longer"),
+            "{e:?}"
+        );
+        let e = translated("domain: d\ndescriptors:\n  - key: m\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n")
+            .expect_err("too many");
+        assert!(
+            e[0].starts_with("c.yaml: descriptors[0].rate_limit.requests_per_unit: "),
+            "{e:?}"
+        );
+    }
+}
