@@ -35,6 +35,7 @@ mod http_store_failure;
 mod key_spray_memory;
 mod lease;
 mod overrides_audit;
+mod ratelimit_config;
 mod redis_sizing;
 mod report_log;
 mod rls;
