@@ -183,7 +183,8 @@ async fn the_peers_answers_for_its_readme_examples() {
     );
     assert_eq!(rig.codes(&[one]).await, (OVER, vec![OVER]));
     // Quota mode: each descriptor over on its own, the request over only when all are.
-    let (a, b): (&[(&str, &str)], &[(&str, &str)]) = (&[("quota_a", "u")], &[("quota_b", "u")]);
+    let a: &[(&str, &str)] = &[("quota_a", "u")];
+    let b: &[(&str, &str)] = &[("quota_b", "u")];
     assert_eq!(rig.codes(&[a, b]).await, (OK, vec![OK, OK]));
     assert_eq!(rig.codes(&[a, b]).await, (OVER, vec![OVER, OVER]));
     let fresh: &[(&str, &str)] = &[("quota_b", "other")];
