@@ -361,9 +361,10 @@ impl RuleForm {
 
 const PLOT_ACTION: &str = "what-if";
 
-/// A number input's text as JSON: a number when it reads as one (so sluice-core judges its value:
-/// `-3`, `1.5`, `0`), otherwise the text itself (so sluice-core says it is not a whole number),
-/// and nothing when empty.
+/// A number input's text as JSON: a number when it reads as one and prints back as typed (so
+/// sluice-core judges its value and quotes it as typed: `-3`, `1.5`, `0`), otherwise the text
+/// itself (so sluice-core says it is not a whole number, quoting the text: `1e3` would otherwise
+/// come back as `got 1000.0`, a number nobody typed), and nothing when empty.
 fn number_or_text(text: &str) -> Option<Value> {
     let text = text.trim();
     if text.is_empty() {
@@ -376,7 +377,9 @@ fn number_or_text(text: &str) -> Option<Value> {
         return Some(Value::from(n));
     }
     if let Some(n) = text.parse::<f64>().ok().and_then(Number::from_f64) {
-        return Some(Value::Number(n));
+        if n.to_string() == text {
+            return Some(Value::Number(n));
+        }
     }
     Some(Value::from(text))
 }
@@ -455,6 +458,20 @@ mod tests {
             .field,
             Field::Capacity
         );
+        // Each message is true for the field and quotes what was typed.
+        let says = |capacity: &str| {
+            error_of(&RuleForm {
+                capacity: capacity.into(),
+                ..form()
+            })
+            .message
+        };
+        assert_eq!(says("-1"), "must be a whole number (1 or more); got -1");
+        assert_eq!(
+            says("1e3"),
+            r#"must be a whole number (1 or more); got "1e3""#
+        );
+        assert_eq!(says("1.5"), "must be a whole number (1 or more); got 1.5");
         assert_eq!(
             error_of(&RuleForm {
                 capacity: " ".into(),

@@ -20,6 +20,7 @@
 //! | `rules_view.rs` (overrides under a rule), `editor.rs` | [`overrides`] | an action's overrides, an override's URL, keys a browser cannot put in a path |
 //! | `reset.rs` (live view, key view) | [`reset`] | the reset URL and what a reset removed |
 //! | `audit.rs` | [`audit`] | the audit trail newest first, the kind in words, before → after by field |
+//! | `mod.rs` (the header's badge) | [`freshness`] | live, late, stale from the time since the last event |
 //! | `store_health.rs` (in the live view) | [`store_health`] | the store line and warning banner; the eviction rate from successive snapshots |
 //! | `api.rs` (the admin API calls) | [`api`] | [`api::ServerError`]: how a failed call is described |
 //!
@@ -36,6 +37,7 @@ pub mod api;
 pub mod audit;
 pub mod editor;
 pub mod format;
+pub mod freshness;
 pub mod history;
 pub mod keys;
 pub mod live_view;

@@ -26,7 +26,7 @@ pub use all::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleChec
 pub use audit::{AuditBody, AuditEntry, AuditKind, ResetBody};
 pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 pub use error::{ApiError, ErrorCode};
-pub use events::EventKind;
+pub use events::{EventKind, Heartbeat, HEARTBEAT_MS};
 pub use health::{HealthBody, ReadyBody, StoreHealth};
 pub use history::{
     ActionHistory, HistoryBody, HistoryRange, StepCounts, HISTORY_SPAN_MS, HISTORY_STEP_MS,

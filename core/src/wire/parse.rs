@@ -87,7 +87,7 @@ fn refusal(path: &str, message: &str, whole: &str) -> FieldError {
             format!("must be one of {expected}; got {got:?}"),
         );
     }
-    let reason = plain(message);
+    let reason = plain(message, path);
     if parent.is_empty() {
         return FieldError::new(whole, reason);
     }
@@ -97,7 +97,7 @@ fn refusal(path: &str, message: &str, whole: &str) -> FieldError {
 /// serde's type complaints in the words of the API docs: `invalid value: integer `-3`, expected
 /// u64` becomes `must be a whole number; got -3`, and a null where a value is needed becomes
 /// `is required`. Anything else (a duration's own message, say) is already plain and kept.
-fn plain(message: &str) -> String {
+fn plain(message: &str, path: &str) -> String {
     let Some((got, wanted)) = message
         .strip_prefix("invalid type: ")
         .or_else(|| message.strip_prefix("invalid value: "))
@@ -109,7 +109,7 @@ fn plain(message: &str) -> String {
         return "is required".to_owned();
     }
     let wanted = match wanted {
-        "u64" | "u32" | "usize" => "a whole number (0 or more)",
+        "u64" | "u32" | "usize" => whole_number(path),
         w if w.starts_with("struct ") || w.starts_with("a map") => "a JSON object",
         w => w,
     };
@@ -125,6 +125,15 @@ fn plain(message: &str) -> String {
         }
     };
     format!("must be {wanted}; got {got}")
+}
+
+/// What a whole-number field takes, in words true for that field: the fields that refuse 0 say
+/// so (a `-1` told "0 or more" would try 0 next and be refused again); the rest take 0.
+fn whole_number(path: &str) -> &'static str {
+    match path.rsplit('.').next().unwrap_or(path) {
+        "capacity" | "count" | "period" | "timeout_ms" => "a whole number (1 or more)",
+        _ => "a whole number (0 or more)",
+    }
 }
 
 fn quoted_after<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
@@ -186,16 +195,20 @@ mod tests {
         };
         assert_eq!(
             reason(&rule("-3")),
-            "must be a whole number (0 or more); got -3"
+            "must be a whole number (1 or more); got -3"
         );
         assert_eq!(
             reason(&rule("1.5")),
-            "must be a whole number (0 or more); got 1.5"
+            "must be a whole number (1 or more); got 1.5"
         );
         assert_eq!(
             reason(&rule(r#""16""#)),
-            r#"must be a whole number (0 or more); got "16""#
+            r#"must be a whole number (1 or more); got "16""#
         );
+        // A field that takes 0 says so.
+        let e = from_slice::<ThrottleRequest>(br#"{"action":"a","key":"k","quantity":-1}"#, "body")
+            .unwrap_err();
+        assert_eq!(e.reason, "must be a whole number (0 or more); got -1");
         assert_eq!(reason(&rule("null")), "is required");
         assert_eq!(
             reason(r#"{"action":"a","algorithm":"magic","capacity":1}"#),

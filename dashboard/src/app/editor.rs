@@ -163,7 +163,8 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
             store(rule);
         } else {
             confirming.set(Some((rule, changes)));
-            focus("confirm-save");
+            // The safe answer has the focus: Enter twice must not save a 20x change.
+            focus("keep-editing");
         }
     };
     let cancel = move |_| ctx.editing.set(None);

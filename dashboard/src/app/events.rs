@@ -1,5 +1,7 @@
 //! The SSE stream (`GET /v1/events`): rules on connect and on change, level snapshots about
-//! twice a second. `EventSource` cannot send headers; the session cookie authenticates it.
+//! twice a second, a heartbeat every second (each noted in `Ctx::last_event`, which the header's
+//! badge turns amber, then red, when they stop). `EventSource` cannot send headers; the session
+//! cookie authenticates it.
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -30,7 +32,10 @@ pub fn connect(ctx: Ctx) {
     let on_rules = Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
         if let Some(text) = event.data().as_string() {
             match serde_json::from_str::<RulesBody>(&text) {
-                Ok(body) => ctx.apply_rules(body),
+                Ok(body) => {
+                    ctx.heard();
+                    ctx.apply_rules(body)
+                }
                 Err(e) => ctx.fail(format!("could not read a rules update: {e}")),
             }
         }
@@ -39,9 +44,14 @@ pub fn connect(ctx: Ctx) {
         if let Some(text) = event.data().as_string() {
             if let Ok(body) = serde_json::from_str::<LevelsBody>(&text) {
                 ctx.levels.set(body);
+                ctx.heard();
                 ctx.link.set(Link::Live);
             }
         }
+    });
+    let on_heartbeat = Closure::<dyn FnMut(MessageEvent)>::new(move |_: MessageEvent| {
+        ctx.heard();
+        ctx.link.set(Link::Live);
     });
     let on_open = Closure::<dyn FnMut()>::new(move || ctx.link.set(Link::Live));
     let on_error = Closure::<dyn FnMut()>::new(move || {
@@ -66,11 +76,16 @@ pub fn connect(ctx: Ctx) {
         EventKind::Levels.name(),
         on_levels.as_ref().unchecked_ref(),
     );
+    let _ = source.add_event_listener_with_callback(
+        EventKind::Heartbeat.name(),
+        on_heartbeat.as_ref().unchecked_ref(),
+    );
     source.set_onopen(Some(on_open.as_ref().unchecked_ref()));
     source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     // The handlers live as long as the page; one set per sign-in.
     on_rules.forget();
     on_levels.forget();
+    on_heartbeat.forget();
     on_open.forget();
     on_error.forget();
     SOURCE.with(|s| *s.borrow_mut() = Some(source));

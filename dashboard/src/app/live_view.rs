@@ -15,7 +15,7 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
         <section class="card live" aria-labelledby="live-title">
             <div class="section-head">
                 <h2 id="live-title">"Live"</h2>
-                <p class="hint">"The fullest keys of each action, updated twice a second."</p>
+                <p class="hint">"The fullest keys of each action, updated twice a second while the badge above is green."</p>
             </div>
             <StorePanel ctx=ctx />
             <Show

@@ -22,6 +22,7 @@ use sluice_core::wire::{HistoryBody, HistoryRange, LevelsBody, RulesBody};
 
 use crate::api::ServerError;
 use crate::editor::{EditMode, RuleForm};
+use crate::freshness::{badge_text, Freshness};
 
 /// Mounts the page.
 pub fn start() {
@@ -108,6 +109,15 @@ pub struct Ctx {
     pub range: RwSignal<HistoryRange>,
     /// The key the one-user view looks up (set by its search box or a top-denied link).
     pub key: RwSignal<Option<String>>,
+    /// When the event stream last said anything (browser clock, ms): the badge's freshness.
+    pub last_event: RwSignal<Option<f64>>,
+    /// The browser clock, ticked every second, so "updated N s ago" counts on its own.
+    pub clock: RwSignal<f64>,
+}
+
+/// The browser's clock, in ms since the epoch.
+pub fn now_ms() -> f64 {
+    web_sys::js_sys::Date::now()
 }
 
 impl Ctx {
@@ -124,7 +134,14 @@ impl Ctx {
             history_error: RwSignal::new(None),
             range: RwSignal::new(HistoryRange::FiveMinutes),
             key: RwSignal::new(None),
+            last_event: RwSignal::new(None),
+            clock: RwSignal::new(now_ms()),
         }
+    }
+
+    /// Notes that the event stream said something just now.
+    pub fn heard(self) {
+        self.last_event.set(Some(now_ms()));
     }
 
     /// Reads the history for the chosen range (every few seconds while signed in, and at once
@@ -233,6 +250,7 @@ fn App() -> impl IntoView {
         move || ctx.refresh_history(),
         Duration::from_millis(HISTORY_REFRESH_MS),
     );
+    let _ = set_interval_with_handle(move || ctx.clock.set(now_ms()), Duration::from_secs(1));
     view! {
         <header class="top">
             <div class="brand">
@@ -328,13 +346,25 @@ fn TabButton(ctx: Ctx, tab: Tab, label: &'static str) -> impl IntoView {
 
 #[component]
 fn LinkBadge(ctx: Ctx) -> impl IntoView {
-    let text = move || match ctx.link.get() {
-        Link::Live => "live",
-        Link::Connecting => "connecting",
-        Link::Lost => "offline",
-    };
+    // Silence is what a stopped backend sends: the badge counts the time since the last event
+    // (heartbeats come every second), not only the stream's state.
+    let state = Memo::new(move |_| {
+        let link = ctx.link.get();
+        Freshness::at(
+            link == Link::Live,
+            link == Link::Connecting,
+            ctx.last_event.get(),
+            ctx.clock.get(),
+        )
+    });
+    let text = move || badge_text(state.get(), ctx.last_event.get(), ctx.clock.get());
     view! {
-        <span class=move || format!("badge link-{}", text()) role="status" aria-live="polite">
+        <span
+            class=move || format!("badge link-{}", state.get().class())
+            id="link-badge"
+            role="status"
+            title="How long ago the backend last sent an update: amber after 3 s without one, red after 10 s"
+        >
             {text}
         </span>
     }

@@ -62,7 +62,7 @@ pub fn WhatIf(params: Signal<Option<Params>>, baseline: Option<Params>) -> impl 
         // Unchanged rules need no second line.
         let saved = baseline
             .filter(|b| *b != p)
-            .map(|b| simulation::simulate(&b, pattern.get(), rate, horizon));
+            .map(|b| simulation::simulate_on_traffic_of(&b, &p, pattern.get(), rate, horizon));
         Some(Charts::compared(&edited, saved.as_ref()))
     });
     let comparing =
