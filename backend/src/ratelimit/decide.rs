@@ -141,6 +141,7 @@ pub async fn answer(
     started: Instant,
 ) -> Result<RateLimitResponse, AnswerError> {
     let hits = hits(request).map_err(AnswerError::Invalid)?;
+    tracing::debug!(domain = %request.domain, ?hits, descriptors = ?request.descriptors, "ratelimit config request");
     let rules = app.rules.current();
     let slots: Vec<Slot<'_>> = matches(level, request)
         .into_iter()
