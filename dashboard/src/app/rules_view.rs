@@ -132,6 +132,8 @@ fn Row(
         Memo::new(move |_| overrides_of(&ctx.rules.get(), &action))
     };
     let description = row.description.clone();
+    // A rule a ratelimit config owns is edited in its file: no Edit or Delete (its description names the file).
+    let owned = sluice_core::wire::ratelimit::file_owner(&description).is_some();
     view! {
         <tr data-action=action.clone()>
             <th scope="row" data-label="Action">
@@ -152,9 +154,9 @@ fn Row(
                         let ask = ask.clone();
                         let add = add.clone();
                         view! {
-                            <button class="edit" on:click=edit>"Edit"</button>
+                            <button class="edit" hidden=owned on:click=edit>"Edit"</button>
                             <button class="add-override" on:click=add>"Add override"</button>
-                            <button class="danger-quiet delete" on:click=ask>"Delete"</button>
+                            <button class="danger-quiet delete" hidden=owned on:click=ask>"Delete"</button>
                         }
                     }
                 >
