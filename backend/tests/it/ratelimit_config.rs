@@ -20,7 +20,8 @@ use sluice_backend::{Config, StoreChoice};
 use tonic::transport::Channel;
 
 use crate::grpc_rig::GrpcRig;
-use crate::harness::{eventually, Sluice, TOKEN};
+use crate::harness::{eventually, redis, Sluice, TOKEN};
+use crate::support::RedisServer;
 
 type Rig = GrpcRig<RateLimitServiceClient<Channel>>;
 
@@ -331,5 +332,53 @@ async fn a_bad_file_stops_the_start_naming_the_field() {
         ),
         "{e}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_redis_share_the_buckets_and_both_see_a_change() {
+    let server = RedisServer::start();
+    let dir = config_dir("replicas", "domain: messaging\ndescriptors:\n  - key: to_number\n    rate_limit: {unit: day, requests_per_unit: 2}\n");
+    let start_one = || {
+        let mut config = Config::new(redis(&server.url()), TOKEN);
+        config.ratelimit_config = Some(dir.clone());
+        Rig::start_with(config)
+    };
+    let (a, b) = (start_one().await, start_one().await);
+    let number: &[(&str, &str)] = &[("to_number", "1")];
+    assert_eq!(a.codes(&[number]).await.0, OK);
+    assert_eq!(b.codes(&[number]).await.0, OK);
+    assert_eq!(
+        a.codes(&[number]).await.0,
+        OVER,
+        "one bucket for both replicas"
+    );
+    assert_eq!(b.codes(&[number]).await.0, OVER);
+    std::fs::write(
+        dir.join("config.yaml"),
+        "domain: messaging\ndescriptors:\n  - key: to_number\n    rate_limit: {unit: day, requests_per_unit: 4}\n",
+    )
+    .unwrap();
+    let attempt = std::sync::atomic::AtomicU32::new(0);
+    for rig in [&a, &b] {
+        eventually(
+            Duration::from_secs(2),
+            "the raised limit on each replica",
+            || async {
+                // A fresh number each attempt: three hits pass only under the raised limit.
+                let n = attempt
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    .to_string();
+                let fresh: &[(&str, &str)] = &[("to_number", &n)];
+                for _ in 0..3 {
+                    if rig.codes(&[fresh]).await.0 != OK {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
