@@ -321,3 +321,5 @@ await import('./ops.test.mjs');
 // Per-key overrides, resetting a key (live view and key view) and the audit page (issue 13), on a
 // stack of their own too: overrides.test.mjs.
 await import('./overrides.test.mjs');
+// The badge when the backend stops in place (issue 24), in a stack of its own: incident.test.mjs.
+await import('./incident.test.mjs');

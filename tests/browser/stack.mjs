@@ -123,7 +123,8 @@ export async function startStack({
       sluice.once('exit', () => resolve());
       stop(sluice);
     });
-    return { admin, decision, grpcPort, token, redisPort, stop: stopAll, stopSluice };
+    // `sluicePid`: to stop the process in place (SIGSTOP: a hung backend that closes nothing).
+    return { admin, decision, grpcPort, token, redisPort, sluicePid: sluice.pid, stop: stopAll, stopSluice };
   } catch (e) {
     stopAll();
     throw e;
