@@ -25,7 +25,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf as pb;
-use sluice_core::limits::MAX_QUANTITY;
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
@@ -35,7 +34,7 @@ use crate::app::App;
 use crate::clock::now_ms;
 use crate::deadline::{Deadline, DecideError};
 use crate::decide::{decide, decide_all};
-use crate::grpc::rls::request::MAX_DESCRIPTORS;
+use crate::grpc::rls::request::{check_shape, hits_as_sent};
 use crate::grpc::rls::response::{self, Answer};
 use crate::store::CheckRequest;
 
@@ -57,50 +56,15 @@ struct Slot<'r> {
     quantity: u64,
 }
 
-/// The hits of each descriptor as the peer counts them, after the checks sluice's RLS makes on
-/// every request (each refusal names its field).
+/// The hits of each descriptor as the peer counts them (a descriptor's `hits_addend` of 0 checks
+/// without debiting), after the checks sluice's RLS makes on every request.
 pub fn hits(request: &RateLimitRequest) -> Result<Vec<u64>, FieldError> {
-    if request.domain.is_empty() {
-        return Err(FieldError::new("domain", "must not be empty"));
-    }
-    if request.descriptors.is_empty() {
-        return Err(FieldError::new("descriptors", "must not be empty"));
-    }
-    if request.descriptors.len() > MAX_DESCRIPTORS {
-        return Err(FieldError::new(
-            "descriptors",
-            format!(
-                "at most {MAX_DESCRIPTORS} descriptors; got {}",
-                request.descriptors.len()
-            ),
-        ));
-    }
+    check_shape(request)?;
     request
         .descriptors
         .iter()
         .enumerate()
-        .map(|(i, d)| {
-            if d.is_negative_hits {
-                return Err(FieldError::new(
-                    format!("descriptors[{i}].is_negative_hits"),
-                    "sluice never returns quota (a denied request consumes nothing already)",
-                ));
-            }
-            if d.limit.is_some() {
-                return Err(FieldError::new(
-                    format!("descriptors[{i}].limit"),
-                    "per-descriptor limit overrides are not supported; put the limit in the ratelimit config",
-                ));
-            }
-            let (hits, field) = match &d.hits_addend {
-                Some(h) => (h.value, format!("descriptors[{i}].hits_addend")),
-                None => (u64::from(request.hits_addend).max(1), "hits_addend".to_owned()),
-            };
-            if hits > MAX_QUANTITY {
-                return Err(FieldError::new(field, format!("must be at most {MAX_QUANTITY}; got {hits}")));
-            }
-            Ok(hits)
-        })
+        .map(|(i, d)| hits_as_sent(i, d, request.hits_addend))
         .collect()
 }
 

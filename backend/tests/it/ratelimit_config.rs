@@ -94,6 +94,15 @@ fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescripto
 }
 
 impl Rig {
+    /// `GET path` on the admin listener with the token, as JSON.
+    async fn admin_json(&self, path: &str) -> Value {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.admin))
+            .bearer_auth(TOKEN);
+        r.send().await.unwrap().json().await.unwrap()
+    }
+
     async fn ask_configured(&self, descriptors: Vec<RateLimitDescriptor>) -> RateLimitResponse {
         let mut rls = self.client.clone();
         let request = RateLimitRequest {
@@ -252,16 +261,7 @@ async fn a_change_applies_within_a_second_and_a_bad_edit_keeps_the_last_good() {
     assert_eq!(rig.codes(&[number]).await.0, OK);
     assert_eq!(rig.codes(&[number]).await.0, OVER);
     // The file's rule in the admin API, owned by the file and refused to edits.
-    let rules: Value = rig
-        .http
-        .get(format!("{}/v1/rules", rig.admin))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rules = rig.admin_json("/v1/rules").await;
     let rule = rules["rules"]
         .as_array()
         .unwrap()
@@ -298,16 +298,7 @@ async fn a_change_applies_within_a_second_and_a_bad_edit_keeps_the_last_good() {
         "{:?}",
         changed.elapsed()
     );
-    let audit: Value = rig
-        .http
-        .get(format!("{}/v1/audit", rig.admin))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let audit = rig.admin_json("/v1/audit").await;
     let entry = &audit["entries"][0];
     assert_eq!(entry["who"], "ratelimit-config", "{audit}");
     assert_eq!(entry["after"]["algorithm"], "sliding_window", "{audit}");

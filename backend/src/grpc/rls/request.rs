@@ -1,6 +1,7 @@
 //! A `RateLimitRequest` as sluice checks: one (action, key, quantity) per descriptor, through
 //! core's one mapping ([`sluice_core::descriptor::to_check`]). Every refusal names its field.
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_core::descriptor::to_check;
 use sluice_core::limits::MAX_QUANTITY;
@@ -20,8 +21,9 @@ pub struct Check {
     pub quantity: u64,
 }
 
-/// The checks of a request, in descriptor order, or the first field sluice refuses.
-pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
+/// The checks every request passes, whichever configuration answers it: a domain, 1 to
+/// [`MAX_DESCRIPTORS`] descriptors.
+pub fn check_shape(request: &RateLimitRequest) -> Result<(), FieldError> {
     if request.domain.is_empty() {
         return Err(FieldError::new("domain", "must not be empty"));
     }
@@ -37,33 +39,51 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
             ),
         ));
     }
+    Ok(())
+}
+
+/// Descriptor `index`'s hits as Envoy sent them: its own `hits_addend` when set (0 included),
+/// else the request's with 0 meaning 1; at most [`MAX_QUANTITY`]. Refuses what sluice never
+/// does: negative hits and per-descriptor limit overrides.
+pub fn hits_as_sent(
+    index: usize,
+    descriptor: &RateLimitDescriptor,
+    request_hits: u32,
+) -> Result<u64, FieldError> {
+    if descriptor.is_negative_hits {
+        return Err(FieldError::new(
+            format!("descriptors[{index}].is_negative_hits"),
+            "sluice never returns quota (a denied request consumes nothing already)",
+        ));
+    }
+    if descriptor.limit.is_some() {
+        return Err(FieldError::new(
+            format!("descriptors[{index}].limit"),
+            "per-descriptor limit overrides are not supported: limits are sluice rules (admin API, rules file) or the ratelimit config",
+        ));
+    }
+    let (hits, field) = match &descriptor.hits_addend {
+        Some(h) => (h.value, format!("descriptors[{index}].hits_addend")),
+        None => (u64::from(request_hits).max(1), "hits_addend".to_owned()),
+    };
+    if hits > MAX_QUANTITY {
+        return Err(FieldError::new(
+            field,
+            format!("must be at most {MAX_QUANTITY}; got {hits}"),
+        ));
+    }
+    Ok(hits)
+}
+
+/// The checks of a request, in descriptor order, or the first field sluice refuses.
+pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
+    check_shape(request)?;
     request
         .descriptors
         .iter()
         .enumerate()
         .map(|(index, descriptor)| {
-            if descriptor.is_negative_hits {
-                return Err(FieldError::new(
-                    format!("descriptors[{index}].is_negative_hits"),
-                    "sluice never returns quota (a denied request consumes nothing already)",
-                ));
-            }
-            if descriptor.limit.is_some() {
-                return Err(FieldError::new(
-                    format!("descriptors[{index}].limit"),
-                    "limits are sluice rules (admin API or rules file), not descriptor overrides",
-                ));
-            }
-            let (quantity, field) = match &descriptor.hits_addend {
-                Some(h) => (h.value, format!("descriptors[{index}].hits_addend")),
-                None => (u64::from(request.hits_addend), "hits_addend".to_owned()),
-            };
-            if quantity > MAX_QUANTITY {
-                return Err(FieldError::new(
-                    field,
-                    format!("must be at most {MAX_QUANTITY}; got {quantity}"),
-                ));
-            }
+            let quantity = hits_as_sent(index, descriptor, request.hits_addend)?;
             let entries = descriptor
                 .entries
                 .iter()
@@ -82,7 +102,6 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
 mod tests {
     use super::*;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::google::protobuf::UInt64Value;
 
     fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
