@@ -352,37 +352,13 @@ fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use envoy_types::pb::google::protobuf::UInt64Value;
+    use crate::grpc::rls::request::tests::{descriptor, request};
     use std::path::PathBuf;
 
     fn level(yaml: &str) -> Level {
         let loaded = super::super::load::build(&[(PathBuf::from("c.yaml"), yaml.to_owned())])
             .expect("loads");
         loaded.domains.into_values().next().expect("one domain")
-    }
-
-    fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
-        RateLimitDescriptor {
-            entries: entries
-                .iter()
-                .map(|(k, v)| Entry {
-                    key: (*k).into(),
-                    value: (*v).into(),
-                })
-                .collect(),
-            hits_addend: hits.map(|value| UInt64Value { value }),
-            ..Default::default()
-        }
-    }
-
-    fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
-        RateLimitRequest {
-            domain: "d".into(),
-            descriptors,
-            hits_addend: hits,
-        }
     }
 
     /// Each descriptor's matched (path, key), or None.

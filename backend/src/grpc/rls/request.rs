@@ -99,12 +99,14 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use envoy_types::pb::google::protobuf::UInt64Value;
 
-    fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
+    /// A descriptor of `entries` with its own `hits_addend` if given (also for the ratelimit
+    /// config's tests).
+    pub(crate) fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
         RateLimitDescriptor {
             entries: entries
                 .iter()
@@ -118,7 +120,8 @@ mod tests {
         }
     }
 
-    fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+    /// A request of domain `edge`.
+    pub(crate) fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
         RateLimitRequest {
             domain: "edge".into(),
             descriptors,
