@@ -167,7 +167,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    let auth = Auth::new(&config.admin_token)?;
+    let auth = Auth::for_config(&config.admin_token, &config.admin_identities)?;
     let store = open_store(config.store, config.max_keys).await?;
 
     let snapshot = store.load_rules().await.map_err(|source| RunError::Rules {

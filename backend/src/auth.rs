@@ -11,6 +11,16 @@
 //! The MAC is RustCrypto's `hmac` over `sha2` (RFC 2104, tested against RFC 4231), keyed once
 //! here and cloned per use, and every check goes through its constant-time `verify_slice`: no
 //! hand-rolled MAC and no hand-written comparison.
+//!
+//! # Named identities
+//!
+//! Several admins may each hold a token of their own, with a name (`--admin-tokens-file`: one
+//! `name token` per line), so the audit trail says who made a change. `--admin-token` alone is
+//! one identity named [`DEFAULT_ADMIN_NAME`]. A candidate token is compared with every
+//! identity's tag (all of them, whatever matches first, so the time says nothing about which).
+//! A session carries its name inside the signed cookie (`nonce.expiry.hexname.mac`), so every
+//! replica knows who it is without a session store. With one identity, sessions are keyed by
+//! its token as before; with several, by all of them: changing any token ends every session.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,6 +38,11 @@ pub const SESSION_COOKIE: &str = "sluice_session";
 /// How long a session lasts.
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
 
+/// The name of the identity `--admin-token` signs in as.
+pub const DEFAULT_ADMIN_NAME: &str = "admin";
+/// Longest identity name.
+pub const MAX_ADMIN_NAME_LEN: usize = 32;
+
 /// Key of the MAC that turns a token into a fixed-length tag for comparison (kept apart from the
 /// session MAC, which is keyed by the token itself).
 const TOKEN_TAG_KEY: &[u8] = b"sluice admin token tag v1";
@@ -41,6 +56,71 @@ pub enum AuthError {
     /// this does not happen with `hmac`'s HMAC-SHA256; it is passed on rather than assumed away.
     #[error("the admin token cannot key HMAC-SHA256: {0}")]
     Key(InvalidLength),
+    /// No identity at all (neither `--admin-token` nor a tokens file).
+    #[error("no admin token: give --admin-token or --admin-tokens-file")]
+    NoIdentity,
+}
+
+/// Why a tokens file was refused (`--admin-tokens-file`), naming the line.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct TokensFileError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Whether `name` may name an identity: 1 to [`MAX_ADMIN_NAME_LEN`] of `[A-Za-z0-9_.@-]`.
+pub fn valid_admin_name(name: &str) -> bool {
+    (1..=MAX_ADMIN_NAME_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.@-".contains(&b))
+}
+
+/// Parses a tokens file: one `name token` per line (blank lines and `#` comments skipped);
+/// names valid and distinct, tokens at least 16 characters and distinct.
+pub fn parse_tokens_file(text: &str) -> Result<Vec<(String, String)>, TokensFileError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let refuse = |reason: &str| TokensFileError {
+            line: i + 1,
+            reason: reason.to_owned(),
+        };
+        let mut parts = line.split_whitespace();
+        let (Some(name), Some(token), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(refuse("expected `name token`"));
+        };
+        if !valid_admin_name(name) {
+            return Err(refuse(&format!(
+                "the name must be 1-{MAX_ADMIN_NAME_LEN} of [A-Za-z0-9_.@-]"
+            )));
+        }
+        if token.len() < 16 {
+            return Err(refuse("the token must be at least 16 characters"));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(refuse("the name is given twice"));
+        }
+        if out.iter().any(|(_, t)| t == token) {
+            return Err(refuse(
+                "the token is given twice (each admin needs their own)",
+            ));
+        }
+        out.push((name.to_owned(), token.to_owned()));
+    }
+    if out.is_empty() {
+        return Err(TokensFileError {
+            line: 0,
+            reason: "no `name token` line".to_owned(),
+        });
+    }
+    Ok(out)
 }
 
 /// HMAC-SHA256 keyed by `key`, ready to be cloned and fed.
@@ -48,13 +128,14 @@ fn keyed(key: &[u8]) -> Result<HmacSha256, AuthError> {
     <HmacSha256 as Mac>::new_from_slice(key).map_err(AuthError::Key)
 }
 
-/// The admin token and the sessions derived from it.
+/// The admin identities and the sessions derived from them.
 pub struct Auth {
     /// Keyed by [`TOKEN_TAG_KEY`]: tags candidate tokens.
     tagger: HmacSha256,
-    /// The tag of the admin token.
-    token_tag: [u8; 32],
-    /// Keyed by the admin token: signs and checks session cookies.
+    /// Each identity's name and the tag of its token.
+    tokens: Vec<(String, [u8; 32])>,
+    /// Keyed by the token (or, with several identities, all of them): signs and checks session
+    /// cookies.
     sessions: HmacSha256,
     /// Logged-out nonces and their expiry (seconds since the epoch).
     revoked: Mutex<HashMap<String, u64>>,
@@ -68,53 +149,118 @@ pub fn generate_token() -> String {
 }
 
 impl Auth {
-    /// Auth for `token`.
+    /// Auth for `token` alone, named [`DEFAULT_ADMIN_NAME`].
     pub fn new(token: &str) -> Result<Auth, AuthError> {
+        Auth::named(&[(DEFAULT_ADMIN_NAME.to_owned(), token.to_owned())])
+    }
+
+    /// Auth for `admin_token` (named [`DEFAULT_ADMIN_NAME`]; empty: none) and the named
+    /// identities of a tokens file.
+    pub fn for_config(admin_token: &str, named: &[(String, String)]) -> Result<Auth, AuthError> {
+        let mut all = Vec::with_capacity(named.len() + 1);
+        if !admin_token.is_empty() {
+            all.push((DEFAULT_ADMIN_NAME.to_owned(), admin_token.to_owned()));
+        }
+        all.extend(named.iter().cloned());
+        Auth::named(&all)
+    }
+
+    /// Auth for `(name, token)` identities (at least one).
+    pub fn named(identities: &[(String, String)]) -> Result<Auth, AuthError> {
         let tagger = keyed(TOKEN_TAG_KEY)?;
-        let token_tag = tagger
-            .clone()
-            .chain_update(token.as_bytes())
-            .finalize()
-            .into_bytes()
-            .into();
+        let tokens = identities
+            .iter()
+            .map(|(name, token)| {
+                let tag = tagger
+                    .clone()
+                    .chain_update(token.as_bytes())
+                    .finalize()
+                    .into_bytes()
+                    .into();
+                (name.clone(), tag)
+            })
+            .collect();
+        let sessions = match identities {
+            [] => return Err(AuthError::NoIdentity),
+            [(_, token)] => keyed(token.as_bytes())?,
+            several => {
+                let mut key = Vec::new();
+                for (name, token) in several {
+                    key.extend_from_slice(name.as_bytes());
+                    key.push(0);
+                    key.extend_from_slice(token.as_bytes());
+                    key.push(0);
+                }
+                keyed(&key)?
+            }
+        };
         Ok(Auth {
             tagger,
-            token_tag,
-            sessions: keyed(token.as_bytes())?,
+            tokens,
+            sessions,
             revoked: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Whether `candidate` is the admin token (constant time).
-    pub fn token_matches(&self, candidate: &str) -> bool {
-        self.tagger
-            .clone()
-            .chain_update(candidate.as_bytes())
-            .verify_slice(&self.token_tag)
-            .is_ok()
+    /// The name of the identity whose token `candidate` is. Every identity's tag is checked, in
+    /// constant time each, whatever matched before.
+    pub fn identify(&self, candidate: &str) -> Option<&str> {
+        let mac = self.tagger.clone().chain_update(candidate.as_bytes());
+        let mut found = None;
+        for (name, tag) in &self.tokens {
+            if mac.clone().verify_slice(tag).is_ok() && found.is_none() {
+                found = Some(name.as_str());
+            }
+        }
+        found
     }
 
-    /// Whether an `Authorization` header value carries the admin token.
-    pub fn bearer_matches(&self, header: &str) -> bool {
+    /// Whether `candidate` is an admin token (constant time).
+    pub fn token_matches(&self, candidate: &str) -> bool {
+        self.identify(candidate).is_some()
+    }
+
+    /// The identity an `Authorization` header's Bearer token names.
+    pub fn bearer_name(&self, header: &str) -> Option<&str> {
         let mut parts = header.trim().splitn(2, ' ');
         match (parts.next(), parts.next()) {
             (Some(scheme), Some(token)) if scheme.eq_ignore_ascii_case("bearer") => {
-                self.token_matches(token.trim())
+                self.identify(token.trim())
             }
-            _ => false,
+            _ => None,
         }
     }
 
-    /// A new session cookie value, valid for [`SESSION_TTL`].
-    pub fn new_session(&self) -> String {
-        self.new_session_at(clock::now_secs())
+    /// Whether an `Authorization` header value carries an admin token.
+    pub fn bearer_matches(&self, header: &str) -> bool {
+        self.bearer_name(header).is_some()
     }
 
-    fn new_session_at(&self, now_secs: u64) -> String {
+    /// Every identity's name, in the order given.
+    pub fn names(&self) -> Vec<&str> {
+        self.tokens.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// A new session cookie value for the first identity, valid for [`SESSION_TTL`].
+    pub fn new_session(&self) -> String {
+        let name = self.tokens.first().map_or(DEFAULT_ADMIN_NAME, |(n, _)| n);
+        self.new_session_at(name, clock::now_secs())
+    }
+
+    /// A new session cookie value for the identity `name`, valid for [`SESSION_TTL`].
+    pub fn new_session_for(&self, name: &str) -> String {
+        self.new_session_at(name, clock::now_secs())
+    }
+
+    fn new_session_at(&self, name: &str, now_secs: u64) -> String {
         let mut nonce = [0u8; 16];
         rand::rng().fill_bytes(&mut nonce);
         let expiry = now_secs.saturating_add(SESSION_TTL.as_secs());
-        let payload = format!("{}.{expiry}", hex::encode(nonce));
+        let payload = format!(
+            "{}.{expiry}.{}",
+            hex::encode(nonce),
+            hex::encode(name.as_bytes())
+        );
         let mac = self
             .sessions
             .clone()
@@ -126,36 +272,40 @@ impl Auth {
 
     /// Whether a session cookie value is genuine, unexpired and not logged out here.
     pub fn session_valid(&self, value: &str) -> bool {
-        self.session_valid_at(value, clock::now_secs())
+        self.session_name(value).is_some()
+    }
+
+    /// The identity of a genuine, unexpired session not logged out here.
+    pub fn session_name(&self, value: &str) -> Option<String> {
+        self.session_name_at(value, clock::now_secs())
     }
 
     fn session_valid_at(&self, value: &str, now_secs: u64) -> bool {
-        let Some((payload, mac_hex)) = value.rsplit_once('.') else {
-            return false;
-        };
-        let Some((nonce, expiry)) = payload.split_once('.') else {
-            return false;
-        };
-        let Ok(mac) = hex::decode(mac_hex) else {
-            return false;
-        };
-        let genuine = self
-            .sessions
+        self.session_name_at(value, now_secs).is_some()
+    }
+
+    fn session_name_at(&self, value: &str, now_secs: u64) -> Option<String> {
+        let (payload, mac_hex) = value.rsplit_once('.')?;
+        let mut parts = payload.split('.');
+        let (nonce, expiry, name_hex) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let mac = hex::decode(mac_hex).ok()?;
+        self.sessions
             .clone()
             .chain_update(payload.as_bytes())
             .verify_slice(&mac)
-            .is_ok();
-        if !genuine {
-            return false;
-        }
-        let Ok(expiry) = expiry.parse::<u64>() else {
-            return false;
-        };
+            .ok()?;
+        let expiry = expiry.parse::<u64>().ok()?;
         if expiry <= now_secs {
-            return false;
+            return None;
         }
         let revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
-        !revoked.contains_key(nonce)
+        if revoked.contains_key(nonce) {
+            return None;
+        }
+        String::from_utf8(hex::decode(name_hex).ok()?).ok()
     }
 
     /// Logs a session out on this replica (its cookie is also cleared in the browser).
@@ -321,15 +471,16 @@ mod tests {
     fn a_session_expires_after_its_ttl() {
         let a = auth("t1");
         let now = 1_700_000_000;
-        let session = a.new_session_at(now);
+        let session = a.new_session_at("admin", now);
         let ttl = SESSION_TTL.as_secs();
         assert!(a.session_valid_at(&session, now));
         assert!(a.session_valid_at(&session, now + ttl - 1));
         assert!(!a.session_valid_at(&session, now + ttl));
         // A longer expiry written into the cookie breaks its MAC.
         let (payload, mac) = session.rsplit_once('.').expect("mac");
-        let (nonce, _) = payload.split_once('.').expect("expiry");
-        let extended = format!("{nonce}.{}.{mac}", now + 10 * ttl);
+        let mut parts = payload.split('.');
+        let (nonce, _, name) = (parts.next().unwrap(), parts.next(), parts.next().unwrap());
+        let extended = format!("{nonce}.{}.{name}.{mac}", now + 10 * ttl);
         assert!(!a.session_valid_at(&extended, now));
     }
 
@@ -342,6 +493,65 @@ mod tests {
         let session = a.new_session();
         assert!(a.session_valid(&session));
         assert!(!auth(&long[..130]).session_valid(&session));
+    }
+
+    #[test]
+    fn named_identities_sign_in_as_themselves() {
+        let named = vec![
+            ("alice".to_owned(), "alice-token-0123456789".to_owned()),
+            ("bob@ops".to_owned(), "bob-token-0123456789ab".to_owned()),
+        ];
+        let a = Auth::for_config("", &named).unwrap();
+        assert_eq!(a.identify("alice-token-0123456789"), Some("alice"));
+        assert_eq!(
+            a.bearer_name("Bearer bob-token-0123456789ab"),
+            Some("bob@ops")
+        );
+        assert_eq!(a.identify("nobody"), None);
+        let session = a.new_session_for("bob@ops");
+        assert_eq!(a.session_name(&session).as_deref(), Some("bob@ops"));
+        // Another replica with the same identities knows the session; one with a changed token
+        // does not.
+        let again = Auth::for_config("", &named).unwrap();
+        assert_eq!(again.session_name(&session).as_deref(), Some("bob@ops"));
+        let mut changed = named.clone();
+        changed[0].1 = "alice-token-changed-0000".into();
+        assert_eq!(
+            Auth::for_config("", &changed)
+                .unwrap()
+                .session_name(&session),
+            None
+        );
+        // The plain --admin-token is "admin", beside the named ones.
+        let both = Auth::for_config("plain-admin-token-000", &named).unwrap();
+        assert_eq!(both.names(), ["admin", "alice", "bob@ops"]);
+        assert_eq!(both.identify("plain-admin-token-000"), Some("admin"));
+        assert!(matches!(
+            Auth::for_config("", &[]),
+            Err(AuthError::NoIdentity)
+        ));
+    }
+
+    #[test]
+    fn a_tokens_file_names_each_admin_once() {
+        let ok = parse_tokens_file(
+            "# who token\n\nalice alice-token-0123456789\n  bob  bob-token-0123456789ab  \n",
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok[1], ("bob".into(), "bob-token-0123456789ab".into()));
+        for (text, line) in [
+            ("alice\n", 1),
+            ("alice short\n", 1),
+            ("a b c\n", 1),
+            ("al ice-token-0123456789 x\n", 1),
+            ("bad/name token-0123456789abcdef\n", 1),
+            ("a token-0123456789abcdef\na token-0123456789abcdeg\n", 2),
+            ("a token-0123456789abcdef\nb token-0123456789abcdef\n", 2),
+            ("# nothing\n", 0),
+        ] {
+            assert_eq!(parse_tokens_file(text).unwrap_err().line, line, "{text:?}");
+        }
     }
 
     #[test]

@@ -165,6 +165,12 @@ pub struct Cli {
     )]
     pub admin_token: Option<String>,
 
+    /// Named admin identities, one `name token` per line (`#` comments), so the audit trail and
+    /// the dashboard say who: each admin signs in with their own token. With it, --admin-token
+    /// is optional (if given, it is the identity `admin`).
+    #[arg(long, env = "SLUICE_ADMIN_TOKENS_FILE", value_name = "FILE")]
+    pub admin_tokens_file: Option<PathBuf>,
+
     /// Directory of the built dashboard (trunk build output). Default: dashboard/dist if it exists.
     #[arg(long, env = "SLUICE_DASHBOARD_DIR", value_name = "DIR")]
     pub dashboard_dir: Option<PathBuf>,
@@ -302,8 +308,18 @@ impl Cli {
             }
             _ => Duration::from_secs(1),
         };
+        let admin_identities = match &self.admin_tokens_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--admin-tokens-file {}: {e}", path.display()))?;
+                crate::auth::parse_tokens_file(&text)
+                    .map_err(|e| anyhow::anyhow!("--admin-tokens-file {}: {e}", path.display()))?
+            }
+            None => Vec::new(),
+        };
         let admin_token = match self.admin_token {
             Some(t) if t.trim().is_empty() => anyhow::bail!("--admin-token (SLUICE_ADMIN_TOKEN) is empty; give a real token or leave it unset to generate one"),
+            None if !admin_identities.is_empty() => String::new(),
             Some(t) => {
                 if t.len() < 16 {
                     tracing::warn!("the admin token is shorter than 16 characters; use a long random one");
@@ -331,6 +347,7 @@ impl Cli {
             tracing::warn!("--max-keys (SLUICE_MAX_KEYS) bounds the memory store only; with Redis, bound memory with its maxmemory setting");
         }
         let mut config = Config::new(store, admin_token);
+        config.admin_identities = admin_identities;
         config.max_keys = max_keys;
         config.store_deadline = store_deadline;
         config.import_rules = import_rules;

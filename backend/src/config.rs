@@ -59,8 +59,11 @@ pub struct Config {
     pub store: StoreChoice,
     /// Bound on one store call from an HTTP handler, as a backstop to the store's own timeout.
     pub store_deadline: Duration,
-    /// The admin token (Bearer, or exchanged for a session cookie).
+    /// The admin token (Bearer, or exchanged for a session cookie), the identity `admin`; empty
+    /// when only named identities are given.
     pub admin_token: String,
+    /// Named admin identities `(name, token)` (`--admin-tokens-file`): the audit trail says who.
+    pub admin_identities: Vec<(String, String)>,
     /// Rules imported into the store at start (from `--rules FILE`, see [`crate::rules_file`]),
     /// replacing same-named ones.
     pub import_rules: Vec<Rule>,
@@ -87,6 +90,7 @@ impl Config {
             store,
             store_deadline: Duration::from_secs(1),
             admin_token: admin_token.into(),
+            admin_identities: Vec::new(),
             import_rules: Vec::new(),
             dashboard_dir: None,
             intervals: Intervals::default(),

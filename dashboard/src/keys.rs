@@ -29,6 +29,8 @@ pub struct KeyRow {
     pub retry_after: String,
     /// `"12s ago"`, or `"not recently"` when the key is not among the recently active.
     pub last_seen: String,
+    /// A per-key override applies (the rule text is the override's).
+    pub overridden: bool,
 }
 
 /// The rows of a key view, sorted by action.
@@ -46,7 +48,12 @@ pub fn key_rows(view: &KeyView) -> Vec<KeyRow> {
             let fill = (level / capacity).min(1.0);
             KeyRow {
                 action: a.action.clone(),
-                rule_text: format!("{} · {}", a.algorithm, a.mode.name()),
+                rule_text: if a.overridden {
+                    format!("override: {} · {}", a.algorithm, a.mode.name())
+                } else {
+                    format!("{} · {}", a.algorithm, a.mode.name())
+                },
+                overridden: a.overridden,
                 level_text: format!("{} / {}", short_number(level), a.capacity),
                 fill,
                 tone: Tone::of(fill, a.remaining),
@@ -115,6 +122,14 @@ pub fn key_query(typed: &str) -> Result<String, &'static str> {
     }
 }
 
+/// `DELETE /v1/keys?action=*&key=…`: resets `key` on every action at once.
+pub fn reset_all_url(key: &str) -> String {
+    format!(
+        "/v1/keys?action=*&{}",
+        key_url(key).trim_start_matches("/v1/keys?")
+    )
+}
+
 /// `GET /v1/keys?key=…` for `key`, with every byte outside the unreserved set percent-encoded
 /// (as `encodeURIComponent` would), so any key, `&`, `#`, `%` and non-ASCII included, arrives
 /// whole.
@@ -147,6 +162,7 @@ mod tests {
             retry_after_ms: retry,
             reset_after_ms: 0,
             last_seen_ms: Some(1_000_000 - 12_000),
+            overridden: false,
         }
     }
 
@@ -173,6 +189,16 @@ mod tests {
         assert_eq!(rows[1].last_seen, "12s ago");
         assert_eq!(rows[1].tone, Tone::Full);
         assert_eq!(rows[1].rule_text, "gcra · enforce");
+        assert!(!rows[1].overridden);
+        let marked = key_rows(&KeyView {
+            actions: vec![KeyActionState {
+                overridden: true,
+                ..state("reply", 0.0, 16, None)
+            }],
+            ..view.clone()
+        });
+        assert!(marked[0].overridden);
+        assert_eq!(marked[0].rule_text, "override: gcra · enforce");
         // A level out of range (or not a number) never draws outside the bar.
         let odd = key_rows(&KeyView {
             actions: vec![state("x", f64::NAN, 16, None), state("y", 99.0, 0, Some(1))],

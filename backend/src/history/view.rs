@@ -59,6 +59,7 @@ async fn key_state(
         retry_after_ms: retry_after_one(rule.params(), &peek).map(ceil_millis),
         reset_after_ms: ceil_millis(peek.reset_after),
         last_seen_ms,
+        overridden: false,
     })
 }
 

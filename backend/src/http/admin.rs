@@ -256,11 +256,11 @@ pub async fn login(
 ) -> Result<Response, ApiFailure> {
     let body = body.map_err(input::body_failure)?;
     let request: SessionRequest = input::json(&body)?;
-    if !app.auth.token_matches(&request.token) {
+    let Some(name) = app.auth.identify(&request.token) else {
         tracing::warn!("dashboard login with a wrong token");
         return Err(ApiFailure::unauthorized("wrong admin token"));
-    }
-    let cookie = auth::set_cookie(&app.auth.new_session());
+    };
+    let cookie = auth::set_cookie(&app.auth.new_session_for(name));
     Ok(session_response(&cookie))
 }
 

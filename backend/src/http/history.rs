@@ -151,13 +151,19 @@ pub async fn get_key(
         .filter_map(|action| set.rule_for(action, &key))
         .cloned()
         .collect();
-    let body = app
+    let mut body = app
         .store_call_within(
             READ_DEADLINE,
             view::key_view(app.store.as_ref(), &rules, &key, now_ms()),
         )
         .await
         .map_err(|e| ApiFailure::store(&e))?;
+    for state in &mut body.actions {
+        state.overridden = set
+            .overrides
+            .get(state.action.as_str())
+            .is_some_and(|by_key| by_key.contains_key(&key));
+    }
     Ok(Json(body))
 }
 

@@ -102,7 +102,10 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
     let csp = dashboard::Dashboard::base_csp();
     Router::new()
         .merge(protected)
-        .route("/v1/session", post(admin::login).delete(admin::logout))
+        .route(
+            "/v1/session",
+            get(audit::whoami).post(admin::login).delete(admin::logout),
+        )
         .merge(probes())
         .route("/v1/{*rest}", any(no_route))
         .method_not_allowed_fallback(wrong_method)

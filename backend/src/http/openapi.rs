@@ -16,7 +16,10 @@ use sluice_core::wire::{
     ActionCounts, ActionHistory, ActionTopDenied, DeniedKey, FilterReport, HistoryBody,
     HistoryRange, KeyActionState, KeyView, StepCounts, TopDeniedBody,
 };
-use sluice_core::wire::{AuditBody, AuditEntry, AuditKind, KeyOverride, OverridesBody, ResetBody};
+use sluice_core::wire::{
+    AuditBody, AuditEntry, AuditKind, KeyOverride, OverridesBody, ResetAllBody, ResetBody,
+    SessionBody,
+};
 use sluice_core::wire::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
 
 struct Security;
@@ -58,6 +61,7 @@ impl Modify for Security {
         overrides::delete_override,
         reset::reset_key,
         audit::get_audit,
+        audit::whoami,
         history::get_history,
         history::get_key,
         history::get_top_denied,
@@ -75,7 +79,7 @@ impl Modify for Security {
         StoreHealth, ReadyBody, HealthBody,
         FilterReport, ActionCounts, HistoryBody, HistoryRange, ActionHistory, StepCounts,
         KeyView, KeyActionState, TopDeniedBody, ActionTopDenied, DeniedKey,
-        KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody,
+        KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody, ResetAllBody, SessionBody,
         ThrottleAllRequest, ThrottleCheck, ThrottleAllResponse, DeniedCheck
     )),
     modifiers(&Security),

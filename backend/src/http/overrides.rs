@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, RawPathParams, State};
+use axum::extract::{Path, RawPathParams, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use sluice_core::limits::MAX_OVERRIDES_PER_ACTION;
@@ -20,6 +20,8 @@ use sluice_core::{Action, Rule};
 use super::admin::{path_action, rule_body, segment_action};
 use super::audit;
 use super::error::ApiFailure;
+use super::history::query_param;
+use super::reset;
 use crate::app::App;
 use crate::store::{ChangeOutcome, RuleChange};
 
@@ -137,6 +139,7 @@ pub async fn get_override(
     params(
         ("action" = String, Path, description = "The action (must have a rule)"),
         ("key" = String, Path, description = "The key, percent-encoded (1–128 bytes)"),
+        ("fresh" = Option<bool>, Query, description = "`true`: also reset the key's state on this action, so it starts under the override with nothing held (recorded as a `key_reset` too)"),
     ),
     request_body = RawRule,
     responses(
@@ -151,17 +154,36 @@ pub async fn put_override(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     raw: RawPathParams,
+    RawQuery(query): RawQuery,
     segments: Result<Path<(String, String)>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Rule>, ApiFailure> {
     let (action, key) = action_and_key(segments, &raw)?;
+    let fresh = match query_param(query.as_deref(), "fresh")?.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiFailure::invalid(
+                "fresh",
+                format!("must be true or false; got {other:?}"),
+            ))
+        }
+    };
     let rule = rule_body(&action, body)?;
     let change = RuleChange::PutOverride {
         key: key.clone(),
         rule: rule.clone(),
     };
     match audit::apply(&app, &headers, change).await? {
-        ChangeOutcome::Done { .. } => Ok(Json(rule)),
+        ChangeOutcome::Done { .. } => {
+            if fresh {
+                // The key starts under its new rule with nothing held (a VIP given capacity 50
+                // gets 50, not what the old rule's state left); recorded as its own reset.
+                let stamp = audit::stamp(&app, &headers);
+                reset::reset_one(&app, &stamp, action, &key).await?;
+            }
+            Ok(Json(rule))
+        }
         ChangeOutcome::NoRule => Err(ApiFailure::unknown_action(action.as_str())),
         ChangeOutcome::TooManyOverrides => Err(ApiFailure::invalid(
             "key",

@@ -1,6 +1,7 @@
 //! `DELETE /v1/keys?action=A&key=K`: resets one key under one action (unblocks a user limited by
 //! mistake) by removing the throttle state it holds, whatever algorithm wrote it, and records the
-//! reset in the audit trail. The key travels in the query string, percent-encoded, so any key a
+//! reset in the audit trail. `action=*` resets the key on every action with a rule at once (one
+//! request, one confirmation in the dashboard), with one audit entry per action. The key travels in the query string, percent-encoded, so any key a
 //! client can send (the empty one, `/`, long ones) can be reset; `GET /v1/keys?key=K` shows the
 //! same key's standing.
 
@@ -8,24 +9,28 @@ use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
-use sluice_core::wire::{ApiError, AuditEntry, AuditKind, ResetBody};
+use sluice_core::wire::{ApiError, AuditEntry, AuditKind, ResetAllBody, ResetBody, EVERY_ACTION};
+use sluice_core::Action;
 
 use super::admin::path_action;
 use super::audit;
 use super::error::ApiFailure;
 use super::history::query_param;
 use crate::app::App;
+use crate::store::AuditStamp;
 
-/// Removes one key's throttle state under one action; answers what was removed.
+/// Removes one key's throttle state under one action (or every action: `action=*`); answers
+/// what was removed.
 #[utoipa::path(delete, path = "/v1/keys", tag = "admin",
     params(
-        ("action" = String, Query, description = "The action (must have a rule)"),
+        ("action" = String, Query, description = "The action (must have a rule), or `*` for every action with a rule"),
         ("key" = String, Query, description = "The key, percent-encoded (any string, the empty one too)"),
     ),
     responses(
-        (status = 200, description = "The algorithms whose state the key held (empty: it held none); recorded in the audit trail", body = ResetBody),
+        (status = 200, description = "The algorithms whose state the key held (empty: it held none), a `ResetBody`; for `action=*` a `ResetAllBody`, one entry per action. Each action's reset is recorded in the audit trail", body = ResetBody),
         (status = 400, description = "`invalid_request` naming `action` or `key`", body = ApiError),
         (status = 401, body = ApiError),
         (status = 404, description = "`unknown_action`: the action has no rule", body = ApiError),
@@ -36,23 +41,51 @@ pub async fn reset_key(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-) -> Result<Json<ResetBody>, ApiFailure> {
+) -> Result<Response, ApiFailure> {
     let action = query_param(query.as_deref(), "action")?.ok_or_else(|| {
         ApiFailure::invalid(
             "action",
-            "required: DELETE /v1/keys?action=<action>&key=<key>",
+            "required: DELETE /v1/keys?action=<action or *>&key=<key>",
         )
     })?;
-    let action = path_action(&action)?;
     let key = query_param(query.as_deref(), "key")?.ok_or_else(|| {
-        ApiFailure::invalid("key", "required: DELETE /v1/keys?action=<action>&key=<key>")
+        ApiFailure::invalid(
+            "key",
+            "required: DELETE /v1/keys?action=<action or *>&key=<key>",
+        )
     })?;
+    let stamp = audit::stamp(&app, &headers);
+    if action == EVERY_ACTION {
+        let mut actions: Vec<Action> = app
+            .rules
+            .current()
+            .rules
+            .keys()
+            .filter_map(|a| Action::parse(a).ok())
+            .collect();
+        actions.sort();
+        let mut done = Vec::with_capacity(actions.len());
+        for action in actions {
+            done.push(reset_one(&app, &stamp, action, &key).await?);
+        }
+        return Ok(Json(ResetAllBody { key, actions: done }).into_response());
+    }
+    let action = path_action(&action)?;
     if !app.rules.current().rules.contains_key(action.as_str()) {
         return Err(ApiFailure::unknown_action(action.as_str()));
     }
-    let stamp = audit::stamp(&app, &headers);
+    Ok(Json(reset_one(&app, &stamp, action, &key).await?).into_response())
+}
+
+/// Resets `key` under `action` and records it in the audit trail.
+pub(crate) async fn reset_one(
+    app: &App,
+    stamp: &AuditStamp,
+    action: Action,
+    key: &str,
+) -> Result<ResetBody, ApiFailure> {
     let removed = app
-        .store_call(app.store.reset_key(&action, &key))
+        .store_call(app.store.reset_key(&action, key))
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     // Recorded after the removal (the state and the audit trail may live on different Cluster
@@ -63,7 +96,7 @@ pub async fn reset_key(
         who: stamp.who.clone(),
         kind: AuditKind::KeyReset,
         action: action.as_str().to_owned(),
-        key: Some(key.clone()),
+        key: Some(key.to_owned()),
         version: None,
         before: Some(json!({ "removed": removed })),
         after: None,
@@ -72,9 +105,9 @@ pub async fn reset_key(
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     tracing::info!(action = %action, key = %key, who = %stamp.who, removed = ?removed, "key reset");
-    Ok(Json(ResetBody {
+    Ok(ResetBody {
         action: action.as_str().to_owned(),
-        key,
+        key: key.to_owned(),
         removed,
-    }))
+    })
 }

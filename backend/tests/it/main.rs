@@ -34,6 +34,7 @@ mod http_history;
 mod http_store_failure;
 mod key_spray_memory;
 mod lease;
+mod fixes;
 mod overrides_audit;
 mod ratelimit_config;
 mod redis_sizing;

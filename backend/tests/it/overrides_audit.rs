@@ -306,18 +306,17 @@ async fn scenario(a: &Sluice, b: &Sluice) {
             )
         })
         .collect();
-    let token = || "token".to_owned();
+    // The single --admin-token is the identity "admin".
+    let token = || "admin".to_owned();
     let vip = || Some(VIP.to_owned());
     let who_session = got[3].2.clone();
-    assert!(
-        who_session.starts_with("session:") && who_session.len() == 20,
-        "{who_session}"
-    );
+    let id = who_session
+        .strip_prefix("admin (session ")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{who_session}"));
+    assert_eq!(id.len(), 12, "{who_session}");
     // The id is the start of the session's nonce: not the cookie, which is a credential.
-    assert!(
-        session.starts_with(&who_session["session:".len()..]),
-        "{who_session} of {session}"
-    );
+    assert!(session.starts_with(id), "{who_session} of {session}");
     assert!(session.len() > 40);
     assert_eq!(
         got,

@@ -37,9 +37,11 @@ pub enum AuditKind {
 pub struct AuditEntry {
     /// When the replica that made the change received it, in milliseconds since the Unix epoch.
     pub at_ms: u64,
-    /// Who made it: `"token"` (the admin token as a Bearer header) or `"session:<id>"` (a
-    /// dashboard login; the id is the first 12 hex digits of the session's random nonce, the same
-    /// for every request of that login and not usable as a credential).
+    /// Who made it: the admin identity's name (`"admin"` for `--admin-token`, or a name from
+    /// `--admin-tokens-file`) for a Bearer token, `"<name> (session <id>)"` for a dashboard
+    /// login (the id is the first 12 hex digits of the session's random nonce, the same for
+    /// every request of that login and not usable as a credential). Older entries may say
+    /// `"token"` or `"session:<id>"`.
     pub who: String,
     /// What kind of change.
     pub kind: AuditKind,
@@ -82,6 +84,57 @@ pub struct ResetBody {
     pub removed: Vec<Algorithm>,
 }
 
+impl AuditKind {
+    /// The kind's name on the wire (`key_reset`), as `GET /v1/audit?kind=` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AuditKind::RulePut => "rule_put",
+            AuditKind::RuleDelete => "rule_delete",
+            AuditKind::OverridePut => "override_put",
+            AuditKind::OverrideDelete => "override_delete",
+            AuditKind::KeyReset => "key_reset",
+            AuditKind::Unrecognized => "unrecognized",
+        }
+    }
+
+    /// Every kind a filter may name.
+    pub const ALL: [AuditKind; 5] = [
+        AuditKind::RulePut,
+        AuditKind::RuleDelete,
+        AuditKind::OverridePut,
+        AuditKind::OverrideDelete,
+        AuditKind::KeyReset,
+    ];
+
+    /// The kind named `name`, if any.
+    pub fn parse(name: &str) -> Option<AuditKind> {
+        AuditKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// `DELETE /v1/keys?action=*&key=K` body: one key reset on every action with a rule, each
+/// recorded in the audit trail as its own `key_reset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ResetAllBody {
+    /// The key (untrusted text: render it as text only).
+    pub key: String,
+    /// Per action, what the reset removed, sorted by action.
+    pub actions: Vec<ResetBody>,
+}
+
+/// The `action` value of `DELETE /v1/keys` that resets the key on every action (no action can
+/// be named so).
+pub const EVERY_ACTION: &str = "*";
+
+/// `GET /v1/session` body: who the caller is signed in as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionBody {
+    /// The admin identity's name (`admin` for `--admin-token`).
+    pub name: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +159,10 @@ mod tests {
         };
         let json = serde_json::to_value(&reset).expect("serializes");
         assert_eq!(json["kind"], "key_reset");
+        for kind in AuditKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
+            assert_eq!(AuditKind::parse(kind.name()), Some(kind));
+        }
         assert_eq!(
             serde_json::from_value::<AuditEntry>(json).expect("back"),
             reset

@@ -46,6 +46,10 @@ pub struct KeyActionState {
     /// When any replica last saw the key under this action, in milliseconds since the Unix
     /// epoch; null if not among the recently active keys.
     pub last_seen_ms: Option<u64>,
+    /// Whether a per-key override applies to this key under this action (the algorithm,
+    /// capacity and mode above are then the override's, not the action's rule's).
+    #[serde(default)]
+    pub overridden: bool,
 }
 
 /// `GET /v1/top-denied` body.

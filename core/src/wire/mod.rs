@@ -23,7 +23,9 @@ mod rules;
 mod session;
 
 pub use all::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
-pub use audit::{AuditBody, AuditEntry, AuditKind, ResetBody};
+pub use audit::{
+    AuditBody, AuditEntry, AuditKind, ResetAllBody, ResetBody, SessionBody, EVERY_ACTION,
+};
 pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 pub use error::{ApiError, ErrorCode};
 pub use events::{EventKind, Heartbeat, HEARTBEAT_MS};
