@@ -255,7 +255,7 @@ async fn the_token_quota_pattern_checks_then_debits_what_was_used() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_applies_within_a_second_and_a_bad_edit_keeps_the_last_good() {
-    let dir = config_dir("reload", "domain: messaging\ndescriptors:\n  - key: to_number\n    rate_limit: {unit: day, requests_per_unit: 1}\n");
+    let dir = config_dir("reload", "domain: messaging\ndescriptors:\n  - key: to_number\n    rate_limit: {unit: day, requests_per_unit: 1}\n  - key: gone\n    rate_limit: {unit: day, requests_per_unit: 1}\n");
     let rig = start(&dir).await;
     let number: &[(&str, &str)] = &[("to_number", "1")];
     assert_eq!(rig.codes(&[number]).await.0, OK);
@@ -299,9 +299,24 @@ async fn a_change_applies_within_a_second_and_a_bad_edit_keeps_the_last_good() {
         changed.elapsed()
     );
     let audit = rig.admin_json("/v1/audit").await;
-    let entry = &audit["entries"][0];
-    assert_eq!(entry["who"], "ratelimit-config", "{audit}");
-    assert_eq!(entry["after"]["algorithm"], "sliding_window", "{audit}");
+    // The changed rule put, the descriptor the file no longer has deleted, both audited.
+    let entries = audit["entries"].as_array().unwrap();
+    let by = |kind: &str, action: &str| {
+        entries
+            .iter()
+            .find(|e| e["kind"] == kind && e["action"] == action)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} of {action} in {audit}"))
+    };
+    let put = by("rule_put", "rl:messaging.to_number");
+    assert_eq!(put["who"], "ratelimit-config");
+    assert_eq!(put["after"]["algorithm"], "sliding_window");
+    assert_eq!(
+        by("rule_delete", "rl:messaging.gone")["who"],
+        "ratelimit-config"
+    );
+    let rules = rig.admin_json("/v1/rules").await;
+    assert!(!rules.to_string().contains("rl:messaging.gone"), "{rules}");
     // A bad edit: refused, the last good configuration stays.
     std::fs::write(dir.join("config.yaml"), "domain: messaging\ndescriptors:\n  - key: to_number\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
