@@ -160,6 +160,13 @@ extern "C" {
         tag_keys_size: usize,
         id: *mut usize,
     ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: *mut c_void,
+        id: usize,
+        tag_values: *mut ModuleBuffer,
+        tag_values_size: usize,
+        value: u64,
+    ) -> u32;
     fn envoy_dynamic_module_callback_http_filter_config_http_callout(
         config: *mut c_void,
         callout_id: *mut u64,
@@ -181,7 +188,7 @@ extern "C" {
 }
 
 /// Every callback the module calls: all must be exported by the Envoy that loads it.
-const CALLBACKS: [&[u8]; 14] = [
+const CALLBACKS: [&[u8]; 15] = [
     b"envoy_dynamic_module_callback_log\0",
     b"envoy_dynamic_module_callback_http_get_header\0",
     b"envoy_dynamic_module_callback_http_set_header\0",
@@ -192,6 +199,7 @@ const CALLBACKS: [&[u8]; 14] = [
     b"envoy_dynamic_module_callback_http_filter_http_callout\0",
     b"envoy_dynamic_module_callback_http_filter_increment_counter\0",
     b"envoy_dynamic_module_callback_http_filter_config_define_counter\0",
+    b"envoy_dynamic_module_callback_http_filter_config_increment_counter\0",
     b"envoy_dynamic_module_callback_http_filter_config_http_callout\0",
     b"envoy_dynamic_module_callback_http_filter_config_scheduler_new\0",
     b"envoy_dynamic_module_callback_http_filter_config_scheduler_commit\0",
@@ -261,6 +269,20 @@ impl ConfigHandle {
         (result == 0).then_some(id)
     }
 
+    /// Adds one to a counter defined by this configuration (main thread).
+    pub fn increment(&self, id: usize) {
+        // SAFETY: the config pointer is live; no tags.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                self.0,
+                id,
+                std::ptr::null_mut(),
+                0,
+                1,
+            );
+        }
+    }
+
     /// A config-level HTTP callout (main thread only): its id, or the init result's number.
     pub fn http_callout(
         &self,
@@ -322,6 +344,38 @@ impl Drop for Scheduler {
     fn drop(&mut self) {
         // SAFETY: created by scheduler_new, deleted once.
         unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.0) }
+    }
+}
+
+/// One Envoy worker's state (`T` holds `Rc`s and `RefCell`s: the flow's configuration, the
+/// report counts, the flows of the worker's requests), reachable from the main thread, which
+/// sends the worker's count reports on a timer (the ABI gives a worker no timer). Every access,
+/// the worker's own included, goes through [`WorkerBound::lock`]: the worker takes it once per
+/// hook (uncontended but for the main thread's turn, once per report period), so no lock is
+/// shared between workers.
+#[derive(Debug)]
+pub struct WorkerBound<T>(std::sync::Mutex<T>);
+
+// SAFETY: `T` is not `Send`/`Sync` only because of the `Rc`s and `RefCell`s inside it. Every value
+// holding one of those `Rc`s (the flows of the worker's requests included) lives inside `T`, so
+// no clone of them exists outside the mutex, and the mutex serialises every access (reference
+// counts included) across the worker and the main thread.
+unsafe impl<T> Send for WorkerBound<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for WorkerBound<T> {}
+
+impl<T> WorkerBound<T> {
+    /// Wraps one worker's state.
+    pub fn new(state: T) -> WorkerBound<T> {
+        WorkerBound(std::sync::Mutex::new(state))
+    }
+
+    /// The state, for one hook (a poisoned lock is taken anyway: a panic was caught at a hook
+    /// and the state is what the flow left, as after any early return).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -532,6 +586,32 @@ fn callout_answer(
     answer
 }
 
+thread_local! {
+    /// The Envoy filter whose hook is running on this thread (null: none).
+    static ACTIVE: std::cell::Cell<*mut c_void> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+    /// Callout answers Envoy gave while that hook was still running (a callout that fails at
+    /// once may be answered inside `http_callout`): handed over when the hook's work allows.
+    static EARLY: std::cell::RefCell<Vec<(u64, CalloutAnswer)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `body` as the hook of `filter_envoy` (see `ACTIVE`), restoring the previous one after.
+fn as_active<T>(filter_envoy: *mut c_void, body: impl FnOnce() -> T) -> T {
+    let previous = ACTIVE.with(|a| a.replace(filter_envoy));
+    let out = body();
+    ACTIVE.with(|a| a.set(previous));
+    out
+}
+
+impl FilterHandle {
+    /// Callout answers that arrived while this filter's hook was running (none, usually).
+    pub fn take_early(&self) -> Vec<(u64, CalloutAnswer)> {
+        if ACTIVE.with(|a| a.get()) != self.0 {
+            return Vec::new();
+        }
+        EARLY.with(|e| std::mem::take(&mut *e.borrow_mut()))
+    }
+}
+
 /// Runs a hook body, turning a panic into a log line and `fallback`.
 fn guarded<T>(hook: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
@@ -660,14 +740,14 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: *mut c_voi
 /// Request headers: meter, answer, or stop for a callout.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
-    _filter_envoy: *mut c_void,
+    filter_envoy: *mut c_void,
     filter: *mut c_void,
     _end_of_stream: bool,
 ) -> u32 {
     guarded("on_request_headers", CONTINUE, || {
         match filter_mut(filter) {
             Some(f) => {
-                if glue::on_request_headers(f) {
+                if as_active(filter_envoy, || glue::on_request_headers(f)) {
                     STOP_ITERATION
                 } else {
                     CONTINUE
@@ -700,13 +780,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
 /// Response headers: the rate-limit headers of an allowed decision.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
-    _filter_envoy: *mut c_void,
+    filter_envoy: *mut c_void,
     filter: *mut c_void,
     _end_of_stream: bool,
 ) -> u32 {
     guarded("on_response_headers", CONTINUE, || {
         if let Some(f) = filter_mut(filter) {
-            glue::on_response_headers(f);
+            as_active(filter_envoy, || glue::on_response_headers(f));
         }
         CONTINUE
     })
@@ -751,7 +831,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
 /// A decision callout answered (or failed).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
-    _filter_envoy: *mut c_void,
+    filter_envoy: *mut c_void,
     filter: *mut c_void,
     callout_id: u64,
     result: u32,
@@ -761,9 +841,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     chunks_size: usize,
 ) {
     guarded("http_callout_done", (), || {
-        let Some(f) = filter_mut(filter) else {
-            return;
-        };
         let answer = callout_answer(
             result,
             headers,
@@ -772,7 +849,18 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             chunks_size,
             glue::MAX_ANSWER,
         );
-        glue::on_callout_done(f, callout_id, answer);
+        if ACTIVE.with(|a| a.get()) == filter_envoy {
+            // Inside this filter's own hook (its `http_callout` answered at once): the hook's
+            // work takes it over (`FilterHandle::take_early`); no second `&mut` to the filter.
+            EARLY.with(|e| e.borrow_mut().push((callout_id, answer)));
+            return;
+        }
+        let Some(f) = filter_mut(filter) else {
+            return;
+        };
+        as_active(filter_envoy, || {
+            glue::on_callout_done(f, callout_id, answer)
+        });
     })
 }
 

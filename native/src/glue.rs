@@ -3,11 +3,12 @@
 //! and 429 body as the proxy-wasm build; this file is what differs per host.
 //!
 //! Threads: a configuration ([`NativeConfig`]) is made on Envoy's main thread and shared by every
-//! worker; each worker thread keeps its own [`Local`] (the configuration as the flow holds it,
-//! and the report counts, lease pockets and failure log of `report::Worker`), as the wasm build
-//! keeps one per root context. A request's [`NativeFilter`] lives on one worker.
+//! worker; each worker thread keeps its own [`LocalState`] (the configuration as the flow holds
+//! it, `report::Worker`'s counts, lease pockets and failure log, and its requests' flows), as the
+//! wasm build keeps one per root context. The main thread reaches a worker's state only for its
+//! count reports (`relay.rs`), under the worker's own lock.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,9 +22,9 @@ use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Ho
 use sluice_filter::report::Worker;
 use sluice_filter::rls_proto;
 
-use crate::abi::{self, ConfigHandle, FilterHandle, Level};
+use crate::abi::{self, ConfigHandle, FilterHandle, Level, WorkerBound};
 use crate::grpc;
-use crate::relay::{Relay, ReportHost};
+use crate::relay::Reports;
 use crate::shared::{self, SharedStore};
 
 /// The longest callout answer read (the decision API's own body limit).
@@ -59,8 +60,14 @@ pub struct NativeConfig {
     id: u64,
     config: Config,
     counters: Arc<Vec<Option<usize>>>,
-    relay: Arc<Relay>,
+    reports: Reports,
     handle: ConfigHandle,
+}
+
+impl Drop for NativeConfig {
+    fn drop(&mut self) {
+        self.reports.stop();
+    }
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -82,7 +89,7 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
         .iter()
         .map(|c| handle.define_counter(c.name()))
         .collect();
-    let relay = Relay::new(handle.scheduler(), &config);
+    let reports = Reports::new(handle.scheduler(), &config);
     abi::log(
         Level::Info,
         &format!(
@@ -97,46 +104,47 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         config,
         counters: Arc::new(counters),
-        relay: Arc::new(relay),
+        reports,
         handle,
     })
 }
 
-/// One worker's state for one configuration.
+/// One worker's state for one configuration; every `Rc` of it (the flows' included) lives here.
 #[derive(Debug)]
-struct Local {
-    config_id: u64,
-    config: Rc<Config>,
-    worker: Rc<Worker>,
-    /// This worker's id in the report relay.
-    worker_id: u64,
-    next_report_ns: Cell<u64>,
-    /// Reports queued or in flight whose answers this worker has not taken in.
-    awaiting: Cell<u32>,
+pub struct LocalState {
+    /// The configuration as the flows hold it.
+    pub config: Rc<Config>,
+    /// The worker's counts, pockets and failure log.
+    pub worker: Rc<Worker>,
+    /// The flows of the worker's requests in progress (a slab: `None` is a free slot).
+    flows: Vec<Option<Flow>>,
+    free: Vec<usize>,
 }
+
+/// A worker's state, shared with the main thread for its reports.
+pub type SharedLocal = Arc<WorkerBound<LocalState>>;
 
 thread_local! {
-    static LOCALS: RefCell<Vec<Rc<Local>>> = const { RefCell::new(Vec::new()) };
+    static LOCALS: RefCell<Vec<(u64, SharedLocal)>> = const { RefCell::new(Vec::new()) };
 }
 
-fn local(config: &NativeConfig) -> Rc<Local> {
+fn local(config: &NativeConfig) -> SharedLocal {
     LOCALS.with(|locals| {
         let mut locals = locals.borrow_mut();
-        if let Some(l) = locals.iter().find(|l| l.config_id == config.id) {
-            return Rc::clone(l);
+        if let Some((_, l)) = locals.iter().find(|(id, _)| *id == config.id) {
+            return Arc::clone(l);
         }
         if locals.len() >= MAX_LOCALS {
             locals.remove(0);
         }
-        let l = Rc::new(Local {
-            config_id: config.id,
+        let l = Arc::new(WorkerBound::new(LocalState {
             config: Rc::new(config.config.clone()),
             worker: Rc::new(Worker::new(&config.config)),
-            worker_id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            next_report_ns: Cell::new(0),
-            awaiting: Cell::new(0),
-        });
-        locals.push(Rc::clone(&l));
+            flows: Vec::new(),
+            free: Vec::new(),
+        }));
+        config.reports.register(&l);
+        locals.push((config.id, Arc::clone(&l)));
         l
     })
 }
@@ -167,21 +175,35 @@ pub struct NativeHost {
     resumed_in_headers: bool,
 }
 
-/// One request.
+/// One request: its host and the slot of its flow in its worker's state.
 #[derive(Debug)]
 pub struct NativeFilter {
-    flow: Flow,
+    slot: usize,
     host: NativeHost,
-    local: Rc<Local>,
-    relay: Arc<Relay>,
+    local: SharedLocal,
 }
 
 /// `on_http_filter_new`.
 pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
     let local = local(config);
-    let flow = Flow::with_worker(Rc::clone(&local.config), Rc::clone(&local.worker));
+    let slot = {
+        let mut state = local.lock();
+        let flow = Flow::with_worker(Rc::clone(&state.config), Rc::clone(&state.worker));
+        match state.free.pop() {
+            Some(slot) => {
+                if let Some(s) = state.flows.get_mut(slot) {
+                    *s = Some(flow);
+                }
+                slot
+            }
+            None => {
+                state.flows.push(Some(flow));
+                state.flows.len() - 1
+            }
+        }
+    };
     NativeFilter {
-        flow,
+        slot,
         host: NativeHost {
             filter,
             counters: Arc::clone(&config.counters),
@@ -193,71 +215,76 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
             resumed_in_headers: false,
         },
         local,
-        relay: Arc::clone(&config.relay),
     }
 }
 
-/// `on_http_filter_destroy`: a request that went away leaves nothing behind (callouts still in
-/// flight are cancelled by Envoy).
-pub fn filter_destroy(_filter: NativeFilter) {}
-
-/// The worker's report turn, taken at the start of a request (see `relay.rs`).
-fn reports(f: &mut NativeFilter) {
-    let local = &f.local;
-    if local.awaiting.get() > 0 {
-        for (token, status) in f.relay.take_answers(local.worker_id) {
-            local.awaiting.set(local.awaiting.get().saturating_sub(1));
-            local
-                .worker
-                .on_report_response(&mut f.host, token, status.as_deref());
-        }
+/// `on_http_filter_destroy`: the request's flow is dropped (callouts still in flight are
+/// cancelled by Envoy).
+pub fn filter_destroy(filter: NativeFilter) {
+    let mut state = filter.local.lock();
+    if let Some(s) = state.flows.get_mut(filter.slot) {
+        *s = None;
+        state.free.push(filter.slot);
     }
-    let now = f.host.now_ns();
-    if now < local.next_report_ns.get() {
-        return;
-    }
-    let period_ns = local.config.report.period_ms.saturating_mul(1_000_000);
-    local.next_report_ns.set(now.saturating_add(period_ns));
-    let mut host = ReportHost {
-        request: &mut f.host,
-        relay: Arc::clone(&f.relay),
-        worker: local.worker_id,
-        queued: 0,
-    };
-    local.worker.tick(&mut host, &local.config);
-    let queued = host.queued;
-    local
-        .awaiting
-        .set(local.awaiting.get().saturating_add(queued));
 }
 
 /// `on_request_headers`: `true` stops the request (a callout, or a reply sent).
 pub fn on_request_headers(f: &mut NativeFilter) -> bool {
-    reports(f);
-    f.host.in_headers = true;
-    f.host.resumed_in_headers = false;
-    let next = f.flow.on_request_headers(&mut f.host);
-    f.host.in_headers = false;
+    let mut state = f.local.lock();
+    let Some(Some(flow)) = state.flows.get_mut(f.slot) else {
+        return false;
+    };
+    let host = &mut f.host;
+    host.in_headers = true;
+    host.resumed_in_headers = false;
+    let next = flow.on_request_headers(host);
+    deliver_early(flow, host);
+    host.in_headers = false;
     match next {
-        Next::Pause => !f.host.resumed_in_headers,
+        Next::Pause => !host.resumed_in_headers,
         Next::Continue => false,
     }
 }
 
 /// `on_response_headers`: the rate-limit headers.
 pub fn on_response_headers(f: &mut NativeFilter) {
-    f.flow.on_response_headers(&mut f.host);
+    let mut state = f.local.lock();
+    if let Some(Some(flow)) = state.flows.get_mut(f.slot) {
+        flow.on_response_headers(&mut f.host);
+    }
 }
 
 /// A decision callout answered.
 pub fn on_callout_done(f: &mut NativeFilter, callout_id: u64, answer: CalloutAnswer) {
+    let mut state = f.local.lock();
+    let Some(Some(flow)) = state.flows.get_mut(f.slot) else {
+        return;
+    };
+    deliver(flow, &mut f.host, callout_id, answer);
+    deliver_early(flow, &mut f.host);
+}
+
+/// Answers Envoy gave inside their own `http_callout` (see `abi::FilterHandle::take_early`).
+fn deliver_early(flow: &mut Flow, host: &mut NativeHost) {
+    loop {
+        let early = host.filter.take_early();
+        if early.is_empty() {
+            return;
+        }
+        for (id, answer) in early {
+            deliver(flow, host, id, answer);
+        }
+    }
+}
+
+fn deliver(flow: &mut Flow, host: &mut NativeHost, callout_id: u64, answer: CalloutAnswer) {
     let Ok(token) = u32::try_from(callout_id) else {
         return;
     };
-    let Some(i) = f.host.callouts.iter().position(|(t, _)| *t == token) else {
+    let Some(i) = host.callouts.iter().position(|(t, _)| *t == token) else {
         return;
     };
-    let (_, kind) = f.host.callouts.swap_remove(i);
+    let (_, kind) = host.callouts.swap_remove(i);
     match kind {
         Kind::Http => {
             let status = if answer.completed {
@@ -265,17 +292,16 @@ pub fn on_callout_done(f: &mut NativeFilter, callout_id: u64, answer: CalloutAns
             } else {
                 None
             };
-            f.flow
-                .on_callout_response(&mut f.host, token, status.as_deref(), &answer.body);
+            flow.on_callout_response(host, token, status.as_deref(), &answer.body);
         }
         Kind::Rls => {
             let reply = grpc::read(&answer);
             if reply.code == 0 {
-                f.flow.on_grpc_response(&mut f.host, token, 0, &reply.bytes);
+                flow.on_grpc_response(host, token, 0, &reply.bytes);
             } else {
                 let failure =
                     Failure::of_grpc(Protocol::Grpc, reply.code, reply.message.as_deref());
-                f.flow.on_failure(&mut f.host, token, failure);
+                flow.on_failure(host, token, failure);
             }
         }
         Kind::Exchange => {
@@ -287,23 +313,24 @@ pub fn on_callout_done(f: &mut NativeFilter, callout_id: u64, answer: CalloutAns
             ) {
                 Ok((status, body)) => {
                     let status = status.to_string();
-                    f.flow
-                        .on_callout_response(&mut f.host, token, Some(status.as_bytes()), &body);
+                    flow.on_callout_response(host, token, Some(status.as_bytes()), &body);
                 }
-                Err(failure) => f.flow.on_failure(&mut f.host, token, failure),
+                Err(failure) => flow.on_failure(host, token, failure),
             }
         }
     }
 }
 
-/// The main thread's turn (woken by a worker's report).
+/// The main thread's turn (the report timer): every worker's report.
 pub fn on_config_scheduled(config: &NativeConfig) {
-    config.relay.send_queued(config.handle);
+    config.reports.tick(config.handle, &config.counters);
 }
 
 /// A report callout answered (main thread).
 pub fn on_config_callout_done(config: &NativeConfig, callout_id: u64, answer: CalloutAnswer) {
-    config.relay.on_answer(callout_id, &answer);
+    config
+        .reports
+        .on_answer(config.handle, &config.counters, callout_id, answer);
 }
 
 /// The name of a callout init result (`envoy_dynamic_module_type_http_callout_init_result`).

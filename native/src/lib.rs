@@ -10,7 +10,8 @@
 //! - `glue`: the hooks' work: the configuration, the per-worker state, the `Host` over the ABI.
 //! - `shared`: the lease table and denial cache as one process-wide sharded map.
 //! - `grpc`: gRPC unary calls (exchange `Call`, RLS) framed by hand over the HTTP callout.
-//! - `relay`: count reports without a timer: piggy-backed on requests, sent by the main thread.
+//! - `relay`: count reports without `on_tick`: a timer thread wakes the main thread, which runs
+//!   each worker's report turn under that worker's lock and sends it as a config-level callout.
 
 #![deny(unsafe_code)]
 

@@ -1,243 +1,258 @@
-//! Count reports without `on_tick`: the dynamic-module ABI gives a filter no timer, so a worker
-//! looks at its report clock when a request starts (piggy-backing on traffic), and the report it
-//! builds is relayed to Envoy's main thread, which sends it as a config-level HTTP callout (a
-//! request's own callout would be cancelled when the request ends, usually first).
+//! Count reports without `on_tick`: the dynamic-module ABI gives a worker no timer, so the
+//! configuration's timer thread wakes Envoy's main thread (the configuration's scheduler) every
+//! `report.period_ms`, and the main thread runs each worker's report turn (`report::Worker::tick`)
+//! under that worker's lock ([`WorkerBound`]), sending the report as a config-level HTTP callout
+//! (a request's own callout would be cancelled when its request ends). The answer comes back on
+//! the main thread and is handed to the worker the same way.
 //!
-//! Flow: a worker's `report::Worker::tick` runs against [`ReportHost`], whose `dispatch` /
-//! `exchange` queue the call here and wake the main thread through the configuration's
-//! scheduler; `on_config_scheduled` sends what is queued; each answer is kept for its worker,
-//! which hands it to `report::Worker::on_report_response` at its next request.
-//!
-//! Delay: a worker's counts go out with its first request at least `report.period_ms` after its
-//! last report, and the answer is taken in at its next request; a worker that gets no more
-//! requests keeps its last counts until it does (each worker reports only what its own requests
-//! counted, so a busy worker is never late by more than one period).
+//! Delay: as the wasm build's tick: a count goes out within one `report.period_ms` (plus the
+//! main thread's scheduling), idle workers included.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
 use sluice_filter::config::Config;
 use sluice_filter::failure::Failure;
 use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
 
-use crate::abi::{self, ConfigHandle, Level, Scheduler};
-use crate::glue::{CalloutAnswer, NativeHost};
+use crate::abi::{self, ConfigHandle, Level, Scheduler, WorkerBound};
+use crate::glue::{CalloutAnswer, LocalState, SharedLocal};
 use crate::grpc;
-
-/// Reports queued or in flight, per configuration, at most (a backend that never answers cannot
-/// grow the queue: each worker has at most one report in flight).
-pub const MAX_QUEUED: usize = 4096;
-
-/// A report call waiting for the main thread.
-#[derive(Debug)]
-enum Outgoing {
-    /// `POST /v1/report` over HTTP.
-    Http(Callout),
-    /// The same as a unary exchange (`protocol: grpc_stream`).
-    Exchange(ExchangeCall),
-}
-
-/// Answers a worker has not taken in: (token, HTTP status of the report).
-type Answers = Vec<(u32, Option<Vec<u8>>)>;
-
-#[derive(Debug)]
-struct Queued {
-    worker: u64,
-    token: u32,
-    call: Outgoing,
-}
-
-/// The main thread's side of one configuration's reports.
-#[derive(Debug)]
-pub struct Relay {
-    scheduler: Option<Scheduler>,
-    cluster: String,
-    authority: String,
-    queued: Mutex<Vec<Queued>>,
-    /// Callout id -> (worker, token, was an exchange).
-    in_flight: Mutex<HashMap<u64, (u64, u32, bool)>>,
-    /// Worker -> answers not yet taken in: (token, HTTP status of the report).
-    answers: Mutex<HashMap<u64, Answers>>,
-    next_token: AtomicU32,
-}
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Relay {
-    /// A relay waking the main thread with `scheduler`.
-    pub fn new(scheduler: Option<Scheduler>, config: &Config) -> Relay {
-        Relay {
-            scheduler,
+/// A report in flight: its worker, its token, whether it went as an exchange.
+type InFlight = (Weak<WorkerBound<LocalState>>, u32, bool);
+
+/// The main thread's side of one configuration's reports.
+#[derive(Debug)]
+pub struct Reports {
+    cluster: String,
+    authority: String,
+    workers: Mutex<Vec<Weak<WorkerBound<LocalState>>>>,
+    in_flight: Mutex<HashMap<u64, InFlight>>,
+    /// Answers that came inside their own `http_callout` (before their id was known).
+    early: Mutex<HashMap<u64, CalloutAnswer>>,
+    timer: Mutex<Option<Timer>>,
+}
+
+/// The thread that wakes the main thread every period.
+#[derive(Debug)]
+struct Timer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Reports {
+    /// The reports of `config`, woken through `scheduler` every `report.period_ms`.
+    pub fn new(scheduler: Option<Scheduler>, config: &Config) -> Reports {
+        let timer = scheduler.map(|scheduler| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let period = Duration::from_millis(config.report.period_ms.max(1));
+            let flag = Arc::clone(&stop);
+            let thread = std::thread::Builder::new()
+                .name("sluice-reports".to_owned())
+                .spawn(move || {
+                    while !flag.load(Ordering::Relaxed) {
+                        std::thread::park_timeout(period);
+                        if !flag.load(Ordering::Relaxed) {
+                            scheduler.commit(0);
+                        }
+                    }
+                    // The scheduler is deleted here, after the last commit.
+                    drop(scheduler);
+                })
+                .ok();
+            Timer { stop, thread }
+        });
+        Reports {
             cluster: config
                 .report
                 .cluster
                 .clone()
                 .unwrap_or_else(|| config.backend.cluster.clone()),
             authority: config.backend.authority.clone(),
-            queued: Mutex::new(Vec::new()),
+            workers: Mutex::new(Vec::new()),
             in_flight: Mutex::new(HashMap::new()),
-            answers: Mutex::new(HashMap::new()),
-            next_token: AtomicU32::new(1),
+            early: Mutex::new(HashMap::new()),
+            timer: Mutex::new(timer),
         }
     }
 
-    fn queue(&self, worker: u64, call: Outgoing) -> Result<u32, String> {
-        let Some(scheduler) = self.scheduler.as_ref() else {
-            return Err("no scheduler".to_owned());
-        };
-        let token = self.next_token.fetch_add(1, Ordering::Relaxed).max(1);
-        {
-            let mut queued = locked(&self.queued);
-            if queued.len() + locked(&self.in_flight).len() >= MAX_QUEUED {
-                return Err("too many reports queued".to_owned());
-            }
-            queued.push(Queued {
-                worker,
-                token,
-                call,
-            });
-        }
-        scheduler.commit(0);
-        Ok(token)
+    /// Stops the timer (the configuration goes away; called on the main thread).
+    pub fn stop(&self) {
+        drop(locked(&self.timer).take());
     }
 
-    /// The main thread: send every queued report.
-    pub fn send_queued(&self, config: ConfigHandle) {
-        let queued = std::mem::take(&mut *locked(&self.queued));
-        for q in queued {
-            let (sent, exchange) = match &q.call {
-                Outgoing::Http(c) => {
-                    let headers: Vec<(&str, &str)> =
-                        c.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
-                    (
-                        config.http_callout(&c.cluster, &headers, &c.body, c.timeout_ms),
-                        false,
-                    )
-                }
-                Outgoing::Exchange(e) => {
-                    let message = prost::Message::encode_to_vec(&ExchangeRequest {
-                        id: 0,
-                        path: e.path.clone(),
-                        body: e.body.clone(),
-                    });
-                    let headers = grpc::headers(CALL_PATH, &self.authority);
-                    (
-                        config.http_callout(
-                            &self.cluster,
-                            &headers,
-                            &grpc::frame(&message),
-                            e.timeout_ms,
-                        ),
-                        true,
-                    )
-                }
+    /// A worker starts using this configuration.
+    pub fn register(&self, worker: &SharedLocal) {
+        let mut workers = locked(&self.workers);
+        workers.retain(|w| w.strong_count() > 0);
+        workers.push(Arc::downgrade(worker));
+    }
+
+    /// The main thread's turn: every worker's report.
+    pub fn tick(&self, handle: ConfigHandle, counters: &[Option<usize>]) {
+        let workers: Vec<SharedLocal> = locked(&self.workers)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for worker in workers {
+            let state = worker.lock();
+            let mut host = MainHost {
+                handle,
+                counters,
+                reports: self,
+                sent: Vec::new(),
             };
-            match sent {
-                Ok(id) => {
-                    locked(&self.in_flight).insert(id, (q.worker, q.token, exchange));
-                }
-                Err(code) => {
-                    abi::log(
-                        Level::Warn,
-                        &format!("sluice: a count report could not start (Envoy said {code})"),
-                    );
-                    self.answer(q.worker, q.token, None);
+            state.worker.tick(&mut host, &state.config);
+            for (id, exchange) in std::mem::take(&mut host.sent) {
+                let Ok(token) = u32::try_from(id) else {
+                    continue;
+                };
+                let early = locked(&self.early).remove(&id);
+                match early {
+                    Some(answer) => {
+                        let status = status_of(&answer, exchange);
+                        state
+                            .worker
+                            .on_report_response(&mut host, token, status.as_deref());
+                    }
+                    None => {
+                        locked(&self.in_flight)
+                            .insert(id, (Arc::downgrade(&worker), token, exchange));
+                    }
                 }
             }
         }
     }
 
-    /// The main thread: a report callout answered.
-    pub fn on_answer(&self, callout_id: u64, answer: &CalloutAnswer) {
+    /// A report callout answered (main thread).
+    pub fn on_answer(
+        &self,
+        handle: ConfigHandle,
+        counters: &[Option<usize>],
+        callout_id: u64,
+        answer: CalloutAnswer,
+    ) {
         let Some((worker, token, exchange)) = locked(&self.in_flight).remove(&callout_id) else {
+            locked(&self.early).insert(callout_id, answer);
             return;
         };
-        let status = if exchange {
-            let reply = grpc::read(answer);
-            sluice_filter::exchange::unary_reply(reply.code, reply.message.as_deref(), &reply.bytes)
-                .ok()
-                .map(|(status, _)| status.to_string().into_bytes())
-        } else if answer.completed {
-            answer.header(":status").map(<[u8]>::to_vec)
-        } else {
-            None
+        let Some(worker) = worker.upgrade() else {
+            return;
         };
-        self.answer(worker, token, status);
-    }
-
-    fn answer(&self, worker: u64, token: u32, status: Option<Vec<u8>>) {
-        locked(&self.answers)
-            .entry(worker)
-            .or_default()
-            .push((token, status));
-    }
-
-    /// A worker takes in the answers to its reports.
-    pub fn take_answers(&self, worker: u64) -> Answers {
-        let mut answers = locked(&self.answers);
-        if answers.is_empty() {
-            return Vec::new();
-        }
-        answers.remove(&worker).unwrap_or_default()
+        let status = status_of(&answer, exchange);
+        let state = worker.lock();
+        let mut host = MainHost {
+            handle,
+            counters,
+            reports: self,
+            sent: Vec::new(),
+        };
+        state
+            .worker
+            .on_report_response(&mut host, token, status.as_deref());
     }
 }
 
-/// The [`Host`] a worker's report tick runs against: calls are queued for the main thread;
-/// everything else is the request's host.
-pub struct ReportHost<'a> {
-    /// The request whose start gave the worker its turn.
-    pub request: &'a mut NativeHost,
-    /// The configuration's relay.
-    pub relay: Arc<Relay>,
-    /// This worker's id in the relay.
-    pub worker: u64,
-    /// Reports queued by this turn.
-    pub queued: u32,
+/// The HTTP status a report was answered with (`None`: no answer).
+fn status_of(answer: &CalloutAnswer, exchange: bool) -> Option<Vec<u8>> {
+    if exchange {
+        let reply = grpc::read(answer);
+        sluice_filter::exchange::unary_reply(reply.code, reply.message.as_deref(), &reply.bytes)
+            .ok()
+            .map(|(status, _)| status.to_string().into_bytes())
+    } else if answer.completed {
+        answer.header(":status").map(<[u8]>::to_vec)
+    } else {
+        None
+    }
 }
 
-impl Host for ReportHost<'_> {
+/// The [`Host`] a worker's report turn runs against on the main thread: config-level callouts
+/// and counters; no request.
+struct MainHost<'a> {
+    handle: ConfigHandle,
+    counters: &'a [Option<usize>],
+    reports: &'a Reports,
+    /// Callouts started by this turn: (id, sent as an exchange).
+    sent: Vec<(u64, bool)>,
+}
+
+impl MainHost<'_> {
+    fn start(&mut self, result: Result<u64, u32>, exchange: bool) -> Result<u32, String> {
+        let id = result.map_err(|code| format!("Envoy said {code}"))?;
+        let token = u32::try_from(id).map_err(|_| "callout id out of range".to_owned())?;
+        self.sent.push((id, exchange));
+        Ok(token)
+    }
+}
+
+impl Host for MainHost<'_> {
     fn now_ns(&self) -> u64 {
-        self.request.now_ns()
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
-    fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        self.request.request_header(name)
+    fn request_header(&self, _name: &str) -> Vec<Vec<u8>> {
+        Vec::new()
     }
     fn client_address(&self) -> Option<Vec<u8>> {
-        self.request.client_address()
+        None
     }
-    fn shared_get(&self, key: &str) -> Option<Vec<u8>> {
-        self.request.shared_get(key)
+    fn shared_get(&self, _key: &str) -> Option<Vec<u8>> {
+        None
     }
-    fn shared_set(&mut self, key: &str, value: &[u8]) {
-        self.request.shared_set(key, value)
+    fn shared_set(&mut self, _key: &str, _value: &[u8]) {}
+    fn shared_get_versioned(&self, _key: &str) -> Option<(Vec<u8>, u32)> {
+        None
     }
-    fn shared_get_versioned(&self, key: &str) -> Option<(Vec<u8>, u32)> {
-        self.request.shared_get_versioned(key)
-    }
-    fn shared_set_if(&mut self, key: &str, value: &[u8], version: u32) -> Result<(), CasError> {
-        self.request.shared_set_if(key, value, version)
+    fn shared_set_if(&mut self, _key: &str, _value: &[u8], _version: u32) -> Result<(), CasError> {
+        Err(CasError::Failed)
     }
     fn dispatch(&mut self, call: &Callout) -> Result<u32, String> {
-        let token = self
-            .relay
-            .queue(self.worker, Outgoing::Http(call.clone()))?;
-        self.queued += 1;
-        Ok(token)
+        let headers: Vec<(&str, &str)> =
+            call.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let result = self
+            .handle
+            .http_callout(&call.cluster, &headers, &call.body, call.timeout_ms);
+        self.start(result, false)
     }
     fn dispatch_grpc(&mut self, _call: &GrpcCall) -> Result<u32, String> {
         Err("reports are not sent over RLS".to_owned())
     }
     fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
-        let token = self
-            .relay
-            .queue(self.worker, Outgoing::Exchange(call.clone()))
-            .map_err(|e| Failure::not_started(&e))?;
-        self.queued += 1;
-        Ok(token)
+        let message = prost::Message::encode_to_vec(&ExchangeRequest {
+            id: 0,
+            path: call.path.clone(),
+            body: call.body.clone(),
+        });
+        let headers = grpc::headers(CALL_PATH, &self.reports.authority);
+        let result = self.handle.http_callout(
+            &self.reports.cluster,
+            &headers,
+            &grpc::frame(&message),
+            call.timeout_ms,
+        );
+        self.start(result, true)
+            .map_err(|e| Failure::not_started(&e))
     }
     fn send_reply(&mut self, _status: u16, _headers: &[(&str, &str)], _body: &[u8]) {}
     fn resume(&mut self) {}
@@ -245,9 +260,11 @@ impl Host for ReportHost<'_> {
     fn remove_request_header(&mut self, _name: &str) {}
     fn add_response_header(&mut self, _name: &str, _value: &str) {}
     fn count(&mut self, counter: Counter) {
-        self.request.count(counter)
+        if let Some(Some(id)) = self.counters.get(counter.index()) {
+            self.handle.increment(*id);
+        }
     }
     fn warn(&self, message: &str) {
-        self.request.warn(message)
+        abi::log(Level::Warn, message);
     }
 }

@@ -20,6 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 ENVOY = os.environ.get("SLUICE_ENVOY", str(ROOT / ".venv" / "bin" / "envoy"))
 SLUICE = os.environ.get("SLUICE_BIN", str(ROOT / "target" / "debug" / "sluice"))
 WASM = os.environ.get("SLUICE_FILTER_WASM", str(ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "sluice_filter.wasm"))
+# Which build of the sluice filter the Envoys load: `wasm` (proxy-wasm, the default) or `native`
+# (the dynamic module, libsluice_filter_native.so, found through ENVOY_DYNAMIC_MODULES_SEARCH_PATH).
+# The templates in envoy/ carry the wasm block; `native` rewrites it (`to_native`) into the
+# dynamic-module block with the same JSON configuration, so every test runs unchanged on both.
+FILTER_BUILD = os.environ.get("SLUICE_FILTER_BUILD", "wasm")
+if FILTER_BUILD not in ("wasm", "native"):
+    raise SystemExit(f"SLUICE_FILTER_BUILD={FILTER_BUILD!r}: expected wasm or native")
+NATIVE_DIR = os.environ.get("SLUICE_FILTER_NATIVE_DIR", str(ROOT / "target" / "release"))
+NATIVE = str(Path(NATIVE_DIR) / "libsluice_filter_native.so")
+FILTER = NATIVE if FILTER_BUILD == "native" else WASM
+# Envoy names a filter's custom stats by its host: `wasmcustom.` or `dynamicmodulescustom.`.
+STAT_PREFIX = {"wasm": "wasmcustom", "native": "dynamicmodulescustom"}[FILTER_BUILD]
 TOKEN = "e2e-admin-token-0123456789abcdef"
 
 
@@ -266,15 +278,71 @@ def raw_request(port, method, target, header_lines, timeout=10):
 
 
 def render(template, values):
-    """Fills ${NAME} placeholders (string.Template: the same syntax envsubst reads)."""
+    """Fills ${NAME} placeholders (string.Template: the same syntax envsubst reads). The result
+    is always the wasm form (tests edit it as such); `launch_config` derives what Envoy loads."""
     text = (ROOT / "envoy" / template).read_text()
     return string.Template(text).substitute({k: str(v) for k, v in values.items()})
 
 
+def launch_config(config_path):
+    """The config file Envoy is given for `config_path` (a rendered, possibly edited, wasm-form
+    config): itself for the wasm build; for the native build, a sibling with every filter block
+    rewritten by `to_native`."""
+    if FILTER_BUILD != "native":
+        return config_path
+    path = Path(config_path)
+    native = path.with_name(path.stem + ".native.yaml")
+    native.write_text(to_native(path.read_text()))
+    return native
+
+
+def to_native(text):
+    """Rewrites every `envoy.filters.http.wasm` block of a rendered config into the
+    `envoy.filters.http.dynamic_modules` block loading libsluice_filter_native.so, with the same
+    configuration string (the wasm block's `configuration` becomes `filter_config`) and the wasm
+    config's `name` as `filter_name`. Text-level, so the JSON inside stays byte for byte."""
+    lines = text.splitlines()
+    out = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() != "- name: envoy.filters.http.wasm":
+            out.append(line)
+            i += 1
+            continue
+        indent = len(line) - len(line.lstrip())
+        end = i + 1
+        while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+            end += 1
+        block = lines[i + 1:end]
+        name = next(l.split(":", 1)[1].strip() for l in block if l.strip().startswith("name:"))
+        at = next(k for k, l in enumerate(block) if l.strip() == "configuration:")
+        conf_indent = len(block[at]) - len(block[at].lstrip())
+        rest = block[at + 1:]
+        tail = next((k for k, l in enumerate(rest) if l.strip() and len(l) - len(l.lstrip()) <= conf_indent), len(rest))
+        pad = " " * indent
+        out += [f"{pad}- name: envoy.filters.http.dynamic_modules",
+                f"{pad}  typed_config:",
+                f'{pad}    "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter',
+                f"{pad}    dynamic_module_config: {{name: sluice_filter_native}}",
+                f"{pad}    filter_name: {name}",
+                f"{pad}    filter_config:"]
+        out += [l[2:] if l.startswith("  ") else l for l in rest[:tail]]
+        i = end
+    return "\n".join(out) + "\n"
+
+
+def envoy_env():
+    """The environment an Envoy runs with: the dynamic module's directory for the native build."""
+    if FILTER_BUILD != "native":
+        return None
+    return dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=str(Path(NATIVE).parent))
+
+
 def validate(config_path):
     """`envoy --mode validate`: returns (ok, output)."""
-    out = subprocess.run([ENVOY, "--mode", "validate", "-c", str(config_path), "--disable-hot-restart",
-                          "--log-level", "error"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([ENVOY, "--mode", "validate", "-c", str(launch_config(config_path)), "--disable-hot-restart",
+                          "--log-level", "error"], capture_output=True, text=True, timeout=60, env=envoy_env())
     return out.returncode == 0, out.stdout + out.stderr
 
 
@@ -296,8 +364,8 @@ class Envoy:
         return f"http://127.0.0.1:{self.ports[listener]}"
 
     def start(self):
-        self.proc = Proc([ENVOY, "-c", str(self.config), "--disable-hot-restart", "--concurrency", str(self.concurrency),
-                          "--log-level", "warn"], self.tmp / f"envoy-{self.admin_port}.log")
+        self.proc = Proc([ENVOY, "-c", str(launch_config(self.config)), "--disable-hot-restart", "--concurrency", str(self.concurrency),
+                          "--log-level", "warn"], self.tmp / f"envoy-{self.admin_port}.log", env=envoy_env())
 
         def ready():
             if not self.proc.alive():
@@ -313,10 +381,18 @@ class Envoy:
             self.proc.stop()
 
     def stats(self, filter="sluice"):
+        """Counters and gauges matching `filter`. The filter's own stats are keyed by their wasm
+        names (`wasmcustom.sluice.*`) whichever build runs, so a test reads the same names on
+        both (the native build's are `dynamicmodulescustom.sluice.*` in Envoy)."""
+        if filter == "wasmcustom":
+            filter = STAT_PREFIX
         text = requests.get(f"http://127.0.0.1:{self.admin_port}/stats?filter={filter}", timeout=5).text
         out = {}
         for line in text.splitlines():
             name, _, value = line.partition(": ")
             if value.strip().isdigit():
-                out[name.strip()] = int(value)
+                name = name.strip()
+                if name.startswith(STAT_PREFIX + "."):
+                    name = "wasmcustom." + name[len(STAT_PREFIX) + 1:]
+                out[name] = int(value)
         return out
