@@ -1,7 +1,7 @@
 //! `--ratelimit-config PATH` read whole: a YAML file, or a directory of them (searched
-//! recursively, as the peer's runtime directory is; names ending `.yaml` or `.yml`; entries
-//! starting with `.` skipped, which also skips a Kubernetes ConfigMap's `..data` links while
-//! following the files' own links). All files are checked and every refusal returned, so one
+//! recursively; every file is a configuration whatever its name, as in the peer's runtime
+//! directory; entries starting with `.` are skipped, which also skips a Kubernetes ConfigMap's
+//! `..data` links while following the files' own links). All files are checked and every refusal returned, so one
 //! run lists everything wrong.
 
 use std::collections::HashMap;
@@ -52,7 +52,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConfigError> {
         let path = entry.path();
         if path.is_dir() {
             walk(&path, out)?;
-        } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+        } else {
             out.push(path);
         }
     }
@@ -167,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_is_read_recursively_skipping_dotfiles_and_other_names() {
+    fn a_directory_is_read_recursively_skipping_dotfiles() {
         let dir = std::env::temp_dir().join(format!("sluice-rl-load-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("sub")).expect("dir");
@@ -177,9 +177,9 @@ mod tests {
         std::fs::write(dir.join("sub/b.yml"), text.replace('x', "y")).expect("write");
         std::fs::write(dir.join("..data/c.yaml"), "broken: [").expect("write");
         std::fs::write(dir.join(".hidden.yaml"), "broken: [").expect("write");
-        std::fs::write(dir.join("notes.txt"), "hello").expect("write");
+        std::fs::write(dir.join("z.conf"), text.replace('x', "z")).expect("write");
         let loaded = load(&dir).expect("loads");
-        assert_eq!(loaded.files.len(), 2, "{:?}", loaded.files);
+        assert_eq!(loaded.files.len(), 3, "{:?}", loaded.files);
         assert!(loaded.domains.contains_key("x") && loaded.domains.contains_key("y"));
         let _ = std::fs::remove_dir_all(&dir);
     }
