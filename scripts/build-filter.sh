@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds the proxy-wasm filter for Envoy: target/wasm32-wasip1/wasm-release/sluice_filter.wasm
-# (size-optimised, panic = abort; see the root Cargo.toml's wasm-release profile).
+# Builds both builds of the sluice filter for Envoy:
+# - the proxy-wasm filter: target/wasm32-wasip1/wasm-release/sluice_filter.wasm (size-optimised,
+#   panic = abort; see the root Cargo.toml's wasm-release profile), for any Envoy and Istio;
+# - the dynamic module: target/release/libsluice_filter_native.so (native/, Envoy 1.40/1.41's
+#   dynamic-module ABI v0.2.0), loaded by name through ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -13,3 +16,7 @@ out=target/wasm32-wasip1/wasm-release/sluice_filter.wasm
 cargo run --locked -q -p sluice-filter --example trim_exports -- "$out" "$out.trimmed"
 mv "$out.trimmed" "$out"
 echo "$out ($(stat -c %s "$out") bytes)"
+cargo build --locked -q -p sluice-filter-native --release
+so=target/release/libsluice_filter_native.so
+[ -s "$so" ] || { echo "sluice: $so was not produced" >&2; exit 1; }
+echo "$so ($(stat -c %s "$so") bytes)"

