@@ -334,7 +334,13 @@ fn respond(
         .iter()
         .zip(decided)
         .map(|(s, d)| match (&s.kind, d) {
-            (Kind::Counted(_, rule), Some(r)) => Some((rule.action(), r.clone())),
+            (Kind::Counted(m, rule), Some(r)) => {
+                // A quota descriptor runs as a shadow rule, but its refusal is no shadow's
+                // would-deny: its status says it is over.
+                let mut r = r.clone();
+                r.would_deny &= !m.limit.quota_mode;
+                Some((rule.action(), r))
+            }
             _ => None,
         })
         .collect();
