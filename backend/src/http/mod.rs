@@ -13,6 +13,7 @@ pub mod input;
 pub mod openapi;
 pub mod overrides;
 pub mod probes;
+pub mod ratelimit;
 pub mod report;
 pub mod reset;
 pub mod serve;
@@ -90,6 +91,7 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         )
         .route("/v1/keys", delete(reset::reset_key))
         .route("/v1/audit", get(audit::get_audit))
+        .route("/v1/ratelimit-config", get(ratelimit::get_ratelimit_config))
         .route("/v1/levels", get(admin::get_levels))
         .route("/v1/events", get(events::events))
         .route("/v1/history", get(history::get_history))

@@ -11,7 +11,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use super::decision_all;
-use super::{admin, audit, decision, events, history, overrides, probes, report, reset};
+use super::{admin, audit, decision, events, history, overrides, probes, ratelimit, report, reset};
 use sluice_core::wire::{
     ActionCounts, ActionHistory, ActionTopDenied, DeniedKey, FilterReport, HistoryBody,
     HistoryRange, KeyActionState, KeyView, StepCounts, TopDeniedBody,
@@ -21,6 +21,7 @@ use sluice_core::wire::{
     SessionBody,
 };
 use sluice_core::wire::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
+use sluice_core::wire::{RatelimitConfigBody, RatelimitLimit};
 
 struct Security;
 
@@ -61,6 +62,7 @@ impl Modify for Security {
         overrides::delete_override,
         reset::reset_key,
         audit::get_audit,
+        ratelimit::get_ratelimit_config,
         audit::whoami,
         history::get_history,
         history::get_key,
@@ -80,7 +82,8 @@ impl Modify for Security {
         FilterReport, ActionCounts, HistoryBody, HistoryRange, ActionHistory, StepCounts,
         KeyView, KeyActionState, TopDeniedBody, ActionTopDenied, DeniedKey,
         KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody, ResetAllBody, SessionBody,
-        ThrottleAllRequest, ThrottleCheck, ThrottleAllResponse, DeniedCheck
+        ThrottleAllRequest, ThrottleCheck, ThrottleAllResponse, DeniedCheck,
+        RatelimitConfigBody, RatelimitLimit
     )),
     modifiers(&Security),
     tags(

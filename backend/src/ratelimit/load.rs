@@ -6,12 +6,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use sluice_core::Rule;
 
 use super::config::{self, ConfigError};
-use super::matcher::Level;
+use super::matcher::{Level, Limit};
 use super::translate::translate;
 
 /// A whole configuration, ready to serve.
@@ -21,6 +22,8 @@ pub struct Loaded {
     pub domains: HashMap<String, Level>,
     /// Every counted limit's rule, across domains.
     pub rules: Vec<Rule>,
+    /// Every limit, across domains, in file order.
+    pub limits: Vec<Arc<Limit>>,
     /// The files read, sorted.
     pub files: Vec<PathBuf>,
     /// A digest of the files' names and contents: what the watcher compares.
@@ -123,6 +126,7 @@ pub fn build(files: &[(PathBuf, String)]) -> Result<Loaded, Vec<ConfigError>> {
         match translate(&parsed) {
             Ok(t) => {
                 loaded.rules.extend(t.rules);
+                loaded.limits.extend(t.limits);
                 loaded.domains.insert(parsed.domain, t.level);
             }
             Err(e) => errors.extend(e),

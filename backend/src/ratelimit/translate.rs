@@ -27,6 +27,8 @@ pub struct Translated {
     pub level: Level,
     /// One rule per counted limit.
     pub rules: Vec<Rule>,
+    /// Every limit, in file order.
+    pub limits: Vec<Arc<Limit>>,
 }
 
 /// Translates one file; every refusal is returned.
@@ -34,7 +36,7 @@ pub fn translate(file: &DomainFile) -> Result<Translated, Vec<ConfigError>> {
     let mut out = Translated::default();
     let mut errors = Vec::new();
     let path = file.domain.clone();
-    out.level = level(file, &file.descriptors, &path, &mut out.rules, &mut errors);
+    out.level = level(file, &file.descriptors, &path, &mut out, &mut errors);
     if errors.is_empty() {
         Ok(out)
     } else {
@@ -54,7 +56,7 @@ fn level(
     file: &DomainFile,
     descriptors: &[Descriptor],
     parent: &str,
-    rules: &mut Vec<Rule>,
+    found: &mut Translated,
     errors: &mut Vec<ConfigError>,
 ) -> Level {
     let mut out = Level::default();
@@ -65,7 +67,7 @@ fn level(
             let (action, algorithm) = match rule(file, d, &path) {
                 Ok(Some(r)) => {
                     let pair = (Some(r.action().as_str().to_owned()), r.algorithm());
-                    rules.push(r);
+                    found.rules.push(r);
                     pair
                 }
                 Ok(None) => (None, Algorithm::FixedWindow),
@@ -74,7 +76,7 @@ fn level(
                     return None;
                 }
             };
-            Some(Arc::new(Limit {
+            let limit = Arc::new(Limit {
                 action,
                 quota: rl.quota.clone(),
                 name: rl.name.clone(),
@@ -84,12 +86,14 @@ fn level(
                 metadata: d.metadata.clone(),
                 algorithm,
                 path: path.clone(),
-            }))
+            });
+            found.limits.push(limit.clone());
+            Some(limit)
         });
         let node = Node {
             limit,
             share_threshold: d.share_threshold,
-            level: level(file, &d.descriptors, &path, rules, errors),
+            level: level(file, &d.descriptors, &path, found, errors),
         };
         out.insert(key, node);
     }

@@ -19,11 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::wire::ratelimit::file_owner;
+use sluice_core::wire::{RatelimitConfigBody, RatelimitLimit};
 use sluice_core::Rule;
 use tokio::sync::watch;
 
 use super::config::ConfigError;
 use super::load::{self, Loaded};
+use super::matcher::Limit;
 use crate::clock::now_ms;
 use crate::rules::RuleCache;
 use crate::store::{AuditStamp, RuleChange, Store, StoreError};
@@ -38,6 +40,8 @@ pub const AUDIT_WHO: &str = "ratelimit-config";
 pub struct Live {
     path: PathBuf,
     tx: watch::Sender<Arc<Loaded>>,
+    /// Why the newest change was refused (empty when the files in force are the newest).
+    refused: watch::Sender<Vec<String>>,
 }
 
 /// Why the configuration could not be put in force at start.
@@ -70,6 +74,36 @@ impl Live {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// `GET /v1/ratelimit-config`'s body.
+    pub fn body(&self) -> RatelimitConfigBody {
+        let loaded = self.current();
+        RatelimitConfigBody {
+            path: Some(self.path.display().to_string()),
+            files: loaded
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect(),
+            limits: loaded.limits.iter().map(|l| wire_limit(l)).collect(),
+            refused: self.refused.borrow().clone(),
+        }
+    }
+}
+
+fn wire_limit(limit: &Limit) -> RatelimitLimit {
+    let per_unit = limit.per_unit();
+    RatelimitLimit {
+        path: limit.path.clone(),
+        action: limit.action.clone(),
+        unit: per_unit.map(|(u, _)| u.to_string()),
+        requests_per_unit: per_unit.map(|(_, n)| n),
+        unlimited: per_unit.is_none(),
+        name: limit.name.clone(),
+        replaces: limit.replaces.clone(),
+        shadow_mode: limit.shadow_mode,
+        quota_mode: limit.quota_mode,
+    }
 }
 
 /// Loads `path`, publishes its rules and returns the configuration in force.
@@ -89,9 +123,11 @@ pub async fn start(
         "ratelimit config loaded (envoyproxy/ratelimit format)"
     );
     let (tx, _) = watch::channel(Arc::new(loaded));
+    let (refused, _) = watch::channel(Vec::new());
     Ok(Arc::new(Live {
         path: path.to_owned(),
         tx,
+        refused,
     }))
 }
 
@@ -160,6 +196,7 @@ pub async fn watch_loop(
                 if refused != Some(digest) {
                     tracing::error!(error = %e, "ratelimit config: cannot read the files; keeping the last good configuration");
                     refused = Some(digest);
+                    live.refused.send_replace(vec![e.to_string()]);
                 }
                 continue;
             }
@@ -178,6 +215,7 @@ pub async fn watch_loop(
         match load::build(&files) {
             Ok(loaded) => {
                 refused = None;
+                live.refused.send_replace(Vec::new());
                 let loaded = Arc::new(loaded);
                 live.tx.send_replace(loaded.clone());
                 tracing::info!(
@@ -191,6 +229,8 @@ pub async fn watch_loop(
             }
             Err(errors) => {
                 refused = Some(digest);
+                live.refused
+                    .send_replace(errors.iter().map(ToString::to_string).collect());
                 for e in &errors {
                     tracing::error!(file = %e.file.display(), field = %e.error.field, reason = %e.error.reason, "ratelimit config refused: {e}");
                 }

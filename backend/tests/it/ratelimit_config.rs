@@ -319,7 +319,27 @@ async fn a_change_applies_within_a_second_and_a_bad_edit_keeps_the_last_good() {
     assert!(!rules.to_string().contains("rl:messaging.gone"), "{rules}");
     // A bad edit: refused, the last good configuration stays.
     std::fs::write(dir.join("config.yaml"), "domain: messaging\ndescriptors:\n  - key: to_number\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let status = eventually(
+        Duration::from_secs(2),
+        "the refusal in GET /v1/ratelimit-config",
+        || async {
+            let body = rig.admin_json("/v1/ratelimit-config").await;
+            (!body["refused"].as_array()?.is_empty()).then_some(body)
+        },
+    )
+    .await;
+    let refusal = status["refused"][0].as_str().unwrap();
+    assert!(
+        refusal.ends_with("config.yaml: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight' (second, minute, hour, day, week, month or year)"),
+        "{status}"
+    );
+    let limit = &status["limits"][0];
+    assert_eq!(limit["path"], "messaging.to_number", "{status}");
+    assert_eq!(limit["action"], "rl:messaging.to_number");
+    assert_eq!(
+        (limit["unit"].as_str(), limit["requests_per_unit"].as_u64()),
+        (Some("day"), Some(5))
+    );
     for _ in 0..3 {
         assert_eq!(rig.codes(&[&[("to_number", "3")]]).await.0, OK);
     }

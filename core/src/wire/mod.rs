@@ -39,6 +39,7 @@ pub use keys::{
 };
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
 pub use overrides::{check_override_key, KeyOverride, OverridesBody};
+pub use ratelimit::{RatelimitConfigBody, RatelimitLimit};
 pub use report::{ActionCounts, FilterReport, ReportId, MAX_REPORTER_LEN};
 pub use rule::RawRule;
 pub use rule_errors::rule_field_errors;

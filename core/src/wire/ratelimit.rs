@@ -3,6 +3,8 @@
 //! marked by their description so the admin API, the dashboard and every replica agree on which
 //! rules a file owns (and refuse to edit them: the file is the source of truth).
 
+use serde::{Deserialize, Serialize};
+
 /// The start of the description of every rule a ratelimit configuration owns; the file's path
 /// follows, then [`OWNER_SEPARATOR`] and the descriptor path in the peer's notation
 /// (`domain.key_value.key`).
@@ -27,6 +29,47 @@ pub fn file_owner(description: &str) -> Option<&str> {
         rest.rsplit_once(OWNER_SEPARATOR)
             .map_or(rest, |(file, _)| file),
     )
+}
+
+/// `GET /v1/ratelimit-config`: the envoyproxy/ratelimit configuration in force and whether the
+/// newest change of its files was refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RatelimitConfigBody {
+    /// `--ratelimit-config`; null when none is served.
+    pub path: Option<String>,
+    /// The files in force, sorted.
+    pub files: Vec<String>,
+    /// Every limit in force, in file order.
+    pub limits: Vec<RatelimitLimit>,
+    /// Why the newest change of the files was refused, one `file: field: reason` each; empty when
+    /// the files in force are the newest. While not empty, the previous files stay in force.
+    pub refused: Vec<String>,
+}
+
+/// One `rate_limit` of a ratelimit configuration, as it is in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RatelimitLimit {
+    /// The descriptor path in the peer's notation: `domain.key_value.key`.
+    pub path: String,
+    /// The sluice rule counting it (its levels, history and overrides are under this action);
+    /// null for `unlimited` and `requests_per_unit: 0`, which keep no state.
+    pub action: Option<String>,
+    /// `second` ... `week`; null when unlimited.
+    pub unit: Option<String>,
+    /// Null when unlimited.
+    pub requests_per_unit: Option<u32>,
+    /// `unlimited: true`.
+    pub unlimited: bool,
+    /// `name` (empty when unset).
+    pub name: String,
+    /// The names it replaces.
+    pub replaces: Vec<String>,
+    /// `shadow_mode`.
+    pub shadow_mode: bool,
+    /// `quota_mode`.
+    pub quota_mode: bool,
 }
 
 #[cfg(test)]
