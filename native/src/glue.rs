@@ -75,13 +75,10 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// `on_http_filter_config_new`: parses the JSON configuration (the wasm filter's, unchanged);
 /// `None` refuses it after logging the field at fault.
 pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<NativeConfig> {
-    let config = match Config::from_json(json) {
+    let config = match parse_config(json) {
         Ok(config) => config,
-        Err(e) => {
-            abi::log(
-                Level::Error,
-                &format!("sluice: bad plugin configuration: {e}"),
-            );
+        Err(line) => {
+            abi::log(Level::Error, &line);
             return None;
         }
     };
@@ -107,6 +104,12 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
         reports,
         handle,
     })
+}
+
+/// The `filter_config` string as a configuration, or the line Envoy's log gets for a refusal
+/// (the wasm build's words: `sluice: bad plugin configuration: <field>: <reason>`).
+pub fn parse_config(json: &[u8]) -> Result<Config, String> {
+    Config::from_json(json).map_err(|e| format!("sluice: bad plugin configuration: {e}"))
 }
 
 /// One worker's state for one configuration; every `Rc` of it (the flows' included) lives here.
