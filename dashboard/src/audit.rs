@@ -196,9 +196,77 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// What the audit page filters on (each empty: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    /// One action.
+    pub action: String,
+    /// One key (exact).
+    pub key: String,
+    /// One kind's wire name (`key_reset`).
+    pub kind: String,
+}
+
+impl AuditFilter {
+    /// `GET /v1/audit?limit=N&…` with the filters set, each value percent-encoded whole.
+    pub fn url(&self, limit: usize) -> String {
+        let mut url = format!("/v1/audit?limit={limit}");
+        for (name, value) in [
+            ("action", &self.action),
+            ("key", &self.key),
+            ("kind", &self.kind),
+        ] {
+            if !value.is_empty() {
+                url += &format!("&{name}={}", crate::overrides::percent_encode(value));
+            }
+        }
+        url
+    }
+
+    /// Whether any filter is set.
+    pub fn is_set(&self) -> bool {
+        *self != AuditFilter::default()
+    }
+}
+
+/// The kinds a filter offers: (wire name, words).
+pub fn kind_choices() -> Vec<(&'static str, &'static str)> {
+    AuditKind::ALL
+        .iter()
+        .map(|k| {
+            let words = match k {
+                AuditKind::RulePut => "rule saved",
+                AuditKind::RuleDelete => "rule deleted",
+                AuditKind::OverridePut => "override saved",
+                AuditKind::OverrideDelete => "override deleted",
+                AuditKind::KeyReset => "key reset",
+                AuditKind::Unrecognized => "other",
+            };
+            (k.name(), words)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_is_one_url() {
+        assert_eq!(AuditFilter::default().url(100), "/v1/audit?limit=100");
+        let f = AuditFilter {
+            action: "reply".into(),
+            key: "a&b c".into(),
+            kind: "key_reset".into(),
+        };
+        assert!(f.is_set());
+        assert_eq!(
+            f.url(100),
+            "/v1/audit?limit=100&action=reply&key=a%26b%20c&kind=key_reset"
+        );
+        assert_eq!(kind_choices().len(), 5);
+        assert_eq!(kind_choices()[4], ("key_reset", "key reset"));
+    }
     use serde_json::json;
 
     fn body(json: &str) -> AuditBody {

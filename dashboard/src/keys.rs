@@ -29,7 +29,7 @@ pub struct KeyRow {
     pub retry_after: String,
     /// `"12s ago"`, or `"not recently"` when the key is not among the recently active.
     pub last_seen: String,
-    /// A per-key override applies (the rule text is the override's).
+    /// A per-key override applies (the rule text is the override's; the view marks the row).
     pub overridden: bool,
 }
 
@@ -48,11 +48,7 @@ pub fn key_rows(view: &KeyView) -> Vec<KeyRow> {
             let fill = (level / capacity).min(1.0);
             KeyRow {
                 action: a.action.clone(),
-                rule_text: if a.overridden {
-                    format!("override: {} · {}", a.algorithm, a.mode.name())
-                } else {
-                    format!("{} · {}", a.algorithm, a.mode.name())
-                },
+                rule_text: format!("{} · {}", a.algorithm, a.mode.name()),
                 overridden: a.overridden,
                 level_text: format!("{} / {}", short_number(level), a.capacity),
                 fill,
@@ -120,14 +116,6 @@ pub fn key_query(typed: &str) -> Result<String, &'static str> {
     } else {
         Ok(typed.to_owned())
     }
-}
-
-/// `DELETE /v1/keys?action=*&key=…`: resets `key` on every action at once.
-pub fn reset_all_url(key: &str) -> String {
-    format!(
-        "/v1/keys?action=*&{}",
-        key_url(key).trim_start_matches("/v1/keys?")
-    )
 }
 
 /// `GET /v1/keys?key=…` for `key`, with every byte outside the unreserved set percent-encoded
@@ -198,7 +186,7 @@ mod tests {
             ..view.clone()
         });
         assert!(marked[0].overridden);
-        assert_eq!(marked[0].rule_text, "override: gcra · enforce");
+        assert_eq!(marked[0].rule_text, "gcra · enforce", "the override's rule");
         // A level out of range (or not a number) never draws outside the bar.
         let odd = key_rows(&KeyView {
             actions: vec![state("x", f64::NAN, 16, None), state("y", 99.0, 0, Some(1))],

@@ -323,3 +323,5 @@ await import('./ops.test.mjs');
 await import('./overrides.test.mjs');
 // The badge when the backend stops in place (issue 24), in a stack of its own: incident.test.mjs.
 await import('./incident.test.mjs');
+// One-step fixes with names (issue 24), in a stack of its own: fixes.test.mjs.
+await import('./fixes.test.mjs');

@@ -375,8 +375,9 @@ describe('overrides, resets and the audit trail', () => {
     const sessions = new Set();
     who.forEach((w, i) => {
       const expected = changes[changes.length - 1 - i][2];
-      if (expected === 'token') assert.equal(w, 'by token');
-      else { assert.match(w, /^by session:[0-9a-f]{12}$/); sessions.add(w); }
+      // The stack's one --admin-token is the identity "admin".
+      if (expected === 'token') assert.equal(w, 'by admin');
+      else { assert.match(w, /^by admin \(session [0-9a-f]{12}\)$/); sessions.add(w); }
     });
     assert.equal(sessions.size, 1, 'one login, one session id');
     // The edit of the VIP override lists what changed, and only that.

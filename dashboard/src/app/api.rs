@@ -4,8 +4,8 @@
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::Serialize;
 use sluice_core::wire::{
-    AuditBody, HistoryBody, HistoryRange, KeyView, ResetBody, RulesBody, SessionRequest,
-    TopDeniedBody,
+    AuditBody, HistoryBody, HistoryRange, KeyView, ResetAllBody, ResetBody, RulesBody, SessionBody,
+    SessionRequest, TopDeniedBody,
 };
 use sluice_core::Rule;
 
@@ -101,8 +101,12 @@ pub async fn delete_rule(action: &str) -> Result<(), ServerError> {
 
 /// `PUT /v1/rules/{action}/overrides/{key}`: creates or replaces one key's override; answers the
 /// stored rule.
-pub async fn put_override(key: &str, rule: &Rule) -> Result<Rule, ServerError> {
-    let url = crate::overrides::override_url(rule.action().as_str(), key);
+pub async fn put_override(key: &str, rule: &Rule, fresh: bool) -> Result<Rule, ServerError> {
+    let mut url = crate::overrides::override_url(rule.action().as_str(), key);
+    if fresh {
+        // The key starts fresh under the override (its state on the action is reset too).
+        url += "?fresh=true";
+    }
     read(send_json(Request::put(&url), rule).await?).await
 }
 
@@ -120,9 +124,22 @@ pub async fn reset_key(action: &str, key: &str) -> Result<ResetBody, ServerError
     read(send(Request::delete(&crate::reset::reset_url(action, key))).await?).await
 }
 
-/// `GET /v1/audit?limit=N`: the newest recorded changes, newest first.
-pub async fn audit(limit: usize) -> Result<AuditBody, ServerError> {
-    read(send(Request::get(&format!("/v1/audit?limit={limit}"))).await?).await
+/// `DELETE /v1/keys?action=*&key=K`: removes the key's state on every action.
+pub async fn reset_all(key: &str) -> Result<ResetAllBody, ServerError> {
+    read(send(Request::delete(&crate::reset::reset_all_url(key))).await?).await
+}
+
+/// `GET /v1/audit?limit=N&…`: the newest recorded changes that match, newest first.
+pub async fn audit(
+    limit: usize,
+    filter: &crate::audit::AuditFilter,
+) -> Result<AuditBody, ServerError> {
+    read(send(Request::get(&filter.url(limit))).await?).await
+}
+
+/// `GET /v1/session`: who this page is signed in as.
+pub async fn whoami() -> Result<SessionBody, ServerError> {
+    read(send(Request::get("/v1/session")).await?).await
 }
 
 /// Percent-encodes anything outside the action alphabet (valid actions pass unchanged).

@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use sluice_core::wire::AuditBody;
 
 use super::{api, Auth, Ctx, Tab, HISTORY_REFRESH_MS};
-use crate::audit::{audit_rows, AuditRow, ABSENT};
+use crate::audit::{audit_rows, kind_choices, AuditFilter, AuditRow, ABSENT};
 
 /// How many entries the page asks for (the store keeps up to 1,000).
 pub const AUDIT_SHOWN: usize = 100;
@@ -18,6 +18,8 @@ pub fn AuditPanel(ctx: Ctx) -> impl IntoView {
     let body = RwSignal::new(None::<AuditBody>);
     let error = RwSignal::new(String::new());
     let busy = RwSignal::new(false);
+    // The filters as typed; the list reads again when one changes.
+    let filter = RwSignal::new(AuditFilter::default());
     let refresh = move || {
         if ctx.auth.get_untracked() != Auth::SignedIn
             || ctx.tab.get_untracked() != Tab::Audit
@@ -26,8 +28,11 @@ pub fn AuditPanel(ctx: Ctx) -> impl IntoView {
             return;
         }
         busy.set(true);
+        let wanted = filter.get_untracked();
         leptos::task::spawn_local(async move {
-            match api::audit(AUDIT_SHOWN).await {
+            match api::audit(AUDIT_SHOWN, &wanted).await {
+                // An answer for filters no longer set is dropped (the next read is on its way).
+                Ok(_) if filter.get_untracked() != wanted => {}
                 Ok(b) => {
                     body.set(Some(b));
                     error.set(String::new());
@@ -39,10 +44,18 @@ pub fn AuditPanel(ctx: Ctx) -> impl IntoView {
         });
     };
     Effect::new(move |_| {
+        filter.track();
         if ctx.tab.get() == Tab::Audit {
+            busy.set(false);
             refresh();
         }
     });
+    let set = move |f: fn(&mut AuditFilter, String)| {
+        move |ev: leptos::ev::Event| {
+            let value = event_target_value(&ev);
+            filter.update(|x| f(x, value));
+        }
+    };
     if let Ok(handle) = set_interval_with_handle(refresh, Duration::from_millis(HISTORY_REFRESH_MS))
     {
         on_cleanup(move || handle.clear());
@@ -54,13 +67,57 @@ pub fn AuditPanel(ctx: Ctx) -> impl IntoView {
                 <h2 id="audit-title">"Audit"</h2>
                 <p class="hint">"Every change to rules, overrides and keys' state, newest first, as every replica sees it."</p>
             </div>
+            <form class="audit-filters" id="audit-filters" on:submit=|ev: leptos::ev::SubmitEvent| ev.prevent_default()>
+                <div class="field">
+                    <label for="audit-action">"Action"</label>
+                    <select id="audit-action" on:change=set(|f, v| f.action = v)>
+                        <option value="" selected=move || filter.with(|f| f.action.is_empty())>"any"</option>
+                        {move || {
+                            ctx.rules
+                                .get()
+                                .rules
+                                .into_iter()
+                                .map(|r| {
+                                    let name = r.action().as_str().to_owned();
+                                    let (chosen, value) = (name.clone(), name.clone());
+                                    view! { <option value=value selected=move || filter.with(|f| f.action == chosen)>{name}</option> }
+                                })
+                                .collect_view()
+                        }}
+                    </select>
+                </div>
+                <div class="field">
+                    <label for="audit-key">"Key"</label>
+                    <input id="audit-key" type="search" autocomplete="off" spellcheck="false" placeholder="any"
+                        prop:value=move || filter.with(|f| f.key.clone())
+                        on:change=set(|f, v| f.key = v) />
+                </div>
+                <div class="field">
+                    <label for="audit-kind">"Kind"</label>
+                    <select id="audit-kind" on:change=set(|f, v| f.kind = v)>
+                        <option value="">"any"</option>
+                        {kind_choices()
+                            .into_iter()
+                            .map(|(name, words)| view! { <option value=name>{words}</option> })
+                            .collect_view()}
+                    </select>
+                </div>
+                <button type="button" class="quiet" id="audit-clear" disabled=move || !filter.with(AuditFilter::is_set)
+                    on:click=move |_| filter.set(AuditFilter::default())>
+                    "Clear filters"
+                </button>
+            </form>
             <p class="field-error" id="audit-error">{move || error.get()}</p>
             <Show
                 when=move || !rows.get().is_empty()
                 fallback=move || {
                     view! {
                         <p class="empty" id="audit-empty">
-                            {move || if body.get().is_some() { "No changes recorded yet." } else { "Reading the audit trail…" }}
+                            {move || match (body.get().is_some(), filter.with(AuditFilter::is_set)) {
+                                (false, _) => "Reading the audit trail…",
+                                (true, true) => "No recorded change matches these filters.",
+                                (true, false) => "No changes recorded yet.",
+                            }}
                         </p>
                     }
                 }

@@ -30,6 +30,8 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     let touched = RwSignal::new(HashSet::<Field>::new());
     let attempted = RwSignal::new(false);
     let saving = RwSignal::new(false);
+    // An override may start its key fresh: what the old rule's state left is reset with it.
+    let fresh = RwSignal::new(false);
     let server_error = RwSignal::new(None::<InputError>);
     // Every field's error at once (sluice-core's words, the server's).
     let checked = Memo::new(move |_| {
@@ -111,7 +113,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
         leptos::task::spawn_local(async move {
             let action = rule.action().to_string();
             let sent = match &key {
-                Some(key) => api::put_override(key, &rule).await,
+                Some(key) => api::put_override(key, &rule, fresh.get_untracked()).await,
                 None => api::put_rule(&rule).await,
             };
             match sent {
@@ -330,6 +332,17 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         ></textarea>
                         <p class="field-error" id="rule-description-error">{message(Field::Description)}</p>
                     </div>
+                    <Show when=move || is_override>
+                        <label class="check" for="override-fresh">
+                            <input
+                                type="checkbox"
+                                id="override-fresh"
+                                prop:checked=move || fresh.get()
+                                on:change=move |ev| fresh.set(event_target_checked(&ev))
+                            />
+                            " Start the key fresh (reset its state on this action, so it gets the override's whole capacity now)"
+                        </label>
+                    </Show>
                     <p class="field-error form-error" id="rule-form-error" role="alert">{message(Field::Rule)}</p>
                     <div class="confirm-change" id="confirm-change" role="alertdialog" aria-labelledby="confirm-change-title" hidden=move || confirming.get().is_none()>
                         <p id="confirm-change-title"><strong>"A big change: save it?"</strong></p>

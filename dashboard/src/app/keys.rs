@@ -7,7 +7,7 @@ use std::time::Duration;
 use leptos::prelude::*;
 use sluice_core::wire::{KeyView, TopDeniedBody};
 
-use super::reset::ResetButton;
+use super::reset::{ResetAllButton, ResetButton};
 use super::{api, Auth, Ctx, Tab, HISTORY_REFRESH_MS};
 use crate::keys::{key_query, key_rows, top_denied, KeyRow, TopDenied};
 
@@ -118,10 +118,18 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
                 <p class="field-error" id="key-search-error">{move || message.get()}</p>
             </form>
             <div class="key-result" id="key-result" hidden=move || view_body.get().is_none()>
-                <h3 class="key-title">
-                    "Key "
-                    <span class="shown-key" id="shown-key">{move || view_body.get().map(|v| v.key).unwrap_or_default()}</span>
-                </h3>
+                <div class="key-title-row">
+                    <h3 class="key-title">
+                        "Key "
+                        <span class="shown-key" id="shown-key">{move || view_body.get().map(|v| v.key).unwrap_or_default()}</span>
+                    </h3>
+                    <ResetAllButton
+                        ctx=ctx
+                        key=Signal::derive(move || view_body.with(|v| v.as_ref().map(|v| v.key.clone())))
+                        actions=Signal::derive(move || rows.with(Vec::len))
+                        done=reset_result
+                    />
+                </div>
                 <Show
                     when=move || !rows.get().is_empty()
                     fallback=|| view! { <p class="empty">"No rules: nothing limits this key."</p> }
@@ -209,9 +217,11 @@ fn KeyStateRow(ctx: Ctx, key: String, row: Memo<KeyRow>, done: RwSignal<String>)
     let get = move |f: fn(&KeyRow) -> String| move || row.with(f);
     let action = row.with_untracked(|r| r.action.clone());
     view! {
-        <tr class=move || format!("key-state {}", row.with(|r| r.tone.class())) data-action=action.clone() data-remaining=get(|r| r.remaining.clone())>
+        <tr class=move || format!("key-state {}", row.with(|r| r.tone.class())) data-action=action.clone() data-remaining=get(|r| r.remaining.clone())
+            data-overridden=move || row.with(|r| r.overridden.to_string())>
             <th scope="row" data-label="Action">
                 <span class="action-name">{action.clone()}</span>
+                <span class="override-mark" hidden=move || !row.with(|r| r.overridden) title="A per-key override applies to this key">"override"</span>
                 <span class="desc">{get(|r| r.rule_text.clone())}</span>
             </th>
             <td data-label="Level">

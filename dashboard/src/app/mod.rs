@@ -113,6 +113,8 @@ pub struct Ctx {
     pub last_event: RwSignal<Option<f64>>,
     /// The browser clock, ticked every second, so "updated N s ago" counts on its own.
     pub clock: RwSignal<f64>,
+    /// The admin identity this page is signed in as (`GET /v1/session`), shown in the header.
+    pub me: RwSignal<Option<String>>,
 }
 
 /// The browser's clock, in ms since the epoch.
@@ -136,6 +138,7 @@ impl Ctx {
             key: RwSignal::new(None),
             last_event: RwSignal::new(None),
             clock: RwSignal::new(now_ms()),
+            me: RwSignal::new(None),
         }
     }
 
@@ -212,6 +215,9 @@ impl Ctx {
             match api::rules().await {
                 Ok(body) => {
                     self.apply_rules(body);
+                    if let Ok(me) = api::whoami().await {
+                        self.me.set(Some(me.name));
+                    }
                     if self.auth.get_untracked() != Auth::SignedIn {
                         self.auth.set(Auth::SignedIn);
                     }
@@ -266,6 +272,9 @@ fn App() -> impl IntoView {
                     <TabButton ctx=ctx tab=Tab::Audit label="Audit" />
                 </nav>
                 <div class="session">
+                    <span class="who" id="signed-in-as" title="The admin this page acts as: the audit trail names every change after it">
+                        {move || ctx.me.get().unwrap_or_default()}
+                    </span>
                     <LinkBadge ctx=ctx />
                     <button
                         class="quiet"
