@@ -148,8 +148,12 @@ def test_64_concurrent_clients_on_one_descriptor_are_admitted_exactly(compat):
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
         codes = [c for codes in pool.map(client, range(64)) for c in codes]
-    assert sorted(set(codes)) == [200, 429], codes
-    assert codes.count(200) == 20, f"{codes.count(200)} admitted of 128; requests_per_unit is 20"
+    # Admitted is whatever the rate limit filter let through: a 503 is the tests' small upstream
+    # refusing one of 64 simultaneous connections after the admission (Envoy retries it, within
+    # bounds); a 500 would be a failed decision and is not allowed.
+    admitted = [c for c in codes if c != 429]
+    assert set(admitted) <= {200, 503}, codes
+    assert len(admitted) == 20, f"{len(admitted)} admitted of 128; requests_per_unit is 20"
 
 
 def test_sluice_rules_check_lists_every_error(tmp_path):
