@@ -144,6 +144,9 @@ pub async fn publish(
     path: &Path,
     loaded: &Loaded,
 ) -> Result<usize, StoreError> {
+    // The store's newest rules first: another replica reading the same files may have published
+    // them already, and then there is nothing to write (or to audit twice).
+    cache.reload(store).await?;
     let current = cache.current();
     let stamp = AuditStamp {
         at_ms: now_ms(),
