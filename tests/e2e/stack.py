@@ -333,9 +333,8 @@ def to_native(text):
 
 
 def envoy_env():
-    """The environment an Envoy runs with: the dynamic module's directory for the native build."""
-    if FILTER_BUILD != "native":
-        return None
+    """The environment an Envoy runs with: the dynamic module's directory in the search path
+    (for the native build, and for the configs in envoy/ that load the module by name)."""
     return dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=str(Path(NATIVE).parent))
 
 
