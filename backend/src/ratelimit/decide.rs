@@ -185,7 +185,7 @@ async fn decide_slots(
         let check_refuses = counted.iter().zip(&answers).any(|((i, c), r)| {
             c.quantity == 0
                 && r.remaining == 0
-                && matches!(&slots[*i].kind, Kind::Counted(m, _) if enforced(m))
+                && matches!(&slots[*i].kind, Kind::Counted(m, rule) if !m.limit.quota_mode && rule.mode() == Mode::Enforce)
         });
         for ((i, _), r) in counted.iter().zip(&answers) {
             out[*i] = Some(r.clone());
@@ -281,7 +281,9 @@ fn respond(
     let (mut refused, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
     let mut passed_metadata = Vec::new();
     for (slot, answer) in slots.iter().zip(decided) {
-        let (m, is_over, remaining, reset_after) = match (&slot.kind, answer) {
+        // Whether the descriptor never refuses: `shadow_mode`, or for a counted limit its rule in
+        // force (an override may put one key in shadow mode, or enforce it).
+        let (m, is_over, shadow, remaining, reset_after) = match (&slot.kind, answer) {
             (Kind::None, _) | (Kind::Counted(..), None) => {
                 statuses.push(DescriptorStatus {
                     code: Code::Ok as i32,
@@ -299,7 +301,7 @@ fn respond(
             }
             (Kind::Zero(m), _) => {
                 let unit_ms = m.limit.per_unit().map_or(1_000, |(u, _)| u.millis());
-                (m, true, 0, reset(unit_ms, now_ms))
+                (m, true, m.limit.shadow_mode, 0, reset(unit_ms, now_ms))
             }
             (Kind::Counted(m, rule), Some(r)) => {
                 let is_over = over(slot.quantity, r);
@@ -308,10 +310,11 @@ fn respond(
                     _ => response::duration_of_ms(r.reset_after_ms),
                 };
                 let remaining = if is_over { 0 } else { r.remaining };
-                (m, is_over, remaining, reset_after)
+                let shadow = !m.limit.quota_mode && rule.mode() == Mode::Shadow;
+                (m, is_over, shadow, remaining, reset_after)
             }
         };
-        let code = if is_over && !m.limit.shadow_mode {
+        let code = if is_over && !shadow {
             Code::OverLimit
         } else {
             Code::Ok
