@@ -408,3 +408,33 @@ async fn two_replicas_on_redis_share_the_buckets_and_both_see_a_change() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_owned_limit_takes_per_key_overrides() {
+    let dir = config_dir(
+        "override",
+        "domain: messaging\ndescriptors:\n  - key: to_number\n    rate_limit: {unit: day, requests_per_unit: 1}\n",
+    );
+    let rig = start(&dir).await;
+    let r = rig
+        .http
+        .put(format!(
+            "{}/v1/rules/rl:messaging.to_number/overrides/vip",
+            rig.admin
+        ))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"algorithm": "fixed_window", "capacity": 3, "window": "1d"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
+    let vip: &[(&str, &str)] = &[("to_number", "vip")];
+    let other: &[(&str, &str)] = &[("to_number", "other")];
+    for _ in 0..3 {
+        assert_eq!(rig.codes(&[vip]).await.0, OK);
+    }
+    assert_eq!(rig.codes(&[vip]).await.0, OVER);
+    assert_eq!(rig.codes(&[other]).await.0, OK);
+    assert_eq!(rig.codes(&[other]).await.0, OVER);
+    let _ = std::fs::remove_dir_all(&dir);
+}
