@@ -38,12 +38,23 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
         return Ok(vec![path.to_owned()]);
     }
     let mut out = Vec::new();
-    walk(path, &mut out)?;
+    walk(path, 0, &mut out)?;
     out.sort();
     Ok(out)
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConfigError> {
+/// How deep directories nest under PATH: deeper is refused (a directory link to itself would
+/// otherwise recurse without end).
+const MAX_DEPTH: usize = 8;
+
+fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), ConfigError> {
+    if depth > MAX_DEPTH {
+        return Err(ConfigError::new(
+            dir,
+            "(path)",
+            format!("directories nest more than {MAX_DEPTH} deep (a link to a parent directory?)"),
+        ));
+    }
     let entries = std::fs::read_dir(dir)
         .map_err(|e| ConfigError::new(dir, "(path)", format!("cannot list: {e}")))?;
     for entry in entries.flatten() {
@@ -54,7 +65,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConfigError> {
         }
         let path = entry.path();
         if path.is_dir() {
-            walk(&path, out)?;
+            walk(&path, depth + 1, out)?;
         } else {
             out.push(path);
         }
@@ -185,6 +196,12 @@ mod tests {
         let loaded = load(&dir).expect("loads");
         assert_eq!(loaded.files.len(), 3, "{:?}", loaded.files);
         assert!(loaded.domains.contains_key("x") && loaded.domains.contains_key("y"));
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(&dir, dir.join("sub/loop")).expect("link");
+            let e = load(&dir).expect_err("a loop");
+            assert!(e[0].to_string().contains("nest more than"), "{e:?}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
