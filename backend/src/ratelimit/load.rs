@@ -73,11 +73,22 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), ConfigEr
     Ok(())
 }
 
+/// The largest file read (the watcher reads every file every poll).
+pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
 /// The files' names and contents, read once: what [`load`] parses and the watcher compares.
 pub fn read(path: &Path) -> Result<Vec<(PathBuf, String)>, ConfigError> {
     files(path)?
         .into_iter()
         .map(|f| {
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            if len > MAX_FILE_BYTES {
+                return Err(ConfigError::new(
+                    &f,
+                    "(file)",
+                    format!("{len} bytes; at most {MAX_FILE_BYTES}"),
+                ));
+            }
             std::fs::read_to_string(&f)
                 .map(|text| (f.clone(), text))
                 .map_err(|e| ConfigError::new(&f, "(file)", format!("cannot read: {e}")))
