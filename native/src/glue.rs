@@ -59,9 +59,17 @@ impl CalloutAnswer {
 pub struct NativeConfig {
     id: u64,
     config: Config,
-    counters: Arc<Vec<Option<usize>>>,
+    common: Arc<Common>,
     reports: Reports,
     handle: ConfigHandle,
+}
+
+/// What every request's host reads from its configuration (one `Arc` clone per request).
+#[derive(Debug)]
+struct Common {
+    counters: Vec<Option<usize>>,
+    cluster: String,
+    authority: String,
 }
 
 impl Drop for NativeConfig {
@@ -82,7 +90,7 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
             return None;
         }
     };
-    let counters = Counter::ALL
+    let counters: Vec<Option<usize>> = Counter::ALL
         .iter()
         .map(|c| handle.define_counter(c.name()))
         .collect();
@@ -99,8 +107,12 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
     );
     Some(NativeConfig {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        common: Arc::new(Common {
+            counters,
+            cluster: config.backend.cluster.clone(),
+            authority: config.backend.authority.clone(),
+        }),
         config,
-        counters: Arc::new(counters),
         reports,
         handle,
     })
@@ -167,10 +179,8 @@ enum Kind {
 #[derive(Debug)]
 pub struct NativeHost {
     filter: FilterHandle,
-    counters: Arc<Vec<Option<usize>>>,
+    common: Arc<Common>,
     store: &'static SharedStore,
-    cluster: String,
-    authority: String,
     /// Callouts started, by token, awaiting their answers.
     callouts: Vec<(u32, Kind)>,
     /// Inside `on_request_headers`: a resume then is a "continue" return instead.
@@ -209,10 +219,8 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
         slot,
         host: NativeHost {
             filter,
-            counters: Arc::clone(&config.counters),
+            common: Arc::clone(&config.common),
             store: shared::store(),
-            cluster: config.config.backend.cluster.clone(),
-            authority: config.config.backend.authority.clone(),
             callouts: Vec::new(),
             in_headers: false,
             resumed_in_headers: false,
@@ -326,14 +334,14 @@ fn deliver(flow: &mut Flow, host: &mut NativeHost, callout_id: u64, answer: Call
 
 /// The main thread's turn (the report timer): every worker's report.
 pub fn on_config_scheduled(config: &NativeConfig) {
-    config.reports.tick(config.handle, &config.counters);
+    config.reports.tick(config.handle, &config.common.counters);
 }
 
 /// A report callout answered (main thread).
 pub fn on_config_callout_done(config: &NativeConfig, callout_id: u64, answer: CalloutAnswer) {
     config
         .reports
-        .on_answer(config.handle, &config.counters, callout_id, answer);
+        .on_answer(config.handle, &config.common.counters, callout_id, answer);
 }
 
 /// The name of a callout init result (`envoy_dynamic_module_type_http_callout_init_result`).
@@ -411,11 +419,10 @@ impl Host for NativeHost {
 
     fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String> {
         let path = format!("/{}/{}", rls_proto::SERVICE, rls_proto::METHOD);
-        let cluster = self.cluster.clone();
-        let authority = self.authority.clone();
-        let headers = grpc::headers(&path, &authority);
+        let common = Arc::clone(&self.common);
+        let headers = grpc::headers(&path, &common.authority);
         let body = grpc::frame(&call.message);
-        self.start(Kind::Rls, &cluster, &headers, &body, call.timeout_ms)
+        self.start(Kind::Rls, &common.cluster, &headers, &body, call.timeout_ms)
     }
 
     fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
@@ -424,13 +431,18 @@ impl Host for NativeHost {
             path: call.path.clone(),
             body: call.body.clone(),
         });
-        let cluster = self.cluster.clone();
-        let authority = self.authority.clone();
-        let headers = grpc::headers(CALL_PATH, &authority);
+        let common = Arc::clone(&self.common);
+        let headers = grpc::headers(CALL_PATH, &common.authority);
         let body = grpc::frame(&message);
         self.count(Counter::ExchangeUnary);
-        self.start(Kind::Exchange, &cluster, &headers, &body, call.timeout_ms)
-            .map_err(|e| Failure::not_started(&e))
+        self.start(
+            Kind::Exchange,
+            &common.cluster,
+            &headers,
+            &body,
+            call.timeout_ms,
+        )
+        .map_err(|e| Failure::not_started(&e))
     }
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
@@ -458,7 +470,7 @@ impl Host for NativeHost {
     }
 
     fn count(&mut self, counter: Counter) {
-        if let Some(Some(id)) = self.counters.get(counter.index()) {
+        if let Some(Some(id)) = self.common.counters.get(counter.index()) {
             self.filter.increment(*id);
         }
     }
