@@ -195,7 +195,10 @@ pub async fn run(
         tracing::info!(imported = config.import_rules.len(), "rules file imported");
     }
     let ratelimit = match &config.ratelimit_config {
-        Some(path) => Some(crate::ratelimit::watch::start(path, store.as_ref(), &cache).await?),
+        Some(path) => {
+            let merge = crate::ratelimit::load::MergeDomains(config.ratelimit_merge_domains);
+            Some(crate::ratelimit::watch::start(path, merge, store.as_ref(), &cache).await?)
+        }
         None => None,
     };
     let current = cache.current();

@@ -151,6 +151,11 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_RATELIMIT_CONFIG", value_name = "PATH")]
     pub ratelimit_config: Option<PathBuf>,
 
+    /// With --ratelimit-config: several files may hold one domain, their descriptors side by
+    /// side (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true).
+    #[arg(long, env = "SLUICE_RATELIMIT_MERGE_DOMAINS")]
+    pub ratelimit_merge_domains: bool,
+
     /// A tool instead of the service.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -200,6 +205,9 @@ pub enum RulesTool {
     Check {
         /// The file or directory.
         path: PathBuf,
+        /// Several files may hold one domain (as --ratelimit-merge-domains).
+        #[arg(long)]
+        merge_domains: bool,
     },
 }
 
@@ -352,6 +360,7 @@ impl Cli {
         config.store_deadline = store_deadline;
         config.import_rules = import_rules;
         config.ratelimit_config = self.ratelimit_config;
+        config.ratelimit_merge_domains = self.ratelimit_merge_domains;
         config.dashboard_dir = dashboard_dir;
         config.header_read_timeout = Duration::from_millis(self.header_read_timeout_ms);
         Ok(config)
@@ -385,10 +394,14 @@ pub async fn shutdown_signal() {
 /// The whole binary: parse, bind, run until a signal.
 pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
     if let Some(Command::Rules {
-        tool: RulesTool::Check { path },
+        tool: RulesTool::Check {
+            path,
+            merge_domains,
+        },
     }) = &cli.command
     {
-        let ok = crate::ratelimit::check::run(path, &mut std::io::stdout().lock())?;
+        let merge = crate::ratelimit::load::MergeDomains(*merge_domains);
+        let ok = crate::ratelimit::check::run(path, merge, &mut std::io::stdout().lock())?;
         anyhow::ensure!(ok, "{}: refused (errors above)", path.display());
         return Ok(());
     }

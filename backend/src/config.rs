@@ -81,6 +81,9 @@ pub struct Config {
     /// `--ratelimit-config`: an envoyproxy/ratelimit configuration file or directory, served
     /// on the rate limit service and watched for changes ([`crate::ratelimit`]).
     pub ratelimit_config: Option<PathBuf>,
+    /// `--ratelimit-merge-domains`: several files may hold one domain (the peer's
+    /// `MERGE_DOMAIN_CONFIG`).
+    pub ratelimit_merge_domains: bool,
 }
 
 impl Config {
@@ -97,6 +100,7 @@ impl Config {
             header_read_timeout: crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT,
             max_keys: None,
             ratelimit_config: None,
+            ratelimit_merge_domains: false,
         }
     }
 }

@@ -5,11 +5,11 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::load;
+use super::load::{self, MergeDomains};
 
 /// Checks `path`, writing a summary or every refusal to `out`; true when it loads.
-pub fn run(path: &Path, out: &mut impl Write) -> std::io::Result<bool> {
-    match load::load(path) {
+pub fn run(path: &Path, merge: MergeDomains, out: &mut impl Write) -> std::io::Result<bool> {
+    match load::load(path, merge) {
         Ok(loaded) => {
             writeln!(
                 out,
@@ -42,7 +42,7 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: nope, requests_per_unit: 1}\n").expect("write");
         let mut out = Vec::new();
-        assert!(!run(&dir, &mut out).expect("runs"));
+        assert!(!run(&dir, MergeDomains(false), &mut out).expect("runs"));
         let text = String::from_utf8_lossy(&out);
         assert!(
             text.contains("a.yaml: descriptors[0].rate_limit.unit: invalid rate limit unit 'nope'"),
@@ -50,7 +50,7 @@ mod tests {
         );
         std::fs::write(dir.join("a.yaml"), "domain: a\ndescriptors: []\n").expect("write");
         let mut out = Vec::new();
-        assert!(run(&dir, &mut out).expect("runs"));
+        assert!(run(&dir, MergeDomains(false), &mut out).expect("runs"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -126,6 +126,17 @@ pub struct Descriptor {
     pub descriptors: Vec<Descriptor>,
 }
 
+impl Descriptor {
+    /// `key_value`, or `key` without a value: its identity at its level.
+    pub fn composite(&self) -> String {
+        if self.value.is_empty() {
+            self.key.clone()
+        } else {
+            format!("{}_{}", self.key, self.value)
+        }
+    }
+}
+
 /// One parsed file: a domain and its descriptors.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DomainFile {
@@ -284,11 +295,7 @@ fn list(
         let Some(d) = descriptor(file, item, &field, errors) else {
             continue;
         };
-        let composite = if d.value.is_empty() {
-            d.key.clone()
-        } else {
-            format!("{}_{}", d.key, d.value)
-        };
+        let composite = d.composite();
         if let Some((_, first)) = seen.iter().find(|(c, _)| *c == composite) {
             errors.push(ConfigError::new(
                 file,

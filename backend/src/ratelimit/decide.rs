@@ -365,7 +365,8 @@ mod tests {
     use std::path::PathBuf;
 
     fn level(yaml: &str) -> Level {
-        let loaded = super::super::load::build(&[(PathBuf::from("c.yaml"), yaml.to_owned())])
+        let files = [(PathBuf::from("c.yaml"), yaml.to_owned())];
+        let loaded = super::super::load::build(&files, super::super::load::MergeDomains(false))
             .expect("loads");
         loaded.domains.into_values().next().expect("one domain")
     }

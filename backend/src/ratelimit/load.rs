@@ -108,15 +108,20 @@ pub fn fingerprint(files: &[(PathBuf, String)]) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// Whether several files may hold one domain (the peer's `MERGE_DOMAIN_CONFIG`): their top-level
+/// descriptors are then put side by side (a key repeated across them is refused).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeDomains(pub bool);
+
 /// Reads, parses and translates everything under `path`.
-pub fn load(path: &Path) -> Result<Loaded, Vec<ConfigError>> {
+pub fn load(path: &Path, merge: MergeDomains) -> Result<Loaded, Vec<ConfigError>> {
     let files = read(path).map_err(|e| vec![e])?;
-    build(&files)
+    build(&files, merge)
 }
 
-/// Parses and translates files already read. Two files for one domain are refused (the peer's
-/// default, without `MERGE_DOMAIN_CONFIG`).
-pub fn build(files: &[(PathBuf, String)]) -> Result<Loaded, Vec<ConfigError>> {
+/// Parses and translates files already read. Two files for one domain are refused unless
+/// `merge` (the peer's default, without `MERGE_DOMAIN_CONFIG`).
+pub fn build(files: &[(PathBuf, String)], merge: MergeDomains) -> Result<Loaded, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let mut loaded = Loaded {
         files: files.iter().map(|(p, _)| p.clone()).collect(),
@@ -132,7 +137,8 @@ pub fn build(files: &[(PathBuf, String)]) -> Result<Loaded, Vec<ConfigError>> {
                 continue;
             }
         };
-        if let Some(first) = owners.get(&parsed.domain) {
+        let first = owners.get(&parsed.domain).cloned();
+        if let (Some(first), false) = (&first, merge.0) {
             errors.push(ConfigError::new(
                 file,
                 "domain",
@@ -144,12 +150,31 @@ pub fn build(files: &[(PathBuf, String)]) -> Result<Loaded, Vec<ConfigError>> {
             ));
             continue;
         }
-        owners.insert(parsed.domain.clone(), file.clone());
+        owners
+            .entry(parsed.domain.clone())
+            .or_insert_with(|| file.clone());
         match translate(&parsed) {
             Ok(t) => {
                 loaded.rules.extend(t.rules);
                 loaded.limits.extend(t.limits);
-                loaded.domains.insert(parsed.domain, t.level);
+                let level = loaded.domains.entry(parsed.domain.clone()).or_default();
+                for repeated in level.merge(t.level) {
+                    let at = parsed
+                        .descriptors
+                        .iter()
+                        .position(|d| d.composite() == repeated)
+                        .unwrap_or(0);
+                    let also = first.as_deref().unwrap_or(file.as_path());
+                    errors.push(ConfigError::new(
+                        file,
+                        format!("descriptors[{at}].key"),
+                        format!(
+                            "duplicate descriptor composite key '{repeated}' in domain '{}' (also in {})",
+                            parsed.domain,
+                            also.display()
+                        ),
+                    ));
+                }
             }
             Err(e) => errors.extend(e),
         }
@@ -173,14 +198,28 @@ mod tests {
     fn several_domains_side_by_side_and_a_repeated_domain_refused() {
         let a = file("a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
         let b = file("b.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
-        let loaded = build(&[a.clone(), b]).expect("two domains");
+        let loaded = build(&[a.clone(), b], MergeDomains(false)).expect("two domains");
         assert_eq!(loaded.domains.len(), 2);
         assert_eq!(loaded.rules.len(), 2);
         let again = file("c.yaml", "domain: a\ndescriptors: []\n");
-        let e = build(&[a, again]).expect_err("duplicate");
+        let e = build(&[a.clone(), again], MergeDomains(false)).expect_err("duplicate");
         assert_eq!(
             e[0].to_string(),
             "c.yaml: domain: duplicate domain 'a' (also in a.yaml)"
+        );
+        // MERGE_DOMAIN_CONFIG: side by side, a repeated key refused.
+        let more = file("m.yaml", "domain: a\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 2}\n");
+        let merged = build(&[a.clone(), more], MergeDomains(true)).expect("merged");
+        let level = &merged.domains["a"];
+        assert!(level.children.contains_key("k") && level.children.contains_key("other"));
+        let same = file(
+            "s.yaml",
+            "domain: a\ndescriptors:\n  - key: x\n  - key: k\n",
+        );
+        let e = build(&[a, same], MergeDomains(true)).expect_err("repeated key");
+        assert_eq!(
+            e[0].to_string(),
+            "s.yaml: descriptors[1].key: duplicate descriptor composite key 'k' in domain 'a' (also in a.yaml)"
         );
     }
 
@@ -188,7 +227,7 @@ mod tests {
     fn errors_of_every_file_are_listed() {
         let a = file("a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: nope, requests_per_unit: 1}\n");
         let b = file("b.yaml", "domain: ''\n");
-        let e = build(&[a, b]).expect_err("both");
+        let e = build(&[a, b], MergeDomains(false)).expect_err("both");
         assert_eq!(e.len(), 2, "{e:?}");
     }
 
@@ -204,13 +243,13 @@ mod tests {
         std::fs::write(dir.join("..data/c.yaml"), "broken: [").expect("write");
         std::fs::write(dir.join(".hidden.yaml"), "broken: [").expect("write");
         std::fs::write(dir.join("z.conf"), text.replace('x', "z")).expect("write");
-        let loaded = load(&dir).expect("loads");
+        let loaded = load(&dir, MergeDomains(false)).expect("loads");
         assert_eq!(loaded.files.len(), 3, "{:?}", loaded.files);
         assert!(loaded.domains.contains_key("x") && loaded.domains.contains_key("y"));
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink(&dir, dir.join("sub/loop")).expect("link");
-            let e = load(&dir).expect_err("a loop");
+            let e = load(&dir, MergeDomains(false)).expect_err("a loop");
             assert!(e[0].to_string().contains("nest more than"), "{e:?}");
         }
         let _ = std::fs::remove_dir_all(&dir);

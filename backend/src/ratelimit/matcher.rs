@@ -70,6 +70,30 @@ pub struct Node {
 }
 
 impl Level {
+    /// Puts `other`'s children beside these (wildcards after these); returns the composite keys
+    /// both held (this level's child is kept).
+    pub fn merge(&mut self, other: Level) -> Vec<String> {
+        let mut repeated = Vec::new();
+        let Level {
+            children,
+            wildcards,
+        } = other;
+        for (key, parts) in wildcards {
+            if !self.children.contains_key(&key) {
+                self.wildcards.push((key, parts));
+            }
+        }
+        for (key, node) in children {
+            if self.children.contains_key(&key) {
+                repeated.push(key);
+            } else {
+                self.children.insert(key, node);
+            }
+        }
+        repeated.sort();
+        repeated
+    }
+
     /// Adds a child under its composite key.
     pub fn insert(&mut self, composite: String, node: Node) {
         if composite.contains('*') {

@@ -44,14 +44,6 @@ pub fn translate(file: &DomainFile) -> Result<Translated, Vec<ConfigError>> {
     }
 }
 
-fn composite(d: &Descriptor) -> String {
-    if d.value.is_empty() {
-        d.key.clone()
-    } else {
-        format!("{}_{}", d.key, d.value)
-    }
-}
-
 fn level(
     file: &DomainFile,
     descriptors: &[Descriptor],
@@ -61,7 +53,7 @@ fn level(
 ) -> Level {
     let mut out = Level::default();
     for d in descriptors {
-        let key = composite(d);
+        let key = d.composite();
         let path = format!("{parent}.{key}");
         let limit = d.rate_limit.as_ref().and_then(|rl| {
             let (action, algorithm) = match rule(file, d, &path) {

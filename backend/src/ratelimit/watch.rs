@@ -24,7 +24,7 @@ use sluice_core::Rule;
 use tokio::sync::watch;
 
 use super::config::ConfigError;
-use super::load::{self, Loaded};
+use super::load::{self, Loaded, MergeDomains};
 use super::matcher::Limit;
 use crate::clock::now_ms;
 use crate::rules::RuleCache;
@@ -39,6 +39,7 @@ pub const AUDIT_WHO: &str = "ratelimit-config";
 /// The configuration in force on this replica.
 pub struct Live {
     path: PathBuf,
+    merge: MergeDomains,
     tx: watch::Sender<Arc<Loaded>>,
     /// Why the newest change was refused (empty when the files in force are the newest).
     refused: watch::Sender<Vec<String>>,
@@ -109,10 +110,11 @@ fn wire_limit(limit: &Limit) -> RatelimitLimit {
 /// Loads `path`, publishes its rules and returns the configuration in force.
 pub async fn start(
     path: &Path,
+    merge: MergeDomains,
     store: &dyn Store,
     cache: &RuleCache,
 ) -> Result<Arc<Live>, StartError> {
-    let loaded = load::load(path).map_err(StartError::Invalid)?;
+    let loaded = load::load(path, merge).map_err(StartError::Invalid)?;
     let changed = publish(store, cache, path, &loaded).await?;
     tracing::info!(
         path = %path.display(),
@@ -126,6 +128,7 @@ pub async fn start(
     let (refused, _) = watch::channel(Vec::new());
     Ok(Arc::new(Live {
         path: path.to_owned(),
+        merge,
         tx,
         refused,
     }))
@@ -215,7 +218,7 @@ pub async fn watch_loop(
         if refused == Some(digest) {
             continue;
         }
-        match load::build(&files) {
+        match load::build(&files, live.merge) {
             Ok(loaded) => {
                 refused = None;
                 live.refused.send_replace(Vec::new());
