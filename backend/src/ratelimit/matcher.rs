@@ -4,6 +4,7 @@
 //! the descriptor's last entry (a descriptor with more entries than the tree is deep matches
 //! nothing), and the walk stops at a level without nested descriptors.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -84,10 +85,11 @@ impl Level {
             }
         }
         for (key, node) in children {
-            if self.children.contains_key(&key) {
-                repeated.push(key);
-            } else {
-                self.children.insert(key, node);
+            match self.children.entry(key) {
+                Entry::Occupied(taken) => repeated.push(taken.key().clone()),
+                Entry::Vacant(free) => {
+                    free.insert(node);
+                }
             }
         }
         repeated.sort();
