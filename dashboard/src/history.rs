@@ -99,6 +99,9 @@ pub struct Column {
     pub width: f64,
     /// `"12:03:40–12:03:50 UTC: allowed 12 · leased 0 · denied 3 · cached denied 0 · passed unchecked 0"`.
     pub readout: String,
+    /// The step was still filling when the history was read (drawn hatched: its counts are
+    /// so far, not a fall in traffic).
+    pub partial: bool,
 }
 
 /// One action's chart and words.
@@ -110,7 +113,7 @@ pub struct ActionChart {
     pub layers: Vec<Layer>,
     /// Count labels (requests per step).
     pub y_ticks: Vec<Tick>,
-    /// Time labels (`−5m` … `now`).
+    /// Time labels, UTC clock times (`12:01` … `12:05`).
     pub x_ticks: Vec<Tick>,
     /// Hover zones, one per step, oldest first.
     pub columns: Vec<Column>,
@@ -134,8 +137,11 @@ pub struct Unchecked {
     pub passed_unchecked: u64,
     /// Callouts that failed, whatever became of them.
     pub failed: u64,
-    /// `"checkout: 4 passed unchecked of 4 failed callouts"`.
+    /// `"checkout: 4 passed unchecked of 4 failed callouts, 12:03:40–12:04:20 UTC"`: from the
+    /// start of the first step with a failure to the end of the last.
     pub text: String,
+    /// (start of the first step, end of the last) with a failure, ms since the epoch.
+    pub span_ms: Option<(u64, u64)>,
 }
 
 /// The charts of every action in a history body, sorted by action.
@@ -143,7 +149,7 @@ pub fn charts(body: &HistoryBody) -> Vec<ActionChart> {
     let mut charts: Vec<ActionChart> = body
         .actions
         .iter()
-        .map(|a| ActionChart::new(a, body.step_ms, body.range))
+        .map(|a| ActionChart::new(a, body.step_ms, body.range).read_at(body.at_ms, body.step_ms))
         .collect();
     charts.sort_by(|a, b| a.action.cmp(&b.action));
     charts
@@ -156,14 +162,27 @@ pub fn unchecked(body: &HistoryBody) -> Vec<Unchecked> {
         .actions
         .iter()
         .filter(|a| a.totals.failed > 0 || a.totals.passed_unchecked > 0)
-        .map(|a| Unchecked {
-            action: a.action.clone(),
-            passed_unchecked: a.totals.passed_unchecked,
-            failed: a.totals.failed,
-            text: format!(
-                "{}: {} passed unchecked of {} failed callouts",
-                a.action, a.totals.passed_unchecked, a.totals.failed
-            ),
+        .map(|a| {
+            let with = |s: &&StepCounts| s.failed > 0 || s.passed_unchecked > 0;
+            let span_ms = a
+                .steps
+                .iter()
+                .find(with)
+                .zip(a.steps.iter().rev().find(with))
+                .map(|(first, last)| (first.at_ms, last.at_ms + body.step_ms));
+            let when = span_ms
+                .map(|(from, to)| format!(", {}–{} UTC", clock(from), clock(to.min(body.at_ms))))
+                .unwrap_or_default();
+            Unchecked {
+                action: a.action.clone(),
+                passed_unchecked: a.totals.passed_unchecked,
+                failed: a.totals.failed,
+                text: format!(
+                    "{}: {} passed unchecked of {} failed callouts{when}",
+                    a.action, a.totals.passed_unchecked, a.totals.failed
+                ),
+                span_ms,
+            }
         })
         .collect();
     rows.sort_by(|a, b| a.action.cmp(&b.action));
@@ -216,11 +235,19 @@ impl ActionChart {
                 label: short_number(top * f),
             })
             .collect();
+        // Clock times: the right edge is the end of the newest step.
+        let end_ms = steps.last().map_or(0, |s| s.at_ms + step_ms);
         let x_ticks = age_ticks(range)
             .into_iter()
-            .map(|(fraction, label)| Tick {
+            .map(|(fraction, age)| Tick {
                 at: LEFT + plot_w * fraction,
-                label,
+                label: if end_ms == 0 {
+                    age
+                } else {
+                    let at =
+                        end_ms.saturating_sub(((1.0 - fraction) * range.millis() as f64) as u64);
+                    clock(at)[..5].to_owned()
+                },
             })
             .collect();
         let columns = steps
@@ -235,6 +262,7 @@ impl ActionChart {
                     clock(s.at_ms + step_ms),
                     counts_text(s)
                 ),
+                partial: false,
             })
             .collect();
         let span = duration_label(range.millis() as f64 / 1000.0);
@@ -251,6 +279,21 @@ impl ActionChart {
                 .is_none()
                 .then(|| QUIET_TEXT.to_owned()),
         }
+    }
+}
+
+impl ActionChart {
+    /// Marks the step still filling at `at_ms` (the history's read time) as partial, and says so
+    /// in its readout.
+    pub fn read_at(mut self, at_ms: u64, step_ms: u64) -> Self {
+        if let Some(last) = self.columns.last_mut() {
+            let start = at_ms - at_ms % step_ms.max(1);
+            if last.readout.starts_with(&clock(start)) && at_ms % step_ms.max(1) != 0 {
+                last.partial = true;
+                last.readout = format!("{} (so far: this step is still filling)", last.readout);
+            }
+        }
+        self
     }
 }
 
@@ -421,7 +464,22 @@ mod tests {
             "12:00:30–12:00:40 UTC: allowed 3 · leased 0 · denied 1 · cached denied 2 · passed unchecked 0"
         );
         let labels: Vec<_> = chart.x_ticks.iter().map(|t| t.label.as_str()).collect();
-        assert_eq!(labels, ["−5m", "−4m", "−3m", "−2m", "−1m", "now"]);
+        assert_eq!(
+            labels,
+            ["12:00", "12:01", "12:02", "12:03", "12:04", "12:05"]
+        );
+        // Read 4 s into the newest step: it is partial, and says so.
+        let read = chart.clone().read_at(NOON + 29 * 10_000 + 4_000, 10_000);
+        assert!(read.columns[29].partial);
+        assert!(read.columns[29]
+            .readout
+            .ends_with("(so far: this step is still filling)"));
+        assert!(!read.columns[28].partial);
+        let whole = chart.read_at(NOON + 30 * 10_000, 10_000);
+        assert!(
+            !whole.columns[29].partial,
+            "read on the boundary: no step is filling"
+        );
         assert_eq!(
             age_ticks(HistoryRange::OneHour)
                 .into_iter()
@@ -472,8 +530,9 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert_eq!(
             rows[0].text,
-            "checkout: 4 passed unchecked of 4 failed callouts"
+            "checkout: 4 passed unchecked of 4 failed callouts, 12:00:00–12:00:40 UTC"
         );
+        assert_eq!(rows[0].span_ms, Some((NOON, NOON + 40_000)));
         assert_eq!(charts(&b)[0].action, "checkout");
         assert!(unchecked(&body(vec![])).is_empty());
     }

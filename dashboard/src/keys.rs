@@ -5,9 +5,10 @@
 //! Keys are untrusted text from the internet: they are kept as they are here, and the view only
 //! ever puts them in text nodes and attributes.
 
-use sluice_core::wire::{KeyView, TopDeniedBody};
+use sluice_core::wire::{DeniedMinute, KeyView, TopDeniedBody};
 
 use crate::format::{duration_label, short_number};
+use crate::history::clock;
 use crate::live_view::Tone;
 
 /// One action's row in the key view.
@@ -31,6 +32,11 @@ pub struct KeyRow {
     pub last_seen: String,
     /// A per-key override applies (the rule text is the override's; the view marks the row).
     pub overridden: bool,
+    /// `"denied 12:03–12:07 UTC, 41 in all"`, or `"not denied in 5 min"`: since when, by the
+    /// backend's per-minute counts.
+    pub denied_text: String,
+    /// The key's own short history: (minute `"12:03"`, denials, height 0..=1), oldest first.
+    pub denied_bars: Vec<(String, u64, f64)>,
 }
 
 /// The rows of a key view, sorted by action.
@@ -50,6 +56,26 @@ pub fn key_rows(view: &KeyView) -> Vec<KeyRow> {
                 action: a.action.clone(),
                 rule_text: format!("{} · {}", a.algorithm, a.mode.name()),
                 overridden: a.overridden,
+                denied_text: denied_text(&a.denied_minutes),
+                denied_bars: {
+                    let most = a
+                        .denied_minutes
+                        .iter()
+                        .map(|m| m.denied)
+                        .max()
+                        .unwrap_or(1)
+                        .max(1);
+                    a.denied_minutes
+                        .iter()
+                        .map(|m| {
+                            (
+                                clock(m.at_ms)[..5].to_owned(),
+                                m.denied,
+                                m.denied as f64 / most as f64,
+                            )
+                        })
+                        .collect()
+                },
                 level_text: format!("{} / {}", short_number(level), a.capacity),
                 fill,
                 tone: Tone::of(fill, a.remaining),
@@ -67,6 +93,22 @@ pub fn key_rows(view: &KeyView) -> Vec<KeyRow> {
         .collect();
     rows.sort_by(|a, b| a.action.cmp(&b.action));
     rows
+}
+
+/// Since when a key is denied, from its per-minute counts (oldest first): the first minute's
+/// start to the last minute's end, and the sum.
+pub fn denied_text(minutes: &[DeniedMinute]) -> String {
+    match (minutes.first(), minutes.last()) {
+        (Some(first), Some(last)) => {
+            let sum: u64 = minutes.iter().map(|m| m.denied).sum();
+            format!(
+                "denied {}–{} UTC, {sum} in all",
+                &clock(first.at_ms)[..5],
+                &clock(last.at_ms + 60_000)[..5]
+            )
+        }
+        _ => "not denied in 5 min".to_owned(),
+    }
 }
 
 /// `"just now"` under a second, else `"12s ago"`, `"3m ago"`.
@@ -151,6 +193,7 @@ mod tests {
             reset_after_ms: 0,
             last_seen_ms: Some(1_000_000 - 12_000),
             overridden: false,
+            denied_minutes: Vec::new(),
         }
     }
 
@@ -186,6 +229,27 @@ mod tests {
             ..view.clone()
         });
         assert!(marked[0].overridden);
+        assert_eq!(marked[0].denied_text, "not denied in 5 min");
+        let noon = 43_200_000;
+        let minutes = vec![
+            DeniedMinute {
+                at_ms: noon + 180_000,
+                denied: 4,
+            },
+            DeniedMinute {
+                at_ms: noon + 420_000,
+                denied: 8,
+            },
+        ];
+        let denied = key_rows(&KeyView {
+            actions: vec![KeyActionState {
+                denied_minutes: minutes,
+                ..state("reply", 0.0, 16, None)
+            }],
+            ..view.clone()
+        });
+        assert_eq!(denied[0].denied_text, "denied 12:03–12:08 UTC, 12 in all");
+        assert_eq!(denied[0].denied_bars[0], ("12:03".to_owned(), 4, 0.5));
         assert_eq!(marked[0].rule_text, "gcra · enforce", "the override's rule");
         // A level out of range (or not a number) never draws outside the bar.
         let odd = key_rows(&KeyView {

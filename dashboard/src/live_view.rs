@@ -147,9 +147,88 @@ pub fn live_view(body: &LevelsBody, top: usize) -> Vec<ActionView> {
     actions
 }
 
+/// The 429s clients got for one action that the live levels cannot show: the filter's cached
+/// denials (answered in Envoy, never reaching the backend), from the history's last complete step
+/// (reports arrive about once a second, so the step still filling would read low).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedDenials {
+    /// `"4.7/s"`: cached denials per second over that step.
+    pub rate_text: String,
+    /// Whether there were any.
+    pub any: bool,
+}
+
+/// The cached denials of `action` per second over the last complete step of `history` read at
+/// its `at_ms`; `None` when the history does not hold the action.
+pub fn cached_denials(
+    history: &sluice_core::wire::HistoryBody,
+    action: &str,
+) -> Option<CachedDenials> {
+    let a = history.actions.iter().find(|a| a.action == action)?;
+    let complete = a
+        .steps
+        .iter()
+        .rev()
+        .find(|s| s.at_ms + history.step_ms <= history.at_ms)?;
+    let per_s = complete.cached_denied as f64 * 1000.0 / history.step_ms.max(1) as f64;
+    Some(CachedDenials {
+        rate_text: per_second(per_s),
+        any: complete.cached_denied > 0,
+    })
+}
+
+/// Per action, the filter's cached denials over the history read (keys are not known for
+/// them): what "Most denied" leaves out, in words.
+pub fn cached_denied_note(history: &sluice_core::wire::HistoryBody) -> String {
+    let parts: Vec<String> = history
+        .actions
+        .iter()
+        .filter(|a| a.totals.cached_denied > 0)
+        .map(|a| format!("{} {}", a.action, a.totals.cached_denied))
+        .collect();
+    if parts.is_empty() {
+        "Counts are the backend's denials per key; the filter's cache denied nothing in this range."
+            .to_owned()
+    } else {
+        format!(
+            "Counts are the backend's denials per key. The filter's cached denials carry no key; per action over the history's range: {}.",
+            parts.join(", ")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_denials_come_from_the_last_complete_step() {
+        use sluice_core::wire::{ActionHistory, HistoryBody, HistoryRange, StepCounts};
+        let step = |at_ms, cached_denied| StepCounts {
+            at_ms,
+            cached_denied,
+            ..StepCounts::default()
+        };
+        let body = HistoryBody {
+            at_ms: 1_000_025_000,
+            step_ms: 10_000,
+            range: HistoryRange::FiveMinutes,
+            actions: vec![ActionHistory {
+                action: "reply".into(),
+                last_seen_ms: None,
+                totals: StepCounts {
+                    cached_denied: 50,
+                    ..StepCounts::default()
+                },
+                steps: vec![step(1_000_010_000, 47), step(1_000_020_000, 3)],
+            }],
+        };
+        let c = cached_denials(&body, "reply").unwrap();
+        assert_eq!(c.rate_text, per_second(4.7));
+        assert!(c.any);
+        assert_eq!(cached_denials(&body, "post"), None);
+        assert!(cached_denied_note(&body).ends_with("reply 50."));
+    }
     use sluice_core::wire::KeyLevel;
     use sluice_core::Algorithm;
 

@@ -93,6 +93,10 @@ describe('one-step fixes with names', () => {
       for (const action of ACTIONS) await exhaust(action, key);
       await lookUp(key);
       for (const action of ACTIONS) await waitFor(`${action} full`, async () => (await remaining(action)) === '0');
+      // Since when: the key's own denials per minute, with the clock times.
+      const since = page.locator(`#key-result tr.key-state[data-action="fx-post"] .denied-text`);
+      await waitFor('the denial times', async () => /^denied \d\d:\d\d–\d\d:\d\d UTC, \d+ in all$/.test(await since.innerText()));
+      assert.ok(await page.locator(`#key-result tr.key-state[data-action="fx-post"] .denied-bar`).count() >= 1);
       await page.click('#reset-all');
       await page.locator('#reset-all-question', { hasText: 'all 2 actions' }).waitFor();
       assert.equal(await page.evaluate(() => document.activeElement?.id), 'keep-all', 'the safe answer has the focus');
@@ -167,6 +171,22 @@ describe('one-step fixes with names', () => {
         return JSON.stringify(shown) === JSON.stringify(['key_reset', 'override_put']);
       });
       await page.click('#audit-clear');
+
+      // History: clock times on the axis, the step still filling marked; Live and Most denied
+      // say which denials they count.
+      await page.click('#tab-history');
+      const ticks = page.locator('svg text.tick');
+      await waitFor('clock-time ticks', async () => {
+        const labels = await ticks.evaluateAll((els) => els.map((e) => e.textContent));
+        return labels.some((l) => /^\d\d:\d\d$/.test(l)) && !labels.includes('now');
+      });
+      await waitFor('the partial step', async () => (await page.locator('rect.partial-step').count()) > 0, { timeout: 12000 });
+      assert.ok(await fits(), `sideways scroll at ${width} wide`);
+      await page.screenshot({ path: join(shots, `fixes-history-${width}.png`), fullPage: true });
+      await page.click('#tab-live');
+      await page.locator('.action-card[data-action="fx-post"] .cached-rate').waitFor();
+      await page.click('#tab-keys');
+      await page.locator('#top-denied-note', { hasText: 'backend' }).waitFor();
       assert.deepEqual(consoleErrors, []);
     });
   }

@@ -231,7 +231,8 @@ describe('the operator views: history, one key, safe edits, leases', () => {
     // The warning panel names the action and the counts; the tab carries the mark from anywhere.
     const item = page.locator('#unchecked-panel li.unchecked-item[data-action="ops-post"]');
     await item.waitFor();
-    assert.equal(await item.innerText(), 'ops-post: 4 passed unchecked of 4 failed callouts');
+    // With its time range (issue 24: "since when").
+    assert.match(await item.innerText(), /^ops-post: 4 passed unchecked of 4 failed callouts, \d\d:\d\d:\d\d–\d\d:\d\d:\d\d UTC$/);
     assert.ok(await page.locator('#tab-history .tab-warning').isVisible());
     // Drawn: every outcome that happened, and nothing for an action that saw none.
     for (const cls of ['h-allowed', 'h-leased', 'h-denied', 'h-cached', 'h-unchecked']) {

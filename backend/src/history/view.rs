@@ -3,8 +3,8 @@
 
 use sluice_core::time::ceil_millis;
 use sluice_core::wire::{
-    ActionTopDenied, DeniedKey, KeyActionState, KeyView, TopDeniedBody, TOP_DENIED_KEYS,
-    TOP_DENIED_SPAN_MS,
+    ActionTopDenied, DeniedKey, DeniedMinute, KeyActionState, KeyView, TopDeniedBody,
+    TOP_DENIED_KEYS, TOP_DENIED_SPAN_MS,
 };
 use sluice_core::{Decision, Nanos, Params, Rule};
 
@@ -38,13 +38,20 @@ async fn key_state(
     store: &dyn Store,
     rule: &Rule,
     key: &str,
+    now_ms: u64,
 ) -> Result<KeyActionState, StoreError> {
     let keys = [key.to_owned()];
-    let (peeks, last_seen_ms) = futures::future::try_join(
+    let (peeks, last_seen_ms, denied) = futures::future::try_join3(
         store.peek_many(rule, &keys, None),
         store.key_last_seen(rule.action(), key),
+        store.key_denied(rule.action(), key, now_ms),
     )
     .await?;
+    let mut denied_minutes: Vec<DeniedMinute> = denied
+        .into_iter()
+        .map(|(at_ms, denied)| DeniedMinute { at_ms, denied })
+        .collect();
+    denied_minutes.sort_by_key(|m| m.at_ms);
     let peek = peeks
         .into_iter()
         .next()
@@ -60,6 +67,7 @@ async fn key_state(
         reset_after_ms: ceil_millis(peek.reset_after),
         last_seen_ms,
         overridden: false,
+        denied_minutes,
     })
 }
 
@@ -71,7 +79,8 @@ pub async fn key_view(
     now_ms: u64,
 ) -> Result<KeyView, StoreError> {
     let mut actions =
-        futures::future::try_join_all(rules.iter().map(|r| key_state(store, r, key))).await?;
+        futures::future::try_join_all(rules.iter().map(|r| key_state(store, r, key, now_ms)))
+            .await?;
     actions.sort_by(|a, b| a.action.cmp(&b.action));
     Ok(KeyView {
         key: key.to_owned(),

@@ -251,6 +251,16 @@ pub trait ActivityStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<(String, u64)>, StoreError>;
 
+    /// `key`'s backend denials under `action` per top-denied minute bucket read at `now_ms`,
+    /// as (bucket start ms, denials), newest first, buckets without a denial left out (0 also
+    /// when the key was trimmed from a bucket as one of a spray's least denied).
+    async fn key_denied(
+        &self,
+        action: &Action,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, u64)>, StoreError>;
+
     /// When `key` was last seen under `action`, if it is among the action's recent keys.
     async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError>;
 }

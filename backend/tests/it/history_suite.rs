@@ -193,6 +193,22 @@ pub async fn top_denied_round_trip(store: &dyn Store) {
             .len(),
         2
     );
+    // One key's own minutes, newest first, zeros and other actions left out.
+    let mine = |key: &'static str| async move {
+        store
+            .key_denied(&action("t.post"), key, now)
+            .await
+            .expect("key denied")
+    };
+    let minute = |at: u64| at - at % m;
+    assert_eq!(
+        mine("mallory").await,
+        vec![(minute(T0 + m), 5), (minute(T0), 5)]
+    );
+    assert_eq!(mine("eve").await, vec![(minute(T0 + 2 * m), 3)]);
+    assert_eq!(mine("").await, vec![(minute(T0 + 2 * m), 3)]);
+    assert!(mine("nobody").await.is_empty());
+    assert!(mine("old").await.is_empty(), "older than the buckets read");
     // Five minutes on, the first bucket (T0) is still read; at six minutes it is not.
     let at = |mins: u64| T0 + mins * m + 1;
     let first = |top: Vec<(String, u64)>| {

@@ -50,6 +50,22 @@ pub struct KeyActionState {
     /// capacity and mode above are then the override's, not the action's rule's).
     #[serde(default)]
     pub overridden: bool,
+    /// The backend's denials of the key under the action, per minute over the last 5–6 minutes
+    /// (the top-denied buckets), oldest first, minutes without a denial left out: when it
+    /// started being denied and whether it still is. The filters' cached denials carry no key
+    /// and are not here.
+    #[serde(default)]
+    pub denied_minutes: Vec<DeniedMinute>,
+}
+
+/// One key's backend denials in one minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeniedMinute {
+    /// Start of the minute, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Denials in it.
+    pub denied: u64,
 }
 
 /// `GET /v1/top-denied` body.

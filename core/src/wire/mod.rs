@@ -34,8 +34,8 @@ pub use history::{
     ActionHistory, HistoryBody, HistoryRange, StepCounts, HISTORY_SPAN_MS, HISTORY_STEP_MS,
 };
 pub use keys::{
-    ActionTopDenied, DeniedKey, KeyActionState, KeyView, TopDeniedBody, TOP_DENIED_KEYS,
-    TOP_DENIED_SPAN_MS,
+    ActionTopDenied, DeniedKey, DeniedMinute, KeyActionState, KeyView, TopDeniedBody,
+    TOP_DENIED_KEYS, TOP_DENIED_SPAN_MS,
 };
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
 pub use overrides::{check_override_key, KeyOverride, OverridesBody};

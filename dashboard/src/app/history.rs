@@ -42,7 +42,7 @@ pub fn HistoryPanel(ctx: Ctx) -> impl IntoView {
                 </div>
             </div>
             <p class="hint">
-                "Requests per 10 s by outcome, from every replica and every Envoy's reports; refreshed every few seconds."
+                "Requests per 10 s by outcome, from every replica and every Envoy's reports; times in UTC; the hatched step at the right is still filling. Refreshed every few seconds."
             </p>
             <div class="unchecked-panel" id="unchecked-panel" role="alert" hidden=move || failures.get().is_empty()>
                 <h3>"Requests passed unchecked"</h3>
@@ -181,7 +181,14 @@ fn HistoryCard(chart: Memo<Option<ActionChart>>) -> impl IntoView {
                                 .iter()
                                 .enumerate()
                                 .map(|(i, col)| {
+                                    // The step still filling is hatched: its counts are so far.
+                                    let partial = col.partial.then(|| view! {
+                                        <rect class="partial-step" x=format!("{:.2}", col.x) y="0" width=format!("{:.2}", col.width) height=format!("{:.1}", HEIGHT - BOTTOM)>
+                                            <title>"this step is still filling"</title>
+                                        </rect>
+                                    });
                                     view! {
+                                        {partial}
                                         <rect
                                             class="column"
                                             data-step=i.to_string()

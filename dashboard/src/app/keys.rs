@@ -10,6 +10,7 @@ use sluice_core::wire::{KeyView, TopDeniedBody};
 use super::reset::{ResetAllButton, ResetButton};
 use super::{api, Auth, Ctx, Tab, HISTORY_REFRESH_MS};
 use crate::keys::{key_query, key_rows, top_denied, KeyRow, TopDenied};
+use crate::live_view::cached_denied_note;
 
 #[component]
 pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
@@ -142,6 +143,7 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
                                 <th scope="col" class="num">"Remaining"</th>
                                 <th scope="col">"Retry after"</th>
                                 <th scope="col">"Last seen"</th>
+                                <th scope="col">"Denied (per minute)"</th>
                                 <th scope="col"><span class="sr-only">"Reset"</span></th>
                             </tr>
                         </thead>
@@ -166,6 +168,9 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
                 <p class="reset-result" id="key-reset-result" role="status">{move || reset_result.get()}</p>
             </div>
             <h3 class="top-title">"Most denied, last 5 minutes"</h3>
+            <p class="hint" id="top-denied-note">
+                {move || ctx.history.get().map(|h| cached_denied_note(&h)).unwrap_or_else(|| "Counts are the backend's denials per key.".into())}
+            </p>
             <p class="field-error" id="top-denied-error">{move || top_error.get()}</p>
             <Show
                 when=move || !lists.get().is_empty()
@@ -233,6 +238,14 @@ fn KeyStateRow(ctx: Ctx, key: String, row: Memo<KeyRow>, done: RwSignal<String>)
             <td data-label="Remaining" class="num remaining">{get(|r| r.remaining.clone())}</td>
             <td data-label="Retry after" class="retry-after">{get(|r| r.retry_after.clone())}</td>
             <td data-label="Last seen" class="last-seen">{get(|r| r.last_seen.clone())}</td>
+            <td data-label="Denied" class="denied-since">
+                <span class="denied-text">{get(|r| r.denied_text.clone())}</span>
+                <span class="denied-bars" aria-hidden="true">
+                    {move || row.with(|r| r.denied_bars.clone()).into_iter().map(|(minute, n, h)| view! {
+                        <span class="denied-bar" title=format!("{minute} UTC: {n} denied") style:height=format!("{:.0}%", 15.0 + 85.0 * h)></span>
+                    }).collect_view()}
+                </span>
+            </td>
             <td class="row-actions"><ResetButton ctx=ctx action=action.clone() key=key done=done /></td>
         </tr>
     }

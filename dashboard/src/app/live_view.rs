@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use super::reset::ResetButton;
 use super::store_health::StorePanel;
 use super::Ctx;
-use crate::live_view::{live_view, ActionView, FunnelView, TOP_KEYS};
+use crate::live_view::{cached_denials, live_view, ActionView, FunnelView, TOP_KEYS};
 
 #[component]
 pub fn LivePanel(ctx: Ctx) -> impl IntoView {
@@ -15,7 +15,7 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
         <section class="card live" aria-labelledby="live-title">
             <div class="section-head">
                 <h2 id="live-title">"Live"</h2>
-                <p class="hint">"The fullest keys of each action, updated twice a second while the badge above is green."</p>
+                <p class="hint">"The fullest keys of each action, updated twice a second while the badge above is green. Denied is the backend's; cached 429s are the filters' own denials, which clients got too."</p>
             </div>
             <StorePanel ctx=ctx />
             <Show
@@ -45,6 +45,11 @@ fn ActionCard(ctx: Ctx, action: String, view: Memo<Option<ActionView>>) -> impl 
     let action = StoredValue::new(action);
     let get =
         move |f: fn(&ActionView) -> String| move || view.get().map(|v| f(&v)).unwrap_or_default();
+    let cached = move || {
+        ctx.history
+            .get()
+            .and_then(|h| cached_denials(&h, &action.get_value()))
+    };
     view! {
         <article class="action-card" data-action=get(|v| v.action.clone())>
             <header class="action-head">
@@ -54,7 +59,13 @@ fn ActionCard(ctx: Ctx, action: String, view: Memo<Option<ActionView>>) -> impl 
             <dl class="rates">
                 <div><dt>"allowed"</dt><dd class="allowed-rate">{get(|v| v.allowed_text.clone())}</dd></div>
                 <div class:denying=move || view.get().is_some_and(|v| v.denying)>
-                    <dt>"denied"</dt><dd class="denied-rate">{get(|v| v.denied_text.clone())}</dd>
+                    <dt title="Denied by the backend (live)">"denied"</dt><dd class="denied-rate">{get(|v| v.denied_text.clone())}</dd>
+                </div>
+                // What clients also got: 429s from the filter's denial cache, which never reach the
+                // backend (from the history's last complete 10 s step).
+                <div class:denying=move || cached().is_some_and(|c| c.any)>
+                    <dt title="429s from the filter's denial cache, over the last complete 10 s step">"cached 429s"</dt>
+                    <dd class="cached-rate">{move || cached().map(|c| c.rate_text).unwrap_or_else(|| "–".into())}</dd>
                 </div>
             </dl>
             <Show

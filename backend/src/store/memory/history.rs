@@ -196,6 +196,22 @@ impl HistoryLog {
         }
     }
 
+    /// `key`'s denials per bucket read at `now_ms`, newest first, zeros left out.
+    pub(crate) fn key_denied(&self, action: &Action, key: &str, now_ms: u64) -> Vec<(u64, u64)> {
+        let actions = self.lock();
+        let Some(log) = actions.get(action) else {
+            return Vec::new();
+        };
+        let newest = denied_bucket(now_ms);
+        let oldest = newest.saturating_sub((DENIED_BUCKETS - 1) * DENIED_BUCKET_MS);
+        log.denied
+            .iter()
+            .rev()
+            .filter(|(at, _)| (oldest..=newest).contains(at))
+            .filter_map(|(at, keys)| keys.get(key).filter(|n| **n > 0).map(|n| (*at, *n)))
+            .collect()
+    }
+
     /// The `limit` keys denied most over the buckets read at `now_ms`.
     pub(crate) fn top_denied(
         &self,

@@ -297,6 +297,14 @@ impl ActivityStore for MemoryStore {
     ) -> Result<bool, StoreError> {
         Ok(self.history.apply_report(mark, record))
     }
+    async fn key_denied(
+        &self,
+        action: &Action,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, u64)>, StoreError> {
+        Ok(self.history.key_denied(action, key, now_ms))
+    }
     async fn read_history(
         &self,
         action: &Action,

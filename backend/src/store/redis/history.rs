@@ -38,6 +38,7 @@ pub(crate) struct HistoryKeys {
     read: Script,
     denied_record: Script,
     denied_top: Script,
+    denied_key: Script,
 }
 
 impl HistoryKeys {
@@ -49,6 +50,7 @@ impl HistoryKeys {
             read: Script::new(include_str!("../../../lua/history_read.lua")),
             denied_record: Script::new(include_str!("../../../lua/denied_record.lua")),
             denied_top: Script::new(include_str!("../../../lua/denied_top.lua")),
+            denied_key: Script::new(include_str!("../../../lua/denied_key.lua")),
         }
     }
 
@@ -277,6 +279,42 @@ impl RedisStore {
             rows.push((key.clone(), parse_u64(n, &first)?));
         }
         Ok(rank_denied(rows, limit))
+    }
+
+    /// See [`crate::store::ActivityStore::key_denied`]: one script over the action's buckets.
+    pub(super) async fn denied_key(
+        &self,
+        action: &Action,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, u64)>, StoreError> {
+        let buckets = denied_buckets(now_ms);
+        let keys: Vec<String> = buckets
+            .iter()
+            .map(|b| self.history.denied(action, *b))
+            .collect();
+        let first = keys.first().cloned().unwrap_or_default();
+        let mut invocation = self.history.denied_key.prepare_invoke();
+        for k in &keys {
+            invocation.key(k);
+        }
+        invocation.arg(key);
+        let mut conn = self.conn.clone();
+        let counts: Vec<String> = self
+            .bounded(
+                &first,
+                Call::Script("denied_key"),
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+        let mut out = Vec::new();
+        for (bucket, n) in buckets.iter().zip(&counts) {
+            let n = parse_u64(n, &first)?;
+            if n > 0 {
+                out.push((*bucket, n));
+            }
+        }
+        Ok(out)
     }
 
     /// See [`crate::store::ActivityStore::key_last_seen`]: the key's score in the action's recent zset.

@@ -465,6 +465,14 @@ impl ActivityStore for RedisStore {
     ) -> Result<bool, StoreError> {
         self.history_apply_report(mark, record).await
     }
+    async fn key_denied(
+        &self,
+        action: &Action,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, u64)>, StoreError> {
+        self.denied_key(action, key, now_ms).await
+    }
     async fn read_history(
         &self,
         action: &Action,
