@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -81,15 +80,8 @@ async fn start(dir: &Path) -> Rig {
 
 fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
     RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).to_owned(),
-                value: (*v).to_owned(),
-            })
-            .collect(),
         hits_addend: hits.map(|value| UInt64Value { value }),
-        ..RateLimitDescriptor::default()
+        ..crate::rls::descriptor(entries)
     }
 }
 

@@ -34,7 +34,8 @@ impl Rig {
     }
 }
 
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+/// A descriptor of `entries` (also for ratelimit_config's tests).
+pub(crate) fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
             .iter()
