@@ -76,7 +76,16 @@ ROWS = {
         {"backend": {"cluster": "sluice_rls", "protocol": "grpc_stream"},
          "routes": [{"action": "bench_allowed", "key": {"source": "header", "name": "x-user"}}]},
     ),
-    "rls": ("native ratelimit -> sluice RLS", None),
+    # A denied key answered from the denial cache: the rule admits one request per hour, the
+    # warm-up spends it and caches the denial (max_ttl_ms 1 h), so every measured request is a
+    # cache hit (429, no callout).
+    "cached": (
+        "sluice denied, from the denial cache",
+        {"backend": {"cluster": "sluice_backend", "authority": "sluice", "protocol": "http"},
+         "denial_cache": {"enabled": True, "max_ttl_ms": 3600000},
+         "routes": [{"action": "bench_denied", "key": {"source": "header", "name": "x-user"}}]},
+    ),
+    "rls": ("Envoy's ratelimit filter -> sluice RLS", None),
 }
 BUILD_FREE = {"no_filter", "rls"}
 
@@ -135,14 +144,21 @@ def cluster(name, p, http2=False):
     }
 
 
-def wasm_filter(name, vm_id, wasm, conf):
+def filter_conf(conf):
+    """A row's filter configuration as measured (the same JSON for both builds)."""
     conf = json.loads(json.dumps(conf))
     # grpc_stream's root ticks every timeout / 4 to keep its deadlines, in every row's window:
     # with the longest timeout allowed that is one tick per 15 s instead of per 2.5 s.
     stream = conf["backend"]["protocol"] == "grpc_stream"
     conf["backend"]["timeout_ms"] = 60000 if stream else TIMEOUT_MS
-    conf.update({"failure_mode": "deny", "denial_cache": {"enabled": False}, "report": {"enabled": False}})
+    # Fail closed, no reports; the denial cache off unless the row is about it.
+    conf = {"denial_cache": {"enabled": False}} | conf | {"failure_mode": "deny", "report": {"enabled": False}}
     conf.setdefault("lease", {"enabled": True})  # the default, as in bench.yaml's allowed rows
+    return conf
+
+
+def wasm_filter(name, vm_id, wasm, conf):
+    conf = filter_conf(conf)
     return {
         "name": "envoy.filters.http.wasm",
         "typed_config": {
@@ -158,6 +174,21 @@ def wasm_filter(name, vm_id, wasm, conf):
     }
 
 
+def native_filter(name, so, conf):
+    """The dynamic-module build (libsluice_filter_native.so, loaded by absolute path) with the
+    same configuration string as the wasm build's."""
+    return {
+        "name": "envoy.filters.http.dynamic_modules",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+            "dynamic_module_config": {"module": {"local": {"filename": so}}},
+            "filter_name": name,
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                              "value": json.dumps(filter_conf(conf))},
+        },
+    }
+
+
 def config(work, out, rows):
     env = os.environ
     builds = [("base", env["WASM"])]
@@ -166,6 +197,9 @@ def config(work, out, rows):
         while name in {b for b, _ in builds}:
             name += "_"
         builds.append((name, path))
+    native = env.get("NATIVE", "")
+    if native and native != "none":
+        builds.append(("native", native))
     upstream = port(work)
     to_upstream = {"match": {"prefix": "/"}, "route": {"cluster": "upstream"}}
     listeners = [listener("upstream", upstream, [], {
@@ -197,6 +231,8 @@ def config(work, out, rows):
                         "rate_limit_service": {"transport_api_version": "V3",
                                                "grpc_service": {"envoy_grpc": {"cluster_name": "sluice_rls"}}},
                     }}], route))
+            elif build == "native":
+                listeners.append(listener(name, p, [native_filter(name, wasm, conf)], to_upstream))
             else:
                 # One VM per build, shared by its listeners (as one filter build is in production).
                 vm_id = "sluice" if build == "base" else f"sluice_{[n for n, _ in builds].index(build)}"
@@ -241,8 +277,16 @@ COUNTERS = {
     "wasmcustom.sluice.callouts": "callouts",
     "wasmcustom.sluice.lease_hits": "lease_hits",
     "wasmcustom.sluice.allowed": "allowed",
+    "wasmcustom.sluice.cached_denials": "cached_denials",
     "wasmcustom.sluice.failures_deny": "failures",
     "wasmcustom.sluice.failures_allow": "failures_allow",
+    # The dynamic-module build's (Envoy prefixes a module's stats with dynamicmodulescustom).
+    "dynamicmodulescustom.sluice.callouts": "callouts",
+    "dynamicmodulescustom.sluice.lease_hits": "lease_hits",
+    "dynamicmodulescustom.sluice.allowed": "allowed",
+    "dynamicmodulescustom.sluice.cached_denials": "cached_denials",
+    "dynamicmodulescustom.sluice.failures_deny": "failures",
+    "dynamicmodulescustom.sluice.failures_allow": "failures_allow",
     "cluster.upstream.ratelimit.ok": "rls_ok",
     "cluster.upstream.ratelimit.error": "rls_error",
     "cluster.upstream.ratelimit.failure_mode_allowed": "rls_failure_allowed",
@@ -258,7 +302,11 @@ def delta(before, after):
                 out[name] = int(value)
         return out
     a, b = read(before), read(after)
-    shown = [f"{COUNTERS[n]}={b[n] - a.get(n, 0)}" for n in COUNTERS if n in b and b[n] != a.get(n, 0)]
+    moved = {}
+    for n in COUNTERS:
+        if n in b and b[n] != a.get(n, 0):
+            moved[COUNTERS[n]] = moved.get(COUNTERS[n], 0) + b[n] - a.get(n, 0)
+    shown = [f"{k}={v}" for k, v in moved.items()]
     print(" ".join(shown) or "no counter moved")
 
 

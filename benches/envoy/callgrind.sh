@@ -17,7 +17,13 @@
 #   grpc         sluice allowed, gRPC callout (protocol grpc: ShouldRateLimit to the RLS listener)
 #   grpc_stream  sluice allowed, protocol grpc_stream (DecisionExchange/Stream on the RLS listener);
 #                skipped, saying why, when the filter build or the backend does not have it
+#   cached       sluice denied from the denial cache (429, no callout; the rule admits one request
+#                an hour, the warm-up spends it)
 #   rls          Envoy's native ratelimit filter -> the backend's RLS listener
+# Each sluice row is measured for each build: the wasm filter (base, COMPARE) and the dynamic
+# module (NATIVE, default target/release/libsluice_filter_native.so, loaded by absolute path in the
+# same Envoy; NATIVE=none leaves it out). The native build's grpc_stream row sends each exchange as
+# a unary DecisionExchange/Call over Envoy's HTTP callout (docs/filter.md, "The native build").
 # Every sluice row fails closed with a 10 s callout timeout (a 25 ms timeout fires under valgrind
 # and would let requests through undecided), denial cache and counts reports off (a report's tick
 # would land in other rows' windows), and Envoy's stats flush is pushed to 299 s (at 5 s it landed
@@ -44,7 +50,9 @@ compare=()
 for f in ${COMPARE:-}; do compare+=("$(realpath "$f")"); done
 COMPARE="${compare[*]}"
 BACKEND_BIN=${BACKEND_BIN:-target/release/sluice}
-ROWS=${ROWS:-no_filter nomatch leased http grpc grpc_stream rls}
+NATIVE=${NATIVE:-target/release/libsluice_filter_native.so}
+[ "$NATIVE" = none ] || NATIVE=$(realpath "$NATIVE")
+ROWS=${ROWS:-no_filter nomatch leased http grpc grpc_stream cached rls}
 REPEATS=${REPEATS:-2}
 REQUESTS=${REQUESTS:-300}
 WARMUP=${WARMUP:-100}
@@ -64,7 +72,9 @@ ENVOY_BIN=${ENVOY_BIN:-$(ls .venv/lib/python3*/site-packages/envoy/_bin/envoy 2>
   bash scripts/build-filter.sh >/dev/null
   cargo build --locked -q --release -p sluice-backend --bin sluice
 }
-for f in "$WASM" "${compare[@]}" "$BACKEND_BIN"; do
+natives=()
+[ "$NATIVE" = none ] || natives=("$NATIVE")
+for f in "$WASM" "${compare[@]}" "${natives[@]}" "$BACKEND_BIN"; do
   [ -s "$f" ] || { echo "sluice callgrind: $f is missing" >&2; exit 1; }
 done
 
@@ -112,6 +122,7 @@ put_rule() { # ACTION JSON
 }
 put_rule bench_allowed '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}}'
 put_rule bench_leased '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}, "lease": {"max": 100000, "ttl": "60s"}}'
+put_rule bench_denied '{"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}'
 
 # grpc_stream needs both sides: the filter build (it names the protocol) and the backend (it
 # serves sluice.v1.DecisionExchange; an unknown gRPC method answers grpc-status 12, unimplemented).
@@ -144,7 +155,7 @@ done
 
 # Envoy under callgrind, one listener per row (and per build).
 envoy_admin=$(port)
-ENVOY_ADMIN_PORT=$envoy_admin BACKEND_PORT=$backend_port BACKEND_RLS_PORT=$backend_rls WASM=$WASM COMPARE=$COMPARE \
+ENVOY_ADMIN_PORT=$envoy_admin BACKEND_PORT=$backend_port BACKEND_RLS_PORT=$backend_rls WASM=$WASM COMPARE=$COMPARE NATIVE=$NATIVE \
   python3 "$helper" config "$work" "$work/envoy.json" "${rows[@]}"
 "$VALGRIND" --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out.%p" \
   "$ENVOY_BIN" -c "$work/envoy.json" --disable-hot-restart --concurrency 1 --log-level warn >"$work/envoy.log" 2>&1 &
@@ -159,13 +170,17 @@ if grep -q 'Failed to create new Wasm instance' "$work/envoy.log"; then
   exit 1
 fi
 
+want() { if [ "$1" = cached ]; then echo 429; else echo 200; fi; } # ROW: the status every request gets
+
 # Each listener answers as its row means (the first sluice requests also take the lease), then the
 # warm-up.
 while IFS=$'\t' read -r row build p _; do
   out=$(curl -s --max-time 120 -D - -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$p/probe")
-  grep -q '^HTTP/1.1 200' <<<"$out" || { echo "sluice callgrind: $row/$build answered $(head -1 <<<"$out")" >&2; exit 1; }
+  # The cached row's first request spends the hour's one unit; the next is the denial it caches.
+  [ "$row" != cached ] || out=$(curl -s --max-time 120 -D - -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$p/probe")
+  grep -q "^HTTP/1.1 $(want "$row")" <<<"$out" || { echo "sluice callgrind: $row/$build answered $(head -1 <<<"$out")" >&2; exit 1; }
   case $row in
-    no_filter | nomatch) ;;
+    no_filter | nomatch | cached) ;;
     leased_ietf) grep -qi '^ratelimit:' <<<"$out" || { echo "sluice callgrind: $row/$build sent no RateLimit" >&2; exit 1; } ;;
     leased_noheaders) ;;
     *) grep -qi '^x-ratelimit-remaining' <<<"$out" || { echo "sluice callgrind: $row/$build sent no x-ratelimit-remaining" >&2; exit 1; } ;;
@@ -202,10 +217,10 @@ measure() { # ROW BUILD PORT REPEAT
   file=$(ls -t "$work"/cg.out.*.* | head -1)
   curl -s --max-time 30 "http://127.0.0.1:$envoy_admin/stats" >"$work/stats.after"
   local ok connects note
-  ok=$(awk '$1 == 200' "$work/codes" | wc -l)
+  ok=$(awk -v want="$(want "$1")" '$1 == want' "$work/codes" | wc -l)
   connects=$(awk '{s += $2} END {print s + 0}' "$work/codes")
   if [ "$ok" != "$REQUESTS" ] || [ "$connects" -gt 1 ]; then
-    echo "sluice callgrind: $1/$2: $ok of $REQUESTS answered 200 over $connects new connections; see $work" >&2; exit 1
+    echo "sluice callgrind: $1/$2: $ok of $REQUESTS answered $(want "$1") over $connects new connections; see $work" >&2; exit 1
   fi
   total=$(python3 "$helper" total "$file") || exit 1
   note=$(python3 "$helper" delta "$work/stats.before" "$work/stats.after") || exit 1
@@ -233,6 +248,7 @@ fi
 echo "Envoy 1.40 instructions per request (callgrind; --concurrency 1; $REQUESTS sequential requests on one"
 echo "connection after $WARMUP warm-up; $REPEATS repeats). base: $WASM"
 [ -z "$COMPARE" ] || echo "compare: $COMPARE"
+[ "$NATIVE" = none ] || echo "native: $NATIVE"
 echo "backend: $BACKEND_BIN (memory store); run took $((SECONDS - started)) s"
 echo
 python3 "$helper" table "$work"

@@ -42,13 +42,14 @@ def wrk(args):
 
 
 def callouts(admins):
-    """The filter's callouts so far (wasmcustom.sluice.callouts), summed over Envoy admin URLs."""
+    """The filter's callouts so far (wasmcustom.sluice.callouts, or the dynamic-module build's
+    dynamicmodulescustom.sluice.callouts), summed over Envoy admin URLs."""
     total = 0
     for admin in admins:
-        with urllib.request.urlopen(f"{admin}/stats?filter=wasmcustom.sluice.callouts", timeout=5) as r:
+        with urllib.request.urlopen(f"{admin}/stats?filter=custom.sluice.callouts", timeout=5) as r:
             for line in r.read().decode().splitlines():
                 name, _, value = line.partition(": ")
-                if name.strip() == "wasmcustom.sluice.callouts":
+                if name.strip() in ("wasmcustom.sluice.callouts", "dynamicmodulescustom.sluice.callouts"):
                     total += int(value)
     return total
 

@@ -9,6 +9,9 @@
 #   allowed through the filter's gRPC callout (ShouldRateLimit to the same RLS listener) | sluice
 #   allowed through the filter's exchange stream (protocol grpc_stream: one long-lived gRPC stream
 #   per Envoy worker to the same listener, one message each way per request)
+# and the same sluice paths through the filter's dynamic-module build (native_*: a third Envoy from
+# the same envoy/bench.yaml with its filter blocks loading libsluice_filter_native.so, on the memory
+# store; its grpc_stream row sends each exchange as a unary call over Envoy's HTTP callout),
 # and the ratios of the allowed paths to no filter. Each row also shows where the CPU went:
 # microseconds of CPU per request in Envoy, the backend, redis-server and wrk, and the total CPU
 # use (200% = both cores of a 2-core machine busy), and for the sluice rows the callouts per 100
@@ -30,7 +33,7 @@ ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
 BACKEND_THREADS=${BACKEND_THREADS:-$(nproc)}
-PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_leased_memory sluice_leased_redis grpc_allowed_memory grpc_allowed_redis stream_allowed_memory stream_allowed_redis rls_allowed_memory rls_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial}
+PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_leased_memory sluice_leased_redis grpc_allowed_memory grpc_allowed_redis stream_allowed_memory stream_allowed_redis rls_allowed_memory rls_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial native_allowed_memory native_leased_memory native_grpc_allowed_memory native_stream_allowed_memory native_cached_denial}
 TOKEN=bench-admin-token-0123456789abcdef
 # BACKEND_BIN: the backend binary (to compare builds). CALLOUT_PROTOCOL=h2: Envoy calls the backend
 # over HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1; needs a backend that serves h2c.
@@ -117,10 +120,16 @@ envoy() {
   for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC STREAM; do ports[BENCH_${listener}_PORT]=$(free_port); done
   local env=(); for k in "${!ports[@]}"; do env+=("$k=${ports[$k]}"); done
   env "${env[@]}" envoy/render.sh bench.yaml >"$work/envoy-$name.yaml"
+  local run_env=()
+  if [ "${4:-}" = native ]; then # the same config, each wasm filter block loading the dynamic module
+    .venv/bin/python -c 'import sys; sys.path.insert(0, "tests/e2e"); import stack; p = sys.argv[1]; open(p, "w").write(stack.to_native(open(p).read()))' \
+      "$work/envoy-$name.yaml"
+    run_env=(ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/release")
+  fi
   if [ "$CALLOUT_PROTOCOL" = h2 ]; then # only the sluice_backend cluster says http_protocol_options
     sed -i 's/explicit_http_config: {http_protocol_options: {}}/explicit_http_config: {http2_protocol_options: {}}/' "$work/envoy-$name.yaml"
   fi
-  $PIN_ENVOY .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
+  env "${run_env[@]}" $PIN_ENVOY .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"
   for listener in PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC STREAM ENVOY_ADMIN; do
@@ -132,6 +141,7 @@ envoy() {
 }
 envoy envoy_redis "$on_redis_port" "$on_redis_rls"
 envoy envoy_memory "$on_memory_port" "$on_memory_rls"
+envoy envoy_native "$on_memory_port" "$on_memory_rls" native
 
 # Use up bench_denied's single request on both backends, then check each path answers what it should.
 probe() { # PORT EXPECTED_STATUS [HEADER]: up to 3 tries (a path's first callout may time out
@@ -163,6 +173,12 @@ probe "$envoy_memory_denied" 429 retry-after
 probe "$envoy_redis_denied" 429 retry-after
 probe "$envoy_redis_cached" 429   # the first denial fills the cache
 probe "$envoy_redis_cached" 429 "x-sluice-cache: hit"
+probe "$envoy_native_allowed" 200 x-ratelimit-remaining
+probe "$envoy_native_leased" 200 x-ratelimit-remaining
+probe "$envoy_native_grpc" 200 x-ratelimit-remaining
+probe "$envoy_native_stream" 200 x-ratelimit-remaining
+probe "$envoy_native_cached" 429
+probe "$envoy_native_cached" 429 "x-sluice-cache: hit"
 
 declare -A port_of=(
   [no_filter]=$envoy_redis_plain [local_ratelimit]=$envoy_redis_local_rl
@@ -173,6 +189,9 @@ declare -A port_of=(
   [rls_allowed_memory]=$envoy_memory_rls [rls_allowed_redis]=$envoy_redis_rls
   [grpc_allowed_memory]=$envoy_memory_grpc [grpc_allowed_redis]=$envoy_redis_grpc
   [stream_allowed_memory]=$envoy_memory_stream [stream_allowed_redis]=$envoy_redis_stream
+  [native_allowed_memory]=$envoy_native_allowed [native_leased_memory]=$envoy_native_leased
+  [native_grpc_allowed_memory]=$envoy_native_grpc [native_stream_allowed_memory]=$envoy_native_stream
+  [native_cached_denial]=$envoy_native_cached
 )
 # Warm every path once before measuring any (the first row would otherwise also pay for start-up
 # work still going on in the background, e.g. V8 compiling the filter).
@@ -190,15 +209,15 @@ for round in $(seq 1 "$ROUNDS"); do
   if ((round % 2)); then order=("${paths[@]}"); else order=("${reversed[@]}"); fi
   for name in "${order[@]}"; do
     $PIN_OTHERS python3 benches/envoy/measure.py "$name" "http://127.0.0.1:${port_of[$name]}/" "$DURATION" "$CONNECTIONS" "$work" \
-      envoy="$envoy_redis_pid" envoy="$envoy_memory_pid" backend="$on_memory_pid" backend="$on_redis_pid" \
-      redis="$redis_server_pid" stats="http://127.0.0.1:$envoy_redis_envoy_admin" \
-      stats="http://127.0.0.1:$envoy_memory_envoy_admin" >>"$work/rows.txt"
+      envoy="$envoy_redis_pid" envoy="$envoy_memory_pid" envoy="$envoy_native_pid" backend="$on_memory_pid" \
+      backend="$on_redis_pid" redis="$redis_server_pid" stats="http://127.0.0.1:$envoy_redis_envoy_admin" \
+      stats="http://127.0.0.1:$envoy_memory_envoy_admin" stats="http://127.0.0.1:$envoy_native_envoy_admin" >>"$work/rows.txt"
   done
 done
 python3 benches/envoy/summarize.py "$work/rows.txt" "${paths[@]}"
-for e in envoy_redis envoy_memory; do
+for e in envoy_redis envoy_memory envoy_native; do
   admin_var="${e}_envoy_admin"
-  echo "filter counters ($e): $(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=wasmcustom" | tr '\n' ' ')"
+  echo "filter counters ($e): $(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=custom.sluice" | tr '\n' ' ')"
   # Envoy's ratelimit filter: ok (sluice answered), error / failure_mode_allowed (no answer in time:
   # those requests passed without a decision, so they must stay near 0 for the rls rows to count).
   echo "ratelimit filter counters ($e): $(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=cluster.upstream.ratelimit" | tr '\n' ' ')"

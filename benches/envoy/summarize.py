@@ -25,11 +25,18 @@ ROWS = {
     "sluice_denied_memory": "sluice filter, HTTP callout (denied), backend on the memory store",
     "sluice_denied_redis": "sluice filter, HTTP callout (denied), backend on Redis",
     "sluice_cached_denial": "sluice filter, denial answered from its cache (no callout)",
+    "native_allowed_memory": "sluice dynamic module, HTTP callout (allowed), backend on the memory store",
+    "native_leased_memory": "sluice dynamic module, allowed, rule with lease {max 64, ttl 1s}, backend on the memory store",
+    "native_grpc_allowed_memory": "sluice dynamic module, gRPC callout (allowed), backend on the memory store",
+    "native_stream_allowed_memory": "sluice dynamic module, grpc_stream as unary exchanges (allowed), memory store",
+    "native_cached_denial": "sluice dynamic module, denial answered from its cache (no callout)",
 }
 ALLOWED = ("local_ratelimit", "sluice_allowed_memory", "sluice_allowed_redis", "sluice_leased_memory",
            "sluice_leased_redis", "grpc_allowed_memory", "grpc_allowed_redis",
            "stream_allowed_memory", "stream_allowed_redis",
-           "rls_allowed_memory", "rls_allowed_redis")
+           "rls_allowed_memory", "rls_allowed_redis",
+           "native_allowed_memory", "native_leased_memory", "native_grpc_allowed_memory",
+           "native_stream_allowed_memory")
 
 
 def main():
