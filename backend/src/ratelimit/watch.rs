@@ -222,8 +222,9 @@ pub async fn watch_loop(
             Ok(loaded) => {
                 refused = None;
                 live.refused.send_replace(Vec::new());
-                let loaded = Arc::new(loaded);
-                live.tx.send_replace(loaded.clone());
+                // Rules first, then the matcher: a new or changed limit is never matched before
+                // its rule is in the cache (a store down only delays the rules).
+                unpublished = publish_logged(&live, store.as_ref(), &cache, &loaded).await;
                 tracing::info!(
                     path = %live.path.display(),
                     files = loaded.files.len(),
@@ -231,7 +232,7 @@ pub async fn watch_loop(
                     rules = loaded.rules.len(),
                     "ratelimit config changed: reloaded"
                 );
-                unpublished = publish_logged(&live, store.as_ref(), &cache, &loaded).await;
+                live.tx.send_replace(Arc::new(loaded));
             }
             Err(errors) => {
                 refused = Some(digest);
