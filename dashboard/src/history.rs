@@ -288,7 +288,7 @@ impl ActionChart {
     pub fn read_at(mut self, at_ms: u64, step_ms: u64) -> Self {
         if let Some(last) = self.columns.last_mut() {
             let start = at_ms - at_ms % step_ms.max(1);
-            if last.readout.starts_with(&clock(start)) && at_ms % step_ms.max(1) != 0 {
+            if last.readout.starts_with(&clock(start)) && !at_ms.is_multiple_of(step_ms.max(1)) {
                 last.partial = true;
                 last.readout = format!("{} (so far: this step is still filling)", last.readout);
             }
