@@ -118,7 +118,12 @@ pub async fn answer(
                     (Some((_, 0)), _) => Kind::Zero(m),
                     (Some(_), Some(action)) => match rules.rule_for(action, &m.key) {
                         Some(rule) => Kind::Counted(m, rule),
-                        None => Kind::None,
+                        None => {
+                            // Its rule is not in the store (yet): answered as no limit, and
+                            // counted as a descriptor without a rule is.
+                            app.metrics.unknown_action();
+                            Kind::None
+                        }
                     },
                     (Some(_), None) => Kind::None,
                 },
