@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { startStack, adminApi, throttle, waitFor } from './stack.mjs';
+import { startStack, adminApi, throttle, waitFor, signedInPage } from './stack.mjs';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const bin = process.env.SLUICE_BIN ?? join(repo, 'target', 'debug', 'sluice');
@@ -26,8 +26,7 @@ const ALICE = `alice-${Math.random().toString(36).slice(2)}-token`;
 const ACTIONS = ['fx-post', 'fx-reply'];
 
 describe('one-step fixes with names', () => {
-  let stack, api, browser, context, page;
-  const consoleErrors = [];
+  let stack, api, browser, page, consoleErrors;
 
   const fits = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
   const remaining = (action) => page.locator(`#key-result tr.key-state[data-action="${action}"]`).getAttribute('data-remaining');
@@ -58,22 +57,8 @@ describe('one-step fixes with names', () => {
       });
       assert.equal(put.status, 200, put.text);
     }
-    browser = await chromium.launch({
-      executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-      headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
-    context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-    context.setDefaultTimeout(15000);
-    page = await context.newPage();
-    page.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e}`));
-    page.on('console', (m) => { if (m.type() === 'error' || m.text().includes('panicked')) consoleErrors.push(m.text()); });
-    // Alice signs in with her own token (through the API, so the first check meets no 401).
-    const session = await context.request.post(`${stack.admin}/v1/session`, { data: { token: ALICE } });
-    assert.ok(session.ok(), `sign-in: ${session.status()}`);
-    await page.goto(stack.admin + '/');
-    await page.locator('#new-rule').waitFor();
+    // Alice signs in with her own token.
+    ({ browser, page, consoleErrors } = await signedInPage(chromium, { admin: stack.admin, token: ALICE }));
   });
 
   after(async () => {

@@ -10,7 +10,7 @@ import { mkdirSync } from 'node:fs';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { startStack, waitFor } from './stack.mjs';
+import { startStack, waitFor, signedInPage } from './stack.mjs';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const bin = process.env.SLUICE_BIN ?? join(repo, 'target', 'debug', 'sluice');
@@ -19,8 +19,7 @@ const artifacts = process.env.SLUICE_ARTIFACTS ?? join(repo, 'artifacts');
 const shots = join(artifacts, 'screenshots');
 
 describe('the page says when it is stale', () => {
-  let stack, browser, context, page;
-  const consoleErrors = [];
+  let stack, browser, page, consoleErrors;
   let stopped = false;
 
   const badgeClass = () => page.locator('#link-badge').getAttribute('class');
@@ -31,21 +30,7 @@ describe('the page says when it is stale', () => {
     stack = await startStack({
       bin, dashboardDir, logDir: join(artifacts, 'browser-logs'), name: 'incident', redis: false,
     });
-    browser = await chromium.launch({
-      executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-      headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
-    context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-    context.setDefaultTimeout(15000);
-    page = await context.newPage();
-    page.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e}`));
-    page.on('console', (m) => { if (m.type() === 'error' || m.text().includes('panicked')) consoleErrors.push(m.text()); });
-    const session = await context.request.post(`${stack.admin}/v1/session`, { data: { token: stack.token } });
-    assert.ok(session.ok(), `sign-in: ${session.status()}`);
-    await page.goto(stack.admin + '/');
-    await page.locator('#new-rule').waitFor();
+    ({ browser, page, consoleErrors } = await signedInPage(chromium, stack));
   });
 
   after(async () => {

@@ -155,3 +155,29 @@ export async function throttle({ decision }, action, key, quantity = 1) {
   });
   return { status: response.status, body: await response.json() };
 }
+
+/**
+ * A headless Debian Chromium with one 1280x800 page signed in to `admin` with `token` (through
+ * the API, so the page's first check of its session meets no 401, which Chromium would log as a
+ * console error), open at the dashboard. Console errors and page errors (and any line saying
+ * "panicked") are collected in `consoleErrors`. `chromium` is playwright-core's.
+ */
+export async function signedInPage(chromium, { admin, token }) {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  context.setDefaultTimeout(15000);
+  const page = await context.newPage();
+  const consoleErrors = [];
+  page.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e}`));
+  page.on('console', (m) => { if (m.type() === 'error' || m.text().includes('panicked')) consoleErrors.push(m.text()); });
+  const session = await context.request.post(`${admin}/v1/session`, { data: { token } });
+  if (!session.ok()) throw new Error(`sign-in: ${session.status()}`);
+  await page.goto(admin + '/');
+  await page.locator('#new-rule').waitFor();
+  return { browser, context, page, consoleErrors };
+}
