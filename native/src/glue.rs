@@ -21,8 +21,9 @@ use sluice_filter::flow::{Flow, Next};
 use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
 use sluice_filter::report::Worker;
 use sluice_filter::rls_proto;
+use sluice_filter::route::{self, RequestLine};
 
-use crate::abi::{self, ConfigHandle, FilterHandle, Level, WorkerBound};
+use crate::abi::{self, ConfigHandle, FilterHandle, HeaderSnapshot, Level, WorkerBound};
 use crate::grpc;
 use crate::relay::Reports;
 use crate::shared::{self, SharedStore};
@@ -57,25 +58,23 @@ impl CalloutAnswer {
 /// One filter configuration, shared by every worker.
 #[derive(Debug)]
 pub struct NativeConfig {
-    id: u64,
-    config: Config,
     common: Arc<Common>,
-    reports: Reports,
     handle: ConfigHandle,
-}
-
-/// What every request's host reads from its configuration (one `Arc` clone per request).
-#[derive(Debug)]
-struct Common {
-    counters: Vec<Option<usize>>,
-    cluster: String,
-    authority: String,
 }
 
 impl Drop for NativeConfig {
     fn drop(&mut self) {
-        self.reports.stop();
+        self.common.reports.stop();
     }
+}
+
+/// What every request reads from its configuration (one `Arc` clone per request).
+#[derive(Debug)]
+struct Common {
+    id: u64,
+    config: Config,
+    counters: Vec<Option<usize>>,
+    reports: Reports,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -106,14 +105,12 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
         ),
     );
     Some(NativeConfig {
-        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         common: Arc::new(Common {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            config,
             counters,
-            cluster: config.backend.cluster.clone(),
-            authority: config.backend.authority.clone(),
+            reports,
         }),
-        config,
-        reports,
         handle,
     })
 }
@@ -143,23 +140,23 @@ thread_local! {
     static LOCALS: RefCell<Vec<(u64, SharedLocal)>> = const { RefCell::new(Vec::new()) };
 }
 
-fn local(config: &NativeConfig) -> SharedLocal {
+fn local(common: &Common) -> SharedLocal {
     LOCALS.with(|locals| {
         let mut locals = locals.borrow_mut();
-        if let Some((_, l)) = locals.iter().find(|(id, _)| *id == config.id) {
+        if let Some((_, l)) = locals.iter().find(|(id, _)| *id == common.id) {
             return Arc::clone(l);
         }
         if locals.len() >= MAX_LOCALS {
             locals.remove(0);
         }
         let l = Arc::new(WorkerBound::new(LocalState {
-            config: Rc::new(config.config.clone()),
-            worker: Rc::new(Worker::new(&config.config)),
+            config: Rc::new(common.config.clone()),
+            worker: Rc::new(Worker::new(&common.config)),
             flows: Vec::new(),
             free: Vec::new(),
         }));
-        config.reports.register(&l);
-        locals.push((config.id, Arc::clone(&l)));
+        common.reports.register(&l);
+        locals.push((common.id, Arc::clone(&l)));
         l
     })
 }
@@ -181,6 +178,9 @@ pub struct NativeHost {
     filter: FilterHandle,
     common: Arc<Common>,
     store: &'static SharedStore,
+    /// The request's headers, read once when first asked for and kept while the filter does not
+    /// change them.
+    headers: RefCell<Option<HeaderSnapshot>>,
     /// Callouts started, by token, awaiting their answers.
     callouts: Vec<(u32, Kind)>,
     /// Inside `on_request_headers`: a resume then is a "continue" return instead.
@@ -188,61 +188,76 @@ pub struct NativeHost {
     resumed_in_headers: bool,
 }
 
-/// One request: its host and the slot of its flow in its worker's state.
+/// One request: its host, and (once a route matched) its worker's state and the slot of its
+/// flow there. A request no route matches takes no lock and makes no flow.
 #[derive(Debug)]
 pub struct NativeFilter {
-    slot: usize,
     host: NativeHost,
-    local: SharedLocal,
+    local: Option<SharedLocal>,
+    slot: Option<usize>,
 }
 
 /// `on_http_filter_new`.
 pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
-    let local = local(config);
-    let slot = {
-        let mut state = local.lock();
-        let flow = Flow::with_worker(Rc::clone(&state.config), Rc::clone(&state.worker));
-        match state.free.pop() {
-            Some(slot) => {
-                if let Some(s) = state.flows.get_mut(slot) {
-                    *s = Some(flow);
-                }
-                slot
-            }
-            None => {
-                state.flows.push(Some(flow));
-                state.flows.len() - 1
-            }
-        }
-    };
     NativeFilter {
-        slot,
         host: NativeHost {
             filter,
             common: Arc::clone(&config.common),
             store: shared::store(),
+            headers: RefCell::new(None),
             callouts: Vec::new(),
             in_headers: false,
             resumed_in_headers: false,
         },
-        local,
+        local: None,
+        slot: None,
     }
 }
 
 /// `on_http_filter_destroy`: the request's flow is dropped (callouts still in flight are
 /// cancelled by Envoy).
 pub fn filter_destroy(filter: NativeFilter) {
-    let mut state = filter.local.lock();
-    if let Some(s) = state.flows.get_mut(filter.slot) {
+    let (Some(local), Some(slot)) = (filter.local, filter.slot) else {
+        return;
+    };
+    let mut state = local.lock();
+    if let Some(s) = state.flows.get_mut(slot) {
         *s = None;
-        state.free.push(filter.slot);
+        state.free.push(slot);
     }
 }
 
-/// `on_request_headers`: `true` stops the request (a callout, or a reply sent).
+/// `on_request_headers`: `true` stops the request (a callout, or a reply sent). A request no
+/// route matches is let through here, before any lock or flow (the flow would find the same).
 pub fn on_request_headers(f: &mut NativeFilter) -> bool {
-    let mut state = f.local.lock();
-    let Some(Some(flow)) = state.flows.get_mut(f.slot) else {
+    let common = Arc::clone(&f.host.common);
+    let line = RequestLine::read(&f.host);
+    if route::find(&common.config.routes, &line, &f.host).is_none() {
+        return false;
+    }
+    let local = Arc::clone(f.local.get_or_insert_with(|| local(&common)));
+    let mut state = local.lock();
+    let slot = match f.slot {
+        Some(slot) => slot,
+        None => {
+            let flow = Flow::with_worker(Rc::clone(&state.config), Rc::clone(&state.worker));
+            let slot = match state.free.pop() {
+                Some(slot) => {
+                    if let Some(s) = state.flows.get_mut(slot) {
+                        *s = Some(flow);
+                    }
+                    slot
+                }
+                None => {
+                    state.flows.push(Some(flow));
+                    state.flows.len() - 1
+                }
+            };
+            f.slot = Some(slot);
+            slot
+        }
+    };
+    let Some(Some(flow)) = state.flows.get_mut(slot) else {
         return false;
     };
     let host = &mut f.host;
@@ -259,16 +274,22 @@ pub fn on_request_headers(f: &mut NativeFilter) -> bool {
 
 /// `on_response_headers`: the rate-limit headers.
 pub fn on_response_headers(f: &mut NativeFilter) {
-    let mut state = f.local.lock();
-    if let Some(Some(flow)) = state.flows.get_mut(f.slot) {
+    let (Some(local), Some(slot)) = (&f.local, f.slot) else {
+        return;
+    };
+    let mut state = local.lock();
+    if let Some(Some(flow)) = state.flows.get_mut(slot) {
         flow.on_response_headers(&mut f.host);
     }
 }
 
 /// A decision callout answered.
 pub fn on_callout_done(f: &mut NativeFilter, callout_id: u64, answer: CalloutAnswer) {
-    let mut state = f.local.lock();
-    let Some(Some(flow)) = state.flows.get_mut(f.slot) else {
+    let (Some(local), Some(slot)) = (&f.local, f.slot) else {
+        return;
+    };
+    let mut state = local.lock();
+    let Some(Some(flow)) = state.flows.get_mut(slot) else {
         return;
     };
     deliver(flow, &mut f.host, callout_id, answer);
@@ -334,12 +355,16 @@ fn deliver(flow: &mut Flow, host: &mut NativeHost, callout_id: u64, answer: Call
 
 /// The main thread's turn (the report timer): every worker's report.
 pub fn on_config_scheduled(config: &NativeConfig) {
-    config.reports.tick(config.handle, &config.common.counters);
+    config
+        .common
+        .reports
+        .tick(config.handle, &config.common.counters);
 }
 
 /// A report callout answered (main thread).
 pub fn on_config_callout_done(config: &NativeConfig, callout_id: u64, answer: CalloutAnswer) {
     config
+        .common
         .reports
         .on_answer(config.handle, &config.common.counters, callout_id, answer);
 }
@@ -382,7 +407,10 @@ impl Host for NativeHost {
     }
 
     fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        self.filter.request_header(name)
+        let mut headers = self.headers.borrow_mut();
+        headers
+            .get_or_insert_with(|| self.filter.request_headers())
+            .values(name)
     }
 
     fn client_address(&self) -> Option<Vec<u8>> {
@@ -420,9 +448,15 @@ impl Host for NativeHost {
     fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String> {
         let path = format!("/{}/{}", rls_proto::SERVICE, rls_proto::METHOD);
         let common = Arc::clone(&self.common);
-        let headers = grpc::headers(&path, &common.authority);
+        let headers = grpc::headers(&path, &common.config.backend.authority);
         let body = grpc::frame(&call.message);
-        self.start(Kind::Rls, &common.cluster, &headers, &body, call.timeout_ms)
+        self.start(
+            Kind::Rls,
+            &common.config.backend.cluster,
+            &headers,
+            &body,
+            call.timeout_ms,
+        )
     }
 
     fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
@@ -432,12 +466,12 @@ impl Host for NativeHost {
             body: call.body.clone(),
         });
         let common = Arc::clone(&self.common);
-        let headers = grpc::headers(CALL_PATH, &common.authority);
+        let headers = grpc::headers(CALL_PATH, &common.config.backend.authority);
         let body = grpc::frame(&message);
         self.count(Counter::ExchangeUnary);
         self.start(
             Kind::Exchange,
-            &common.cluster,
+            &common.config.backend.cluster,
             &headers,
             &body,
             call.timeout_ms,
@@ -458,10 +492,19 @@ impl Host for NativeHost {
     }
 
     fn set_request_header(&mut self, name: &str, value: &str) {
+        *self.headers.get_mut() = None;
         self.filter.set_request_header(name, value);
     }
 
     fn remove_request_header(&mut self, name: &str) {
+        // Skipped when the headers, already read, do not have it (the usual case: a client
+        // seldom sends `x-sluice-*`): removing an absent header changes nothing.
+        if let Some(headers) = self.headers.get_mut() {
+            if !headers.has(name) {
+                return;
+            }
+        }
+        *self.headers.get_mut() = None;
         self.filter.remove_request_header(name);
     }
 
