@@ -170,6 +170,7 @@ describe('one-step fixes with names', () => {
       await page.screenshot({ path: join(shots, `fixes-history-${width}.png`), fullPage: true });
       await page.click('#tab-live');
       await page.locator('.action-card[data-action="fx-post"] .cached-rate').waitFor();
+      assert.ok(await fits(), `live view: sideways scroll at ${width} wide`);
       await page.click('#tab-keys');
       await page.locator('#top-denied-note', { hasText: 'backend' }).waitFor();
       assert.deepEqual(consoleErrors, []);
