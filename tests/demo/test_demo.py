@@ -261,6 +261,14 @@ def top_denied_keys(demo):
     return {k["key"] for a in body["actions"] for k in a["keys"]}
 
 
+def passed_unchecked_metric(demo):
+    """`/metrics`' sluice_filter_decisions_total{outcome="passed_unchecked"}, summed over actions."""
+    text = requests.get(f"http://127.0.0.1:{demo['decision']}/metrics", timeout=5).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("sluice_filter_decisions_total{")
+               and 'outcome="passed_unchecked"' in line)
+
+
 STALL_S = 15
 
 
@@ -268,7 +276,8 @@ def test_a_15_s_backend_stall_counts_exactly_what_envoy_did(demo):
     """Issue 24's stall: the backend SIGSTOPped for 15 s under traffic. Envoy's callouts time out
     and pass unchecked; its count reports time out and are sent again, each copy queued in the
     stopped backend; the decision requests queue there too. Once resumed, the backend must count
-    each report once (the history's passed unchecked equals Envoy's failures_allow, exactly) and
+    each report once (the history's and /metrics' passed unchecked equal Envoy's failures_allow,
+    exactly) and
     decide none of the queued requests (no phantom allowed or denied: the history's backend
     decisions equal the ones clients saw answered). The generator is paused so only this test's
     traffic counts; the client is sequential (at most one request in flight)."""
@@ -302,6 +311,7 @@ def test_a_15_s_backend_stall_counts_exactly_what_envoy_did(demo):
         time.sleep(3)  # the generator's last requests reach the history (flush ≤ 1 s, reports ~1 s)
         envoy_before = envoy_stat(demo, "sluice.failures_allow")
         before = history_sums(demo)
+        metric_before = passed_unchecked_metric(demo)
         # The abuser fills its funnel first, so a request of its decided late would be a denial.
         for_seconds(2, ["stall-abuser"])
         os.kill(backend, signal.SIGSTOP)
@@ -322,12 +332,14 @@ def test_a_15_s_backend_stall_counts_exactly_what_envoy_did(demo):
         time.sleep(3)
         after = history_sums(demo)
         envoy = envoy_stat(demo, "sluice.failures_allow") - envoy_before
+        metric = passed_unchecked_metric(demo) - metric_before
     finally:
         os.kill(traffic, signal.SIGCONT)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in seen}
-    print(f"{STALL_S} s stall: Envoy failures_allow +{envoy}, clients saw {seen}, history {delta}")
+    print(f"{STALL_S} s stall: Envoy failures_allow +{envoy}, /metrics passed_unchecked +{metric:.0f}, "
+          f"clients saw {seen}, history {delta}")
     assert seen["passed_unchecked"] > 50, seen
-    assert delta["passed_unchecked"] == envoy == seen["passed_unchecked"], (delta, envoy, seen)
+    assert delta["passed_unchecked"] == envoy == seen["passed_unchecked"] == metric, (delta, envoy, metric, seen)
     assert delta["cached_denied"] == seen["cached_denied"], (delta, seen)
     # No phantom decisions: the backend recorded what clients were answered. The one request in
     # flight when the SIGSTOP landed may have been decided with its answer held in the stopped
