@@ -178,9 +178,12 @@ pub struct NativeHost {
     filter: FilterHandle,
     common: Arc<Common>,
     store: &'static SharedStore,
-    /// The request's headers, read once when first asked for and kept while the filter does not
-    /// change them.
+    /// The other request headers, read at once when the first is asked for and kept while the
+    /// filter does not change them.
     headers: RefCell<Option<HeaderSnapshot>>,
+    /// `:path` and `:method`, read once when first asked for (the flow never changes them).
+    path: RefCell<Option<Vec<u8>>>,
+    method: RefCell<Option<Vec<u8>>>,
     /// Callouts started, by token, awaiting their answers.
     callouts: Vec<(u32, Kind)>,
     /// Inside `on_request_headers`: a resume then is a "continue" return instead.
@@ -205,6 +208,8 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
             common: Arc::clone(&config.common),
             store: shared::store(),
             headers: RefCell::new(None),
+            path: RefCell::new(None),
+            method: RefCell::new(None),
             callouts: Vec::new(),
             in_headers: false,
             resumed_in_headers: false,
@@ -407,10 +412,28 @@ impl Host for NativeHost {
     }
 
     fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        let mut headers = self.headers.borrow_mut();
-        headers
-            .get_or_insert_with(|| self.filter.request_headers())
-            .values(name)
+        // `:path` and `:method` are read twice (the route check here, then the flow): kept.
+        let part = match name {
+            ":path" => &self.path,
+            ":method" => &self.method,
+            _ => {
+                let mut headers = self.headers.borrow_mut();
+                return headers
+                    .get_or_insert_with(|| self.filter.request_headers())
+                    .values(name);
+            }
+        };
+        let mut part = part.borrow_mut();
+        let value = part.get_or_insert_with(|| {
+            self.filter
+                .request_line_part(name == ":method")
+                .unwrap_or_default()
+        });
+        if value.is_empty() {
+            Vec::new()
+        } else {
+            vec![value.clone()]
+        }
     }
 
     fn client_address(&self) -> Option<Vec<u8>> {
