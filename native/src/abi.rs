@@ -1127,3 +1127,34 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Outside Envoy no callback exists: the load-time check names every one (in Envoy 1.40
+    /// none is missing, which the e2e tests show by loading the module at all).
+    #[test]
+    fn the_load_check_names_every_missing_callback() {
+        let missing = missing_callbacks();
+        assert_eq!(missing.len(), CALLBACKS.len());
+        assert!(missing.contains(&"envoy_dynamic_module_callback_http_send_response".to_owned()));
+        assert!(missing
+            .iter()
+            .all(|m| m.starts_with("envoy_dynamic_module_callback_")));
+    }
+
+    #[test]
+    fn a_header_snapshot_finds_values_by_name() {
+        let mut s = HeaderSnapshot::default();
+        s.push(b"x-user", b"alice");
+        s.push(b"X-Multi", b"1");
+        s.push(b"x-multi", b"2");
+        s.push(b"x-empty", b"");
+        assert_eq!(s.values("x-user"), vec![b"alice".to_vec()]);
+        assert_eq!(s.values("x-multi"), vec![b"1".to_vec(), b"2".to_vec()]);
+        assert_eq!(s.values("x-empty"), vec![Vec::<u8>::new()]);
+        assert!(s.values("x-use").is_empty());
+        assert!(s.has("X-USER") && !s.has("x-sluice-shadow"));
+    }
+}
