@@ -160,14 +160,22 @@ describe('the operator views: history, one key, safe edits, leases', () => {
     const saved = await page.locator('#whatif-level-chart path.saved-line').getAttribute('d');
     assert.notEqual(edited, saved);
     assert.match(await page.locator('#whatif-summary').innerText(), /the saved rule: allowed \d+ of \d+/);
+    // Both rules answer the same traffic (issue 24: it was "of 166" against "of 76").
+    const [, editedOf, savedOf] = (await page.locator('#whatif-summary').innerText())
+      .match(/allowed \d+ of (\d+)[\s\S]*the saved rule: allowed \d+ of (\d+)/);
+    assert.equal(editedOf, savedOf);
     await page.click('#save-rule');
     const confirm = page.locator('#confirm-change');
     await confirm.waitFor();
     assert.equal(await confirm.locator('li.big-change').innerText(), 'capacity 5 → 100: 20× looser');
     await shot('21-editor-overlay-confirm');
     assert.equal((await api('GET', '/v1/rules/ops-post')).body.capacity, 5, 'nothing saved before the answer');
-    await page.click('#keep-editing');
+    // The safe answer has the focus: Enter (twice) keeps editing, never saves a 20x change.
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'keep-editing');
+    await page.keyboard.press('Enter');
     await confirm.waitFor({ state: 'hidden' });
+    await page.keyboard.press('Enter');
+    assert.equal((await api('GET', '/v1/rules/ops-post')).body.capacity, 5, 'Enter twice saved nothing');
     // A change within 10× saves at once.
     await page.fill('#rule-capacity', '50');
     await page.click('#save-rule');

@@ -165,8 +165,9 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
             store(rule);
         } else {
             confirming.set(Some((rule, changes)));
-            // The safe answer has the focus: Enter twice must not save a 20x change.
-            focus("keep-editing");
+            // The safe answer has the focus: Enter twice must not save a 20x change. After the
+            // question is drawn (a hidden button cannot take the focus).
+            set_timeout(|| focus("keep-editing"), std::time::Duration::ZERO);
         }
     };
     let cancel = move |_| ctx.editing.set(None);
