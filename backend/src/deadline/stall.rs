@@ -82,12 +82,15 @@ impl StallWatch {
     }
 
     /// The watchdog's tick at `now_ns`: a gap beyond [`STALL_GAP`] since the last one records a
-    /// stall that ended now.
-    pub fn tick(&self, now_ns: u64) {
+    /// stall that ended now, and is returned (for the log).
+    pub fn tick(&self, now_ns: u64) -> Option<Duration> {
         let last = self.last_tick.swap(now_ns, Ordering::AcqRel);
-        if last != 0 && now_ns.saturating_sub(last) > ns(STALL_GAP) {
+        let gap = now_ns.saturating_sub(last);
+        if last != 0 && gap > ns(STALL_GAP) {
             self.resumed.store(now_ns, Ordering::Release);
+            return Some(Duration::from_nanos(gap));
         }
+        None
     }
 
     /// Whether the process stood still just now: a tick overdue (the watchdog has not run since
@@ -147,7 +150,15 @@ fn global() -> &'static Global {
             .spawn(|| loop {
                 std::thread::sleep(TICK);
                 let g = global();
-                g.watch.tick(since(g.base, Instant::now()));
+                if let Some(gap) = g.watch.tick(since(g.base, Instant::now())) {
+                    // Loud, and rare: a stall long enough to matter is seconds, not a scheduling
+                    // hiccup, which is logged at debug only.
+                    if gap >= Duration::from_secs(1) {
+                        tracing::warn!(stalled_ms = gap.as_millis() as u64, "this process stood still (SIGSTOP, a VM pause, an overloaded host); for the next 5 s, decision requests count their timeout from when their sender sent them, so what queued meanwhile is refused unstarted (deadline_exceeded), not decided late");
+                    } else {
+                        tracing::debug!(stalled_ms = gap.as_millis() as u64, "the stall watchdog ticked late");
+                    }
+                }
             });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "could not start the stall watchdog; requests read after a stall of this process are decided with their full budget");
@@ -212,7 +223,10 @@ mod tests {
         let e = w.excess(resumed + MS, wall(16_001), wall(6_000) - 300);
         assert_eq!(e, Duration::from_millis(10_001 - 1));
         // The watchdog runs: the stall is recorded; a request sent just before the resume.
-        w.tick(resumed + 2 * MS);
+        assert_eq!(
+            w.tick(resumed + 2 * MS),
+            Some(Duration::from_millis(15_002))
+        );
         let e = w.excess(resumed + 3 * MS, wall(16_003), wall(15_990) - 300);
         assert_eq!(e, Duration::from_millis(13 - 1));
         // A fresh one: no excess. After AFTER_STALL the gate closes.
