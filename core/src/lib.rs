@@ -8,6 +8,7 @@
 pub mod algorithms;
 pub mod all;
 pub mod cell;
+pub mod commit;
 pub mod decision;
 pub mod descriptor;
 pub mod duration;
