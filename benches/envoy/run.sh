@@ -122,7 +122,7 @@ envoy() {
   env "${env[@]}" envoy/render.sh bench.yaml >"$work/envoy-$name.yaml"
   local run_env=()
   if [ "${4:-}" = native ]; then # the same config, each wasm filter block loading the dynamic module
-    .venv/bin/python -c 'import sys; sys.path.insert(0, "tests/e2e"); import stack; p = sys.argv[1]; open(p, "w").write(stack.to_native(open(p).read()))' \
+    .venv/bin/python -c 'import sys; sys.path.insert(0, "tests/e2e"); import stack; p = sys.argv[1]; t = stack.to_native(open(p).read()); open(p, "w").write(t)' \
       "$work/envoy-$name.yaml"
     run_env=(ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/release")
   fi
