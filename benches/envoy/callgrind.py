@@ -365,8 +365,8 @@ def table(work):
             vs_plain = d(mean - ref) if ref is not None and row != "no_filter" else ""
             print(shown + f" {k(mean):>9} {vs_plain:>13} {vs_base:>16}")
     print()
-    print("what Envoy's counters did in each measured window (callouts and lease hits of the wasm filter,")
-    print("ratelimit.ok of the native filter), repeats separated by |")
+    print("what Envoy's counters did in each measured window (callouts and lease hits of the sluice filter,")
+    print("either build; ratelimit.ok of Envoy's ratelimit filter), repeats separated by |")
     for row, build, _, _ in rows:
         if (row, build) in notes:
             print(f"  {row:12} {build:{bw}} " + " | ".join(notes[(row, build)]))
