@@ -279,3 +279,31 @@ fn sliding_log(
         moved.then_some(State::SlidingLog(SlidingLogState { entries })),
     )
 }
+
+/// Longest request id of a commit: enough for a UUID, Envoy's `x-request-id` or a trace id.
+pub const MAX_COMMIT_ID_LEN: usize = 128;
+
+/// How long a store remembers a commit's request id, in milliseconds: a retry of the same commit
+/// within it answers the first commit's numbers and changes nothing. An hour covers every retry
+/// of a caller that waits seconds for an answer; a retry after it would be applied again.
+pub const COMMIT_ID_TTL_MS: u64 = 3_600_000;
+
+/// Checks a commit's request id: 1 to [`MAX_COMMIT_ID_LEN`] of `[A-Za-z0-9_.:-]` (no braces, so
+/// the store's marker key keeps the state's hash tag; no spaces or separators of other keys).
+pub fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_COMMIT_ID_LEN {
+        return Err(format!(
+            "must be 1 to {MAX_COMMIT_ID_LEN} characters; got {}",
+            id.len()
+        ));
+    }
+    match id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
+    {
+        Some(c) => Err(format!(
+            "may hold only A-Z, a-z, 0-9, '_', '.', ':' and '-'; got {c:?}"
+        )),
+        None => Ok(()),
+    }
+}

@@ -147,6 +147,21 @@ pub trait DecisionStore: Send + Sync + 'static {
         at: Option<Nanos>,
     ) -> Result<Vec<Decision>, StoreError>;
 
+    /// Settles a reservation of `key` under `rule` ([`sluice_core::commit`]): gives back what is
+    /// surely still held of reserved − actual, debits actual − reserved without a check, in one
+    /// atomic step with the mark of `id` (checked by callers with
+    /// [`sluice_core::commit::check_id`]): a commit whose id this key already committed within
+    /// [`sluice_core::commit::COMMIT_ID_TTL_MS`] changes nothing and answers the first one's
+    /// numbers ([`CommitOutcome::duplicate`]).
+    async fn commit(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        commit: sluice_core::commit::Commit,
+        at: Option<Nanos>,
+    ) -> Result<CommitOutcome, StoreError>;
+
     /// Removes every throttle state `key` holds under `action` (one per algorithm), as if it had
     /// never been seen; returns the algorithms whose state was there.
     async fn reset_key(
@@ -154,6 +169,16 @@ pub trait DecisionStore: Send + Sync + 'static {
         action: &Action,
         key: &str,
     ) -> Result<Vec<sluice_core::Algorithm>, StoreError>;
+}
+
+/// What [`DecisionStore::commit`] did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CommitOutcome {
+    /// Refunded, debited, overshoot and the level after. For a duplicate: the first commit's
+    /// numbers, with the level as of now.
+    pub committed: sluice_core::commit::Committed,
+    /// The id was already committed: nothing changed.
+    pub duplicate: bool,
 }
 
 /// Rules and per-key overrides, their version (what every replica polls) and the audit trail of

@@ -40,6 +40,8 @@ async fn cluster_passes_the_conformance_suite() {
     activity_round_trip(store.as_ref()).await;
     randomized_against_core(store.as_ref(), 0xc1u64, 20, 30).await;
     concurrency_admits_exactly_the_bound(store.clone()).await;
+    commit_tables(store.as_ref()).await;
+    commit_randomized_against_core(store.as_ref(), 0xc1c0, 10).await;
 
     // Keys really are spread over the masters (hash tags per (action, subject), not one slot).
     let holding = cluster

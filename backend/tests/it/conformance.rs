@@ -69,6 +69,17 @@ both_stores!(
     redis_activity_round_trip
 );
 
+both_stores!(commit_tables, memory_commit_tables, redis_commit_tables);
+
+async fn commit_randomized(store: &dyn Store) {
+    commit_randomized_against_core(store, 0xc0, 40).await;
+}
+both_stores!(
+    commit_randomized,
+    memory_commit_matches_core_on_random_sequences,
+    redis_commit_lua_matches_core_on_random_sequences
+);
+
 /// Seed and size of the randomized comparison; override with SLUICE_CONFORMANCE_SEED and
 /// SLUICE_CONFORMANCE_SEQUENCES to explore further.
 async fn randomized(store: &dyn Store) {

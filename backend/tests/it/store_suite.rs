@@ -670,3 +670,217 @@ pub async fn activity_round_trip(store: &dyn Store) {
 pub fn err<T: std::fmt::Debug>(r: Result<T, StoreError>) -> StoreError {
     r.expect_err("an error")
 }
+
+/// Commits at fixed times on every algorithm (`DecisionStore::commit`): a refund right after the
+/// reservation gives back the difference, a debit past the capacity is overshoot, a retried id
+/// changes nothing and answers the first numbers, and each answer is core's
+/// (`sluice_core::commit::commit`) on the state the store holds.
+pub async fn commit_tables(store: &dyn Store) {
+    use sluice_core::commit::{commit, Commit};
+    for algorithm in ALGORITHMS {
+        let limit = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
+            r#""rate":{"count":10,"period":"10s"}"#
+        } else {
+            r#""window":"10s""#
+        };
+        let r = rule(&format!(
+            r#"{{"action":"commit-{algorithm}","algorithm":"{algorithm}","capacity":10,{limit}}}"#
+        ));
+        let params = r.params();
+        let t = B + 1_500 * MS;
+        assert!(
+            store
+                .throttle(&r, "k", 8, Some(t))
+                .await
+                .expect("reserve")
+                .allowed
+        );
+        let c = Commit {
+            reserved: 8,
+            actual: 3,
+            reserved_at: t,
+        };
+        let got = store
+            .commit(&r, "k", "req-1", c, Some(t))
+            .await
+            .expect("commit");
+        assert!(!got.duplicate, "{algorithm}");
+        assert_eq!(
+            (
+                got.committed.refunded,
+                got.committed.debited,
+                got.committed.overshoot
+            ),
+            (5, 0, 0),
+            "{algorithm} ({})",
+            store.kind()
+        );
+        assert_eq!(got.committed.level, 3.0, "{algorithm} ({})", store.kind());
+        let peek = store.throttle(&r, "k", 0, Some(t)).await.expect("peek");
+        assert_eq!(peek.remaining, 7, "{algorithm} ({})", store.kind());
+        // The same id again: nothing changes, the first numbers come back.
+        let again = store
+            .commit(&r, "k", "req-1", c, Some(t))
+            .await
+            .expect("retry");
+        assert!(again.duplicate, "{algorithm} ({})", store.kind());
+        assert_eq!(
+            again.committed,
+            got.committed,
+            "{algorithm} ({})",
+            store.kind()
+        );
+        let peek = store.throttle(&r, "k", 0, Some(t)).await.expect("peek");
+        assert_eq!(peek.remaining, 7, "{algorithm}: a retry refunded again");
+        // A debit beyond the capacity: never denied, the rest is overshoot.
+        let big = Commit {
+            reserved: 1,
+            actual: 10,
+            reserved_at: t,
+        };
+        let got = store
+            .commit(&r, "k", "req-2", big, Some(t))
+            .await
+            .expect("debit");
+        assert_eq!(
+            (
+                got.committed.refunded,
+                got.committed.debited,
+                got.committed.overshoot
+            ),
+            (0, 9, 2),
+            "{algorithm} ({})",
+            store.kind()
+        );
+        assert_eq!(got.committed.level, 10.0, "{algorithm} ({})", store.kind());
+        let again = store
+            .commit(&r, "k", "req-2", big, Some(t))
+            .await
+            .expect("retry");
+        assert!(again.duplicate);
+        assert_eq!(
+            again.committed.debited, 9,
+            "{algorithm}: a retry debited again"
+        );
+        // Each id is per (action, key): the same id on another key is a commit of its own.
+        let fresh = commit(&params, &State::Fresh, t, c).0;
+        let other = store
+            .commit(&r, "other", "req-1", c, Some(t))
+            .await
+            .expect("other key");
+        assert_eq!(
+            (other.committed, other.duplicate),
+            (fresh, false),
+            "{algorithm}"
+        );
+    }
+}
+
+/// Random interleavings of reservations (throttle calls) and commits of them, some retried,
+/// where every commit's answer must equal core's commit on the state core's own transitions
+/// reached: the Lua twin and the memory store held to `sluice_core::commit` step by step.
+pub async fn commit_randomized_against_core(store: &dyn Store, seed: u64, sequences: usize) {
+    use sluice_core::commit::{commit, Commit, COMMIT_ID_TTL_MS};
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (a, algorithm) in ALGORITHMS.iter().enumerate() {
+        for n in 0..sequences {
+            let rule = random_rule(&mut rng, &format!("crnd-{a}-{n}"), algorithm);
+            let params = rule.params();
+            let unit = params.policy_window_ns().max(1);
+            let mut now: Nanos = B + rng.random_range(0..S * 3600);
+            let mut state = State::Fresh;
+            let mut open: Vec<(u64, Nanos)> = Vec::new();
+            let mut last: Option<(String, Commit, sluice_core::commit::Committed, Nanos)> = None;
+            for step in 0..30 {
+                // Forward only, less than half an idle TTL per step: the memory store's sweeps
+                // then never drop a state core still holds.
+                now += match rng.random_range(0..4) {
+                    0 => 0,
+                    1 => rng.random_range(0..1_000),
+                    _ => rng.random_range(0..=unit / 3 + 1),
+                };
+                let cap = params.capacity();
+                let what = format!(
+                    "seed {seed}, {algorithm} sequence {n} step {step}: rule {} at {now}, state {:.300} ({})",
+                    rule.to_json(),
+                    format!("{state:?}"),
+                    store.kind()
+                );
+                match rng.random_range(0..5) {
+                    0 | 1 => {
+                        let q = rng.random_range(1..=cap);
+                        let (want, change) = params.decide_change(&state, now, q);
+                        let got = store
+                            .throttle(&rule, "s", q, Some(now))
+                            .await
+                            .expect("reserve");
+                        assert_eq!(got, want, "{what} q {q}");
+                        if let Some(next) = change {
+                            state = next;
+                            open.push((q, now));
+                        }
+                    }
+                    // A retry, within the mark's TTL (Redis keeps it by its own clock, the memory
+                    // store by the times it is shown).
+                    2 if last
+                        .as_ref()
+                        .is_some_and(|l| now - l.3 < COMMIT_ID_TTL_MS * MS) =>
+                    {
+                        let Some((id, c, first, _)) = last.clone() else {
+                            continue;
+                        };
+                        let got = store
+                            .commit(&rule, "s", &id, c, Some(now))
+                            .await
+                            .expect("retry");
+                        let zero = Commit {
+                            reserved: 0,
+                            actual: 0,
+                            ..c
+                        };
+                        let level = commit(&params, &state, now, zero).0.level;
+                        assert!(got.duplicate, "{what} retry of {id}");
+                        assert_eq!(
+                            (
+                                got.committed.refunded,
+                                got.committed.debited,
+                                got.committed.overshoot
+                            ),
+                            (first.refunded, first.debited, first.overshoot),
+                            "{what} retry of {id}"
+                        );
+                        assert_eq!(got.committed.level, level, "{what} retry of {id}");
+                    }
+                    _ => {
+                        let (reserved, reserved_at) = if open.is_empty() || rng.random_bool(0.2) {
+                            (
+                                rng.random_range(0..=cap),
+                                now.saturating_sub(rng.random_range(0..=unit)),
+                            )
+                        } else {
+                            open.remove(rng.random_range(0..open.len()))
+                        };
+                        let actual = rng.random_range(0..=reserved * 2 + 1);
+                        let c = Commit {
+                            reserved,
+                            actual,
+                            reserved_at,
+                        };
+                        let id = format!("r-{step}");
+                        let (want, change) = commit(&params, &state, now, c);
+                        let got = store
+                            .commit(&rule, "s", &id, c, Some(now))
+                            .await
+                            .expect("commit");
+                        assert!(!got.duplicate, "{what}");
+                        assert_eq!(got.committed, want, "{what} commit {c:?}");
+                        if let Some(next) = change {
+                            state = next;
+                        }
+                        last = Some((id, c, want, now));
+                    }
+                }
+            }
+        }
+    }
+}

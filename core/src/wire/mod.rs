@@ -6,6 +6,7 @@
 
 mod all;
 mod audit;
+mod commit;
 mod decision;
 mod error;
 mod events;
@@ -26,6 +27,7 @@ pub use all::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleChec
 pub use audit::{
     AuditBody, AuditEntry, AuditKind, ResetAllBody, ResetBody, SessionBody, EVERY_ACTION,
 };
+pub use commit::{CommitRequest, CommitResponse};
 pub use decision::{ClThrottleRequest, ThrottleRequest, ThrottleResponse};
 pub use error::{ApiError, ErrorCode};
 pub use events::{EventKind, Heartbeat, HEARTBEAT_MS};

@@ -13,6 +13,7 @@
 
 mod activity;
 mod changes;
+mod commit;
 mod history;
 mod shards;
 pub mod sizing;
@@ -53,6 +54,8 @@ struct Rules {
 /// Throttle state, rules and activity in this process's memory.
 pub struct MemoryStore {
     states: ShardedStates,
+    /// Request ids already committed (see `commit.rs`).
+    commits: commit::CommitMarks,
     rules: Mutex<Rules>,
     activity: ActivityLog,
     history: HistoryLog,
@@ -76,6 +79,7 @@ impl MemoryStore {
     pub fn with_max_keys(max_keys: usize) -> MemoryStore {
         MemoryStore {
             states: ShardedStates::new(SHARDS, max_keys),
+            commits: commit::CommitMarks::default(),
             rules: Mutex::new(Rules {
                 by_action: BTreeMap::new(),
                 version: 0,
@@ -208,6 +212,19 @@ impl DecisionStore for MemoryStore {
             .iter()
             .map(|key| self.states.decide(&rule_slot(rule, key), params, now, 0))
             .collect())
+    }
+    async fn commit(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        commit: sluice_core::commit::Commit,
+        at: Option<Nanos>,
+    ) -> Result<super::CommitOutcome, StoreError> {
+        let now = at.unwrap_or_else(now_ns);
+        Ok(self
+            .commits
+            .commit(&self.states, rule, key, id, commit, now))
     }
     async fn reset_key(
         &self,

@@ -221,6 +221,30 @@ impl ShardedStates {
         decided
     }
 
+    /// Runs `step` on the state named `name` under its shard lock and stores the state it returns
+    /// (a commit: [`super::commit`]), with the idle TTL and worth of `params` at `now`.
+    pub(crate) fn update<R>(
+        &self,
+        name: &str,
+        params: Params,
+        now: Nanos,
+        step: impl FnOnce(&State) -> (R, Option<State>),
+    ) -> R {
+        let mut shard = self.lock(self.shard_index(name));
+        shard.maybe_sweep(now);
+        let fresh = State::Fresh;
+        let current = shard.table.get(name).map_or(&fresh, |entry| &entry.state);
+        let (result, change) = step(current);
+        if let Some(next) = change {
+            let expires_at = now.saturating_add(params.idle_ttl_ns());
+            let worth = Worth::after(&params, &params.decide(&next, now, 0).0, now);
+            shard.table.put(name, next, expires_at, worth, now);
+        }
+        drop(shard);
+        self.visit_next(now);
+        result
+    }
+
     fn shard_index(&self, name: &str) -> usize {
         (self.hasher.hash_one(name) % self.shards.len() as u64) as usize
     }

@@ -9,6 +9,7 @@
 
 mod all;
 mod changes;
+mod commit;
 mod config;
 mod conn;
 mod errors;
@@ -277,6 +278,16 @@ impl DecisionStore for RedisStore {
             .iter()
             .map(|reply| leased(params, None, reply).map(|l| l.decision))
             .collect()
+    }
+    async fn commit(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        commit: sluice_core::commit::Commit,
+        at: Option<Nanos>,
+    ) -> Result<super::CommitOutcome, StoreError> {
+        self.commit_reservation(rule, key, id, commit, at).await
     }
     async fn reset_key(
         &self,

@@ -31,6 +31,8 @@ pub(crate) struct Scripts {
     pub(crate) throttle_all: Script,
     /// Cluster: undo one reservation of `throttle_all` by compare-and-set.
     pub(crate) throttle_refund: Script,
+    /// Settle a reservation, once per request id (see `commit.rs`).
+    pub(crate) commit: Script,
 }
 
 fn with_prelude(body: &str) -> Script {
@@ -53,6 +55,7 @@ impl Scripts {
             activity_recent: Script::new(include_str!("../../../lua/activity_recent.lua")),
             throttle_all: super::all::throttle_all_script(),
             throttle_refund: super::all::throttle_refund_script(),
+            commit: with_prelude(include_str!("../../../lua/commit.lua")),
         }
     }
 

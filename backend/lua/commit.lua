@@ -1,0 +1,251 @@
+-- commit: settles one reservation (sluice_core::commit, the twin of core/src/commit.rs) on the
+-- state of any of the six algorithms, once per request id.
+-- KEYS[1]: the throttle state (as the algorithm's script keeps it). KEYS[2]: the id's marker,
+-- `<state key>:commit:<id>`, in the same hash tag and so the same Cluster slot.
+-- ARGV[1] now ("" = Redis TIME), ARGV[2] '0', ARGV[3] TTL of the state (ms), ARGV[4], ARGV[5]
+-- the algorithm's parameters, ARGV[6] '0' (the prelude's layout), ARGV[7] the algorithm,
+-- ARGV[8] reserved, ARGV[9] actual, ARGV[10] reserved_at (decimal ns), ARGV[11] the marker's
+-- TTL (ms).
+-- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d}, the level being a / b for
+-- the meters, a for fixed_window and sliding_log, a x b / c + d for sliding_window (the same f64
+-- operations as core). A duplicate answers the first commit's numbers and today's level, and
+-- writes nothing.
+local ALG = ARGV[7]
+local cap = tonumber(ARGV[5])
+local P = tonumber(ARGV[4])
+
+local duplicate = 0
+local refund = math.min(math.max(tonumber(ARGV[8]) - tonumber(ARGV[9]), 0), cap)
+local debit = math.max(tonumber(ARGV[9]) - tonumber(ARGV[8]), 0)
+local first = redis.call('GET', KEYS[2])
+if first then
+  duplicate = 1
+  refund, debit = 0, 0
+end
+-- The reservation's time relative to now (never after now).
+local ra = math.min(rel(ARGV[10]), 0)
+
+local function reply(refunded, overshoot, a, b, c, d)
+  if duplicate == 1 then
+    local r, db, o = string.match(first, '^(%d+):(%d+):(%d+)$')
+    if r == nil then
+      corrupt('a commit marker that is not refunded:debited:overshoot')
+    end
+    return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d }
+  end
+  redis.call('SET', KEYS[2], fmt(refunded) .. ':' .. fmt(debit) .. ':' .. fmt(overshoot), 'PX', ARGV[11])
+  return { 0, refunded, debit, overshoot, a, b, c, d }
+end
+
+-- The meters on a level in ns: (refunded, overshoot, new level).
+local function meter(level)
+  local T = P
+  local tol = T * cap
+  local elapsed = -ra
+  local owed = 0
+  if elapsed < T * refund then
+    owed = refund - idiv(elapsed + T - 1, T)
+  end
+  local refunded = math.max(math.min(refund, idiv(level, T), owed), 0)
+  level = level - refunded * T
+  local fits = math.min(debit, idiv(math.max(tol - level, 0), T))
+  if fits < debit then
+    level = math.max(tol, level)
+  else
+    level = level + fits * T
+  end
+  return refunded, debit - fits, level
+end
+
+local function moved(refunded, overshoot)
+  return refunded > 0 or debit > 0
+end
+
+if ALG == 'gcra' then
+  local stored = redis.call('GET', KEYS[1])
+  local level = 0
+  if stored then
+    level = math.max(rel(stored), 0)
+  end
+  local refunded, overshoot, after = meter(level)
+  if moved(refunded, overshoot) then
+    redis.call('SET', KEYS[1], abs(after), 'PX', ARGV[3])
+  end
+  return reply(refunded, overshoot, after, P, 0, 0)
+elseif ALG == 'leaky_bucket' or ALG == 'token_bucket' then
+  local tol = P * cap
+  local field = 'level'
+  if ALG == 'token_bucket' then
+    field = 'tokens'
+  end
+  local h = redis.call('HMGET', KEYS[1], field, 'last')
+  local level, last = 0, -TWO53
+  if h[1] then
+    last = rel(h[2])
+    local elapsed = math.max(0, -last)
+    if ALG == 'leaky_bucket' then
+      level = math.max(0, int(h[1]) - elapsed)
+    else
+      local tokens = int(h[1])
+      if elapsed >= tol - tokens then
+        level = 0
+      else
+        level = tol - tokens - elapsed
+      end
+    end
+  end
+  local refunded, overshoot, after = meter(level)
+  if moved(refunded, overshoot) then
+    local value = after
+    if ALG == 'token_bucket' then
+      value = tol - after
+    end
+    redis.call('HSET', KEYS[1], field, fmt(value), 'last', abs(math.max(0, last)))
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return reply(refunded, overshoot, after, P, 0, 0)
+end
+
+-- The windows count in whole milliseconds.
+local ms_in_s = idiv(NOW_N, 1000000)
+local now_ms = NOW_S * 1000 + ms_in_s
+-- The reservation's millisecond: now's, when it lies at or after now.
+local ra_ms = now_ms
+if ra < 0 then
+  local text = abs(ra)
+  local len = string.len(text)
+  ra_ms = 0
+  if len > 6 then
+    ra_ms = tonumber(string.sub(text, 1, len - 6))
+  end
+end
+
+if ALG == 'fixed_window' then
+  local W = P
+  local h = redis.call('HMGET', KEYS[1], 'start', 'count')
+  local s_start, s_count = 0, 0
+  if h[1] then
+    s_start = int(h[1])
+    s_count = int(h[2])
+  end
+  local start = math.max(idiv(now_ms, W), s_start)
+  local count = 0
+  if start == s_start then
+    count = s_count
+  end
+  local refunded = 0
+  if idiv(ra_ms, W) == start and s_start == start then
+    refunded = math.min(refund, count)
+  end
+  count = count - refunded
+  local fits = math.min(debit, math.max(cap - count, 0))
+  count = count + fits
+  if moved(refunded, 0) and (count ~= s_count or start ~= s_start) then
+    redis.call('HSET', KEYS[1], 'start', fmt(start), 'count', fmt(count))
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return reply(refunded, debit - fits, count, 0, 0, 0)
+elseif ALG == 'sliding_window' then
+  local W = P
+  local h = redis.call('HMGET', KEYS[1], 'index', 'current', 'previous')
+  local s_index, s_cur, s_prev = 0, 0, 0
+  if h[1] then
+    s_index = int(h[1])
+    s_cur = int(h[2])
+    s_prev = int(h[3])
+  end
+  local now_index = idiv(now_ms, W)
+  local index, elapsed = s_index, 0
+  if now_index >= s_index then
+    index = now_index
+    elapsed = now_ms - now_index * W
+  end
+  local cur, prev = 0, 0
+  if index == s_index then
+    cur, prev = s_cur, s_prev
+  elseif index - s_index == 1 then
+    cur, prev = 0, s_cur
+  end
+  local refunded = 0
+  if idiv(ra_ms, W) == index and s_index == index then
+    refunded = math.min(refund, cur)
+  end
+  cur = cur - refunded
+  local weighted = idiv(prev * (W - elapsed) + W - 1, W)
+  local fits = math.min(debit, math.max(math.max(cap - cur, 0) - weighted, 0))
+  cur = cur + fits
+  if moved(refunded, 0) and (index ~= s_index or cur ~= s_cur or prev ~= s_prev) then
+    redis.call('HSET', KEYS[1], 'index', fmt(index), 'current', fmt(cur), 'previous', fmt(prev))
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return reply(refunded, debit - fits, prev, W - elapsed, W, cur)
+elseif ALG == 'sliding_log' then
+  local W_NS = P * 1000000
+  local key = KEYS[1]
+  local len = redis.call('LLEN', key)
+  local function at(i)
+    return rel(redis.call('LINDEX', key, i))
+  end
+  -- The first index in [lo, len) whose entry passes `test` (entries are sorted).
+  local function first(lo, test)
+    local hi = len
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if test(at(mid)) then
+        hi = mid
+      else
+        lo = mid + 1
+      end
+    end
+    return lo
+  end
+  local live_from = first(0, function(t) return t + W_NS > 0 end)
+  -- Entries not newer than the reservation end before `upto`.
+  local upto = first(live_from, function(t) return t > ra end)
+  local refunded = math.min(refund, upto - live_from)
+  local cut = upto - refunded
+  local live = len - live_from - refunded
+  local fits = math.min(debit, math.max(cap - live, 0))
+  if refunded > 0 or fits > 0 then
+    local tail = {}
+    if upto < len then
+      tail = redis.call('LRANGE', key, upto, -1)
+    end
+    -- Keep [live_from, cut) (LTRIM's end is inclusive, and an end of -1 would mean the last).
+    if cut > live_from then
+      redis.call('LTRIM', key, live_from, cut - 1)
+    else
+      redis.call('DEL', key)
+    end
+    local i = 1
+    while i <= #tail do
+      local batch = {}
+      for j = i, math.min(i + 499, #tail) do
+        batch[#batch + 1] = tail[j]
+      end
+      redis.call('RPUSH', key, unpack(batch))
+      i = i + 500
+    end
+    -- A debit's entries at now (or the newest entry's time, after a clock step back).
+    local t = 0
+    if live > 0 then
+      t = math.max(0, rel(redis.call('LINDEX', key, -1)))
+    end
+    local stamp = abs(t)
+    local left = fits
+    while left > 0 do
+      local n = math.min(left, 500)
+      local batch = {}
+      for j = 1, n do
+        batch[j] = stamp
+      end
+      redis.call('RPUSH', key, unpack(batch))
+      left = left - n
+    end
+    if live + fits > 0 then
+      redis.call('PEXPIRE', key, ARGV[3])
+    end
+  end
+  return reply(refunded, debit - fits, live + fits, 0, 0, 0)
+end
+return redis.error_reply('ERR sluice: commit of an unknown algorithm ' .. tostring(ALG))
