@@ -96,14 +96,30 @@ fuzz_target!(|data: &[u8]| {
         .first()
         .and_then(|r| r.matcher.path_prefix.clone())
         .unwrap_or_else(|| "/".to_owned());
-    let mut host = FuzzHost { key: key.to_vec(), path: path.into_bytes(), next: 0, started: Vec::new() };
+    let mut host = FuzzHost {
+        key: key.to_vec(),
+        path: path.into_bytes(),
+        next: 0,
+        started: Vec::new(),
+    };
     let mut flow = Flow::new(Rc::clone(&config));
     let _ = flow.on_request_headers(&mut host);
     let (kind, body) = answer.split_first().map_or((0, &[][..]), |(k, b)| (*k, b));
     let reply = CalloutAnswer {
         completed: kind & 1 == 0,
-        headers: vec![(b":status".to_vec(), if kind & 2 == 0 { b"200".to_vec() } else { b"504".to_vec() })],
-        body: if kind & 4 == 0 { body.to_vec() } else { grpc::frame(body) },
+        headers: vec![(
+            b":status".to_vec(),
+            if kind & 2 == 0 {
+                b"200".to_vec()
+            } else {
+                b"504".to_vec()
+            },
+        )],
+        body: if kind & 4 == 0 {
+            body.to_vec()
+        } else {
+            grpc::frame(body)
+        },
     };
     for (token, is_grpc) in host.started.clone() {
         if !is_grpc {
@@ -115,7 +131,11 @@ fuzz_target!(|data: &[u8]| {
             if r.code == 0 {
                 flow.on_grpc_response(&mut host, token, 0, &r.bytes);
             } else {
-                flow.on_failure(&mut host, token, Failure::of_grpc(Protocol::Grpc, r.code, r.message.as_deref()));
+                flow.on_failure(
+                    &mut host,
+                    token,
+                    Failure::of_grpc(Protocol::Grpc, r.code, r.message.as_deref()),
+                );
             }
         } else {
             match sluice_filter::exchange::unary_reply(r.code, r.message.as_deref(), &r.bytes) {
