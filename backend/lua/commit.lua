@@ -15,7 +15,9 @@ local cap = tonumber(ARGV[5])
 local P = tonumber(ARGV[4])
 
 local duplicate = 0
-local refund = math.min(math.max(tonumber(ARGV[8]) - tonumber(ARGV[9]), 0), cap)
+local ACTUAL = tonumber(ARGV[9])
+-- No reservation holds more than the capacity: a claim of more gives back at most that.
+local refund = math.max(math.min(tonumber(ARGV[8]), cap) - ACTUAL, 0)
 local debit = math.max(tonumber(ARGV[9]) - tonumber(ARGV[8]), 0)
 local first = redis.call('GET', KEYS[2])
 if first then
@@ -42,9 +44,15 @@ local function meter(level)
   local T = P
   local tol = T * cap
   local elapsed = -ra
+  -- Only the time beyond T x actual can have eaten into what is owed (core/src/commit.rs).
+  -- T x actual may pass 2^53; it exceeds elapsed exactly when actual > floor(elapsed / T).
+  local dry = 0
+  if ACTUAL <= idiv(elapsed, T) then
+    dry = elapsed - T * ACTUAL
+  end
   local owed = 0
-  if elapsed < T * refund then
-    owed = refund - idiv(elapsed + T - 1, T)
+  if dry < T * refund then
+    owed = refund - idiv(dry + T - 1, T)
   end
   local refunded = math.max(math.min(refund, idiv(level, T), owed), 0)
   level = level - refunded * T
@@ -57,7 +65,7 @@ local function meter(level)
   return refunded, debit - fits, level
 end
 
-local function moved(refunded, overshoot)
+local function moved(refunded)
   return refunded > 0 or debit > 0
 end
 
@@ -68,7 +76,7 @@ if ALG == 'gcra' then
     level = math.max(rel(stored), 0)
   end
   local refunded, overshoot, after = meter(level)
-  if moved(refunded, overshoot) then
+  if moved(refunded) then
     redis.call('SET', KEYS[1], abs(after), 'PX', ARGV[3])
   end
   return reply(refunded, overshoot, after, P, 0, 0)
@@ -95,7 +103,7 @@ elseif ALG == 'leaky_bucket' or ALG == 'token_bucket' then
     end
   end
   local refunded, overshoot, after = meter(level)
-  if moved(refunded, overshoot) then
+  if moved(refunded) then
     local value = after
     if ALG == 'token_bucket' then
       value = tol - after
@@ -140,7 +148,7 @@ if ALG == 'fixed_window' then
   count = count - refunded
   local fits = math.min(debit, math.max(cap - count, 0))
   count = count + fits
-  if moved(refunded, 0) and (count ~= s_count or start ~= s_start) then
+  if moved(refunded) and (count ~= s_count or start ~= s_start) then
     redis.call('HSET', KEYS[1], 'start', fmt(start), 'count', fmt(count))
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
@@ -174,7 +182,7 @@ elseif ALG == 'sliding_window' then
   local weighted = idiv(prev * (W - elapsed) + W - 1, W)
   local fits = math.min(debit, math.max(math.max(cap - cur, 0) - weighted, 0))
   cur = cur + fits
-  if moved(refunded, 0) and (index ~= s_index or cur ~= s_cur or prev ~= s_prev) then
+  if moved(refunded) and (index ~= s_index or cur ~= s_cur or prev ~= s_prev) then
     redis.call('HSET', KEYS[1], 'index', fmt(index), 'current', fmt(cur), 'previous', fmt(prev))
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end

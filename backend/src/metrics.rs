@@ -131,6 +131,9 @@ pub struct Metrics {
     late_unknown: Family<LeaseLabels, Counter>,
     deadline_exceeded: Family<StageLabels, Counter>,
     wrong_listener: Family<ListenerLabels, Counter>,
+    commit_refunded: Family<LeaseLabels, Counter>,
+    commit_overshoot: Family<LeaseLabels, Counter>,
+    commit_duplicates: Counter,
 }
 
 /// The store's own figures ([`Store::health`]), read at each scrape so they are never stale and
@@ -237,6 +240,24 @@ impl Metrics {
             "Redis Cluster only: debits a request denied by another of its limits kept, because another request changed the key before the refund (never a pass: the limit only counts one request more)",
             unrefunded.clone(),
         );
+        let commit_refunded = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_commit_refunded_units",
+            "Units given back by commits of reservations (POST /v1/commit), by action",
+            commit_refunded.clone(),
+        );
+        let commit_overshoot = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_commit_overshoot_units",
+            "Units commits debited beyond what the limit had left (admitted over the budget: the response was already out), by action",
+            commit_overshoot.clone(),
+        );
+        let commit_duplicates = Counter::default();
+        registry.register(
+            "sluice_commit_duplicates",
+            "Commits whose request id was already committed (retries): answered, nothing changed",
+            commit_duplicates.clone(),
+        );
         let lease_units = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "sluice_lease_units_granted",
@@ -324,7 +345,25 @@ impl Metrics {
             late_unknown,
             deadline_exceeded,
             wrong_listener,
+            commit_refunded,
+            commit_overshoot,
+            commit_duplicates,
         }
+    }
+
+    /// Counts one commit of `action`: its refunded and overshoot units, or a duplicate.
+    pub fn commit(&self, action: &str, refunded: u64, overshoot: u64, duplicate: bool) {
+        if duplicate {
+            self.commit_duplicates.inc();
+            return;
+        }
+        let labels = LeaseLabels {
+            action: action.to_owned(),
+        };
+        self.commit_refunded.get_or_create(&labels).inc_by(refunded);
+        self.commit_overshoot
+            .get_or_create(&labels)
+            .inc_by(overshoot);
     }
 
     /// Counts one request refused by `listener` (`decision` or `grpc`) for speaking the other

@@ -10,14 +10,17 @@
 //! `actual` at `reserved_at` (the time its reservation was decided, store clock). Units taken long
 //! ago may already have leaked or expired, and giving them back again would admit twice.
 //!
-//! - gcra, leaky_bucket, token_bucket: whole units `k = min(n, ⌊level / T⌋, n − ⌈elapsed / T⌉)`
-//!   with n = reserved − actual (at most the capacity), level the meter's level now in ns and
-//!   elapsed = now − reserved_at. Why the third term: had the request taken n fewer units, the
-//!   meter's level would be lower by T × n only until that emptier meter ran dry; it can run dry
-//!   for at most `elapsed`, so T × n − elapsed is what is surely still owed. (Example: 10 units
-//!   reserved at t = 0 on a meter of 10 per 10 ns, the meter empties by t = 10, another request
-//!   takes 10 at t = 10, then the first commits 0: giving back 10 would let 10 more pass at t = 10,
-//!   30 in 10 ns.)
+//! - gcra, leaky_bucket, token_bucket: whole units `k = min(n, ⌊level / T⌋, n − ⌈dry / T⌉)`
+//!   with n = min(reserved, capacity) − actual, level the meter's level now in ns, and
+//!   dry = max(0, now − reserved_at − T × actual). Why the third term: had the request taken only
+//!   its actual cost, the meter's level would be lower by T × n only until that emptier meter
+//!   ran dry. Right after the reservation the real level was at least T × reserved, and it falls
+//!   by at most 1 ns per ns, so the emptier meter cannot run dry before T × actual has passed;
+//!   after that, at most `dry` of it can have been dry, so T × n − dry is surely still owed.
+//!   (Example: 10 units reserved at t = 0 on a meter of 10 per 10 ns; it empties by t = 10,
+//!   another request takes 10 at t = 10, then the first commits 0: giving back 10 would let 10
+//!   more pass at t = 10, 30 units in 10 ns.) A commit soon after its reservation, or of an
+//!   actual cost whose drain time covers the request's duration, gives back all of n.
 //! - fixed_window: `min(n, count)`, only when `reserved_at`, now and the stored count are all in
 //!   the same window (a reservation of a past window has expired with it).
 //! - sliding_window: `min(n, current)`, only when `reserved_at`, now and the stored current
@@ -77,7 +80,9 @@ pub struct Committed {
 /// Commits at `now`. Returns what was done and the new state (`None`: unchanged). A state of
 /// another algorithm counts as fresh, as for a decision.
 pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committed, Option<State>) {
-    let refund = c.reserved.saturating_sub(c.actual).min(params.capacity());
+    // No reservation holds more than the capacity (it would have been denied); a claim of more
+    // gives back at most what one could hold.
+    let refund = c.reserved.min(params.capacity()).saturating_sub(c.actual);
     let debit = c.actual.saturating_sub(c.reserved);
     let reserved_at = c.reserved_at.min(now);
     match *params {
@@ -87,7 +92,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
                 _ => GcraState::default(),
             };
             let level = s.tat.map_or(0, |t| t.saturating_sub(now));
-            let (done, level) = meter(p, level, now - reserved_at, refund, debit);
+            let (done, level) = meter(p, level, now - reserved_at, c.actual, refund, debit);
             let next = GcraState {
                 tat: Some(now + level),
             };
@@ -99,7 +104,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
                 _ => LeakyState::default(),
             };
             let level = s.level.saturating_sub(now.saturating_sub(s.last));
-            let (done, level) = meter(p, level, now - reserved_at, refund, debit);
+            let (done, level) = meter(p, level, now - reserved_at, c.actual, refund, debit);
             let next = LeakyState {
                 level,
                 last: now.max(s.last),
@@ -113,7 +118,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
             };
             let tol = p.tolerance();
             let tokens = s.tokens.saturating_add(now.saturating_sub(s.last)).min(tol);
-            let (done, level) = meter(p, tol - tokens, now - reserved_at, refund, debit);
+            let (done, level) = meter(p, tol - tokens, now - reserved_at, c.actual, refund, debit);
             let next = TokenState {
                 tokens: tol - level,
                 last: now.max(s.last),
@@ -178,9 +183,19 @@ fn fill(capacity: u64, count: u64, debit: u64) -> (u64, u64, u64) {
 
 /// The meters' commit on a level in ns (gcra's tat − now, the funnel's level, the bucket's used
 /// tokens); returns what was done and the new level.
-fn meter(p: MeterParams, level: u64, elapsed: Nanos, refund: u64, debit: u64) -> (Committed, u64) {
+fn meter(
+    p: MeterParams,
+    level: u64,
+    elapsed: Nanos,
+    actual: u64,
+    refund: u64,
+    debit: u64,
+) -> (Committed, u64) {
     let t = p.interval.max(1);
-    let owed = refund.saturating_sub(elapsed.div_ceil(t));
+    // The emptier meter (without the refunded units) cannot run dry while the actual cost's
+    // units still drain: only the time beyond T × actual can have eaten into what is owed.
+    let dry = elapsed.saturating_sub(t.saturating_mul(actual));
+    let owed = refund.saturating_sub(dry.div_ceil(t));
     let refunded = refund.min(level / t).min(owed);
     let level = level - refunded * t;
     let tol = p.tolerance();

@@ -124,6 +124,26 @@ fn meters_give_back_only_what_has_not_leaked_since_the_reservation() {
 }
 
 #[test]
+fn the_actual_cost_s_drain_time_is_a_grace_period() {
+    // 10 reserved at 0, 5 used: the emptier meter (5 units) cannot run dry for 5 units' time,
+    // so a commit within it gives back all 5; 2 units' time later, 2 fewer.
+    for p in [
+        Params::Gcra(meter(1000, 10)),
+        Params::LeakyBucket(meter(1000, 10)),
+        Params::TokenBucket(meter(1000, 10)),
+    ] {
+        let s = reserve(&p, &State::Fresh, 1_000_000, 10);
+        let (done, _) = commit(&p, &s, 1_004_999, c(10, 5, 1_000_000));
+        assert_eq!(done.refunded, 5, "{p:?}");
+        let (done, _) = commit(&p, &s, 1_007_000, c(10, 5, 1_000_000));
+        assert_eq!(done.refunded, 3, "{p:?}");
+        // Never more than the level holds.
+        let (done, _) = commit(&p, &s, 1_009_500, c(10, 5, 1_000_000));
+        assert_eq!(done.refunded, 0, "{p:?}");
+    }
+}
+
+#[test]
 fn windows_refund_only_within_the_reservation_s_window() {
     for p in [
         Params::FixedWindow(window(1000, 10)),

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod commit;
 pub mod dashboard;
 pub mod decision;
 pub mod decision_all;
@@ -59,6 +60,7 @@ pub fn decision_router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/throttle", post(decision::throttle))
         .route("/v1/throttle/all", post(decision_all::throttle_all))
+        .route("/v1/commit", post(commit::commit))
         .route("/v1/cl.throttle", post(decision::cl_throttle))
         .route("/v1/report", post(report::report))
         .merge(probes())

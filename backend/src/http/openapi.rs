@@ -10,6 +10,7 @@ use sluice_core::{Algorithm, Mode, Rate};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use super::commit;
 use super::decision_all;
 use super::{admin, audit, decision, events, history, overrides, probes, ratelimit, report, reset};
 use sluice_core::wire::{
@@ -20,7 +21,10 @@ use sluice_core::wire::{
     AuditBody, AuditEntry, AuditKind, KeyOverride, OverridesBody, ResetAllBody, ResetBody,
     SessionBody,
 };
-use sluice_core::wire::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
+use sluice_core::wire::{
+    CommitRequest, CommitResponse, DeniedCheck, ThrottleAllRequest, ThrottleAllResponse,
+    ThrottleCheck,
+};
 use sluice_core::wire::{RatelimitConfigBody, RatelimitLimit};
 
 struct Security;
@@ -49,6 +53,7 @@ impl Modify for Security {
     paths(
         decision::throttle,
         decision_all::throttle_all,
+        commit::commit,
         decision::cl_throttle,
         report::report,
         admin::list_rules,
@@ -83,6 +88,7 @@ impl Modify for Security {
         KeyView, KeyActionState, TopDeniedBody, ActionTopDenied, DeniedKey, sluice_core::wire::DeniedMinute,
         KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody, ResetAllBody, SessionBody,
         ThrottleAllRequest, ThrottleCheck, ThrottleAllResponse, DeniedCheck,
+        CommitRequest, CommitResponse,
         RatelimitConfigBody, RatelimitLimit
     )),
     modifiers(&Security),

@@ -19,6 +19,7 @@ mod admin_api;
 mod admin_replicas;
 mod all;
 mod cluster;
+mod commit;
 mod concurrency;
 mod conformance;
 mod deadline;

@@ -35,14 +35,20 @@ pub struct CommitRequest {
         schema(example = "9f6c1c2e-5a7d-4d52-8f0b-3f3f0d1c2b4a")
     )]
     pub id: String,
-    /// When the reservation was decided, in milliseconds since the Unix epoch. What is given
-    /// back depends on it (docs/algorithms.md, "Commit and refund"): units that have since leaked
-    /// or expired are not given back again. A time after the store's now counts as now.
+    /// When the reservation was decided, in milliseconds since the Unix epoch: the time its
+    /// throttle answer arrived (a caller cannot know the store's exact instant; the answer's
+    /// arrival is at or just after it). What is given back depends on it (docs/algorithms.md,
+    /// "Commit and refund"): units that have since leaked or expired are not given back again.
+    /// A time after the store's now counts as now.
     pub reserved_at_ms: u64,
     /// As in `POST /v1/throttle`: how long the caller waits for this answer (1 to 60000 ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 60_000))]
     pub timeout_ms: Option<u64>,
+    /// As in `POST /v1/throttle`: when the caller sent the request (ms since the epoch, its own
+    /// clock), read only after the backend's process stood still.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at_ms: Option<u64>,
 }
 
 impl CommitRequest {
@@ -62,13 +68,17 @@ impl CommitRequest {
         Ok(action)
     }
 
-    /// The commit, with `reserved_at` in nanoseconds (the start of its millisecond: a later
-    /// time could match entries of a later request in a sliding log).
+    /// The commit, with `reserved_at` in nanoseconds: the end of its millisecond, so that a
+    /// sliding log finds the reservation's own entries (stamped within that millisecond or
+    /// before it).
     pub fn commit(&self) -> Commit {
         Commit {
             reserved: self.reserved,
             actual: self.actual,
-            reserved_at: self.reserved_at_ms.saturating_mul(NANOS_PER_MILLI),
+            reserved_at: self
+                .reserved_at_ms
+                .saturating_mul(NANOS_PER_MILLI)
+                .saturating_add(NANOS_PER_MILLI - 1),
         }
     }
 }

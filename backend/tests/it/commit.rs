@@ -1,0 +1,210 @@
+//! `POST /v1/commit` over HTTP and over the exchange (unary `Call`), on the memory store and a
+//! real redis-server: a reservation of 8 committed at 3 gives 5 back on every algorithm, a
+//! retried id answers the first numbers and changes nothing, a debit past the capacity is
+//! overshoot (never denied), the metrics count each, refusals name the field, an unknown action
+//! is 404, and the OpenAPI document lists it.
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use sluice_backend::grpc::exchange::ExchangeCodec;
+use sluice_backend::StoreChoice;
+use sluice_core::exchange::{ExchangeReply, ExchangeRequest, CALL_PATH};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::Channel;
+
+use crate::grpc_rig::GrpcRig;
+use crate::harness::{self, long_rule, ALGORITHMS};
+use crate::support;
+
+type Rig = GrpcRig<Channel>;
+
+fn now_ms() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
+    u64::try_from(since.as_millis()).expect("ms")
+}
+
+fn commit_body(action: &str, key: &str, reserved: u64, actual: u64, id: &str, at: u64) -> Value {
+    json!({"action": action, "key": key, "reserved": reserved, "actual": actual, "id": id,
+           "reserved_at_ms": at})
+}
+
+/// `POST /v1/commit` through the exchange's unary `Call` (answered by the decision router).
+async fn over_exchange(rig: &Rig, body: &Value) -> (u32, Value) {
+    let mut grpc = tonic::client::Grpc::new(rig.client.clone());
+    grpc.ready().await.expect("ready");
+    let request = ExchangeRequest {
+        id: 1,
+        path: "/v1/commit".to_owned(),
+        body: body.to_string().into_bytes(),
+    };
+    let reply: ExchangeReply = grpc
+        .unary(
+            tonic::Request::new(request),
+            PathAndQuery::from_static(CALL_PATH),
+            ExchangeCodec::<ExchangeRequest, ExchangeReply>::default(),
+        )
+        .await
+        .expect("call")
+        .into_inner();
+    let value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+    (reply.status, value)
+}
+
+fn counter(metrics: &str, name: &str, action: Option<&str>) -> u64 {
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(name)
+                && action.is_none_or(|a| l.contains(&format!("action=\"{a}\"")))
+                && !l.starts_with('#')
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn throttle(rig: &Rig, action: &str, key: &str, quantity: u64) -> Value {
+    let body = json!({"action": action, "key": key, "quantity": quantity});
+    let (status, answer) = rig
+        .http_post("/v1/throttle", body.to_string().into_bytes())
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+async fn commit_http(rig: &Rig, body: &Value) -> (u32, Value) {
+    rig.http_post("/v1/commit", body.to_string().into_bytes())
+        .await
+}
+
+async fn refunds_retries_and_overshoot(rig: &Rig) {
+    for algorithm in ALGORITHMS {
+        let action = format!("c_{algorithm}");
+        rig.put_rule(long_rule(&action, algorithm, 10)).await;
+        assert_eq!(throttle(rig, &action, "k", 8).await["allowed"], true);
+        // When the reservation's answer arrived, as the filter will send it.
+        let at = now_ms();
+        let body = commit_body(&action, "k", 8, 3, "req-1", at);
+        let (status, first) = commit_http(rig, &body).await;
+        assert_eq!(status, 200, "{algorithm}: {first}");
+        assert_eq!(
+            (&first["refunded"], &first["debited"], &first["overshoot"]),
+            (&json!(5), &json!(0), &json!(0)),
+            "{algorithm}: {first}"
+        );
+        assert_eq!(first["duplicate"], false);
+        assert_eq!(first["remaining"], 7, "{algorithm}: {first}");
+        // The retry, over the exchange this time: the same numbers, nothing changed.
+        let (status, again) = over_exchange(rig, &body).await;
+        assert_eq!(status, 200, "{again}");
+        assert_eq!(again["duplicate"], true, "{algorithm}: {again}");
+        assert_eq!(again["refunded"], 5);
+        assert_eq!(throttle(rig, &action, "k", 0).await["remaining"], 7);
+        // A debit past the capacity: 9 more of which 7 fit.
+        let body = commit_body(&action, "k", 1, 10, "req-2", now_ms());
+        let (status, debit) = over_exchange(rig, &body).await;
+        assert_eq!(status, 200, "{debit}");
+        assert_eq!(
+            (&debit["debited"], &debit["overshoot"], &debit["remaining"]),
+            (&json!(9), &json!(2), &json!(0)),
+            "{algorithm}: {debit}"
+        );
+        let metrics = rig.metrics().await;
+        let refunded = counter(
+            &metrics,
+            "sluice_commit_refunded_units_total",
+            Some(&action),
+        );
+        let overshoot = counter(
+            &metrics,
+            "sluice_commit_overshoot_units_total",
+            Some(&action),
+        );
+        assert_eq!((refunded, overshoot), (5, 2), "{algorithm}: {metrics}");
+    }
+    let metrics = rig.metrics().await;
+    assert_eq!(
+        counter(&metrics, "sluice_commit_duplicates_total", None),
+        6,
+        "{metrics}"
+    );
+}
+
+async fn refusals_name_the_field(rig: &Rig) {
+    rig.put_rule(long_rule("c_known", "gcra", 5)).await;
+    let good = commit_body("c_known", "k", 2, 1, "r", now_ms());
+    let with = |field: &str, value: Value| {
+        let mut body = good.clone();
+        body[field] = value;
+        body
+    };
+    let without = |field: &str| {
+        let mut body = good.clone();
+        body.as_object_mut().expect("object").remove(field);
+        body
+    };
+    let cases = [
+        (with("action", json!("no such")), 400, "action"),
+        (with("reserved", json!(1_000_000_001u64)), 400, "reserved"),
+        (with("actual", json!(1_000_000_001u64)), 400, "actual"),
+        (with("id", json!("")), 400, "id"),
+        (with("id", json!("a{b}")), 400, "id"),
+        (with("id", json!("x".repeat(129))), 400, "id"),
+        (with("timeout_ms", json!(0)), 400, "timeout_ms"),
+        (with("extra", json!(1)), 400, "extra"),
+        (without("reserved_at_ms"), 400, "reserved_at_ms"),
+        (without("id"), 400, "id"),
+        (with("action", json!("c_missing")), 404, "action"),
+    ];
+    for (body, status, field) in cases {
+        let (got, answer) = commit_http(rig, &body).await;
+        assert_eq!(got, status, "{body} -> {answer}");
+        if status == 400 {
+            assert_eq!(answer["field"], field, "{body} -> {answer}");
+        } else {
+            assert_eq!(answer["error"], "unknown_action", "{answer}");
+        }
+    }
+    // Nothing was changed by any refused commit.
+    assert_eq!(throttle(rig, "c_known", "k", 0).await["remaining"], 5);
+}
+
+async fn openapi_lists_commit(rig: &Rig) {
+    let doc: Value = rig
+        .http
+        .get(format!("{}/v1/openapi.json", rig.admin))
+        .send()
+        .await
+        .expect("openapi")
+        .json()
+        .await
+        .expect("json");
+    assert!(doc["paths"]["/v1/commit"]["post"].is_object(), "{doc}");
+    assert!(doc["components"]["schemas"]["CommitRequest"].is_object());
+    assert!(doc["components"]["schemas"]["CommitResponse"].is_object());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_commit_over_http_and_exchange() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    refunds_retries_and_overshoot(&rig).await;
+    refusals_name_the_field(&rig).await;
+    openapi_lists_commit(&rig).await;
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_commit_over_http_and_exchange() {
+    let redis = support::RedisServer::start();
+    let rig = Rig::start(harness::redis(&redis.url())).await;
+    refunds_retries_and_overshoot(&rig).await;
+    refusals_name_the_field(&rig).await;
+    // The id's mark shares the state's hash tag, with its TTL.
+    let ttl: i64 = redis
+        .cli(&["PTTL", "sluice:{c_gcra:k}:gcra:commit:req-1"])
+        .trim()
+        .parse()
+        .expect("a PTTL");
+    assert!(ttl > 3_500_000 && ttl <= 3_600_000, "{ttl}");
+    rig.stop().await;
+}
