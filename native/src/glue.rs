@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
-use sluice_filter::config::{Config, Protocol};
+use sluice_filter::config::{Config, Match, Protocol};
 use sluice_filter::failure::Failure;
 use sluice_filter::flow::{Flow, Next};
 use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
@@ -73,6 +73,9 @@ impl Drop for NativeConfig {
 struct Common {
     id: u64,
     config: Config,
+    /// A route matches every request (its `match` is empty): the route check before the flow
+    /// would find one every time, so it is skipped.
+    catch_all: bool,
     counters: Vec<Option<usize>>,
     reports: Reports,
 }
@@ -107,6 +110,7 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
     Some(NativeConfig {
         common: Arc::new(Common {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            catch_all: config.routes.iter().any(|r| r.matcher == Match::default()),
             config,
             counters,
             reports,
@@ -236,9 +240,11 @@ pub fn filter_destroy(filter: NativeFilter) {
 /// route matches is let through here, before any lock or flow (the flow would find the same).
 pub fn on_request_headers(f: &mut NativeFilter) -> bool {
     let common = Arc::clone(&f.host.common);
-    let line = RequestLine::read(&f.host);
-    if route::find(&common.config.routes, &line, &f.host).is_none() {
-        return false;
+    if !common.catch_all {
+        let line = RequestLine::read(&f.host);
+        if route::find(&common.config.routes, &line, &f.host).is_none() {
+            return false;
+        }
     }
     let local = Arc::clone(f.local.get_or_insert_with(|| local(&common)));
     let mut state = local.lock();
