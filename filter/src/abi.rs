@@ -39,6 +39,9 @@ fn exchange_tick(timeout_ms: u64) -> Duration {
     Duration::from_millis((timeout_ms / 4).clamp(5, 1_000))
 }
 
+/// The longest tick with cost routes (commits are sent on it).
+const COMMIT_TICK: Duration = Duration::from_millis(20);
+
 /// Metric ids, defined once per VM (Envoy shares the stats by name across workers).
 #[derive(Debug, Default, Clone)]
 struct Metrics {
@@ -176,11 +179,15 @@ impl RootContext for Root {
                 self.metrics = Rc::new(Metrics::define());
                 self.worker = Rc::new(Worker::new(&config));
                 let reports = config.report.cluster.is_some() || config.report.via_exchange;
-                let period = if config.backend.protocol == Protocol::GrpcStream {
+                let mut period = if config.backend.protocol == Protocol::GrpcStream {
                     Some(exchange_tick(config.backend.timeout_ms))
                 } else {
                     reports.then(|| Duration::from_millis(config.report.period_ms))
                 };
+                if config.meters_cost() {
+                    // Cost commits go out on the tick: at most this long after a response.
+                    period = Some(period.map_or(COMMIT_TICK, |p| p.min(COMMIT_TICK)));
+                }
                 if let Some(period) = period {
                     if hostcalls::set_tick_period(period).is_err() {
                         log(
@@ -352,6 +359,25 @@ impl HttpContext for Http {
         }
         Action::Continue
     }
+
+    /// Exported for cost routes whose actual cost is a trailer. Envoy calls it only for a
+    /// response that has trailers, so a response without any costs nothing more.
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        if let Some(mut flow) = flow_of(&self.flow) {
+            flow.on_response_trailers(&mut self.host);
+        }
+        Action::Continue
+    }
+}
+
+/// The request's context goes away (`proxy_on_delete`, exported anyway): a cost reservation
+/// still unsettled is counted (`Flow::on_end`). No callback per request is added for it.
+impl Drop for Http {
+    fn drop(&mut self) {
+        if let Some(mut flow) = flow_of(&self.flow) {
+            flow.on_end(&mut self.host);
+        }
+    }
 }
 
 /// A request's header pairs, as proxy-wasm returns them.
@@ -517,4 +543,22 @@ impl Host for WasmHost {
     fn warn(&self, message: &str) {
         log(LogLevel::Warn, message);
     }
+
+    fn response_header(&self, name: &str) -> Vec<Vec<u8>> {
+        map_values(MapType::HttpResponseHeaders, name)
+    }
+
+    fn response_trailer(&self, name: &str) -> Vec<Vec<u8>> {
+        map_values(MapType::HttpResponseTrailers, name)
+    }
+}
+
+/// One value of a header or trailer map (Envoy's `get_map_value` joins repeated ones with `,`,
+/// which then reads as no number): one hostcall, made only by cost routes.
+fn map_values(map: MapType, name: &str) -> Vec<Vec<u8>> {
+    hostcalls::get_map_value_bytes(map, name)
+        .ok()
+        .flatten()
+        .into_iter()
+        .collect()
 }

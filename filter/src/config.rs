@@ -7,7 +7,9 @@ use sluice_core::headers::HeaderFamilies;
 use sluice_core::limits::{MAX_DECISION_TIMEOUT_MS, MAX_QUANTITY};
 use sluice_core::{Action, FieldError};
 
+mod cost;
 mod lease_report;
+pub use cost::{units, Actual, Cost, Reserve};
 pub use lease_report::{LeaseConfig, ReportConfig};
 
 /// What to do when the backend cannot give a decision (error status, timeout, bad JSON).
@@ -261,6 +263,13 @@ pub struct Route {
     /// only; no leases and no denial cache for such routes.
     #[serde(default)]
     pub checks: Vec<RouteCheck>,
+    /// `cost` as written; validation moves it to [`Route::cost`].
+    #[serde(default, rename = "cost")]
+    cost_written: Option<cost::CostWritten>,
+    /// The route meters cost (docs/cost-budgets.md): reserve at request time, commit the actual
+    /// cost when the response ends. Set by validation; no lease for such a route.
+    #[serde(skip)]
+    pub cost: Option<Cost>,
     /// Index of `action` in [`Config::actions`] (set by validation): the per-worker counters
     /// are a table indexed by it, so a request never hashes an action name.
     #[serde(skip)]
@@ -403,12 +412,23 @@ impl Config {
             let at = format!("routes[{i}]");
             validate_checks(route, &at, self.backend.protocol)?;
             validate_route(route, &at)?;
+            if let Some(written) = route.cost_written.take() {
+                let checks = !route.checks.is_empty();
+                route.cost = Some(written.validate(&at, self.backend.protocol, checks)?);
+            }
             route.action_index = action_index(&mut self.actions, &route.action);
             for check in &mut route.checks {
                 check.action_index = action_index(&mut self.actions, &check.action);
             }
         }
         Ok(())
+    }
+}
+
+impl Config {
+    /// Whether some route meters cost (its commits go out on the root's tick).
+    pub fn meters_cost(&self) -> bool {
+        self.routes.iter().any(|r| r.cost.is_some())
     }
 }
 

@@ -10,18 +10,21 @@
 //! ~1.5k `proxy_on_log`). A callback missing from the module is what the host treats as "does
 //! nothing": body and trailer callbacks continue, `on_done` counts as done.
 //!
+//! `proxy_on_response_trailers` is kept (cost routes may read their actual cost from a
+//! trailer): Envoy calls it only for responses that carry trailers, so it costs nothing on the
+//! others.
+//!
 //! Every callback the filter implements (in `abi.rs`) must stay out of [`UNUSED_CALLBACKS`].
 
 use thiserror::Error;
 
 /// Callbacks of the proxy-wasm ABI that the filter does not implement (the SDK's defaults do
 /// nothing), removed from the module's exports.
-pub const UNUSED_CALLBACKS: [&str; 15] = [
+pub const UNUSED_CALLBACKS: [&str; 14] = [
     "proxy_on_request_body",
     "proxy_on_request_trailers",
     "proxy_on_request_metadata",
     "proxy_on_response_body",
-    "proxy_on_response_trailers",
     "proxy_on_response_metadata",
     "proxy_on_log",
     "proxy_on_done",
@@ -282,6 +285,7 @@ mod tests {
             "proxy_on_context_create",
             "proxy_on_request_headers",
             "proxy_on_response_headers",
+            "proxy_on_response_trailers",
             "proxy_on_delete",
             "proxy_on_tick",
             "proxy_on_http_call_response",

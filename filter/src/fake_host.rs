@@ -45,6 +45,10 @@ pub struct FakeHost {
     /// What `exchange` answers instead of starting one (a stream that is down for a reason that
     /// will not fix itself per request).
     pub exchange_failure: Option<Failure>,
+    /// The upstream's response headers and trailers (what `response_header` and
+    /// `response_trailer` read).
+    pub upstream_headers: Vec<(String, Vec<u8>)>,
+    pub upstream_trailers: Vec<(String, Vec<u8>)>,
     pub next_token: u32,
     pub effects: Effects,
 }
@@ -115,16 +119,27 @@ impl FakeHost {
     }
 }
 
+/// Every value of `name` in `pairs`, in order.
+fn values_of(pairs: &[(String, Vec<u8>)], name: &str) -> Vec<Vec<u8>> {
+    pairs
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
 impl Host for FakeHost {
     fn now_ns(&self) -> u64 {
         self.now
     }
     fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-            .collect()
+        values_of(&self.headers, name)
+    }
+    fn response_header(&self, name: &str) -> Vec<Vec<u8>> {
+        values_of(&self.upstream_headers, name)
+    }
+    fn response_trailer(&self, name: &str) -> Vec<Vec<u8>> {
+        values_of(&self.upstream_trailers, name)
     }
     fn client_address(&self) -> Option<Vec<u8>> {
         self.peer.clone()

@@ -19,7 +19,7 @@ use sluice_core::wire::{
 use sluice_core::Action;
 
 use crate::cache::{self, Entry};
-use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
+use crate::config::{Actual, Config, FailureMode, Protocol, Route, UnknownAction};
 use crate::failure::Failure;
 use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
 use crate::lease::{self, Lease};
@@ -114,6 +114,9 @@ struct Pending {
     identity: Option<Vec<u8>>,
     /// A route with all-or-nothing checks: their actions, in order (the answer's `results` follow it).
     all: Option<Vec<String>>,
+    /// A cost route: the key and where its actual cost comes from (the reservation is
+    /// `quantity`).
+    cost: Option<(String, Actual)>,
 }
 
 /// The filter's state for one HTTP request.
@@ -123,6 +126,8 @@ pub struct Flow {
     worker: Rc<Worker>,
     pending: Option<Pending>,
     response_headers: Vec<(&'static str, String)>,
+    /// A cost route's reservation, once allowed, until it is committed or kept (`flow/cost.rs`).
+    reservation: Option<cost::Reservation>,
 }
 
 impl Flow {
@@ -139,6 +144,7 @@ impl Flow {
             worker,
             pending: None,
             response_headers: Vec::new(),
+            reservation: None,
         }
     }
 
@@ -162,7 +168,11 @@ impl Flow {
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
         let now = host.now_ns();
-        let leasing = config.lease.enabled && config.backend.protocol.speaks_json();
+        // A cost route reserves what its `cost.reserve` says, and never leases: a leased
+        // admission has no reservation of its own to commit against.
+        let quantity = cost::reservation(route, host);
+        let leasing =
+            config.lease.enabled && config.backend.protocol.speaks_json() && route.cost.is_none();
         let lease_identity = leasing.then(|| lease::identity(&route.action, &key));
         if let Some(id) = &lease_identity {
             let taken = lease::table::spend(
@@ -170,7 +180,7 @@ impl Flow {
                 &mut self.worker.pockets(),
                 id,
                 config.lease.slots,
-                route.quantity,
+                quantity,
                 now,
             );
             if let Some(limit) = taken {
@@ -183,7 +193,7 @@ impl Flow {
         let identity = config
             .denial_cache
             .enabled
-            .then(|| cache::identity(&route.action, route.quantity, &key));
+            .then(|| cache::identity(&route.action, quantity, &key));
         if let Some(id) = &identity {
             let slot = cache::slot_key(id, config.denial_cache.slots);
             if let Some(entry) = host
@@ -197,21 +207,23 @@ impl Flow {
                 return Next::Pause;
             }
         }
+        let cost = route.cost.as_ref().map(|c| (key.clone(), c.actual.clone()));
         let dispatched = match config.backend.protocol {
             Protocol::Http | Protocol::GrpcStream => {
-                self.dispatch_http(host, &route.action, key, route.quantity)
+                self.dispatch_http(host, &route.action, key, quantity, leasing)
             }
-            Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, route.quantity),
+            Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, quantity),
         };
         let pending = Pending {
             token: 0,
             action: route.action.clone(),
             action_index: route.action_index,
             lease_identity,
-            quantity: route.quantity,
+            quantity,
             sent_ns: now,
             identity,
             all: None,
+            cost,
         };
         self.started(host, route, dispatched, pending)
     }
@@ -273,6 +285,7 @@ impl Flow {
             sent_ns: now,
             identity: None,
             all: Some(route.checks.iter().map(|c| c.action.clone()).collect()),
+            cost: None,
         };
         self.started(host, route, sent, pending)
     }
@@ -312,12 +325,13 @@ impl Flow {
         action: &str,
         key: String,
         quantity: u64,
+        lease: bool,
     ) -> Result<u32, Failure> {
         let request = ThrottleRequest {
             action: action.to_owned(),
             key,
             quantity,
-            lease: self.config.lease.enabled,
+            lease,
             // The backend starts no store step it cannot answer within this wait.
             timeout_ms: Some(self.config.backend.timeout_ms),
             // ... counted from here, when the backend could only read it late (a stall).
@@ -437,11 +451,13 @@ impl Flow {
         }
     }
 
-    /// Response headers are on their way to the client: add the rate-limit headers.
+    /// Response headers are on their way to the client: add the rate-limit headers (and, for a
+    /// cost route whose actual cost is a response header, commit it).
     pub fn on_response_headers(&mut self, host: &mut dyn Host) {
         for (name, value) in std::mem::take(&mut self.response_headers) {
             host.add_response_header(name, &value);
         }
+        self.settle_on_headers(host);
     }
 
     /// A decision; `exact` is false for one estimated without sluice's numbers (not cached).
@@ -462,6 +478,7 @@ impl Flow {
             return;
         }
         host.count(Counter::Allowed);
+        self.reserved(host, pending);
         if let Some(id) = &pending.lease_identity {
             let now = host.now_ns();
             if let Some(granted) = Lease::of_answer(r, pending.sent_ns, now) {
@@ -610,8 +627,13 @@ impl Flow {
     }
 }
 
+mod cost;
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cost_tests;
 
 #[cfg(test)]
 mod grpc_tests;

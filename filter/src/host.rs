@@ -50,11 +50,24 @@ pub enum Counter {
     FailuresBadResponse,
     /// Failed decisions: sluice answered an error (store unavailable, deadline, ...).
     FailuresBackendError,
+    /// Cost routes: commits the backend accepted (`POST /v1/commit`, a duplicate included).
+    CostCommits,
+    /// Cost routes: commits sent again (same id) after a failed attempt.
+    CostCommitRetries,
+    /// Cost routes: commits given up (attempts spent, refused, or the queue full): the
+    /// reservation stays debited.
+    CostCommitsFailed,
+    /// Cost routes: a response whose actual cost was missing or not a number: the reservation
+    /// stays debited, nothing is committed.
+    CostActualMissing,
+    /// Cost routes: a request that ended with its reservation unsettled (reset, or a streamed
+    /// response that ended without its trailer): the reservation stays debited.
+    CostUnsettled,
 }
 
 impl Counter {
     /// Every counter, for defining them once at start.
-    pub const ALL: [Counter; 21] = [
+    pub const ALL: [Counter; 26] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CachedDenials,
@@ -76,6 +89,11 @@ impl Counter {
         Counter::FailuresTimeout,
         Counter::FailuresBadResponse,
         Counter::FailuresBackendError,
+        Counter::CostCommits,
+        Counter::CostCommitRetries,
+        Counter::CostCommitsFailed,
+        Counter::CostActualMissing,
+        Counter::CostUnsettled,
     ];
 
     /// The stat name (Envoy shows it as `wasmcustom.<name>`).
@@ -102,6 +120,11 @@ impl Counter {
             Counter::FailuresTimeout => "sluice.failures_timeout",
             Counter::FailuresBadResponse => "sluice.failures_bad_response",
             Counter::FailuresBackendError => "sluice.failures_backend_error",
+            Counter::CostCommits => "sluice.cost_commits",
+            Counter::CostCommitRetries => "sluice.cost_commit_retries",
+            Counter::CostCommitsFailed => "sluice.cost_commits_failed",
+            Counter::CostActualMissing => "sluice.cost_actual_missing",
+            Counter::CostUnsettled => "sluice.cost_unsettled",
         }
     }
 
@@ -200,4 +223,17 @@ pub trait Host {
     fn count(&mut self, counter: Counter);
     /// Logs a warning.
     fn warn(&self, message: &str);
+    /// Every value of a response header, in order (empty when absent), read while the response
+    /// headers are being processed (`Flow::on_response_headers`). Only cost routes read it.
+    /// Default: none (a host without it keeps every cost route's reservation, counted in
+    /// `sluice.cost_actual_missing`).
+    fn response_header(&self, _name: &str) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    /// Every value of a response trailer, read while the response trailers are being processed
+    /// (`Flow::on_response_trailers`). Only cost routes whose actual cost is a trailer read it.
+    /// Default: none.
+    fn response_trailer(&self, _name: &str) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
 }

@@ -14,6 +14,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod cost;
 pub mod exchange;
 pub mod exports;
 pub mod failure;

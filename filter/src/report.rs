@@ -39,6 +39,7 @@ use sluice_core::limits::MAX_REPORT_ACTIONS;
 use sluice_core::wire::{ActionCounts, FilterReport};
 
 use crate::config::Config;
+use crate::cost::Commits;
 use crate::failure::log::FailureLog;
 use crate::host::{Callout, Counter, ExchangeCall, Host};
 use crate::lease::pocket::Pockets;
@@ -133,6 +134,8 @@ pub struct Worker {
     pockets: RefCell<Pockets>,
     /// This worker's failure log (`failure::log`): one line per reason per 10 s at most.
     failures: RefCell<FailureLog>,
+    /// This worker's cost commits (`cost.rs`), sent on the tick.
+    commits: RefCell<Commits>,
 }
 
 impl Worker {
@@ -149,6 +152,11 @@ impl Worker {
     /// This worker's lease pockets, borrowed for one admission (`lease::table::spend`).
     pub fn pockets(&self) -> RefMut<'_, Pockets> {
         self.pockets.borrow_mut()
+    }
+
+    /// This worker's cost commits, borrowed to queue one (or for the tick).
+    pub fn commits(&self) -> RefMut<'_, Commits> {
+        self.commits.borrow_mut()
     }
 
     /// This worker's failure log, borrowed for one failure (or the tick).
@@ -225,6 +233,7 @@ impl Worker {
         for line in lines {
             host.warn(&line);
         }
+        self.commits().send(host, config);
         if config.report.cluster.is_none() && !config.report.via_exchange {
             return;
         }
@@ -280,8 +289,12 @@ impl Worker {
         }
     }
 
-    /// The report's answer (`status` is `:status`; a timeout arrives as 504 or without one).
+    /// The answer to a callout of the root's: a cost commit's (`cost.rs`) or the report's
+    /// (`status` is `:status`; a timeout arrives as 504 or without one).
     pub fn on_report_response(&self, host: &mut dyn Host, token: u32, status: Option<&[u8]>) {
+        if self.commits().answered(host, token, status) {
+            return;
+        }
         let Some((_, sent)) = self.in_flight.borrow_mut().take_if(|(t, _)| *t == token) else {
             return;
         };

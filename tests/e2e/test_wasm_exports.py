@@ -5,9 +5,9 @@ is exported, so each unused one would cost every request a call into the VM."""
 import stack
 
 UNUSED = {"proxy_on_request_body", "proxy_on_request_trailers", "proxy_on_response_body",
-          "proxy_on_response_trailers", "proxy_on_log", "proxy_on_done"}
+          "proxy_on_log", "proxy_on_done"}
 USED = {"proxy_on_vm_start", "proxy_on_configure", "proxy_on_context_create", "proxy_on_request_headers",
-        "proxy_on_response_headers", "proxy_on_delete", "proxy_on_tick", "proxy_on_http_call_response",
+        "proxy_on_response_headers", "proxy_on_response_trailers", "proxy_on_delete", "proxy_on_tick", "proxy_on_http_call_response",
         "proxy_on_grpc_receive", "proxy_on_grpc_close", "proxy_on_memory_allocate", "memory"}
 
 

@@ -1,0 +1,128 @@
+//! A cost route's reservation (docs/cost-budgets.md): reserved at request time as the throttle's
+//! quantity, committed with the actual cost when the response says it, or kept.
+//!
+//! Kept (nothing committed) when the actual cost is missing or not a number
+//! (`sluice.cost_actual_missing`), and when the request ends with no actual cost at all: a reset,
+//! or a streamed response that ended without its trailer (`sluice.cost_unsettled`). Keeping never
+//! admits more than the budget: the request was admitted for its reservation. Refunding instead
+//! would give back units the upstream may well have spent (an LLM bills the tokens it generated
+//! before the client went away), and knowing that a request ended without a response would need
+//! a callback on every request (`proxy_on_log`), metered or not.
+
+use sluice_core::wire::CommitRequest;
+
+use super::{Flow, Pending};
+use crate::config::{units, Actual, Route};
+use crate::host::{Counter, Host};
+
+/// The request header carrying the commit id upstream (for correlating the upstream's logs
+/// with the backend's commit).
+pub const COST_ID_HEADER: &str = "x-sluice-cost-id";
+
+/// A reservation the backend allowed, until it is settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    action: String,
+    key: String,
+    reserved: u64,
+    /// When the reservation's answer arrived (host clock, ms since the epoch).
+    reserved_at_ms: u64,
+    id: String,
+    actual: Actual,
+}
+
+/// Units a request on `route` asks for: its cost section's reservation, else its `quantity`.
+pub fn reservation(route: &Route, host: &dyn Host) -> u64 {
+    let Some(cost) = &route.cost else {
+        return route.quantity;
+    };
+    let values = match &cost.reserve.header {
+        Some(name) => host.request_header(name),
+        None => Vec::new(),
+    };
+    cost.reserve.amount(&values)
+}
+
+/// The actual cost among a header's or trailer's values: exactly one decimal number.
+fn actual_of(values: &[Vec<u8>]) -> Option<u64> {
+    match values {
+        [one] => units(one),
+        _ => None,
+    }
+}
+
+impl Flow {
+    /// The backend allowed `pending`: for a cost route, the reservation is now held (its time is
+    /// the answer's arrival, at or just after the store's decision), under a fresh commit id.
+    pub(super) fn reserved(&mut self, host: &mut dyn Host, pending: &Pending) {
+        let Some((key, actual)) = &pending.cost else {
+            return;
+        };
+        let id = self.worker.commits().next_id(self.worker.reporter());
+        host.set_request_header(COST_ID_HEADER, &id);
+        self.reservation = Some(Reservation {
+            action: pending.action.clone(),
+            key: key.clone(),
+            reserved: pending.quantity,
+            reserved_at_ms: host.now_ns() / 1_000_000,
+            id,
+            actual: actual.clone(),
+        });
+    }
+
+    /// Response headers: a reservation whose actual cost is a response header is settled now.
+    pub(super) fn settle_on_headers(&mut self, host: &mut dyn Host) {
+        if let Some(Reservation {
+            actual: Actual::Header(name),
+            ..
+        }) = &self.reservation
+        {
+            let values = host.response_header(name);
+            self.settle(host, actual_of(&values));
+        }
+    }
+
+    /// Response trailers are in: a reservation whose actual cost is a trailer is settled now.
+    pub fn on_response_trailers(&mut self, host: &mut dyn Host) {
+        if let Some(Reservation {
+            actual: Actual::Trailer(name),
+            ..
+        }) = &self.reservation
+        {
+            let values = host.response_trailer(name);
+            self.settle(host, actual_of(&values));
+        }
+    }
+
+    /// The request is over (its context is going away): a reservation still unsettled (a reset,
+    /// an upstream that never answered, a stream that ended without its trailer) is kept and
+    /// counted.
+    pub fn on_end(&mut self, host: &mut dyn Host) {
+        if self.reservation.take().is_some() {
+            host.count(Counter::CostUnsettled);
+        }
+    }
+
+    /// Commits the actual cost (queued on the worker, sent on its tick), or keeps the
+    /// reservation when there is none.
+    fn settle(&mut self, host: &mut dyn Host, actual: Option<u64>) {
+        let Some(r) = self.reservation.take() else {
+            return;
+        };
+        let Some(actual) = actual else {
+            host.count(Counter::CostActualMissing);
+            return;
+        };
+        let request = CommitRequest {
+            action: r.action,
+            key: r.key,
+            reserved: r.reserved,
+            actual,
+            id: r.id,
+            reserved_at_ms: r.reserved_at_ms,
+            timeout_ms: None,
+            sent_at_ms: None,
+        };
+        self.worker.commits().push(host, request);
+    }
+}
