@@ -129,27 +129,28 @@ if ra < 0 then
 end
 
 if ALG == 'fixed_window' then
-  local W = P
-  local h = redis.call('HMGET', KEYS[1], 'start', 'count')
+  local SPEC = ARGV[4]
+  local FIELD = window_field(SPEC)
+  local h = redis.call('HMGET', KEYS[1], FIELD, 'count')
   local s_start, s_count = 0, 0
   if h[1] then
     s_start = int(h[1])
     s_count = int(h[2])
   end
-  local start = math.max(idiv(now_ms, W), s_start)
+  local start = math.max((window_of(SPEC, now_ms)), s_start)
   local count = 0
   if start == s_start then
     count = s_count
   end
   local refunded = 0
-  if idiv(ra_ms, W) == start and s_start == start then
+  if window_of(SPEC, ra_ms) == start and s_start == start then
     refunded = math.min(refund, count)
   end
   count = count - refunded
   local fits = math.min(debit, math.max(cap - count, 0))
   count = count + fits
   if moved(refunded) and (count ~= s_count or start ~= s_start) then
-    redis.call('HSET', KEYS[1], 'start', fmt(start), 'count', fmt(count))
+    redis.call('HSET', KEYS[1], FIELD, fmt(start), 'count', fmt(count))
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
   return reply(refunded, debit - fits, count, 0, 0, 0)

@@ -1,7 +1,9 @@
--- fixed_window: KEYS[1] is a hash {start (window index since the epoch), count}; windows are
--- clock-aligned: index = floor(now_ms / W). ARGV[4] window W (ms), ARGV[5] capacity.
+-- fixed_window: KEYS[1] is a hash {start (window index), count}; windows are clock-aligned:
+-- index = floor(now_ms / W). A calendar window keeps its start in ms as `cstart` instead
+-- (prelude's window_of), so a rule changed between the two never reads one as the other.
+-- ARGV[4] window W (ms) or calendar, ARGV[5] capacity.
 -- Twin of core/src/algorithms/fixed_window.rs.
-local W = tonumber(ARGV[4])
+local SPEC = ARGV[4]
 local cap = tonumber(ARGV[5])
 local q = QUANTITY
 
@@ -9,19 +11,20 @@ local ms_in_s = idiv(NOW_N, 1000000)
 local now_ms = NOW_S * 1000 + ms_in_s
 local sub_ms = NOW_N - ms_in_s * 1000000
 
-local h = redis.call('HMGET', KEYS[1], 'start', 'count')
+local FIELD = window_field(SPEC)
+local h = redis.call('HMGET', KEYS[1], FIELD, 'count')
 local s_start, s_count = 0, 0
 if h[1] then
   s_start = int(h[1])
   s_count = int(h[2])
 end
-local start = math.max(idiv(now_ms, W), s_start)
+local start = math.max((window_of(SPEC, now_ms)), s_start)
 local count = 0
 if start == s_start then
   count = s_count
 end
 -- End of the window, relative to now, in ns (never negative: start is at or after now's window).
-local end_rel = ((start + 1) * W - now_ms) * 1000000 - sub_ms
+local end_rel = (window_end(SPEC, start) - now_ms) * 1000000 - sub_ms
 
 if q <= math.max(cap - count, 0) then
   -- A lease: k more units in the same step; none with under 1 ms of the window left, since a
@@ -32,7 +35,7 @@ if q <= math.max(cap - count, 0) then
   end
   local after = count + q + k
   if q > 0 then
-    redis.call('HSET', KEYS[1], 'start', fmt(start), 'count', fmt(after))
+    redis.call('HSET', KEYS[1], FIELD, fmt(start), 'count', fmt(after))
     redis.call('PEXPIRE', KEYS[1], TTL_MS)
   end
   local reset = 0

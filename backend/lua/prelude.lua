@@ -110,3 +110,61 @@ local function grant(left)
   return math.min(LEASE_MAX, math.floor(left / 2))
 end
 local TTL_MS = ARGV[3]
+
+-- fixed_window's window holding t_ms (ms since the epoch): (stored index, end in ms). `spec` is
+-- ARGV[4]: a window length W in ms (index floor(t / W), windows [i W, (i + 1) W)), or a calendar
+-- "<day|week|month>:<minutes east of UTC>" (sluice_core::calendar, the same arithmetic), whose
+-- index is the window's start in ms (kept in the field window_field names). Twin of WindowParams::bounds.
+local DAY_MS = 86400000
+local function day_of_month(days)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  return doy - math.floor((153 * mp + 2) / 5) + 1
+end
+local function window_of(spec, t_ms)
+  local W = tonumber(spec)
+  if W then
+    local i = idiv(t_ms, W)
+    return i, (i + 1) * W
+  end
+  local unit, off = string.match(spec, '^(%a+):(%-?%d+)$')
+  if unit == nil then
+    error({ err = 'ERR sluice: bad window ' .. tostring(spec) })
+  end
+  local off_ms = tonumber(off) * 60000
+  local days = math.floor((t_ms + off_ms) / DAY_MS)
+  local first, next = days, days + 1
+  if unit == 'week' then
+    first = days - (days + 3) % 7
+    next = first + 7
+  elseif unit == 'month' then
+    first = days - (day_of_month(days) - 1)
+    local later = first + 31
+    next = later - (day_of_month(later) - 1)
+  elseif unit ~= 'day' then
+    error({ err = 'ERR sluice: bad calendar unit ' .. unit })
+  end
+  return first * DAY_MS - off_ms, next * DAY_MS - off_ms
+end
+-- The hash field fixed_window keeps the index in: 'start' for a duration, 'cstart' for a
+-- calendar (a start in ms, not comparable with a duration's index).
+local function window_field(spec)
+  if tonumber(spec) then
+    return 'start'
+  end
+  return 'cstart'
+end
+-- The end (ms) of the window whose index is `index`.
+local function window_end(spec, index)
+  local W = tonumber(spec)
+  if W then
+    return (index + 1) * W
+  end
+  local _, e = window_of(spec, index)
+  return e
+end

@@ -130,10 +130,9 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
                 State::FixedWindow(s) => *s,
                 _ => FixedWindowState::default(),
             };
-            let w = p.window_ns();
-            let start = (now - now % w).max(s.start);
+            let start = p.bounds(now).0.max(s.start);
             let count = if s.start == start { s.count } else { 0 };
-            let same = reserved_at - reserved_at % w == start && s.start == start;
+            let same = p.bounds(reserved_at).0 == start && s.start == start;
             let refunded = if same { refund.min(count) } else { 0 };
             let (count, debited, overshoot) = fill(p.capacity, count - refunded, debit);
             let next = FixedWindowState { start, count };

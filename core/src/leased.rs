@@ -148,6 +148,7 @@ mod tests {
         let p = Params::FixedWindow(WindowParams {
             window_ms: 60_000,
             capacity: 100,
+            calendar: None,
         });
         // 59.5 s into the window: 500 ms left, less than the 1 s ttl.
         let (l, _) = p.decide_leased(

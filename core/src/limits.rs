@@ -18,6 +18,10 @@ pub const MAX_SLIDING_LOG_CAPACITY: u64 = 10_000;
 pub const MIN_SPAN_MS: u64 = 1;
 /// Longest window or period: seven days.
 pub const MAX_SPAN_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// Longest calendar window (a month of 31 days; fixed_window's `calendar`). Longer than
+/// [`MAX_SPAN_MS`], which bounds capacity × window for sliding_window's Lua product: fixed_window's
+/// script never forms that product, only the window's span in ns (checked below).
+pub const MAX_CALENDAR_SPAN_MS: u64 = 31 * 24 * 60 * 60 * 1000;
 /// Largest `count` in a rate.
 pub const MAX_RATE_COUNT: u64 = 1_000_000_000;
 /// Longest burst a rule's meter may hold (emission interval × capacity): 90 days in
@@ -76,6 +80,10 @@ const TWO_POW_53: u64 = 1 << 53;
 const _: () = assert!(MAX_CAPACITY * MAX_SPAN_MS < TWO_POW_53);
 const _: () = assert!(MAX_HORIZON_NS < TWO_POW_53);
 const _: () = assert!(MAX_SPAN_MS * 1_000_000 < TWO_POW_53);
+// A calendar window's end relative to now, in ns (fixed_window.lua's end_rel), and a count of at
+// most MAX_CAPACITY, stay exact.
+const _: () = assert!(MAX_CALENDAR_SPAN_MS * 1_000_000 < TWO_POW_53);
+const _: () = assert!(MAX_CAPACITY < TWO_POW_53);
 // The longest cell period is the last whole second of i64 nanoseconds.
 const _: () = assert!(CELL_MAX_PERIOD_S == 9_223_372_036);
 const _: () = assert!(CELL_MAX_PERIOD_S * NANOS_PER_SEC <= CELL_MAX_NS);

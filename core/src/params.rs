@@ -3,6 +3,7 @@
 use crate::algorithms::{
     fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
 };
+use crate::calendar::Calendar;
 use crate::decision::Decision;
 use crate::rule::{Algorithm, Limit, Rule};
 use crate::state::State;
@@ -36,12 +37,29 @@ pub struct WindowParams {
     pub window_ms: u64,
     /// Requests allowed per window.
     pub capacity: u64,
+    /// fixed_window only: windows aligned to the calendar (day, week, month at an offset from
+    /// UTC) instead of to the epoch; `window_ms` is then the longest such window (31 days for a
+    /// month), which bounds the state's idle TTL.
+    pub calendar: Option<Calendar>,
 }
 
 impl WindowParams {
-    /// Window length in nanoseconds.
+    /// Window length in nanoseconds (for a calendar, the longest window).
     pub fn window_ns(self) -> u64 {
         self.window_ms * NANOS_PER_MILLI
+    }
+
+    /// The window holding `now`: start and end in ns since the epoch. Epoch-aligned windows are
+    /// [i × W, (i + 1) × W); calendar ones start at the day's, week's or month's midnight.
+    pub fn bounds(self, now: Nanos) -> (Nanos, Nanos) {
+        match self.calendar {
+            Some(c) => c.bounds(now),
+            None => {
+                let w = self.window_ns();
+                let start = now - now % w;
+                (start, start + w)
+            }
+        }
     }
 }
 
@@ -75,6 +93,7 @@ impl Params {
         let window = |window_ms| WindowParams {
             window_ms,
             capacity,
+            calendar: None,
         };
         Some(match (algorithm, limit) {
             (Algorithm::Gcra, Limit::Rate(r)) => Params::Gcra(meter(r.emission_interval_ns())),
@@ -85,6 +104,10 @@ impl Params {
                 Params::TokenBucket(meter(r.emission_interval_ns()))
             }
             (Algorithm::FixedWindow, Limit::Window(w)) => Params::FixedWindow(window(w.millis())),
+            (Algorithm::FixedWindow, Limit::Calendar(c)) => Params::FixedWindow(WindowParams {
+                calendar: Some(c),
+                ..window(c.unit.longest_ms())
+            }),
             (Algorithm::SlidingLog, Limit::Window(w)) => Params::SlidingLog(window(w.millis())),
             (Algorithm::SlidingWindow, Limit::Window(w)) => {
                 Params::SlidingWindow(window(w.millis()))

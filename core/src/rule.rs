@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+use crate::calendar::Calendar;
 use crate::duration::Span;
 use crate::field_error::FieldError;
 use crate::lease::Lease;
@@ -169,6 +170,8 @@ pub enum Limit {
     Rate(Rate),
     /// For fixed_window, sliding_log and sliding_window.
     Window(Span),
+    /// For fixed_window only: calendar-aligned windows (a day, week or month at an offset).
+    Calendar(Calendar),
 }
 
 /// A validated rule. Built only by [`Rule::new`] or from a [`crate::wire::RawRule`], so every
@@ -207,6 +210,8 @@ impl Rule {
                     "rate",
                     format!("{algorithm} needs a rate ({{\"count\": N, \"period\": \"60s\"}}), not a window"),
                 )
+            } else if matches!(limit, Limit::Calendar(_)) {
+                FieldError::new("calendar", format!("{algorithm} takes a window; only fixed_window takes a calendar"))
             } else {
                 FieldError::new("window", format!("{algorithm} needs a window (like \"60s\"), not a rate"))
             }

@@ -17,6 +17,7 @@ fn window(window_ms: u64, capacity: u64) -> WindowParams {
     WindowParams {
         window_ms,
         capacity,
+        calendar: None,
     }
 }
 

@@ -25,8 +25,12 @@ pub enum Field {
     RateCount,
     /// Rate period (meters only).
     RatePeriod,
-    /// Window (window algorithms only).
+    /// Window (window algorithms only; fixed_window without a calendar).
     Window,
+    /// Calendar unit (fixed_window only): none (the window), day, week or month.
+    Calendar,
+    /// The calendar's zone: `UTC` or an offset like `+08:00`.
+    Zone,
     /// Enforce or shadow.
     Mode,
     /// Free text.
@@ -51,6 +55,8 @@ impl Field {
             "rate" | "rate.count" => Field::RateCount,
             "rate.period" => Field::RatePeriod,
             "window" => Field::Window,
+            "calendar" | "calendar.unit" => Field::Calendar,
+            "calendar.zone" => Field::Zone,
             "mode" => Field::Mode,
             "description" => Field::Description,
             "lease" | "lease.max" => Field::LeaseMax,
@@ -69,6 +75,8 @@ impl Field {
             Field::RateCount => "rule-rate-count",
             Field::RatePeriod => "rule-rate-period",
             Field::Window => "rule-window",
+            Field::Calendar => "rule-calendar",
+            Field::Zone => "rule-zone",
             Field::Mode => "rule-mode",
             Field::Description => "rule-description",
             Field::LeaseMax => "rule-lease-max",
@@ -131,6 +139,10 @@ pub struct RuleForm {
     pub rate_period: String,
     /// Window, as typed.
     pub window: String,
+    /// fixed_window's calendar unit (`day`, `week`, `month`), empty for the window instead.
+    pub calendar: String,
+    /// The calendar's zone, as typed (`UTC`, `+08:00`).
+    pub zone: String,
     /// Enforce or shadow.
     pub mode: Mode,
     /// Description.
@@ -162,6 +174,8 @@ impl RuleForm {
             rate_count: "30".into(),
             rate_period: "60s".into(),
             window: "60s".into(),
+            calendar: String::new(),
+            zone: "UTC".into(),
             mode: Mode::Enforce,
             description: String::new(),
             lease_on: false,
@@ -205,6 +219,10 @@ impl RuleForm {
                 form.rate_period = rate.period.to_string();
             }
             Limit::Window(window) => form.window = window.to_string(),
+            Limit::Calendar(c) => {
+                form.calendar = c.unit.name().to_owned();
+                form.zone = c.zone();
+            }
         }
         if let Some(lease) = rule.lease() {
             form.lease_on = true;
@@ -218,11 +236,18 @@ impl RuleForm {
     pub fn shows(&self, field: Field) -> bool {
         match field {
             Field::RateCount | Field::RatePeriod => self.algorithm.uses_rate(),
-            Field::Window => !self.algorithm.uses_rate(),
+            Field::Window => !self.algorithm.uses_rate() && !self.uses_calendar(),
+            Field::Calendar => self.algorithm == Algorithm::FixedWindow,
+            Field::Zone => self.uses_calendar(),
             Field::LeaseMax | Field::LeaseTtl => self.lease_on,
             Field::Key => self.key.is_some(),
             _ => true,
         }
+    }
+
+    /// Whether a calendar replaces the window (fixed_window with a unit chosen).
+    pub fn uses_calendar(&self) -> bool {
+        self.algorithm == Algorithm::FixedWindow && !self.calendar.is_empty()
     }
 
     /// The rule's JSON form as typed, for sluice-core to judge. An empty input is left out, so
@@ -237,6 +262,11 @@ impl RuleForm {
             insert_typed(&mut rate, "count", number_or_text(&self.rate_count));
             insert_typed(&mut rate, "period", text(&self.rate_period));
             object.insert("rate".into(), Value::Object(rate));
+        } else if self.uses_calendar() {
+            let mut calendar = Map::new();
+            calendar.insert("unit".into(), Value::from(self.calendar.as_str()));
+            insert_typed(&mut calendar, "zone", text(&self.zone));
+            object.insert("calendar".into(), Value::Object(calendar));
         } else {
             insert_typed(&mut object, "window", text(&self.window));
         }
@@ -328,7 +358,7 @@ impl RuleForm {
 }
 
 /// The inputs top to bottom, so messages (and focus on a refused save) follow the page.
-const FORM_ORDER: [Field; 12] = [
+const FORM_ORDER: [Field; 14] = [
     Field::Action,
     Field::Key,
     Field::Algorithm,
@@ -336,6 +366,8 @@ const FORM_ORDER: [Field; 12] = [
     Field::RateCount,
     Field::RatePeriod,
     Field::Window,
+    Field::Calendar,
+    Field::Zone,
     Field::Mode,
     Field::Description,
     Field::LeaseMax,
@@ -420,6 +452,40 @@ mod tests {
             json!({"action": "reply", "algorithm": "gcra", "capacity": 16,
                    "rate": {"count": 30, "period": "1m"}, "mode": "enforce", "description": ""})
         );
+    }
+
+    #[test]
+    fn a_calendar_budget_round_trips_and_its_zone_is_judged() {
+        let f = RuleForm {
+            algorithm: Algorithm::FixedWindow,
+            capacity: "1000000".into(),
+            calendar: "month".into(),
+            zone: "+08:00".into(),
+            ..form()
+        };
+        assert!(!f.shows(Field::Window) && f.shows(Field::Zone));
+        let rule = f.validate(EditMode::Create, &[]).unwrap();
+        assert_eq!(
+            rule.to_json()["calendar"],
+            json!({"unit": "month", "zone": "+08:00"})
+        );
+        let back = RuleForm::from_rule(&rule);
+        assert_eq!(
+            (back.calendar.as_str(), back.zone.as_str()),
+            ("month", "+08:00")
+        );
+        let e = error_of(&RuleForm {
+            zone: "Asia/Singapore".into(),
+            ..f.clone()
+        });
+        assert_eq!(e.field, Field::Zone);
+        // Another algorithm keeps its window and ignores the calendar typed.
+        let sliding = RuleForm {
+            algorithm: Algorithm::SlidingWindow,
+            ..f
+        };
+        assert!(sliding.to_json().get("calendar").is_none());
+        assert!(sliding.shows(Field::Window) && !sliding.shows(Field::Calendar));
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub fn limit_text(rule: &Rule) -> String {
             per_second(sustained::per_s(&rule.params()))
         ),
         Limit::Window(window) => format!("{window} window"),
+        Limit::Calendar(c) => format!("per calendar {} ({})", c.unit, c.zone()),
     }
 }
 

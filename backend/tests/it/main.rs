@@ -18,6 +18,7 @@ mod support;
 mod admin_api;
 mod admin_replicas;
 mod all;
+mod calendar;
 mod cluster;
 mod commit;
 mod concurrency;

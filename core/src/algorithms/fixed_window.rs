@@ -1,6 +1,7 @@
 //! Fixed windows aligned to the clock: window i covers [i × W, (i + 1) × W) since the Unix epoch,
-//! so every replica and Redis agree on boundaries. Cheapest; allows up to 2 × capacity across a
-//! window edge.
+//! or, with a calendar, a day, week or month from its midnight (crate::calendar), so every
+//! replica and Redis agree on boundaries. Cheapest; allows up to 2 × capacity across a window
+//! edge.
 
 use crate::decision::Decision;
 use crate::params::WindowParams;
@@ -22,9 +23,9 @@ pub fn decide(
     now: Nanos,
     quantity: u64,
 ) -> (Decision, FixedWindowState) {
-    let window = p.window_ns();
-    let start = (now - now % window).max(state.start);
-    let end = start + window;
+    // A state from a later window (another replica's clock ran ahead) stays current until its end.
+    let start = p.bounds(now).0.max(state.start);
+    let end = p.bounds(start).1;
     let count = if state.start == start { state.count } else { 0 };
     let allowed = quantity <= p.capacity.saturating_sub(count);
     let (count, retry_after, next) = if allowed {
@@ -70,6 +71,7 @@ mod tests {
         let p = WindowParams {
             window_ms: 60_000,
             capacity: 2,
+            calendar: None,
         };
         let (_, s) = decide(p, Default::default(), 61 * S, 2);
         assert_eq!(s.start, 60 * S);
@@ -77,5 +79,27 @@ mod tests {
         assert_eq!(d.retry_after, Some(S));
         let (d, _) = decide(p, s, 120 * S, 2);
         assert!(d.allowed);
+    }
+
+    #[test]
+    fn a_calendar_month_resets_on_the_first() {
+        use crate::calendar::{Calendar, CalendarUnit};
+        let p = WindowParams {
+            window_ms: CalendarUnit::Month.longest_ms(),
+            capacity: 1_000_000,
+            calendar: Some(Calendar::utc(CalendarUnit::Month)),
+        };
+        // 2024-02-29T23:59:59Z, then 2024-03-01T00:00Z.
+        let last = 1_709_251_199 * S;
+        let (d, s) = decide(p, Default::default(), last, 999_999);
+        assert_eq!(d.reset_after, S);
+        let (d, s) = decide(p, s, last, 2);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(S));
+        let (d, s) = decide(p, s, last + S, 1_000_000);
+        assert!(d.allowed);
+        assert_eq!(s.start, last + S);
+        // March has 31 days.
+        assert_eq!(d.reset_after, 31 * 86_400 * S);
     }
 }

@@ -79,6 +79,7 @@ mod tests {
         let p = WindowParams {
             window_ms: 1,
             capacity: 3,
+            calendar: None,
         };
         let mut s = SlidingLogState::default();
         for t in [100, 200, 300] {

@@ -119,6 +119,7 @@ mod tests {
         let p = WindowParams {
             window_ms: 1000,
             capacity: 10,
+            calendar: None,
         };
         let s = SlidingWindowState {
             index: 1,

@@ -43,7 +43,7 @@ pub use levels::{ActionLevels, KeyLevel, LevelsBody};
 pub use overrides::{check_override_key, KeyOverride, OverridesBody};
 pub use ratelimit::{RatelimitConfigBody, RatelimitLimit};
 pub use report::{ActionCounts, FilterReport, ReportId, MAX_REPORTER_LEN};
-pub use rule::RawRule;
+pub use rule::{RawCalendar, RawRule};
 pub use rule_errors::rule_field_errors;
 pub use rules::RulesBody;
 pub use session::SessionRequest;

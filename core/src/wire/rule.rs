@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::calendar::{Calendar, CalendarUnit};
 use crate::duration::Span;
 use crate::field_error::FieldError;
 use crate::lease::Lease;
@@ -33,6 +34,11 @@ pub struct RawRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "60s"))]
     pub window: Option<Span>,
+    /// fixed_window only, in place of `window`: windows aligned to the calendar,
+    /// `{"unit": "month", "zone": "+08:00"}` (unit day, week or month; zone `"UTC"`, the
+    /// default, or a fixed offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<RawCalendar>,
     /// `enforce` (default) or `shadow`.
     #[serde(default)]
     pub mode: Option<Mode>,
@@ -44,6 +50,43 @@ pub struct RawRule {
     /// exactness).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
+}
+
+/// A calendar window as sent: a unit and a zone (`"UTC"` when absent, or `±HH:MM`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RawCalendar {
+    /// `day`, `week` (from Monday) or `month` (from the 1st).
+    pub unit: CalendarUnit,
+    /// `"UTC"` (default) or a fixed offset like `"+08:00"`; named zones are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "+08:00"))]
+    pub zone: Option<String>,
+}
+
+impl TryFrom<&RawCalendar> for Calendar {
+    type Error = FieldError;
+
+    fn try_from(raw: &RawCalendar) -> Result<Calendar, FieldError> {
+        let offset_minutes = match &raw.zone {
+            None => 0,
+            Some(z) => Calendar::parse_zone(z).map_err(|r| FieldError::new("calendar.zone", r))?,
+        };
+        Ok(Calendar {
+            unit: raw.unit,
+            offset_minutes,
+        })
+    }
+}
+
+impl From<Calendar> for RawCalendar {
+    fn from(c: Calendar) -> RawCalendar {
+        RawCalendar {
+            unit: c.unit,
+            zone: Some(c.zone()),
+        }
+    }
 }
 
 impl TryFrom<RawRule> for Rule {
@@ -61,6 +104,12 @@ impl TryFrom<RawRule> for Rule {
                     format!("{algorithm} takes a rate, not a window"),
                 ));
             }
+            if raw.calendar.is_some() {
+                return Err(FieldError::new(
+                    "calendar",
+                    format!("{algorithm} takes a rate, not a calendar"),
+                ));
+            }
             Limit::Rate(raw.rate.ok_or_else(|| {
                 FieldError::new("rate", "is required ({\"count\": N, \"period\": \"60s\"})")
             })?)
@@ -71,9 +120,30 @@ impl TryFrom<RawRule> for Rule {
                     format!("{algorithm} takes a window, not a rate"),
                 ));
             }
-            Limit::Window(raw.window.ok_or_else(|| {
-                FieldError::new("window", "is required (a duration like \"60s\")")
-            })?)
+            match (&raw.window, &raw.calendar) {
+                (Some(_), Some(_)) => {
+                    return Err(FieldError::new(
+                        "calendar",
+                        "give either a window or a calendar, not both",
+                    ))
+                }
+                (Some(w), None) => Limit::Window(*w),
+                (None, Some(c)) if algorithm == Algorithm::FixedWindow => {
+                    Limit::Calendar(Calendar::try_from(c)?)
+                }
+                (None, Some(_)) => {
+                    return Err(FieldError::new(
+                        "calendar",
+                        format!("{algorithm} takes a window; only fixed_window takes a calendar"),
+                    ))
+                }
+                (None, None) => {
+                    return Err(FieldError::new(
+                        "window",
+                        "is required (a duration like \"60s\")",
+                    ))
+                }
+            }
         };
         Rule::new(
             &action,
@@ -89,9 +159,10 @@ impl TryFrom<RawRule> for Rule {
 
 impl From<&Rule> for RawRule {
     fn from(rule: &Rule) -> RawRule {
-        let (rate, window) = match rule.limit() {
-            Limit::Rate(rate) => (Some(rate), None),
-            Limit::Window(window) => (None, Some(window)),
+        let (rate, window, calendar) = match rule.limit() {
+            Limit::Rate(rate) => (Some(rate), None, None),
+            Limit::Window(window) => (None, Some(window), None),
+            Limit::Calendar(c) => (None, None, Some(RawCalendar::from(c))),
         };
         RawRule {
             action: Some(rule.action().as_str().to_owned()),
@@ -99,6 +170,7 @@ impl From<&Rule> for RawRule {
             capacity: rule.capacity(),
             rate,
             window,
+            calendar,
             mode: Some(rule.mode()),
             description: Some(rule.description().to_owned()),
             lease: rule.lease(),

@@ -269,6 +269,36 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                             on_input=edit(Field::Window, |f, v| f.window = v)
                         />
                     </div>
+                    <div class="field" hidden=shows(Field::Calendar)>
+                        <label for=Field::Calendar.id()>"Calendar"</label>
+                        <select
+                            id=Field::Calendar.id()
+                            on:change=edit(Field::Calendar, |f, v| f.calendar = v)
+                        >
+                            {[("", "none: the window above"), ("day", "day (from midnight)"), ("week", "week (from Monday)"), ("month", "month (from the 1st)")]
+                                .into_iter()
+                                .map(|(unit, label)| {
+                                    view! {
+                                        <option value=unit selected=move || form.get().calendar == unit>
+                                            {label}
+                                        </option>
+                                    }
+                                })
+                                .collect_view()}
+                        </select>
+                        <p class="field-hint">"budgets over calendar periods"</p>
+                        <p class="field-error" id="rule-calendar-error">{message(Field::Calendar)}</p>
+                    </div>
+                    <div hidden=shows(Field::Zone)>
+                        <TextField
+                            field=Field::Zone
+                            label="Zone"
+                            hint="UTC or an offset like +08:00"
+                            value=Signal::derive(move || form.get().zone)
+                            message=Signal::derive(message(Field::Zone))
+                            on_input=edit(Field::Zone, |f, v| f.zone = v)
+                        />
+                    </div>
                     <div class="field plain">
                         <label for=Field::Mode.id()>"Mode"</label>
                         <select

@@ -79,7 +79,7 @@ const TTL_SLACK_MS: u64 = 1_000;
 const FIXED_TIME_MIN_TTL_MS: u64 = 600_000;
 
 /// ARGV of an algorithm script: now ("" = Redis TIME), quantity, TTL in ms, two parameters
-/// (interval ns and capacity for meters, window ms and capacity for windows) and the lease max
+/// (interval ns and capacity for meters, window ms, or a calendar, and capacity for windows) and the lease max
 /// (0: no lease), as decimal strings. gcra also gets its tolerance (T × capacity) and increment
 /// (T × quantity), multiplied here exactly: they reach 2^63 for `cl.throttle`, where Lua's
 /// doubles cannot multiply.
@@ -98,15 +98,18 @@ pub(crate) fn algorithm_args(
     } else {
         idle_ms
     };
+    // A calendar window goes as "<unit>:<offset minutes>" (prelude.lua's window_of).
     let first = match params {
-        Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => m.interval,
-        Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => w.window_ms,
+        Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => m.interval.to_string(),
+        Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => w
+            .calendar
+            .map_or_else(|| w.window_ms.to_string(), |c| c.script_arg()),
     };
     let mut args = vec![
         at.map_or_else(String::new, |t| t.to_string()),
         quantity.to_string(),
         ttl_ms.to_string(),
-        first.to_string(),
+        first,
         params.capacity().to_string(),
         lease.map_or(0, |l| l.max).to_string(),
     ];
