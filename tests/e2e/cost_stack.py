@@ -1,0 +1,115 @@
+"""What the cost-budget test (test_cost.py) and bench (benches/envoy/cost.py) share: an upstream
+that reports a usage, Envoy with envoy/e2e_cost.yaml, and one run of N concurrent clients against
+a fresh budget, read back from the backend (its level, its overshoot counter) and from Envoy's
+stats. Loopback only; everything it starts is stopped by its caller (the fixtures, or the bench)."""
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import requests
+
+import stack
+
+BUDGET = 10_000
+# A budget that barely refills within a run: token_bucket of 10,000 refilling 1,000 per 7 days
+# (0.0017 units/s; a full bucket drains in 70 days, within the 90 days a rule may take).
+BUDGET_RULE = {"algorithm": "token_bucket", "capacity": BUDGET, "rate": {"count": 1000, "period": "7d"}}
+USAGE = "x-usage-total-tokens"
+
+
+class _UsageUpstream(BaseHTTPRequestHandler):
+    """200 after `x-delay-ms`, reporting the usage the client asked for in `x-use`: as the response
+    header x-usage-total-tokens, or (path /stream) as a trailer of a chunked response. The body
+    echoes the x-sluice-cost-id the filter sent."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self):
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+        time.sleep(int(self.headers.get("x-delay-ms") or 0) / 1000)
+        use = self.headers.get("x-use", "")
+        body = json.dumps({"cost_id": self.headers.get("x-sluice-cost-id")}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        if self.path.startswith("/stream"):
+            self.send_header("transfer-encoding", "chunked")
+            self.send_header("trailer", USAGE)
+            self.end_headers()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(body), body))
+            self.wfile.write(f"0\r\n{USAGE}: {use}\r\n\r\n".encode())
+        else:
+            if use:
+                self.send_header(USAGE, use)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+
+class _Server(ThreadingHTTPServer):
+    # 64 clients connect at once: the default backlog of 5 would reset some (Envoy's 503).
+    request_queue_size = 256
+
+
+def start_upstream():
+    server = _Server(("127.0.0.1", 0), _UsageUpstream)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+def start_envoy(tmp, backend, upstream_port):
+    return stack.Envoy(tmp, "e2e_cost.yaml",
+                       {"RLS_PORT": backend.grpc_port, "BACKEND_PORT": backend.decision_port,
+                        "UPSTREAM_PORT": upstream_port, "TIMEOUT_MS": 1000},
+                       ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
+
+
+def level(backend, action, key):
+    """The key's level now (a throttle of quantity 0 changes nothing)."""
+    r = requests.post(f"{backend.decision_url}/v1/throttle", json={"action": action, "key": key, "quantity": 0},
+                      timeout=5)
+    assert r.status_code == 200, r.text
+    return r.json()["level"]
+
+
+def commits(envoy):
+    return envoy.stats().get("wasmcustom.sluice.cost_commits", 0)
+
+
+def run(backend, envoy, url, path, action, uses, delay_ms=300, headers=None):
+    """One request per entry of `uses` (the actual cost each reports), all at once, against a
+    fresh key of `action`; waits until every admitted request's commit is accepted. Returns a
+    dict: admitted (their uses), denied, level, overshoot (the backend's counter for the run)."""
+    key = f"tenant-{uuid.uuid4().hex[:12]}"
+    before = {"commits": commits(envoy),
+              "overshoot": backend.metric("sluice_commit_overshoot_units_total", action=action)}
+    barrier = threading.Barrier(len(uses))
+    statuses = [None] * len(uses)
+
+    def client(i):
+        h = {"x-tenant": key, "x-use": str(uses[i]), "x-delay-ms": str(delay_ms), **(headers or {})}
+        barrier.wait(timeout=10)
+        statuses[i] = requests.post(f"{url}{path}", headers=h, timeout=20).status_code
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(uses))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert all(s in (200, 429) for s in statuses), statuses
+    admitted = [u for u, s in zip(uses, statuses) if s == 200]
+    stack.wait_until(lambda: commits(envoy) - before["commits"] >= len(admitted), "every commit accepted",
+                     timeout=15)
+    return {"key": key, "admitted": admitted, "denied": statuses.count(429),
+            "level": level(backend, action, key),
+            "overshoot": backend.metric("sluice_commit_overshoot_units_total", action=action) - before["overshoot"]}
