@@ -17,6 +17,11 @@ import requests
 import cost_stack
 import stack
 
+# The native build's host does not read response headers and trailers yet (its cost routes keep
+# every reservation); this file runs on the wasm build until it does.
+pytestmark = pytest.mark.skipif(stack.FILTER_BUILD == "native",
+                                reason="cost routes need Host::response_header/trailer in the native host")
+
 RESERVED = 500
 CLIENTS = 64
 
