@@ -148,17 +148,13 @@ fn start(host: &mut dyn Host, config: &Config, request: &CommitRequest) -> Resul
                 timeout_ms: COMMIT_TIMEOUT_MS,
             })
             .map_err(|f| format!("{} ({})", f.reason.name(), f.seen)),
-        Protocol::Http => host.dispatch(&Callout {
-            cluster: backend.cluster.clone(),
-            headers: vec![
-                (":method", "POST".to_owned()),
-                (":path", COMMIT_PATH.to_owned()),
-                (":authority", backend.authority.clone()),
-                ("content-type", "application/json".to_owned()),
-            ],
+        Protocol::Http => host.dispatch(&Callout::post_json(
+            &backend.cluster,
+            COMMIT_PATH,
+            &backend.authority,
             body,
-            timeout_ms: COMMIT_TIMEOUT_MS,
-        }),
+            COMMIT_TIMEOUT_MS,
+        )),
         // Refused at configuration (`routes[i].cost`): RLS has no commit.
         Protocol::Grpc => Err("backend.protocol grpc cannot commit".to_owned()),
     }

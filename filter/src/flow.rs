@@ -303,17 +303,13 @@ impl Flow {
             };
             return host.exchange(&call);
         }
-        let call = Callout {
-            cluster: backend.cluster.clone(),
-            headers: vec![
-                (":method", "POST".to_owned()),
-                (":path", path.to_owned()),
-                (":authority", backend.authority.clone()),
-                ("content-type", "application/json".to_owned()),
-            ],
+        let call = Callout::post_json(
+            &backend.cluster,
+            path,
+            &backend.authority,
             body,
-            timeout_ms: backend.timeout_ms,
-        };
+            backend.timeout_ms,
+        );
         host.dispatch(&call).map_err(|e| Failure::not_started(&e))
     }
 

@@ -147,6 +147,29 @@ pub struct Callout {
     pub timeout_ms: u64,
 }
 
+impl Callout {
+    /// A JSON `POST {path}` to `cluster` (decisions, reports, commits).
+    pub fn post_json(
+        cluster: &str,
+        path: &str,
+        authority: &str,
+        body: Vec<u8>,
+        timeout_ms: u64,
+    ) -> Callout {
+        Callout {
+            cluster: cluster.to_owned(),
+            headers: vec![
+                (":method", "POST".to_owned()),
+                (":path", path.to_owned()),
+                (":authority", authority.to_owned()),
+                ("content-type", "application/json".to_owned()),
+            ],
+            body,
+            timeout_ms,
+        }
+    }
+}
+
 /// The gRPC callout to the backend's rate limit service (`ShouldRateLimit`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrpcCall {

@@ -271,17 +271,13 @@ impl Worker {
                         timeout_ms: config.report.timeout_ms,
                     })
                     .map_err(|f| format!("{} ({})", f.reason.name(), f.seen)),
-                Some(cluster) => host.dispatch(&Callout {
-                    cluster: cluster.clone(),
-                    headers: vec![
-                        (":method", "POST".to_owned()),
-                        (":path", config.report.path.clone()),
-                        (":authority", config.backend.authority.clone()),
-                        ("content-type", "application/json".to_owned()),
-                    ],
+                Some(cluster) => host.dispatch(&Callout::post_json(
+                    cluster,
+                    &config.report.path,
+                    &config.backend.authority,
                     body,
-                    timeout_ms: config.report.timeout_ms,
-                }),
+                    config.report.timeout_ms,
+                )),
             });
         match sent {
             Ok(token) => *self.in_flight.borrow_mut() = Some((token, unsent)),

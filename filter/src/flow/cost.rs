@@ -72,26 +72,23 @@ impl Flow {
 
     /// Response headers: a reservation whose actual cost is a response header is settled now.
     pub(super) fn settle_on_headers(&mut self, host: &mut dyn Host) {
-        if let Some(Reservation {
-            actual: Actual::Header(name),
-            ..
-        }) = &self.reservation
-        {
-            let values = host.response_header(name);
-            self.settle(host, actual_of(&values));
-        }
+        self.settle_on(host, false);
     }
 
     /// Response trailers are in: a reservation whose actual cost is a trailer is settled now.
     pub fn on_response_trailers(&mut self, host: &mut dyn Host) {
-        if let Some(Reservation {
-            actual: Actual::Trailer(name),
-            ..
-        }) = &self.reservation
-        {
-            let values = host.response_trailer(name);
-            self.settle(host, actual_of(&values));
-        }
+        self.settle_on(host, true);
+    }
+
+    /// Reads the actual cost where the reservation says, if that is what just arrived (the
+    /// response's trailers, or its headers) and settles it.
+    fn settle_on(&mut self, host: &mut dyn Host, trailers: bool) {
+        let values = match self.reservation.as_ref().map(|r| &r.actual) {
+            Some(Actual::Header(name)) if !trailers => host.response_header(name),
+            Some(Actual::Trailer(name)) if trailers => host.response_trailer(name),
+            _ => return,
+        };
+        self.settle(host, actual_of(&values));
     }
 
     /// The request is over (its context is going away): a reservation still unsettled (a reset,
