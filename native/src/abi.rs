@@ -10,6 +10,7 @@
 //! Panics: every hook runs its body under `catch_unwind`; a panic is logged and the hook answers
 //! "continue" (or does nothing), never unwinding into Envoy.
 
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -94,7 +95,40 @@ pub struct HeaderSnapshot {
     spans: Vec<(usize, usize, usize)>,
 }
 
+/// Bytes a snapshot may keep for reuse (a larger one is freed).
+const REUSED_SNAPSHOT_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    /// The worker's scratch array for `get_headers` (emptied after each use: Envoy's pointers are
+    /// never kept).
+    static ENVOY_HEADERS: RefCell<Vec<EnvoyHeader>> = const { RefCell::new(Vec::new()) };
+    /// One finished request's snapshot buffers, reused by the worker's next request (a snapshot
+    /// per request, without two allocations and frees each time).
+    static SPARE_SNAPSHOT: RefCell<Option<HeaderSnapshot>> = const { RefCell::new(None) };
+}
+
 impl HeaderSnapshot {
+    /// An empty snapshot, on the worker's spare buffers when it has them.
+    fn reused() -> HeaderSnapshot {
+        SPARE_SNAPSHOT
+            .with(|spare| spare.try_borrow_mut().ok().and_then(|mut s| s.take()))
+            .unwrap_or_default()
+    }
+
+    /// Gives the buffers back for the worker's next request (emptied; dropped if large).
+    pub fn recycle(mut self) {
+        if self.bytes.capacity() > REUSED_SNAPSHOT_BYTES {
+            return;
+        }
+        self.bytes.clear();
+        self.spans.clear();
+        SPARE_SNAPSHOT.with(|spare| {
+            if let Ok(mut spare) = spare.try_borrow_mut() {
+                *spare = Some(self);
+            }
+        });
+    }
+
     fn push(&mut self, name: &[u8], value: &[u8]) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(name);
@@ -105,7 +139,7 @@ impl HeaderSnapshot {
 
     /// Every value of `name` (ASCII case-insensitive), in order.
     pub fn values(&self, name: &str) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(1);
         for &(start, name_end, end) in &self.spans {
             let Some(n) = self.bytes.get(start..name_end) else {
                 continue;
@@ -468,7 +502,7 @@ impl FilterHandle {
     /// callbacks (~0.8k instructions in Envoy for a dozen headers, callgrind) where one lookup of
     /// a regular header by name costs Envoy ~3.4k.
     pub fn request_headers(&self) -> HeaderSnapshot {
-        let mut snapshot = HeaderSnapshot::default();
+        let mut snapshot = HeaderSnapshot::reused();
         // SAFETY: live filter pointer.
         let n =
             unsafe { envoy_dynamic_module_callback_http_get_headers_size(self.0, REQUEST_HEADER) };
@@ -481,31 +515,40 @@ impl FilterHandle {
             value_ptr: std::ptr::null(),
             value_length: 0,
         };
-        let mut headers = vec![empty; n];
-        // SAFETY: `headers` has room for the `n` headers Envoy just counted; Envoy fills pointers
-        // into its header map, valid until the map changes (they are copied out at once).
-        let ok = unsafe {
-            envoy_dynamic_module_callback_http_get_headers(
-                self.0,
-                REQUEST_HEADER,
-                headers.as_mut_ptr(),
-            )
-        };
-        if !ok {
-            return snapshot;
-        }
-        let total = headers
-            .iter()
-            .map(|h| h.key_length.saturating_add(h.value_length))
-            .fold(0usize, usize::saturating_add);
-        snapshot.bytes.reserve_exact(total);
-        snapshot.spans.reserve_exact(n);
-        for h in &headers {
-            snapshot.push(
-                envoy_slice(h.key_ptr, h.key_length),
-                envoy_slice(h.value_ptr, h.value_length),
-            );
-        }
+        ENVOY_HEADERS.with(|scratch| {
+            let Ok(mut headers) = scratch.try_borrow_mut() else {
+                return;
+            };
+            headers.clear();
+            headers.resize(n, empty);
+            // SAFETY: `headers` has room for the `n` headers Envoy just counted; Envoy fills
+            // pointers into its header map, valid until the map changes (they are copied out at
+            // once, before this call returns).
+            let ok = unsafe {
+                envoy_dynamic_module_callback_http_get_headers(
+                    self.0,
+                    REQUEST_HEADER,
+                    headers.as_mut_ptr(),
+                )
+            };
+            if !ok {
+                return;
+            }
+            let total = headers
+                .iter()
+                .map(|h| h.key_length.saturating_add(h.value_length))
+                .fold(0usize, usize::saturating_add);
+            snapshot.bytes.reserve(total);
+            snapshot.spans.reserve(n);
+            for h in headers.iter() {
+                snapshot.push(
+                    envoy_slice(h.key_ptr, h.key_length),
+                    envoy_slice(h.value_ptr, h.value_length),
+                );
+            }
+            // Only pointers into a map that may change: none is kept past this call.
+            headers.clear();
+        });
         snapshot
     }
 
@@ -1156,5 +1199,20 @@ mod tests {
         assert_eq!(s.values("x-empty"), vec![Vec::<u8>::new()]);
         assert!(s.values("x-use").is_empty());
         assert!(s.has("X-USER") && !s.has("x-sluice-shadow"));
+    }
+
+    #[test]
+    fn a_recycled_snapshot_comes_back_empty_and_a_large_one_is_dropped() {
+        let mut s = HeaderSnapshot::default();
+        s.push(b"x-user", b"alice");
+        let room = s.bytes.capacity();
+        s.recycle();
+        let again = HeaderSnapshot::reused();
+        assert!(again.values("x-user").is_empty() && !again.has("x-user"));
+        assert_eq!(again.bytes.capacity(), room);
+        let mut big = HeaderSnapshot::default();
+        big.push(b"x-big", &vec![b'a'; REUSED_SNAPSHOT_BYTES + 1]);
+        big.recycle();
+        assert_eq!(HeaderSnapshot::reused().bytes.capacity(), 0);
     }
 }

@@ -8,7 +8,7 @@
 //! wasm build keeps one per root context. The main thread reaches a worker's state only for its
 //! count reports (`relay.rs`), under the worker's own lock.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -185,9 +185,12 @@ pub struct NativeHost {
     /// The other request headers, read at once when the first is asked for and kept while the
     /// filter does not change them.
     headers: RefCell<Option<HeaderSnapshot>>,
-    /// `:path` and `:method`, read once when first asked for (the flow never changes them).
+    /// `:path` and `:method` kept from the route check before the flow (`keep_line`) for the
+    /// flow's own read, which takes them (the flow never changes them).
     path: RefCell<Option<Vec<u8>>>,
     method: RefCell<Option<Vec<u8>>>,
+    /// Set during the route check before the flow: a read of `:path`/`:method` keeps a copy.
+    keep_line: Cell<bool>,
     /// Callouts started, by token, awaiting their answers.
     callouts: Vec<(u32, Kind)>,
     /// Inside `on_request_headers`: a resume then is a "continue" return instead.
@@ -214,6 +217,7 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
             headers: RefCell::new(None),
             path: RefCell::new(None),
             method: RefCell::new(None),
+            keep_line: Cell::new(false),
             callouts: Vec::new(),
             in_headers: false,
             resumed_in_headers: false,
@@ -241,7 +245,9 @@ pub fn filter_destroy(filter: NativeFilter) {
 pub fn on_request_headers(f: &mut NativeFilter) -> bool {
     let common = Arc::clone(&f.host.common);
     if !common.catch_all {
+        f.host.keep_line.set(true);
         let line = RequestLine::read(&f.host);
+        f.host.keep_line.set(false);
         if route::find(&common.config.routes, &line, &f.host).is_none() {
             return false;
         }
@@ -391,7 +397,21 @@ fn init_result(code: u32) -> String {
     }
 }
 
+impl Drop for NativeHost {
+    fn drop(&mut self) {
+        self.forget_headers();
+    }
+}
+
 impl NativeHost {
+    /// Drops the header snapshot (the filter changed the headers, or the request is done),
+    /// giving its buffers to the worker's next snapshot.
+    fn forget_headers(&mut self) {
+        if let Some(snapshot) = self.headers.get_mut().take() {
+            snapshot.recycle();
+        }
+    }
+
     fn start(
         &mut self,
         kind: Kind,
@@ -418,7 +438,8 @@ impl Host for NativeHost {
     }
 
     fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        // `:path` and `:method` are read twice (the route check here, then the flow): kept.
+        // `:path` and `:method` are read twice when the route check runs before the flow: the
+        // first read keeps a copy for the second, which takes it.
         let part = match name {
             ":path" => &self.path,
             ":method" => &self.method,
@@ -429,16 +450,24 @@ impl Host for NativeHost {
                     .values(name);
             }
         };
-        let mut part = part.borrow_mut();
-        let value = part.get_or_insert_with(|| {
-            self.filter
-                .request_line_part(name == ":method")
-                .unwrap_or_default()
-        });
+        let kept = part.borrow_mut().take();
+        let value = match kept {
+            Some(value) => value,
+            None => {
+                let value = self
+                    .filter
+                    .request_line_part(name == ":method")
+                    .unwrap_or_default();
+                if self.keep_line.get() {
+                    *part.borrow_mut() = Some(value.clone());
+                }
+                value
+            }
+        };
         if value.is_empty() {
             Vec::new()
         } else {
-            vec![value.clone()]
+            vec![value]
         }
     }
 
@@ -521,7 +550,7 @@ impl Host for NativeHost {
     }
 
     fn set_request_header(&mut self, name: &str, value: &str) {
-        *self.headers.get_mut() = None;
+        self.forget_headers();
         self.filter.set_request_header(name, value);
     }
 
@@ -533,7 +562,7 @@ impl Host for NativeHost {
                 return;
             }
         }
-        *self.headers.get_mut() = None;
+        self.forget_headers();
         self.filter.remove_request_header(name);
     }
 
