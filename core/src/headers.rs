@@ -96,13 +96,13 @@ pub fn render(
     }
     if families.x_ratelimit {
         // `{quota}, {quota};w={window_s}`
-        let mut v = String::with_capacity(2 * MAX_U64_DIGITS + 5);
+        let mut v = Vec::with_capacity(2 * MAX_U64_DIGITS + 5);
         push_u64(&mut v, quota);
-        v.push_str(", ");
+        v.extend_from_slice(b", ");
         push_u64(&mut v, quota);
-        v.push_str(";w=");
+        v.extend_from_slice(b";w=");
         push_u64(&mut v, window_s);
-        headers.push(("x-ratelimit-limit", v));
+        headers.push(("x-ratelimit-limit", ascii(v)));
         headers.push(("x-ratelimit-remaining", u64_string(limit.remaining)));
         headers.push(("x-ratelimit-reset", u64_string(reset_s)));
     }
@@ -115,54 +115,70 @@ pub fn render(
 /// The most decimal digits of a `u64`.
 const MAX_U64_DIGITS: usize = 20;
 
-/// Appends `n` in decimal (what `n.to_string()` writes).
-fn push_u64(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; MAX_U64_DIGITS];
+/// Two decimal digits of every number below 100.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Appends `n` in decimal (what `n.to_string()` writes), two digits at a time.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [b'0'; MAX_U64_DIGITS];
     let mut at = digits.len();
-    loop {
+    while n >= 100 {
+        // Below 100: the cast keeps every bit.
+        let pair = 2 * (n % 100) as usize;
+        n /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = 2 * n as usize;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
         at -= 1;
-        // `n % 10` is below 10: the cast keeps every bit.
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        digits[at] = b'0' + n as u8;
     }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// The text of bytes this module wrote: ASCII digits and punctuation around a `&str` name, so
+/// always UTF-8 (the empty string is unreachable).
+fn ascii(v: Vec<u8>) -> String {
+    String::from_utf8(v).unwrap_or_default()
 }
 
 /// `n` in decimal, in a string sized for it.
 fn u64_string(n: u64) -> String {
-    let mut s = String::with_capacity(MAX_U64_DIGITS);
-    push_u64(&mut s, n);
-    s
+    let mut v = Vec::with_capacity(MAX_U64_DIGITS);
+    push_u64(&mut v, n);
+    ascii(v)
 }
 
 /// `"{name}";q={quota};w={window_s}`: one `RateLimit-Policy` item.
 fn policy_item(name: &str, quota: u64, window_s: u64) -> String {
-    let mut v = String::with_capacity(name.len() + 2 * MAX_U64_DIGITS + 8);
-    push_item(&mut v, name, ";q=", quota, ";w=", window_s);
-    v
+    item(name, b";q=", quota, b";w=", window_s)
 }
 
 /// `"{name}";r={remaining};t={reset_s}`: one `RateLimit` item.
 fn limit_item(name: &str, remaining: u64, reset_s: u64) -> String {
-    let mut v = String::with_capacity(name.len() + 2 * MAX_U64_DIGITS + 8);
-    push_item(&mut v, name, ";r=", remaining, ";t=", reset_s);
-    v
+    item(name, b";r=", remaining, b";t=", reset_s)
 }
 
-/// Appends `"{name}"{k1}{v1}{k2}{v2}`.
-fn push_item(out: &mut String, name: &str, k1: &str, v1: u64, k2: &str, v2: u64) {
-    out.push('"');
-    out.push_str(name);
-    out.push('"');
-    out.push_str(k1);
-    push_u64(out, v1);
-    out.push_str(k2);
-    push_u64(out, v2);
+/// `"{name}"{k1}{v1}{k2}{v2}`.
+fn item(name: &str, k1: &[u8], v1: u64, k2: &[u8], v2: u64) -> String {
+    let mut v = Vec::with_capacity(name.len() + 2 * MAX_U64_DIGITS + 8);
+    v.push(b'"');
+    v.extend_from_slice(name.as_bytes());
+    v.push(b'"');
+    v.extend_from_slice(k1);
+    push_u64(&mut v, v1);
+    v.extend_from_slice(k2);
+    push_u64(&mut v, v2);
+    ascii(v)
 }
 
 /// The headers for several policies on one request (a route with all-or-nothing checks): every policy in
@@ -268,10 +284,14 @@ mod tests {
             u64::MAX - 1,
             u64::MAX,
         ];
-        for &n in &edges {
-            let mut s = String::new();
-            push_u64(&mut s, n);
-            assert_eq!(s, n.to_string());
+        for &n in edges
+            .iter()
+            .chain(&[11, 19, 101, 1_000, 9_999, 10_001, 99_999_999])
+        {
+            assert_eq!(u64_string(n), n.to_string());
+        }
+        for n in 0..100_000 {
+            assert_eq!(u64_string(n), n.to_string());
         }
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for i in 0..2_000u64 {
