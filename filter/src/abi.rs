@@ -218,6 +218,8 @@ impl RootContext for Root {
             let refused = exchange_glue::tick(&self.exchanger, service, &host, self.id);
             self.note_stream(refused);
         }
+        // Cost commits go out on every tick (at most COMMIT_TICK after their response).
+        self.worker.commits().send(&mut host, &config);
         let now = host.now();
         if now >= self.next_report_ns {
             self.next_report_ns = now.saturating_add(config.report.period_ms * 1_000_000);
