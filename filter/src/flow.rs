@@ -167,6 +167,9 @@ impl Flow {
         // The upstream trusts these headers from the filter only: drop any a client sent.
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
+        if route.cost.is_some() {
+            host.remove_request_header(cost::COST_ID_HEADER);
+        }
         let now = host.now_ns();
         // A cost route reserves what its `cost.reserve` says, and never leases: a leased
         // admission has no reservation of its own to commit against.

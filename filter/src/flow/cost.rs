@@ -16,7 +16,7 @@ use crate::config::{units, Actual, Route};
 use crate::host::{Counter, Host};
 
 /// The request header carrying the commit id upstream (for correlating the upstream's logs
-/// with the backend's commit).
+/// with the backend's commit); one a client sent is removed on cost routes.
 pub const COST_ID_HEADER: &str = "x-sluice-cost-id";
 
 /// A reservation the backend allowed, until it is settled.

@@ -96,6 +96,10 @@ fn the_reservation_is_the_quantity_and_the_header_usage_is_committed_on_the_tick
         .find(|(n, _)| n == "x-sluice-cost-id")
         .map(|(_, v)| v.clone())
         .expect("the commit id goes upstream");
+    assert!(host
+        .effects
+        .request_headers_removed
+        .contains(&"x-sluice-cost-id".to_owned()));
     assert!(id.starts_with(worker.reporter()), "{id}");
 
     host.upstream_headers = vec![("x-usage-total-tokens".into(), b"312".to_vec())];
