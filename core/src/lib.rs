@@ -21,6 +21,7 @@ pub mod lease;
 pub mod leased;
 pub mod limits;
 pub mod params;
+pub mod rls_commit;
 pub mod rule;
 pub mod state;
 pub mod time;

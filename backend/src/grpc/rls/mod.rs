@@ -6,7 +6,9 @@
 //! - [`service`]: the decisions (shared with `POST /v1/throttle` through [`crate::decide`]) and
 //!   failures as gRPC statuses.
 //! - [`response`]: statuses, headers and dynamic metadata.
+//! - [`commit`]: descriptors that commit a reservation (reserve, then commit).
 
+pub mod commit;
 pub mod request;
 pub mod response;
 pub mod service;

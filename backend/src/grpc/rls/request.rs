@@ -5,6 +5,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_core::descriptor::to_check;
 use sluice_core::limits::MAX_QUANTITY;
+use sluice_core::rls_commit::{split_commit, CommitMark};
 use sluice_core::{Action, FieldError};
 
 /// Most descriptors one request may carry.
@@ -18,7 +19,10 @@ pub struct Check {
     /// The subject, as the mapping joined it.
     pub key: String,
     /// Units this descriptor costs: its `hits_addend` if set, else the request's; 0 means 1.
+    /// For a commit: the actual cost, 0 included.
     pub quantity: u64,
+    /// Set when the descriptor commits a reservation (sluice_core::rls_commit's marks).
+    pub commit: Option<CommitMark>,
 }
 
 /// The checks every request passes, whichever configuration answers it: a domain, 1 to
@@ -84,15 +88,24 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
         .enumerate()
         .map(|(index, descriptor)| {
             let quantity = hits_as_sent(index, descriptor, request.hits_addend)?;
-            let entries = descriptor
+            let entries: Vec<(&str, &str)> = descriptor
                 .entries
                 .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()));
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect();
+            let (commit, entries) = split_commit(index, &entries)?;
             let (action, key) = to_check(index, entries)?;
+            // A commit's hits are its actual cost, which may be 0; a check's 0 means 1.
+            let quantity = if commit.is_some() {
+                quantity
+            } else {
+                quantity.max(1)
+            };
             Ok(Check {
                 action,
                 key,
-                quantity: quantity.max(1),
+                quantity,
+                commit,
             })
         })
         .collect()
@@ -149,6 +162,29 @@ pub(crate) mod tests {
         assert_eq!(checks(&r).unwrap()[0].quantity, 1);
         assert_eq!(checks(&r).unwrap()[0].action.as_str(), "user");
         assert_eq!(checks(&r).unwrap()[0].key, "a");
+    }
+
+    #[test]
+    fn a_stream_done_descriptor_with_a_request_id_is_a_commit_of_the_same_key() {
+        let r = request(
+            vec![
+                descriptor(&[("tokens", "alice")], Some(100)),
+                descriptor(
+                    &[
+                        ("tokens", "alice"),
+                        ("sluice_commit", "req-1"),
+                        ("sluice_reserved", "100"),
+                    ],
+                    Some(0),
+                ),
+            ],
+            0,
+        );
+        let c = checks(&r).unwrap();
+        assert_eq!((c[0].key.as_str(), c[0].quantity), ("alice", 100));
+        assert!(c[0].commit.is_none());
+        assert_eq!((c[1].key.as_str(), c[1].quantity), ("alice", 0));
+        assert_eq!(c[1].commit.as_ref().map(|m| m.reserved), Some(100));
     }
 
     #[test]

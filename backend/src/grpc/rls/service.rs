@@ -13,6 +13,7 @@ use sluice_core::wire::ThrottleResponse;
 use sluice_core::{FieldError, Rule};
 use tonic::{Request, Response, Status};
 
+use super::commit::commit_all;
 use super::request::{checks, Check};
 use super::response::{self, Answer};
 use crate::app::App;
@@ -152,12 +153,24 @@ impl RateLimitService for Rls {
                 rule
             })
             .collect();
-        let decided = match tokio::time::timeout(
-            self.call_deadline,
-            decide_all(&self.app, &checks, &found, deadline, started),
-        )
-        .await
-        {
+        // Commits (stream-done descriptors with a request id) are settled, not decided: they
+        // answer OK, and the request's checks are decided as if they were not there.
+        let (commits, found): (Vec<Option<&Rule>>, Vec<Option<&Rule>>) = checks
+            .iter()
+            .zip(found)
+            .map(|(c, r)| {
+                if c.commit.is_some() {
+                    (r, None)
+                } else {
+                    (None, r)
+                }
+            })
+            .unzip();
+        let work = async {
+            commit_all(&self.app, &checks, &commits, deadline).await?;
+            decide_all(&self.app, &checks, &found, deadline, started).await
+        };
+        let decided = match tokio::time::timeout(self.call_deadline, work).await {
             Ok(decided) => decided,
             Err(_) => Err(self.backstop_timeout().into()),
         }

@@ -1,0 +1,142 @@
+//! Reserve, then commit, through Envoy's own ratelimit filter (RLS v3): the descriptor convention
+//! that turns an `apply_on_stream_done` descriptor into a commit of the request's reservation
+//! (docs/rls.md, "Cost budgets: reserve, then commit").
+//!
+//! The request-time descriptor is an ordinary one whose `hits_addend` is the reservation N. The
+//! stream-done descriptor carries the same entries plus three of sluice's, in any position:
+//!
+//! | entry key | value | Envoy action that makes it |
+//! |---|---|---|
+//! | `sluice_commit` | the request's id | `request_headers {header_name: x-request-id, descriptor_key: sluice_commit}` |
+//! | `sluice_reserved` | N, the units reserved | `generic_key {descriptor_key: sluice_reserved, descriptor_value: "N"}` |
+//! | `sluice_reserved_at_ms` (optional) | when N was reserved, ms since the epoch | a header the route sets |
+//!
+//! and its `hits_addend` is the actual cost (`{format: "%RESP(x-usage)%"}`). The marks are taken
+//! off before the mapping of [`crate::descriptor`], so both descriptors name the same action and
+//! key; the commit is once per id, as `POST /v1/commit`.
+
+use crate::commit::check_id;
+use crate::field_error::FieldError;
+use crate::limits::MAX_QUANTITY;
+
+/// The entry whose value is the request's id: its presence makes the descriptor a commit.
+pub const COMMIT_ID_KEY: &str = "sluice_commit";
+/// The entry whose value is the units reserved at request time.
+pub const RESERVED_KEY: &str = "sluice_reserved";
+/// The optional entry whose value is when the reservation was made (ms since the epoch).
+pub const RESERVED_AT_KEY: &str = "sluice_reserved_at_ms";
+
+/// A descriptor's commit marks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitMark {
+    /// The request's id (as `POST /v1/commit`'s `id`).
+    pub id: String,
+    /// Units reserved at request time.
+    pub reserved: u64,
+    /// When they were reserved, if the descriptor said; else the commit's arrival stands in.
+    pub reserved_at_ms: Option<u64>,
+}
+
+/// A descriptor's entries, `(key, value)` in order.
+pub type Entries<'a> = Vec<(&'a str, &'a str)>;
+
+/// Takes sluice's commit marks off a descriptor's entries: `(None, entries)` for an ordinary
+/// descriptor, `(Some(mark), the rest)` for a commit. `index` names the descriptor in refusals.
+pub fn split_commit<'a>(
+    index: usize,
+    entries: &[(&'a str, &'a str)],
+) -> Result<(Option<CommitMark>, Entries<'a>), FieldError> {
+    let field = || format!("descriptors[{index}].entries");
+    let find = |key: &str| entries.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+    let rest: Entries<'a> = entries
+        .iter()
+        .filter(|(k, _)| ![COMMIT_ID_KEY, RESERVED_KEY, RESERVED_AT_KEY].contains(k))
+        .copied()
+        .collect();
+    let Some(id) = find(COMMIT_ID_KEY) else {
+        if let Some(key) = [RESERVED_KEY, RESERVED_AT_KEY]
+            .into_iter()
+            .find(|k| find(k).is_some())
+        {
+            return Err(FieldError::new(
+                field(),
+                format!("{key} without {COMMIT_ID_KEY} (the request id a commit is matched by)"),
+            ));
+        }
+        return Ok((None, rest));
+    };
+    check_id(id).map_err(|r| FieldError::new(field(), format!("{COMMIT_ID_KEY}: {r}")))?;
+    let number = |key: &str, text: &str| {
+        text.parse::<u64>().map_err(|_| {
+            FieldError::new(
+                field(),
+                format!("{key} must be a whole number; got {text:?}"),
+            )
+        })
+    };
+    let reserved = find(RESERVED_KEY)
+        .ok_or_else(|| {
+            FieldError::new(
+                field(),
+                format!(
+                    "{COMMIT_ID_KEY} needs {RESERVED_KEY} (the units reserved at request time)"
+                ),
+            )
+        })
+        .and_then(|t| number(RESERVED_KEY, t))?;
+    if reserved > MAX_QUANTITY {
+        return Err(FieldError::new(
+            field(),
+            format!("{RESERVED_KEY} must be at most {MAX_QUANTITY}; got {reserved}"),
+        ));
+    }
+    let reserved_at_ms = find(RESERVED_AT_KEY)
+        .map(|t| number(RESERVED_AT_KEY, t))
+        .transpose()?;
+    Ok((
+        Some(CommitMark {
+            id: id.to_owned(),
+            reserved,
+            reserved_at_ms,
+        }),
+        rest,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_come_off_and_the_rest_maps_as_before() {
+        let e = [
+            ("tokens", "alice"),
+            ("sluice_commit", "req-1"),
+            ("sluice_reserved", "100"),
+        ];
+        let (mark, rest) = split_commit(0, &e).unwrap();
+        assert_eq!(
+            mark,
+            Some(CommitMark {
+                id: "req-1".into(),
+                reserved: 100,
+                reserved_at_ms: None
+            })
+        );
+        assert_eq!(rest, vec![("tokens", "alice")]);
+        let (mark, rest) = split_commit(0, &e[..1]).unwrap();
+        assert_eq!((mark, rest.len()), (None, 1));
+    }
+
+    #[test]
+    fn refusals_name_the_descriptor() {
+        let bad = |e: &[(&str, &str)]| split_commit(2, e).unwrap_err();
+        let e = bad(&[("t", "a"), ("sluice_commit", "r")]);
+        assert_eq!(e.field, "descriptors[2].entries");
+        assert!(e.reason.contains("sluice_reserved"), "{}", e.reason);
+        bad(&[("t", "a"), ("sluice_reserved", "5")]);
+        bad(&[("sluice_commit", "r"), ("sluice_reserved", "x")]);
+        bad(&[("sluice_commit", "a b"), ("sluice_reserved", "1")]);
+        bad(&[("sluice_commit", "r"), ("sluice_reserved", "2000000000")]);
+    }
+}
