@@ -1,7 +1,10 @@
 """Fixtures: one redis-server, one sluice backend, one upstream and one Envoy for the session;
 tests that need a stopped or slow backend start their own Envoy pointed at it."""
 
+import functools
+import inspect
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -29,14 +32,66 @@ WASM_ONLY = ("test_wasm_exports.py", "test_filter_stream.py")
 WASM_ONLY_TESTS = ("test_a_burst_while_the_stream_is_down_makes_few_reopens_and_few_unary_calls",
                    "test_a_cluster_envoy_does_not_have_is_named")
 
+# The native pass runs the tests that render the sluice filter; a test whose Envoys never load it
+# (Envoy's own ratelimit filter -> sluice RLS, say) runs once, in the wasm pass. Decided per test,
+# from what it can reach: the Envoy configs (envoy/*.yaml) named in its module, in the e2e helper
+# modules that module uses, and in every fixture it depends on (their functions' source). A test
+# is skipped only when it names at least one config of envoy/ and none of them has the filter's
+# block; a test that names none (its config is built some other way) runs in both passes.
+SLUICE_BLOCK = "envoy.filters.http.wasm"
+_YAML_NAME = re.compile(r"""["']([A-Za-z0-9_.-]+\.yaml)["']""")
+_E2E_DIR = Path(__file__).resolve().parent
+
+
+def _source(obj):
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+@functools.lru_cache(maxsize=None)
+def _config_has_sluice(name):
+    """True/False for a config of envoy/ with/without the filter's block; None: not a config there."""
+    path = stack.ROOT / "envoy" / name
+    if not path.is_file():
+        return None
+    return SLUICE_BLOCK in path.read_text()
+
+
+def _module_sources(module):
+    """The test module's source and its e2e helper modules' (imported whole or by name)."""
+    seen = {module}
+    for value in vars(module).values():
+        other = value if inspect.ismodule(value) else sys.modules.get(getattr(value, "__module__", None) or "")
+        if other is None or other in seen:
+            continue
+        path = getattr(other, "__file__", None)
+        if path and Path(path).resolve().parent == _E2E_DIR:
+            seen.add(other)
+    return [_source(m) for m in seen]
+
+
+def renders_sluice(item):
+    """Whether a test may render the sluice filter (see above); True when it cannot tell."""
+    texts = _module_sources(item.module) if item.module is not None else []
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        texts.extend(_source(d.func) for d in defs)
+    verdicts = {_config_has_sluice(n) for t in texts for n in _YAML_NAME.findall(t)} - {None}
+    return not verdicts or True in verdicts
+
 
 def pytest_collection_modifyitems(config, items):
     if stack.FILTER_BUILD != "native":
         return
     skip = pytest.mark.skip(reason="wasm build only (SLUICE_FILTER_BUILD=native)")
+    once = pytest.mark.skip(reason="its Envoys never load the sluice filter: runs in the wasm pass only")
     for item in items:
         if item.path.name in WASM_ONLY or item.originalname in WASM_ONLY_TESTS:
             item.add_marker(skip)
+        elif not renders_sluice(item):
+            item.add_marker(once)
 
 
 @pytest.fixture(scope="session")
