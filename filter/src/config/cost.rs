@@ -110,7 +110,7 @@ impl CostWritten {
         if protocol == Protocol::Grpc {
             return Err(FieldError::new(
                 here,
-                "cost needs backend.protocol grpc_stream or http (the commit is POST /v1/commit; RLS has no commit)",
+                "cost needs backend.protocol grpc_stream or http (the commit is POST /v1/commit; the filter's RLS callout cannot commit; Envoy's own ratelimit filter can, docs/rls.md)",
             ));
         }
         if checks {
