@@ -5,7 +5,8 @@
 //! Keys are untrusted text from the internet: they are kept as they are here, and the view only
 //! ever puts them in text nodes and attributes.
 
-use sluice_core::wire::{DeniedMinute, KeyView, TopDeniedBody};
+use sluice_core::wire::{DeniedMinute, KeyActionState, KeyView, TopDeniedBody};
+use sluice_core::Algorithm;
 
 use crate::format::{duration_label, short_number};
 use crate::history::clock;
@@ -37,6 +38,33 @@ pub struct KeyRow {
     pub denied_text: String,
     /// The key's own short history: (minute `"12:03"`, denials, height 0..=1), oldest first.
     pub denied_bars: Vec<(String, u64, f64)>,
+    /// For a budget (a fixed_window: a quota per window, calendar or not), what is spent and what
+    /// is left of it and when it resets: `"spent 30 of 1000 · 970 left · resets in 12d"`; empty
+    /// for the other algorithms, whose level drains continuously.
+    pub budget_text: String,
+}
+
+/// A fixed_window key's budget line (see [`KeyRow::budget_text`]). Reservations still in flight
+/// are inside "spent" (the backend does not track them apart), and overshoot past the budget is
+/// not kept per key (the count stops at the capacity; the per-action total is the metric
+/// `sluice_commit_overshoot_units_total`).
+pub fn budget_text(a: &KeyActionState) -> String {
+    if a.algorithm != Algorithm::FixedWindow {
+        return String::new();
+    }
+    let spent = a.capacity.saturating_sub(a.remaining);
+    let reset = if spent == 0 {
+        "nothing spent this window".to_owned()
+    } else {
+        format!(
+            "resets in {}",
+            duration_label(a.reset_after_ms as f64 / 1000.0)
+        )
+    };
+    format!(
+        "spent {spent} of {} · {} left · {reset}",
+        a.capacity, a.remaining
+    )
 }
 
 /// The rows of a key view, sorted by action.
@@ -57,6 +85,7 @@ pub fn key_rows(view: &KeyView) -> Vec<KeyRow> {
                 rule_text: format!("{} · {}", a.algorithm, a.mode.name()),
                 overridden: a.overridden,
                 denied_text: denied_text(&a.denied_minutes),
+                budget_text: budget_text(a),
                 denied_bars: {
                     let most = a
                         .denied_minutes
@@ -195,6 +224,31 @@ mod tests {
             overridden: false,
             denied_minutes: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_budget_reads_spent_left_and_reset() {
+        let month = KeyActionState {
+            algorithm: Algorithm::FixedWindow,
+            capacity: 1000,
+            remaining: 970,
+            level: 30.0,
+            reset_after_ms: 12 * 86_400_000,
+            ..state("tokens", 30.0, 970, None)
+        };
+        assert_eq!(
+            budget_text(&month),
+            "spent 30 of 1000 · 970 left · resets in 12d"
+        );
+        let fresh = KeyActionState {
+            remaining: 1000,
+            ..month.clone()
+        };
+        assert_eq!(
+            budget_text(&fresh),
+            "spent 0 of 1000 · 1000 left · nothing spent this window"
+        );
+        assert_eq!(budget_text(&state("g", 1.0, 15, None)), "");
     }
 
     #[test]

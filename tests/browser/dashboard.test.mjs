@@ -325,3 +325,5 @@ await import('./overrides.test.mjs');
 await import('./incident.test.mjs');
 // One-step fixes with names (issue 24), in a stack of its own: fixes.test.mjs.
 await import('./fixes.test.mjs');
+// Budgets (issue 23): a calendar month's rule, its editor and a key's budget: budgets.test.mjs.
+await import('./budgets.test.mjs');

@@ -228,6 +228,7 @@ fn KeyStateRow(ctx: Ctx, key: String, row: Memo<KeyRow>, done: RwSignal<String>)
                 <span class="action-name">{action.clone()}</span>
                 <span class="override-mark" hidden=move || !row.with(|r| r.overridden) title="A per-key override applies to this key">"override"</span>
                 <span class="desc">{get(|r| r.rule_text.clone())}</span>
+                <span class="desc budget-text" hidden=move || row.with(|r| r.budget_text.is_empty())>{get(|r| r.budget_text.clone())}</span>
             </th>
             <td data-label="Level">
                 <span class="level-bar" aria-hidden="true">

@@ -1,0 +1,88 @@
+// Browser tests of budgets (issue 23), at 1280 and 390 wide, with no console errors: a
+// fixed_window rule with a calendar month is one row in the rules table ("per calendar month
+// (UTC)"); the editor shows its Calendar and Zone (and no Window), refuses a named zone next to
+// the Zone input, and saves an offset; the key view reads a key's budget: spent, left and when it
+// resets.
+//
+// Against a stack of its own (the memory store and sluice), in a browser of its own; traffic goes
+// through the real decision API. dashboard.test.mjs imports this file; it also runs alone:
+// `node --test budgets.test.mjs`.
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { startStack, adminApi, throttle, waitFor, signedInPage } from './stack.mjs';
+
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const bin = process.env.SLUICE_BIN ?? join(repo, 'target', 'debug', 'sluice');
+const dashboardDir = process.env.SLUICE_DASHBOARD_DIR ?? join(repo, 'dashboard', 'dist');
+const artifacts = process.env.SLUICE_ARTIFACTS ?? join(repo, 'artifacts');
+const shots = join(artifacts, 'screenshots');
+
+describe('budgets', () => {
+  let stack, api, browser, page, consoleErrors;
+
+  const fits = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+
+  before(async () => {
+    mkdirSync(shots, { recursive: true });
+    stack = await startStack({
+      bin, dashboardDir, logDir: join(artifacts, 'browser-logs'), name: 'budgets', redis: false,
+    });
+    api = adminApi(stack);
+    ({ browser, page, consoleErrors } = await signedInPage(chromium, stack));
+  });
+
+  after(async () => {
+    await browser?.close();
+    stack?.stop();
+  });
+
+  for (const width of [1280, 390]) {
+    test(`at ${width} wide: a monthly budget's rule, editor and key view`, async () => {
+      await page.setViewportSize({ width, height: width > 500 ? 800 : 844 });
+      const action = `tokens-${width}`;
+      const put = await api('PUT', `/v1/rules/${action}`, {
+        action, algorithm: 'fixed_window', capacity: 1000, calendar: { unit: 'month' },
+      });
+      assert.equal(put.status, 200, put.text);
+      assert.deepEqual(put.body.calendar, { unit: 'month', zone: 'UTC' });
+
+      await page.click('#tab-rules');
+      const row = page.locator(`tr[data-action="${action}"]`);
+      await row.waitFor();
+      assert.match(await row.innerText(), /per calendar month \(UTC\)/);
+
+      // The editor shows the calendar, not the window; a named zone is refused next to Zone.
+      await row.locator('button.edit').click();
+      assert.equal(await page.inputValue('#rule-calendar'), 'month');
+      assert.ok(await page.locator('#rule-zone').isVisible(), 'zone shown');
+      assert.ok(!(await page.locator('#rule-window').isVisible()), 'window hidden');
+      await page.fill('#rule-zone', 'Europe/Paris');
+      await page.click('#save-rule');
+      await page.locator('#rule-zone-error', { hasText: 'named zones are not supported' }).waitFor();
+      await page.fill('#rule-zone', '+08:00');
+      await page.click('#save-rule');
+      await waitFor('the offset saved', async () =>
+        (await api('GET', `/v1/rules/${action}`)).body?.calendar?.zone === '+08:00');
+      await page.locator(`tr[data-action="${action}"]`, { hasText: '+08:00' }).waitFor();
+      assert.ok(await fits(), 'the rules table fits');
+      await page.screenshot({ path: join(shots, `60-budget-rules-${width}.png`), fullPage: true });
+
+      // Spend 30 of the month's 1000; the key view reads the budget.
+      const key = `tenant-${width}`;
+      assert.equal((await throttle(stack, action, key, 30)).body.allowed, true);
+      await page.click('#tab-keys');
+      await page.fill('#key-search', key);
+      await page.click('#key-search-button');
+      await page.locator('#shown-key', { hasText: key }).waitFor();
+      const budget = page.locator(`#key-result tr.key-state[data-action="${action}"] .budget-text`);
+      await waitFor('the budget line', async () => /spent 30 of 1000 · 970 left · resets in \d/.test(await budget.innerText()));
+      assert.ok(await fits(), 'the key view fits');
+      await page.screenshot({ path: join(shots, `61-budget-key-${width}.png`), fullPage: true });
+      assert.deepEqual(consoleErrors, []);
+    });
+  }
+});
