@@ -444,9 +444,17 @@ impl Host for NativeHost {
             ":path" => &self.path,
             ":method" => &self.method,
             _ => {
+                // Pseudo-headers are copied only once one is asked for (seldom: a key source
+                // naming `:authority`, say).
+                let pseudo = name.starts_with(':');
                 let mut headers = self.headers.borrow_mut();
+                if pseudo && headers.as_ref().is_some_and(|h| !h.has_pseudo()) {
+                    if let Some(old) = headers.take() {
+                        old.recycle();
+                    }
+                }
                 return headers
-                    .get_or_insert_with(|| self.filter.request_headers())
+                    .get_or_insert_with(|| self.filter.request_headers(pseudo))
                     .values(name);
             }
         };
@@ -558,7 +566,7 @@ impl Host for NativeHost {
         // Skipped when the headers, already read, do not have it (the usual case: a client
         // seldom sends `x-sluice-*`): removing an absent header changes nothing.
         if let Some(headers) = self.headers.get_mut() {
-            if !headers.has(name) {
+            if (headers.has_pseudo() || !name.starts_with(':')) && !headers.has(name) {
                 return;
             }
         }
