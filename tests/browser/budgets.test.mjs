@@ -1,7 +1,7 @@
 // Browser tests of budgets (issue 23), at 1280 and 390 wide, with no console errors: a
 // fixed_window rule with a calendar month is one row in the rules table ("per calendar month
 // (UTC)"); the editor shows its Calendar and Zone (and no Window), refuses a named zone next to
-// the Zone input, and saves an offset; the key view reads a key's budget: spent, left and when it
+// the Zone input, and saves an offset; its what-if plays a cost per request (a range); the key view reads a key's budget: spent, left and when it
 // resets.
 //
 // Against a stack of its own (the memory store and sluice), in a browser of its own; traffic goes
@@ -60,6 +60,17 @@ describe('budgets', () => {
       assert.equal(await page.inputValue('#rule-calendar'), 'month');
       assert.ok(await page.locator('#rule-zone').isVisible(), 'zone shown');
       assert.ok(!(await page.locator('#rule-window').isVisible()), 'window hidden');
+      // The what-if plays a cost distribution: 10 to 200 units per request spend the budget on
+      // fewer requests; a bad cost is named next to the plot.
+      const summary = page.locator('#whatif-summary');
+      await waitFor('a plot', async () => /allowed/.test(await summary.innerText()));
+      const oneUnit = await summary.innerText();
+      await page.fill('#whatif-cost', '10-200');
+      await waitFor('the costed plot', async () => (await summary.innerText()) !== oneUnit);
+      await page.fill('#whatif-cost', '0');
+      await page.locator('#whatif-cost-error', { hasText: 'Cost: a whole number' }).waitFor();
+      await page.fill('#whatif-cost', '');
+      await waitFor('one unit again', async () => (await summary.innerText()) === oneUnit);
       await page.fill('#rule-zone', 'Europe/Paris');
       await page.click('#save-rule');
       await page.locator('#rule-zone-error', { hasText: 'named zones are not supported' }).waitFor();

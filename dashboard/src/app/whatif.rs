@@ -50,19 +50,22 @@ pub fn WhatIf(params: Signal<Option<Params>>, baseline: Option<Params>) -> impl 
                 .map_err(|e| e.to_string())
         }
     });
+    let cost_text = RwSignal::new(String::new());
+    let cost = Memo::new(move |_| simulation::Cost::parse(&cost_text.get()));
     let charts = Memo::new(move |_| {
         let p = params.get()?;
         let rate = offered.get()?;
+        let cost = cost.get().ok()?;
         let horizon = span
             .get()
             .ok()
             .flatten()
             .unwrap_or_else(|| simulation::auto_horizon_ns(&p));
-        let edited = simulation::simulate(&p, pattern.get(), rate, horizon);
+        let edited = simulation::simulate_costed(&p, &p, pattern.get(), rate, horizon, cost);
         // Unchanged rules need no second line.
         let saved = baseline
             .filter(|b| *b != p)
-            .map(|b| simulation::simulate_on_traffic_of(&b, &p, pattern.get(), rate, horizon));
+            .map(|b| simulation::simulate_costed(&b, &p, pattern.get(), rate, horizon, cost));
         Some(Charts::compared(&edited, saved.as_ref()))
     });
     let comparing =
@@ -153,8 +156,25 @@ pub fn WhatIf(params: Signal<Option<Params>>, baseline: Option<Params>) -> impl 
                         on:input=move |ev| span_text.set(event_target_value(&ev))
                     />
                 </div>
+                <div class="field">
+                    <label for="whatif-cost">"Cost per request"</label>
+                    <input
+                        id="whatif-cost"
+                        type="text"
+                        autocomplete="off"
+                        spellcheck="false"
+                        placeholder="1"
+                        aria-describedby="whatif-cost-error"
+                        aria-invalid=move || cost.get().is_err().to_string()
+                        prop:value=move || cost_text.get()
+                        on:input=move |ev| cost_text.set(event_target_value(&ev))
+                    />
+                </div>
                 <p class="field-error whatif-error" id="whatif-span-error">
                     {move || span.get().err().map(|e| format!("Over: {e}")).unwrap_or_default()}
+                </p>
+                <p class="field-error whatif-error" id="whatif-cost-error">
+                    {move || cost.get().err().map(|e| format!("Cost: {e}")).unwrap_or_default()}
                 </p>
             </div>
             <figure class="chart-box">

@@ -5,7 +5,7 @@
 //! allowed requests per time bucket, with the funnel's level. Nothing here knows about drawing:
 //! [`super::chart`] turns a [`Simulation`] into SVG geometry.
 
-use sluice_core::limits::MAX_SPAN_MS;
+use sluice_core::limits::{MAX_QUANTITY, MAX_SPAN_MS};
 use sluice_core::{Params, Span, State};
 
 use crate::format::nice_ceiling;
@@ -55,6 +55,66 @@ impl Pattern {
     /// The pattern a picker value names.
     pub fn parse(name: &str) -> Option<Pattern> {
         Pattern::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// What each simulated request costs, in the rule's units: the same every time (`"1"`, the
+/// default), or spread over a range (`"10-200"`), for budgets whose requests cost what they use.
+/// The spread is a fixed pseudo-random sequence, so the same inputs give the same plot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cost {
+    /// Every request costs this.
+    Fixed(u64),
+    /// Request costs spread evenly over `lo..=hi`.
+    Range(u64, u64),
+}
+
+impl Cost {
+    /// One unit per request: a plain request count.
+    pub const ONE: Cost = Cost::Fixed(1);
+
+    /// Parses the cost input: empty is one unit; `"N"` or `"LO-HI"` with 1 ≤ LO ≤ HI ≤
+    /// [`MAX_QUANTITY`].
+    pub fn parse(text: &str) -> Result<Cost, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(Cost::ONE);
+        }
+        let number = |t: &str| {
+            match t.trim().parse::<u64>() {
+            Ok(n) if (1..=MAX_QUANTITY).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "a whole number of units from 1 to {MAX_QUANTITY}, or a range like 10-200; got {text:?}"
+            )),
+        }
+        };
+        match text.split_once('-') {
+            None => number(text).map(Cost::Fixed),
+            Some((lo, hi)) => {
+                let (lo, hi) = (number(lo)?, number(hi)?);
+                if lo > hi {
+                    return Err(format!(
+                        "the range's low end is above its high end: {text:?}"
+                    ));
+                }
+                Ok(Cost::Range(lo, hi))
+            }
+        }
+    }
+
+    /// The cost of the `i`th request.
+    pub fn of(self, i: usize) -> u64 {
+        match self {
+            Cost::Fixed(n) => n,
+            Cost::Range(lo, hi) => {
+                // SplitMix64 of the index: spread, and the same every run.
+                let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                lo + z % (hi - lo + 1)
+            }
+        }
     }
 }
 
@@ -178,6 +238,26 @@ pub fn simulate_on_traffic_of(
     offered_per_s: f64,
     horizon_ns: u64,
 ) -> Simulation {
+    simulate_costed(
+        params,
+        traffic_of,
+        pattern,
+        offered_per_s,
+        horizon_ns,
+        Cost::ONE,
+    )
+}
+
+/// As [`simulate_on_traffic_of`], each request costing what `cost` says (its `i`th request
+/// `cost.of(i)` units): requests are still counted one by one, the level in units.
+pub fn simulate_costed(
+    params: &Params,
+    traffic_of: &Params,
+    pattern: Pattern,
+    offered_per_s: f64,
+    horizon_ns: u64,
+    cost: Cost,
+) -> Simulation {
     let mut horizon = horizon_ns.max(1_000_000);
     let mut times = timeline(pattern, offered_per_s, traffic_of.capacity(), horizon);
     let truncated = times.len() > MAX_EVENTS;
@@ -195,7 +275,7 @@ pub fn simulate_on_traffic_of(
     let mut next = 0usize;
     for (i, bucket) in buckets.iter_mut().enumerate() {
         while next < times.len() && bucket_of(times[next]) == i {
-            let (decision, after) = params.decide(&state, ORIGIN_NS + times[next], 1);
+            let (decision, after) = params.decide(&state, ORIGIN_NS + times[next], cost.of(next));
             state = after;
             bucket.offered += 1;
             offered += 1;
@@ -234,6 +314,39 @@ mod tests {
     use super::*;
     use crate::whatif::fixtures::{gcra, over_the_event_budget, params};
     use serde_json::json;
+
+    #[test]
+    fn costs_parse_spread_and_spend_a_budget_faster() {
+        assert_eq!(Cost::parse(""), Ok(Cost::ONE));
+        assert_eq!(Cost::parse(" 5 "), Ok(Cost::Fixed(5)));
+        assert_eq!(Cost::parse("10-200"), Ok(Cost::Range(10, 200)));
+        for bad in ["0", "x", "5-2", "1-", "2000000000"] {
+            assert!(Cost::parse(bad).is_err(), "{bad}");
+        }
+        let spread: Vec<u64> = (0..1000).map(|i| Cost::Range(10, 200).of(i)).collect();
+        assert!(spread.iter().all(|c| (10..=200).contains(c)));
+        let mean = spread.iter().sum::<u64>() as f64 / 1000.0;
+        assert!((95.0..=115.0).contains(&mean), "{mean}");
+        // A budget of 1000 units a minute: one unit per request lets 1000 through, 10 to 200
+        // units per request about a hundredth of them.
+        let p = params(
+            json!({"action": "a", "algorithm": "fixed_window", "capacity": 1000,
+                              "window": "60s"}),
+        );
+        let horizon = 60_000_000_000;
+        let one = simulate_costed(&p, &p, Pattern::Steady, 100.0, horizon, Cost::ONE);
+        let costed = simulate_costed(
+            &p,
+            &p,
+            Pattern::Steady,
+            100.0,
+            horizon,
+            Cost::Range(10, 200),
+        );
+        assert_eq!(one.allowed, 1000);
+        assert!((5..=15).contains(&costed.allowed), "{}", costed.allowed);
+        assert_eq!(one.offered, costed.offered);
+    }
 
     #[test]
     fn a_steady_rate_within_the_limit_passes_entirely() {
