@@ -211,9 +211,18 @@ class _Upstream(BaseHTTPRequestHandler):
     do_GET = do_POST = _answer
 
 
+class _UpstreamServer(ThreadingHTTPServer):
+    # The listen backlog. socketserver's default of 5 overflows when Envoy opens dozens of
+    # connections at once (the handler answers HTTP/1.0: one connection per request): the kernel
+    # drops the SYNs past it, the client's SYN retransmit comes after 1 s, and Envoy's 1 s
+    # connect_timeout turns that into a 503 (upstream_cx_connect_timeout) after an admission.
+    # The kernel caps it at net.core.somaxconn (4096 by default).
+    request_queue_size = 1024
+
+
 def start_upstream():
     """A tiny upstream in a thread: 200 with the path and headers it received."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    server = _UpstreamServer(("127.0.0.1", 0), _Upstream)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
