@@ -142,34 +142,10 @@ pub fn WhatIf(params: Signal<Option<Params>>, baseline: Option<Params>) -> impl 
                         on:input=move |ev| offered_text.set(event_target_value(&ev))
                     />
                 </div>
-                <div class="field">
-                    <label for="whatif-span">"Over"</label>
-                    <input
-                        id="whatif-span"
-                        type="text"
-                        autocomplete="off"
-                        spellcheck="false"
-                        placeholder="auto"
-                        aria-describedby="whatif-span-error"
-                        aria-invalid=move || span.get().is_err().to_string()
-                        prop:value=move || span_text.get()
-                        on:input=move |ev| span_text.set(event_target_value(&ev))
-                    />
-                </div>
-                <div class="field">
-                    <label for="whatif-cost">"Cost per request"</label>
-                    <input
-                        id="whatif-cost"
-                        type="text"
-                        autocomplete="off"
-                        spellcheck="false"
-                        placeholder="1"
-                        aria-describedby="whatif-cost-error"
-                        aria-invalid=move || cost.get().is_err().to_string()
-                        prop:value=move || cost_text.get()
-                        on:input=move |ev| cost_text.set(event_target_value(&ev))
-                    />
-                </div>
+                <WhatifInput id="whatif-span" label="Over" placeholder="auto" text=span_text
+                    invalid=Signal::derive(move || span.get().is_err()) />
+                <WhatifInput id="whatif-cost" label="Cost per request" placeholder="1" text=cost_text
+                    invalid=Signal::derive(move || cost.get().is_err()) />
                 <p class="field-error whatif-error" id="whatif-span-error">
                     {move || span.get().err().map(|e| format!("Over: {e}")).unwrap_or_default()}
                 </p>
@@ -224,5 +200,32 @@ pub fn WhatIf(params: Signal<Option<Params>>, baseline: Option<Params>) -> impl 
                 }}
             </p>
         </aside>
+    }
+}
+
+/// One text input of the plot's controls whose refusal is shown under them (`{id}-error`).
+#[component]
+fn WhatifInput(
+    id: &'static str,
+    label: &'static str,
+    placeholder: &'static str,
+    text: RwSignal<String>,
+    invalid: Signal<bool>,
+) -> impl IntoView {
+    view! {
+        <div class="field">
+            <label for=id>{label}</label>
+            <input
+                id=id
+                type="text"
+                autocomplete="off"
+                spellcheck="false"
+                placeholder=placeholder
+                aria-describedby=format!("{id}-error")
+                aria-invalid=move || invalid.get().to_string()
+                prop:value=move || text.get()
+                on:input=move |ev| text.set(event_target_value(&ev))
+            />
+        </div>
     }
 }
