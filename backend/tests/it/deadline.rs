@@ -26,6 +26,18 @@ struct SlowProxy {
 }
 
 impl SlowProxy {
+    /// A real redis-server with this proxy in front of it (the server stops when dropped).
+    async fn before_a_redis_server() -> (RedisServer, SlowProxy) {
+        let server = RedisServer::start();
+        let upstream = server
+            .url()
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .to_owned();
+        let proxy = SlowProxy::start(upstream).await;
+        (server, proxy)
+    }
+
     async fn start(upstream: String) -> SlowProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -93,15 +105,7 @@ async fn peek_remaining(sluice: &Sluice, action: &str, key: &str) -> u64 {
 
 #[tokio::test]
 async fn deadline_a_slow_store_is_refused_and_a_late_debit_is_counted() {
-    let server = RedisServer::start();
-    let proxy = SlowProxy::start(
-        server
-            .url()
-            .trim_start_matches("redis://")
-            .trim_end_matches('/')
-            .to_owned(),
-    )
-    .await;
+    let (_server, proxy) = SlowProxy::before_a_redis_server().await;
     let sluice = Sluice::start(redis(&format!("redis://{}", proxy.addr))).await;
     let (status, body) = sluice
         .put_rule(
@@ -218,15 +222,7 @@ async fn deadline_a_slow_store_is_refused_and_a_late_debit_is_counted() {
 #[tokio::test]
 async fn deadline_a_request_without_timeout_ms_waits_for_the_store() {
     // Tools and callers that send no deadline: the store deadline applies, as before.
-    let server = RedisServer::start();
-    let proxy = SlowProxy::start(
-        server
-            .url()
-            .trim_start_matches("redis://")
-            .trim_end_matches('/')
-            .to_owned(),
-    )
-    .await;
+    let (_server, proxy) = SlowProxy::before_a_redis_server().await;
     let sluice = Sluice::start(redis(&format!("redis://{}", proxy.addr))).await;
     let (status, body) = sluice
         .put_rule(json!({"action": "dl", "algorithm": "gcra", "capacity": 5, "rate": {"count": 1, "period": "1h"}}))
@@ -268,15 +264,7 @@ async fn deadline_rls_honours_grpc_timeout() {
 
     use crate::grpc_rig::GrpcRig;
 
-    let server = RedisServer::start();
-    let proxy = SlowProxy::start(
-        server
-            .url()
-            .trim_start_matches("redis://")
-            .trim_end_matches('/')
-            .to_owned(),
-    )
-    .await;
+    let (_server, proxy) = SlowProxy::before_a_redis_server().await;
     let rig: GrpcRig<RateLimitServiceClient<Channel>> =
         GrpcRig::start(redis(&format!("redis://{}", proxy.addr))).await;
     rig.put_rule(
