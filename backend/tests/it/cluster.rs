@@ -32,16 +32,7 @@ async fn cluster_passes_the_conformance_suite() {
         None,
         "an empty cluster has no version"
     );
-    tables(store.as_ref()).await;
-    cell_sequences(store.as_ref()).await;
-    awkward_subjects_are_independent(store.as_ref()).await;
-    peek_many_reports_without_writing(store.as_ref()).await;
-    rules_round_trip(store.as_ref()).await;
-    activity_round_trip(store.as_ref()).await;
-    randomized_against_core(store.as_ref(), 0xc1u64, 20, 30).await;
-    concurrency_admits_exactly_the_bound(store.clone()).await;
-    commit_tables(store.as_ref()).await;
-    commit_randomized_against_core(store.as_ref(), 0xc1c0, 10).await;
+    whole_suite(store.clone(), 0xc1).await;
 
     // Keys really are spread over the masters (hash tags per (action, subject), not one slot).
     let holding = cluster

@@ -202,14 +202,7 @@ async fn sentinel_store_passes_the_conformance_suite() {
         health.warnings.iter().any(|w| w.contains("maxmemory is 0")),
         "{health:?}"
     );
-    tables(store.as_ref()).await;
-    cell_sequences(store.as_ref()).await;
-    awkward_subjects_are_independent(store.as_ref()).await;
-    peek_many_reports_without_writing(store.as_ref()).await;
-    rules_round_trip(store.as_ref()).await;
-    activity_round_trip(store.as_ref()).await;
-    randomized_against_core(store.as_ref(), 0x5e_u64, 10, 30).await;
-    concurrency_admits_exactly_the_bound(store.clone()).await;
+    whole_suite(store.clone(), 0x5e).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
