@@ -262,6 +262,23 @@ impl Bin {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Its stderr lines holding `needle`, once there are at least `least` of them (or a failed
+    /// test after 5 s).
+    async fn lines_with(&self, needle: &str, least: usize) -> Vec<String> {
+        eventually(Duration::from_secs(5), needle, || {
+            let stderr = self.stderr();
+            async move {
+                let lines: Vec<String> = stderr
+                    .lines()
+                    .filter(|l| l.contains(needle))
+                    .map(str::to_owned)
+                    .collect();
+                (lines.len() >= least).then_some(lines)
+            }
+        })
+        .await
+    }
+
     /// Waits until the admin listener answers /readyz (`true`) or the process exits (`false`).
     async fn ready_or_exited(&mut self) -> bool {
         let http = client();
@@ -431,18 +448,7 @@ async fn wrong_listener_lines_are_rate_limited() {
             .unwrap();
         assert_eq!(r.status().as_u16(), 421);
     }
-    let lines = eventually(Duration::from_secs(5), "both warn lines", || {
-        let stderr = bin.stderr();
-        async move {
-            let lines: Vec<String> = stderr
-                .lines()
-                .filter(|l| l.contains("wrong listener"))
-                .map(str::to_owned)
-                .collect();
-            (lines.len() >= 2).then_some(lines)
-        }
-    })
-    .await;
+    let lines = bin.lines_with("wrong listener", 2).await;
     assert_eq!(lines.len(), 2, "one line each way:\n{}", lines.join("\n"));
     let on_decision = lines
         .iter()
@@ -498,18 +504,7 @@ async fn a_store_outage_is_logged_once_per_code_for_many_failures() {
             .unwrap();
         assert_eq!(r.status().as_u16(), 503);
     }
-    let lines = eventually(Duration::from_secs(5), "a 503 line", || {
-        let stderr = bin.stderr();
-        async move {
-            let lines: Vec<String> = stderr
-                .lines()
-                .filter(|l| l.contains("answered 503 "))
-                .map(str::to_owned)
-                .collect();
-            (!lines.is_empty()).then_some(lines)
-        }
-    })
-    .await;
+    let lines = bin.lines_with("answered 503 ", 1).await;
     let mut codes: Vec<&str> = lines
         .iter()
         .map(|l| {
