@@ -117,15 +117,13 @@ end
 -- The windows count in whole milliseconds.
 local ms_in_s = idiv(NOW_N, 1000000)
 local now_ms = NOW_S * 1000 + ms_in_s
--- The reservation's millisecond: now's, when it lies at or after now.
+-- The reservation's millisecond: now's, when it lies at or after now. Read from ARGV[10] itself,
+-- not from ra, which rel clamps beyond 104 days: a 365-day fixed_window may hold a reservation
+-- older than that, and its window must be told exactly (whole ms stay below 2^53).
 local ra_ms = now_ms
 if ra < 0 then
-  local text = abs(ra)
-  local len = string.len(text)
-  ra_ms = 0
-  if len > 6 then
-    ra_ms = tonumber(string.sub(text, 1, len - 6))
-  end
+  local ra_s, ra_n = split_ns(ARGV[10])
+  ra_ms = math.min(ra_s * 1000 + idiv(ra_n, 1000000), now_ms)
 end
 
 if ALG == 'fixed_window' then

@@ -23,8 +23,18 @@ local count = 0
 if start == s_start then
   count = s_count
 end
--- End of the window, relative to now, in ns (never negative: start is at or after now's window).
-local end_rel = (window_end(SPEC, start) - now_ms) * 1000000 - sub_ms
+-- End of the window, relative to now: end_ms whole ms less sub_ms ns (at least 1 ns: start is
+-- at or after now's window). A 365-day window's end in ns passes 2^53, so end_rel (a double,
+-- exact to the ns below 2^53 and only compared) is never returned: the reply carries end_text,
+-- the same number as an exact decimal string (core/src/limits.rs, MAX_FIXED_WINDOW_SPAN_MS).
+local end_ms = window_end(SPEC, start) - now_ms
+local end_rel = end_ms * 1000000 - sub_ms
+local end_text
+if sub_ms == 0 then
+  end_text = fmt(end_ms) .. '000000'
+else
+  end_text = fmt(end_ms - 1) .. string.format('%06d', 1000000 - sub_ms)
+end
 
 if q <= math.max(cap - count, 0) then
   -- A lease: k more units in the same step; none with under 1 ms of the window left, since a
@@ -40,16 +50,16 @@ if q <= math.max(cap - count, 0) then
   end
   local reset = 0
   if after > 0 then
-    reset = math.max(end_rel, 0)
+    reset = end_text
   end
   return { 1, math.max(cap - after, 0), -1, reset, after, 0, 0, 0, k }
 end
 local retry = -1
 if q <= cap then
-  retry = math.max(end_rel, 0)
+  retry = end_text
 end
 local reset = 0
 if count > 0 then
-  reset = math.max(end_rel, 0)
+  reset = end_text
 end
 return { 0, math.max(cap - count, 0), retry, reset, count, 0, 0, 0, 0 }

@@ -2,10 +2,12 @@
 
 use std::fmt;
 
-use crate::limits::{MAX_SPAN_MS, MIN_SPAN_MS};
+use crate::limits::{MAX_FIXED_WINDOW_SPAN_MS, MIN_SPAN_MS};
 use crate::time::NANOS_PER_MILLI;
 
-/// A validated duration of whole milliseconds, between [`MIN_SPAN_MS`] and [`MAX_SPAN_MS`].
+/// A validated duration of whole milliseconds, between [`MIN_SPAN_MS`] and
+/// [`MAX_FIXED_WINDOW_SPAN_MS`] (365 days); rules bound every other use by
+/// [`crate::limits::MAX_SPAN_MS`] (7 days).
 ///
 /// Whole milliseconds keep clock-aligned windows computable exactly in the Redis Lua twins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -23,7 +25,7 @@ pub enum SpanError {
     #[error("must be at least 1ms; got {0:?}")]
     TooShort(String),
     /// Above the maximum.
-    #[error("must be at most 7d; got {0:?}")]
+    #[error("must be at most 365d; got {0:?}")]
     TooLong(String),
 }
 
@@ -38,7 +40,7 @@ const UNITS: [(&str, u64); 5] = [
 impl Span {
     /// A span of whole milliseconds, if within bounds.
     pub fn from_millis(millis: u64) -> Option<Span> {
-        (MIN_SPAN_MS..=MAX_SPAN_MS)
+        (MIN_SPAN_MS..=MAX_FIXED_WINDOW_SPAN_MS)
             .contains(&millis)
             .then_some(Span { millis })
     }
@@ -69,7 +71,7 @@ impl Span {
         if millis < MIN_SPAN_MS {
             return Err(SpanError::TooShort(text.to_owned()));
         }
-        if millis > MAX_SPAN_MS {
+        if millis > MAX_FIXED_WINDOW_SPAN_MS {
             return Err(SpanError::TooLong(text.to_owned()));
         }
         Ok(Span { millis })

@@ -18,6 +18,12 @@ pub const MAX_SLIDING_LOG_CAPACITY: u64 = 10_000;
 pub const MIN_SPAN_MS: u64 = 1;
 /// Longest window or period: seven days.
 pub const MAX_SPAN_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// Longest fixed_window duration window: 365 days (the peer envoyproxy/ratelimit's `year`).
+/// fixed_window's script works in whole ms (window index × W, end − now), never forming
+/// capacity × window, and returns the reset as an exact decimal string of ns built from those ms
+/// (fixed_window.lua's ns_text), so only ms need stay below 2^53 (checked below). Other
+/// algorithms keep [`MAX_SPAN_MS`].
+pub const MAX_FIXED_WINDOW_SPAN_MS: u64 = 365 * 24 * 60 * 60 * 1000;
 /// Longest calendar window (a month of 31 days; fixed_window's `calendar`). Longer than
 /// [`MAX_SPAN_MS`], which bounds capacity × window for sliding_window's Lua product: fixed_window's
 /// script never forms that product, only the window's span in ns (checked below).
@@ -84,6 +90,13 @@ const _: () = assert!(MAX_SPAN_MS * 1_000_000 < TWO_POW_53);
 // most MAX_CAPACITY, stay exact.
 const _: () = assert!(MAX_CALENDAR_SPAN_MS * 1_000_000 < TWO_POW_53);
 const _: () = assert!(MAX_CAPACITY < TWO_POW_53);
+// A fixed_window duration window: its index × W and end − now stay exact in ms until the year
+// 200,000 and beyond (now_ms + 2 W < 2^53), its end relative to now in ns may not (3.2e16 > 2^53),
+// which is why the script returns that as a decimal string, and is exact as u64 ns in core.
+const _: () = assert!(MAX_FIXED_WINDOW_SPAN_MS >= MAX_SPAN_MS);
+const _: () = assert!(MAX_FIXED_WINDOW_SPAN_MS >= MAX_CALENDAR_SPAN_MS);
+const _: () = assert!(6_000_000_000_000_000 + 2 * MAX_FIXED_WINDOW_SPAN_MS < TWO_POW_53);
+const _: () = assert!(MAX_FIXED_WINDOW_SPAN_MS * 1_000_000 < u64::MAX / 4);
 // The longest cell period is the last whole second of i64 nanoseconds.
 const _: () = assert!(CELL_MAX_PERIOD_S == 9_223_372_036);
 const _: () = assert!(CELL_MAX_PERIOD_S * NANOS_PER_SEC <= CELL_MAX_NS);

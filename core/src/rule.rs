@@ -16,7 +16,7 @@ use crate::field_error::FieldError;
 use crate::lease::Lease;
 use crate::limits::{
     MAX_ACTION_LEN, MAX_CAPACITY, MAX_DESCRIPTION_LEN, MAX_HORIZON_NS, MAX_RATE_COUNT,
-    MAX_SLIDING_LOG_CAPACITY,
+    MAX_SLIDING_LOG_CAPACITY, MAX_SPAN_MS,
 };
 use crate::params::Params;
 use crate::wire::{parse, RawRule};
@@ -151,7 +151,7 @@ pub struct Rate {
     /// Requests per period, at least 1.
     #[cfg_attr(feature = "openapi", schema(example = 30, minimum = 1))]
     pub count: u64,
-    /// A duration: `"500ms"`, `"60s"`, `"5m"`, `"1h"`, `"1d"` (1ms to 7d).
+    /// A duration: `"500ms"`, `"60s"`, `"5m"`, `"1h"`, `"1d"` (1ms to 7d; up to 365d for a fixed_window window).
     #[cfg_attr(feature = "openapi", schema(value_type = String, example = "60s"))]
     pub period: Span,
 }
@@ -203,6 +203,9 @@ impl Rule {
         validate_capacity(algorithm, capacity)?;
         if let Limit::Rate(rate) = limit {
             validate_rate(rate, capacity)?;
+        }
+        if let Limit::Window(w) = limit {
+            validate_window(algorithm, w)?;
         }
         let params = Params::from_parts(algorithm, capacity, limit).ok_or_else(|| {
             if algorithm.uses_rate() {
@@ -312,7 +315,25 @@ fn validate_capacity(algorithm: Algorithm, capacity: u64) -> Result<(), FieldErr
     Ok(())
 }
 
+/// fixed_window takes windows up to 365 days; sliding_log and sliding_window up to 7 (their Lua
+/// twins form capacity × window and ages in ns, crate::limits).
+fn validate_window(algorithm: Algorithm, window: Span) -> Result<(), FieldError> {
+    if algorithm != Algorithm::FixedWindow && window.millis() > MAX_SPAN_MS {
+        return Err(FieldError::new(
+            "window",
+            format!("must be at most 7d for {algorithm} (only fixed_window takes up to 365d); got {window}"),
+        ));
+    }
+    Ok(())
+}
+
 fn validate_rate(rate: Rate, capacity: u64) -> Result<(), FieldError> {
+    if rate.period.millis() > MAX_SPAN_MS {
+        return Err(FieldError::new(
+            "rate.period",
+            format!("must be at most 7d; got {}", rate.period),
+        ));
+    }
     if rate.count == 0 {
         return Err(FieldError::new("rate.count", "must be at least 1"));
     }

@@ -28,8 +28,8 @@
 
 use proptest::prelude::*;
 use sluice_core::limits::{
-    MAX_CAPACITY, MAX_HORIZON_NS, MAX_QUANTITY, MAX_RATE_COUNT, MAX_SLIDING_LOG_CAPACITY,
-    MAX_SPAN_MS,
+    MAX_CAPACITY, MAX_FIXED_WINDOW_SPAN_MS, MAX_HORIZON_NS, MAX_QUANTITY, MAX_RATE_COUNT,
+    MAX_SLIDING_LOG_CAPACITY, MAX_SPAN_MS,
 };
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::{Algorithm, Decision, Limit, Mode, Params, Rate, Rule, Span, State};
@@ -572,7 +572,7 @@ proptest! {
         let per = match unit { "ms" => 1, "s" => 1000, "m" => 60_000, "h" => 3_600_000, _ => 86_400_000 };
         let parsed = Span::parse(&format!("{n}{unit}"));
         let ms = n * per;
-        prop_assert_eq!(parsed.is_ok(), (1..=MAX_SPAN_MS).contains(&ms));
+        prop_assert_eq!(parsed.is_ok(), (1..=MAX_FIXED_WINDOW_SPAN_MS).contains(&ms));
         if let Ok(span) = parsed {
             prop_assert_eq!(span.millis(), ms);
         }

@@ -217,3 +217,39 @@ def test_a_file_change_is_in_force_within_a_second(compat):
         assert took < 1.0, f"in force after {took:.3f} s"
     finally:
         path.write_text(before)
+
+
+def test_units_month_and_year_are_epoch_aligned_windows_of_30_and_365_days(compat):
+    """The peer's month (30 days) and year (365 days): requests_per_unit, then 429 with the reset
+    at the epoch-aligned boundary (divider - now % divider seconds, as the peer's
+    utilities.go computes it)."""
+    envoy, _, config = compat
+    path = config / "messaging.yaml"
+    before = path.read_text()
+    parent = "  - key: service\n    descriptors:\n"
+    assert parent in before
+    month, year = f"month-{uid()}", f"year-{uid()}"
+    added = (f"      - key: user\n        value: {month}\n        rate_limit: {{unit: month, requests_per_unit: 3}}\n"
+             f"      - key: user\n        value: {year}\n        rate_limit: {{unit: year, requests_per_unit: 4}}\n")
+    path.write_text(before.replace(parent, parent + added))
+    try:
+        # In force once a month user's request is counted (before, nothing matches: no headers).
+        first = []
+        stack.wait_until(lambda: first.append(get(envoy, "/service", {"x-user-id": month}))
+                         or "x-ratelimit-remaining" in first[-1].headers, "the month descriptor in force", timeout=5)
+        assert first[-1].status_code == 200 and first[-1].headers["x-ratelimit-remaining"] == "2", first[-1].headers
+        for user, n, divider in ((month, 3, 30 * 86400), (year, 4, 365 * 86400)):
+            t0 = int(time.time())
+            done = 1 if user == month else 0
+            got = statuses(envoy, "/service", n - done, {"x-user-id": user})
+            assert got == [200] * (n - done), (user, got)
+            r = get(envoy, "/service", {"x-user-id": user})
+            t1 = int(time.time())
+            assert r.status_code == 429, (user, r.status_code)
+            assert r.headers["x-ratelimit-limit"].startswith(f"{n}, {n};w={divider}"), r.headers
+            assert r.headers["x-ratelimit-remaining"] == "0"
+            reset = int(r.headers["x-ratelimit-reset"])
+            # Seconds to the next multiple of the divider since the epoch (Envoy shows whole seconds).
+            assert divider - t1 % divider - 1 <= reset <= divider - t0 % divider, (user, reset, t0, t1)
+    finally:
+        path.write_text(before)

@@ -142,15 +142,13 @@ fn rule(file: &DomainFile, d: &Descriptor, path: &str) -> Result<Option<Rule>, C
         .extension
         .and_then(|e| e.capacity)
         .unwrap_or(u64::from(requests_per_unit));
+    // month (30 days) and year (365 days) as the peer counts them: fixed windows aligned to the
+    // epoch (floor(now / W)), which sluice's fixed_window takes up to 365 days; another
+    // algorithm's window or period is refused by Rule::new beyond 7 days, naming the unit.
     let span = Span::from_millis(unit.millis()).ok_or_else(|| {
         refuse(
             format!("{at}.rate_limit.unit"),
-            format!(
-                "{unit} is longer than sluice's longest window or period ({}); use week or shorter",
-                Span::from_millis(sluice_core::limits::MAX_SPAN_MS)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default()
-            ),
+            format!("{unit} is longer than sluice's longest window (365d)"),
         )
     })?;
     let limit = if algorithm.uses_rate() {
@@ -240,11 +238,56 @@ mod tests {
     }
 
     #[test]
+    fn month_and_year_are_epoch_aligned_fixed_windows_of_30_and_365_days() {
+        let t = translated("domain: d\ndescriptors:\n  - key: m\n    rate_limit: {unit: month, requests_per_unit: 10}\n  - key: y\n    rate_limit: {unit: year, requests_per_unit: 20}\n")
+            .expect("translates");
+        let day = 86_400_000;
+        let got: Vec<_> = t
+            .rules
+            .iter()
+            .map(|r| (r.algorithm(), r.capacity(), r.limit()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    Algorithm::FixedWindow,
+                    10,
+                    RuleLimit::Window(Span::from_millis(30 * day).expect("span"))
+                ),
+                (
+                    Algorithm::FixedWindow,
+                    20,
+                    RuleLimit::Window(Span::from_millis(365 * day).expect("span"))
+                ),
+            ]
+        );
+        // The peer's window: now - now % divider (epoch-aligned), so clock-aligned windows.
+        let sluice_core::params::Params::FixedWindow(w) = t.rules[1].params() else {
+            panic!("fixed_window");
+        };
+        let year_ns = 365 * 86_400 * 1_000_000_000u64;
+        let now = 1_795_000_000 * 1_000_000_000u64;
+        assert_eq!(
+            w.bounds(now),
+            (now - now % year_ns, now - now % year_ns + year_ns)
+        );
+    }
+
+    #[test]
     fn what_sluice_cannot_run_names_the_field() {
-        let e = translated("domain: d\ndescriptors:\n  - key: m\n    rate_limit: {unit: month, requests_per_unit: 10}\n")
+        let e = translated("domain: d\ndescriptors:\n  - key: m\n    algorithm: sliding_window\n    rate_limit: {unit: month, requests_per_unit: 10}\n")
             .expect_err("month");
         assert!(
-            e[0].starts_with("c.yaml: descriptors[0].rate_limit.unit: month is longer"),
+            e[0].starts_with(
+                "c.yaml: descriptors[0].rate_limit.unit: must be at most 7d for sliding_window"
+            ),
+            "{e:?}"
+        );
+        let e = translated("domain: d\ndescriptors:\n  - key: y\n    algorithm: gcra\n    rate_limit: {unit: year, requests_per_unit: 10}\n")
+            .expect_err("year");
+        assert!(
+            e[0].starts_with("c.yaml: descriptors[0].rate_limit.unit: must be at most 7d"),
             "{e:?}"
         );
         let e = translated("domain: d\ndescriptors:\n  - key: m\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n")

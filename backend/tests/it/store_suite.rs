@@ -151,9 +151,62 @@ pub async fn lease_tables(store: &dyn Store) {
     .await;
 }
 
+/// fixed_window over 30 and 365 days (envoyproxy/ratelimit's month and year), epoch-aligned, at
+/// fixed times around a window edge: the reset in ns passes 2^53 for a year (the script returns
+/// it as an exact decimal string), and a reset under 1 ms exercises the string's leading zeros.
+pub async fn long_fixed_window_tables(store: &dyn Store) {
+    // 2026-12-03T00:00Z = 693 × 30 days; 2026-12-18T00:00Z = 57 × 365 days.
+    for (days, edge_s) in [(30u64, 1_796_256_000u64), (365, 1_797_552_000)] {
+        let w = days * 86_400 * S;
+        let e = edge_s * S;
+        let r = rule(&format!(
+            r#"{{"action":"t-fw{days}d","algorithm":"fixed_window","capacity":2,"window":"{days}d"}}"#
+        ));
+        check_table(
+            store,
+            &r,
+            "k",
+            &[
+                (e - 2_500_000_001, 1, true, 1, None, 2_500_000_001, 1.0),
+                (e - 999_999, 1, true, 0, None, 999_999, 2.0),
+                (e - 1, 1, false, 0, Some(1), 1, 2.0),
+                (e, 2, true, 0, None, w, 2.0),
+                (e + 123_456_789, 0, true, 0, None, w - 123_456_789, 2.0),
+                (
+                    e + 123_456_789,
+                    1,
+                    false,
+                    0,
+                    Some(w - 123_456_789),
+                    w - 123_456_789,
+                    2.0,
+                ),
+                (e + w - 1, 3, false, 0, None, 1, 2.0),
+            ],
+        )
+        .await;
+        // A lease far from the edge runs its whole ttl; near it, it ends with the window.
+        let r = rule(&format!(
+            r#"{{"action":"l-fw{days}d","algorithm":"fixed_window","capacity":100,"window":"{days}d"}}"#
+        ));
+        check_lease_table(
+            store,
+            &r,
+            lease(64, "1s"),
+            &[
+                (e + 7 * S + 1, 1, true, 50, Some((49, 1000))),
+                (e + w - 400 * MS - 1, 1, true, 25, Some((24, 400))),
+                (e + w, 1, true, 50, Some((49, 1000))),
+            ],
+        )
+        .await;
+    }
+}
+
 /// Hand-computed tables for every algorithm (see each row's comment for the arithmetic).
 pub async fn tables(store: &dyn Store) {
     lease_tables(store).await;
+    long_fixed_window_tables(store).await;
     // gcra: capacity 3, T = 1 s, tolerance 3 s.
     let r = rule(
         r#"{"action":"t-gcra","algorithm":"gcra","capacity":3,"rate":{"count":1,"period":"1s"}}"#,
@@ -323,9 +376,17 @@ fn random_rule(rng: &mut StdRng, name: &str, algorithm: &str) -> Rule {
         1 => rng.random_range(100..=2_000),
         _ => rng.random_range(1..=12),
     };
-    let span = [
-        "1ms", "3ms", "7ms", "250ms", "1s", "1500ms", "60s", "1h", "7d",
-    ][rng.random_range(0..9)];
+    // fixed_window alone also takes envoyproxy/ratelimit's month and year (30 and 365 days).
+    let spans: &[&str] = if algorithm == "fixed_window" {
+        &[
+            "1ms", "3ms", "7ms", "250ms", "1s", "1500ms", "60s", "1h", "7d", "30d", "365d",
+        ]
+    } else {
+        &[
+            "1ms", "3ms", "7ms", "250ms", "1s", "1500ms", "60s", "1h", "7d",
+        ]
+    };
+    let span = spans[rng.random_range(0..spans.len())];
     let json = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
         let count: u64 = [1, 2, 3, 7, 30, 1000][rng.random_range(0..6)];
         format!(

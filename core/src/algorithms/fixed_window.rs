@@ -102,4 +102,38 @@ mod tests {
         // March has 31 days.
         assert_eq!(d.reset_after, 31 * 86_400 * S);
     }
+
+    #[test]
+    fn windows_of_30_and_365_days_are_epoch_aligned_to_the_ns() {
+        const D: u64 = 86_400 * S;
+        // (window in days, now, quantity): reset to the epoch-aligned edge, exact in ns.
+        for days in [30u64, 365] {
+            let w = days * D;
+            let p = WindowParams {
+                window_ms: days * 86_400_000,
+                capacity: 3,
+                calendar: None,
+            };
+            // 1 ns before an edge: the 365-day window 57 starts 2026-12-18T00:00Z (57 × 365 days).
+            let edge = (1_795_000_000 * S / w + 1) * w;
+            let now = edge - 1;
+            let (d, s) = decide(p, Default::default(), now, 3);
+            assert!(d.allowed);
+            assert_eq!((d.remaining, d.reset_after), (0, 1));
+            let (d, s) = decide(p, s, now, 1);
+            assert_eq!((d.allowed, d.retry_after), (false, Some(1)));
+            let (d, s) = decide(p, s, edge, 1);
+            assert!(d.allowed);
+            assert_eq!((s.start, d.reset_after), (edge, w));
+            // 123,456,789 ns after an edge: the rest of the window, past 2^53 ns for a year.
+            let later = edge + 123_456_789;
+            let (d, _) = decide(p, s, later, 3);
+            assert_eq!(d.retry_after, Some(w - 123_456_789));
+            assert_eq!(d.reset_after, w - 123_456_789);
+        }
+        assert_eq!(
+            (1_795_000_000 * S / (365 * D) + 1) * 365 * D,
+            1_797_552_000 * S
+        );
+    }
 }
