@@ -21,7 +21,7 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from stack import free_port  # noqa: E402  (the e2e suite's helper: one home for it)
+from stack import free_port, pause  # noqa: E402  (the e2e suite's helper: one home for it)
 TOKEN = "demo-test-token"
 
 
@@ -133,7 +133,7 @@ def test_decisions_ride_the_exchange_stream_to_the_grpc_listener(demo):
     while no stream is open, or an HTTP callout would each show as one). The traffic generator
     is paused so only this test's requests count; count reports (unary exchanges) are taken out."""
     traffic = child_pid(demo["proc"].pid, "demo/traffic.py")
-    os.kill(traffic, signal.SIGSTOP)
+    pause(traffic)
     try:
         assert backend_metric(demo, "sluice_exchange_streams") >= 1
         url = f"http://127.0.0.1:{demo['envoy']}/posts"
@@ -198,7 +198,7 @@ def test_requests_that_pass_unchecked_show_in_the_dashboard_within_15_s(demo):
     backend = child_pid(demo["proc"].pid, "sluice")
     before = history_totals(demo, "like")["passed_unchecked"]
     url = f"http://127.0.0.1:{demo['envoy']}/posts/1/like"
-    os.kill(backend, signal.SIGSTOP)
+    pause(backend)
     try:
         unchecked = [r for r in burst(url, "hung-backend-user", 5) if "x-sluice-failure" in r.headers]
     finally:
@@ -216,7 +216,7 @@ def test_the_dashboards_denials_equal_envoys_over_a_minute(demo):
     over one minute, against the dashboard's history of denied + cached denied for the action.
     The demo's traffic generator is paused so only this run's traffic counts."""
     traffic = child_pid(demo["proc"].pid, "demo/traffic.py")
-    os.kill(traffic, signal.SIGSTOP)
+    pause(traffic)
     try:
         time.sleep(3)  # the generator's last requests reach the history (flush ≤ 1 s, reports ~1 s)
         before = history_totals(demo, "reply")
@@ -306,7 +306,7 @@ def test_a_15_s_backend_stall_counts_exactly_what_envoy_did(demo):
             i += 1
             time.sleep(0.01)
 
-    os.kill(traffic, signal.SIGSTOP)
+    pause(traffic)
     try:
         time.sleep(3)  # the generator's last requests reach the history (flush ≤ 1 s, reports ~1 s)
         envoy_before = envoy_stat(demo, "sluice.failures_allow")
@@ -314,7 +314,7 @@ def test_a_15_s_backend_stall_counts_exactly_what_envoy_did(demo):
         metric_before = passed_unchecked_metric(demo)
         # The abuser fills its funnel first, so a request of its decided late would be a denial.
         for_seconds(2, ["stall-abuser"])
-        os.kill(backend, signal.SIGSTOP)
+        pause(backend)
         try:
             for_seconds(STALL_S, ["stall-abuser", "stall-probe"])
         finally:

@@ -51,6 +51,20 @@ def free_port():
     raise RuntimeError("no fresh loopback port after 100 tries")
 
 
+def pause(pid, timeout=5.0):
+    """SIGSTOP `pid` and return once the kernel shows it stopped (state T in /proc/PID/stat).
+    kill() returns when the signal is queued, not when every thread has stopped: on a busy machine
+    a process keeps running for a moment, and a request sent at once could still be answered, so a
+    test of "the backend is stopped" must not start before it is."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped():
+        with open(f"/proc/{pid}/stat") as f:
+            # The state follows the command name, which is in parentheses and may hold spaces.
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    wait_until(stopped, f"process {pid} stopped", timeout=timeout, every=0.001)
+
+
 def wait_until(check, what, timeout=20.0, every=0.05):
     """Polls `check` until it returns a truthy value, at most `timeout` seconds."""
     deadline = time.monotonic() + timeout

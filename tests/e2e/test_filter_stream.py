@@ -149,7 +149,7 @@ def test_a_paused_backend_times_out_into_the_failure_mode_then_recovers(stream_s
     backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 1000, "rate": HOUR})
     who = user()
     assert get(envoy, "/limited/p", who).status_code == 200
-    os.kill(backend.proc.popen.pid, signal.SIGSTOP)
+    stack.pause(backend.proc.popen.pid)
     try:
         for listener, status in (("LISTEN_OPEN_PORT", 200), ("LISTEN_CLOSED_PORT", 503)):
             started = time.monotonic()
@@ -172,7 +172,7 @@ def test_a_body_sent_while_the_decision_is_pending_does_not_pass_the_request(str
     backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 1000, "rate": HOUR})
     head = (b"POST /limited/b HTTP/1.1\r\nhost: e2e\r\nx-user: " + user().encode() +
             b"\r\ncontent-length: 5\r\nconnection: close\r\n\r\n")
-    os.kill(backend.proc.popen.pid, signal.SIGSTOP)
+    stack.pause(backend.proc.popen.pid)
     try:
         with socket.create_connection(("127.0.0.1", envoy.ports["LISTEN_CLOSED_PORT"]), timeout=10) as conn:
             conn.sendall(head)

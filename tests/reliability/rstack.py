@@ -77,7 +77,7 @@ class Redis:
         self.proc.log.close()
 
     def pause(self):
-        os.kill(self.proc.popen.pid, signal.SIGSTOP)
+        stack.pause(self.proc.popen.pid)
 
     def resume(self):
         os.kill(self.proc.popen.pid, signal.SIGCONT)
