@@ -104,7 +104,7 @@ def test_only_the_probes_and_login_are_public(backend):
     ops = operations(backend)
     decision = {(m, p) for m, p, tags, s in ops if "decision" in tags}
     assert decision == {("post", "/v1/throttle"), ("post", "/v1/throttle/all"), ("post", "/v1/cl.throttle"),
-                        ("post", "/v1/report")}
+                        ("post", "/v1/report"), ("post", "/v1/commit")}
     for method, path in decision:
         assert call(backend.admin_url, method, path, {}).status_code in (404, 405), (method, path)
     public = {(m, p) for m, p, tags, s in ops if not s} - decision
