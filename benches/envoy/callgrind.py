@@ -76,6 +76,14 @@ ROWS = {
         {"backend": {"cluster": "sluice_rls", "protocol": "grpc_stream"},
          "routes": [{"action": "bench_allowed", "key": {"source": "header", "name": "x-user"}}]},
     ),
+    # The native build only: grpc_stream over the one exchange stream Envoy's main thread keeps
+    # (native/src/stream.rs; filter_name ".../stream"), beside the row above (".../unary": each
+    # exchange a unary DecisionExchange/Call over the request's own HTTP callout).
+    "grpc_stream_main": (
+        "native grpc_stream (main-thread stream)",
+        {"backend": {"cluster": "sluice_rls", "protocol": "grpc_stream"},
+         "routes": [{"action": "bench_allowed", "key": {"source": "header", "name": "x-user"}}]},
+    ),
     # A denied key answered from the denial cache: the rule admits one request per hour, the
     # warm-up spends it and caches the denial (max_ttl_ms 1 h), so every measured request is a
     # cache hit (429, no callout).
@@ -88,6 +96,10 @@ ROWS = {
     "rls": ("Envoy's ratelimit filter -> sluice RLS", None),
 }
 BUILD_FREE = {"no_filter", "rls"}
+# Rows measured on the native build only, and the native build's filter_name suffix per row (it
+# picks how grpc_stream decisions go: native/src/stream.rs `wanted`).
+NATIVE_ONLY = {"grpc_stream_main"}
+NATIVE_NAME = {"grpc_stream": "/unary", "grpc_stream_main": "/stream"}
 
 
 def port(work):
@@ -174,15 +186,15 @@ def wasm_filter(name, vm_id, wasm, conf):
     }
 
 
-def native_filter(name, so, conf):
+def native_filter(name, so, conf, suffix=""):
     """The dynamic-module build (libsluice_filter_native.so, loaded by absolute path) with the
-    same configuration string as the wasm build's."""
+    same configuration string as the wasm build's; `suffix` ends its filter_name."""
     return {
         "name": "envoy.filters.http.dynamic_modules",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
             "dynamic_module_config": {"module": {"local": {"filename": so}}},
-            "filter_name": name,
+            "filter_name": name + suffix,
             "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                               "value": json.dumps(filter_conf(conf))},
         },
@@ -209,7 +221,10 @@ def config(work, out, rows):
         if row not in ROWS:
             sys.exit(f"sluice callgrind: unknown row {row} (known: {' '.join(ROWS)})")
         label, conf = ROWS[row]
-        for build, wasm in builds[:1] if row in BUILD_FREE else builds:
+        row_builds = builds[:1] if row in BUILD_FREE else builds
+        if row in NATIVE_ONLY:
+            row_builds = [b for b in builds if b[0] == "native"]
+        for build, wasm in row_builds:
             p = port(work)
             name = f"{row}_{build}"
             if row == "no_filter":
@@ -232,7 +247,8 @@ def config(work, out, rows):
                                                "grpc_service": {"envoy_grpc": {"cluster_name": "sluice_rls"}}},
                     }}], route))
             elif build == "native":
-                listeners.append(listener(name, p, [native_filter(name, wasm, conf)], to_upstream))
+                listeners.append(listener(name, p, [native_filter(name, wasm, conf, NATIVE_NAME.get(row, ""))],
+                                          to_upstream))
             else:
                 # One VM per build, shared by its listeners (as one filter build is in production).
                 vm_id = "sluice" if build == "base" else f"sluice_{[n for n, _ in builds].index(build)}"

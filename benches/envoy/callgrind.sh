@@ -16,7 +16,11 @@
 #   http         sluice allowed, HTTP callout (backend.protocol http)
 #   grpc         sluice allowed, gRPC callout (protocol grpc: ShouldRateLimit to the RLS listener)
 #   grpc_stream  sluice allowed, protocol grpc_stream (DecisionExchange/Stream on the RLS listener);
-#                skipped, saying why, when the filter build or the backend does not have it
+#                skipped, saying why, when the filter build or the backend does not have it. The
+#                native build's row sends each exchange as a unary DecisionExchange/Call
+#   grpc_stream_main  the native build only: grpc_stream over the one exchange stream Envoy's main
+#                thread keeps (native/src/stream.rs), each decision handed to the main thread and
+#                its answer back to the worker (skipped as grpc_stream, or with NATIVE=none)
 #   cached       sluice denied from the denial cache (429, no callout; the rule admits one request
 #                an hour, the warm-up spends it)
 #   rls          Envoy's native ratelimit filter -> the backend's RLS listener
@@ -52,7 +56,7 @@ COMPARE="${compare[*]}"
 BACKEND_BIN=${BACKEND_BIN:-target/release/sluice}
 NATIVE=${NATIVE:-target/release/libsluice_filter_native.so}
 [ "$NATIVE" = none ] || NATIVE=$(realpath "$NATIVE")
-ROWS=${ROWS:-no_filter nomatch leased http grpc grpc_stream cached rls}
+ROWS=${ROWS:-no_filter nomatch leased http grpc grpc_stream grpc_stream_main cached rls}
 REPEATS=${REPEATS:-2}
 REQUESTS=${REQUESTS:-300}
 WARMUP=${WARMUP:-100}
@@ -134,11 +138,15 @@ grpc_status() { # PATH: grpc-status of an empty unary call to the RLS listener
     tr -d '\r' | awk -F': ' 'tolower($1) == "grpc-status" {print $2; exit}'
 }
 for row in $ROWS; do
-  if [ "$row" = grpc_stream ]; then
+  if [ "$row" = grpc_stream ] || [ "$row" = grpc_stream_main ]; then
     why=
-    for f in "$WASM" "${compare[@]}"; do
-      grep -q grpc_stream "$f" || why="${why:+$why; }filter build $f does not know protocol grpc_stream"
-    done
+    if [ "$row" = grpc_stream ]; then
+      for f in "$WASM" "${compare[@]}"; do
+        grep -q grpc_stream "$f" || why="${why:+$why; }filter build $f does not know protocol grpc_stream"
+      done
+    elif [ "$NATIVE" = none ]; then
+      why="NATIVE=none (a native-build row)"
+    fi
     status=
     for _ in 1 2 3; do
       status=$(grpc_status /sluice.v1.DecisionExchange/Stream || true)

@@ -283,11 +283,37 @@ extern "C" {
         event_id: u64,
     );
     fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: *mut c_void);
+    fn envoy_dynamic_module_callback_http_filter_config_start_http_stream(
+        config: *mut c_void,
+        stream_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        end_stream: bool,
+        timeout_ms: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_stream_send_data(
+        config: *mut c_void,
+        stream_id: u64,
+        data: ModuleBuffer,
+        end_stream: bool,
+    ) -> bool;
+    fn envoy_dynamic_module_callback_http_filter_config_reset_http_stream(
+        config: *mut c_void,
+        stream_id: u64,
+    );
+    fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: *mut c_void) -> *mut c_void;
+    fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        scheduler: *mut c_void,
+        event_id: u64,
+    );
+    fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
 }
 
 /// Every callback the module calls: all must be exported by the Envoy that loads it.
-const CALLBACKS: [&[u8]; 16] = [
+const CALLBACKS: [&[u8]; 22] = [
     b"envoy_dynamic_module_callback_log\0",
     b"envoy_dynamic_module_callback_http_get_headers_size\0",
     b"envoy_dynamic_module_callback_http_get_headers\0",
@@ -304,6 +330,13 @@ const CALLBACKS: [&[u8]; 16] = [
     b"envoy_dynamic_module_callback_http_filter_config_scheduler_new\0",
     b"envoy_dynamic_module_callback_http_filter_config_scheduler_commit\0",
     b"envoy_dynamic_module_callback_http_filter_config_scheduler_delete\0",
+    // The exchange stream on the main thread (`stream.rs`).
+    b"envoy_dynamic_module_callback_http_filter_config_start_http_stream\0",
+    b"envoy_dynamic_module_callback_http_filter_config_stream_send_data\0",
+    b"envoy_dynamic_module_callback_http_filter_config_reset_http_stream\0",
+    b"envoy_dynamic_module_callback_http_filter_scheduler_new\0",
+    b"envoy_dynamic_module_callback_http_filter_scheduler_commit\0",
+    b"envoy_dynamic_module_callback_http_filter_scheduler_delete\0",
 ];
 
 /// The callbacks this module needs that the process does not export (empty when the loading
@@ -445,6 +478,132 @@ impl Drop for Scheduler {
         // SAFETY: created by scheduler_new, deleted once.
         unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.0) }
     }
+}
+
+/// The main thread's exchange stream (`stream.rs`): a config-level HTTP stream, its data, its
+/// reset. Main thread only, as every config-level callout (Envoy's async client there belongs to
+/// the main thread's dispatcher).
+impl ConfigHandle {
+    /// Starts an HTTP stream to `cluster` (headers sent, the stream left open; `timeout_ms` 0: no
+    /// timeout); its id, or the init result's number. Its events come to the configuration's
+    /// `http_stream_*` hooks.
+    pub fn start_http_stream(
+        &self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        timeout_ms: u64,
+    ) -> Result<u64, u32> {
+        let mut headers = module_headers(headers);
+        let mut id = 0u64;
+        // SAFETY: the config pointer is live (called from its own scheduled hook); Envoy copies
+        // the headers during the call.
+        let result = unsafe {
+            envoy_dynamic_module_callback_http_filter_config_start_http_stream(
+                self.0,
+                &mut id,
+                module_buffer(cluster.as_bytes()),
+                headers.as_mut_ptr(),
+                headers.len(),
+                module_buffer(&[]),
+                false,
+                timeout_ms,
+            )
+        };
+        if result == CALLOUT_INIT_SUCCESS {
+            Ok(id)
+        } else {
+            Err(result)
+        }
+    }
+
+    /// Sends `data` on stream `id`; false when Envoy no longer has that stream.
+    pub fn stream_send_data(&self, id: u64, data: &[u8]) -> bool {
+        // SAFETY: the config pointer is live; Envoy copies the data during the call.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_config_stream_send_data(
+                self.0,
+                id,
+                module_buffer(data),
+                false,
+            )
+        }
+    }
+
+    /// Resets stream `id` (nothing when Envoy no longer has it).
+    pub fn reset_http_stream(&self, id: u64) {
+        // SAFETY: the config pointer is live.
+        unsafe { envoy_dynamic_module_callback_http_filter_config_reset_http_stream(self.0, id) }
+    }
+}
+
+/// A request's scheduler (`envoy_dynamic_module_callback_http_filter_scheduler_new`): `commit`
+/// from any thread runs `on_http_filter_scheduled` on the request's worker. Envoy's scheduler
+/// holds a weak pointer to its filter and the worker's dispatcher: a commit after the filter is
+/// gone posts an event that does nothing (Envoy checks the filter, then its module side, before
+/// calling the hook), so the scheduler may outlive its request; it is deleted once, on drop.
+#[derive(Debug)]
+pub struct FilterScheduler(*mut c_void);
+
+// SAFETY: Envoy's scheduler only posts to the worker's dispatcher (thread-safe) and holds a
+// `weak_ptr` (atomic counts); it is deleted once, by whichever thread drops the last owner.
+unsafe impl Send for FilterScheduler {}
+// SAFETY: as above; `commit` takes no lock of ours and changes nothing in the scheduler.
+unsafe impl Sync for FilterScheduler {}
+
+impl FilterScheduler {
+    /// Asks for `on_http_filter_scheduled(event_id)` on the request's worker.
+    pub fn commit(&self, event_id: u64) {
+        // SAFETY: live until dropped.
+        unsafe { envoy_dynamic_module_callback_http_filter_scheduler_commit(self.0, event_id) }
+    }
+}
+
+impl Drop for FilterScheduler {
+    fn drop(&mut self) {
+        // SAFETY: made by scheduler_new, deleted once.
+        unsafe { envoy_dynamic_module_callback_http_filter_scheduler_delete(self.0) }
+    }
+}
+
+impl FilterHandle {
+    /// A scheduler for this request (call on its worker, during one of its hooks).
+    pub fn scheduler(&self) -> Option<FilterScheduler> {
+        // SAFETY: live filter pointer, on its worker thread.
+        let ptr = unsafe { envoy_dynamic_module_callback_http_filter_scheduler_new(self.0) };
+        (!ptr.is_null()).then_some(FilterScheduler(ptr))
+    }
+}
+
+/// Copies Envoy's header array (empty for a null pointer).
+fn envoy_headers(headers: *const EnvoyHeader, size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    if headers.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: Envoy passes `size` headers valid for the call.
+    let headers = unsafe { std::slice::from_raw_parts(headers, size) };
+    headers
+        .iter()
+        .map(|h| {
+            (
+                envoy_bytes(h.key_ptr, h.key_length),
+                envoy_bytes(h.value_ptr, h.value_length),
+            )
+        })
+        .collect()
+}
+
+/// Copies Envoy's chunks into one buffer (empty for a null pointer).
+fn envoy_chunks(chunks: *const EnvoyBuffer, size: usize) -> Vec<u8> {
+    if chunks.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: Envoy passes `size` chunks valid for the call.
+    let chunks = unsafe { std::slice::from_raw_parts(chunks, size) };
+    let mut out = Vec::with_capacity(chunks.iter().map(|c| c.length).sum());
+    for c in chunks {
+        out.extend_from_slice(envoy_slice(c.ptr, c.length));
+    }
+    out
 }
 
 /// One Envoy worker's state (`T` holds `Rc`s and `RefCell`s: the flow's configuration, the
@@ -958,13 +1117,18 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 ) {
 }
 
-/// No per-request scheduler is used.
+/// A request's scheduler fired: an exchange answer handed over from the main thread.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
-    _e: *mut c_void,
-    _f: *mut c_void,
-    _event_id: u64,
+    filter_envoy: *mut c_void,
+    filter: *mut c_void,
+    event_id: u64,
 ) {
+    guarded("http_filter_scheduled", (), || {
+        if let Some(f) = filter_mut(filter) {
+            as_active(filter_envoy, || glue::on_scheduled(f, event_id));
+        }
+    })
 }
 
 /// A decision callout answered (or failed).
@@ -1113,70 +1277,103 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
     })
 }
 
-/// Config streams are not used by this build.
+/// The exchange stream's response headers (main thread).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers(
     _e: *mut c_void,
-    _c: *const c_void,
-    _stream_id: u64,
-    _headers: *const EnvoyHeader,
-    _headers_size: usize,
+    config: *const c_void,
+    stream_id: u64,
+    headers: *const EnvoyHeader,
+    headers_size: usize,
     _end_stream: bool,
 ) {
+    guarded("config_http_stream_headers", (), || {
+        if let Some(config) = config_ref(config) {
+            let headers = envoy_headers(headers, headers_size);
+            glue::on_config_stream_headers(config, stream_id, &headers);
+        }
+    })
 }
 
-/// Config streams are not used by this build.
+/// Data on the exchange stream: reply frames (main thread).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
     _e: *mut c_void,
-    _c: *const c_void,
-    _stream_id: u64,
-    _chunks: *const EnvoyBuffer,
-    _chunks_size: usize,
+    config: *const c_void,
+    stream_id: u64,
+    chunks: *const EnvoyBuffer,
+    chunks_size: usize,
     _end_stream: bool,
 ) {
+    guarded("config_http_stream_data", (), || {
+        if let Some(config) = config_ref(config) {
+            let bytes = envoy_chunks(chunks, chunks_size);
+            glue::on_config_stream_data(config, stream_id, &bytes);
+        }
+    })
 }
 
-/// Config streams are not used by this build.
+/// The exchange stream's trailers: its gRPC status (main thread).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailers(
     _e: *mut c_void,
-    _c: *const c_void,
-    _stream_id: u64,
-    _trailers: *const EnvoyHeader,
-    _trailers_size: usize,
+    config: *const c_void,
+    stream_id: u64,
+    trailers: *const EnvoyHeader,
+    trailers_size: usize,
 ) {
+    guarded("config_http_stream_trailers", (), || {
+        if let Some(config) = config_ref(config) {
+            let trailers = envoy_headers(trailers, trailers_size);
+            glue::on_config_stream_headers(config, stream_id, &trailers);
+        }
+    })
 }
 
-/// Config streams are not used by this build.
+/// The exchange stream ended (main thread).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complete(
     _e: *mut c_void,
-    _c: *const c_void,
-    _stream_id: u64,
+    config: *const c_void,
+    stream_id: u64,
 ) {
+    guarded("config_http_stream_complete", (), || {
+        if let Some(config) = config_ref(config) {
+            glue::on_config_stream_end(config, stream_id, None);
+        }
+    })
 }
 
-/// Config streams are not used by this build.
+/// The exchange stream was reset (main thread).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
     _e: *mut c_void,
-    _c: *const c_void,
-    _stream_id: u64,
-    _reason: u32,
+    config: *const c_void,
+    stream_id: u64,
+    reason: u32,
 ) {
+    guarded("config_http_stream_reset", (), || {
+        if let Some(config) = config_ref(config) {
+            glue::on_config_stream_end(config, stream_id, Some(reason));
+        }
+    })
 }
 
-/// The main thread's turn: send the reports the workers queued.
+/// The main thread's turn: send the reports the workers queued (event 0), or the exchange
+/// stream's turn (`stream::STREAM_EVENT`).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
     _config_envoy: *mut c_void,
     config: *const c_void,
-    _event_id: u64,
+    event_id: u64,
 ) {
     guarded("config_scheduled", (), || {
         if let Some(config) = config_ref(config) {
-            glue::on_config_scheduled(config);
+            if event_id == crate::stream::STREAM_EVENT {
+                glue::on_config_stream_turn(config);
+            } else {
+                glue::on_config_scheduled(config);
+            }
         }
     })
 }

@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
 use sluice_filter::config::{Config, Match, Protocol};
+use sluice_filter::exchange::Route;
 use sluice_filter::failure::Failure;
 use sluice_filter::flow::{Flow, Next};
 use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
@@ -27,6 +28,7 @@ use crate::abi::{self, ConfigHandle, FilterHandle, HeaderSnapshot, Level, Worker
 use crate::grpc;
 use crate::relay::Reports;
 use crate::shared::{self, SharedStore};
+use crate::stream::{self, Delivery, Mailbox, MainStream};
 
 /// The longest callout answer read (the decision API's own body limit).
 pub const MAX_ANSWER: usize = sluice_filter::flow::MAX_RESPONSE_BODY;
@@ -65,6 +67,9 @@ pub struct NativeConfig {
 impl Drop for NativeConfig {
     fn drop(&mut self) {
         self.common.reports.stop();
+        if let Some(stream) = &self.common.stream {
+            stream.stop();
+        }
     }
 }
 
@@ -78,6 +83,8 @@ struct Common {
     catch_all: bool,
     counters: Vec<Option<usize>>,
     reports: Reports,
+    /// `grpc_stream` over the main thread's exchange stream (`stream.rs`); `None`: unary calls.
+    stream: Option<MainStream>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -97,14 +104,26 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
         .map(|c| handle.define_counter(c.name()))
         .collect();
     let reports = Reports::new(handle.scheduler(), &config);
+    let stream = if stream::wanted(name, &config) {
+        handle
+            .scheduler()
+            .map(|scheduler| MainStream::new(scheduler, &config))
+    } else {
+        None
+    };
     abi::log(
         Level::Info,
         &format!(
-            "sluice: native filter '{}' configured (ABI {}): {} routes, protocol {:?}",
+            "sluice: native filter '{}' configured (ABI {}): {} routes, protocol {:?}{}",
             String::from_utf8_lossy(name),
             abi::ABI_VERSION,
             config.routes.len(),
-            config.backend.protocol
+            config.backend.protocol,
+            if stream.is_some() {
+                " (the main thread's exchange stream)"
+            } else {
+                ""
+            }
         ),
     );
     Some(NativeConfig {
@@ -114,6 +133,7 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
             config,
             counters,
             reports,
+            stream,
         }),
         handle,
     })
@@ -195,6 +215,9 @@ pub struct NativeHost {
     callouts: Vec<(u32, Kind)>,
     /// Inside `on_request_headers`: a resume then is a "continue" return instead.
     in_headers: bool,
+    /// Where the main thread's exchange stream hands this request its answers (made at its
+    /// first exchange on the stream).
+    mailbox: Option<Arc<Mailbox>>,
     resumed_in_headers: bool,
 }
 
@@ -221,6 +244,7 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
             callouts: Vec::new(),
             in_headers: false,
             resumed_in_headers: false,
+            mailbox: None,
         },
         local: None,
         slot: None,
@@ -355,11 +379,15 @@ fn deliver(flow: &mut Flow, host: &mut NativeHost, callout_id: u64, answer: Call
         }
         Kind::Exchange => {
             let reply = grpc::read(&answer);
-            match sluice_filter::exchange::unary_reply(
+            let result = sluice_filter::exchange::unary_reply(
                 reply.code,
                 reply.message.as_deref(),
                 &reply.bytes,
-            ) {
+            );
+            if let Some(stream) = &host.common.stream {
+                stream.on_unary(result.as_ref().map(|_| ()), host.now_ns());
+            }
+            match result {
                 Ok((status, body)) => {
                     let status = status.to_string();
                     flow.on_callout_response(host, token, Some(status.as_bytes()), &body);
@@ -367,6 +395,63 @@ fn deliver(flow: &mut Flow, host: &mut NativeHost, callout_id: u64, answer: Call
                 Err(failure) => flow.on_failure(host, token, failure),
             }
         }
+    }
+}
+
+/// `on_http_filter_scheduled`: answers the main thread's exchange stream handed to this request.
+pub fn on_scheduled(f: &mut NativeFilter, _event_id: u64) {
+    let Some(mailbox) = f.host.mailbox.clone() else {
+        return;
+    };
+    let deliveries = mailbox.take();
+    if deliveries.is_empty() {
+        return;
+    }
+    let (Some(local), Some(slot)) = (&f.local, f.slot) else {
+        return;
+    };
+    let mut state = local.lock();
+    let Some(Some(flow)) = state.flows.get_mut(slot) else {
+        return;
+    };
+    let host = &mut f.host;
+    for (token, delivery) in deliveries {
+        match delivery {
+            Delivery::Answer(status, body) => {
+                let status = status.to_string();
+                flow.on_callout_response(host, token, Some(status.as_bytes()), &body);
+            }
+            Delivery::Failed(failure) => flow.on_failure(host, token, failure),
+        }
+    }
+    deliver_early(flow, host);
+}
+
+/// The exchange stream's turn on the main thread.
+pub fn on_config_stream_turn(config: &NativeConfig) {
+    if let Some(stream) = &config.common.stream {
+        stream.turn(config.handle, &config.common.counters);
+    }
+}
+
+/// The exchange stream's response headers or trailers (main thread).
+pub fn on_config_stream_headers(config: &NativeConfig, id: u64, headers: &[(Vec<u8>, Vec<u8>)]) {
+    if let Some(stream) = &config.common.stream {
+        stream.on_headers(id, headers);
+    }
+}
+
+/// Data on the exchange stream (main thread).
+pub fn on_config_stream_data(config: &NativeConfig, id: u64, bytes: &[u8]) {
+    if let Some(stream) = &config.common.stream {
+        stream.on_data(config.handle, &config.common.counters, id, bytes);
+    }
+}
+
+/// The exchange stream ended: completed, or reset with Envoy's reason (main thread).
+pub fn on_config_stream_end(config: &NativeConfig, id: u64, reset: Option<u32>) {
+    if let Some(stream) = &config.common.stream {
+        stream.on_end(config.handle, &config.common.counters, id, reset);
     }
 }
 
@@ -404,6 +489,20 @@ impl Drop for NativeHost {
 }
 
 impl NativeHost {
+    /// Sends the exchange on the main thread's stream when the configuration has one (`None`:
+    /// it has not, or no scheduler could be made for this request: a unary call then).
+    fn exchange_on_stream(&mut self, call: &ExchangeCall) -> Option<Route> {
+        let common = Arc::clone(&self.common);
+        let stream = common.stream.as_ref()?;
+        if self.mailbox.is_none() {
+            self.mailbox = Some(Mailbox::new(self.filter.scheduler()?));
+        }
+        let mailbox = self.mailbox.as_ref()?;
+        let now = self.now_ns();
+        let deadline = now.saturating_add(call.timeout_ms.saturating_mul(1_000_000));
+        Some(stream.send(&call.path, call.body.clone(), mailbox, deadline, now))
+    }
+
     /// Drops the header snapshot (the filter changed the headers, or the request is done),
     /// giving its buffers to the worker's next snapshot.
     fn forget_headers(&mut self) {
@@ -526,6 +625,13 @@ impl Host for NativeHost {
     }
 
     fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
+        if let Some(route) = self.exchange_on_stream(call) {
+            match route {
+                Route::Stream(id) => return Ok(id),
+                Route::Fail(failure) => return Err(failure),
+                Route::Unary => {}
+            }
+        }
         let message = prost::Message::encode_to_vec(&ExchangeRequest {
             id: 0,
             path: call.path.clone(),
@@ -542,7 +648,13 @@ impl Host for NativeHost {
             &body,
             call.timeout_ms,
         )
-        .map_err(|e| Failure::not_started(&e))
+        .map_err(|e| {
+            let failure = Failure::not_started(&e);
+            if let Some(stream) = &common.stream {
+                stream.on_unary(Err(&failure), self.now_ns());
+            }
+            failure
+        })
     }
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {

@@ -12,6 +12,8 @@
 //! - `grpc`: gRPC unary calls (exchange `Call`, RLS) framed by hand over the HTTP callout.
 //! - `relay`: count reports without `on_tick`: a timer thread wakes the main thread, which runs
 //!   each worker's report turn under that worker's lock and sends it as a config-level callout.
+//! - `stream`: `grpc_stream` over one exchange stream kept by the main thread: decisions handed to
+//!   it (the configuration's scheduler) and answers handed back (each request's scheduler).
 
 #![deny(unsafe_code)]
 
@@ -21,5 +23,6 @@ pub mod glue;
 pub mod grpc;
 pub mod relay;
 pub mod shared;
+pub mod stream;
 
 pub use abi::ABI_VERSION;

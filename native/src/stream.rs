@@ -1,0 +1,540 @@
+//! `protocol: grpc_stream` over one long-lived exchange stream per configuration, on Envoy's
+//! main thread (the native build's counterpart of the wasm build's per-worker stream).
+//!
+//! The dynamic-module ABI gives a worker no stream that outlives its request: a filter's
+//! `start_http_stream` ends with the request, and the configuration's
+//! `http_filter_config_start_http_stream` runs on the main thread only. So one stream,
+//! `sluice.v1.DecisionExchange/Stream` (gRPC framing written by hand), is kept by the main thread,
+//! and each decision makes two thread hops:
+//!
+//! 1. the worker registers the decision in the shared [`Exchanger`] (the wasm build's
+//!    host-independent waiting table, ids, deadlines, backoff and probes) and appends its frame to
+//!    the outbox; the first frame of a batch wakes the main thread (the configuration's
+//!    scheduler, [`STREAM_EVENT`]);
+//! 2. the main thread writes the whole outbox as one DATA frame on the stream;
+//! 3. a reply frame arrives on the main thread, which puts it in the waiting request's
+//!    [`Mailbox`] and commits that request's own scheduler;
+//! 4. the worker's `on_http_filter_scheduled` hands it to the request's flow (resume or reply).
+//!
+//! A request gone before its answer: Envoy's filter scheduler holds a weak pointer to its filter
+//! and does nothing once the filter is destroyed, and the mailbox (owning the scheduler) lives
+//! as long as either side holds it, so a late commit is safe and the answer is dropped.
+//!
+//! Everything else is the wasm build's: no stream (before the first open, after a close, or with
+//! `exchange::MAX_WAITING` waiting) sends the decision as a unary `DecisionExchange/Call`; a
+//! stream that closes or is refused fails its waiters at once (their failure mode applies) and
+//! is reopened after 100 ms doubling to 5 s; while it is down for a reason that persists,
+//! requests fail at once except one unary probe per backoff interval. Deadlines are kept by a
+//! timer thread that wakes the main thread every `backend.timeout_ms / 4` (at least 5 ms).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sluice_core::exchange::STREAM_PATH;
+use sluice_filter::config::{Config, Protocol};
+use sluice_filter::exchange::{Exchanger, Route, StreamHost, Waiting};
+use sluice_filter::failure::{grpc, Failure};
+use sluice_filter::host::Counter;
+
+use crate::abi::{self, ConfigHandle, FilterScheduler, Level, Scheduler};
+
+/// The configuration scheduler's event for the stream's turn on the main thread (0 is the
+/// count reports' timer).
+pub const STREAM_EVENT: u64 = 1;
+
+/// gRPC UNKNOWN.
+const UNKNOWN: u32 = 2;
+
+/// The longest reply frame read (a longer one is a protocol error: the stream is reset).
+const MAX_FRAME: usize = sluice_filter::flow::MAX_RESPONSE_BODY + 1024;
+
+/// Whether `grpc_stream` decisions go over the main thread's stream when the filter's name does
+/// not say (`filter_name` ending in `/stream` or `/unary`).
+pub const DEFAULT_STREAM: bool = false;
+
+/// Whether the configuration named `name` sends its decisions over the main thread's stream.
+pub fn wanted(name: &[u8], config: &Config) -> bool {
+    if config.backend.protocol != Protocol::GrpcStream {
+        return false;
+    }
+    if name.ends_with(b"/unary") {
+        false
+    } else if name.ends_with(b"/stream") {
+        true
+    } else {
+        DEFAULT_STREAM
+    }
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// What a waiting request is handed.
+#[derive(Debug)]
+pub enum Delivery {
+    /// The decision route's status and body.
+    Answer(u32, Vec<u8>),
+    /// No answer (timeout, the stream closed): the failure mode applies.
+    Failed(Failure),
+}
+
+/// One request's way back from the main thread: its deliveries and its own scheduler.
+#[derive(Debug)]
+pub struct Mailbox {
+    scheduler: FilterScheduler,
+    inbox: Mutex<Vec<(u32, Delivery)>>,
+}
+
+impl Mailbox {
+    /// A mailbox committing `scheduler` (the request's).
+    pub fn new(scheduler: FilterScheduler) -> Arc<Mailbox> {
+        Arc::new(Mailbox {
+            scheduler,
+            inbox: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Hands `what` for message `id` to the request (any thread).
+    fn post(&self, id: u32, what: Delivery) {
+        locked(&self.inbox).push((id, what));
+        self.scheduler.commit(u64::from(id));
+    }
+
+    /// What arrived (the request's worker, in `on_http_filter_scheduled`).
+    pub fn take(&self) -> Vec<(u32, Delivery)> {
+        std::mem::take(&mut *locked(&self.inbox))
+    }
+}
+
+type Waiter = Waiting<Arc<Mailbox>>;
+
+/// The shared state: the exchanger, the frames not yet written, the reply bytes not yet a frame.
+#[derive(Debug)]
+struct State {
+    ex: Exchanger<Arc<Mailbox>>,
+    /// Frames for stream `outbox_token`, written by the main thread's next turn.
+    outbox: Vec<u8>,
+    outbox_token: Option<u32>,
+    /// The main thread has been asked for a turn it has not taken yet.
+    wake_pending: bool,
+    /// Reply bytes of the open stream not yet a whole frame.
+    inbound: Vec<u8>,
+    /// The gRPC status seen on the open stream (trailers, or a trailers-only answer).
+    status: Option<(u32, Option<String>)>,
+}
+
+/// Frames appended by a worker (`Exchanger::send` writes through this).
+struct Queue<'a> {
+    outbox: &'a mut Vec<u8>,
+    token: &'a mut Option<u32>,
+}
+
+impl StreamHost for Queue<'_> {
+    fn open_stream(&mut self) -> Result<u32, String> {
+        Err("streams open on the main thread".to_owned())
+    }
+
+    fn send_message(&mut self, token: u32, message: &[u8]) -> Result<(), String> {
+        if *self.token != Some(token) {
+            self.outbox.clear();
+            *self.token = Some(token);
+        }
+        let len = u32::try_from(message.len()).map_err(|_| "message too long".to_owned())?;
+        self.outbox.push(0);
+        self.outbox.extend_from_slice(&len.to_be_bytes());
+        self.outbox.extend_from_slice(message);
+        Ok(())
+    }
+}
+
+/// Opens the stream (main thread, from `Exchanger::ensure_open`).
+struct Opener<'a> {
+    handle: ConfigHandle,
+    cluster: &'a str,
+    authority: &'a str,
+}
+
+impl StreamHost for Opener<'_> {
+    fn open_stream(&mut self) -> Result<u32, String> {
+        let headers = [
+            (":method", "POST"),
+            (":path", STREAM_PATH),
+            (":authority", self.authority),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ];
+        let id = self
+            .handle
+            .start_http_stream(self.cluster, &headers, 0)
+            .map_err(|code| match code {
+                1 => "MissingRequiredHeaders".to_owned(),
+                2 => "ClusterNotFound".to_owned(),
+                4 => "CannotCreateRequest".to_owned(),
+                n => format!("init result {n}"),
+            })?;
+        u32::try_from(id).map_err(|_| "stream id out of range".to_owned())
+    }
+
+    fn send_message(&mut self, _token: u32, _message: &[u8]) -> Result<(), String> {
+        Err("frames go through the outbox".to_owned())
+    }
+}
+
+/// The thread that wakes the main thread every tick (deadlines, reopen).
+#[derive(Debug)]
+struct Timer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One configuration's exchange stream, shared by its workers and the main thread.
+#[derive(Debug)]
+pub struct MainStream {
+    cluster: String,
+    authority: String,
+    state: Mutex<State>,
+    wake: Arc<Scheduler>,
+    timer: Mutex<Option<Timer>>,
+}
+
+impl MainStream {
+    /// The stream of `config`, woken through `scheduler` (a configuration scheduler of its own).
+    pub fn new(scheduler: Scheduler, config: &Config) -> MainStream {
+        let wake = Arc::new(scheduler);
+        let tick = Duration::from_millis((config.backend.timeout_ms / 4).max(5));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let ticker = Arc::clone(&wake);
+        let thread = std::thread::Builder::new()
+            .name("sluice-stream".to_owned())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::park_timeout(tick);
+                    if !flag.load(Ordering::Relaxed) {
+                        ticker.commit(STREAM_EVENT);
+                    }
+                }
+            })
+            .ok();
+        // The first turn opens the stream.
+        wake.commit(STREAM_EVENT);
+        MainStream {
+            cluster: config.backend.cluster.clone(),
+            authority: config.backend.authority.clone(),
+            state: Mutex::new(State {
+                ex: Exchanger::default(),
+                outbox: Vec::new(),
+                outbox_token: None,
+                wake_pending: true,
+                inbound: Vec::new(),
+                status: None,
+            }),
+            wake,
+            timer: Mutex::new(Some(Timer { stop, thread })),
+        }
+    }
+
+    /// Stops the timer (the configuration goes away; main thread).
+    pub fn stop(&self) {
+        drop(locked(&self.timer).take());
+    }
+
+    /// A worker sends `POST {path}` with `body` for the request whose mailbox is `mailbox`;
+    /// see [`Route`]. A frame goes out on the main thread's next turn.
+    pub fn send(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        mailbox: &Arc<Mailbox>,
+        deadline_ns: u64,
+        now_ns: u64,
+    ) -> Route {
+        let mut guard = locked(&self.state);
+        let State {
+            ex,
+            outbox,
+            outbox_token,
+            wake_pending,
+            ..
+        } = &mut *guard;
+        let sent = ex.send(
+            &mut Queue {
+                outbox,
+                token: outbox_token,
+            },
+            path,
+            body,
+            0,
+            Arc::clone(mailbox),
+            deadline_ns,
+            now_ns,
+        );
+        // A stream that is not open is opened on the main thread's next turn (after its backoff).
+        let wake = !std::mem::replace(wake_pending, true);
+        drop(guard);
+        if wake {
+            self.wake.commit(STREAM_EVENT);
+        }
+        if let Some((failure, orphans)) = sent.orphaned {
+            fail_all(orphans, &failure);
+        }
+        sent.route
+    }
+
+    /// A unary exchange ended (its probes end the down state).
+    pub fn on_unary(&self, result: Result<(), &Failure>, now_ns: u64) {
+        locked(&self.state).ex.on_unary(result, now_ns);
+    }
+
+    /// The main thread's turn: open the stream if due, time out overdue requests, write the
+    /// outbox.
+    pub fn turn(&self, handle: ConfigHandle, counters: &[Option<usize>]) {
+        let now = now_ns();
+        let (refused, opened, expired, frames) = {
+            let mut st = locked(&self.state);
+            st.wake_pending = false;
+            let was_open = st.ex.token().is_some();
+            let refused = st.ex.ensure_open(
+                &mut Opener {
+                    handle,
+                    cluster: &self.cluster,
+                    authority: &self.authority,
+                },
+                now,
+            );
+            let opened = if !was_open { st.ex.token() } else { None };
+            if opened.is_some() {
+                st.inbound.clear();
+                st.status = None;
+            }
+            let expired = st.ex.expired(now);
+            let frames = match (st.outbox_token, st.ex.token()) {
+                (Some(t), Some(open)) if t == open && !st.outbox.is_empty() => {
+                    Some((t, std::mem::take(&mut st.outbox)))
+                }
+                _ => {
+                    st.outbox.clear();
+                    None
+                }
+            };
+            (refused, opened, expired, frames)
+        };
+        if opened.is_some() {
+            count(handle, counters, Counter::ExchangeStreamsOpened);
+        }
+        if let Some(failure) = refused {
+            abi::log(
+                Level::Warn,
+                &format!(
+                    "sluice: the exchange stream to cluster '{}' could not open: {} ({}); \
+                     retried with backoff",
+                    self.cluster,
+                    failure.reason.name(),
+                    failure.seen
+                ),
+            );
+        }
+        fail_all(expired, &Failure::timed_out());
+        if let Some((token, bytes)) = frames {
+            if !handle.stream_send_data(u64::from(token), &bytes) {
+                self.end(
+                    handle,
+                    counters,
+                    token,
+                    grpc::UNAVAILABLE,
+                    Some("sending on the exchange stream failed".to_owned()),
+                );
+            }
+        }
+    }
+
+    /// Response headers or trailers of stream `id`: a gRPC status, or an HTTP status that is not
+    /// 200 (no gRPC server answered), is kept for its end.
+    pub fn on_headers(&self, id: u64, headers: &[(Vec<u8>, Vec<u8>)]) {
+        let Ok(token) = u32::try_from(id) else {
+            return;
+        };
+        let value = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        };
+        let status = if let Some(code) = value("grpc-status") {
+            Some((
+                code.trim().parse().unwrap_or(UNKNOWN),
+                value("grpc-message"),
+            ))
+        } else {
+            match value(":status").as_deref() {
+                None | Some("200") => None,
+                Some("504") => Some((
+                    grpc::DEADLINE_EXCEEDED,
+                    Some("HTTP 504 from Envoy".to_owned()),
+                )),
+                Some(other) => Some((grpc::UNAVAILABLE, Some(format!("HTTP status {other}")))),
+            }
+        };
+        if let Some(status) = status {
+            let mut st = locked(&self.state);
+            if st.ex.token() == Some(token) {
+                st.status = Some(status);
+            }
+        }
+    }
+
+    /// Data on stream `id`: every whole reply frame is handed to its request.
+    pub fn on_data(&self, handle: ConfigHandle, counters: &[Option<usize>], id: u64, bytes: &[u8]) {
+        let Ok(token) = u32::try_from(id) else {
+            return;
+        };
+        let mut answered = Vec::new();
+        let mut bad = false;
+        {
+            let mut st = locked(&self.state);
+            if st.ex.token() != Some(token) {
+                return;
+            }
+            st.inbound.extend_from_slice(bytes);
+            let inbound = std::mem::take(&mut st.inbound);
+            let mut at = 0;
+            while let Some(header) = inbound.get(at..at + 5) {
+                let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                if header[0] != 0 || len > MAX_FRAME {
+                    bad = true;
+                    break;
+                }
+                let Some(message) = inbound.get(at + 5..at + 5 + len) else {
+                    break;
+                };
+                if let Some((waiting, reply)) = st.ex.on_message(token, message) {
+                    answered.push((waiting, reply));
+                }
+                at += 5 + len;
+            }
+            if !bad {
+                st.inbound = inbound.get(at..).map(<[u8]>::to_vec).unwrap_or_default();
+            }
+        }
+        for (waiting, reply) in answered {
+            waiting
+                .waiter
+                .post(waiting.id, Delivery::Answer(reply.status, reply.body));
+        }
+        if bad {
+            handle.reset_http_stream(id);
+            self.end(
+                handle,
+                counters,
+                token,
+                UNKNOWN,
+                Some("a compressed or oversized frame on the exchange stream".to_owned()),
+            );
+        }
+    }
+
+    /// Stream `id` ended: completed (`reset` none) or reset with Envoy's reason.
+    pub fn on_end(
+        &self,
+        handle: ConfigHandle,
+        counters: &[Option<usize>],
+        id: u64,
+        reset: Option<u32>,
+    ) {
+        let Ok(token) = u32::try_from(id) else {
+            return;
+        };
+        let seen = {
+            let st = locked(&self.state);
+            if st.ex.token() == Some(token) {
+                st.status.clone()
+            } else {
+                None
+            }
+        };
+        let (code, message) = match (seen, reset) {
+            (Some(status), _) => status,
+            (None, Some(reason)) => (
+                grpc::UNAVAILABLE,
+                Some(format!("the exchange stream was reset (reason {reason})")),
+            ),
+            (None, None) => (
+                UNKNOWN,
+                Some("the exchange stream ended without a gRPC status".to_owned()),
+            ),
+        };
+        self.end(handle, counters, token, code, message);
+    }
+
+    /// Stream `token` is over: its waiters fail now; the current stream reopens after backoff.
+    fn end(
+        &self,
+        handle: ConfigHandle,
+        counters: &[Option<usize>],
+        token: u32,
+        code: u32,
+        message: Option<String>,
+    ) {
+        let closed = {
+            let mut st = locked(&self.state);
+            let closed = st
+                .ex
+                .on_close(token, code, message.as_deref(), now_ns());
+            if closed.current {
+                st.inbound.clear();
+                st.status = None;
+                if st.outbox_token == Some(token) {
+                    st.outbox.clear();
+                }
+            }
+            closed
+        };
+        if closed.current {
+            count(handle, counters, Counter::ExchangeStreamsClosed);
+            abi::log(
+                Level::Warn,
+                &format!(
+                    "sluice: the exchange stream to cluster '{}' closed: {} ({}); {} waiting \
+                     requests failed, reopened with backoff",
+                    self.cluster,
+                    closed.failure.reason.name(),
+                    closed.failure.seen,
+                    closed.waiting.len()
+                ),
+            );
+        }
+        fail_all(closed.waiting, &closed.failure);
+    }
+}
+
+fn fail_all(waiting: Vec<Waiter>, failure: &Failure) {
+    for w in waiting {
+        w.waiter.post(w.id, Delivery::Failed(failure.clone()));
+    }
+}
+
+fn count(handle: ConfigHandle, counters: &[Option<usize>], counter: Counter) {
+    if let Some(Some(id)) = counters.get(counter.index()) {
+        handle.increment(*id);
+    }
+}
