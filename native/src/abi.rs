@@ -195,6 +195,8 @@ const ATTRIBUTE_SOURCE_ADDRESS: u32 = 24;
 // `envoy_dynamic_module_type_on_http_filter_*_status`.
 const CONTINUE: u32 = 0;
 const STOP_ITERATION: u32 = 1;
+// `envoy_dynamic_module_type_on_http_filter_request_body_status_StopIterationAndBuffer`.
+const STOP_ITERATION_AND_BUFFER: u32 = 1;
 // `envoy_dynamic_module_type_http_callout_init_result` / `_http_callout_result`.
 const CALLOUT_INIT_SUCCESS: u32 = 0;
 const CALLOUT_SUCCESS: u32 = 0;
@@ -1056,23 +1058,30 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     })
 }
 
-/// Request body: passed through.
+/// Request body: held (buffered) while the decision is pending, else passed through. A
+/// "continue" here would let Envoy pass the stopped headers on with the body, undecided.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     _e: *mut c_void,
-    _f: *mut c_void,
+    filter: *mut c_void,
     _end_of_stream: bool,
 ) -> u32 {
-    CONTINUE
+    guarded("on_request_body", CONTINUE, || match filter_mut(filter) {
+        Some(f) if glue::decision_pending(f) => STOP_ITERATION_AND_BUFFER,
+        _ => CONTINUE,
+    })
 }
 
-/// Request trailers: passed through.
+/// Request trailers: held while the decision is pending (as the body), else passed through.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
     _e: *mut c_void,
-    _f: *mut c_void,
+    filter: *mut c_void,
 ) -> u32 {
-    CONTINUE
+    guarded("on_request_trailers", CONTINUE, || match filter_mut(filter) {
+        Some(f) if glue::decision_pending(f) => STOP_ITERATION,
+        _ => CONTINUE,
+    })
 }
 
 /// Response headers: the rate-limit headers of an allowed decision.

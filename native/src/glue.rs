@@ -219,6 +219,9 @@ pub struct NativeHost {
     /// first exchange on the stream).
     mailbox: Option<Arc<Mailbox>>,
     resumed_in_headers: bool,
+    /// The request is stopped for its decision (neither resumed nor answered yet): its body and
+    /// trailers are held.
+    paused: bool,
 }
 
 /// One request: its host, and (once a route matched) its worker's state and the slot of its
@@ -244,6 +247,7 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
             callouts: Vec::new(),
             in_headers: false,
             resumed_in_headers: false,
+            paused: false,
             mailbox: None,
         },
         local: None,
@@ -307,10 +311,17 @@ pub fn on_request_headers(f: &mut NativeFilter) -> bool {
     let next = flow.on_request_headers(host);
     deliver_early(flow, host);
     host.in_headers = false;
-    match next {
+    let stop = match next {
         Next::Pause => !host.resumed_in_headers,
         Next::Continue => false,
-    }
+    };
+    host.paused = stop;
+    stop
+}
+
+/// Whether the request waits for its decision (its body and trailers are held meanwhile).
+pub fn decision_pending(f: &NativeFilter) -> bool {
+    f.host.paused
 }
 
 /// `on_response_headers`: the rate-limit headers.
@@ -658,10 +669,12 @@ impl Host for NativeHost {
     }
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        self.paused = false;
         self.filter.send_response(status, headers, body);
     }
 
     fn resume(&mut self) {
+        self.paused = false;
         if self.in_headers {
             self.resumed_in_headers = true;
         } else {
