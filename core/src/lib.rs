@@ -7,6 +7,7 @@
 
 pub mod algorithms;
 pub mod all;
+pub mod budget;
 pub mod calendar;
 pub mod cell;
 pub mod commit;
