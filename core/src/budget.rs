@@ -156,8 +156,14 @@ mod tests {
             assert!(r.hold(&format!("old{i}"), 1, 0));
         }
         assert!(!r.hold("new", 1, 10), "all live: not held");
-        assert!(r.hold("new", 1, RESERVATION_IN_FLIGHT_MS), "all expired: dropped, held");
-        assert_eq!(r.figures(RESERVATION_IN_FLIGHT_MS).reservations_in_flight, 1);
+        assert!(
+            r.hold("new", 1, RESERVATION_IN_FLIGHT_MS),
+            "all expired: dropped, held"
+        );
+        assert_eq!(
+            r.figures(RESERVATION_IN_FLIGHT_MS).reservations_in_flight,
+            1
+        );
     }
 
     #[test]
@@ -166,10 +172,16 @@ mod tests {
         r.settle("a", &debit(300, 0), 60_000, 1_000);
         r.settle("b", &debit(200, 150), 60_000, 2_000);
         let f = r.figures(59_999);
-        assert_eq!((f.debited, f.overshoot, f.overshoot_until_ms), (500, 150, Some(60_000)));
+        assert_eq!(
+            (f.debited, f.overshoot, f.overshoot_until_ms),
+            (500, 150, Some(60_000))
+        );
         assert_eq!(r.figures(60_000), KeyBudget::default());
         r.settle("c", &debit(10, 10), 120_000, 61_000);
-        assert_eq!((r.figures(61_000).debited, r.figures(61_000).overshoot), (10, 10));
+        assert_eq!(
+            (r.figures(61_000).debited, r.figures(61_000).overshoot),
+            (10, 10)
+        );
     }
 
     #[test]
@@ -196,7 +208,8 @@ mod tests {
     #[test]
     fn the_budget_ends_per_algorithm() {
         let ms = NANOS_PER_MILLI;
-        let fixed = params(r#"{"action":"a","algorithm":"fixed_window","capacity":5,"window":"60s"}"#);
+        let fixed =
+            params(r#"{"action":"a","algorithm":"fixed_window","capacity":5,"window":"60s"}"#);
         assert_eq!(budget_until_ms(&fixed, 61_500 * ms), 120_000);
         let sliding =
             params(r#"{"action":"a","algorithm":"sliding_window","capacity":5,"window":"60s"}"#);

@@ -147,11 +147,17 @@ mod tests {
     fn a_reservation_id_comes_off_a_request_time_descriptor_only() {
         let e = [("tokens", "alice"), ("sluice_reservation", "req-1")];
         let (id, rest) = split_reservation(0, &e).unwrap();
-        assert_eq!((id.as_deref(), rest), (Some("req-1"), vec![("tokens", "alice")]));
+        assert_eq!(
+            (id.as_deref(), rest),
+            (Some("req-1"), vec![("tokens", "alice")])
+        );
         let (id, rest) = split_reservation(0, &e[..1]).unwrap();
         assert_eq!((id, rest.len()), (None, 1));
         let bad = [("tokens", "a"), ("sluice_reservation", "a b")];
-        assert_eq!(split_reservation(2, &bad).unwrap_err().field, "descriptors[2].entries");
+        assert_eq!(
+            split_reservation(2, &bad).unwrap_err().field,
+            "descriptors[2].entries"
+        );
         let both = [("sluice_commit", "r"), ("sluice_reservation", "r")];
         assert!(split_reservation(0, &both).is_err());
     }

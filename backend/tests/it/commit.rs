@@ -183,7 +183,10 @@ async fn openapi_lists_commit(rig: &Rig) {
     assert!(doc["components"]["schemas"]["CommitRequest"].is_object());
     assert!(doc["components"]["schemas"]["CommitResponse"].is_object());
     let keys = &doc["components"]["schemas"]["KeyBudget"]["properties"];
-    assert!(keys["reserved_in_flight"].is_object() && keys["overshoot"].is_object(), "{doc}");
+    assert!(
+        keys["reserved_in_flight"].is_object() && keys["overshoot"].is_object(),
+        "{doc}"
+    );
     let throttle = &doc["components"]["schemas"]["ThrottleRequest"]["properties"];
     assert!(throttle["reservation_id"].is_object());
 }
@@ -209,31 +212,53 @@ async fn key_budget(rig: &Rig, key: &str, action: &str) -> Value {
 /// in the key view until its commit (over HTTP) removes it; the commit's overshoot stays; a
 /// reservation without an id is decided the same and is not in flight; a bad id is refused.
 async fn in_flight_until_committed(rig: &Rig) {
-    rig.put_rule(json!({"action": "inflight", "algorithm": "token_bucket", "capacity": 1000,
-                        "rate": {"count": 1000, "period": "1h"}}))
-        .await;
+    rig.put_rule(
+        json!({"action": "inflight", "algorithm": "token_bucket", "capacity": 1000,
+                        "rate": {"count": 1000, "period": "1h"}}),
+    )
+    .await;
     let reserve = json!({"action": "inflight", "key": "acme", "quantity": 600,
                          "reservation_id": "w1:1"});
     let (status, answer) = over_exchange_at(rig, "/v1/throttle", &reserve).await;
-    assert_eq!((status, answer["allowed"].as_bool()), (200, Some(true)), "{answer}");
+    assert_eq!(
+        (status, answer["allowed"].as_bool()),
+        (200, Some(true)),
+        "{answer}"
+    );
     throttle(rig, "inflight", "acme", 100).await;
     let budget = key_budget(rig, "acme", "inflight").await;
     assert_eq!(
-        (budget["reserved_in_flight"].as_u64(), budget["reservations_in_flight"].as_u64()),
+        (
+            budget["reserved_in_flight"].as_u64(),
+            budget["reservations_in_flight"].as_u64()
+        ),
         (Some(600), Some(1)),
         "{budget}"
     );
     // Committed at 900: 300 beyond the reservation, 0 of it over the budget (700 + 300 = 1000).
     let body = commit_body("inflight", "acme", 600, 900, "w1:1", now_ms());
     let (status, done) = commit_http(rig, &body).await;
-    assert_eq!((status, done["debited"].as_u64()), (200, Some(300)), "{done}");
+    assert_eq!(
+        (status, done["debited"].as_u64()),
+        (200, Some(300)),
+        "{done}"
+    );
     let budget = key_budget(rig, "acme", "inflight").await;
     assert_eq!(budget["reserved_in_flight"].as_u64(), Some(0), "{budget}");
     assert_eq!(budget["debited"].as_u64(), Some(300), "{budget}");
     // Another reservation overshoots: 50 reserved on a full bucket is denied, so reserve 0.
-    let (_, _) = over_exchange_at(rig, "/v1/throttle", &json!({"action": "inflight",
-        "key": "acme", "quantity": 0, "reservation_id": "w1:2"})).await;
-    let (_, done) = commit_http(rig, &commit_body("inflight", "acme", 0, 40, "w1:2", now_ms())).await;
+    let (_, _) = over_exchange_at(
+        rig,
+        "/v1/throttle",
+        &json!({"action": "inflight",
+        "key": "acme", "quantity": 0, "reservation_id": "w1:2"}),
+    )
+    .await;
+    let (_, done) = commit_http(
+        rig,
+        &commit_body("inflight", "acme", 0, 40, "w1:2", now_ms()),
+    )
+    .await;
     assert_eq!(done["overshoot"].as_u64(), Some(40), "{done}");
     let budget = key_budget(rig, "acme", "inflight").await;
     assert_eq!(
@@ -243,13 +268,25 @@ async fn in_flight_until_committed(rig: &Rig) {
     );
     assert!(budget["overshoot_until_ms"].as_u64().is_some(), "{budget}");
     // The retry removes and adds nothing.
-    commit_http(rig, &commit_body("inflight", "acme", 0, 40, "w1:2", now_ms())).await;
+    commit_http(
+        rig,
+        &commit_body("inflight", "acme", 0, 40, "w1:2", now_ms()),
+    )
+    .await;
     assert_eq!(key_budget(rig, "acme", "inflight").await, budget);
     // A bad id is refused naming the field, as is one with a lease.
-    for bad in [json!({"action": "inflight", "key": "k", "reservation_id": "a b"}),
-                json!({"action": "inflight", "key": "k", "reservation_id": "x", "lease": true})] {
-        let (status, e) = rig.http_post("/v1/throttle", bad.to_string().into_bytes()).await;
-        assert_eq!((status, e["field"].as_str()), (400, Some("reservation_id")), "{e}");
+    for bad in [
+        json!({"action": "inflight", "key": "k", "reservation_id": "a b"}),
+        json!({"action": "inflight", "key": "k", "reservation_id": "x", "lease": true}),
+    ] {
+        let (status, e) = rig
+            .http_post("/v1/throttle", bad.to_string().into_bytes())
+            .await;
+        assert_eq!(
+            (status, e["field"].as_str()),
+            (400, Some("reservation_id")),
+            "{e}"
+        );
     }
 }
 
@@ -271,7 +308,10 @@ async fn over_exchange_at(rig: &Rig, path: &str, body: &Value) -> (u32, Value) {
         .await
         .expect("call")
         .into_inner();
-    (reply.status, serde_json::from_slice(&reply.body).unwrap_or(Value::Null))
+    (
+        reply.status,
+        serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -962,7 +962,11 @@ pub async fn budget_figures(store: &dyn Store) {
         } else {
             r#""window":"60s""#
         };
-        let capacity = if algorithm == "sliding_log" { 100 } else { 1000 };
+        let capacity = if algorithm == "sliding_log" {
+            100
+        } else {
+            1000
+        };
         let r = rule(&format!(
             r#"{{"action":"budget-{algorithm}","algorithm":"{algorithm}","capacity":{capacity},{limit}}}"#
         ));
@@ -977,12 +981,25 @@ pub async fn budget_figures(store: &dyn Store) {
         let name = format!("{algorithm} ({})", store.kind());
         assert_eq!(budget("k", t_ms).await, KeyBudget::default(), "{name}");
         for (id, units) in [("r1", big), ("r2", small)] {
-            assert!(store.throttle(&r, "k", units, Some(t)).await.expect("reserve").allowed);
-            assert!(store.hold(&r, "k", id, units, Some(t)).await.expect("hold"), "{name}");
+            assert!(
+                store
+                    .throttle(&r, "k", units, Some(t))
+                    .await
+                    .expect("reserve")
+                    .allowed
+            );
+            assert!(
+                store.hold(&r, "k", id, units, Some(t)).await.expect("hold"),
+                "{name}"
+            );
         }
         let held = budget("k", t_ms).await;
         assert_eq!(
-            (held.reserved_in_flight, held.reservations_in_flight, held.debited),
+            (
+                held.reserved_in_flight,
+                held.reservations_in_flight,
+                held.debited
+            ),
             (big + small, 2, 0),
             "{name}"
         );
@@ -992,7 +1009,10 @@ pub async fn budget_figures(store: &dyn Store) {
             actual: big + capacity / 2,
             reserved_at: t,
         };
-        let done = store.commit(&r, "k", "r1", c, Some(t)).await.expect("commit");
+        let done = store
+            .commit(&r, "k", "r1", c, Some(t))
+            .await
+            .expect("commit");
         let (debited, overshoot) = (capacity / 2, capacity / 2 - (capacity - big - small));
         assert_eq!(
             (done.committed.debited, done.committed.overshoot),
@@ -1009,16 +1029,28 @@ pub async fn budget_figures(store: &dyn Store) {
         };
         assert_eq!(budget("k", t_ms + 1).await, want, "{name}");
         // A retry of the commit removes nothing twice and adds nothing; a late hold holds nothing.
-        let again = store.commit(&r, "k", "r1", c, Some(t + MS)).await.expect("retry");
+        let again = store
+            .commit(&r, "k", "r1", c, Some(t + MS))
+            .await
+            .expect("retry");
         assert!(again.duplicate, "{name}");
-        assert!(!store.hold(&r, "k", "r1", big, Some(t + MS)).await.expect("hold"), "{name}");
+        assert!(
+            !store
+                .hold(&r, "k", "r1", big, Some(t + MS))
+                .await
+                .expect("hold"),
+            "{name}"
+        );
         assert_eq!(budget("k", t_ms + 2).await, want, "{name}");
         // Other keys have records of their own.
         assert_eq!(budget("other", t_ms).await, KeyBudget::default(), "{name}");
         // The overshoot counts until its budget's end; r2, never committed, until the bound.
         assert_eq!(budget("k", until - 1).await.overshoot, overshoot, "{name}");
         let after = budget("k", until).await;
-        assert_eq!((after.overshoot, after.debited, after.overshoot_until_ms), (0, 0, None));
+        assert_eq!(
+            (after.overshoot, after.debited, after.overshoot_until_ms),
+            (0, 0, None)
+        );
         let last = t_ms + RESERVATION_IN_FLIGHT_MS - 1;
         assert_eq!(budget("k", last).await.reserved_in_flight, small, "{name}");
         assert_eq!(budget("k", last + 1).await, KeyBudget::default(), "{name}");
@@ -1032,6 +1064,10 @@ pub async fn budget_figures(store: &dyn Store) {
             .commit(&r, "k", "never-held", plain, Some(t + 2 * MS))
             .await
             .expect("commit");
-        assert_eq!(budget("k", t_ms + 2).await.reservations_in_flight, 1, "{name}");
+        assert_eq!(
+            budget("k", t_ms + 2).await.reservations_in_flight,
+            1,
+            "{name}"
+        );
     }
 }

@@ -155,7 +155,9 @@ fn the_reserve_header_is_capped_and_a_missing_or_bad_one_takes_the_default() {
 fn the_throttle_request_reserves_under_the_commit_id_and_other_routes_send_none() {
     let cfg = header_config();
     let (mut flow, worker, mut host) = admitted(&cfg, request("/chat", Some(b"800")));
-    let reserved_as = throttle(&host).reservation_id.expect("a reservation id goes out");
+    let reserved_as = throttle(&host)
+        .reservation_id
+        .expect("a reservation id goes out");
     assert!(reserved_as.starts_with(worker.reporter()), "{reserved_as}");
     let upstream = host
         .effects
@@ -168,7 +170,10 @@ fn the_throttle_request_reserves_under_the_commit_id_and_other_routes_send_none(
     flow.on_response_headers(&mut host);
     worker.tick(&mut host, &cfg);
     let [commit] = commits(&host).try_into().unwrap();
-    assert_eq!(commit.id, reserved_as, "the commit settles what was reserved");
+    assert_eq!(
+        commit.id, reserved_as,
+        "the commit settles what was reserved"
+    );
     // The next request reserves under a fresh id.
     let (_, _, next) = admitted(&cfg, request("/chat", Some(b"10")));
     let again = throttle(&next).reservation_id.expect("an id");
