@@ -24,10 +24,12 @@ pub const MAX_SPAN_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// (fixed_window.lua's ns_text), so only ms need stay below 2^53 (checked below). Other
 /// algorithms keep [`MAX_SPAN_MS`].
 pub const MAX_FIXED_WINDOW_SPAN_MS: u64 = 365 * 24 * 60 * 60 * 1000;
-/// Longest calendar window (a month of 31 days; fixed_window's `calendar`). Longer than
+/// Longest calendar window: a month of 31 days plus a day (fixed_window's `calendar`; a named
+/// zone's offset may change within a window: an hour for daylight saving, and tzdb's largest
+/// change backwards is about a day). Longer than
 /// [`MAX_SPAN_MS`], which bounds capacity × window for sliding_window's Lua product: fixed_window's
 /// script never forms that product, only the window's span in ns (checked below).
-pub const MAX_CALENDAR_SPAN_MS: u64 = 31 * 24 * 60 * 60 * 1000;
+pub const MAX_CALENDAR_SPAN_MS: u64 = 32 * 24 * 60 * 60 * 1000;
 /// Largest `count` in a rate.
 pub const MAX_RATE_COUNT: u64 = 1_000_000_000;
 /// Longest burst a rule's meter may hold (emission interval × capacity): 90 days in
