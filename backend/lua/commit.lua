@@ -5,7 +5,11 @@
 -- ARGV[1] now ("" = Redis TIME), ARGV[2] '0', ARGV[3] TTL of the state (ms), ARGV[4], ARGV[5]
 -- the algorithm's parameters, ARGV[6] '0' (the prelude's layout), ARGV[7] the algorithm,
 -- ARGV[8] reserved, ARGV[9] actual, ARGV[10] reserved_at (decimal ns), ARGV[11] the marker's
--- TTL (ms).
+-- TTL (ms), ARGV[12] the id.
+-- KEYS[3], KEYS[4]: the key's budget record (sluice_core::budget), in the same hash tag: the
+-- reservations in flight (`<state key>:inflight`, id -> 'units:held_at_ms', see budget_hold.lua)
+-- and the debits beyond reservations (`<state key>:overshoot`: 'overshoot', 'debited', 'until'
+-- ms). A first commit removes its id from the first and adds a debit to the second.
 -- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d}, the level being a / b for
 -- the meters, a for fixed_window and sliding_log, a x b / c + d for sliding_window (the same f64
 -- operations as core). A duplicate answers the first commit's numbers and today's level, and
@@ -27,6 +31,42 @@ end
 -- The reservation's time relative to now (never after now).
 local ra = math.min(rel(ARGV[10]), 0)
 
+-- When the budget this commit debits into is surely whole again, in ms (budget_until_ms).
+local NOW_MS = NOW_S * 1000 + idiv(NOW_N, 1000000)
+local function budget_until()
+  if ALG == 'fixed_window' then
+    local _, window_end = window_of(ARGV[4], NOW_MS)
+    return window_end
+  elseif ALG == 'sliding_window' then
+    return (idiv(NOW_MS, P) + 2) * P
+  elseif ALG == 'sliding_log' then
+    return NOW_MS + P
+  end
+  return NOW_MS + idiv(P * cap + 999999, 1000000)
+end
+
+-- Settles the budget record (BudgetRecord::settle).
+local function settle(overshoot)
+  redis.call('HDEL', KEYS[3], ARGV[12])
+  if debit == 0 then
+    return
+  end
+  local h = redis.call('HMGET', KEYS[4], 'overshoot', 'debited', 'until')
+  local o, d, u = 0, 0, 0
+  if h[3] and tonumber(h[3]) > NOW_MS then
+    o, d, u = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+  end
+  local until_ms = math.max(u, budget_until())
+  redis.call('HSET', KEYS[4], 'overshoot', fmt(o + overshoot), 'debited', fmt(d + debit),
+    'until', fmt(until_ms))
+  -- Kept past its end by a second; with a fixed test time at least as long as the state.
+  local ttl = until_ms - NOW_MS + 1000
+  if ARGV[1] ~= '' then
+    ttl = math.max(ttl, 600000)
+  end
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+
 local function reply(refunded, overshoot, a, b, c, d)
   if duplicate == 1 then
     local r, db, o = string.match(first, '^(%d+):(%d+):(%d+)$')
@@ -36,6 +76,7 @@ local function reply(refunded, overshoot, a, b, c, d)
     return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d }
   end
   redis.call('SET', KEYS[2], fmt(refunded) .. ':' .. fmt(debit) .. ':' .. fmt(overshoot), 'PX', ARGV[11])
+  settle(overshoot)
   return { 0, refunded, debit, overshoot, a, b, c, d }
 end
 
@@ -141,7 +182,7 @@ if ALG == 'fixed_window' then
     count = s_count
   end
   local refunded = 0
-  if window_of(SPEC, ra_ms) == start and s_start == start then
+  if window_holds(SPEC, ra_ms, start) and s_start == start then
     refunded = math.min(refund, count)
   end
   count = count - refunded

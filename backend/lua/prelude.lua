@@ -112,9 +112,12 @@ end
 local TTL_MS = ARGV[3]
 
 -- fixed_window's window holding t_ms (ms since the epoch): (stored index, end in ms). `spec` is
--- ARGV[4]: a window length W in ms (index floor(t / W), windows [i W, (i + 1) W)), or a calendar
--- "<day|week|month>:<minutes east of UTC>" (sluice_core::calendar, the same arithmetic), whose
--- index is the window's start in ms (kept in the field window_field names). Twin of WindowParams::bounds.
+-- ARGV[4]: a window length W in ms (index floor(t / W), windows [i W, (i + 1) W)), a calendar
+-- "<day|week|month>:<minutes east of UTC>" (sluice_core::calendar, the same arithmetic), or a
+-- named zone's calendar as the boundaries the backend computed in core around its own clock,
+-- "bounds:<a>,<b>,<c>,<d>" (Calendar::script_arg: Lua cannot read a tz database), windows
+-- [a, b), [b, c), [c, d). A calendar's index is the window's start in ms (kept in the field
+-- window_field names). Twin of WindowParams::bounds.
 local DAY_MS = 86400000
 local function day_of_month(days)
   local z = days + 719468
@@ -126,11 +129,35 @@ local function day_of_month(days)
   local mp = math.floor((5 * doy + 2) / 153)
   return doy - math.floor((153 * mp + 2) / 5) + 1
 end
+-- The window of a "bounds:" list holding t_ms, or nil when the list does not reach t_ms.
+local function listed_window(list, t_ms)
+  local b = {}
+  for x in string.gmatch(list, '%-?%d+') do
+    b[#b + 1] = tonumber(x)
+  end
+  for i = 1, #b - 1 do
+    if b[i] <= t_ms and t_ms < b[i + 1] then
+      return b[i], b[i + 1]
+    end
+  end
+  return nil
+end
 local function window_of(spec, t_ms)
   local W = tonumber(spec)
   if W then
     local i = idiv(t_ms, W)
     return i, (i + 1) * W
+  end
+  local list = string.match(spec, '^bounds:(.*)$')
+  if list then
+    local s, e = listed_window(list, t_ms)
+    if s == nil then
+      -- Never a guess: the backend's clock and Redis TIME (or a stored window) are more than a
+      -- window apart. The store answers it as a script error naming fixed_window (a 500).
+      error({ err = 'ERR sluice: calendar boundaries ' .. list .. ' (from the backend clock) do not hold '
+        .. fmt(t_ms) .. ' ms (Redis TIME or the stored window): clocks more than a window apart' })
+    end
+    return s, e
   end
   local unit, off = string.match(spec, '^(%a+):(%-?%d+)$')
   if unit == nil then
@@ -158,6 +185,16 @@ local function window_field(spec)
     return 'start'
   end
   return 'cstart'
+end
+-- Whether t_ms lies in the window that starts at `start` (commit.lua: was the reservation made in
+-- the current window?). A time a "bounds:" list does not reach is in none of its windows, so not
+-- in that one (the current window is always in the list).
+local function window_holds(spec, t_ms, start)
+  local list = string.match(spec, '^bounds:(.*)$')
+  if list then
+    return (listed_window(list, t_ms)) == start
+  end
+  return (window_of(spec, t_ms)) == start
 end
 -- The end (ms) of the window whose index is `index`.
 local function window_end(spec, index)

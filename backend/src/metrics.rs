@@ -134,6 +134,7 @@ pub struct Metrics {
     commit_refunded: Family<LeaseLabels, Counter>,
     commit_overshoot: Family<LeaseLabels, Counter>,
     commit_duplicates: Counter,
+    reservations_unheld: Family<LeaseLabels, Counter>,
 }
 
 /// The store's own figures ([`Store::health`]), read at each scrape so they are never stale and
@@ -258,6 +259,12 @@ impl Metrics {
             "Commits whose request id was already committed (retries): answered, nothing changed",
             commit_duplicates.clone(),
         );
+        let reservations_unheld = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_reservations_unheld",
+            "Allowed reservations (throttle requests with a reservation_id) not held as in flight for the dashboard: the store failed (said in the log) or the key already held 1024; the decision stands, by action",
+            reservations_unheld.clone(),
+        );
         let lease_units = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "sluice_lease_units_granted",
@@ -348,7 +355,17 @@ impl Metrics {
             commit_refunded,
             commit_overshoot,
             commit_duplicates,
+            reservations_unheld,
         }
+    }
+
+    /// Counts one allowed reservation of `action` that is not shown as in flight.
+    pub fn reservation_unheld(&self, action: &str) {
+        self.reservations_unheld
+            .get_or_create(&LeaseLabels {
+                action: action.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one commit of `action`: its refunded and overshoot units, or a duplicate.

@@ -7,6 +7,7 @@
 
 pub mod algorithms;
 pub mod all;
+pub mod budget;
 pub mod calendar;
 pub mod cell;
 pub mod commit;
@@ -27,7 +28,7 @@ pub mod state;
 pub mod time;
 pub mod wire;
 
-pub use calendar::{Calendar, CalendarUnit};
+pub use calendar::{Calendar, CalendarUnit, Zone};
 pub use decision::Decision;
 pub use duration::Span;
 pub use field_error::FieldError;

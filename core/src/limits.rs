@@ -24,10 +24,12 @@ pub const MAX_SPAN_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// (fixed_window.lua's ns_text), so only ms need stay below 2^53 (checked below). Other
 /// algorithms keep [`MAX_SPAN_MS`].
 pub const MAX_FIXED_WINDOW_SPAN_MS: u64 = 365 * 24 * 60 * 60 * 1000;
-/// Longest calendar window (a month of 31 days; fixed_window's `calendar`). Longer than
+/// Longest calendar window: a month of 31 days plus a day (fixed_window's `calendar`; a named
+/// zone's offset may change within a window: an hour for daylight saving, and tzdb's largest
+/// change backwards is about a day). Longer than
 /// [`MAX_SPAN_MS`], which bounds capacity × window for sliding_window's Lua product: fixed_window's
 /// script never forms that product, only the window's span in ns (checked below).
-pub const MAX_CALENDAR_SPAN_MS: u64 = 31 * 24 * 60 * 60 * 1000;
+pub const MAX_CALENDAR_SPAN_MS: u64 = 32 * 24 * 60 * 60 * 1000;
 /// Largest `count` in a rate.
 pub const MAX_RATE_COUNT: u64 = 1_000_000_000;
 /// Longest burst a rule's meter may hold (emission interval × capacity): 90 days in
@@ -76,6 +78,17 @@ pub const MAX_OVERRIDES_PER_ACTION: usize = 1_000;
 /// one RLS request's descriptors decided together) may carry: every check's state is held (memory
 /// shard locks, one Redis script's keys) for the whole decision, so the set stays small.
 pub const MAX_CHECKS: usize = 8;
+/// How long an allowed reservation (a throttle request carrying a `reservation_id`) counts as in
+/// flight without its commit: 10 minutes. A reservation whose request was reset, timed out or
+/// kept its reservation (no usage came back) is never committed; past this it no longer counts
+/// (its units stay debited, as the budget rules say). 10 minutes outlasts a long streamed LLM
+/// answer and every commit retry (a few seconds), and is well within the commit id's memory
+/// ([`crate::commit::COMMIT_ID_TTL_MS`]), so a commit arriving late still removes nothing twice.
+pub const RESERVATION_IN_FLIGHT_MS: u64 = 600_000;
+/// Most reservations in flight one key's record holds: each store keeps (id, units, time) per
+/// reservation, so a key holding more (a sprayer of tiny reservations) is counted up to this
+/// many, newest refused, and the view says the figure is a lower bound.
+pub const MAX_IN_FLIGHT_PER_KEY: usize = 1_024;
 /// Audit entries the store keeps (newest first; older ones are dropped as new ones arrive).
 pub const AUDIT_KEEP: usize = 1_000;
 

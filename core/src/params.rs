@@ -38,8 +38,8 @@ pub struct WindowParams {
     /// Requests allowed per window.
     pub capacity: u64,
     /// fixed_window only: windows aligned to the calendar (day, week, month at an offset from
-    /// UTC) instead of to the epoch; `window_ms` is then the longest such window (31 days for a
-    /// month), which bounds the state's idle TTL.
+    /// UTC, or in a named zone) instead of to the epoch; `window_ms` is then the longest such
+    /// window (31 days for a month, 32 in a named zone), which bounds the state's idle TTL.
     pub calendar: Option<Calendar>,
 }
 
@@ -106,7 +106,7 @@ impl Params {
             (Algorithm::FixedWindow, Limit::Window(w)) => Params::FixedWindow(window(w.millis())),
             (Algorithm::FixedWindow, Limit::Calendar(c)) => Params::FixedWindow(WindowParams {
                 calendar: Some(c),
-                ..window(c.unit.longest_ms())
+                ..window(c.longest_ms())
             }),
             (Algorithm::SlidingLog, Limit::Window(w)) => Params::SlidingLog(window(w.millis())),
             (Algorithm::SlidingWindow, Limit::Window(w)) => {

@@ -26,6 +26,42 @@ pub const RESERVED_KEY: &str = "sluice_reserved";
 /// The optional entry whose value is when the reservation was made (ms since the epoch).
 pub const RESERVED_AT_KEY: &str = "sluice_reserved_at_ms";
 
+/// The entry of a request-time descriptor whose value is the request's id (the same as its
+/// stream-done descriptor's `sluice_commit`): the reservation is held as in flight under it until
+/// that commit (the key view's `budget`). Optional: without it the reservation is decided and
+/// committed all the same, only not shown as in flight.
+pub const RESERVATION_ID_KEY: &str = "sluice_reservation";
+
+/// Takes a request-time descriptor's `sluice_reservation` off its entries: `(id, the rest)`.
+/// Refused, naming `descriptors[index].entries`, on a commit descriptor (one with
+/// `sluice_commit`) and for an id that `POST /v1/commit` would refuse.
+pub fn split_reservation<'a>(
+    index: usize,
+    entries: &[(&'a str, &'a str)],
+) -> Result<(Option<String>, Entries<'a>), FieldError> {
+    let field = || format!("descriptors[{index}].entries");
+    let Some(id) = entries
+        .iter()
+        .find(|(k, _)| *k == RESERVATION_ID_KEY)
+        .map(|(_, v)| *v)
+    else {
+        return Ok((None, entries.to_vec()));
+    };
+    if entries.iter().any(|(k, _)| *k == COMMIT_ID_KEY) {
+        return Err(FieldError::new(
+            field(),
+            format!("{RESERVATION_ID_KEY} belongs on the request-time descriptor, not with {COMMIT_ID_KEY}"),
+        ));
+    }
+    check_id(id).map_err(|r| FieldError::new(field(), format!("{RESERVATION_ID_KEY}: {r}")))?;
+    let rest = entries
+        .iter()
+        .filter(|(k, _)| *k != RESERVATION_ID_KEY)
+        .copied()
+        .collect();
+    Ok((Some(id.to_owned()), rest))
+}
+
 /// A descriptor's commit marks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitMark {
@@ -106,6 +142,25 @@ pub fn split_commit<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reservation_id_comes_off_a_request_time_descriptor_only() {
+        let e = [("tokens", "alice"), ("sluice_reservation", "req-1")];
+        let (id, rest) = split_reservation(0, &e).unwrap();
+        assert_eq!(
+            (id.as_deref(), rest),
+            (Some("req-1"), vec![("tokens", "alice")])
+        );
+        let (id, rest) = split_reservation(0, &e[..1]).unwrap();
+        assert_eq!((id, rest.len()), (None, 1));
+        let bad = [("tokens", "a"), ("sluice_reservation", "a b")];
+        assert_eq!(
+            split_reservation(2, &bad).unwrap_err().field,
+            "descriptors[2].entries"
+        );
+        let both = [("sluice_commit", "r"), ("sluice_reservation", "r")];
+        assert!(split_reservation(0, &both).is_err());
+    }
 
     #[test]
     fn marks_come_off_and_the_rest_maps_as_before() {

@@ -29,7 +29,7 @@ pub enum Field {
     Window,
     /// Calendar unit (fixed_window only): none (the window), day, week or month.
     Calendar,
-    /// The calendar's zone: `UTC` or an offset like `+08:00`.
+    /// The calendar's zone: `UTC`, an offset like `+08:00` or an IANA name like `Europe/Paris`.
     Zone,
     /// Enforce or shadow.
     Mode,
@@ -141,7 +141,7 @@ pub struct RuleForm {
     pub window: String,
     /// fixed_window's calendar unit (`day`, `week`, `month`), empty for the window instead.
     pub calendar: String,
-    /// The calendar's zone, as typed (`UTC`, `+08:00`).
+    /// The calendar's zone, as typed (`UTC`, `+08:00`, `Europe/Paris`).
     pub zone: String,
     /// Enforce or shadow.
     pub mode: Mode,
@@ -474,11 +474,20 @@ mod tests {
             (back.calendar.as_str(), back.zone.as_str()),
             ("month", "+08:00")
         );
+        // A named zone (the dashboard's core carries the tz database, as the backend's does) is
+        // kept as the database spells it; an unknown one is refused next to Zone.
+        let paris = RuleForm {
+            zone: "europe/paris".into(),
+            ..f.clone()
+        };
+        let rule = paris.validate(EditMode::Create, &[]).unwrap();
+        assert_eq!(RuleForm::from_rule(&rule).zone, "Europe/Paris");
         let e = error_of(&RuleForm {
-            zone: "Asia/Singapore".into(),
+            zone: "Europe/Pariss".into(),
             ..f.clone()
         });
         assert_eq!(e.field, Field::Zone);
+        assert!(e.message.contains("Europe/Paris"), "{}", e.message);
         // Another algorithm keeps its window and ignores the calendar typed.
         let sliding = RuleForm {
             algorithm: Algorithm::SlidingWindow,

@@ -38,33 +38,55 @@ pub struct KeyRow {
     pub denied_text: String,
     /// The key's own short history: (minute `"12:03"`, denials, height 0..=1), oldest first.
     pub denied_bars: Vec<(String, u64, f64)>,
-    /// For a budget (a fixed_window: a quota per window, calendar or not), what is spent and what
-    /// is left of it and when it resets: `"spent 30 of 1000 · 970 left · resets in 12d"`; empty
-    /// for the other algorithms, whose level drains continuously.
+    /// For a budget (a fixed_window: a quota per window, calendar or not; or any key with cost
+    /// reservations or debits), per key: what is spent, what of it is reserved in flight, what is
+    /// left, the overshoot and when it resets:
+    /// `"spent 530 of 1000 · 500 reserved in flight (1) · 470 left · overshoot 150 (300 beyond
+    /// reservations) · resets in 12d"`; empty for other keys, whose level drains continuously.
     pub budget_text: String,
 }
 
-/// A fixed_window key's budget line (see [`KeyRow::budget_text`]). Reservations still in flight
-/// are inside "spent" (the backend does not track them apart), and overshoot past the budget is
-/// not kept per key (the count stops at the capacity; the per-action total is the metric
-/// `sluice_commit_overshoot_units_total`).
+/// A key's budget line (see [`KeyRow::budget_text`]). "Spent" is what the limit counts, so it
+/// includes the reservations in flight (a reservation is an admission of its units); the parts
+/// in flight and the overshoot are the store's per-key budget record (`KeyActionState.budget`).
 pub fn budget_text(a: &KeyActionState) -> String {
-    if a.algorithm != Algorithm::FixedWindow {
+    let b = &a.budget;
+    let costed = b.reservations_in_flight > 0 || b.debited > 0;
+    if a.algorithm != Algorithm::FixedWindow && !costed {
         return String::new();
     }
-    let spent = a.capacity.saturating_sub(a.remaining);
-    let reset = if spent == 0 {
+    let spent = if a.algorithm == Algorithm::FixedWindow {
+        a.capacity.saturating_sub(a.remaining)
+    } else if a.level.is_finite() {
+        a.level.max(0.0).round() as u64
+    } else {
+        0
+    };
+    let mut parts = vec![format!("spent {spent} of {}", a.capacity)];
+    if b.reservations_in_flight > 0 {
+        parts.push(format!(
+            "{} reserved in flight ({})",
+            b.reserved_in_flight, b.reservations_in_flight
+        ));
+    }
+    parts.push(format!("{} left", a.remaining));
+    if b.debited > 0 {
+        parts.push(format!(
+            "overshoot {} ({} beyond reservations)",
+            b.overshoot, b.debited
+        ));
+    }
+    parts.push(if spent == 0 && a.algorithm == Algorithm::FixedWindow {
         "nothing spent this window".to_owned()
+    } else if spent == 0 {
+        "nothing spent".to_owned()
     } else {
         format!(
             "resets in {}",
             duration_label(a.reset_after_ms as f64 / 1000.0)
         )
-    };
-    format!(
-        "spent {spent} of {} · {} left · {reset}",
-        a.capacity, a.remaining
-    )
+    });
+    parts.join(" · ")
 }
 
 /// The rows of a key view, sorted by action.
@@ -207,7 +229,7 @@ pub fn key_url(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::wire::{ActionTopDenied, DeniedKey, KeyActionState};
+    use sluice_core::wire::{ActionTopDenied, DeniedKey, KeyActionState, KeyBudget};
     use sluice_core::{Algorithm, Mode};
 
     fn state(action: &str, level: f64, remaining: u64, retry: Option<u64>) -> KeyActionState {
@@ -223,6 +245,7 @@ mod tests {
             last_seen_ms: Some(1_000_000 - 12_000),
             overridden: false,
             denied_minutes: Vec::new(),
+            budget: KeyBudget::default(),
         }
     }
 
@@ -249,6 +272,36 @@ mod tests {
             "spent 0 of 1000 · 1000 left · nothing spent this window"
         );
         assert_eq!(budget_text(&state("g", 1.0, 15, None)), "");
+        // Reservations in flight and a commit's overshoot, on a fixed window and on a meter.
+        let held = KeyActionState {
+            remaining: 470,
+            budget: KeyBudget {
+                reserved_in_flight: 500,
+                reservations_in_flight: 1,
+                overshoot: 150,
+                debited: 300,
+                overshoot_until_ms: Some(1),
+            },
+            ..month.clone()
+        };
+        assert_eq!(
+            budget_text(&held),
+            "spent 530 of 1000 · 500 reserved in flight (1) · 470 left · overshoot 150 \
+             (300 beyond reservations) · resets in 12d"
+        );
+        let meter = KeyActionState {
+            reset_after_ms: 90_000,
+            budget: KeyBudget {
+                reserved_in_flight: 4,
+                reservations_in_flight: 2,
+                ..KeyBudget::default()
+            },
+            ..state("tokens", 9.6, 6, None)
+        };
+        assert_eq!(
+            budget_text(&meter),
+            "spent 10 of 16 · 4 reserved in flight (2) · 6 left · resets in 90s"
+        );
     }
 
     #[test]

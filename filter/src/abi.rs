@@ -40,7 +40,7 @@ fn exchange_tick(timeout_ms: u64) -> Duration {
 }
 
 /// The longest tick with cost routes (commits are sent on it).
-const COMMIT_TICK: Duration = Duration::from_millis(20);
+const COMMIT_TICK: Duration = Duration::from_millis(crate::host::COMMIT_TICK_MS);
 
 /// Metric ids, defined once per VM (Envoy shares the stats by name across workers).
 #[derive(Debug, Default, Clone)]
@@ -555,12 +555,16 @@ impl Host for WasmHost {
     }
 }
 
-/// One value of a header or trailer map (Envoy's `get_map_value` joins repeated ones with `,`,
-/// which then reads as no number): one hostcall, made only by cost routes.
+/// Every value of a header or trailer map, in order: the whole map in one hostcall, made only by
+/// cost routes. Not `get_map_value`: Envoy hands that the first of several lines, so an upstream
+/// that sent the usage twice would have its first line committed, where docs/cost-budgets.md
+/// (and the native build) keep the reservation for a repeated usage.
 fn map_values(map: MapType, name: &str) -> Vec<Vec<u8>> {
-    hostcalls::get_map_value_bytes(map, name)
+    hostcalls::get_map_bytes(map)
         .ok()
-        .flatten()
         .into_iter()
+        .flatten()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v)
         .collect()
 }

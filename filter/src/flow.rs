@@ -19,7 +19,7 @@ use sluice_core::wire::{
 use sluice_core::Action;
 
 use crate::cache::{self, Entry};
-use crate::config::{Actual, Config, FailureMode, Protocol, Route, UnknownAction};
+use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
 use crate::failure::Failure;
 use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
 use crate::lease::{self, Lease};
@@ -114,9 +114,9 @@ struct Pending {
     identity: Option<Vec<u8>>,
     /// A route with all-or-nothing checks: their actions, in order (the answer's `results` follow it).
     all: Option<Vec<String>>,
-    /// A cost route: the key and where its actual cost comes from (the reservation is
-    /// `quantity`).
-    cost: Option<(String, Actual)>,
+    /// A cost route: the key, where its actual cost comes from and the commit id the throttle
+    /// request reserved under (the reservation is `quantity`).
+    cost: Option<cost::Ask>,
 }
 
 /// The filter's state for one HTTP request.
@@ -210,10 +210,14 @@ impl Flow {
                 return Next::Pause;
             }
         }
-        let cost = route.cost.as_ref().map(|c| (key.clone(), c.actual.clone()));
+        let cost = route
+            .cost
+            .as_ref()
+            .map(|c| cost::Ask::new(&self.worker, &key, &c.actual));
+        let reservation_id = cost.as_ref().map(cost::Ask::id);
         let dispatched = match config.backend.protocol {
             Protocol::Http | Protocol::GrpcStream => {
-                self.dispatch_http(host, &route.action, key, quantity, leasing)
+                self.dispatch_http(host, &route.action, key, quantity, leasing, reservation_id)
             }
             Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, quantity),
         };
@@ -325,6 +329,7 @@ impl Flow {
         key: String,
         quantity: u64,
         lease: bool,
+        reservation_id: Option<String>,
     ) -> Result<u32, Failure> {
         let request = ThrottleRequest {
             action: action.to_owned(),
@@ -335,6 +340,7 @@ impl Flow {
             timeout_ms: Some(self.config.backend.timeout_ms),
             // ... counted from here, when the backend could only read it late (a stall).
             sent_at_ms: Some(host.now_ns() / 1_000_000),
+            reservation_id,
         };
         let body = serde_json::to_vec(&request).map_err(|e| Failure::encode(&e.to_string()))?;
         self.send_http(host, &self.config.backend.path, body)

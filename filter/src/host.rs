@@ -5,6 +5,11 @@
 
 use crate::failure::Failure;
 
+/// How often, at the longest, a host sends its workers' queued cost commits
+/// (`report::Worker::tick`, `cost::Commits::send`) when a configuration meters cost: a commit
+/// goes out at most this long after its response. Both hosts tick at this period then.
+pub const COMMIT_TICK_MS: u64 = 20;
+
 /// Counters the filter keeps as Envoy stats (names in [`Counter::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Counter {

@@ -182,6 +182,7 @@ fn envoy_bytes(ptr: *const c_char, length: usize) -> Vec<u8> {
 // `envoy_dynamic_module_type_http_header_type`.
 const REQUEST_HEADER: u32 = 0;
 const RESPONSE_HEADER: u32 = 2;
+const RESPONSE_TRAILER: u32 = 3;
 // `envoy_dynamic_module_type_log_level`.
 const LOG_INFO: u32 = 2;
 const LOG_WARN: u32 = 3;
@@ -211,6 +212,14 @@ extern "C" {
         filter: *mut c_void,
         header_type: u32,
         result: *mut EnvoyHeader,
+    ) -> bool;
+    fn envoy_dynamic_module_callback_http_get_header(
+        filter: *mut c_void,
+        header_type: u32,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+        index: usize,
+        optional_size: *mut usize,
     ) -> bool;
     fn envoy_dynamic_module_callback_http_set_header(
         filter: *mut c_void,
@@ -315,8 +324,9 @@ extern "C" {
 }
 
 /// Every callback the module calls: all must be exported by the Envoy that loads it.
-const CALLBACKS: [&[u8]; 22] = [
+const CALLBACKS: [&[u8]; 23] = [
     b"envoy_dynamic_module_callback_log\0",
+    b"envoy_dynamic_module_callback_http_get_header\0",
     b"envoy_dynamic_module_callback_http_get_headers_size\0",
     b"envoy_dynamic_module_callback_http_get_headers\0",
     b"envoy_dynamic_module_callback_http_set_header\0",
@@ -752,6 +762,51 @@ impl FilterHandle {
         }
     }
 
+    /// Every value of a response header (`trailers`: of a response trailer), in order, copied:
+    /// one `get_header` for the first value and the count, one more per further value. Read only
+    /// by cost routes, while the response headers (trailers) are being processed.
+    pub fn response_values(&self, trailers: bool, name: &str) -> Vec<Vec<u8>> {
+        let kind = if trailers {
+            RESPONSE_TRAILER
+        } else {
+            RESPONSE_HEADER
+        };
+        let mut values = Vec::new();
+        let mut count = 0usize;
+        let mut index = 0usize;
+        loop {
+            let mut value = EnvoyBuffer {
+                ptr: std::ptr::null(),
+                length: 0,
+            };
+            let size: *mut usize = if index == 0 {
+                &mut count
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: live filter pointer; the key buffer is valid for the call; out-pointers are
+            // ours. The value points into Envoy's map and is copied before the next call.
+            let found = unsafe {
+                envoy_dynamic_module_callback_http_get_header(
+                    self.0,
+                    kind,
+                    module_buffer(name.as_bytes()),
+                    &mut value,
+                    index,
+                    size,
+                )
+            };
+            if !found {
+                return values;
+            }
+            values.push(envoy_bytes(value.ptr, value.length));
+            index += 1;
+            if index >= count {
+                return values;
+            }
+        }
+    }
+
     /// Adds a response header (during `on_response_headers`).
     pub fn add_response_header(&self, name: &str, value: &str) {
         // SAFETY: live filter pointer; Envoy copies the buffers.
@@ -1109,13 +1164,19 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
     CONTINUE
 }
 
-/// Response trailers: passed through.
+/// Response trailers: a cost route whose actual cost is a trailer settles here (Envoy calls
+/// this only for a response that has trailers).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
-    _e: *mut c_void,
-    _f: *mut c_void,
+    filter_envoy: *mut c_void,
+    filter: *mut c_void,
 ) -> u32 {
-    CONTINUE
+    guarded("on_response_trailers", CONTINUE, || {
+        if let Some(f) = filter_mut(filter) {
+            as_active(filter_envoy, || glue::on_response_trailers(f));
+        }
+        CONTINUE
+    })
 }
 
 /// The stream is done (nothing to do: `destroy` follows).

@@ -255,15 +255,24 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
     }
 }
 
-/// `on_http_filter_destroy`: the request's flow is dropped (callouts still in flight are
-/// cancelled by Envoy).
+/// `on_http_filter_destroy`: the request is over, as the wasm build's context delete. The flow's
+/// end hook runs first (a cost reservation still unsettled is kept and counted in
+/// `sluice.cost_unsettled`; Envoy's side of the filter is still alive during this hook), then the
+/// flow is dropped (callouts still in flight are cancelled by Envoy).
 pub fn filter_destroy(filter: NativeFilter) {
-    let (Some(local), Some(slot)) = (filter.local, filter.slot) else {
+    let NativeFilter {
+        mut host,
+        local,
+        slot,
+    } = filter;
+    let (Some(local), Some(slot)) = (local, slot) else {
         return;
     };
     let mut state = local.lock();
     if let Some(s) = state.flows.get_mut(slot) {
-        *s = None;
+        if let Some(mut flow) = s.take() {
+            flow.on_end(&mut host);
+        }
         state.free.push(slot);
     }
 }
@@ -332,6 +341,17 @@ pub fn on_response_headers(f: &mut NativeFilter) {
     let mut state = local.lock();
     if let Some(Some(flow)) = state.flows.get_mut(slot) {
         flow.on_response_headers(&mut f.host);
+    }
+}
+
+/// `on_response_trailers`: a cost route whose actual cost is a trailer settles.
+pub fn on_response_trailers(f: &mut NativeFilter) {
+    let (Some(local), Some(slot)) = (&f.local, f.slot) else {
+        return;
+    };
+    let mut state = local.lock();
+    if let Some(Some(flow)) = state.flows.get_mut(slot) {
+        flow.on_response_trailers(&mut f.host);
     }
 }
 
@@ -711,5 +731,13 @@ impl Host for NativeHost {
 
     fn warn(&self, message: &str) {
         abi::log(Level::Warn, message);
+    }
+
+    fn response_header(&self, name: &str) -> Vec<Vec<u8>> {
+        self.filter.response_values(false, name)
+    }
+
+    fn response_trailer(&self, name: &str) -> Vec<Vec<u8>> {
+        self.filter.response_values(true, name)
     }
 }

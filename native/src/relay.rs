@@ -7,9 +7,15 @@
 //!
 //! Delay: as the wasm build's tick: a count goes out within one `report.period_ms` (plus the
 //! main thread's scheduling), idle workers included.
+//!
+//! Cost commits (`sluice_filter::cost`) ride the same turn: a configuration with cost routes
+//! ticks every [`COMMIT_TICK_MS`] (whether or not reports are on, as the wasm root's tick), and
+//! each turn sends every worker's queued commits; the report part runs once per
+//! `report.period_ms` of those turns. A commit's answer comes back like a report's and is handed
+//! to its worker's commit queue (`Worker::on_report_response`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,7 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
 use sluice_filter::config::Config;
 use sluice_filter::failure::Failure;
-use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
+use sluice_filter::host::{
+    Callout, CasError, Counter, ExchangeCall, GrpcCall, Host, COMMIT_TICK_MS,
+};
 
 use crate::abi::{self, ConfigHandle, Level, Scheduler, WorkerBound};
 use crate::glue::{CalloutAnswer, LocalState, SharedLocal};
@@ -33,8 +41,15 @@ type InFlight = (Weak<WorkerBound<LocalState>>, u32, bool);
 /// The main thread's side of one configuration's reports.
 #[derive(Debug)]
 pub struct Reports {
-    cluster: String,
+    /// Where exchanges (reports and commits with `protocol: grpc_stream`) go: the backend's
+    /// gRPC listener. A `report.cluster` is the decision listener: reports to it are plain HTTP
+    /// callouts, never exchanges.
+    exchange_cluster: String,
     authority: String,
+    /// `report.period_ms` in ns, and when the next report turn is due (the tick may be faster:
+    /// cost commits).
+    report_period_ns: u64,
+    next_report_ns: AtomicU64,
     workers: Mutex<Vec<Weak<WorkerBound<LocalState>>>>,
     in_flight: Mutex<HashMap<u64, InFlight>>,
     /// Answers that came inside their own `http_callout` (before their id was known).
@@ -62,12 +77,17 @@ impl Drop for Timer {
 impl Reports {
     /// The reports of `config`, woken through `scheduler` every `report.period_ms`.
     pub fn new(scheduler: Option<Scheduler>, config: &Config) -> Reports {
-        // As the wasm build's tick: only when reports are on (its held-back failure lines then
-        // wait for the next failure to carry them).
+        // As the wasm build's tick: only when reports are on or a route meters cost (else its
+        // held-back failure lines wait for the next failure to carry them); at most
+        // COMMIT_TICK_MS apart with cost routes.
         let reports_on = config.report.cluster.is_some() || config.report.via_exchange;
-        let timer = scheduler.filter(|_| reports_on).map(|scheduler| {
+        let mut period_ms = reports_on.then_some(config.report.period_ms);
+        if config.meters_cost() {
+            period_ms = Some(period_ms.map_or(COMMIT_TICK_MS, |p| p.min(COMMIT_TICK_MS)));
+        }
+        let timer = scheduler.zip(period_ms).map(|(scheduler, period_ms)| {
             let stop = Arc::new(AtomicBool::new(false));
-            let period = Duration::from_millis(config.report.period_ms.max(1));
+            let period = Duration::from_millis(period_ms.max(1));
             let flag = Arc::clone(&stop);
             let thread = std::thread::Builder::new()
                 .name("sluice-reports".to_owned())
@@ -85,12 +105,10 @@ impl Reports {
             Timer { stop, thread }
         });
         Reports {
-            cluster: config
-                .report
-                .cluster
-                .clone()
-                .unwrap_or_else(|| config.backend.cluster.clone()),
+            exchange_cluster: config.backend.cluster.clone(),
             authority: config.backend.authority.clone(),
+            report_period_ns: config.report.period_ms.saturating_mul(1_000_000),
+            next_report_ns: AtomicU64::new(0),
             workers: Mutex::new(Vec::new()),
             in_flight: Mutex::new(HashMap::new()),
             early: Mutex::new(HashMap::new()),
@@ -110,8 +128,17 @@ impl Reports {
         workers.push(Arc::downgrade(worker));
     }
 
-    /// The main thread's turn: every worker's report.
+    /// The main thread's turn: every worker's queued cost commits, and (once per
+    /// `report.period_ms`) its report turn.
     pub fn tick(&self, handle: ConfigHandle, counters: &[Option<usize>]) {
+        let now = now_ns();
+        let report_turn = now >= self.next_report_ns.load(Ordering::Relaxed);
+        if report_turn {
+            self.next_report_ns.store(
+                now.saturating_add(self.report_period_ns),
+                Ordering::Relaxed,
+            );
+        }
         let workers: Vec<SharedLocal> = locked(&self.workers)
             .iter()
             .filter_map(Weak::upgrade)
@@ -124,7 +151,11 @@ impl Reports {
                 reports: self,
                 sent: Vec::new(),
             };
-            state.worker.tick(&mut host, &state.config);
+            if report_turn {
+                state.worker.tick(&mut host, &state.config);
+            } else {
+                state.worker.commits().send(&mut host, &state.config);
+            }
             for (id, exchange) in std::mem::take(&mut host.sent) {
                 let Ok(token) = u32::try_from(id) else {
                     continue;
@@ -208,11 +239,16 @@ impl MainHost<'_> {
     }
 }
 
+/// The wall clock, ns since the Unix epoch (0 before it).
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 impl Host for MainHost<'_> {
     fn now_ns(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        now_ns()
     }
     fn request_header(&self, _name: &str) -> Vec<Vec<u8>> {
         Vec::new()
@@ -249,7 +285,7 @@ impl Host for MainHost<'_> {
         });
         let headers = grpc::headers(CALL_PATH, &self.reports.authority);
         let result = self.handle.http_callout(
-            &self.reports.cluster,
+            &self.reports.exchange_cluster,
             &headers,
             &grpc::frame(&message),
             call.timeout_ms,

@@ -22,8 +22,10 @@ USAGE = "x-usage-total-tokens"
 
 class _UsageUpstream(BaseHTTPRequestHandler):
     """200 after `x-delay-ms`, reporting the usage the client asked for in `x-use`: as the response
-    header x-usage-total-tokens, or (path /stream) as a trailer of a chunked response. The body
-    echoes the x-sluice-cost-id the filter sent."""
+    header x-usage-total-tokens, or (path /stream) as a trailer of a chunked response. `|` in
+    `x-use` splits it into several lines of that header (or trailer), for the odd-value tests;
+    `x-no-trailer` ends a stream without its trailer. The
+    body echoes the x-sluice-cost-id the filter sent."""
 
     protocol_version = "HTTP/1.1"
 
@@ -44,10 +46,14 @@ class _UsageUpstream(BaseHTTPRequestHandler):
             self.send_header("trailer", USAGE)
             self.end_headers()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(body), body))
-            self.wfile.write(f"0\r\n{USAGE}: {use}\r\n\r\n".encode())
+            lines = "".join(f"{USAGE}: {u}\r\n" for u in use.split("|"))
+            if self.headers.get("x-no-trailer"):
+                lines = ""
+            self.wfile.write(f"0\r\n{lines}\r\n".encode())
         else:
             if use:
-                self.send_header(USAGE, use)
+                for u in use.split("|"):
+                    self.send_header(USAGE, u)
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -41,10 +41,11 @@ async fn key_state(
     now_ms: u64,
 ) -> Result<KeyActionState, StoreError> {
     let keys = [key.to_owned()];
-    let (peeks, last_seen_ms, denied) = futures::future::try_join3(
+    let (peeks, last_seen_ms, denied, budget) = futures::future::try_join4(
         store.peek_many(rule, &keys, None),
         store.key_last_seen(rule.action(), key),
         store.key_denied(rule.action(), key, now_ms),
+        store.budget(rule, key, None),
     )
     .await?;
     let mut denied_minutes: Vec<DeniedMinute> = denied
@@ -68,6 +69,7 @@ async fn key_state(
         last_seen_ms,
         overridden: false,
         denied_minutes,
+        budget,
     })
 }
 

@@ -61,6 +61,10 @@ pub async fn throttle(
     )
     .await
     .map_err(|e| e.api_failure())?;
+    if let Some(id) = &request.reservation_id {
+        super::commit::hold_reservation(&app, rule, &request.key, id, request.quantity, &response)
+            .await;
+    }
     Ok(Json(response))
 }
 

@@ -85,7 +85,7 @@ impl Modify for Security {
         Rate, RawRule, RulesBody, SessionRequest, LevelsBody, ActionLevels, KeyLevel,
         StoreHealth, ReadyBody, HealthBody,
         FilterReport, ActionCounts, HistoryBody, HistoryRange, ActionHistory, StepCounts,
-        KeyView, KeyActionState, TopDeniedBody, ActionTopDenied, DeniedKey, sluice_core::wire::DeniedMinute,
+        KeyView, KeyActionState, sluice_core::wire::KeyBudget, TopDeniedBody, ActionTopDenied, DeniedKey, sluice_core::wire::DeniedMinute,
         KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody, ResetAllBody, SessionBody,
         ThrottleAllRequest, ThrottleCheck, ThrottleAllResponse, DeniedCheck,
         CommitRequest, CommitResponse,

@@ -152,7 +152,9 @@ pub trait DecisionStore: Send + Sync + 'static {
     /// atomic step with the mark of `id` (checked by callers with
     /// [`sluice_core::commit::check_id`]): a commit whose id this key already committed within
     /// [`sluice_core::commit::COMMIT_ID_TTL_MS`] changes nothing and answers the first one's
-    /// numbers ([`CommitOutcome::duplicate`]).
+    /// numbers ([`CommitOutcome::duplicate`]). A first commit also settles the key's budget
+    /// record in the same step: the reservation held under `id` is no longer in flight, and a
+    /// debit adds to the key's overshoot figures ([`sluice_core::budget`]).
     async fn commit(
         &self,
         rule: &Rule,
@@ -161,6 +163,31 @@ pub trait DecisionStore: Send + Sync + 'static {
         commit: sluice_core::commit::Commit,
         at: Option<Nanos>,
     ) -> Result<CommitOutcome, StoreError>;
+
+    /// Holds an allowed reservation of `units` for `key` under `rule` as in flight under `id` (its
+    /// commit's id, checked by callers with [`sluice_core::commit::check_id`]), at store time
+    /// `at` (`None`: now), until [`DecisionStore::commit`] of that id removes it or
+    /// [`sluice_core::limits::RESERVATION_IN_FLIGHT_MS`] passes ([`sluice_core::budget`]). Only
+    /// for throttle requests that carry a `reservation_id`, after their allowed decision: the
+    /// plain throttle path never calls it. Returns false when not held (the key already holds
+    /// [`sluice_core::limits::MAX_IN_FLIGHT_PER_KEY`] live ones, or the commit already came).
+    async fn hold(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        units: u64,
+        at: Option<Nanos>,
+    ) -> Result<bool, StoreError>;
+
+    /// `key`'s cost-budget figures under `rule` at `at` (`None`: now): reservations in flight and
+    /// the commits' debits beyond them in the current budget ([`sluice_core::budget`]).
+    async fn budget(
+        &self,
+        rule: &Rule,
+        key: &str,
+        at: Option<Nanos>,
+    ) -> Result<sluice_core::wire::KeyBudget, StoreError>;
 
     /// Removes every throttle state `key` holds under `action` (one per algorithm), as if it had
     /// never been seen; returns the algorithms whose state was there.

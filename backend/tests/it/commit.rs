@@ -182,6 +182,136 @@ async fn openapi_lists_commit(rig: &Rig) {
     assert!(doc["paths"]["/v1/commit"]["post"].is_object(), "{doc}");
     assert!(doc["components"]["schemas"]["CommitRequest"].is_object());
     assert!(doc["components"]["schemas"]["CommitResponse"].is_object());
+    let keys = &doc["components"]["schemas"]["KeyBudget"]["properties"];
+    assert!(
+        keys["reserved_in_flight"].is_object() && keys["overshoot"].is_object(),
+        "{doc}"
+    );
+    let throttle = &doc["components"]["schemas"]["ThrottleRequest"]["properties"];
+    assert!(throttle["reservation_id"].is_object());
+}
+
+/// The key view's `budget` of `key` under `action` (`GET /v1/keys`).
+async fn key_budget(rig: &Rig, key: &str, action: &str) -> Value {
+    let view: Value = rig
+        .http
+        .get(format!("{}/v1/keys?key={key}", rig.admin))
+        .bearer_auth(crate::harness::TOKEN)
+        .send()
+        .await
+        .expect("keys")
+        .json()
+        .await
+        .expect("json");
+    let actions = view["actions"].as_array().expect("actions").clone();
+    let state = actions.into_iter().find(|a| a["action"] == action);
+    state.expect("the action")["budget"].clone()
+}
+
+/// A reservation with a `reservation_id` (over the exchange, as the filter sends it) is in flight
+/// in the key view until its commit (over HTTP) removes it; the commit's overshoot stays; a
+/// reservation without an id is decided the same and is not in flight; a bad id is refused.
+async fn in_flight_until_committed(rig: &Rig) {
+    rig.put_rule(
+        json!({"action": "inflight", "algorithm": "token_bucket", "capacity": 1000,
+                        "rate": {"count": 1000, "period": "1h"}}),
+    )
+    .await;
+    let reserve = json!({"action": "inflight", "key": "acme", "quantity": 600,
+                         "reservation_id": "w1:1"});
+    let (status, answer) = over_exchange_at(rig, "/v1/throttle", &reserve).await;
+    assert_eq!(
+        (status, answer["allowed"].as_bool()),
+        (200, Some(true)),
+        "{answer}"
+    );
+    throttle(rig, "inflight", "acme", 100).await;
+    let budget = key_budget(rig, "acme", "inflight").await;
+    assert_eq!(
+        (
+            budget["reserved_in_flight"].as_u64(),
+            budget["reservations_in_flight"].as_u64()
+        ),
+        (Some(600), Some(1)),
+        "{budget}"
+    );
+    // Committed at 900: 300 beyond the reservation, 0 of it over the budget (700 + 300 = 1000).
+    let body = commit_body("inflight", "acme", 600, 900, "w1:1", now_ms());
+    let (status, done) = commit_http(rig, &body).await;
+    assert_eq!(
+        (status, done["debited"].as_u64()),
+        (200, Some(300)),
+        "{done}"
+    );
+    let budget = key_budget(rig, "acme", "inflight").await;
+    assert_eq!(budget["reserved_in_flight"].as_u64(), Some(0), "{budget}");
+    assert_eq!(budget["debited"].as_u64(), Some(300), "{budget}");
+    // Another reservation overshoots: 50 reserved on a full bucket is denied, so reserve 0.
+    let (_, _) = over_exchange_at(
+        rig,
+        "/v1/throttle",
+        &json!({"action": "inflight",
+        "key": "acme", "quantity": 0, "reservation_id": "w1:2"}),
+    )
+    .await;
+    let (_, done) = commit_http(
+        rig,
+        &commit_body("inflight", "acme", 0, 40, "w1:2", now_ms()),
+    )
+    .await;
+    assert_eq!(done["overshoot"].as_u64(), Some(40), "{done}");
+    let budget = key_budget(rig, "acme", "inflight").await;
+    assert_eq!(
+        (budget["overshoot"].as_u64(), budget["debited"].as_u64()),
+        (Some(40), Some(340)),
+        "{budget}"
+    );
+    assert!(budget["overshoot_until_ms"].as_u64().is_some(), "{budget}");
+    // The retry removes and adds nothing.
+    commit_http(
+        rig,
+        &commit_body("inflight", "acme", 0, 40, "w1:2", now_ms()),
+    )
+    .await;
+    assert_eq!(key_budget(rig, "acme", "inflight").await, budget);
+    // A bad id is refused naming the field, as is one with a lease.
+    for bad in [
+        json!({"action": "inflight", "key": "k", "reservation_id": "a b"}),
+        json!({"action": "inflight", "key": "k", "reservation_id": "x", "lease": true}),
+    ] {
+        let (status, e) = rig
+            .http_post("/v1/throttle", bad.to_string().into_bytes())
+            .await;
+        assert_eq!(
+            (status, e["field"].as_str()),
+            (400, Some("reservation_id")),
+            "{e}"
+        );
+    }
+}
+
+/// A decision-API call through the exchange's unary `Call` at `path`.
+async fn over_exchange_at(rig: &Rig, path: &str, body: &Value) -> (u32, Value) {
+    let mut grpc = tonic::client::Grpc::new(rig.client.clone());
+    grpc.ready().await.expect("ready");
+    let request = ExchangeRequest {
+        id: 2,
+        path: path.to_owned(),
+        body: body.to_string().into_bytes(),
+    };
+    let reply: ExchangeReply = grpc
+        .unary(
+            tonic::Request::new(request),
+            PathAndQuery::from_static(CALL_PATH),
+            ExchangeCodec::<ExchangeRequest, ExchangeReply>::default(),
+        )
+        .await
+        .expect("call")
+        .into_inner();
+    (
+        reply.status,
+        serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,6 +320,7 @@ async fn memory_commit_over_http_and_exchange() {
     refunds_retries_and_overshoot(&rig).await;
     refusals_name_the_field(&rig).await;
     openapi_lists_commit(&rig).await;
+    in_flight_until_committed(&rig).await;
     rig.stop().await;
 }
 
@@ -206,5 +337,9 @@ async fn redis_commit_over_http_and_exchange() {
         .parse()
         .expect("a PTTL");
     assert!(ttl > 3_500_000 && ttl <= 3_600_000, "{ttl}");
+    in_flight_until_committed(&rig).await;
+    // The budget record lives in the state's hash tag (one Cluster slot).
+    let kind = redis.cli(&["TYPE", "sluice:{inflight:acme}:token_bucket:overshoot"]);
+    assert_eq!(kind.trim(), "hash");
     rig.stop().await;
 }

@@ -64,6 +64,11 @@ both_stores!(
     redis_rules_round_trip
 );
 both_stores!(
+    budget_figures,
+    memory_budget_figures,
+    redis_budget_figures
+);
+both_stores!(
     activity_round_trip,
     memory_activity_round_trip,
     redis_activity_round_trip

@@ -528,3 +528,60 @@ async fn three_descriptors_are_all_or_nothing_under_64_clients_on_redis() {
     three_descriptors_under_64_clients(&rig).await;
     rig.stop().await;
 }
+
+/// A request-time descriptor with `sluice_reservation` holds its reservation in flight (the key
+/// view's `budget`) until the stream-done descriptor of the same id commits it; the commit's
+/// debit beyond the reservation shows as overshoot. The entry is not part of the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_with_its_id_is_in_flight_until_its_commit() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    rig.put_rule(
+        json!({"action": "tokens", "algorithm": "fixed_window", "capacity": 100,
+                        "window": "60s"}),
+    )
+    .await;
+    let budget = || async {
+        let view: Value = rig
+            .http
+            .get(format!("{}/v1/keys?key=alice", rig.admin))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        view["actions"][0]["budget"].clone()
+    };
+    let mut reserve = descriptor(&[("tokens", "alice"), ("sluice_reservation", "req-9")]);
+    reserve.hits_addend = Some(UInt64Value { value: 70 });
+    let r = rig.ok(request(vec![reserve])).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    let held = budget().await;
+    assert_eq!(
+        (
+            held["reserved_in_flight"].as_u64(),
+            held["reservations_in_flight"].as_u64()
+        ),
+        (Some(70), Some(1)),
+        "{held}"
+    );
+    let mut commit = descriptor(&[
+        ("tokens", "alice"),
+        ("sluice_commit", "req-9"),
+        ("sluice_reserved", "70"),
+    ]);
+    commit.hits_addend = Some(UInt64Value { value: 110 });
+    rig.ok(request(vec![commit])).await;
+    let done = budget().await;
+    assert_eq!(
+        (
+            done["reserved_in_flight"].as_u64(),
+            done["debited"].as_u64(),
+            done["overshoot"].as_u64()
+        ),
+        (Some(0), Some(40), Some(10)),
+        "{done}"
+    );
+    rig.stop().await;
+}

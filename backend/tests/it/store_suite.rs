@@ -522,6 +522,7 @@ pub async fn whole_suite(store: Arc<dyn Store>, seed: u64) {
     concurrency_admits_exactly_the_bound(store.clone()).await;
     commit_tables(store.as_ref()).await;
     commit_randomized_against_core(store.as_ref(), seed ^ 0xc0, 10).await;
+    budget_figures(store.as_ref()).await;
 }
 
 /// 64 concurrent requests on one key at one instant admit exactly the capacity, per algorithm.
@@ -943,5 +944,130 @@ pub async fn commit_randomized_against_core(store: &dyn Store, seed: u64, sequen
                 }
             }
         }
+    }
+}
+
+/// A key's cost-budget record (sluice_core::budget), the same figures from every store: allowed
+/// reservations held in flight until their commit (once: a retry removes nothing twice, a hold
+/// after the commit holds nothing) or the in-flight bound; a commit's debit beyond its
+/// reservation summed with its overshoot until the budget's end; other keys untouched.
+pub async fn budget_figures(store: &dyn Store) {
+    use sluice_core::budget::budget_until_ms;
+    use sluice_core::commit::Commit;
+    use sluice_core::limits::RESERVATION_IN_FLIGHT_MS;
+    use sluice_core::wire::KeyBudget;
+    for algorithm in ALGORITHMS {
+        let limit = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
+            r#""rate":{"count":1000,"period":"60s"}"#
+        } else {
+            r#""window":"60s""#
+        };
+        let capacity = if algorithm == "sliding_log" {
+            100
+        } else {
+            1000
+        };
+        let r = rule(&format!(
+            r#"{{"action":"budget-{algorithm}","algorithm":"{algorithm}","capacity":{capacity},{limit}}}"#
+        ));
+        let (big, small) = (capacity / 2, capacity / 5);
+        let t = B + 1_500 * MS;
+        let t_ms = t / MS;
+        let at = |ms: u64| Some(ms * MS);
+        let budget = |key: &'static str, ms: u64| {
+            let r = r.clone();
+            async move { store.budget(&r, key, at(ms)).await.expect("budget") }
+        };
+        let name = format!("{algorithm} ({})", store.kind());
+        assert_eq!(budget("k", t_ms).await, KeyBudget::default(), "{name}");
+        for (id, units) in [("r1", big), ("r2", small)] {
+            assert!(
+                store
+                    .throttle(&r, "k", units, Some(t))
+                    .await
+                    .expect("reserve")
+                    .allowed
+            );
+            assert!(
+                store.hold(&r, "k", id, units, Some(t)).await.expect("hold"),
+                "{name}"
+            );
+        }
+        let held = budget("k", t_ms).await;
+        assert_eq!(
+            (
+                held.reserved_in_flight,
+                held.reservations_in_flight,
+                held.debited
+            ),
+            (big + small, 2, 0),
+            "{name}"
+        );
+        // r1 commits more than it reserved: the debit fills the limit, the rest is overshoot.
+        let c = Commit {
+            reserved: big,
+            actual: big + capacity / 2,
+            reserved_at: t,
+        };
+        let done = store
+            .commit(&r, "k", "r1", c, Some(t))
+            .await
+            .expect("commit");
+        let (debited, overshoot) = (capacity / 2, capacity / 2 - (capacity - big - small));
+        assert_eq!(
+            (done.committed.debited, done.committed.overshoot),
+            (debited, overshoot),
+            "{name}"
+        );
+        let until = budget_until_ms(&r.params(), t);
+        let want = KeyBudget {
+            reserved_in_flight: small,
+            reservations_in_flight: 1,
+            overshoot,
+            debited,
+            overshoot_until_ms: Some(until),
+        };
+        assert_eq!(budget("k", t_ms + 1).await, want, "{name}");
+        // A retry of the commit removes nothing twice and adds nothing; a late hold holds nothing.
+        let again = store
+            .commit(&r, "k", "r1", c, Some(t + MS))
+            .await
+            .expect("retry");
+        assert!(again.duplicate, "{name}");
+        assert!(
+            !store
+                .hold(&r, "k", "r1", big, Some(t + MS))
+                .await
+                .expect("hold"),
+            "{name}"
+        );
+        assert_eq!(budget("k", t_ms + 2).await, want, "{name}");
+        // Other keys have records of their own.
+        assert_eq!(budget("other", t_ms).await, KeyBudget::default(), "{name}");
+        // The overshoot counts until its budget's end; r2, never committed, until the bound.
+        assert_eq!(budget("k", until - 1).await.overshoot, overshoot, "{name}");
+        let after = budget("k", until).await;
+        assert_eq!(
+            (after.overshoot, after.debited, after.overshoot_until_ms),
+            (0, 0, None)
+        );
+        let last = t_ms + RESERVATION_IN_FLIGHT_MS - 1;
+        assert_eq!(budget("k", last).await.reserved_in_flight, small, "{name}");
+        assert_eq!(budget("k", last + 1).await, KeyBudget::default(), "{name}");
+        // A commit of a reservation never held (no id sent) only debits.
+        let plain = Commit {
+            reserved: 0,
+            actual: 1,
+            reserved_at: t,
+        };
+        store
+            .commit(&r, "k", "never-held", plain, Some(t + 2 * MS))
+            .await
+            .expect("commit");
+        assert_eq!(
+            budget("k", t_ms + 2).await.reservations_in_flight,
+            1,
+            "{name}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::commit::check_id;
 use crate::decision::Decision;
 use crate::field_error::FieldError;
 use crate::lease::LeaseGrant;
@@ -48,6 +49,13 @@ pub struct ThrottleRequest {
     /// assumed (docs/failure-modes.md, "One deadline").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_at_ms: Option<u64>,
+    /// This request reserves its `quantity` for a cost that is committed later under this id
+    /// (the `id` of its `POST /v1/commit`; 1–128 of `[A-Za-z0-9_.:-]`). Allowed, the reservation
+    /// counts as in flight for the key until that commit arrives, or 10 minutes
+    /// (`GET /v1/keys`' `budget`). Never with `lease`: a leased admission has no reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "r-7f3a9c-12"))]
+    pub reservation_id: Option<String>,
 }
 
 impl ThrottleRequest {
@@ -61,6 +69,15 @@ impl ThrottleRequest {
             ));
         }
         check_timeout_ms(self.timeout_ms)?;
+        if let Some(id) = &self.reservation_id {
+            check_id(id).map_err(|r| FieldError::new("reservation_id", r))?;
+            if self.lease {
+                return Err(FieldError::new(
+                    "reservation_id",
+                    "a reservation is never leased: send lease false (or leave it out)",
+                ));
+            }
+        }
         Ok(action)
     }
 }

@@ -56,6 +56,42 @@ pub struct KeyActionState {
     /// and are not here.
     #[serde(default)]
     pub denied_minutes: Vec<DeniedMinute>,
+    /// The key's cost budget beyond its level: reservations still waiting for their commit, and
+    /// what commits debited beyond their reservations (docs/cost-budgets.md, "The dashboard").
+    #[serde(default)]
+    pub budget: KeyBudget,
+}
+
+/// One key's cost-budget figures under one action, as its store holds them: the reservations in
+/// flight (allowed throttle requests that carried a `reservation_id` and whose commit has not
+/// arrived) and the commits' debits beyond their reservations in the current budget
+/// ([`crate::budget`] says what "current" is per algorithm). All zero for a key that never
+/// reserved or committed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyBudget {
+    /// Units held by reservations in flight: allowed, not yet committed, made within the last
+    /// 10 minutes (a reservation never committed, its request reset or its usage missing,
+    /// stops counting then; its units stay debited). Already part of `level`.
+    #[serde(default)]
+    pub reserved_in_flight: u64,
+    /// How many reservations hold them (at most 1024 are kept per key: at 1024 the figures are
+    /// a lower bound).
+    #[serde(default)]
+    pub reservations_in_flight: u64,
+    /// Units committed beyond the budget in its current window: the part of the debits
+    /// (actual − reserved) that did not fit, admitted over the limit (the commit's `overshoot`,
+    /// summed).
+    #[serde(default)]
+    pub overshoot: u64,
+    /// Units committed beyond their reservations in the same span (actual − reserved, summed;
+    /// `overshoot` is the part of it that did not fit).
+    #[serde(default)]
+    pub debited: u64,
+    /// When `overshoot` and `debited` stop counting (ms since the epoch: the fixed window's end,
+    /// or when the budget is surely whole again); null when they are 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overshoot_until_ms: Option<u64>,
 }
 
 /// One key's backend denials in one minute.

@@ -36,7 +36,7 @@ pub use history::{
     ActionHistory, HistoryBody, HistoryRange, StepCounts, HISTORY_SPAN_MS, HISTORY_STEP_MS,
 };
 pub use keys::{
-    ActionTopDenied, DeniedKey, DeniedMinute, KeyActionState, KeyView, TopDeniedBody,
+    ActionTopDenied, DeniedKey, DeniedMinute, KeyActionState, KeyBudget, KeyView, TopDeniedBody,
     TOP_DENIED_KEYS, TOP_DENIED_SPAN_MS,
 };
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};

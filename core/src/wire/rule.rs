@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::calendar::{Calendar, CalendarUnit};
+use crate::calendar::{Calendar, CalendarUnit, Zone};
 use crate::duration::Span;
 use crate::field_error::FieldError;
 use crate::lease::Lease;
@@ -35,8 +35,8 @@ pub struct RawRule {
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "60s"))]
     pub window: Option<Span>,
     /// fixed_window only, in place of `window`: windows aligned to the calendar,
-    /// `{"unit": "month", "zone": "+08:00"}` (unit day, week or month; zone `"UTC"`, the
-    /// default, or a fixed offset).
+    /// `{"unit": "month", "zone": "Europe/Paris"}` (unit day, week or month; zone `"UTC"`, the
+    /// default, a fixed offset like `"+08:00"`, or an IANA zone name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calendar: Option<RawCalendar>,
     /// `enforce` (default) or `shadow`.
@@ -52,16 +52,23 @@ pub struct RawRule {
     pub lease: Option<Lease>,
 }
 
-/// A calendar window as sent: a unit and a zone (`"UTC"` when absent, or `±HH:MM`).
+/// A calendar window as sent: a unit and a zone (`"UTC"` when absent, `±HH:MM`, or an IANA
+/// zone name such as `"Europe/Paris"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawCalendar {
     /// `day`, `week` (from Monday) or `month` (from the 1st).
     pub unit: CalendarUnit,
-    /// `"UTC"` (default) or a fixed offset like `"+08:00"`; named zones are refused.
+    /// `"UTC"` (default), a fixed offset like `"+08:00"` (within ±18:00), or an IANA zone name
+    /// like `"Europe/Paris"` or `"America/New_York"` (any ASCII case; answered as the tz database
+    /// spells it). A named zone follows daylight saving: its windows start at local midnight
+    /// (a day across a change lasts 23 or 25 hours, a month starts at midnight on the 1st
+    /// whatever the offset that day). The tz database is bundled into the build (IANA
+    /// release 2026f), never read from the system: a zone whose rules change by decree needs a
+    /// new build (docs/algorithms.md, "Calendar windows").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(example = "+08:00"))]
+    #[cfg_attr(feature = "openapi", schema(example = "Europe/Paris"))]
     pub zone: Option<String>,
 }
 
@@ -69,13 +76,13 @@ impl TryFrom<&RawCalendar> for Calendar {
     type Error = FieldError;
 
     fn try_from(raw: &RawCalendar) -> Result<Calendar, FieldError> {
-        let offset_minutes = match &raw.zone {
-            None => 0,
-            Some(z) => Calendar::parse_zone(z).map_err(|r| FieldError::new("calendar.zone", r))?,
+        let zone = match &raw.zone {
+            None => Zone::UTC,
+            Some(z) => Zone::parse(z).map_err(|r| FieldError::new("calendar.zone", r))?,
         };
         Ok(Calendar {
             unit: raw.unit,
-            offset_minutes,
+            zone,
         })
     }
 }

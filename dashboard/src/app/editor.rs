@@ -293,7 +293,7 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
                         <TextField
                             field=Field::Zone
                             label="Zone"
-                            hint="UTC or an offset like +08:00"
+                            hint="UTC, an offset like +08:00, or a zone like Europe/Paris"
                             value=Signal::derive(move || form.get().zone)
                             message=Signal::derive(message(Field::Zone))
                             on_input=edit(Field::Zone, |f, v| f.zone = v)

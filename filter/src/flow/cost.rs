@@ -14,6 +14,7 @@ use sluice_core::wire::CommitRequest;
 use super::{Flow, Pending};
 use crate::config::{units, Actual, Route};
 use crate::host::{Counter, Host};
+use crate::report::Worker;
 
 /// The request header carrying the commit id upstream (for correlating the upstream's logs
 /// with the backend's commit); one a client sent is removed on cost routes.
@@ -29,6 +30,32 @@ pub struct Reservation {
     reserved_at_ms: u64,
     id: String,
     actual: Actual,
+}
+
+/// A cost route's throttle request in flight: the key, where the actual cost comes from, and
+/// the commit id, chosen before the request goes out so that the backend holds the reservation
+/// under the id its commit will carry (`ThrottleRequest.reservation_id`: in flight until then).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    key: String,
+    actual: Actual,
+    id: String,
+}
+
+impl Ask {
+    /// An ask for `key` under a fresh commit id of the worker.
+    pub fn new(worker: &Worker, key: &str, actual: &Actual) -> Ask {
+        Ask {
+            key: key.to_owned(),
+            actual: actual.clone(),
+            id: worker.commits().next_id(worker.reporter()),
+        }
+    }
+
+    /// The commit id, as the throttle request's `reservation_id`.
+    pub fn id(&self) -> String {
+        self.id.clone()
+    }
 }
 
 /// Units a request on `route` asks for: its cost section's reservation, else its `quantity`.
@@ -53,20 +80,20 @@ fn actual_of(values: &[Vec<u8>]) -> Option<u64> {
 
 impl Flow {
     /// The backend allowed `pending`: for a cost route, the reservation is now held (its time is
-    /// the answer's arrival, at or just after the store's decision), under a fresh commit id.
+    /// the answer's arrival, at or just after the store's decision), under the commit id the
+    /// throttle request carried.
     pub(super) fn reserved(&mut self, host: &mut dyn Host, pending: &Pending) {
-        let Some((key, actual)) = &pending.cost else {
+        let Some(ask) = &pending.cost else {
             return;
         };
-        let id = self.worker.commits().next_id(self.worker.reporter());
-        host.set_request_header(COST_ID_HEADER, &id);
+        host.set_request_header(COST_ID_HEADER, &ask.id);
         self.reservation = Some(Reservation {
             action: pending.action.clone(),
-            key: key.clone(),
+            key: ask.key.clone(),
             reserved: pending.quantity,
             reserved_at_ms: host.now_ns() / 1_000_000,
-            id,
-            actual: actual.clone(),
+            id: ask.id.clone(),
+            actual: ask.actual.clone(),
         });
     }
 

@@ -152,6 +152,36 @@ fn the_reserve_header_is_capped_and_a_missing_or_bad_one_takes_the_default() {
 }
 
 #[test]
+fn the_throttle_request_reserves_under_the_commit_id_and_other_routes_send_none() {
+    let cfg = header_config();
+    let (mut flow, worker, mut host) = admitted(&cfg, request("/chat", Some(b"800")));
+    let reserved_as = throttle(&host)
+        .reservation_id
+        .expect("a reservation id goes out");
+    assert!(reserved_as.starts_with(worker.reporter()), "{reserved_as}");
+    let upstream = host
+        .effects
+        .request_headers_set
+        .iter()
+        .find(|(n, _)| n == "x-sluice-cost-id")
+        .map(|(_, v)| v.clone());
+    assert_eq!(upstream.as_deref(), Some(reserved_as.as_str()));
+    host.upstream_headers = vec![("x-usage-total-tokens".into(), b"900".to_vec())];
+    flow.on_response_headers(&mut host);
+    worker.tick(&mut host, &cfg);
+    let [commit] = commits(&host).try_into().unwrap();
+    assert_eq!(
+        commit.id, reserved_as,
+        "the commit settles what was reserved"
+    );
+    // The next request reserves under a fresh id.
+    let (_, _, next) = admitted(&cfg, request("/chat", Some(b"10")));
+    let again = throttle(&next).reservation_id.expect("an id");
+    assert_ne!(again, reserved_as);
+    // A route without cost sends none: flow/tests.rs's first callout is `reservation_id: None`.
+}
+
+#[test]
 fn a_denied_reservation_holds_nothing_and_commits_nothing() {
     let cfg = header_config();
     let worker = Rc::new(Worker::new(&cfg));

@@ -90,6 +90,7 @@ fn the_callout_carries_pseudo_headers_timeout_and_the_request() {
             // backend.timeout_ms of this configuration: the backend's wait is the filter's.
             timeout_ms: Some(30),
             sent_at_ms: Some(h.now_ns() / 1_000_000),
+            reservation_id: None,
         }
     );
     // With leases turned off, the callout does not ask for one.

@@ -5,7 +5,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_core::descriptor::to_check;
 use sluice_core::limits::MAX_QUANTITY;
-use sluice_core::rls_commit::{split_commit, CommitMark};
+use sluice_core::rls_commit::{split_commit, split_reservation, CommitMark};
 use sluice_core::{Action, FieldError};
 
 /// Most descriptors one request may carry.
@@ -23,6 +23,9 @@ pub struct Check {
     pub quantity: u64,
     /// Set when the descriptor commits a reservation (sluice_core::rls_commit's marks).
     pub commit: Option<CommitMark>,
+    /// Set when the descriptor reserves under a request id (`sluice_reservation`): allowed, it
+    /// is held as in flight until that id's commit.
+    pub reservation: Option<String>,
 }
 
 /// The checks every request passes, whichever configuration answers it: a domain, 1 to
@@ -93,6 +96,7 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
                 .iter()
                 .map(|e| (e.key.as_str(), e.value.as_str()))
                 .collect();
+            let (reservation, entries) = split_reservation(index, &entries)?;
             let (commit, entries) = split_commit(index, &entries)?;
             let (action, key) = to_check(index, entries)?;
             // A commit's hits are its actual cost, which may be 0; a check's 0 means 1.
@@ -106,6 +110,7 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
                 key,
                 quantity,
                 commit,
+                reservation,
             })
         })
         .collect()

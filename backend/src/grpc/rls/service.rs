@@ -19,6 +19,7 @@ use super::response::{self, Answer};
 use crate::app::App;
 use crate::deadline::{parse_grpc_timeout, Deadline, DecideError};
 use crate::decide::{decide, decide_all as all_or_nothing};
+use crate::http::commit::hold_reservation;
 use crate::http::error::ApiFailure;
 use crate::store::{CheckRequest, StoreError};
 
@@ -231,6 +232,18 @@ async fn decide_all(
                     *answer = Some(result);
                 }
             }
+        }
+    }
+    // Reservations with an id (`sluice_reservation`) are held as in flight, once allowed (a
+    // denied all-or-nothing request allowed none of its checks: their answers are peeks).
+    let all_allowed = answers.iter().flatten().all(|a| a.allowed);
+    for (i, one) in &known {
+        let id = checks.get(*i).and_then(|c| c.reservation.as_ref());
+        let (Some(id), Some(Some(answer))) = (id, answers.get(*i)) else {
+            continue;
+        };
+        if all_allowed {
+            hold_reservation(app, one.rule, one.key, id, one.quantity, answer).await;
         }
     }
     Ok(answers)

@@ -1,5 +1,6 @@
 //! Commits in the memory store: core's own [`sluice_core::commit::commit`] under the key's shard
-//! lock, and the request ids already committed, so that a retried commit changes nothing.
+//! lock, and the request ids already committed, so that a retried commit changes nothing; and the
+//! keys' cost-budget records ([`sluice_core::budget`]), which a commit settles in the same call.
 //!
 //! The ids live in one bounded map (at most [`MAX_MARKS`]), each for
 //! [`COMMIT_ID_TTL_MS`] of store time; expired ones are dropped when the map is full, and if it
@@ -11,7 +12,10 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
+use sluice_core::budget::{budget_until_ms, BudgetRecord};
 use sluice_core::commit::{commit, Commit, Committed, COMMIT_ID_TTL_MS};
+use sluice_core::time::NANOS_PER_MILLI;
+use sluice_core::wire::KeyBudget;
 use sluice_core::{Nanos, Params, Rule};
 
 use super::shards::ShardedStates;
@@ -21,10 +25,14 @@ use crate::store::CommitOutcome;
 /// Most request ids remembered at once.
 pub(crate) const MAX_MARKS: usize = 100_000;
 
-/// Request ids already committed: state name + id → (expiry, what the first commit did).
+/// Request ids already committed: state name + id → (expiry, what the first commit did); and
+/// per state name the cost-budget record ([`BudgetRecord`]: reservations in flight, debits
+/// beyond them), at most [`MAX_MARKS`] names (spent records go first; past that a new key's
+/// record is not kept: the view then shows zeros for it, decisions never read it).
 #[derive(Default)]
 pub(crate) struct CommitMarks {
     marks: Mutex<HashMap<String, (Nanos, Committed)>>,
+    budgets: Mutex<HashMap<String, BudgetRecord>>,
 }
 
 impl CommitMarks {
@@ -80,9 +88,60 @@ impl CommitMarks {
         }
         let expires = now.saturating_add(COMMIT_ID_TTL_MS * 1_000_000);
         marks.insert(mark, (expires, committed));
+        let until_ms = budget_until_ms(&params, now);
+        self.with_budget(&name, now, |b| {
+            b.settle(id, &committed, until_ms, now / NANOS_PER_MILLI);
+        });
         CommitOutcome {
             committed,
             duplicate: false,
         }
+    }
+}
+
+impl CommitMarks {
+    /// Holds an allowed reservation of `units` for `key` under `rule` as in flight, unless its
+    /// commit already came (then there is nothing left in flight). False when not held.
+    pub(crate) fn hold(&self, rule: &Rule, key: &str, id: &str, units: u64, now: Nanos) -> bool {
+        let name = rule_slot(rule.action(), rule.algorithm(), key);
+        // The marks' lock first, as in a commit: a commit of this id cannot land in between.
+        let marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
+        let committed = marks
+            .get(&format!("{name}\u{0}{id}"))
+            .is_some_and(|(expires, _)| *expires > now);
+        if committed {
+            return false;
+        }
+        self.with_budget(&name, now, |b| b.hold(id, units, now / NANOS_PER_MILLI))
+            .unwrap_or(false)
+    }
+
+    /// `key`'s budget figures under `rule` at `now`.
+    pub(crate) fn budget(&self, rule: &Rule, key: &str, now: Nanos) -> KeyBudget {
+        let name = rule_slot(rule.action(), rule.algorithm(), key);
+        let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        budgets
+            .get(&name)
+            .map(|b| b.figures(now / NANOS_PER_MILLI))
+            .unwrap_or_default()
+    }
+
+    /// Runs `f` on the record of `name` (made when missing, if there is room); `None` when there
+    /// was no room.
+    fn with_budget<T>(
+        &self,
+        name: &str,
+        now: Nanos,
+        f: impl FnOnce(&mut BudgetRecord) -> T,
+    ) -> Option<T> {
+        let mut budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        if !budgets.contains_key(name) && budgets.len() >= MAX_MARKS {
+            let now_ms = now / NANOS_PER_MILLI;
+            budgets.retain(|_, b| !b.is_spent(now_ms));
+            if budgets.len() >= MAX_MARKS {
+                return None;
+            }
+        }
+        Some(f(budgets.entry(name.to_owned()).or_default()))
     }
 }

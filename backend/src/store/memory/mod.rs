@@ -226,6 +226,26 @@ impl DecisionStore for MemoryStore {
             .commits
             .commit(&self.states, rule, key, id, commit, now))
     }
+    async fn hold(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        units: u64,
+        at: Option<Nanos>,
+    ) -> Result<bool, StoreError> {
+        let now = at.unwrap_or_else(now_ns);
+        Ok(self.commits.hold(rule, key, id, units, now))
+    }
+    async fn budget(
+        &self,
+        rule: &Rule,
+        key: &str,
+        at: Option<Nanos>,
+    ) -> Result<sluice_core::wire::KeyBudget, StoreError> {
+        let now = at.unwrap_or_else(now_ns);
+        Ok(self.commits.budget(rule, key, now))
+    }
     async fn reset_key(
         &self,
         action: &Action,

@@ -2,7 +2,8 @@
 //! the key's throttle state and the mark of the request id, `<state key>:commit:<id>`. The mark
 //! shares the state's hash tag, so both live in one Cluster slot and one script call settles the
 //! reservation and marks it, atomically: a retry finds the mark (kept
-//! [`COMMIT_ID_TTL_MS`]) and changes nothing.
+//! [`COMMIT_ID_TTL_MS`]) and changes nothing. The same call settles the key's budget record
+//! (`commit_inflight.rs`): the reservation is no longer in flight, a debit adds to the overshoot.
 
 use redis::RedisResult;
 use sluice_core::commit::{Commit, Committed, COMMIT_ID_TTL_MS};
@@ -30,7 +31,7 @@ impl RedisStore {
             .bounded(
                 &state,
                 Call::Script("commit"),
-                self.invoke_commit(&state, &mark, params, c, at),
+                self.invoke_commit(&state, &mark, id, params, c, at),
             )
             .await?;
         outcome(params, &reply)
@@ -40,6 +41,7 @@ impl RedisStore {
         &self,
         state: &str,
         mark: &str,
+        id: &str,
         params: Params,
         c: Commit,
         at: Option<Nanos>,
@@ -47,6 +49,9 @@ impl RedisStore {
         let mut conn = self.conn.clone();
         let mut invocation = self.scripts.commit.key(state);
         invocation.key(mark);
+        // The key's budget record, settled in the same call (sluice_core::budget).
+        invocation.key(super::commit_inflight::in_flight_key(state));
+        invocation.key(super::commit_inflight::overshoot_key(state));
         // The prelude's six (quantity 0, no lease), then the commit's own.
         for arg in algorithm_args(params, 0, None, at).into_iter().take(6) {
             invocation.arg(arg);
@@ -56,7 +61,8 @@ impl RedisStore {
             .arg(c.reserved)
             .arg(c.actual)
             .arg(c.reserved_at.to_string())
-            .arg(COMMIT_ID_TTL_MS);
+            .arg(COMMIT_ID_TTL_MS)
+            .arg(id);
         invocation.invoke_async(&mut conn).await
     }
 }

@@ -10,6 +10,7 @@
 mod all;
 mod changes;
 mod commit;
+mod commit_inflight;
 mod config;
 mod conn;
 mod errors;
@@ -288,6 +289,24 @@ impl DecisionStore for RedisStore {
         at: Option<Nanos>,
     ) -> Result<super::CommitOutcome, StoreError> {
         self.commit_reservation(rule, key, id, commit, at).await
+    }
+    async fn hold(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        units: u64,
+        at: Option<Nanos>,
+    ) -> Result<bool, StoreError> {
+        self.hold_reservation(rule, key, id, units, at).await
+    }
+    async fn budget(
+        &self,
+        rule: &Rule,
+        key: &str,
+        at: Option<Nanos>,
+    ) -> Result<sluice_core::wire::KeyBudget, StoreError> {
+        self.read_budget(rule, key, at).await
     }
     async fn reset_key(
         &self,

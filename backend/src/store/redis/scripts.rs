@@ -98,12 +98,17 @@ pub(crate) fn algorithm_args(
     } else {
         idle_ms
     };
-    // A calendar window goes as "<unit>:<offset minutes>" (prelude.lua's window_of).
+    // A calendar window goes as "<unit>:<offset minutes>", or, in a named zone, as the window
+    // boundaries around this backend's clock (or the fixed time given), which Lua cannot compute
+    // without a tz database (Calendar::script_arg; prelude.lua's window_of).
     let first = match params {
         Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => m.interval.to_string(),
-        Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => w
-            .calendar
-            .map_or_else(|| w.window_ms.to_string(), |c| c.script_arg()),
+        Params::FixedWindow(w) | Params::SlidingLog(w) | Params::SlidingWindow(w) => {
+            w.calendar.map_or_else(
+                || w.window_ms.to_string(),
+                |c| c.script_arg(at.unwrap_or_else(crate::clock::now_ns)),
+            )
+        }
     };
     let mut args = vec![
         at.map_or_else(String::new, |t| t.to_string()),

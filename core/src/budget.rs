@@ -1,0 +1,224 @@
+//! One key's cost-budget record, beyond its throttle state: the reservations in flight and the
+//! debits its commits made beyond their reservations. The dashboard shows them per key
+//! (`KeyActionState.budget`); decisions never read them.
+//!
+//! - **In flight**: a throttle request that carries a `reservation_id` and is allowed is held as
+//!   (id, units, time) until its commit removes it (once: a duplicate commit finds nothing), or
+//!   until [`RESERVATION_IN_FLIGHT_MS`] has passed, when it stops counting: a request that was
+//!   reset, or whose usage never came, is never committed. At most [`MAX_IN_FLIGHT_PER_KEY`] are
+//!   held; past it the expired ones are dropped, and if none has expired the new one is not held.
+//! - **Overshoot**: each commit that debited (actual > reserved) adds its `debited` and its
+//!   `overshoot` (the part that did not fit) to sums that count until [`budget_until_ms`] of the
+//!   latest such commit: the end of a fixed window (so a new window starts from 0), and for the
+//!   others the time by which the budget is surely whole again. A commit after that starts from 0.
+//!
+//! The memory store keeps this record; the Redis store keeps the same in two hashes next to the
+//! state (`commit.lua` and the in-flight script are its twins, held to it by the store suite).
+//! Times are store times in whole milliseconds.
+
+use std::collections::HashMap;
+
+use crate::commit::Committed;
+use crate::limits::{MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
+use crate::params::Params;
+use crate::time::{Nanos, NANOS_PER_MILLI};
+use crate::wire::KeyBudget;
+
+/// When the budget a commit at `now` debited into is surely whole again, in ms since the epoch:
+/// a fixed window's end (calendar or not); for a sliding window the end of the next window (its
+/// counts weigh until then); for a sliding log one window after now; for the meters now plus the
+/// drain time of a full meter (a debit that did not fit left the meter full).
+pub fn budget_until_ms(params: &Params, now: Nanos) -> u64 {
+    let now_ms = now / NANOS_PER_MILLI;
+    match *params {
+        Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => {
+            now_ms + m.tolerance().div_ceil(NANOS_PER_MILLI)
+        }
+        Params::FixedWindow(w) => w.bounds(now).1 / NANOS_PER_MILLI,
+        Params::SlidingWindow(w) => (now_ms / w.window_ms + 2) * w.window_ms,
+        Params::SlidingLog(w) => now_ms + w.window_ms,
+    }
+}
+
+/// One key's record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BudgetRecord {
+    /// id → (units, held at ms).
+    held: HashMap<String, (u64, u64)>,
+    overshoot: u64,
+    debited: u64,
+    until_ms: u64,
+}
+
+/// Whether a reservation held at `at_ms` still counts at `now_ms`.
+fn live(at_ms: u64, now_ms: u64) -> bool {
+    at_ms.saturating_add(RESERVATION_IN_FLIGHT_MS) > now_ms
+}
+
+impl BudgetRecord {
+    /// Holds an allowed reservation of `units` under `id` at `now_ms`; false when the key already
+    /// holds [`MAX_IN_FLIGHT_PER_KEY`] live ones (not held).
+    pub fn hold(&mut self, id: &str, units: u64, now_ms: u64) -> bool {
+        if self.held.len() >= MAX_IN_FLIGHT_PER_KEY && !self.held.contains_key(id) {
+            self.held.retain(|_, (_, at)| live(*at, now_ms));
+            if self.held.len() >= MAX_IN_FLIGHT_PER_KEY {
+                return false;
+            }
+        }
+        self.held.insert(id.to_owned(), (units, now_ms));
+        true
+    }
+
+    /// A commit of `id` (not a duplicate) at `now_ms` did `committed`: its reservation is no
+    /// longer in flight, and a debit adds to the sums, which then count until `until_ms`
+    /// ([`budget_until_ms`]).
+    pub fn settle(&mut self, id: &str, committed: &Committed, until_ms: u64, now_ms: u64) {
+        self.held.remove(id);
+        if committed.debited == 0 {
+            return;
+        }
+        if self.until_ms <= now_ms {
+            (self.overshoot, self.debited, self.until_ms) = (0, 0, 0);
+        }
+        self.overshoot += committed.overshoot;
+        self.debited += committed.debited;
+        self.until_ms = self.until_ms.max(until_ms);
+    }
+
+    /// The figures at `now_ms`.
+    pub fn figures(&self, now_ms: u64) -> KeyBudget {
+        let mut b = KeyBudget::default();
+        for (units, at) in self.held.values() {
+            if live(*at, now_ms) {
+                b.reserved_in_flight += units;
+                b.reservations_in_flight += 1;
+            }
+        }
+        if self.until_ms > now_ms {
+            b.overshoot = self.overshoot;
+            b.debited = self.debited;
+            b.overshoot_until_ms = Some(self.until_ms);
+        }
+        b
+    }
+
+    /// Whether nothing in it counts at `now_ms` any more (the record can be dropped).
+    pub fn is_spent(&self, now_ms: u64) -> bool {
+        self.until_ms <= now_ms && self.held.values().all(|(_, at)| !live(*at, now_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rule::Rule;
+
+    fn params(json: &str) -> Params {
+        serde_json::from_str::<Rule>(json).unwrap().params()
+    }
+
+    fn debit(debited: u64, overshoot: u64) -> Committed {
+        Committed {
+            debited,
+            overshoot,
+            ..Committed::default()
+        }
+    }
+
+    #[test]
+    fn a_reservation_is_in_flight_until_its_commit_once() {
+        let mut r = BudgetRecord::default();
+        assert!(r.hold("a", 500, 1_000));
+        assert!(r.hold("b", 200, 1_010));
+        let f = r.figures(1_020);
+        assert_eq!((f.reserved_in_flight, f.reservations_in_flight), (700, 2));
+        r.settle("a", &debit(0, 0), 0, 1_030);
+        assert_eq!(r.figures(1_040).reserved_in_flight, 200);
+        // The same commit again (callers pass only first commits; a removal is idempotent).
+        r.settle("a", &debit(0, 0), 0, 1_050);
+        assert_eq!(r.figures(1_060).reserved_in_flight, 200);
+    }
+
+    #[test]
+    fn a_reservation_never_committed_stops_counting_after_the_bound() {
+        let mut r = BudgetRecord::default();
+        r.hold("kept", 300, 5_000);
+        let last = 5_000 + RESERVATION_IN_FLIGHT_MS - 1;
+        assert_eq!(r.figures(last).reserved_in_flight, 300);
+        assert_eq!(r.figures(last + 1).reserved_in_flight, 0);
+        assert!(r.is_spent(last + 1));
+    }
+
+    #[test]
+    fn a_full_record_drops_expired_reservations_then_refuses() {
+        let mut r = BudgetRecord::default();
+        for i in 0..MAX_IN_FLIGHT_PER_KEY {
+            assert!(r.hold(&format!("old{i}"), 1, 0));
+        }
+        assert!(!r.hold("new", 1, 10), "all live: not held");
+        assert!(
+            r.hold("new", 1, RESERVATION_IN_FLIGHT_MS),
+            "all expired: dropped, held"
+        );
+        assert_eq!(
+            r.figures(RESERVATION_IN_FLIGHT_MS).reservations_in_flight,
+            1
+        );
+    }
+
+    #[test]
+    fn overshoot_sums_within_the_budget_and_starts_again_after_it() {
+        let mut r = BudgetRecord::default();
+        r.settle("a", &debit(300, 0), 60_000, 1_000);
+        r.settle("b", &debit(200, 150), 60_000, 2_000);
+        let f = r.figures(59_999);
+        assert_eq!(
+            (f.debited, f.overshoot, f.overshoot_until_ms),
+            (500, 150, Some(60_000))
+        );
+        assert_eq!(r.figures(60_000), KeyBudget::default());
+        r.settle("c", &debit(10, 10), 120_000, 61_000);
+        assert_eq!(
+            (r.figures(61_000).debited, r.figures(61_000).overshoot),
+            (10, 10)
+        );
+    }
+
+    #[test]
+    fn a_reservation_id_is_checked_and_never_leased() {
+        use crate::wire::ThrottleRequest;
+        let parse = |json: &str| {
+            let r: ThrottleRequest = serde_json::from_str(json).unwrap();
+            r.validate().map(|_| r.reservation_id).map_err(|e| e.field)
+        };
+        assert_eq!(
+            parse(r#"{"action":"t","key":"k","quantity":5,"reservation_id":"w1-7"}"#),
+            Ok(Some("w1-7".to_owned()))
+        );
+        assert_eq!(parse(r#"{"action":"t","key":"k"}"#), Ok(None));
+        for bad in [
+            r#"{"action":"t","key":"k","reservation_id":""}"#,
+            r#"{"action":"t","key":"k","reservation_id":"a b"}"#,
+            r#"{"action":"t","key":"k","reservation_id":"x","lease":true}"#,
+        ] {
+            assert_eq!(parse(bad), Err("reservation_id".to_owned()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_budget_ends_per_algorithm() {
+        let ms = NANOS_PER_MILLI;
+        let fixed =
+            params(r#"{"action":"a","algorithm":"fixed_window","capacity":5,"window":"60s"}"#);
+        assert_eq!(budget_until_ms(&fixed, 61_500 * ms), 120_000);
+        let sliding =
+            params(r#"{"action":"a","algorithm":"sliding_window","capacity":5,"window":"60s"}"#);
+        assert_eq!(budget_until_ms(&sliding, 61_500 * ms), 180_000);
+        let log = params(r#"{"action":"a","algorithm":"sliding_log","capacity":5,"window":"60s"}"#);
+        assert_eq!(budget_until_ms(&log, 61_500 * ms + 7), 121_500);
+        let bucket = params(
+            r#"{"action":"a","algorithm":"token_bucket","capacity":10,"rate":{"count":1,"period":"3s"}}"#,
+        );
+        assert_eq!(budget_until_ms(&bucket, 1_000 * ms), 31_000);
+    }
+}
