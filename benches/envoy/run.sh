@@ -11,7 +11,7 @@
 #   per Envoy worker to the same listener, one message each way per request)
 # and the same sluice paths through the filter's dynamic-module build (native_*: a third Envoy from
 # the same envoy/bench.yaml with its filter blocks loading libsluice_filter_native.so, on the memory
-# store; its grpc_stream row sends each exchange as a unary call over Envoy's HTTP callout),
+# store; its grpc_stream row rides the one exchange stream Envoy's main thread keeps, native/src/stream.rs),
 # and the ratios of the allowed paths to no filter. Each row also shows where the CPU went:
 # microseconds of CPU per request in Envoy, the backend, redis-server and wrk, and the total CPU
 # use (200% = both cores of a 2-core machine busy), and for the sluice rows the callouts per 100

@@ -28,7 +28,7 @@ ROWS = {
     "native_allowed_memory": "sluice dynamic module, HTTP callout (allowed), backend on the memory store",
     "native_leased_memory": "sluice dynamic module, allowed, rule with lease {max 64, ttl 1s}, backend on the memory store",
     "native_grpc_allowed_memory": "sluice dynamic module, gRPC callout (allowed), backend on the memory store",
-    "native_stream_allowed_memory": "sluice dynamic module, grpc_stream as unary exchanges (allowed), memory store",
+    "native_stream_allowed_memory": "sluice dynamic module, grpc_stream over the main thread's exchange stream (allowed), memory store",
     "native_cached_denial": "sluice dynamic module, denial answered from its cache (no callout)",
 }
 ALLOWED = ("local_ratelimit", "sluice_allowed_memory", "sluice_allowed_redis", "sluice_leased_memory",

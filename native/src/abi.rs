@@ -1133,9 +1133,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
     _e: *mut c_void,
     filter: *mut c_void,
 ) -> u32 {
-    guarded("on_request_trailers", CONTINUE, || match filter_mut(filter) {
-        Some(f) if glue::decision_pending(f) => STOP_ITERATION,
-        _ => CONTINUE,
+    guarded("on_request_trailers", CONTINUE, || {
+        match filter_mut(filter) {
+            Some(f) if glue::decision_pending(f) => STOP_ITERATION,
+            _ => CONTINUE,
+        }
     })
 }
 

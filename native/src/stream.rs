@@ -490,9 +490,7 @@ impl MainStream {
     ) {
         let closed = {
             let mut st = locked(&self.state);
-            let closed = st
-                .ex
-                .on_close(token, code, message.as_deref(), now_ns());
+            let closed = st.ex.on_close(token, code, message.as_deref(), now_ns());
             if closed.current {
                 st.inbound.clear();
                 st.status = None;
