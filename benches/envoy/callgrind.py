@@ -350,7 +350,8 @@ def table(work):
         return f"{v / 1000:+.1f}k"
 
     bw = max([12] + [len(b) + 1 for _, b, _, _ in rows])
-    head = f"{'row':33} {'build':{bw}}" + "".join(f" {'repeat ' + str(i + 1):>9}" for i in range(reps))
+    lw = max([33] + [len(label) for _, _, _, label in rows])
+    head = f"{'row':{lw}} {'build':{bw}}" + "".join(f" {'repeat ' + str(i + 1):>9}" for i in range(reps))
     head += f" {'mean':>9} {'vs no filter':>13} {'vs base':>16}"
     print(head)
     print("-" * len(head))
@@ -360,7 +361,7 @@ def table(work):
         builds.setdefault(row, []).append(build)
     for row in ROWS:
         if row in skipped:
-            print(f"{ROWS[row][0]:33} skipped: {skipped[row]}")
+            print(f"{ROWS[row][0]:{lw}} skipped: {skipped[row]}")
             continue
         if row not in labels:
             continue
@@ -368,7 +369,7 @@ def table(work):
         for n, build in enumerate(builds[row]):
             vals = results.get((row, build), [])
             first = labels[row] if n == 0 else ""
-            shown = f"{first:33} {'-' if row in BUILD_FREE else build:{bw}}"
+            shown = f"{first:{lw}} {'-' if row in BUILD_FREE else build:{bw}}"
             shown += "".join(f" {k(v):>9}" for v in vals) + " " * (10 * (reps - len(vals)))
             if not vals:
                 print(shown)
@@ -385,7 +386,7 @@ def table(work):
     print("either build; ratelimit.ok of Envoy's ratelimit filter), repeats separated by |")
     for row, build, _, _ in rows:
         if (row, build) in notes:
-            print(f"  {row:12} {build:{bw}} " + " | ".join(notes[(row, build)]))
+            print(f"  {row:16} {build:{bw}} " + " | ".join(notes[(row, build)]))
 
 
 def main():

@@ -35,6 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sluice_core::exchange::STREAM_PATH;
 use sluice_filter::config::{Config, Protocol};
 use sluice_filter::exchange::{Exchanger, Route, StreamHost, Waiting};
+use sluice_filter::failure::log::FailureLog;
 use sluice_filter::failure::{grpc, Failure};
 use sluice_filter::host::Counter;
 
@@ -132,6 +133,9 @@ struct State {
     inbound: Vec<u8>,
     /// The gRPC status seen on the open stream (trailers, or a trailers-only answer).
     status: Option<(u32, Option<String>)>,
+    /// The stream's failures (refused, closed), logged as the wasm build's root logs its
+    /// stream's: one line per reason per 10 s, with the fix.
+    log: FailureLog,
 }
 
 /// Frames appended by a worker (`Exchanger::send` writes through this).
@@ -211,6 +215,7 @@ impl Drop for Timer {
 /// One configuration's exchange stream, shared by its workers and the main thread.
 #[derive(Debug)]
 pub struct MainStream {
+    config: Config,
     cluster: String,
     authority: String,
     state: Mutex<State>,
@@ -240,6 +245,7 @@ impl MainStream {
         // The first turn opens the stream.
         wake.commit(STREAM_EVENT);
         MainStream {
+            config: config.clone(),
             cluster: config.backend.cluster.clone(),
             authority: config.backend.authority.clone(),
             state: Mutex::new(State {
@@ -249,6 +255,7 @@ impl MainStream {
                 wake_pending: true,
                 inbound: Vec::new(),
                 status: None,
+                log: FailureLog::default(),
             }),
             wake,
             timer: Mutex::new(Some(Timer { stop, thread })),
@@ -344,16 +351,7 @@ impl MainStream {
             count(handle, counters, Counter::ExchangeStreamsOpened);
         }
         if let Some(failure) = refused {
-            abi::log(
-                Level::Warn,
-                &format!(
-                    "sluice: the exchange stream to cluster '{}' could not open: {} ({}); \
-                     retried with backoff",
-                    self.cluster,
-                    failure.reason.name(),
-                    failure.seen
-                ),
-            );
+            self.note(&failure, now);
         }
         fail_all(expired, &Failure::timed_out());
         if let Some((token, bytes)) = frames {
@@ -488,9 +486,10 @@ impl MainStream {
         code: u32,
         message: Option<String>,
     ) {
+        let now = now_ns();
         let closed = {
             let mut st = locked(&self.state);
-            let closed = st.ex.on_close(token, code, message.as_deref(), now_ns());
+            let closed = st.ex.on_close(token, code, message.as_deref(), now);
             if closed.current {
                 st.inbound.clear();
                 st.status = None;
@@ -502,19 +501,17 @@ impl MainStream {
         };
         if closed.current {
             count(handle, counters, Counter::ExchangeStreamsClosed);
-            abi::log(
-                Level::Warn,
-                &format!(
-                    "sluice: the exchange stream to cluster '{}' closed: {} ({}); {} waiting \
-                     requests failed, reopened with backoff",
-                    self.cluster,
-                    closed.failure.reason.name(),
-                    closed.failure.seen,
-                    closed.waiting.len()
-                ),
-            );
+            self.note(&closed.failure, now);
         }
         fail_all(closed.waiting, &closed.failure);
+    }
+
+    /// The stream could not open or closed: Envoy's log says why (the failure log's line).
+    fn note(&self, failure: &Failure, now: u64) {
+        let line = locked(&self.state).log.stream(failure, now, &self.config);
+        if let Some(line) = line {
+            abi::log(Level::Warn, &line);
+        }
     }
 }
 
