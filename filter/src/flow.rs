@@ -125,6 +125,10 @@ pub struct Flow {
     config: Rc<Config>,
     worker: Rc<Worker>,
     pending: Option<Pending>,
+    /// A leased admission's rate-limit headers: its route (in `config.routes`) and numbers,
+    /// rendered as the response headers pass (`headers::render_each`: no allocation on the hot
+    /// path). Before `response_headers`.
+    leased: Option<(usize, RateLimit)>,
     response_headers: Vec<(&'static str, String)>,
     /// A cost route's reservation, once allowed, until it is committed or kept (`flow/cost.rs`).
     reservation: Option<cost::Reservation>,
@@ -143,6 +147,7 @@ impl Flow {
             config,
             worker,
             pending: None,
+            leased: None,
             response_headers: Vec::new(),
             reservation: None,
         }
@@ -155,15 +160,24 @@ impl Flow {
 
     /// Request headers are in: decide whether to meter, answer from the cache, or call out.
     pub fn on_request_headers(&mut self, host: &mut dyn Host) -> Next {
-        let config = Rc::clone(&self.config);
         let line = RequestLine::read(host);
-        let Some(route) = route::find(&config.routes, &line, host) else {
+        self.on_request_line(host, &line)
+    }
+
+    /// [`Flow::on_request_headers`] with the request line already read (a host that checks
+    /// routes before making a flow reads it once, into a buffer it reuses).
+    pub fn on_request_line(&mut self, host: &mut dyn Host, line: &RequestLine) -> Next {
+        let config = Rc::clone(&self.config);
+        let Some(route_index) = route::find_at(&config.routes, line, host) else {
+            return Next::Continue;
+        };
+        let Some(route) = config.routes.get(route_index) else {
             return Next::Continue;
         };
         if !route.checks.is_empty() {
-            return self.start_all(host, route, &line);
+            return self.start_all(host, route, line);
         }
-        let key = route::extract_key(&route.key, &line, host);
+        let key = route::extract_key(&route.key, line, host);
         // The upstream trusts these headers from the filter only: drop any a client sent.
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
@@ -189,7 +203,7 @@ impl Flow {
             if let Some(limit) = taken {
                 host.count(Counter::LeaseHits);
                 self.worker.record(route.action_index, Event::Leased);
-                self.response_headers = headers::render(&route.action, &limit, config.headers);
+                self.leased = Some((route_index, limit));
                 return Next::Continue;
             }
         }
@@ -459,8 +473,15 @@ impl Flow {
     /// Response headers are on their way to the client: add the rate-limit headers (and, for a
     /// cost route whose actual cost is a response header, commit it).
     pub fn on_response_headers(&mut self, host: &mut dyn Host) {
+        if let Some((i, limit)) = self.leased.take() {
+            if let Some(route) = self.config.routes.get(i) {
+                headers::render_each(&route.action, &limit, self.config.headers, &mut |n, v| {
+                    host.add_response_header(n, v)
+                });
+            }
+        }
         for (name, value) in std::mem::take(&mut self.response_headers) {
-            host.add_response_header(name, &value);
+            host.add_response_header(name, value.as_bytes());
         }
         self.settle_on_headers(host);
     }

@@ -17,26 +17,42 @@ pub struct RequestLine {
 impl RequestLine {
     /// Reads `:method` and `:path` (first values) from the host.
     pub fn read(host: &dyn Host) -> RequestLine {
-        let first = |name: &str| {
-            host.request_header(name)
-                .into_iter()
-                .next()
-                .unwrap_or_default()
-        };
-        let mut path = first(":path");
-        if let Some(q) = path.iter().position(|&c| c == b'?') {
-            path.truncate(q);
-        }
-        RequestLine {
-            method: first(":method"),
-            path,
-        }
+        let mut line = RequestLine::default();
+        line.read_into(host);
+        line
     }
+
+    /// Reads `:method` and `:path` into this line's buffers (emptied first): a host that reuses
+    /// one line per worker reads the request line with no allocation.
+    pub fn read_into(&mut self, host: &dyn Host) {
+        first_value_into(host, ":path", &mut self.path);
+        if let Some(q) = self.path.iter().position(|&c| c == b'?') {
+            self.path.truncate(q);
+        }
+        first_value_into(host, ":method", &mut self.method);
+    }
+}
+
+/// The first value of request header `name` copied into `out` (emptied first; left empty when
+/// the header is absent).
+fn first_value_into(host: &dyn Host, name: &str, out: &mut Vec<u8>) {
+    out.clear();
+    let mut first = true;
+    host.each_request_header(name, &mut |v| {
+        if std::mem::take(&mut first) {
+            out.extend_from_slice(v);
+        }
+    });
 }
 
 /// The first route whose conditions all hold, if any.
 pub fn find<'a>(routes: &'a [Route], line: &RequestLine, host: &dyn Host) -> Option<&'a Route> {
-    routes.iter().find(|r| matches(&r.matcher, line, host))
+    find_at(routes, line, host).and_then(|i| routes.get(i))
+}
+
+/// The position of [`find`]'s route in `routes`.
+pub fn find_at(routes: &[Route], line: &RequestLine, host: &dyn Host) -> Option<usize> {
+    routes.iter().position(|r| matches(&r.matcher, line, host))
 }
 
 fn matches(m: &Match, line: &RequestLine, host: &dyn Host) -> bool {
@@ -61,11 +77,11 @@ fn matches(m: &Match, line: &RequestLine, host: &dyn Host) -> bool {
         }
     }
     m.headers.iter().all(|h| {
-        let values = host.request_header(&h.name);
-        match &h.equals {
-            None => !values.is_empty(),
-            Some(want) => values.iter().any(|v| v == want.as_bytes()),
-        }
+        let mut holds = false;
+        host.each_request_header(&h.name, &mut |v| {
+            holds |= h.equals.as_ref().is_none_or(|want| v == want.as_bytes());
+        });
+        holds
     })
 }
 
@@ -76,35 +92,53 @@ pub fn extract_key(source: &KeySource, line: &RequestLine, host: &dyn Host) -> S
     let mut current = Some(source);
     // Validation bounds the chain's depth; the loop is bounded by it.
     while let Some(src) = current {
-        let (value, next) = match src {
+        let (key, next) = match src {
             KeySource::Constant { value } => return key::from_constant(value),
-            KeySource::Header { name, on_missing } => {
-                (join_values(host.request_header(name)), on_missing)
-            }
+            KeySource::Header { name, on_missing } => (header_key(host, name), on_missing),
             KeySource::ClientIp { on_missing } => (
-                host.client_address().map(|a| strip_port(&a).to_vec()),
+                host.client_address()
+                    .and_then(|a| non_empty_key(strip_port(&a))),
                 on_missing,
             ),
-            KeySource::Path { on_missing } => (Some(line.path.clone()), on_missing),
+            KeySource::Path { on_missing } => (non_empty_key(&line.path), on_missing),
         };
-        match value {
-            Some(v) if !v.is_empty() => return key::from_bytes(&v),
-            _ => current = next.as_deref(),
+        match key {
+            Some(key) => return key,
+            None => current = next.as_deref(),
         }
     }
     DEFAULT_MISSING_KEY.to_owned()
 }
 
-/// Repeated headers joined with `,` in order (RFC 9110's equivalent single field). `None` when the
-/// header is absent.
-fn join_values(values: Vec<Vec<u8>>) -> Option<Vec<u8>> {
-    let mut it = values.into_iter();
-    let mut out = it.next()?;
-    for v in it {
-        out.push(b',');
-        out.extend_from_slice(&v);
+/// The key of a value, `None` when it is empty (the source is then missing).
+fn non_empty_key(value: &[u8]) -> Option<String> {
+    (!value.is_empty()).then(|| key::from_bytes(value))
+}
+
+/// The key of request header `name`: its value, or its repeated values joined with `,` in order
+/// (RFC 9110's equivalent single field). `None` when the header is absent, or given once and
+/// empty. A header given once (the usual case) is encoded straight from the host's bytes.
+fn header_key(host: &dyn Host, name: &str) -> Option<String> {
+    let mut count = 0usize;
+    let mut first = None;
+    host.each_request_header(name, &mut |v| {
+        count += 1;
+        if count == 1 {
+            first = non_empty_key(v);
+        }
+    });
+    if count < 2 {
+        return first;
     }
-    Some(out)
+    let mut joined = Vec::new();
+    let mut later = false;
+    host.each_request_header(name, &mut |v| {
+        if std::mem::replace(&mut later, true) {
+            joined.push(b',');
+        }
+        joined.extend_from_slice(v);
+    });
+    non_empty_key(&joined)
 }
 
 /// The IP part of `ip:port` or `[v6]:port`; the input unchanged when it has no port.
