@@ -9,6 +9,7 @@
 //! Every path ends in exactly one of: the request continues (synchronously, or by `resume` after
 //! the callout), or the filter replies. Nothing here can panic; the host's errors arrive as values.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use sluice_core::headers::{self, RateLimit};
@@ -119,6 +120,18 @@ struct Pending {
     cost: Option<cost::Ask>,
 }
 
+thread_local! {
+    /// The worker's buffer for a request's lease identity, reused by each request (taken while
+    /// one is built; a host's requests on one worker never overlap inside the flow).
+    static LEASE_IDENTITY: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// A key built as bytes, as a string (every key is UTF-8: `key` encodes what is not; lossy only
+/// so that nothing can panic).
+fn key_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// The filter's state for one HTTP request.
 #[derive(Debug)]
 pub struct Flow {
@@ -177,7 +190,22 @@ impl Flow {
         if !route.checks.is_empty() {
             return self.start_all(host, route, line);
         }
-        let key = route::extract_key(&route.key, line, host);
+        // A cost route reserves what its `cost.reserve` says, and never leases: a leased
+        // admission has no reservation of its own to commit against.
+        let leasing =
+            config.lease.enabled && config.backend.protocol.speaks_json() && route.cost.is_none();
+        // The lease identity (`action\nkey`) is built around the key in the worker's reused
+        // buffer: a leased hit makes neither string.
+        let mut id = if leasing {
+            LEASE_IDENTITY.take()
+        } else {
+            Vec::new()
+        };
+        if leasing {
+            lease::start_identity(&mut id, &route.action);
+        }
+        let key_at = id.len();
+        route::extract_key_into(&route.key, line, host, &mut id);
         // The upstream trusts these headers from the filter only: drop any a client sent.
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
@@ -185,27 +213,28 @@ impl Flow {
             host.remove_request_header(cost::COST_ID_HEADER);
         }
         let now = host.now_ns();
-        // A cost route reserves what its `cost.reserve` says, and never leases: a leased
-        // admission has no reservation of its own to commit against.
         let quantity = cost::reservation(route, host);
-        let leasing =
-            config.lease.enabled && config.backend.protocol.speaks_json() && route.cost.is_none();
-        let lease_identity = leasing.then(|| lease::identity(&route.action, &key));
-        if let Some(id) = &lease_identity {
+        if leasing {
             let taken = lease::table::spend(
                 host,
                 &mut self.worker.pockets(),
-                id,
+                &id,
                 config.lease.slots,
                 quantity,
                 now,
             );
             if let Some(limit) = taken {
+                LEASE_IDENTITY.set(id);
                 host.count(Counter::LeaseHits);
                 self.worker.record(route.action_index, Event::Leased);
                 self.leased = Some((route_index, limit));
                 return Next::Continue;
             }
+        }
+        let key = key_text(id.get(key_at..).unwrap_or_default());
+        let lease_identity = leasing.then(|| id.clone());
+        if leasing {
+            LEASE_IDENTITY.set(id);
         }
         let identity = config
             .denial_cache

@@ -89,47 +89,67 @@ fn matches(m: &Match, line: &RequestLine, host: &dyn Host) -> bool {
 /// [`DEFAULT_MISSING_KEY`]. Never empty, so a request never escapes its route's limit; encoded
 /// and bounded by [`key`], so no value a client sends makes the callout too big to answer.
 pub fn extract_key(source: &KeySource, line: &RequestLine, host: &dyn Host) -> String {
+    let mut out = Vec::new();
+    extract_key_into(source, line, host, &mut out);
+    // Every key is UTF-8 (`key` encodes what is not); lossy only to never panic.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// [`extract_key`]'s key, appended to `out` (the usual key, a header given once, is copied
+/// straight from the host's bytes: no string of its own).
+pub fn extract_key_into(source: &KeySource, line: &RequestLine, host: &dyn Host, out: &mut Vec<u8>) {
     let mut current = Some(source);
     // Validation bounds the chain's depth; the loop is bounded by it.
     while let Some(src) = current {
-        let (key, next) = match src {
-            KeySource::Constant { value } => return key::from_constant(value),
-            KeySource::Header { name, on_missing } => (header_key(host, name), on_missing),
+        let (found, next) = match src {
+            KeySource::Constant { value } => {
+                key::push_from_constant(out, value);
+                return;
+            }
+            KeySource::Header { name, on_missing } => (push_header_key(out, host, name), on_missing),
             KeySource::ClientIp { on_missing } => (
                 host.client_address()
-                    .and_then(|a| non_empty_key(strip_port(&a))),
+                    .is_some_and(|a| push_non_empty(out, strip_port(&a))),
                 on_missing,
             ),
-            KeySource::Path { on_missing } => (non_empty_key(&line.path), on_missing),
+            KeySource::Path { on_missing } => (push_non_empty(out, &line.path), on_missing),
         };
-        match key {
-            Some(key) => return key,
-            None => current = next.as_deref(),
+        if found {
+            return;
         }
+        current = next.as_deref();
     }
-    DEFAULT_MISSING_KEY.to_owned()
+    out.extend_from_slice(DEFAULT_MISSING_KEY.as_bytes());
 }
 
-/// The key of a value, `None` when it is empty (the source is then missing).
-fn non_empty_key(value: &[u8]) -> Option<String> {
-    (!value.is_empty()).then(|| key::from_bytes(value))
+/// Appends the key of a value; `false` (nothing appended) when it is empty: the source is then
+/// missing.
+fn push_non_empty(out: &mut Vec<u8>, value: &[u8]) -> bool {
+    if value.is_empty() {
+        return false;
+    }
+    key::push_from_bytes(out, value);
+    true
 }
 
-/// The key of request header `name`: its value, or its repeated values joined with `,` in order
-/// (RFC 9110's equivalent single field). `None` when the header is absent, or given once and
-/// empty. A header given once (the usual case) is encoded straight from the host's bytes.
-fn header_key(host: &dyn Host, name: &str) -> Option<String> {
+/// Appends the key of request header `name`: its value, or its repeated values joined with `,`
+/// in order (RFC 9110's equivalent single field). `false` (nothing appended) when the header is
+/// absent, or given once and empty. A header given once (the usual case) is encoded straight
+/// from the host's bytes.
+fn push_header_key(out: &mut Vec<u8>, host: &dyn Host, name: &str) -> bool {
+    let start = out.len();
     let mut count = 0usize;
-    let mut first = None;
+    let mut found = false;
     host.each_request_header(name, &mut |v| {
         count += 1;
         if count == 1 {
-            first = non_empty_key(v);
+            found = push_non_empty(out, v);
         }
     });
     if count < 2 {
-        return first;
+        return found;
     }
+    out.truncate(start);
     let mut joined = Vec::new();
     let mut later = false;
     host.each_request_header(name, &mut |v| {
@@ -138,7 +158,7 @@ fn header_key(host: &dyn Host, name: &str) -> Option<String> {
         }
         joined.extend_from_slice(v);
     });
-    non_empty_key(&joined)
+    push_non_empty(out, &joined)
 }
 
 /// The IP part of `ip:port` or `[v6]:port`; the input unchanged when it has no port.
