@@ -43,4 +43,9 @@ for target in "${targets[@]}" host; do
     exit 1
   fi
 done
+# A workspace test run unifies features (the backend turns on tz), so core's tests of a build
+# without tz (a zone name refused, naming calendar.zone) run only when core is tested alone.
+echo "check-core: cargo test -p sluice-core (without tz: the tests a workspace run never builds)"
+cargo test --quiet --locked -p sluice-core
+
 echo "check-core: OK (sluice-core builds for ${targets[*]}, with and without tz; no tokio, mio or redis in its tree)"

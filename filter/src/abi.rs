@@ -426,7 +426,7 @@ impl Host for WasmHost {
         self.now()
     }
 
-    fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
+    fn each_request_header(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
         // Every header, pseudo-headers (`:method`, `:path`) included, comes from the whole map,
         // fetched once per request and kept: each hostcall that returns bytes costs Envoy a call
         // back into the VM's allocator, so one map read is cheaper than even two single-value
@@ -436,12 +436,13 @@ impl Host for WasmHost {
             // Kept only when read: after a failed read, removals still go to the host.
             *cache = hostcalls::get_map_bytes(MapType::HttpRequestHeaders).ok();
         }
-        cache
+        for (_, v) in cache
             .iter()
             .flatten()
             .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-            .collect()
+        {
+            each(v);
+        }
     }
 
     fn client_address(&self) -> Option<Vec<u8>> {
@@ -534,8 +535,8 @@ impl Host for WasmHost {
         let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, None);
     }
 
-    fn add_response_header(&mut self, name: &str, value: &str) {
-        let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value);
+    fn add_response_header(&mut self, name: &str, value: &[u8]) {
+        let _ = hostcalls::add_map_value_bytes(MapType::HttpResponseHeaders, name, value);
     }
 
     fn count(&mut self, counter: Counter) {

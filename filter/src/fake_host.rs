@@ -132,8 +132,12 @@ impl Host for FakeHost {
     fn now_ns(&self) -> u64 {
         self.now
     }
-    fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        values_of(&self.headers, name)
+    fn each_request_header(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
+        for (n, v) in &self.headers {
+            if n.eq_ignore_ascii_case(name) {
+                each(v);
+            }
+        }
     }
     fn response_header(&self, name: &str) -> Vec<Vec<u8>> {
         values_of(&self.upstream_headers, name)
@@ -220,10 +224,11 @@ impl Host for FakeHost {
     fn remove_request_header(&mut self, name: &str) {
         self.effects.request_headers_removed.push(name.to_owned());
     }
-    fn add_response_header(&mut self, name: &str, value: &str) {
-        self.effects
-            .response_headers_added
-            .push((name.to_owned(), value.to_owned()));
+    fn add_response_header(&mut self, name: &str, value: &[u8]) {
+        self.effects.response_headers_added.push((
+            name.to_owned(),
+            String::from_utf8_lossy(value).into_owned(),
+        ));
     }
     fn count(&mut self, counter: Counter) {
         *self.counters.entry(counter).or_default() += 1;

@@ -9,6 +9,7 @@
 //! Every path ends in exactly one of: the request continues (synchronously, or by `resume` after
 //! the callout), or the filter replies. Nothing here can panic; the host's errors arrive as values.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use sluice_core::headers::{self, RateLimit};
@@ -119,12 +120,28 @@ struct Pending {
     cost: Option<cost::Ask>,
 }
 
+thread_local! {
+    /// The worker's buffer for a request's lease identity, reused by each request (taken while
+    /// one is built; a host's requests on one worker never overlap inside the flow).
+    static LEASE_IDENTITY: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// A key built as bytes, as a string (every key is UTF-8: `key` encodes what is not; lossy only
+/// so that nothing can panic).
+fn key_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// The filter's state for one HTTP request.
 #[derive(Debug)]
 pub struct Flow {
     config: Rc<Config>,
     worker: Rc<Worker>,
     pending: Option<Pending>,
+    /// A leased admission's rate-limit headers: its route (in `config.routes`) and numbers,
+    /// rendered as the response headers pass (`headers::render_each`: no allocation on the hot
+    /// path). Before `response_headers`.
+    leased: Option<(usize, RateLimit)>,
     response_headers: Vec<(&'static str, String)>,
     /// A cost route's reservation, once allowed, until it is committed or kept (`flow/cost.rs`).
     reservation: Option<cost::Reservation>,
@@ -143,6 +160,7 @@ impl Flow {
             config,
             worker,
             pending: None,
+            leased: None,
             response_headers: Vec::new(),
             reservation: None,
         }
@@ -155,15 +173,39 @@ impl Flow {
 
     /// Request headers are in: decide whether to meter, answer from the cache, or call out.
     pub fn on_request_headers(&mut self, host: &mut dyn Host) -> Next {
-        let config = Rc::clone(&self.config);
         let line = RequestLine::read(host);
-        let Some(route) = route::find(&config.routes, &line, host) else {
+        self.on_request_line(host, &line)
+    }
+
+    /// [`Flow::on_request_headers`] with the request line already read (a host that checks
+    /// routes before making a flow reads it once, into a buffer it reuses).
+    pub fn on_request_line(&mut self, host: &mut dyn Host, line: &RequestLine) -> Next {
+        let config = Rc::clone(&self.config);
+        let Some(route_index) = route::find_at(&config.routes, line, host) else {
+            return Next::Continue;
+        };
+        let Some(route) = config.routes.get(route_index) else {
             return Next::Continue;
         };
         if !route.checks.is_empty() {
-            return self.start_all(host, route, &line);
+            return self.start_all(host, route, line);
         }
-        let key = route::extract_key(&route.key, &line, host);
+        // A cost route reserves what its `cost.reserve` says, and never leases: a leased
+        // admission has no reservation of its own to commit against.
+        let leasing =
+            config.lease.enabled && config.backend.protocol.speaks_json() && route.cost.is_none();
+        // The lease identity (`action\nkey`) is built around the key in the worker's reused
+        // buffer: a leased hit makes neither string.
+        let mut id = if leasing {
+            LEASE_IDENTITY.take()
+        } else {
+            Vec::new()
+        };
+        if leasing {
+            lease::start_identity(&mut id, &route.action);
+        }
+        let key_at = id.len();
+        route::extract_key_into(&route.key, line, host, &mut id);
         // The upstream trusts these headers from the filter only: drop any a client sent.
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
@@ -171,27 +213,28 @@ impl Flow {
             host.remove_request_header(cost::COST_ID_HEADER);
         }
         let now = host.now_ns();
-        // A cost route reserves what its `cost.reserve` says, and never leases: a leased
-        // admission has no reservation of its own to commit against.
         let quantity = cost::reservation(route, host);
-        let leasing =
-            config.lease.enabled && config.backend.protocol.speaks_json() && route.cost.is_none();
-        let lease_identity = leasing.then(|| lease::identity(&route.action, &key));
-        if let Some(id) = &lease_identity {
+        if leasing {
             let taken = lease::table::spend(
                 host,
                 &mut self.worker.pockets(),
-                id,
+                &id,
                 config.lease.slots,
                 quantity,
                 now,
             );
             if let Some(limit) = taken {
+                LEASE_IDENTITY.set(id);
                 host.count(Counter::LeaseHits);
                 self.worker.record(route.action_index, Event::Leased);
-                self.response_headers = headers::render(&route.action, &limit, config.headers);
+                self.leased = Some((route_index, limit));
                 return Next::Continue;
             }
+        }
+        let key = key_text(id.get(key_at..).unwrap_or_default());
+        let lease_identity = leasing.then(|| id.clone());
+        if leasing {
+            LEASE_IDENTITY.set(id);
         }
         let identity = config
             .denial_cache
@@ -459,8 +502,15 @@ impl Flow {
     /// Response headers are on their way to the client: add the rate-limit headers (and, for a
     /// cost route whose actual cost is a response header, commit it).
     pub fn on_response_headers(&mut self, host: &mut dyn Host) {
+        if let Some((i, limit)) = self.leased.take() {
+            if let Some(route) = self.config.routes.get(i) {
+                headers::render_each(&route.action, &limit, self.config.headers, &mut |n, v| {
+                    host.add_response_header(n, v)
+                });
+            }
+        }
         for (name, value) in std::mem::take(&mut self.response_headers) {
-            host.add_response_header(name, &value);
+            host.add_response_header(name, value.as_bytes());
         }
         self.settle_on_headers(host);
     }

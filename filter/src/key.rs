@@ -34,6 +34,30 @@ pub fn from_bytes(raw: &[u8]) -> String {
     }
 }
 
+/// Appends [`from_bytes`]`(raw)` to `out`. The usual value (UTF-8 without `%`, short, not
+/// starting with [`DIGEST_PREFIX`]) is itself: copied straight in, with no string of its own
+/// (the filter builds a leased hit's lease identity around the key in one reused buffer).
+pub fn push_from_bytes(out: &mut Vec<u8>, raw: &[u8]) {
+    let itself = raw.len() <= MAX_KEY_BYTES
+        && !raw.contains(&b'%')
+        && !raw.starts_with(DIGEST_PREFIX.as_bytes())
+        && std::str::from_utf8(raw).is_ok();
+    if itself {
+        out.extend_from_slice(raw);
+    } else {
+        out.extend_from_slice(from_bytes(raw).as_bytes());
+    }
+}
+
+/// Appends [`from_constant`]`(value)` to `out` (a short constant copied straight in).
+pub fn push_from_constant(out: &mut Vec<u8>, value: &str) {
+    if value.len() <= MAX_KEY_BYTES && !value.starts_with(DIGEST_PREFIX) {
+        out.extend_from_slice(value.as_bytes());
+    } else {
+        out.extend_from_slice(from_constant(value).as_bytes());
+    }
+}
+
 /// The key sent for a configured constant (not encoded: the operator wrote it), under the same
 /// bound and prefix rule as client values.
 pub fn from_constant(value: &str) -> String {
@@ -106,6 +130,30 @@ fn hex_digit(n: u8, ten: u8) -> char {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pushed_keys_are_the_keys() {
+        let long = vec![b'x'; MAX_KEY_BYTES + 1];
+        let edge = vec![b'y'; MAX_KEY_BYTES];
+        for raw in [
+            &b"alice"[..],
+            b"",
+            b"a%b",
+            b"caf\xc3\xa9\xff",
+            b"sha256:abc",
+            &long,
+            &edge,
+        ] {
+            let mut out = b"act\n".to_vec();
+            push_from_bytes(&mut out, raw);
+            assert_eq!(&out[4..], from_bytes(raw).as_bytes(), "{raw:?}");
+        }
+        for value in ["everyone", "sha256:x", &"z".repeat(MAX_KEY_BYTES + 1)] {
+            let mut out = Vec::new();
+            push_from_constant(&mut out, value);
+            assert_eq!(out, from_constant(value).as_bytes(), "{value}");
+        }
+    }
 
     #[test]
     fn encoding_is_injective_on_tricky_pairs() {

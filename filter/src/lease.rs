@@ -218,10 +218,17 @@ impl Lease {
 /// one action with different quantities share the lease.
 pub fn identity(action: &str, key: &str) -> Vec<u8> {
     let mut id = Vec::with_capacity(action.len() + 1 + key.len());
-    id.extend_from_slice(action.as_bytes());
-    id.push(b'\n');
+    start_identity(&mut id, action);
     id.extend_from_slice(key.as_bytes());
     id
+}
+
+/// Starts an [`identity`] in `out` (emptied first): the action and the separator, for the key to
+/// be appended in place.
+pub fn start_identity(out: &mut Vec<u8>, action: &str) {
+    out.clear();
+    out.extend_from_slice(action.as_bytes());
+    out.push(b'\n');
 }
 
 /// Serialises a lease with its identity: version, grant count, four little-endian u64 (capacity,

@@ -17,26 +17,42 @@ pub struct RequestLine {
 impl RequestLine {
     /// Reads `:method` and `:path` (first values) from the host.
     pub fn read(host: &dyn Host) -> RequestLine {
-        let first = |name: &str| {
-            host.request_header(name)
-                .into_iter()
-                .next()
-                .unwrap_or_default()
-        };
-        let mut path = first(":path");
-        if let Some(q) = path.iter().position(|&c| c == b'?') {
-            path.truncate(q);
-        }
-        RequestLine {
-            method: first(":method"),
-            path,
-        }
+        let mut line = RequestLine::default();
+        line.read_into(host);
+        line
     }
+
+    /// Reads `:method` and `:path` into this line's buffers (emptied first): a host that reuses
+    /// one line per worker reads the request line with no allocation.
+    pub fn read_into(&mut self, host: &dyn Host) {
+        first_value_into(host, ":path", &mut self.path);
+        if let Some(q) = self.path.iter().position(|&c| c == b'?') {
+            self.path.truncate(q);
+        }
+        first_value_into(host, ":method", &mut self.method);
+    }
+}
+
+/// The first value of request header `name` copied into `out` (emptied first; left empty when
+/// the header is absent).
+fn first_value_into(host: &dyn Host, name: &str, out: &mut Vec<u8>) {
+    out.clear();
+    let mut first = true;
+    host.each_request_header(name, &mut |v| {
+        if std::mem::take(&mut first) {
+            out.extend_from_slice(v);
+        }
+    });
 }
 
 /// The first route whose conditions all hold, if any.
 pub fn find<'a>(routes: &'a [Route], line: &RequestLine, host: &dyn Host) -> Option<&'a Route> {
-    routes.iter().find(|r| matches(&r.matcher, line, host))
+    find_at(routes, line, host).and_then(|i| routes.get(i))
+}
+
+/// The position of [`find`]'s route in `routes`.
+pub fn find_at(routes: &[Route], line: &RequestLine, host: &dyn Host) -> Option<usize> {
+    routes.iter().position(|r| matches(&r.matcher, line, host))
 }
 
 fn matches(m: &Match, line: &RequestLine, host: &dyn Host) -> bool {
@@ -61,11 +77,11 @@ fn matches(m: &Match, line: &RequestLine, host: &dyn Host) -> bool {
         }
     }
     m.headers.iter().all(|h| {
-        let values = host.request_header(&h.name);
-        match &h.equals {
-            None => !values.is_empty(),
-            Some(want) => values.iter().any(|v| v == want.as_bytes()),
-        }
+        let mut holds = false;
+        host.each_request_header(&h.name, &mut |v| {
+            holds |= h.equals.as_ref().is_none_or(|want| v == want.as_bytes());
+        });
+        holds
     })
 }
 
@@ -73,38 +89,76 @@ fn matches(m: &Match, line: &RequestLine, host: &dyn Host) -> bool {
 /// [`DEFAULT_MISSING_KEY`]. Never empty, so a request never escapes its route's limit; encoded
 /// and bounded by [`key`], so no value a client sends makes the callout too big to answer.
 pub fn extract_key(source: &KeySource, line: &RequestLine, host: &dyn Host) -> String {
+    let mut out = Vec::new();
+    extract_key_into(source, line, host, &mut out);
+    // Every key is UTF-8 (`key` encodes what is not); lossy only to never panic.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// [`extract_key`]'s key, appended to `out` (the usual key, a header given once, is copied
+/// straight from the host's bytes: no string of its own).
+pub fn extract_key_into(source: &KeySource, line: &RequestLine, host: &dyn Host, out: &mut Vec<u8>) {
     let mut current = Some(source);
     // Validation bounds the chain's depth; the loop is bounded by it.
     while let Some(src) = current {
-        let (value, next) = match src {
-            KeySource::Constant { value } => return key::from_constant(value),
-            KeySource::Header { name, on_missing } => {
-                (join_values(host.request_header(name)), on_missing)
+        let (found, next) = match src {
+            KeySource::Constant { value } => {
+                key::push_from_constant(out, value);
+                return;
             }
+            KeySource::Header { name, on_missing } => (push_header_key(out, host, name), on_missing),
             KeySource::ClientIp { on_missing } => (
-                host.client_address().map(|a| strip_port(&a).to_vec()),
+                host.client_address()
+                    .is_some_and(|a| push_non_empty(out, strip_port(&a))),
                 on_missing,
             ),
-            KeySource::Path { on_missing } => (Some(line.path.clone()), on_missing),
+            KeySource::Path { on_missing } => (push_non_empty(out, &line.path), on_missing),
         };
-        match value {
-            Some(v) if !v.is_empty() => return key::from_bytes(&v),
-            _ => current = next.as_deref(),
+        if found {
+            return;
         }
+        current = next.as_deref();
     }
-    DEFAULT_MISSING_KEY.to_owned()
+    out.extend_from_slice(DEFAULT_MISSING_KEY.as_bytes());
 }
 
-/// Repeated headers joined with `,` in order (RFC 9110's equivalent single field). `None` when the
-/// header is absent.
-fn join_values(values: Vec<Vec<u8>>) -> Option<Vec<u8>> {
-    let mut it = values.into_iter();
-    let mut out = it.next()?;
-    for v in it {
-        out.push(b',');
-        out.extend_from_slice(&v);
+/// Appends the key of a value; `false` (nothing appended) when it is empty: the source is then
+/// missing.
+fn push_non_empty(out: &mut Vec<u8>, value: &[u8]) -> bool {
+    if value.is_empty() {
+        return false;
     }
-    Some(out)
+    key::push_from_bytes(out, value);
+    true
+}
+
+/// Appends the key of request header `name`: its value, or its repeated values joined with `,`
+/// in order (RFC 9110's equivalent single field). `false` (nothing appended) when the header is
+/// absent, or given once and empty. A header given once (the usual case) is encoded straight
+/// from the host's bytes.
+fn push_header_key(out: &mut Vec<u8>, host: &dyn Host, name: &str) -> bool {
+    let start = out.len();
+    let mut count = 0usize;
+    let mut found = false;
+    host.each_request_header(name, &mut |v| {
+        count += 1;
+        if count == 1 {
+            found = push_non_empty(out, v);
+        }
+    });
+    if count < 2 {
+        return found;
+    }
+    out.truncate(start);
+    let mut joined = Vec::new();
+    let mut later = false;
+    host.each_request_header(name, &mut |v| {
+        if std::mem::replace(&mut later, true) {
+            joined.push(b',');
+        }
+        joined.extend_from_slice(v);
+    });
+    push_non_empty(out, &joined)
 }
 
 /// The IP part of `ip:port` or `[v6]:port`; the input unchanged when it has no port.

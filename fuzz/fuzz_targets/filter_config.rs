@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use sluice_core::limits::MAX_QUANTITY;
 use sluice_core::Action;
-use sluice_filter::config::{Config, KeySource, MAX_KEY_DEPTH};
+use sluice_filter::config::{Config, KeySource, Reserve, MAX_KEY_DEPTH};
 
 fn header_name_ok(name: &str) -> bool {
     let body = name.strip_prefix(':').unwrap_or(name);
@@ -28,6 +28,22 @@ fn check_key(key: &KeySource, depth: usize) {
     };
     if let Some(next) = next {
         check_key(next, depth + 1);
+    }
+}
+
+/// A header-driven reservation never leaves [min, max], whatever the client sends (here: the
+/// fuzz input itself as the header's value, once or twice, or absent).
+fn check_reserve(reserve: &Reserve, data: &[u8]) {
+    if reserve.header.is_none() {
+        assert!(reserve.constant.is_some_and(|n| n <= MAX_QUANTITY), "{reserve:?}");
+        return;
+    }
+    let (min, max) = (reserve.min.unwrap_or(0), reserve.max.unwrap_or(MAX_QUANTITY));
+    let default = reserve.default.unwrap_or(u64::MAX);
+    assert!(min <= default && default <= max && max <= MAX_QUANTITY, "{reserve:?}");
+    for values in [vec![], vec![data.to_vec()], vec![data.to_vec(), data.to_vec()]] {
+        let n = reserve.amount(&values);
+        assert!((min..=max).contains(&n), "{n} outside [{min}, {max}] for {values:?}");
     }
 }
 
@@ -53,6 +69,9 @@ fuzz_target!(|data: &[u8]| {
                     assert!(!m.is_empty() && m.bytes().all(|c| c.is_ascii_uppercase()));
                 }
                 check_key(&route.key, 1);
+                if let Some(cost) = &route.cost {
+                    check_reserve(&cost.reserve, data);
+                }
             }
             // Parsing is a pure function of the bytes.
             assert_eq!(Config::from_json(data).ok(), Some(config));

@@ -29,11 +29,11 @@ impl Host for FuzzHost {
     fn now_ns(&self) -> u64 {
         1_700_000_000_000_000_000
     }
-    fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
+    fn each_request_header(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
         match name {
-            ":path" => vec![self.path.clone()],
-            ":method" => vec![b"GET".to_vec()],
-            _ => vec![self.key.clone()],
+            ":path" => each(&self.path),
+            ":method" => each(b"GET"),
+            _ => each(&self.key),
         }
     }
     fn client_address(&self) -> Option<Vec<u8>> {
@@ -70,7 +70,7 @@ impl Host for FuzzHost {
     fn resume(&mut self) {}
     fn set_request_header(&mut self, _name: &str, _value: &str) {}
     fn remove_request_header(&mut self, _name: &str) {}
-    fn add_response_header(&mut self, _name: &str, _value: &str) {}
+    fn add_response_header(&mut self, _name: &str, _value: &[u8]) {}
     fn count(&mut self, _counter: Counter) {}
     fn warn(&self, _message: &str) {}
 }

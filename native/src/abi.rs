@@ -144,19 +144,25 @@ impl HeaderSnapshot {
         self.pseudo
     }
 
-    /// Every value of `name` (ASCII case-insensitive), in order.
-    pub fn values(&self, name: &str) -> Vec<Vec<u8>> {
-        let mut out = Vec::with_capacity(1);
+    /// Calls `each` with every value of `name` (ASCII case-insensitive), in order, borrowed.
+    pub fn each(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
         for &(start, name_end, end) in &self.spans {
             let Some(n) = self.bytes.get(start..name_end) else {
                 continue;
             };
             if n.len() == name.len() && n.eq_ignore_ascii_case(name.as_bytes()) {
                 if let Some(v) = self.bytes.get(name_end..end) {
-                    out.push(v.to_vec());
+                    each(v);
                 }
             }
         }
+    }
+
+    /// Every value of `name`, copied (tests).
+    #[cfg(test)]
+    pub fn values(&self, name: &str) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        self.each(name, &mut |v| out.push(v.to_vec()));
         out
     }
 
@@ -659,7 +665,10 @@ impl FilterHandle {
     /// `:path` or `:method` of the request, read as Envoy's `request.path` / `request.method`
     /// attributes: Envoy hands out its inline header with no lookup by name (a `get_header` by
     /// name costs Envoy ~1.4k instructions, callgrind).
-    pub fn request_line_part(&self, method: bool) -> Option<Vec<u8>> {
+    ///
+    /// `each` gets the value borrowed from Envoy's header map (valid during this hook: it is not
+    /// kept), not at all when Envoy has none.
+    pub fn request_line_part(&self, method: bool, each: &mut dyn FnMut(&[u8])) {
         let id = if method {
             ATTRIBUTE_REQUEST_METHOD
         } else {
@@ -673,7 +682,9 @@ impl FilterHandle {
         let found = unsafe {
             envoy_dynamic_module_callback_http_filter_get_attribute_string(self.0, id, &mut value)
         };
-        found.then(|| envoy_bytes(value.ptr, value.length))
+        if found {
+            each(envoy_slice(value.ptr, value.length));
+        }
     }
 
     /// The request headers, copied into one [`HeaderSnapshot`]: two callbacks (~0.8k
@@ -808,14 +819,14 @@ impl FilterHandle {
     }
 
     /// Adds a response header (during `on_response_headers`).
-    pub fn add_response_header(&self, name: &str, value: &str) {
+    pub fn add_response_header(&self, name: &str, value: &[u8]) {
         // SAFETY: live filter pointer; Envoy copies the buffers.
         unsafe {
             envoy_dynamic_module_callback_http_add_header(
                 self.0,
                 RESPONSE_HEADER,
                 module_buffer(name.as_bytes()),
-                module_buffer(value.as_bytes()),
+                module_buffer(value),
             );
         }
     }

@@ -162,6 +162,10 @@ pub type SharedLocal = Arc<WorkerBound<LocalState>>;
 
 thread_local! {
     static LOCALS: RefCell<Vec<(u64, SharedLocal)>> = const { RefCell::new(Vec::new()) };
+    /// The worker's request-line buffers, reused by each request (taken while one is read).
+    static SPARE_LINE: Cell<RequestLine> = const {
+        Cell::new(RequestLine { method: Vec::new(), path: Vec::new() })
+    };
 }
 
 fn local(common: &Common) -> SharedLocal {
@@ -205,12 +209,6 @@ pub struct NativeHost {
     /// The other request headers, read at once when the first is asked for and kept while the
     /// filter does not change them.
     headers: RefCell<Option<HeaderSnapshot>>,
-    /// `:path` and `:method` kept from the route check before the flow (`keep_line`) for the
-    /// flow's own read, which takes them (the flow never changes them).
-    path: RefCell<Option<Vec<u8>>>,
-    method: RefCell<Option<Vec<u8>>>,
-    /// Set during the route check before the flow: a read of `:path`/`:method` keeps a copy.
-    keep_line: Cell<bool>,
     /// Callouts started, by token, awaiting their answers.
     callouts: Vec<(u32, Kind)>,
     /// Inside `on_request_headers`: a resume then is a "continue" return instead.
@@ -241,9 +239,6 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
             common: Arc::clone(&config.common),
             store: shared::store(),
             headers: RefCell::new(None),
-            path: RefCell::new(None),
-            method: RefCell::new(None),
-            keep_line: Cell::new(false),
             callouts: Vec::new(),
             in_headers: false,
             resumed_in_headers: false,
@@ -280,14 +275,19 @@ pub fn filter_destroy(filter: NativeFilter) {
 /// `on_request_headers`: `true` stops the request (a callout, or a reply sent). A request no
 /// route matches is let through here, before any lock or flow (the flow would find the same).
 pub fn on_request_headers(f: &mut NativeFilter) -> bool {
+    // The request line is read once, for this route check and the flow, into the worker's
+    // reused buffers.
+    let mut line = SPARE_LINE.take();
+    line.read_into(&f.host);
+    let stop = request_line(f, &line);
+    SPARE_LINE.set(line);
+    stop
+}
+
+fn request_line(f: &mut NativeFilter, line: &RequestLine) -> bool {
     let common = Arc::clone(&f.host.common);
-    if !common.catch_all {
-        f.host.keep_line.set(true);
-        let line = RequestLine::read(&f.host);
-        f.host.keep_line.set(false);
-        if route::find(&common.config.routes, &line, &f.host).is_none() {
-            return false;
-        }
+    if !common.catch_all && route::find_at(&common.config.routes, line, &f.host).is_none() {
+        return false;
     }
     let local = Arc::clone(f.local.get_or_insert_with(|| local(&common)));
     let mut state = local.lock();
@@ -317,7 +317,7 @@ pub fn on_request_headers(f: &mut NativeFilter) -> bool {
     let host = &mut f.host;
     host.in_headers = true;
     host.resumed_in_headers = false;
-    let next = flow.on_request_headers(host);
+    let next = flow.on_request_line(host, line);
     deliver_early(flow, host);
     host.in_headers = false;
     let stop = match next {
@@ -567,12 +567,11 @@ impl Host for NativeHost {
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    fn request_header(&self, name: &str) -> Vec<Vec<u8>> {
-        // `:path` and `:method` are read twice when the route check runs before the flow: the
-        // first read keeps a copy for the second, which takes it.
-        let part = match name {
-            ":path" => &self.path,
-            ":method" => &self.method,
+    fn each_request_header(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
+        match name {
+            // Envoy's `request.path` / `request.method` attributes: no lookup by name.
+            ":path" => self.filter.request_line_part(false, each),
+            ":method" => self.filter.request_line_part(true, each),
             _ => {
                 // Pseudo-headers are copied only once one is asked for (seldom: a key source
                 // naming `:authority`, say).
@@ -583,29 +582,10 @@ impl Host for NativeHost {
                         old.recycle();
                     }
                 }
-                return headers
+                headers
                     .get_or_insert_with(|| self.filter.request_headers(pseudo))
-                    .values(name);
+                    .each(name, each);
             }
-        };
-        let kept = part.borrow_mut().take();
-        let value = match kept {
-            Some(value) => value,
-            None => {
-                let value = self
-                    .filter
-                    .request_line_part(name == ":method")
-                    .unwrap_or_default();
-                if self.keep_line.get() {
-                    *part.borrow_mut() = Some(value.clone());
-                }
-                value
-            }
-        };
-        if value.is_empty() {
-            Vec::new()
-        } else {
-            vec![value]
         }
     }
 
@@ -719,7 +699,7 @@ impl Host for NativeHost {
         self.filter.remove_request_header(name);
     }
 
-    fn add_response_header(&mut self, name: &str, value: &str) {
+    fn add_response_header(&mut self, name: &str, value: &[u8]) {
         self.filter.add_response_header(name, value);
     }
 

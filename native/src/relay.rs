@@ -250,9 +250,7 @@ impl Host for MainHost<'_> {
     fn now_ns(&self) -> u64 {
         now_ns()
     }
-    fn request_header(&self, _name: &str) -> Vec<Vec<u8>> {
-        Vec::new()
-    }
+    fn each_request_header(&self, _name: &str, _each: &mut dyn FnMut(&[u8])) {}
     fn client_address(&self) -> Option<Vec<u8>> {
         None
     }
@@ -297,7 +295,7 @@ impl Host for MainHost<'_> {
     fn resume(&mut self) {}
     fn set_request_header(&mut self, _name: &str, _value: &str) {}
     fn remove_request_header(&mut self, _name: &str) {}
-    fn add_response_header(&mut self, _name: &str, _value: &str) {}
+    fn add_response_header(&mut self, _name: &str, _value: &[u8]) {}
     fn count(&mut self, counter: Counter) {
         if let Some(Some(id)) = self.counters.get(counter.index()) {
             self.handle.increment(*id);

@@ -26,6 +26,12 @@ pub struct Reserve {
     /// With `header`: the largest reservation; a larger number is capped to it (default 10^9).
     #[serde(default)]
     pub max: Option<u64>,
+    /// With `header`: the smallest reservation; a smaller number (0 included) is raised to it
+    /// (default 0). Why: the header is the client's, and a client that sends 0 reserves nothing,
+    /// which turns reserve/commit back into check-then-debit whenever the upstream does not
+    /// itself bound its usage by that header (docs/cost-budgets.md).
+    #[serde(default)]
+    pub min: Option<u64>,
 }
 
 /// Where the actual cost comes from: a response header, or a response trailer (streamed
@@ -78,16 +84,34 @@ pub fn units(bytes: &[u8]) -> Option<u64> {
     text.parse::<u64>().ok().filter(|n| *n <= MAX_QUANTITY)
 }
 
+/// The number a reservation header asks for: ASCII digits (ASCII whitespace around them
+/// allowed), of any length; a number beyond `u64` saturates. Unlike [`units`] (an upstream's
+/// usage), a number too large is not "not a number": it asks for more than any cap, and reading
+/// it as absent would reserve the (smaller) default for the client that asks for the most.
+fn requested(bytes: &[u8]) -> Option<u64> {
+    let digits = bytes.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0u64, |n, d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    }))
+}
+
 impl Reserve {
     /// The reservation for a request whose `header` values are `values` (ignored for a constant).
-    /// A header given once with a number is capped at `max`; anything else takes `default`.
+    /// A header given once with a decimal number is raised to `min` and capped at `max`; anything
+    /// else (absent, repeated, not a number) takes `default` (validated to lie within them).
     pub fn amount(&self, values: &[Vec<u8>]) -> u64 {
         if let Some(n) = self.constant {
             return n;
         }
         let default = self.default.unwrap_or(0);
+        let max = self.max.unwrap_or(MAX_QUANTITY);
+        let min = self.min.unwrap_or(0);
         match values {
-            [one] => units(one).map_or(default, |n| n.min(self.max.unwrap_or(MAX_QUANTITY))),
+            // Raised, then capped: never a panic, even on a `Reserve` that was not validated.
+            [one] => requested(one).map_or(default, |n| n.max(min).min(max)),
             _ => default,
         }
     }
@@ -130,7 +154,12 @@ impl CostWritten {
             }
             (Some(n), None) => {
                 bounded(format!("{r}.constant"), *n)?;
-                for (name, given) in [("default", reserve.default), ("max", reserve.max)] {
+                let only_with_header = [
+                    ("default", reserve.default),
+                    ("max", reserve.max),
+                    ("min", reserve.min),
+                ];
+                for (name, given) in only_with_header {
                     if given.is_some() {
                         return Err(FieldError::new(
                             format!("{r}.{name}"),
@@ -151,10 +180,24 @@ impl CostWritten {
                 })?;
                 bounded(format!("{r}.default"), default)?;
                 let max = bounded(format!("{r}.max"), reserve.max.unwrap_or(MAX_QUANTITY))?;
+                let min = bounded(format!("{r}.min"), reserve.min.unwrap_or(0))?;
+                if min > max {
+                    return Err(FieldError::new(
+                        format!("{r}.min"),
+                        format!("must be at most max ({max}); got {min}"),
+                    ));
+                }
                 if default > max {
                     return Err(FieldError::new(
                         format!("{r}.default"),
                         format!("must be at most max ({max}); got {default}"),
+                    ));
+                }
+                // Else a client would get under the floor by leaving the header out.
+                if default < min {
+                    return Err(FieldError::new(
+                        format!("{r}.default"),
+                        format!("must be at least min ({min}); got {default}"),
                     ));
                 }
             }
@@ -211,6 +254,52 @@ mod tests {
     }
 
     #[test]
+    fn a_reserve_header_is_raised_to_min_and_capped_at_max() {
+        let c = parse(
+            "http",
+            r#"{"reserve": {"header": "x-m", "default": 50, "min": 10, "max": 100},
+                "actual": {"header": "x-used"}}"#,
+        )
+        .unwrap();
+        let reserve = &c.routes[0].cost.as_ref().unwrap().reserve;
+        let one = |v: &[u8]| reserve.amount(&[v.to_vec()]);
+        assert_eq!(one(b"0"), 10, "0 is raised to min");
+        assert_eq!(one(b"1"), 10);
+        assert_eq!(one(b"10"), 10);
+        assert_eq!(one(b"11"), 11);
+        assert_eq!(one(b" 7 "), 10);
+        assert_eq!(one(b"101"), 100);
+        // A number of any length asks for more than the cap: the cap, not the default.
+        assert_eq!(one(b"1000000001"), 100);
+        assert_eq!(one(&[b'9'; 60_000]), 100);
+        for not_a_number in [
+            &b""[..],
+            b"-5",
+            b"1e3",
+            b"+7",
+            b"0x10",
+            b"\xff\xfe",
+            b"\xc2\xa07",
+        ] {
+            assert_eq!(one(not_a_number), 50, "{not_a_number:?}");
+        }
+        assert_eq!(reserve.amount(&[]), 50, "absent");
+        assert_eq!(
+            reserve.amount(&[b"0".to_vec(), b"0".to_vec()]),
+            50,
+            "repeated"
+        );
+        // Without min, 0 stays 0 (existing configs keep their meaning).
+        let c = parse(
+            "http",
+            r#"{"reserve": {"header": "x-m", "default": 5}, "actual": {"header": "x-used"}}"#,
+        )
+        .unwrap();
+        let reserve = &c.routes[0].cost.as_ref().unwrap().reserve;
+        assert_eq!(reserve.amount(&[b"0".to_vec()]), 0);
+    }
+
+    #[test]
     fn bad_cost_sections_are_refused_naming_the_field() {
         let ok_actual = r#""actual": {"header": "x-used"}"#;
         let cases = [
@@ -255,6 +344,32 @@ mod tests {
                     r#"{{"reserve": {{"header": "x-m", "default": 9, "max": 8}}, {ok_actual}}}"#
                 ),
                 "routes[0].cost.reserve.default",
+            ),
+            (
+                "http",
+                format!(r#"{{"reserve": {{"constant": 1, "min": 1}}, {ok_actual}}}"#),
+                "routes[0].cost.reserve.min",
+            ),
+            (
+                "http",
+                format!(
+                    r#"{{"reserve": {{"header": "x-m", "default": 8, "min": 9, "max": 8}}, {ok_actual}}}"#
+                ),
+                "routes[0].cost.reserve.min",
+            ),
+            (
+                "http",
+                format!(
+                    r#"{{"reserve": {{"header": "x-m", "default": 2, "min": 3, "max": 8}}, {ok_actual}}}"#
+                ),
+                "routes[0].cost.reserve.default",
+            ),
+            (
+                "http",
+                format!(
+                    r#"{{"reserve": {{"header": "x-m", "default": 2, "min": 1000000001}}, {ok_actual}}}"#
+                ),
+                "routes[0].cost.reserve.min",
             ),
             (
                 "http",

@@ -140,7 +140,9 @@ fn the_reserve_header_is_capped_and_a_missing_or_bad_one_takes_the_default() {
         (Some(b"-1"), 256),
         (Some(b"1e3"), 256),
         (Some(b""), 256),
-        (Some(b"99999999999999999999"), 256),
+        // A number past any cap asks for the most: capped, not the (smaller) default.
+        (Some(b"99999999999999999999"), 1000),
+        (Some(b"0"), 0),
     ] {
         let (_, _, host) = admitted(&cfg, request("/chat", value));
         assert_eq!(throttle(&host).quantity, want, "{value:?}");
@@ -149,6 +151,42 @@ fn the_reserve_header_is_capped_and_a_missing_or_bad_one_takes_the_default() {
     let host = request("/chat", Some(b"10")).header("x-max-tokens", b"20");
     let (_, _, host) = admitted(&cfg, host);
     assert_eq!(throttle(&host).quantity, 256);
+}
+
+#[test]
+fn a_reserve_min_raises_a_small_or_zero_header_and_nothing_else() {
+    let cfg = Rc::new(
+        Config::from_json(
+            br#"{"backend": {"cluster": "sluice"}, "report": {"enabled": false},
+            "routes": [{"action": "tokens", "match": {"path": "/chat"},
+              "key": {"source": "header", "name": "x-tenant"},
+              "cost": {"reserve": {"header": "x-max-tokens", "default": 256, "min": 100, "max": 1000},
+                       "actual": {"header": "x-usage-total-tokens"}}}]}"#,
+        )
+        .unwrap(),
+    );
+    for (value, want) in [
+        (Some(&b"0"[..]), 100),
+        (Some(b"1"), 100),
+        (Some(b"100"), 100),
+        (Some(b"101"), 101),
+        (Some(b"5000"), 1000),
+        (None, 256),
+        (Some(b""), 256),
+        (Some(b"-5"), 256),
+    ] {
+        let (mut flow, worker, mut host) = admitted(&cfg, request("/chat", value));
+        assert_eq!(throttle(&host).quantity, want, "{value:?}");
+        // The commit carries the raised reservation, so the backend refunds against it.
+        host.upstream_headers = vec![("x-usage-total-tokens".into(), b"40".to_vec())];
+        flow.on_response_headers(&mut host);
+        worker.tick(&mut host, &cfg);
+        let [commit] = commits(&host).try_into().unwrap();
+        assert_eq!((commit.reserved, commit.actual), (want, 40), "{value:?}");
+    }
+    let host = request("/chat", Some(b"0")).header("x-max-tokens", b"0");
+    let (_, _, host) = admitted(&cfg, host);
+    assert_eq!(throttle(&host).quantity, 256, "repeated: the default");
 }
 
 #[test]

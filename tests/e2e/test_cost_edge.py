@@ -1,0 +1,162 @@
+"""A cost route's client-controlled inputs, sent through a real Envoy as a client would
+(docs/cost-budgets.md): the reservation header (`x-max-tokens`, default 500, min 100, max 1000)
+in every odd shape, and a forged `x-sluice-cost-id`. Runs on both filter builds.
+
+What is asserted is the reservation the backend holds: the upstream here reports no usage unless
+asked (`x-use`), so the reservation is kept (nothing committed) and the key's level right after
+the 200 is exactly what was reserved. The question for each input is whether any of them reserves
+less than the route's floor, or nothing: that would be a free pass (a client admitted on a spent
+budget, its whole usage debited afterwards, beyond the budget)."""
+
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+import cost_stack
+import stack
+
+ACTION = "cost_reserve"
+DEFAULT, MIN, MAX = 500, 100, 1000
+WRITTEN = '"reserve": {"header": "x-max-tokens", "default": 500, "max": 1000}'
+WITH_MIN = f'"reserve": {{"header": "x-max-tokens", "default": {DEFAULT}, "min": {MIN}, "max": {MAX}}}'
+COST_ID = "x-sluice-cost-id"
+USAGE = "x-usage-total-tokens"
+
+
+class _EchoUpstream(BaseHTTPRequestHandler):
+    """200 echoing every line of x-sluice-cost-id and x-max-tokens it received (a dict lookup
+    would show one of several); reports `x-use` as the usage header when the client sent one."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self):
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+        body = json.dumps({"cost_ids": self.headers.get_all(COST_ID) or [],
+                           "max_tokens": self.headers.get_all("x-max-tokens") or []}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        use = self.headers.get("x-use")
+        if use is not None:
+            self.send_header(USAGE, use)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+
+@pytest.fixture(scope="module")
+def edge(tmp, backend):
+    """Envoy with e2e_cost.yaml, its grpc_stream listener's /reserve route given `min` (the http
+    listener's keeps the file's route, without one, for the comparison below)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _EchoUpstream)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    backend.put_rule({"action": ACTION, **cost_stack.BUDGET_RULE})
+    envoy = stack.Envoy(tmp, "e2e_cost.yaml",
+                        {"RLS_PORT": backend.grpc_port, "BACKEND_PORT": backend.decision_port,
+                         "UPSTREAM_PORT": server.server_address[1], "TIMEOUT_MS": 1000},
+                        ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"])
+    text = envoy.config.read_text()
+    assert text.count(WRITTEN) == 2, "envoy/e2e_cost.yaml's /reserve routes changed: update WRITTEN"
+    envoy.config.write_text(text.replace(WRITTEN, WITH_MIN, 1))
+    envoy.start()
+    yield envoy
+    envoy.stop()
+    server.shutdown()
+    server.server_close()
+
+
+def fresh_key():
+    return f"edge-{uuid.uuid4().hex[:12]}"
+
+
+def send(envoy, listener, key, lines):
+    """One POST /reserve with the exact header lines `lines` ((name, bytes) pairs) besides the key."""
+    return stack.raw_request(envoy.ports[listener], "POST", b"/reserve", [("x-tenant", key.encode()), *lines])
+
+
+# The reservation header as a client may send it, and what docs/cost-budgets.md says it reserves:
+# one decimal number, raised to min and capped at max (a number of any length above max is max);
+# anything else (absent, empty, signed, a float, not UTF-8, repeated) the default. Envoy strips
+# the spaces around a value before the filter sees it.
+RESERVE_CASES = [
+    ("absent", [], DEFAULT),
+    ("empty", [b""], DEFAULT),
+    ("zero", [b"0"], MIN),
+    ("one", [b"1"], MIN),
+    ("cap+1", [b"1001"], MAX),
+    ("1e30 as digits", [b"1" + b"0" * 30], MAX),
+    ("negative", [b"-5"], DEFAULT),
+    ("exponent", [b"1e3"], DEFAULT),
+    ("spaces", [b" 7 "], MIN),
+    ("not utf-8", [b"\xff\xfe7"], DEFAULT),
+    ("two lines", [b"0", b"1000"], DEFAULT),
+    ("60 KB of digits", [b"9" * 60_000], MAX),
+]
+
+
+@pytest.mark.parametrize("lines,reserved", [(c[1], c[2]) for c in RESERVE_CASES],
+                         ids=[c[0] for c in RESERVE_CASES])
+def test_the_reservation_header_reserves_what_the_docs_say(backend, edge, lines, reserved):
+    key = fresh_key()
+    r = send(edge, "LISTEN_OPEN_PORT", key, [("x-max-tokens", v) for v in lines])
+    assert r.status == 200, (r.status, r.body[:200])
+    # No usage reported: the reservation is kept, so the level is exactly the reservation.
+    assert cost_stack.level(backend, ACTION, key) == pytest.approx(reserved, abs=0.1)
+    assert reserved >= MIN, "a client-controlled value reserved less than the floor"
+
+
+def spend_all(backend, key):
+    r = requests.post(f"{backend.decision_url}/v1/throttle",
+                      json={"action": ACTION, "key": key, "quantity": cost_stack.BUDGET}, timeout=5)
+    assert r.status_code == 200 and r.json()["allowed"], r.text
+
+
+def test_a_zero_reservation_is_no_pass_on_a_spent_budget_with_min(backend, edge):
+    """With min, `x-max-tokens: 0` reserves min, which a spent budget refuses. Without min (the
+    http listener's route, as configs were before min), 0 reserves 0: a throttle of 0 units
+    passes whatever the level, and the whole usage is debited afterwards, beyond the budget."""
+    key = fresh_key()
+    spend_all(backend, key)
+    lines = [("x-max-tokens", b"0"), ("x-use", b"700")]
+    assert send(edge, "LISTEN_OPEN_PORT", key, lines).status == 429
+    assert cost_stack.level(backend, ACTION, key) == pytest.approx(cost_stack.BUDGET, abs=1)
+    # What min closes (documented: a route without min trusts the upstream to bound usage).
+    before = cost_stack.commits(edge)
+    assert send(edge, "LISTEN_CLOSED_PORT", key, lines).status == 200
+    stack.wait_until(lambda: cost_stack.commits(edge) > before, "the zero reservation's commit")
+
+
+def test_a_client_cost_id_never_reaches_the_upstream_nor_picks_the_commit(backend, edge):
+    key = fresh_key()
+    first = send(edge, "LISTEN_OPEN_PORT", key, [("x-max-tokens", b"200"), ("x-use", b"50")])
+    assert first.status == 200
+    [earlier] = first.json()["cost_ids"]
+    # 200 reserved, 50 used: 150 given back once the commit lands.
+    stack.wait_until(lambda: cost_stack.level(backend, ACTION, key) == pytest.approx(50, abs=0.1),
+                     "the first commit")
+    forged = [(COST_ID, earlier.encode()), (COST_ID, b"client-chosen"), ("x-max-tokens", b"300"), ("x-use", b"70")]
+    second = send(edge, "LISTEN_OPEN_PORT", key, forged)
+    assert second.status == 200
+    ids = second.json()["cost_ids"]
+    # One id upstream, the filter's own: neither the earlier request's nor the client's.
+    assert len(ids) == 1 and ids[0] not in (earlier, "client-chosen"), ids
+    # Its commit is its own: 300 reserved, 70 used -> 120 in all. Had it carried the earlier id,
+    # the backend would have taken it for a retry of the first (duplicate) and kept 300: 350.
+    stack.wait_until(lambda: cost_stack.level(backend, ACTION, key) == pytest.approx(120, abs=0.1),
+                     "the second request's own commit")
+    # The earlier commit was neither replayed nor undone.
+    copy = {"action": ACTION, "key": key, "reserved": 200, "actual": 50, "id": earlier, "reserved_at_ms": 0}
+    answer = requests.post(f"{backend.decision_url}/v1/commit", json=copy, timeout=5).json()
+    assert answer["duplicate"] is True, answer
+    assert cost_stack.level(backend, ACTION, key) == pytest.approx(120, abs=0.1)
