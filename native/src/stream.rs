@@ -53,8 +53,8 @@ const MAX_FRAME: usize = sluice_filter::flow::MAX_RESPONSE_BODY + 1024;
 
 /// Whether `grpc_stream` decisions go over the main thread's stream when the filter's name does
 /// not say (`filter_name` ending in `/stream` or `/unary`). The stream is the default: in one
-/// callgrind run (benches/envoy/callgrind.sh) an allowed decision cost Envoy 324.5k instructions
-/// per request over it, against 411.9k as a unary exchange and 402.2k over the HTTP callout.
+/// callgrind run (benches/envoy/callgrind.sh) an allowed decision cost Envoy 324.4k instructions
+/// per request over it, against 411.6k as a unary exchange and 401.8k over the HTTP callout.
 pub const DEFAULT_STREAM: bool = true;
 
 /// Whether the configuration named `name` sends its decisions over the main thread's stream.
