@@ -225,10 +225,9 @@ impl Host for FakeHost {
         self.effects.request_headers_removed.push(name.to_owned());
     }
     fn add_response_header(&mut self, name: &str, value: &[u8]) {
-        self.effects.response_headers_added.push((
-            name.to_owned(),
-            String::from_utf8_lossy(value).into_owned(),
-        ));
+        self.effects
+            .response_headers_added
+            .push((name.to_owned(), String::from_utf8_lossy(value).into_owned()));
     }
     fn count(&mut self, counter: Counter) {
         *self.counters.entry(counter).or_default() += 1;

@@ -97,7 +97,12 @@ pub fn extract_key(source: &KeySource, line: &RequestLine, host: &dyn Host) -> S
 
 /// [`extract_key`]'s key, appended to `out` (the usual key, a header given once, is copied
 /// straight from the host's bytes: no string of its own).
-pub fn extract_key_into(source: &KeySource, line: &RequestLine, host: &dyn Host, out: &mut Vec<u8>) {
+pub fn extract_key_into(
+    source: &KeySource,
+    line: &RequestLine,
+    host: &dyn Host,
+    out: &mut Vec<u8>,
+) {
     let mut current = Some(source);
     // Validation bounds the chain's depth; the loop is bounded by it.
     while let Some(src) = current {
@@ -106,7 +111,9 @@ pub fn extract_key_into(source: &KeySource, line: &RequestLine, host: &dyn Host,
                 key::push_from_constant(out, value);
                 return;
             }
-            KeySource::Header { name, on_missing } => (push_header_key(out, host, name), on_missing),
+            KeySource::Header { name, on_missing } => {
+                (push_header_key(out, host, name), on_missing)
+            }
             KeySource::ClientIp { on_missing } => (
                 host.client_address()
                     .is_some_and(|a| push_non_empty(out, strip_port(&a))),

@@ -134,10 +134,8 @@ impl Reports {
         let now = now_ns();
         let report_turn = now >= self.next_report_ns.load(Ordering::Relaxed);
         if report_turn {
-            self.next_report_ns.store(
-                now.saturating_add(self.report_period_ns),
-                Ordering::Relaxed,
-            );
+            self.next_report_ns
+                .store(now.saturating_add(self.report_period_ns), Ordering::Relaxed);
         }
         let workers: Vec<SharedLocal> = locked(&self.workers)
             .iter()
