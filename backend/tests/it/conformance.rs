@@ -63,11 +63,7 @@ both_stores!(
     memory_rules_round_trip,
     redis_rules_round_trip
 );
-both_stores!(
-    budget_figures,
-    memory_budget_figures,
-    redis_budget_figures
-);
+both_stores!(budget_figures, memory_budget_figures, redis_budget_figures);
 both_stores!(
     activity_round_trip,
     memory_activity_round_trip,
