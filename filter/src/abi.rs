@@ -63,6 +63,12 @@ impl Metrics {
             let _ = hostcalls::increment_metric(*id, 1);
         }
     }
+
+    fn increment_by(&self, counter: Counter, n: u64) {
+        if let Some(Some(id)) = self.ids.get(counter.index()) {
+            let _ = hostcalls::increment_metric(*id, i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
 }
 
 /// The root context (one per worker thread and plugin): parses the configuration once, makes
@@ -541,6 +547,10 @@ impl Host for WasmHost {
 
     fn count(&mut self, counter: Counter) {
         self.metrics.increment(counter);
+    }
+
+    fn count_by(&mut self, counter: Counter, n: u64) {
+        self.metrics.increment_by(counter, n);
     }
 
     fn warn(&self, message: &str) {

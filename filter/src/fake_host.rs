@@ -232,6 +232,9 @@ impl Host for FakeHost {
     fn count(&mut self, counter: Counter) {
         *self.counters.entry(counter).or_default() += 1;
     }
+    fn count_by(&mut self, counter: Counter, n: u64) {
+        *self.counters.entry(counter).or_default() += n;
+    }
     fn warn(&self, message: &str) {
         self.effects.warnings.borrow_mut().push(message.to_owned());
     }

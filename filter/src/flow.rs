@@ -460,6 +460,14 @@ impl Flow {
 
     fn answered(&mut self, host: &mut dyn Host, token: u32, answer: Answer) {
         let Some(pending) = self.pending.take_if(|p| p.token == token) else {
+            // An answer for no pending decision (its request was already decided, by a failure
+            // or a timeout): a lease it carries was debited by the backend and is never stored.
+            if let Answer::Decision(r) = &answer {
+                let lost = Lease::of_answer(r, 0, 0).map_or(0, |l| l.unspent_units());
+                if lost > 0 {
+                    host.count_by(Counter::LeaseUnitsLost, lost);
+                }
+            }
             host.warn(&format!(
                 "sluice: callout response for unknown token {token}; ignored"
             ));

@@ -68,11 +68,17 @@ pub enum Counter {
     /// Cost routes: a request that ended with its reservation unsettled (reset, or a streamed
     /// response that ended without its trailer): the reservation stays debited.
     CostUnsettled,
+    /// Leased units lost: debited by the backend, never to be spent by this Envoy (a grant that
+    /// could not be stored, or arrived after its request had ended; grants or pocket units that
+    /// expired unspent; a slot or pocket of another identity replaced). Added by units, when the
+    /// filter notices the loss. Never on a leased hit; with `LeaseHits`, tells an operator why a
+    /// leased key admitted less than its capacity.
+    LeaseUnitsLost,
 }
 
 impl Counter {
     /// Every counter, for defining them once at start.
-    pub const ALL: [Counter; 26] = [
+    pub const ALL: [Counter; 27] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CachedDenials,
@@ -99,6 +105,7 @@ impl Counter {
         Counter::CostCommitsFailed,
         Counter::CostActualMissing,
         Counter::CostUnsettled,
+        Counter::LeaseUnitsLost,
     ];
 
     /// The stat name (Envoy shows it as `wasmcustom.<name>`).
@@ -130,6 +137,7 @@ impl Counter {
             Counter::CostCommitsFailed => "sluice.cost_commits_failed",
             Counter::CostActualMissing => "sluice.cost_actual_missing",
             Counter::CostUnsettled => "sluice.cost_unsettled",
+            Counter::LeaseUnitsLost => "sluice.lease_units_lost",
         }
     }
 
@@ -260,6 +268,9 @@ pub trait Host {
     fn add_response_header(&mut self, name: &str, value: &[u8]);
     /// Increments a stat counter.
     fn count(&mut self, counter: Counter);
+    /// Adds `n` to a stat counter (units, not events: `sluice.lease_units_lost`). Only the rare
+    /// paths call it; a hit counts with [`Host::count`].
+    fn count_by(&mut self, counter: Counter, n: u64);
     /// Logs a warning.
     fn warn(&self, message: &str);
     /// Every value of a response header, in order (empty when absent), read while the response

@@ -144,11 +144,18 @@ impl Lease {
     /// [`Lease::take`], answering what was taken as one grant that lives only while every grant
     /// it drew from would have (the latest `from`, the earliest `until`): a worker's pocket keeps
     /// its units under that grant, so none is spent outside its own grant's lifetime.
+    ///
+    /// Only live grants are drawn from and only emptied ones are dropped: an expired grant's
+    /// units stay for [`Lease::drop_dead`] to count (`sluice.lease_units_lost`), and a grant not
+    /// live yet (its `from` after this `now`: another worker's callout left after this request
+    /// read the clock, and its answer was stored before this take read the entry) stays to be
+    /// spent once it is live. Dropping it (as this did until 2026-11-26) lost a whole grant
+    /// whenever a worker was descheduled between its clock read and its take for as long as
+    /// another worker's callout took (`lost_tests`).
     pub fn take_grant(&mut self, quantity: u64, now_ns: u64) -> Option<Grant> {
         if quantity == 0 || self.live_units(now_ns) < quantity {
             return None;
         }
-        self.grants.retain(|g| g.live_at(now_ns));
         self.grants.sort_by_key(|g| g.until_ns);
         let mut taken = Grant {
             units: quantity,
@@ -156,7 +163,7 @@ impl Lease {
             until_ns: u64::MAX,
         };
         let mut need = quantity;
-        for g in &mut self.grants {
+        for g in self.grants.iter_mut().filter(|g| g.live_at(now_ns)) {
             if need == 0 {
                 break;
             }
@@ -170,11 +177,33 @@ impl Lease {
         Some(taken)
     }
 
+    /// Drops the grants that are spent or expired at `now`, answering the units the expired ones
+    /// still held: debited by the backend, never spent (the caller counts them in
+    /// `sluice.lease_units_lost` once its write of the entry succeeds). A grant not live yet is
+    /// kept: its units are still to be spent.
+    pub fn drop_dead(&mut self, now_ns: u64) -> u64 {
+        let lost = self
+            .grants
+            .iter()
+            .filter(|g| now_ns >= g.until_ns)
+            .fold(0u64, |sum, g| sum.saturating_add(g.units));
+        self.grants.retain(|g| g.units > 0 && now_ns < g.until_ns);
+        lost
+    }
+
+    /// Units not spent yet, live, expired or not live yet: what this entry's grants still hold.
+    pub fn unspent_units(&self) -> u64 {
+        self.grants
+            .iter()
+            .fold(0, |sum, g| sum.saturating_add(g.units))
+    }
+
     /// This lease with a newer grant added: dead grants dropped, the newer answer's header
     /// numbers, and at most [`MAX_GRANTS`] grants (the two latest-expiring merged into one that
-    /// lives only while both would have).
-    pub fn absorb(mut self, newer: Lease, now_ns: u64) -> Lease {
-        self.grants.retain(|g| g.live_at(now_ns));
+    /// lives only while both would have). Also answers the units the dropped grants had left
+    /// when they expired ([`Lease::drop_dead`]); merging drops none.
+    pub fn absorb(mut self, newer: Lease, now_ns: u64) -> (Lease, u64) {
+        let lost = self.drop_dead(now_ns);
         self.grants.extend(newer.grants);
         self.grants.sort_by_key(|g| g.until_ns);
         while self.grants.len() > MAX_GRANTS {
@@ -187,10 +216,11 @@ impl Lease {
                 until_ns: before.until_ns.min(last.until_ns),
             });
         }
-        Lease {
+        let lease = Lease {
             grants: self.grants,
             ..newer
-        }
+        };
+        (lease, lost)
     }
 
     /// What an admission from this lease at `now` tells the client (after the take).
@@ -294,3 +324,6 @@ mod tests;
 
 #[cfg(test)]
 mod pocket_tests;
+
+#[cfg(test)]
+mod lost_tests;

@@ -422,6 +422,11 @@ impl ConfigHandle {
 
     /// Adds one to a counter defined by this configuration (main thread).
     pub fn increment(&self, id: usize) {
+        self.increment_by(id, 1);
+    }
+
+    /// Adds `n` to a counter defined by this configuration (main thread).
+    pub fn increment_by(&self, id: usize, n: u64) {
         // SAFETY: the config pointer is live; no tags.
         unsafe {
             envoy_dynamic_module_callback_http_filter_config_increment_counter(
@@ -429,7 +434,7 @@ impl ConfigHandle {
                 id,
                 std::ptr::null_mut(),
                 0,
-                1,
+                n,
             );
         }
     }
@@ -911,6 +916,21 @@ impl FilterHandle {
                 std::ptr::null_mut(),
                 0,
                 1,
+            );
+        }
+    }
+
+    /// Adds `n` to a counter defined by the configuration (units lost: the rare paths only, so
+    /// the hit's [`FilterHandle::increment`] stays as it was).
+    pub fn increment_by(&self, id: usize, n: u64) {
+        // SAFETY: live filter pointer; no tags.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_increment_counter(
+                self.0,
+                id,
+                std::ptr::null_mut(),
+                0,
+                n,
             );
         }
     }

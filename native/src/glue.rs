@@ -709,6 +709,12 @@ impl Host for NativeHost {
         }
     }
 
+    fn count_by(&mut self, counter: Counter, n: u64) {
+        if let Some(Some(id)) = self.common.counters.get(counter.index()) {
+            self.filter.increment_by(*id, n);
+        }
+    }
+
     fn warn(&self, message: &str) {
         abi::log(Level::Warn, message);
     }

@@ -299,6 +299,11 @@ impl Host for MainHost<'_> {
             self.handle.increment(*id);
         }
     }
+    fn count_by(&mut self, counter: Counter, n: u64) {
+        if let Some(Some(id)) = self.counters.get(counter.index()) {
+            self.handle.increment_by(*id, n);
+        }
+    }
     fn warn(&self, message: &str) {
         abi::log(Level::Warn, message);
     }

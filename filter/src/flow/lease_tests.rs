@@ -394,3 +394,30 @@ fn every_failure_is_counted_by_reason_and_outcome() {
         }
     );
 }
+
+#[test]
+fn a_grant_in_an_answer_for_no_pending_request_is_counted_lost() {
+    // The request was already decided (its callout failed or timed out) when the answer came:
+    // the backend debited the lease, and nothing stores it.
+    let cfg = config("");
+    let w = Rc::new(Worker::new(&cfg));
+    let mut host = start()
+        .next_request("POST", "/api/x")
+        .header("x-user", b"alice");
+    let mut flow = Flow::with_worker(Rc::clone(&cfg), Rc::clone(&w));
+    assert_eq!(flow.on_request_headers(&mut host), Next::Pause);
+    let token = host.next_token - 1;
+    flow.on_callout_response(
+        &mut host,
+        token + 7,
+        Some(b"200"),
+        &answer(true, Some((6, 1000)), ""),
+    );
+    assert_eq!(host.counter(Counter::LeaseUnitsLost), 6);
+    flow.on_callout_response(&mut host, token + 8, Some(b"200"), &answer(true, None, ""));
+    assert_eq!(
+        host.counter(Counter::LeaseUnitsLost),
+        6,
+        "no lease, nothing lost"
+    );
+}

@@ -200,7 +200,11 @@ impl Pockets {
 
     /// After a take from the shared table succeeded: adds the `chunk` it pocketed (if any) to the
     /// identity's pocket at `room`, and keeps `seen` (the entry as written) for the headers. An
-    /// identity with no entry gets one only with a chunk. Answers the pocket's live units.
+    /// identity with no entry gets one only with a chunk. Answers the pocket's live units, and
+    /// the units this refill found lost (debited from the shared entry, never to be spent: an
+    /// expired pocket's, an evicted dead pocket's, or the chunk itself when it has nowhere to
+    /// go), which the caller counts in `sluice.lease_units_lost`; this is where an expired
+    /// pocket's units are noticed, each once, since the pocket is emptied here.
     /// `room` must come from [`Pockets::room`] with no change to the table since (`spend` calls
     /// the two around one check-and-set); a stale one can only drop the chunk (units lost,
     /// never spent twice).
@@ -211,16 +215,19 @@ impl Pockets {
         chunk: Option<Grant>,
         seen: Lease,
         now_ns: u64,
-    ) -> u64 {
+    ) -> (u64, u64) {
         self.uses += 1;
         let used = self.uses;
+        let chunk_units = chunk.map_or(0, |c| c.units);
         if let Spot::Mine(way) = room.spot {
             let Some(entry) = self.sets.get_mut(room.set).and_then(|s| s.get_mut(way)) else {
-                return 0;
+                return (0, chunk_units);
             };
             entry.seen = seen;
             entry.used = used;
+            let mut lost = 0;
             if !entry.pocket.live_at(now_ns) {
+                lost = entry.pocket.units;
                 entry.pocket.units = 0;
             }
             if let Some(chunk) = chunk {
@@ -234,16 +241,16 @@ impl Pockets {
                     }
                 };
             }
-            return entry.pocket.units;
+            return (entry.pocket.units, lost);
         }
         let Some(chunk) = chunk else {
-            return 0;
+            return (0, 0);
         };
         if self.sets.is_empty() {
             self.sets.resize_with(SETS, Vec::new);
         }
         let Some(entries) = self.sets.get_mut(room.set) else {
-            return 0;
+            return (0, chunk.units);
         };
         let entry = Entry {
             identity: identity.into(),
@@ -251,19 +258,24 @@ impl Pockets {
             seen,
             used,
         };
+        let mut lost = 0;
         match room.spot {
             Spot::Replace(way) => match entries.get_mut(way) {
-                Some(slot) => *slot = entry,
-                None => return 0,
+                Some(slot) => {
+                    // A dead pocket (empty, expired, or not live yet): what it held is lost.
+                    lost = slot.pocket.units;
+                    *slot = entry;
+                }
+                None => return (0, chunk.units),
             },
             _ => {
                 if entries.len() >= WAYS {
-                    return 0;
+                    return (0, chunk.units);
                 }
                 entries.push(entry);
             }
         }
-        chunk.units
+        (chunk.units, lost)
     }
 
     /// Identities with an entry (live pocket or not): at most [`MAX_POCKETS`].

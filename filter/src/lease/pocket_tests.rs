@@ -75,7 +75,9 @@ fn a_chunk_is_a_quarter_of_what_is_left_bounded_and_none_near_the_end() {
 #[test]
 fn taken_units_live_only_while_every_grant_they_came_from_does() {
     // Grants of 3 (T0 .. T0 + 1 s) and 5 (T0 + 500 ms .. T0 + 1.5 s).
-    let l = granted(3, T0).absorb(granted(5, T0 + 500 * MS), T0 + 500 * MS);
+    let l = granted(3, T0)
+        .absorb(granted(5, T0 + 500 * MS), T0 + 500 * MS)
+        .0;
     let now = T0 + 600 * MS;
     let mut only_first = l.clone();
     assert_eq!(

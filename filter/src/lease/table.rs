@@ -27,7 +27,7 @@ use sluice_core::headers::RateLimit;
 use super::pocket::{self, Pockets};
 use super::{decode, encode, Lease};
 use crate::cache::fnv1a;
-use crate::host::{CasError, Host};
+use crate::host::{CasError, Counter, Host};
 
 /// Most check-and-set rounds per operation before giving up (then a request calls out, and a
 /// grant is dropped: both safe).
@@ -73,8 +73,13 @@ pub fn slot_keys(identity: &[u8], slots: u64) -> [String; 2] {
 enum Slot {
     Absent,
     Mine(Lease, u32),
-    /// Another identity's entry (or one of another layout): its live units and version.
-    Other(u64, u32),
+    /// Another identity's entry (or one of another layout): its live units, its unspent units
+    /// (live or not: what a replacement loses) and its version.
+    Other {
+        live: u64,
+        unspent: u64,
+        version: u32,
+    },
 }
 
 fn read(host: &dyn Host, key: &str, identity: &[u8], now_ns: u64) -> Slot {
@@ -82,8 +87,16 @@ fn read(host: &dyn Host, key: &str, identity: &[u8], now_ns: u64) -> Slot {
         None => Slot::Absent,
         Some((bytes, version)) => match decode(&bytes) {
             Some((lease, id)) if id == identity => Slot::Mine(lease, version),
-            Some((lease, _)) => Slot::Other(lease.live_units(now_ns), version),
-            None => Slot::Other(0, version),
+            Some((lease, _)) => Slot::Other {
+                live: lease.live_units(now_ns),
+                unspent: lease.unspent_units(),
+                version,
+            },
+            None => Slot::Other {
+                live: 0,
+                unspent: 0,
+                version,
+            },
         },
     }
 }
@@ -95,6 +108,13 @@ fn read(host: &dyn Host, key: &str, identity: &[u8], now_ns: u64) -> Slot {
 /// The pocket is tried first, with no hostcall. Otherwise the shared entry is read and written
 /// back with `quantity` taken, plus a [`pocket::chunk`] for this worker's pocket when the lease
 /// has plenty left and the pocket table has room: one check-and-set debits both, once.
+///
+/// Units lost on the way (grants found expired with units left, dropped by this write; an
+/// expired pocket, or a chunk the pocket table could not keep) are counted in
+/// `sluice.lease_units_lost`, only once the write that drops them succeeds, so each is counted
+/// once. A take that fails while the entry holds expired units writes the entry without them
+/// (one more check-and-set, on that rare path only), so a key that goes quiet after its lease
+/// expired does not hide the loss.
 pub fn spend(
     host: &mut dyn Host,
     pockets: &mut Pockets,
@@ -120,9 +140,17 @@ pub fn spend(
                 // Slots are never removed, and an identity goes to its second slot only when
                 // the first is taken: an absent first slot means no lease anywhere.
                 Slot::Absent if i == 0 => return None,
-                Slot::Absent | Slot::Other(..) => break,
+                Slot::Absent | Slot::Other { .. } => break,
             };
+            let expired = lease.drop_dead(now_ns);
             if !lease.take(quantity, now_ns) {
+                if expired > 0
+                    && host
+                        .shared_set_if(key, &encode(&lease, identity), version)
+                        .is_ok()
+                {
+                    host.count_by(Counter::LeaseUnitsLost, expired);
+                }
                 break;
             }
             let extra = room.map_or(0, |r| pocket::chunk(lease.live_units(now_ns), r.live));
@@ -130,8 +158,14 @@ pub fn spend(
             match host.shared_set_if(key, &encode(&lease, identity), version) {
                 Ok(()) => {
                     let limit = lease.rate_limit(now_ns);
-                    let pocketed =
-                        room.map_or(0, |r| pockets.refill(r, identity, chunk, lease, now_ns));
+                    let (pocketed, dropped) = match room {
+                        Some(r) => pockets.refill(r, identity, chunk, lease, now_ns),
+                        None => (0, 0),
+                    };
+                    let lost = expired.saturating_add(dropped);
+                    if lost > 0 {
+                        host.count_by(Counter::LeaseUnitsLost, lost);
+                    }
                     return Some(RateLimit {
                         remaining: limit.remaining.saturating_add(pocketed),
                         ..limit
@@ -148,6 +182,10 @@ pub fn spend(
 /// Adds a granted lease to the table (merged with a live lease of the same identity). `false`
 /// when it could not be stored: the grant's units are then lost to this Envoy (debited, never
 /// spent), which under-admits and never over-admits.
+///
+/// Every unit lost here is counted in `sluice.lease_units_lost`: the grant's when it cannot be
+/// stored; otherwise, once the write succeeds, the units of expired grants it drops from this
+/// identity's entry, or every unspent unit of another identity's entry it replaces.
 pub fn store(
     host: &mut dyn Host,
     identity: &[u8],
@@ -159,33 +197,43 @@ pub fn store(
     for _ in 0..MAX_CAS_TRIES {
         let first = read(host, &keys[0], identity, now_ns);
         let (key, current) = match first {
-            Slot::Mine(..) | Slot::Absent | Slot::Other(0, _) => (&keys[0], first),
-            Slot::Other(first_live, first_version) => {
+            Slot::Mine(..) | Slot::Absent | Slot::Other { live: 0, .. } => (&keys[0], first),
+            Slot::Other {
+                live: first_live, ..
+            } => {
                 if keys[0] == keys[1] {
-                    (&keys[0], Slot::Other(first_live, first_version))
+                    (&keys[0], first)
                 } else {
                     match read(host, &keys[1], identity, now_ns) {
-                        Slot::Other(second_live, _) if second_live > first_live => {
-                            (&keys[0], Slot::Other(first_live, first_version))
-                        }
+                        Slot::Other {
+                            live: second_live, ..
+                        } if second_live > first_live => (&keys[0], first),
                         second => (&keys[1], second),
                     }
                 }
             }
         };
-        let (value, version) = match current {
-            Slot::Absent => (encode(granted, identity), INSERT),
-            Slot::Mine(lease, version) => (
-                encode(&lease.absorb(granted.clone(), now_ns), identity),
-                version,
-            ),
-            Slot::Other(_, version) => (encode(granted, identity), version),
+        let (value, version, lost) = match current {
+            Slot::Absent => (encode(granted, identity), INSERT, 0),
+            Slot::Mine(lease, version) => {
+                let (merged, expired) = lease.absorb(granted.clone(), now_ns);
+                (encode(&merged, identity), version, expired)
+            }
+            Slot::Other {
+                unspent, version, ..
+            } => (encode(granted, identity), version, unspent),
         };
         match host.shared_set_if(key, &value, version) {
-            Ok(()) => return true,
+            Ok(()) => {
+                if lost > 0 {
+                    host.count_by(Counter::LeaseUnitsLost, lost);
+                }
+                return true;
+            }
             Err(CasError::Conflict) => continue,
-            Err(CasError::Failed) => return false,
+            Err(CasError::Failed) => break,
         }
     }
+    host.count_by(Counter::LeaseUnitsLost, granted.unspent_units());
     false
 }

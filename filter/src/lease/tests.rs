@@ -115,7 +115,9 @@ fn a_grant_beyond_core_bounds_is_capped() {
 
 #[test]
 fn take_spends_the_soonest_expiring_units_first_and_never_more_than_live() {
-    let mut l = granted(3, T0).absorb(granted(5, T0 + 500 * MS), T0 + 500 * MS);
+    let mut l = granted(3, T0)
+        .absorb(granted(5, T0 + 500 * MS), T0 + 500 * MS)
+        .0;
     let now = T0 + 600 * MS;
     assert_eq!(l.live_units(now), 8);
     assert!(!l.take(9, now), "not enough");
@@ -126,7 +128,9 @@ fn take_spends_the_soonest_expiring_units_first_and_never_more_than_live() {
     assert_eq!(l.grants[0].units, 4);
     assert_eq!(l.grants[0].until_ns, T0 + 1500 * MS);
     // After the first grant's expiry only the second's units are live.
-    let mut l = granted(3, T0).absorb(granted(5, T0 + 500 * MS), T0 + 500 * MS);
+    let mut l = granted(3, T0)
+        .absorb(granted(5, T0 + 500 * MS), T0 + 500 * MS)
+        .0;
     assert_eq!(l.live_units(T0 + 1000 * MS), 5);
     assert!(!l.take(6, T0 + 1000 * MS));
     assert!(l.take(5, T0 + 1000 * MS));
@@ -137,7 +141,7 @@ fn take_spends_the_soonest_expiring_units_first_and_never_more_than_live() {
 fn merged_grants_never_outlive_either_part() {
     let mut l = granted(1, T0);
     for i in 1..10u64 {
-        l = l.absorb(granted(10, T0 + i * 10 * MS), T0 + i * 10 * MS);
+        l = l.absorb(granted(10, T0 + i * 10 * MS), T0 + i * 10 * MS).0;
     }
     assert_eq!(l.grants.len(), MAX_GRANTS);
     assert_eq!(l.live_units(T0 + 95 * MS), 91, "no unit lost by merging");
@@ -152,7 +156,7 @@ fn merged_grants_never_outlive_either_part() {
     // Dead grants are dropped on absorb; the header numbers are the newest answer's.
     let mut newest = granted(2, T0 + 5_000 * MS);
     newest.remaining = 7;
-    let l = l.absorb(newest, T0 + 5_000 * MS);
+    let l = l.absorb(newest, T0 + 5_000 * MS).0;
     assert_eq!(l.grants.len(), 1);
     assert_eq!(l.remaining, 7);
 }
@@ -177,7 +181,7 @@ fn headers_say_the_backend_remaining_plus_what_is_left_here() {
 
 #[test]
 fn entries_round_trip_and_odd_bytes_decode_to_nothing() {
-    let l = granted(3, T0).absorb(granted(5, T0 + MS), T0 + MS);
+    let l = granted(3, T0).absorb(granted(5, T0 + MS), T0 + MS).0;
     let me = id("alice");
     let bytes = encode(&l, &me);
     assert_eq!(decode(&bytes), Some((l.clone(), &me[..])));

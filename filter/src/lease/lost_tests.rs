@@ -1,0 +1,169 @@
+//! `sluice.lease_units_lost` at fixed times: every path that drops units the backend debited
+//! counts them, once; a grant that is not live yet is never one of them.
+
+use super::pocket::Pockets;
+use super::table::{spend, store};
+use super::*;
+use crate::fake_host::FakeHost;
+use crate::host::Counter;
+
+const MS: u64 = NANOS_PER_MILLI;
+const T0: u64 = 1_700_000_000_000 * MS;
+const SLOTS: u64 = 65_536;
+
+/// A lease of `units` granted by a callout sent at `sent`, ttl 1 s.
+fn granted(units: u64, sent: u64) -> Lease {
+    let answer: ThrottleResponse = serde_json::from_str(&format!(
+        r#"{{"allowed": true, "algorithm": "gcra", "mode": "enforce", "capacity": 1000,
+        "remaining": 40, "retry_after_ms": null, "reset_after_ms": 6000, "level": 60.0,
+        "window_ms": 10000, "lease": {{"units": {units}, "ttl_ms": 1000}}}}"#
+    ))
+    .unwrap();
+    Lease::of_answer(&answer, sent, sent + 2 * MS).unwrap()
+}
+
+fn id(key: &str) -> Vec<u8> {
+    identity("reply", key)
+}
+
+fn host() -> FakeHost {
+    let mut h = FakeHost::request("GET", "/");
+    h.now = T0;
+    h
+}
+
+fn lost(h: &FakeHost) -> u64 {
+    h.counter(Counter::LeaseUnitsLost)
+}
+
+/// Admits from the table (and `pockets`) until it refuses: how many were admitted.
+fn drain(h: &mut FakeHost, pockets: &mut Pockets, who: &[u8], now: u64) -> u64 {
+    let mut n = 0;
+    while spend(h, pockets, who, SLOTS, 1, now).is_some() {
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_grant_not_live_yet_survives_a_take_and_a_store_by_a_worker_with_an_older_clock() {
+    // Worker 1 read its clock at T0 + 5 ms, then was descheduled; meanwhile worker 2's callout
+    // left at T0 + 10 ms and its grant was stored. Worker 1's take (and its own store) at the
+    // older time must keep that grant: it used to be dropped, a whole grant lost.
+    let (mut h, a) = (host(), id("alice"));
+    assert!(store(&mut h, &a, SLOTS, &granted(3, T0), T0 + 2 * MS));
+    assert!(store(
+        &mut h,
+        &a,
+        SLOTS,
+        &granted(9, T0 + 10 * MS),
+        T0 + 12 * MS
+    ));
+    let mut p = Pockets::default();
+    assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 5 * MS).is_some());
+    assert!(store(
+        &mut h,
+        &a,
+        SLOTS,
+        &granted(2, T0 + 4 * MS),
+        T0 + 5 * MS
+    ));
+    assert_eq!(lost(&h), 0);
+    // Once both are live, every unit is spent: 3 + 9 + 2 - 1.
+    assert_eq!(drain(&mut h, &mut p, &a, T0 + 20 * MS), 13);
+    assert_eq!(lost(&h), 0);
+
+    let mut l = granted(3, T0)
+        .absorb(granted(9, T0 + 10 * MS), T0 + 5 * MS)
+        .0;
+    assert_eq!(l.take_grant(1, T0 + 5 * MS).map(|g| g.units), Some(1));
+    assert_eq!(l.unspent_units(), 11, "the later grant is still there");
+    assert_eq!(l.drop_dead(T0 + 5 * MS), 0);
+}
+
+#[test]
+fn expired_units_are_counted_once_when_a_take_or_a_store_drops_them() {
+    let (mut h, a) = (host(), id("alice"));
+    let mut p = Pockets::default();
+    assert!(store(&mut h, &a, SLOTS, &granted(5, T0), T0 + 2 * MS));
+    assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 10 * MS).is_some());
+    // Expired with 4 left: the failed take writes the entry without them and counts them.
+    assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 1000 * MS).is_none());
+    assert_eq!(lost(&h), 4);
+    assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 1001 * MS).is_none());
+    assert_eq!(lost(&h), 4, "counted once");
+
+    // A store that absorbs over an expired grant counts what it had left.
+    let b = id("bob");
+    assert!(store(&mut h, &b, SLOTS, &granted(6, T0), T0 + 2 * MS));
+    assert!(store(
+        &mut h,
+        &b,
+        SLOTS,
+        &granted(2, T0 + 2000 * MS),
+        T0 + 2002 * MS
+    ));
+    assert_eq!(lost(&h), 10);
+    // A take that succeeds from a live grant counts the expired one beside it.
+    let c = id("carol");
+    assert!(store(&mut h, &c, SLOTS, &granted(7, T0), T0 + 2 * MS));
+    assert!(store(
+        &mut h,
+        &c,
+        SLOTS,
+        &granted(3, T0 + 900 * MS),
+        T0 + 902 * MS
+    ));
+    assert!(spend(&mut h, &mut p, &c, SLOTS, 1, T0 + 1500 * MS).is_some());
+    assert_eq!(lost(&h), 17);
+    assert_eq!(drain(&mut h, &mut p, &c, T0 + 1500 * MS), 2);
+    assert_eq!(lost(&h), 17);
+}
+
+#[test]
+fn a_grant_that_cannot_be_stored_is_counted() {
+    let (mut h, a) = (host(), id("alice"));
+    h.refuse_writes = true;
+    assert!(!store(&mut h, &a, SLOTS, &granted(8, T0), T0 + 2 * MS));
+    assert_eq!(lost(&h), 8);
+}
+
+#[test]
+fn a_lease_replaced_by_another_identitys_is_counted() {
+    // One slot: bob's grant replaces alice's live lease (fewer live units than... the only slot).
+    let (mut h, a, b) = (host(), id("alice"), id("bob"));
+    assert!(store(&mut h, &a, 1, &granted(5, T0), T0 + 2 * MS));
+    assert!(spend(&mut h, &mut Pockets::default(), &a, 1, 1, T0 + 3 * MS).is_some());
+    assert!(store(&mut h, &b, 1, &granted(4, T0 + 3 * MS), T0 + 5 * MS));
+    assert_eq!(lost(&h), 4, "alice's 4 unspent units");
+}
+
+#[test]
+fn a_pocket_that_expires_unspent_is_counted_when_the_worker_next_refills_it() {
+    // One worker: a lease of 64 at T0 (until T0 + 1 s) gives its pocket a chunk; a second grant
+    // at T0 + 900 ms lives on. At T0 + 1.5 s the first grant's units, in the entry and in the
+    // pocket, are expired: the take from the second grant counts both.
+    let (mut h, a) = (host(), id("alice"));
+    let mut p = Pockets::default();
+    assert!(store(&mut h, &a, SLOTS, &granted(64, T0), T0 + 2 * MS));
+    assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 10 * MS).is_some());
+    let pocketed = p.units(table::pocket_hash(&a), &a, T0 + 10 * MS);
+    assert!(pocketed > 0);
+    assert!(store(
+        &mut h,
+        &a,
+        SLOTS,
+        &granted(40, T0 + 900 * MS),
+        T0 + 902 * MS
+    ));
+    assert_eq!(lost(&h), 0);
+    assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 1500 * MS).is_some());
+    assert_eq!(
+        lost(&h),
+        63,
+        "64 granted, 1 admitted: the entry's and the pocket's"
+    );
+    // The second grant is spent whole, nothing more lost: admitted + lost = granted.
+    assert_eq!(drain(&mut h, &mut p, &a, T0 + 1500 * MS), 39);
+    assert_eq!(lost(&h), 63);
+}
