@@ -339,6 +339,7 @@ def test_an_odd_key_on_a_leased_route_gets_exactly_the_capacity(edge, what):
     # Every unit debited for the key (each callout's own and its lease's) is admitted once or
     # counted lost (sluice.lease_units_lost: debited, never spent, e.g. a grant that could not be
     # stored), whichever worker spent it; never more than the capacity (no free pass).
+    assert "lease_units_lost" in after, "the filter defines sluice.lease_units_lost"
     count, lost = admitted(responses, what), delta(after, before, "lease_units_lost")
     print(f"{proto} {what!r}: admitted {count}, lease units lost {lost}")
     assert count <= LEASE_CAP, (what, count, lost)
