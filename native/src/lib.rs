@@ -24,5 +24,6 @@ pub mod grpc;
 pub mod relay;
 pub mod shared;
 pub mod stream;
+pub mod timer;
 
 pub use abi::ABI_VERSION;

@@ -15,9 +15,8 @@
 //! to its worker's commit queue (`Worker::on_report_response`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
@@ -30,6 +29,7 @@ use sluice_filter::host::{
 use crate::abi::{self, ConfigHandle, Level, Scheduler, WorkerBound};
 use crate::glue::{CalloutAnswer, LocalState, SharedLocal};
 use crate::grpc;
+use crate::timer::Timer;
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -57,23 +57,6 @@ pub struct Reports {
     timer: Mutex<Option<Timer>>,
 }
 
-/// The thread that wakes the main thread every period.
-#[derive(Debug)]
-struct Timer {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.thread().unpark();
-            let _ = thread.join();
-        }
-    }
-}
-
 impl Reports {
     /// The reports of `config`, woken through `scheduler` every `report.period_ms`.
     pub fn new(scheduler: Option<Scheduler>, config: &Config) -> Reports {
@@ -86,23 +69,12 @@ impl Reports {
             period_ms = Some(period_ms.map_or(COMMIT_TICK_MS, |p| p.min(COMMIT_TICK_MS)));
         }
         let timer = scheduler.zip(period_ms).map(|(scheduler, period_ms)| {
-            let stop = Arc::new(AtomicBool::new(false));
-            let period = Duration::from_millis(period_ms.max(1));
-            let flag = Arc::clone(&stop);
-            let thread = std::thread::Builder::new()
-                .name("sluice-reports".to_owned())
-                .spawn(move || {
-                    while !flag.load(Ordering::Relaxed) {
-                        std::thread::park_timeout(period);
-                        if !flag.load(Ordering::Relaxed) {
-                            scheduler.commit(0);
-                        }
-                    }
-                    // The scheduler is deleted here, after the last commit.
-                    drop(scheduler);
-                })
-                .ok();
-            Timer { stop, thread }
+            // The scheduler is deleted on the timer's thread, after its last commit.
+            Timer::start(
+                "sluice-reports",
+                Duration::from_millis(period_ms),
+                move || scheduler.commit(0),
+            )
         });
         Reports {
             exchange_cluster: config.backend.cluster.clone(),

@@ -27,9 +27,7 @@
 //! requests fail at once except one unary probe per backoff interval. Deadlines are kept by a
 //! timer thread that wakes the main thread every `backend.timeout_ms / 4` (at least 5 ms).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_core::exchange::STREAM_PATH;
@@ -40,6 +38,7 @@ use sluice_filter::failure::{grpc, Failure};
 use sluice_filter::host::Counter;
 
 use crate::abi::{self, ConfigHandle, FilterScheduler, Level, Scheduler};
+use crate::timer::Timer;
 
 /// The configuration scheduler's event for the stream's turn on the main thread (0 is the
 /// count reports' timer).
@@ -195,23 +194,6 @@ impl StreamHost for Opener<'_> {
     }
 }
 
-/// The thread that wakes the main thread every tick (deadlines, reopen).
-#[derive(Debug)]
-struct Timer {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.thread().unpark();
-            let _ = thread.join();
-        }
-    }
-}
-
 /// One configuration's exchange stream, shared by its workers and the main thread.
 #[derive(Debug)]
 pub struct MainStream {
@@ -228,20 +210,8 @@ impl MainStream {
     pub fn new(scheduler: Scheduler, config: &Config) -> MainStream {
         let wake = Arc::new(scheduler);
         let tick = Duration::from_millis((config.backend.timeout_ms / 4).max(5));
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
         let ticker = Arc::clone(&wake);
-        let thread = std::thread::Builder::new()
-            .name("sluice-stream".to_owned())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::park_timeout(tick);
-                    if !flag.load(Ordering::Relaxed) {
-                        ticker.commit(STREAM_EVENT);
-                    }
-                }
-            })
-            .ok();
+        let timer = Timer::start("sluice-stream", tick, move || ticker.commit(STREAM_EVENT));
         // The first turn opens the stream.
         wake.commit(STREAM_EVENT);
         MainStream {
@@ -258,7 +228,7 @@ impl MainStream {
                 log: FailureLog::default(),
             }),
             wake,
-            timer: Mutex::new(Some(Timer { stop, thread })),
+            timer: Mutex::new(Some(timer)),
         }
     }
 
