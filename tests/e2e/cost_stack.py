@@ -25,7 +25,7 @@ class _UsageUpstream(BaseHTTPRequestHandler):
     header x-usage-total-tokens, or (path /stream) as a trailer of a chunked response. `|` in
     `x-use` splits it into several lines of that header (or trailer), for the odd-value tests;
     `x-no-trailer` ends a stream without its trailer. The
-    body echoes the x-sluice-cost-id the filter sent."""
+    body echoes the x-sluice-cost-id the filter sent (`cost_id`, and `cost_ids`: every line)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -38,7 +38,9 @@ class _UsageUpstream(BaseHTTPRequestHandler):
             self.rfile.read(length)
         time.sleep(int(self.headers.get("x-delay-ms") or 0) / 1000)
         use = self.headers.get("x-use", "")
-        body = json.dumps({"cost_id": self.headers.get("x-sluice-cost-id")}).encode()
+        # Every line of x-sluice-cost-id, not one: a client's forged line beside the filter's shows.
+        ids = self.headers.get_all("x-sluice-cost-id") or []
+        body = json.dumps({"cost_id": ids[0] if ids else None, "cost_ids": ids}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         if self.path.startswith("/stream"):
@@ -73,11 +75,15 @@ def start_upstream():
     return server, server.server_address[1]
 
 
-def start_envoy(tmp, backend, upstream_port):
-    return stack.Envoy(tmp, "e2e_cost.yaml",
-                       {"RLS_PORT": backend.grpc_port, "BACKEND_PORT": backend.decision_port,
-                        "UPSTREAM_PORT": upstream_port, "TIMEOUT_MS": 1000},
-                       ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
+def start_envoy(tmp, backend, upstream_port, edit=None):
+    """Envoy with envoy/e2e_cost.yaml; `edit` (text -> text) changes the rendered config first."""
+    envoy = stack.Envoy(tmp, "e2e_cost.yaml",
+                        {"RLS_PORT": backend.grpc_port, "BACKEND_PORT": backend.decision_port,
+                         "UPSTREAM_PORT": upstream_port, "TIMEOUT_MS": 1000},
+                        ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"])
+    if edit is not None:
+        envoy.config.write_text(edit(envoy.config.read_text()))
+    return envoy.start()
 
 
 def level(backend, action, key):

@@ -8,10 +8,7 @@ the 200 is exactly what was reserved. The question for each input is whether any
 less than the route's floor, or nothing: that would be a free pass (a client admitted on a spent
 budget, its whole usage debited afterwards, beyond the budget)."""
 
-import json
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
@@ -24,52 +21,20 @@ DEFAULT, MIN, MAX = 500, 100, 1000
 WRITTEN = '"reserve": {"header": "x-max-tokens", "default": 500, "max": 1000}'
 WITH_MIN = f'"reserve": {{"header": "x-max-tokens", "default": {DEFAULT}, "min": {MIN}, "max": {MAX}}}'
 COST_ID = "x-sluice-cost-id"
-USAGE = "x-usage-total-tokens"
-
-
-class _EchoUpstream(BaseHTTPRequestHandler):
-    """200 echoing every line of x-sluice-cost-id and x-max-tokens it received (a dict lookup
-    would show one of several); reports `x-use` as the usage header when the client sent one."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def _answer(self):
-        length = int(self.headers.get("content-length") or 0)
-        if length:
-            self.rfile.read(length)
-        body = json.dumps({"cost_ids": self.headers.get_all(COST_ID) or [],
-                           "max_tokens": self.headers.get_all("x-max-tokens") or []}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        use = self.headers.get("x-use")
-        if use is not None:
-            self.send_header(USAGE, use)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _answer
 
 
 @pytest.fixture(scope="module")
 def edge(tmp, backend):
     """Envoy with e2e_cost.yaml, its grpc_stream listener's /reserve route given `min` (the http
     listener's keeps the file's route, without one, for the comparison below)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _EchoUpstream)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, upstream_port = cost_stack.start_upstream()
     backend.put_rule({"action": ACTION, **cost_stack.BUDGET_RULE})
-    envoy = stack.Envoy(tmp, "e2e_cost.yaml",
-                        {"RLS_PORT": backend.grpc_port, "BACKEND_PORT": backend.decision_port,
-                         "UPSTREAM_PORT": server.server_address[1], "TIMEOUT_MS": 1000},
-                        ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"])
-    text = envoy.config.read_text()
-    assert text.count(WRITTEN) == 2, "envoy/e2e_cost.yaml's /reserve routes changed: update WRITTEN"
-    envoy.config.write_text(text.replace(WRITTEN, WITH_MIN, 1))
-    envoy.start()
+
+    def with_min(text):
+        assert text.count(WRITTEN) == 2, "envoy/e2e_cost.yaml's /reserve routes changed: update WRITTEN"
+        return text.replace(WRITTEN, WITH_MIN, 1)
+
+    envoy = cost_stack.start_envoy(tmp, backend, upstream_port, edit=with_min)
     yield envoy
     envoy.stop()
     server.shutdown()
