@@ -10,7 +10,9 @@ failover-timeout + 2 s); and no key over-admits beyond what asynchronous replica
 a key of capacity N admits at most N, plus, for a key on the killed master, the debits that
 master acknowledged in the last second before it died (replication on loopback lags well under
 that; a debit acknowledged but not yet copied to the replica is lost with the master, and the
-promoted replica admits it again; docs/storage.md, "HA"). The figures docs/storage.md quotes are
+promoted replica admits it again; docs/storage.md, "HA"). Cluster: `/readyz` is not ready (and names the
+killed master) from the kill until the replica is promoted, and ready 20 of 20 once every live
+node's CLUSTER SLOTS names the promoted replica. The figures docs/storage.md quotes are
 printed: seconds without an answer, answers per second before and after, admitted vs capacity.
 
 Everything listens on 127.0.0.1 free ports and is stopped by PID; every wait polls a condition
@@ -386,6 +388,16 @@ def master_slots(node):
     return out
 
 
+def slot_master_ports(node):
+    """The ports CLUSTER SLOTS (asked of `node`) names as masters of some slot range."""
+    out = subprocess.run(["redis-cli", "-p", str(node.port), "--json", "CLUSTER", "SLOTS"],
+                         capture_output=True, text=True, timeout=5)
+    try:
+        return {int(entry[2][1]) for entry in json.loads(out.stdout)}
+    except (ValueError, IndexError, TypeError):
+        return set()
+
+
 def replica_of(node, master_port, by_port):
     """The replica node of the master on `master_port`, from CLUSTER NODES."""
     lines = [line.split() for line in node.cli("CLUSTER", "NODES").splitlines()]
@@ -450,29 +462,56 @@ def test_cluster_master_killed_under_load(tmp_path, cluster):
         backend.put_rule(CAP_RULE)
         replica = replica_of(nodes[0], victim_port, by_port)
         promoted = []
+        killed_at = []
+
+        live = [n for n in nodes if n.port != victim_port]
+        seen = []  # monotonic time at which every live node's CLUSTER SLOTS named the replica
+        probes = []  # (started, done, status, body) of /readyz between the kill and `seen`
 
         def kill():
             by_port[victim_port].kill()
             killed = time.monotonic()
+            killed_at.append(killed)
 
             def watch():  # when Redis itself finished the failover, to tell it from the client's lag
                 while time.monotonic() - killed < 15:
-                    if replica.cli("ROLE").startswith("master"):
+                    if not promoted and replica.cli("ROLE").startswith("master"):
                         promoted.append(time.monotonic() - killed)
+                    if promoted and all(slot_master_ports(n) >= {replica.port} and victim_port not in
+                                        slot_master_ports(n) for n in live):
+                        seen.append(time.monotonic())
                         return
                     time.sleep(0.02)
 
+            def poll_readyz():  # /readyz while the victim's slots have no live master
+                while not seen and time.monotonic() - killed < 15:
+                    started = time.monotonic()
+                    r = backend.readyz()
+                    probes.append((started, time.monotonic(), r.status_code, r.text))
+                    time.sleep(0.02)
+
             threading.Thread(target=watch, daemon=True).start()
+            threading.Thread(target=poll_readyz, daemon=True).start()
 
         figures = run_failover(backend, plan, kill, recovered_bound_s=NODE_TIMEOUT_MS / 1000 + 2.0,
                                label="cluster")
         wait_for(lambda: promoted, "the replica promoted", timeout=5)
         print(f"[cluster] the replica {replica.port} answered ROLE master {promoted[0]:.3f}s after the kill")
-        # /readyz PINGs one node of the cluster: report (not assert) any failures right after.
+        # /readyz PINGs every slot range's master: not ready from the kill until the replica is
+        # promoted (probes that straddle either end are left out), and ready once every live node's
+        # CLUSTER SLOTS names the promoted replica.
+        wait_for(lambda: seen, "every live node's CLUSTER SLOTS naming the promoted replica", timeout=10)
+        between = [p for p in probes if p[0] > killed_at[0] and p[1] < killed_at[0] + promoted[0]]
+        ready_between = [p for p in between if p[2] == 200]
+        print(f"[cluster] /readyz between the kill and the promotion: {len(ready_between)} of {len(between)} "
+              f"ready {[p[3] for p in between if p[2] != 200][:1]}")
+        assert len(between) >= 5, probes
+        assert not ready_between, [(p[0] - killed_at[0], p[1] - killed_at[0]) for p in ready_between]
+        assert all(f"127.0.0.1:{victim_port}" in p[3] for p in between), [p[3] for p in between][:3]
         ready = [backend.readyz() for _ in range(20)]
         print(f"[cluster] /readyz after the failover: {sum(r.status_code == 200 for r in ready)} of 20 ready "
               f"{[r.text for r in ready if r.status_code != 200][:1]}")
-        wait_for(lambda: backend.readyz().status_code == 200, "/readyz ready", timeout=5)
+        assert all(r.status_code == 200 for r in ready), [r.text for r in ready if r.status_code != 200][:3]
         print(f"[cluster] figures: {json.dumps(figures)}")
     finally:
         backend.stop()

@@ -24,11 +24,14 @@ pub async fn healthz() -> Json<HealthBody> {
     })
 }
 
-/// Readiness: the store answers a ping.
+/// Readiness: the store answers a ping. On a Redis Cluster that means every slot range has a
+/// master and each master answers a PING of its own (a plain PING through the cluster client
+/// skips a master it lost, so a killed master's slots looked served until its replica was
+/// promoted); the 503's message names the unserved ranges and their master.
 #[utoipa::path(get, path = "/readyz", tag = "probes",
     responses(
         (status = 200, description = "Ready; `warnings` lists settings that let a key spray switch limiting off", body = ReadyBody),
-        (status = 503, description = "The store does not answer", body = sluice_core::wire::ApiError),
+        (status = 503, description = "The store does not answer (Cluster: some slot range has no master, or its master does not answer; the message names them)", body = sluice_core::wire::ApiError),
     ))]
 pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<ReadyBody>, ApiFailure> {
     app.store_call_within(PING_DEADLINE, app.store.ping())

@@ -20,6 +20,7 @@ mod admin_replicas;
 mod all;
 mod calendar;
 mod cluster;
+mod cluster_ready;
 mod commit;
 mod concurrency;
 mod conformance;

@@ -11,6 +11,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use super::ready::ClusterReady;
 use super::sentinel::SentinelConn;
 use super::RedisTarget;
 
@@ -19,8 +20,9 @@ use super::RedisTarget;
 pub(crate) enum Conn {
     /// One node, `redis://host:port/db`.
     Single(ConnectionManager),
-    /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    /// A Redis Cluster, and what its readiness check needs (direct connections to its masters:
+    /// see `ready.rs`).
+    Cluster(ClusterConnection, ClusterReady),
     /// The master a set of sentinels names now (one node, followed across failovers).
     Sentinel(SentinelConn),
 }
@@ -47,7 +49,10 @@ impl Conn {
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .build()?;
-                Ok(Conn::Cluster(client.get_async_connection().await?))
+                Ok(Conn::Cluster(
+                    client.get_async_connection().await?,
+                    ClusterReady::new(urls),
+                ))
             }
         }
     }
@@ -57,7 +62,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c, _) => c.req_packed_command(cmd),
             Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
@@ -70,7 +75,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -78,7 +83,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            Conn::Cluster(c, _) => c.get_db(),
             Conn::Sentinel(c) => c.get_db(),
         }
     }

@@ -197,7 +197,7 @@ async fn on_each_node(
                 Err(e) => Ok(vec![(String::new(), Err(e))]),
             }
         }
-        Conn::Cluster(mut c) => {
+        Conn::Cluster(mut c, _) => {
             let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
             let reply = c.route_command(cmd.clone(), routing).await?;
             let Value::Map(per_node) = reply else {

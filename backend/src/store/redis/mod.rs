@@ -17,6 +17,7 @@ mod errors;
 mod health;
 mod history;
 mod keys;
+mod ready;
 mod scripts;
 mod sentinel;
 mod sizing;
@@ -537,7 +538,12 @@ impl Store for RedisStore {
     fn kind(&self) -> &'static str {
         store_kind(self.cluster)
     }
+    /// On a Cluster, every slot range's master must answer (see `ready.rs`: a plain PING through
+    /// the cluster client skips a master it lost); elsewhere, a PING to the one node.
     async fn ping(&self) -> Result<(), StoreError> {
+        if let Conn::Cluster(cluster, ready) = &self.conn {
+            return ready.check(cluster, self.timeout).await;
+        }
         let mut conn = self.conn.clone();
         let _: String = self
             .bounded(
