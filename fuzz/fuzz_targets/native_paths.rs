@@ -72,6 +72,7 @@ impl Host for FuzzHost {
     fn remove_request_header(&mut self, _name: &str) {}
     fn add_response_header(&mut self, _name: &str, _value: &[u8]) {}
     fn count(&mut self, _counter: Counter) {}
+    fn count_by(&mut self, _counter: Counter, _n: u64) {}
     fn warn(&self, _message: &str) {}
 }
 
