@@ -14,3 +14,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p sluice-core --all-targets --all-features --locked -- -D warnings
 cargo clippy -p sluice-filter --target wasm32-wasip1 --locked -- -D warnings
 cargo clippy -p sluice-dashboard --target wasm32-unknown-unknown --locked -- -D warnings
+# The fuzz targets (fuzz/: not a workspace member, built by cargo fuzz only in the fuzz suite near
+# the end of the test command) are type-checked here, so a change to a trait they implement (the
+# filter's Host) fails in the first minutes, not after every other suite.
+cargo check --manifest-path fuzz/Cargo.toml --bins --locked --quiet
