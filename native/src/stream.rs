@@ -47,6 +47,10 @@ pub const STREAM_EVENT: u64 = 1;
 /// gRPC UNKNOWN.
 const UNKNOWN: u32 = 2;
 
+/// Envoy's stream reset reason `LocalReset` (ABI v0.2.0, `AsyncClient::StreamResetReason`): a
+/// reset Envoy made itself, not one the backend or the connection caused.
+const LOCAL_RESET: u32 = 2;
+
 /// The longest reply frame read (a longer one is a protocol error: the stream is reset).
 const MAX_FRAME: usize = sluice_filter::flow::MAX_RESPONSE_BODY + 1024;
 
@@ -403,7 +407,8 @@ impl MainStream {
                 .post(waiting.id, Delivery::Answer(reply.status, reply.body));
         }
         if bad {
-            handle.reset_http_stream(id);
+            // Closed (and said) before the reset, so that a reset callback Envoy makes from inside
+            // `reset_http_stream` finds the stream over and is not taken for Envoy's own close.
             self.end(
                 handle,
                 counters,
@@ -411,6 +416,7 @@ impl MainStream {
                 UNKNOWN,
                 Some("a compressed or oversized frame on the exchange stream".to_owned()),
             );
+            handle.reset_http_stream(id);
         }
     }
 
@@ -433,6 +439,21 @@ impl MainStream {
                 None
             }
         };
+        if seen.is_none() && reset == Some(LOCAL_RESET) {
+            // Envoy reset the stream itself: at shutdown (before the configuration goes), or when
+            // the cluster is removed. Not the backend failing: no warning. The waiters still fail
+            // now and the stream reopens if Envoy goes on (a missing cluster is then said).
+            abi::log(
+                Level::Info,
+                &format!(
+                    "sluice: Envoy closed the exchange stream to cluster \"{}\" (shutdown or the cluster removed)",
+                    self.cluster
+                ),
+            );
+            let message = Some("Envoy closed the exchange stream".to_owned());
+            self.close(handle, counters, token, grpc::UNAVAILABLE, message, false);
+            return;
+        }
         let (code, message) = match (seen, reset) {
             (Some(status), _) => status,
             (None, Some(reason)) => (
@@ -447,7 +468,8 @@ impl MainStream {
         self.end(handle, counters, token, code, message);
     }
 
-    /// Stream `token` is over: its waiters fail now; the current stream reopens after backoff.
+    /// Stream `token` is over: its waiters fail now; the current stream reopens after backoff;
+    /// Envoy's log says why (the failure log's line).
     fn end(
         &self,
         handle: ConfigHandle,
@@ -455,6 +477,19 @@ impl MainStream {
         token: u32,
         code: u32,
         message: Option<String>,
+    ) {
+        self.close(handle, counters, token, code, message, true);
+    }
+
+    /// [`Self::end`], with the failure log's warning only when `warn`.
+    fn close(
+        &self,
+        handle: ConfigHandle,
+        counters: &[Option<usize>],
+        token: u32,
+        code: u32,
+        message: Option<String>,
+        warn: bool,
     ) {
         let now = now_ns();
         let closed = {
@@ -471,7 +506,9 @@ impl MainStream {
         };
         if closed.current {
             count(handle, counters, Counter::ExchangeStreamsClosed);
-            self.note(&closed.failure, now);
+            if warn {
+                self.note(&closed.failure, now);
+            }
         }
         fail_all(closed.waiting, &closed.failure);
     }

@@ -242,6 +242,26 @@ def test_a_restarted_backend_gets_a_new_stream(tmp, upstream):
         redis.stop()
 
 
+def test_stopping_envoy_while_the_backend_is_up_logs_no_failure(tmp, upstream):
+    # At shutdown Envoy resets the exchange stream itself (the native build's reset reason
+    # LocalReset) before the filter's configuration goes: that is no failure of the backend, and a
+    # warning at every deploy would teach operators to ignore the real ones.
+    redis, redis_port = stack.start_redis(tmp)
+    b = RlsBackend(tmp, redis_port).start()
+    e = stream_envoy(tmp, b.rls_port, upstream).start()
+    try:
+        b.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 100, "rate": HOUR})
+        r = get(e, "/limited/z", user())
+        assert r.status_code == 200 and "x-sluice-failure" not in r.headers, r.headers
+        stack.wait_until(lambda: stat(e, "sluice.exchange_streams_opened") >= 2, "streams opened")
+    finally:
+        e.stop()
+        b.stop()
+        redis.stop()
+    failures = [line for line in log_of(e).splitlines() if "sluice: " in line and "[warning]" in line]
+    assert not failures, failures
+
+
 def test_an_unknown_cluster_fails_at_dispatch_and_the_vm_lives_on(tmp, upstream):
     """Opening the stream and the unary fallback both fail; neither may panic the VM."""
     e = stream_envoy(tmp, stack.free_port(), upstream)
