@@ -9,6 +9,14 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 bash scripts/install.sh
 
+# A full run builds about 10 GB (Rust targets for three platforms, Docker images): say how much
+# room there is, so a run that dies with "No space left on device" is explained at its top.
+free_gb=$(df -Pk . | awk 'NR==2 {print int($4/1048576)}')
+echo "== disk: ${free_gb} GB free under $PWD (a full run needs about 10 GB)"
+if [ "$free_gb" -lt 10 ]; then
+  echo "warning: less than 10 GB free under $PWD; the build may fail with 'No space left on device'" >&2
+fi
+
 echo "== format and lints (rustfmt, clippy with warnings as errors, native and both wasm targets)"
 bash scripts/lint.sh
 
