@@ -10,6 +10,10 @@
 -- reservations in flight (`<state key>:inflight`, id -> 'units:held_at_ms', see budget_hold.lua)
 -- and the debits beyond reservations (`<state key>:overshoot`: 'overshoot', 'debited', 'until'
 -- ms). A first commit removes its id from the first and adds a debit to the second.
+-- KEYS[5]: the key's latest reset time in ms, `<state key>:reset` (written by state_reset.lua,
+-- which also sets the marker of each reservation it dropped to 'reset'). A reservation from
+-- before the reset (its marker 'reset', or reserved_at at or before the reset's ms:
+-- sluice_core::budget::before_reset) changes nothing: a first commit of nothing, marked.
 -- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d}, the level being a / b for
 -- the meters, a for fixed_window and sliding_log, a x b / c + d for sliding_window (the same f64
 -- operations as core). A duplicate answers the first commit's numbers and today's level, and
@@ -24,8 +28,20 @@ local ACTUAL = tonumber(ARGV[9])
 local refund = math.max(math.min(tonumber(ARGV[8]), cap) - ACTUAL, 0)
 local debit = math.max(tonumber(ARGV[9]) - tonumber(ARGV[8]), 0)
 local first = redis.call('GET', KEYS[2])
+local stale = first == 'reset'
+if stale then
+  first = false
+elseif not first then
+  local reset_ms = redis.call('GET', KEYS[5])
+  local ra_s, ra_n = split_ns(ARGV[10])
+  if reset_ms and ra_s then
+    stale = ra_s * 1000 + idiv(ra_n, 1000000) <= tonumber(reset_ms)
+  end
+end
 if first then
   duplicate = 1
+end
+if first or stale then
   refund, debit = 0, 0
 end
 -- The reservation's time relative to now (never after now).

@@ -1,10 +1,32 @@
--- Removes one key's throttle state under one action: KEYS are its state keys, one per algorithm
--- (same slot: they share the '{<action>:<subject>}' tag). Returns the 1-based indices of the keys
--- that existed.
+-- Resets one key under one action, as if it had never been seen: KEYS are its state keys, one
+-- per algorithm (same slot: they share the '{<action>:<subject>}' tag). For each, in this one
+-- atomic step: deletes the state and its cost-budget record (`<state>:inflight`,
+-- `<state>:overshoot`: sluice_core::budget), marks every reservation the record held in flight as
+-- dropped (`<state>:commit:<id>` = 'reset': its commit changes nothing, see commit.lua), and
+-- remembers the reset's time in ms (`<state>:reset`: a commit of a reservation decided at or
+-- before it changes nothing, sluice_core::budget::before_reset). These keys are named from the
+-- state key, so they share its hash tag and its Cluster slot.
+-- ARGV[1] now in ms ("" = Redis TIME), ARGV[2] how long the marks are kept (ms).
+-- Returns the 1-based indices of the state keys that existed.
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
 local removed = {}
 for i = 1, #KEYS do
-  if redis.call('DEL', KEYS[i]) == 1 then
+  local state = KEYS[i]
+  if redis.call('DEL', state) == 1 then
     removed[#removed + 1] = i
   end
+  local inflight = state .. ':inflight'
+  local ids = redis.call('HKEYS', inflight)
+  for j = 1, #ids do
+    redis.call('SET', state .. ':commit:' .. ids[j], 'reset', 'PX', ARGV[2])
+  end
+  redis.call('DEL', inflight, state .. ':overshoot')
+  redis.call('SET', state .. ':reset', string.format('%d', now), 'PX', ARGV[2])
 end
 return removed

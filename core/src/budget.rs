@@ -11,6 +11,9 @@
 //!   `overshoot` (the part that did not fit) to sums that count until [`budget_until_ms`] of the
 //!   latest such commit: the end of a fixed window (so a new window starts from 0), and for the
 //!   others the time by which the budget is surely whole again. A commit after that starts from 0.
+//! - **Reset**: a key reset (`DELETE /v1/keys`) drops the record with the throttle state, in the
+//!   same atomic step, and a later commit of a reservation made before it changes nothing
+//!   ([`before_reset`]): the key is as if never seen.
 //!
 //! The memory store keeps this record; the Redis store keeps the same in two hashes next to the
 //! state (`commit.lua` and the in-flight script are its twins, held to it by the store suite).
@@ -38,6 +41,17 @@ pub fn budget_until_ms(params: &Params, now: Nanos) -> u64 {
         Params::SlidingWindow(w) => (now_ms / w.window_ms + 2) * w.window_ms,
         Params::SlidingLog(w) => now_ms + w.window_ms,
     }
+}
+
+/// Whether a commit of a reservation decided at `reserved_at` (store clock) comes from before
+/// the key's latest reset, made at the store millisecond `reset_ms` (`None`: no reset remembered):
+/// at or before that millisecond. Such a commit changes nothing. Why: the reset dropped the units
+/// it reserved, so a refund could only give back units of reservations made since (admitting them
+/// twice), and a debit would charge the fresh budget for spending the operator wiped. A
+/// reservation in the reset's own millisecond counts as before it: its refund is lost, never one
+/// given to the reservations after.
+pub fn before_reset(reserved_at: Nanos, reset_ms: Option<u64>) -> bool {
+    reset_ms.is_some_and(|reset| reserved_at / NANOS_PER_MILLI <= reset)
 }
 
 /// One key's record.
@@ -102,6 +116,12 @@ impl BudgetRecord {
         b
     }
 
+    /// The ids of the reservations it holds (live or not): what a key reset drops, so that their
+    /// commits change nothing ([`before_reset`]).
+    pub fn in_flight_ids(&self) -> impl Iterator<Item = &str> {
+        self.held.keys().map(String::as_str)
+    }
+
     /// Whether nothing in it counts at `now_ms` any more (the record can be dropped).
     pub fn is_spent(&self, now_ms: u64) -> bool {
         self.until_ms <= now_ms && self.held.values().all(|(_, at)| !live(*at, now_ms))
@@ -137,6 +157,15 @@ mod tests {
         // The same commit again (callers pass only first commits; a removal is idempotent).
         r.settle("a", &debit(0, 0), 0, 1_050);
         assert_eq!(r.figures(1_060).reserved_in_flight, 200);
+    }
+
+    #[test]
+    fn a_reservation_at_or_before_the_resets_millisecond_is_before_it() {
+        let ms = NANOS_PER_MILLI;
+        assert!(!before_reset(5_000 * ms, None), "no reset");
+        assert!(before_reset(4_999 * ms + ms - 1, Some(5_000)));
+        assert!(before_reset(5_000 * ms + ms - 1, Some(5_000)), "its own ms");
+        assert!(!before_reset(5_001 * ms, Some(5_000)));
     }
 
     #[test]

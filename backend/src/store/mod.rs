@@ -155,6 +155,8 @@ pub trait DecisionStore: Send + Sync + 'static {
     /// numbers ([`CommitOutcome::duplicate`]). A first commit also settles the key's budget
     /// record in the same step: the reservation held under `id` is no longer in flight, and a
     /// debit adds to the key's overshoot figures ([`sluice_core::budget`]).
+    /// A reservation from before the key's latest reset ([`DecisionStore::reset_key`]) changes
+    /// nothing: it answers zeros, not as a duplicate, and marks `id` so a retry is one.
     async fn commit(
         &self,
         rule: &Rule,
@@ -189,12 +191,22 @@ pub trait DecisionStore: Send + Sync + 'static {
         at: Option<Nanos>,
     ) -> Result<sluice_core::wire::KeyBudget, StoreError>;
 
-    /// Removes every throttle state `key` holds under `action` (one per algorithm), as if it had
-    /// never been seen; returns the algorithms whose state was there.
+    /// Removes every throttle state `key` holds under `action` (one per algorithm) and its
+    /// cost-budget records (reservations in flight, overshoot), as if it had never been seen, in
+    /// one atomic step at `at` (`None`: now); returns the algorithms whose state was there.
+    ///
+    /// In the same step it marks the reservations it dropped, so that a later
+    /// [`DecisionStore::commit`] of a reservation made before the reset changes nothing (no
+    /// refund, no debit; a retry is a duplicate): the reservations held in flight by their ids,
+    /// the others by their `reserved_at` ([`sluice_core::budget::before_reset`]). Why: a refund
+    /// could only give back units of reservations made since the reset, and a debit would charge
+    /// the fresh budget for spending the reset wiped. The marks last
+    /// [`sluice_core::commit::COMMIT_ID_TTL_MS`], as a commit id's own.
     async fn reset_key(
         &self,
         action: &Action,
         key: &str,
+        at: Option<Nanos>,
     ) -> Result<Vec<sluice_core::Algorithm>, StoreError>;
 }
 

@@ -64,6 +64,7 @@ both_stores!(
     redis_rules_round_trip
 );
 both_stores!(budget_figures, memory_budget_figures, redis_budget_figures);
+both_stores!(budget_reset, memory_budget_reset, redis_budget_reset);
 both_stores!(
     activity_round_trip,
     memory_activity_round_trip,

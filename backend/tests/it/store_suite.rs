@@ -523,6 +523,7 @@ pub async fn whole_suite(store: Arc<dyn Store>, seed: u64) {
     commit_tables(store.as_ref()).await;
     commit_randomized_against_core(store.as_ref(), seed ^ 0xc0, 10).await;
     budget_figures(store.as_ref()).await;
+    budget_reset(store.as_ref()).await;
 }
 
 /// 64 concurrent requests on one key at one instant admit exactly the capacity, per algorithm.
@@ -1069,5 +1070,158 @@ pub async fn budget_figures(store: &dyn Store) {
             1,
             "{name}"
         );
+    }
+}
+
+/// A key reset (`DELETE /v1/keys`) leaves the key as if never seen, its cost-budget record
+/// included: no reservation in flight, no overshoot. A commit of a reservation made before the
+/// reset (held at the reset or not) changes nothing: it gives back no units of the reservations
+/// made since, debits nothing into the new budget, and a retry of it is a duplicate. A
+/// reservation made after the reset commits as usual.
+pub async fn budget_reset(store: &dyn Store) {
+    use sluice_core::commit::Commit;
+    use sluice_core::wire::KeyBudget;
+    for algorithm in ALGORITHMS {
+        let limit = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
+            r#""rate":{"count":1000,"period":"60s"}"#
+        } else {
+            r#""window":"60s""#
+        };
+        let capacity = if algorithm == "sliding_log" {
+            100
+        } else {
+            1000
+        };
+        let r = rule(&format!(
+            r#"{{"action":"reset-{algorithm}","algorithm":"{algorithm}","capacity":{capacity},{limit}}}"#
+        ));
+        let (big, small) = (capacity / 2, capacity / 5);
+        let t = B + 1_500 * MS;
+        let name = format!("{algorithm} ({})", store.kind());
+        let reserve = |key: &'static str, units: u64, at: Nanos| {
+            let r = r.clone();
+            async move {
+                let d = store
+                    .throttle(&r, key, units, Some(at))
+                    .await
+                    .expect("reserve");
+                assert!(d.allowed, "reserve {units}");
+            }
+        };
+        let budget = |at: Nanos| {
+            let r = r.clone();
+            async move { store.budget(&r, "k", Some(at)).await.expect("budget") }
+        };
+        // The levels of the reset key and of a twin that saw only what came after the reset.
+        let levels = |at: Nanos| {
+            let r = r.clone();
+            async move {
+                let keys = ["k".to_owned(), "twin".to_owned()];
+                let peeks = store.peek_many(&r, &keys, Some(at)).await.expect("peek");
+                (peeks[0].level, peeks[1].level)
+            }
+        };
+        // Before: r1 and r2 held in flight, r3 reserved with no id held, and a debit beyond
+        // its reservation (r0) in the overshoot figures.
+        for (id, units) in [("r1", big), ("r2", small)] {
+            reserve("k", units, t).await;
+            assert!(store.hold(&r, "k", id, units, Some(t)).await.expect("hold"));
+        }
+        reserve("k", small, t).await;
+        let over = Commit {
+            reserved: 0,
+            actual: capacity / 5,
+            reserved_at: t,
+        };
+        store
+            .commit(&r, "k", "r0", over, Some(t))
+            .await
+            .expect("commit");
+        let before = budget(t).await;
+        assert_eq!(
+            (before.reservations_in_flight, before.debited),
+            (2, capacity / 5),
+            "{name}"
+        );
+
+        let removed = store
+            .reset_key(r.action(), "k", Some(t + 10 * MS))
+            .await
+            .expect("reset");
+        assert_eq!(removed, vec![r.algorithm()], "{name}");
+        assert_eq!(
+            budget(t + 10 * MS).await,
+            KeyBudget::default(),
+            "{name}: after the reset"
+        );
+
+        // After: r4 reserves and is held in the new budget (and the twin reserves as much).
+        let t4 = t + 20 * MS;
+        reserve("k", big, t4).await;
+        reserve("twin", big, t4).await;
+        assert!(store
+            .hold(&r, "k", "r4", big, Some(t4))
+            .await
+            .expect("hold"));
+        let now = t + 30 * MS;
+        // Commits of the reservations made before the reset change nothing, held or not, under
+        // or over their reservation.
+        for (id, reserved, actual) in [("r1", big, 0), ("r3", small, 0), ("r2", small, capacity)] {
+            let c = Commit {
+                reserved,
+                actual,
+                reserved_at: t,
+            };
+            let done = store
+                .commit(&r, "k", id, c, Some(now))
+                .await
+                .expect("commit");
+            assert!(!done.duplicate, "{name}: {id}");
+            assert_eq!(
+                (
+                    done.committed.refunded,
+                    done.committed.debited,
+                    done.committed.overshoot
+                ),
+                (0, 0, 0),
+                "{name}: {id} from before the reset"
+            );
+            let (k, twin) = levels(now).await;
+            assert_eq!(k, twin, "{name}: {id} left r4's units");
+            let again = store
+                .commit(&r, "k", id, c, Some(now))
+                .await
+                .expect("retry");
+            assert!(again.duplicate, "{name}: a retry of {id}");
+        }
+        let b = budget(now).await;
+        assert_eq!(
+            (
+                b.reserved_in_flight,
+                b.reservations_in_flight,
+                b.debited,
+                b.overshoot
+            ),
+            (big, 1, 0, 0),
+            "{name}: only r4 in flight, no overshoot"
+        );
+        // The reservation made after the reset commits as usual.
+        let c = Commit {
+            reserved: big,
+            actual: small,
+            reserved_at: t4,
+        };
+        let done = store
+            .commit(&r, "k", "r4", c, Some(now))
+            .await
+            .expect("commit");
+        assert_eq!(done.committed.refunded, big - small, "{name}: r4");
+        store
+            .commit(&r, "twin", "r4", c, Some(now))
+            .await
+            .expect("commit");
+        let (k, twin) = levels(now).await;
+        assert_eq!(k, twin, "{name}");
+        assert_eq!(budget(now).await, KeyBudget::default(), "{name}");
     }
 }

@@ -1,22 +1,25 @@
 //! Commits in the memory store: core's own [`sluice_core::commit::commit`] under the key's shard
 //! lock, and the request ids already committed, so that a retried commit changes nothing; and the
-//! keys' cost-budget records ([`sluice_core::budget`]), which a commit settles in the same call.
+//! keys' cost-budget records ([`sluice_core::budget`]), which a commit settles in the same call;
+//! and key resets, which remove the state and the record in one step with the marks that make a
+//! later commit of a reservation from before the reset change nothing.
 //!
 //! The ids live in one bounded map (at most [`MAX_MARKS`]), each for
 //! [`COMMIT_ID_TTL_MS`] of store time; expired ones are dropped when the map is full, and if it
 //! is still full the one closest to expiry goes (a retry of that commit would then apply again:
 //! the cost of a bound on memory, as with the state map's evictions). The map's lock is held
-//! across the commit so that two concurrent commits of one id apply once; it is always taken
-//! before a shard lock, never after, so no two locks are ever waited on in a cycle.
+//! across the commit and the reset so that two concurrent commits of one id apply once, and a
+//! commit lands wholly before or after a reset; it is always taken before a shard lock, never
+//! after, so no two locks are ever waited on in a cycle.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use sluice_core::budget::{budget_until_ms, BudgetRecord};
+use sluice_core::budget::{before_reset, budget_until_ms, BudgetRecord};
 use sluice_core::commit::{commit, Commit, Committed, COMMIT_ID_TTL_MS};
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::KeyBudget;
-use sluice_core::{Nanos, Params, Rule};
+use sluice_core::{Action, Algorithm, Nanos, Params, Rule};
 
 use super::shards::ShardedStates;
 use super::slot::rule_slot;
@@ -25,18 +28,56 @@ use crate::store::CommitOutcome;
 /// Most request ids remembered at once.
 pub(crate) const MAX_MARKS: usize = 100_000;
 
-/// Request ids already committed: state name + id → (expiry, what the first commit did); and
-/// per state name the cost-budget record ([`BudgetRecord`]: reservations in flight, debits
-/// beyond them), at most [`MAX_MARKS`] names (spent records go first; past that a new key's
-/// record is not kept: the view then shows zeros for it, decisions never read it).
+/// What the marks map remembers under a state name and an id (or, for [`Mark::ResetAt`], the
+/// state name alone: an id is never empty).
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    /// The id's first commit did this: a retry answers it and changes nothing.
+    Committed(Committed),
+    /// The id was in flight when the key was reset: its commit changes nothing.
+    Reset,
+    /// The key was reset at this store millisecond: a commit of a reservation decided at or
+    /// before it changes nothing ([`before_reset`]).
+    ResetAt(u64),
+}
+
+/// Request ids already committed or dropped by a reset, and key resets: state name + id →
+/// (expiry, [`Mark`]); and per state name the cost-budget record ([`BudgetRecord`]: reservations
+/// in flight, debits beyond them), at most [`MAX_MARKS`] names (spent records go first; past
+/// that a new key's record is not kept: the view then shows zeros for it, decisions never read
+/// it).
 #[derive(Default)]
 pub(crate) struct CommitMarks {
-    marks: Mutex<HashMap<String, (Nanos, Committed)>>,
+    marks: Mutex<HashMap<String, (Nanos, Mark)>>,
     budgets: Mutex<HashMap<String, BudgetRecord>>,
 }
 
+/// The marks map's key of `id` under the state `name` (`id` empty: the key's reset time).
+fn mark_key(name: &str, id: &str) -> String {
+    format!("{name}\u{0}{id}")
+}
+
+/// Remembers `mark` under `key` for [`COMMIT_ID_TTL_MS`] from `now`, within [`MAX_MARKS`].
+fn remember(marks: &mut HashMap<String, (Nanos, Mark)>, key: String, mark: Mark, now: Nanos) {
+    if marks.len() >= MAX_MARKS {
+        marks.retain(|_, (expires, _)| *expires > now);
+    }
+    if marks.len() >= MAX_MARKS {
+        if let Some(oldest) = marks
+            .iter()
+            .min_by_key(|(_, (expires, _))| *expires)
+            .map(|(k, _)| k.clone())
+        {
+            marks.remove(&oldest);
+        }
+    }
+    let expires = now.saturating_add(COMMIT_ID_TTL_MS * NANOS_PER_MILLI);
+    marks.insert(key, (expires, mark));
+}
+
 impl CommitMarks {
-    /// Commits `c` for `key` under `rule` at `now`, once per `id`.
+    /// Commits `c` for `key` under `rule` at `now`, once per `id`; a reservation from before
+    /// the key's reset changes nothing ([`before_reset`]).
     pub(crate) fn commit(
         &self,
         states: &ShardedStates,
@@ -48,46 +89,48 @@ impl CommitMarks {
     ) -> CommitOutcome {
         let params: Params = rule.params();
         let name = rule_slot(rule.action(), rule.algorithm(), key);
-        let mark = format!("{name}\u{0}{id}");
+        let mark = mark_key(&name, id);
         let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
-        let first = marks
-            .get(&mark)
-            .filter(|(expires, _)| *expires > now)
-            .copied();
-        if let Some((_, first)) = first {
-            // Today's level, nothing changed: a commit of nothing.
-            let nothing = Commit {
-                reserved: 0,
-                actual: 0,
-                ..c
-            };
-            let peek = states.update(&name, params, now, |state| {
-                (commit(&params, state, now, nothing).0, None)
-            });
-            let committed = Committed {
-                level: peek.level,
-                ..first
-            };
-            return CommitOutcome {
-                committed,
-                duplicate: true,
-            };
-        }
-        let committed = states.update(&name, params, now, |state| commit(&params, state, now, c));
-        if marks.len() >= MAX_MARKS {
-            marks.retain(|_, (expires, _)| *expires > now);
-        }
-        if marks.len() >= MAX_MARKS {
-            if let Some(oldest) = marks
-                .iter()
-                .min_by_key(|(_, (expires, _))| *expires)
-                .map(|(k, _)| k.clone())
-            {
-                marks.remove(&oldest);
+        let live = |k: &str| {
+            marks
+                .get(k)
+                .filter(|(expires, _)| *expires > now)
+                .map(|(_, m)| *m)
+        };
+        // Today's level, nothing changed: a commit of nothing.
+        let nothing = Commit {
+            reserved: 0,
+            actual: 0,
+            ..c
+        };
+        let stale = match live(&mark) {
+            Some(Mark::Committed(first)) => {
+                let peek = states.update(&name, params, now, |state| {
+                    (commit(&params, state, now, nothing).0, None)
+                });
+                let committed = Committed {
+                    level: peek.level,
+                    ..first
+                };
+                return CommitOutcome {
+                    committed,
+                    duplicate: true,
+                };
             }
-        }
-        let expires = now.saturating_add(COMMIT_ID_TTL_MS * 1_000_000);
-        marks.insert(mark, (expires, committed));
+            Some(Mark::Reset) => true,
+            Some(Mark::ResetAt(_)) | None => {
+                let reset_ms = match live(&mark_key(&name, "")) {
+                    Some(Mark::ResetAt(ms)) => Some(ms),
+                    _ => None,
+                };
+                before_reset(c.reserved_at, reset_ms)
+            }
+        };
+        let applied = if stale { nothing } else { c };
+        let committed = states.update(&name, params, now, |state| {
+            commit(&params, state, now, applied)
+        });
+        remember(&mut marks, mark, Mark::Committed(committed), now);
         let until_ms = budget_until_ms(&params, now);
         self.with_budget(&name, now, |b| {
             b.settle(id, &committed, until_ms, now / NANOS_PER_MILLI);
@@ -97,25 +140,58 @@ impl CommitMarks {
             duplicate: false,
         }
     }
+
+    /// Resets `key` under `action` at `now`, in one step under the marks' lock: removes its
+    /// throttle state of every algorithm (through `states`) and its budget records, marks every
+    /// reservation the records held in flight as dropped by the reset, and remembers the reset's
+    /// time, so that a commit of a reservation from before it changes nothing. Returns the
+    /// algorithms whose state was there.
+    pub(crate) fn reset(
+        &self,
+        states: &ShardedStates,
+        action: &Action,
+        key: &str,
+        now: Nanos,
+    ) -> Vec<Algorithm> {
+        let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut removed = Vec::new();
+        for algorithm in Algorithm::ALL {
+            let name = rule_slot(action, algorithm, key);
+            if states.remove(&name, now) {
+                removed.push(algorithm);
+            }
+            let record = self
+                .budgets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&name);
+            for id in record.iter().flat_map(BudgetRecord::in_flight_ids) {
+                remember(&mut marks, mark_key(&name, id), Mark::Reset, now);
+            }
+            let reset_at = Mark::ResetAt(now / NANOS_PER_MILLI);
+            remember(&mut marks, mark_key(&name, ""), reset_at, now);
+        }
+        removed
+    }
 }
 
 impl CommitMarks {
     /// Holds an allowed reservation of `units` for `key` under `rule` as in flight, unless its
-    /// commit already came (then there is nothing left in flight). False when not held.
+    /// commit already came or a reset dropped it (then there is nothing left in flight). False
+    /// when not held.
     pub(crate) fn hold(&self, rule: &Rule, key: &str, id: &str, units: u64, now: Nanos) -> bool {
         let name = rule_slot(rule.action(), rule.algorithm(), key);
         // The marks' lock first, as in a commit: a commit of this id cannot land in between.
         let marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
-        let committed = marks
-            .get(&format!("{name}\u{0}{id}"))
+        let settled = marks
+            .get(&mark_key(&name, id))
             .is_some_and(|(expires, _)| *expires > now);
-        if committed {
+        if settled {
             return false;
         }
         self.with_budget(&name, now, |b| b.hold(id, units, now / NANOS_PER_MILLI))
             .unwrap_or(false)
     }
-
     /// `key`'s budget figures under `rule` at `now`.
     pub(crate) fn budget(&self, rule: &Rule, key: &str, now: Nanos) -> KeyBudget {
         let name = rule_slot(rule.action(), rule.algorithm(), key);

@@ -250,15 +250,10 @@ impl DecisionStore for MemoryStore {
         &self,
         action: &Action,
         key: &str,
+        at: Option<Nanos>,
     ) -> Result<Vec<sluice_core::Algorithm>, StoreError> {
-        let now = now_ns();
-        Ok(sluice_core::Algorithm::ALL
-            .into_iter()
-            .filter(|&algorithm| {
-                self.states
-                    .remove(&slot::rule_slot(action, algorithm, key), now)
-            })
-            .collect())
+        let now = at.unwrap_or_else(now_ns);
+        Ok(self.commits.reset(&self.states, action, key, now))
     }
 }
 

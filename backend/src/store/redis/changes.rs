@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use redis::Script;
 use sluice_core::limits::{AUDIT_KEEP, MAX_OVERRIDES_PER_ACTION};
 use sluice_core::wire::{AuditEntry, KeyOverride};
-use sluice_core::{Action, Algorithm, Rule};
+use sluice_core::{Action, Algorithm, Nanos, Rule};
 
 use super::errors::Call;
 use super::RedisStore;
@@ -185,6 +185,7 @@ impl RedisStore {
         &self,
         action: &Action,
         key: &str,
+        at: Option<Nanos>,
     ) -> Result<Vec<Algorithm>, StoreError> {
         let keys: Vec<String> = Algorithm::ALL
             .iter()
@@ -196,6 +197,11 @@ impl RedisStore {
         for k in &keys {
             invocation.key(k);
         }
+        // The marks that make a later commit of a reservation from before the reset change
+        // nothing live as long as a commit id's own mark.
+        invocation
+            .arg(super::commit_inflight::now_arg(at))
+            .arg(sluice_core::commit::COMMIT_ID_TTL_MS);
         let removed: Vec<i64> = self
             .bounded(
                 &first,

@@ -52,6 +52,8 @@ impl RedisStore {
         // The key's budget record, settled in the same call (sluice_core::budget).
         invocation.key(super::commit_inflight::in_flight_key(state));
         invocation.key(super::commit_inflight::overshoot_key(state));
+        // The key's latest reset: a reservation from before it changes nothing.
+        invocation.key(super::commit_inflight::reset_key(state));
         // The prelude's six (quantity 0, no lease), then the commit's own.
         for arg in algorithm_args(params, 0, None, at).into_iter().take(6) {
             invocation.arg(arg);

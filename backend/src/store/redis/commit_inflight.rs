@@ -37,8 +37,15 @@ pub(crate) fn overshoot_key(state: &str) -> String {
     format!("{state}:overshoot")
 }
 
+/// The time of the key's latest reset, in ms (written by `state_reset.lua`, read by `commit.lua`):
+/// a commit of a reservation decided at or before it changes nothing
+/// ([`sluice_core::budget::before_reset`]).
+pub(crate) fn reset_key(state: &str) -> String {
+    format!("{state}:reset")
+}
+
 /// A script's "now" argument: ms, or "" for Redis TIME.
-fn now_arg(at: Option<Nanos>) -> String {
+pub(crate) fn now_arg(at: Option<Nanos>) -> String {
     at.map_or_else(String::new, |t| (t / NANOS_PER_MILLI).to_string())
 }
 

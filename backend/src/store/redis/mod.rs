@@ -313,8 +313,9 @@ impl DecisionStore for RedisStore {
         &self,
         action: &Action,
         key: &str,
+        at: Option<Nanos>,
     ) -> Result<Vec<sluice_core::Algorithm>, StoreError> {
-        self.state_reset(action, key).await
+        self.state_reset(action, key, at).await
     }
 }
 
