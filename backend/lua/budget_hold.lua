@@ -5,13 +5,7 @@
 -- ARGV[1] now in ms ("" = Redis TIME), ARGV[2] the id, ARGV[3] units, ARGV[4] how long a
 -- reservation counts (ms), ARGV[5] most held per key, ARGV[6] the hash's TTL (ms).
 -- Reply: 1 held, 0 not (its commit already came, or the key holds the most live ones).
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = now_ms(ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end

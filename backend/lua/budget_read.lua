@@ -3,13 +3,7 @@
 -- ('overshoot', 'debited', 'until' in ms; written by commit.lua).
 -- ARGV[1] now in ms ("" = Redis TIME), ARGV[2] how long a reservation counts (ms).
 -- Reply: {reserved in flight, reservations in flight, overshoot, debited, until (0: none)}.
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = now_ms(ARGV[1])
 local span = tonumber(ARGV[2])
 local units, count = 0, 0
 local all = redis.call('HGETALL', KEYS[1])

@@ -8,13 +8,7 @@
 -- state key, so they share its hash tag and its Cluster slot.
 -- ARGV[1] now in ms ("" = Redis TIME), ARGV[2] how long the marks are kept (ms).
 -- Returns the 1-based indices of the state keys that existed.
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = now_ms(ARGV[1])
 local removed = {}
 for i = 1, #KEYS do
   local state = KEYS[i]

@@ -31,7 +31,7 @@ fn scripts() -> &'static ChangeScripts {
     SCRIPTS.get_or_init(|| ChangeScripts {
         change: Script::new(include_str!("../../../lua/rules_change.lua")),
         audit: Script::new(include_str!("../../../lua/audit_record.lua")),
-        reset: Script::new(include_str!("../../../lua/state_reset.lua")),
+        reset: super::scripts::with_now_ms(include_str!("../../../lua/state_reset.lua")),
     })
 }
 

@@ -16,13 +16,14 @@ use sluice_core::wire::KeyBudget;
 use sluice_core::{Nanos, Rule};
 
 use super::errors::Call;
+use super::scripts::with_now_ms;
 use super::RedisStore;
 use crate::store::StoreError;
 
 static HOLD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/budget_hold.lua")));
+    LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_hold.lua")));
 static READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/budget_read.lua")));
+    LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_read.lua")));
 
 /// Slack beyond the in-flight span before Redis drops a whole record of a key gone quiet.
 const GC_SLACK_MS: u64 = 1_000;

@@ -39,6 +39,14 @@ fn with_prelude(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}\n{body}"))
 }
 
+/// The budget and reset scripts' clock (`now_ms(ARGV[1])`: ms, or "" for Redis TIME).
+const NOW_MS: &str = include_str!("../../../lua/now_ms.lua");
+
+/// `body` with `now_ms` defined before it.
+pub(crate) fn with_now_ms(body: &str) -> Script {
+    Script::new(&format!("{NOW_MS}\n{body}"))
+}
+
 impl Scripts {
     /// Builds the scripts (computing their SHA1s; nothing is sent to Redis until first use).
     pub(crate) fn new() -> Scripts {
