@@ -6,7 +6,10 @@
 //! worker; each worker thread keeps its own [`LocalState`] (the configuration as the flow holds
 //! it, `report::Worker`'s counts, lease pockets and failure log, and its requests' flows), as the
 //! wasm build keeps one per root context. The main thread reaches a worker's state only for its
-//! count reports (`relay.rs`), under the worker's own lock.
+//! count reports (`relay.rs`), under the worker's own lock. Every hook that ran a request's flow
+//! pokes the reports' timer after it (`Reports::poke`: the flow may have left a count, a commit
+//! or a held failure line for the main thread's turn; one atomic load when a turn is already
+//! asked for), so that the timer sleeps while no request comes.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -270,6 +273,8 @@ pub fn filter_destroy(filter: NativeFilter) {
         }
         state.free.push(slot);
     }
+    drop(state);
+    host.common.reports.poke();
 }
 
 /// `on_request_headers`: `true` stops the request (a callout, or a reply sent). A request no
@@ -319,6 +324,8 @@ fn request_line(f: &mut NativeFilter, line: &RequestLine) -> bool {
     host.resumed_in_headers = false;
     let next = flow.on_request_line(host, line);
     deliver_early(flow, host);
+    drop(state);
+    common.reports.poke();
     host.in_headers = false;
     let stop = match next {
         Next::Pause => !host.resumed_in_headers,
@@ -342,6 +349,8 @@ pub fn on_response_headers(f: &mut NativeFilter) {
     if let Some(Some(flow)) = state.flows.get_mut(slot) {
         flow.on_response_headers(&mut f.host);
     }
+    drop(state);
+    f.host.common.reports.poke();
 }
 
 /// `on_response_trailers`: a cost route whose actual cost is a trailer settles.
@@ -353,6 +362,8 @@ pub fn on_response_trailers(f: &mut NativeFilter) {
     if let Some(Some(flow)) = state.flows.get_mut(slot) {
         flow.on_response_trailers(&mut f.host);
     }
+    drop(state);
+    f.host.common.reports.poke();
 }
 
 /// A decision callout answered.
@@ -366,6 +377,8 @@ pub fn on_callout_done(f: &mut NativeFilter, callout_id: u64, answer: CalloutAns
     };
     deliver(flow, &mut f.host, callout_id, answer);
     deliver_early(flow, &mut f.host);
+    drop(state);
+    f.host.common.reports.poke();
 }
 
 /// Answers Envoy gave inside their own `http_callout` (see `abi::FilterHandle::take_early`).
@@ -456,6 +469,8 @@ pub fn on_scheduled(f: &mut NativeFilter, _event_id: u64) {
         }
     }
     deliver_early(flow, host);
+    drop(state);
+    f.host.common.reports.poke();
 }
 
 /// The exchange stream's turn on the main thread.

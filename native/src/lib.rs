@@ -10,10 +10,13 @@
 //! - `glue`: the hooks' work: the configuration, the per-worker state, the `Host` over the ABI.
 //! - `shared`: the lease table and denial cache as one process-wide sharded map.
 //! - `grpc`: gRPC unary calls (exchange `Call`, RLS) framed by hand over the HTTP callout.
-//! - `relay`: count reports without `on_tick`: a timer thread wakes the main thread, which runs
-//!   each worker's report turn under that worker's lock and sends it as a config-level callout.
+//! - `relay`: count reports without `on_tick`: a timer thread wakes the main thread when there is
+//!   something to send, and the main thread runs each worker's report turn under that worker's
+//!   lock and sends it as a config-level callout.
 //! - `stream`: `grpc_stream` over one exchange stream kept by the main thread: decisions handed to
 //!   it (the configuration's scheduler) and answers handed back (each request's scheduler).
+//! - `timer`: the timer threads behind `relay` and `stream`: a wake-up only when asked (a
+//!   deadline, a reopen, a report or commit pending), none while Envoy is idle.
 
 #![deny(unsafe_code)]
 

@@ -6,30 +6,39 @@
 //! the main thread and is handed to the worker the same way.
 //!
 //! Delay: as the wasm build's tick: a count goes out within one `report.period_ms` (plus the
-//! main thread's scheduling), idle workers included.
+//! main thread's scheduling).
 //!
-//! Cost commits (`sluice_filter::cost`) ride the same turn: a configuration with cost routes
-//! ticks every [`COMMIT_TICK_MS`] (whether or not reports are on, as the wasm root's tick), and
-//! each turn sends every worker's queued commits; the report part runs once per
-//! `report.period_ms` of those turns. A commit's answer comes back like a report's and is handed
+//! Only when there is work: the timer does not tick on its own. A worker that ran a request's
+//! flow pokes it ([`Reports::poke`]: the flow may have counted something, queued a commit or held
+//! back a failure line), which asks for a turn within one period; each turn (and each answer)
+//! asks again for what it leaves behind ([`next_tick`]): commits still queued or in flight,
+//! counts not yet accepted (at the next report turn), failure lines held back. An idle
+//! configuration's main thread is not woken (`timer.rs` says why a poke racing a turn is kept).
+//!
+//! Cost commits (`sluice_filter::cost`) ride the same turn: with cost routes the timer's period
+//! is [`COMMIT_TICK_MS`] (whether or not reports are on, as the wasm root's tick), so a queued
+//! commit goes out within it, and each turn sends every worker's queued commits; the report part
+//! runs at most once per `report.period_ms` of those turns. A commit's answer comes back like a report's and is handed
 //! to its worker's commit queue (`Worker::on_report_response`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
 use sluice_filter::config::Config;
+use sluice_filter::failure::log::LOG_EVERY_NS;
 use sluice_filter::failure::Failure;
 use sluice_filter::host::{
     Callout, CasError, Counter, ExchangeCall, GrpcCall, Host, COMMIT_TICK_MS,
 };
+use sluice_filter::report::Counts;
 
 use crate::abi::{self, ConfigHandle, Level, Scheduler, WorkerBound};
 use crate::glue::{CalloutAnswer, LocalState, SharedLocal};
 use crate::grpc;
-use crate::timer::Timer;
+use crate::timer::{now_ns, Alarm, Timer};
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -55,6 +64,56 @@ pub struct Reports {
     /// Answers that came inside their own `http_callout` (before their id was known).
     early: Mutex<HashMap<u64, CalloutAnswer>>,
     timer: Mutex<Option<Timer>>,
+    /// Asks the timer for a turn (`None`: no timer, nothing ticks).
+    alarm: Option<Alarm>,
+    /// Reports are sent (else counts are never taken out of the table: not work).
+    reports_on: bool,
+}
+
+/// What a worker leaves for a later turn, read under its lock after its turn (or an answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Left {
+    /// Commits queued for a retry or in flight (an answer may queue a retry).
+    commits: bool,
+    /// Counts not yet accepted by the backend (the table, the report in flight or to resend).
+    counts: bool,
+    /// Failure lines held back by the log's once-per-10-s limit.
+    held_lines: bool,
+}
+
+impl Left {
+    fn of(state: &LocalState, reports_on: bool, now_ns: u64) -> Left {
+        let worker = &state.worker;
+        Left {
+            commits: worker.commits().pending() > 0,
+            counts: reports_on && worker.unreported().iter().any(|c| *c != Counts::default()),
+            // A held line is due at most LOG_EVERY_NS after its reason's last line: asking a copy
+            // of the log for the lines due then finds every one held now.
+            held_lines: !worker
+                .failures()
+                .clone()
+                .due(now_ns.saturating_add(LOG_EVERY_NS), &state.config)
+                .is_empty(),
+        }
+    }
+}
+
+/// When the next turn is due for what `left` says, after a turn or an answer at `now_ns`
+/// (`period_ns`: the timer's period; `next_report_ns`: when a report may go out next): commits
+/// and held failure lines one period later (their cadence, as the wasm build's tick); counts at
+/// the next report turn (never sooner than a period: no turn-after-turn while a report is in
+/// flight); `None`: nothing left, no turn.
+fn next_tick(left: Left, now_ns: u64, period_ns: u64, next_report_ns: u64) -> Option<u64> {
+    let soon = now_ns.saturating_add(period_ns);
+    let mut at = None::<u64>;
+    let mut ask = |t: u64| at = Some(at.map_or(t, |a| a.min(t)));
+    if left.commits || left.held_lines {
+        ask(soon);
+    }
+    if left.counts {
+        ask(next_report_ns.max(soon));
+    }
+    at
 }
 
 impl Reports {
@@ -69,6 +128,7 @@ impl Reports {
             period_ms = Some(period_ms.map_or(COMMIT_TICK_MS, |p| p.min(COMMIT_TICK_MS)));
         }
         let timer = scheduler.zip(period_ms).map(|(scheduler, period_ms)| {
+            // Ticks only when asked (`poke`, `next_tick`), at most one period after.
             // The scheduler is deleted on the timer's thread, after its last commit.
             Timer::start(
                 "sluice-reports",
@@ -76,6 +136,7 @@ impl Reports {
                 move || scheduler.commit(0),
             )
         });
+        let alarm = timer.as_ref().map(Timer::alarm);
         Reports {
             exchange_cluster: config.backend.cluster.clone(),
             authority: config.backend.authority.clone(),
@@ -85,6 +146,29 @@ impl Reports {
             in_flight: Mutex::new(HashMap::new()),
             early: Mutex::new(HashMap::new()),
             timer: Mutex::new(timer),
+            alarm,
+            reports_on,
+        }
+    }
+
+    /// A worker ran a request's flow, which may have left work for the main thread's turn
+    /// (counted an event, queued a commit, held back a failure line): a turn within one period.
+    /// One atomic load while a turn is already asked for. Called after that work was made
+    /// visible under the worker's lock (see `timer.rs`).
+    pub fn poke(&self) {
+        if let Some(alarm) = &self.alarm {
+            alarm.poke();
+        }
+    }
+
+    /// Asks for the turn `left` needs, if any (after `left` was read under the worker's lock).
+    fn ask(&self, left: Left, now_ns: u64) {
+        let Some(alarm) = &self.alarm else {
+            return;
+        };
+        let next_report = self.next_report_ns.load(Ordering::Relaxed);
+        if let Some(at) = next_tick(left, now_ns, alarm.period_ns(), next_report) {
+            alarm.arm_at(at);
         }
     }
 
@@ -113,6 +197,7 @@ impl Reports {
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
+        let mut left = Left::default();
         for worker in workers {
             let state = worker.lock();
             let mut host = MainHost {
@@ -144,7 +229,12 @@ impl Reports {
                     }
                 }
             }
+            let this = Left::of(&state, self.reports_on, now);
+            left.commits |= this.commits;
+            left.counts |= this.counts;
+            left.held_lines |= this.held_lines;
         }
+        self.ask(left, now);
     }
 
     /// A report callout answered (main thread).
@@ -173,6 +263,9 @@ impl Reports {
         state
             .worker
             .on_report_response(&mut host, token, status.as_deref());
+        // A failed report or commit is sent again at a later turn.
+        let now = now_ns();
+        self.ask(Left::of(&state, self.reports_on, now), now);
     }
 }
 
@@ -207,13 +300,6 @@ impl MainHost<'_> {
         self.sent.push((id, exchange));
         Ok(token)
     }
-}
-
-/// The wall clock, ns since the Unix epoch (0 before it).
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl Host for MainHost<'_> {
@@ -278,5 +364,59 @@ impl Host for MainHost<'_> {
     }
     fn warn(&self, message: &str) {
         abi::log(Level::Warn, message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_turn_is_asked_for_only_when_work_is_left() {
+        let now = 90_000 * MS;
+        let period = 20 * MS;
+        let next_report = now + 700 * MS;
+        let none = Left::default();
+        // Nothing left: no turn (an idle configuration's main thread sleeps).
+        assert_eq!(next_tick(none, now, period, next_report), None);
+        // Commits (a retry, or an answer to come) and held failure lines: one period on.
+        let commits = Left {
+            commits: true,
+            ..none
+        };
+        assert_eq!(
+            next_tick(commits, now, period, next_report),
+            Some(now + period)
+        );
+        let held = Left {
+            held_lines: true,
+            ..none
+        };
+        assert_eq!(
+            next_tick(held, now, period, next_report),
+            Some(now + period)
+        );
+        // Counts: at the next report turn.
+        let counts = Left {
+            counts: true,
+            ..none
+        };
+        assert_eq!(
+            next_tick(counts, now, period, next_report),
+            Some(next_report)
+        );
+        // ... never sooner than a period (a report in flight keeps counts unreported; its
+        // answer asks again).
+        assert_eq!(next_tick(counts, now, period, now - MS), Some(now + period));
+        assert_eq!(next_tick(counts, now, period, 0), Some(now + period));
+        // Several: the earliest.
+        let all = Left {
+            commits: true,
+            counts: true,
+            held_lines: true,
+        };
+        assert_eq!(next_tick(all, now, period, next_report), Some(now + period));
     }
 }

@@ -24,21 +24,28 @@
 //! `exchange::MAX_WAITING` waiting) sends the decision as a unary `DecisionExchange/Call`; a
 //! stream that closes or is refused fails its waiters at once (their failure mode applies) and
 //! is reopened after 100 ms doubling to 5 s; while it is down for a reason that persists,
-//! requests fail at once except one unary probe per backoff interval. Deadlines are kept by a
-//! timer thread that wakes the main thread every `backend.timeout_ms / 4` (at least 5 ms).
+//! requests fail at once except one unary probe per backoff interval.
+//!
+//! Deadlines and reopens are kept by a timer thread ([`Timer`]) that wakes the main thread only
+//! when one is due: a worker that puts a decision on the stream arms it for that decision's
+//! deadline; while decisions are waiting, each turn arms it again one tick later (the tick:
+//! `backend.timeout_ms / 4`, at least 5 ms), so an overdue decision fails within a tick of its
+//! deadline; a closed stream arms it for the end of its backoff ([`reopen_pause`]); an open
+//! stream with nothing waiting disarms it. An idle Envoy's main thread is not woken at all
+//! (`timer.rs` says why no wake-up is lost to a race).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sluice_core::exchange::STREAM_PATH;
 use sluice_filter::config::{Config, Protocol};
-use sluice_filter::exchange::{Exchanger, Route, StreamHost, Waiting};
+use sluice_filter::exchange::{Exchanger, Route, StreamHost, Waiting, REOPEN_MAX_NS};
 use sluice_filter::failure::log::FailureLog;
 use sluice_filter::failure::{grpc, Failure};
 use sluice_filter::host::Counter;
 
 use crate::abi::{self, ConfigHandle, FilterScheduler, Level, Scheduler};
-use crate::timer::Timer;
+use crate::timer::{now_ns, Alarm, Timer};
 
 /// The configuration scheduler's event for the stream's turn on the main thread (0 is the
 /// count reports' timer).
@@ -78,10 +85,43 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+/// How long a stream that just failed waits before it is reopened, from the exchanger's
+/// backoff before and after the failure: `Exchanger` reopens after the backoff it had (reset to
+/// 100 ms first if the stream worked) and doubles it up to `REOPEN_MAX_NS`, so below the cap the
+/// pause is half the new backoff, and at the cap (never reached from a reset) it is the old one.
+/// Held to `Exchanger` by a test; were it ever wrong, a turn that finds the reopen not yet due
+/// polls every tick instead ([`next_turn`]).
+fn reopen_pause(before_ns: u64, after_ns: u64) -> u64 {
+    if after_ns < REOPEN_MAX_NS {
+        after_ns / 2
+    } else {
+        before_ns
+    }
+}
+
+/// When the stream's next turn is due, after a turn (or a close) at `now_ns` left `waiting`
+/// decisions on it and the stream `open` or not: while decisions wait, one tick later (each
+/// armed its own deadline when sent; this keeps the check going for those still waiting); a
+/// closed stream at its reopen time `reopen_at_ns` if still ahead, else one tick later (not due
+/// yet for a reason not known here); nothing otherwise (`None`: the main thread sleeps).
+fn next_turn(
+    open: bool,
+    waiting: usize,
+    reopen_at_ns: u64,
+    now_ns: u64,
+    tick_ns: u64,
+) -> Option<u64> {
+    let poll = now_ns.saturating_add(tick_ns);
+    let deadlines = (waiting > 0).then_some(poll);
+    let reopen = (!open).then_some(if reopen_at_ns > now_ns {
+        reopen_at_ns
+    } else {
+        poll
+    });
+    match (deadlines, reopen) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// What a waiting request is handed.
@@ -132,6 +172,8 @@ struct State {
     outbox_token: Option<u32>,
     /// The main thread has been asked for a turn it has not taken yet.
     wake_pending: bool,
+    /// When the closed stream is due to reopen (see [`reopen_pause`]); 0 when not known.
+    reopen_at_ns: u64,
     /// Reply bytes of the open stream not yet a whole frame.
     inbound: Vec<u8>,
     /// The gRPC status seen on the open stream (trailers, or a trailers-only answer).
@@ -207,6 +249,10 @@ pub struct MainStream {
     state: Mutex<State>,
     wake: Arc<Scheduler>,
     timer: Mutex<Option<Timer>>,
+    /// Asks the timer for a turn at a deadline or a reopen; armed and disarmed under `state`.
+    alarm: Alarm,
+    /// The deadline check's tick: `backend.timeout_ms / 4`, at least 5 ms, in ns.
+    tick_ns: u64,
 }
 
 impl MainStream {
@@ -216,6 +262,7 @@ impl MainStream {
         let tick = Duration::from_millis((config.backend.timeout_ms / 4).max(5));
         let ticker = Arc::clone(&wake);
         let timer = Timer::start("sluice-stream", tick, move || ticker.commit(STREAM_EVENT));
+        let alarm = timer.alarm();
         // The first turn opens the stream.
         wake.commit(STREAM_EVENT);
         MainStream {
@@ -227,12 +274,15 @@ impl MainStream {
                 outbox: Vec::new(),
                 outbox_token: None,
                 wake_pending: true,
+                reopen_at_ns: 0,
                 inbound: Vec::new(),
                 status: None,
                 log: FailureLog::default(),
             }),
             wake,
             timer: Mutex::new(Some(timer)),
+            alarm,
+            tick_ns: u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX),
         }
     }
 
@@ -257,8 +307,10 @@ impl MainStream {
             outbox,
             outbox_token,
             wake_pending,
+            reopen_at_ns,
             ..
         } = &mut *guard;
+        let backoff = ex.backoff_ns();
         let sent = ex.send(
             &mut Queue {
                 outbox,
@@ -271,6 +323,15 @@ impl MainStream {
             deadline_ns,
             now_ns,
         );
+        if let Route::Stream(_) = sent.route {
+            // Its deadline is kept from now on (under the lock: see `timer.rs`).
+            self.alarm.arm_at(deadline_ns);
+        }
+        if sent.orphaned.is_some() {
+            // The send failed and gave up the stream: it reopens after its backoff.
+            *reopen_at_ns = now_ns.saturating_add(reopen_pause(backoff, ex.backoff_ns()));
+            self.alarm.arm_at(*reopen_at_ns);
+        }
         // A stream that is not open is opened on the main thread's next turn (after its backoff).
         let wake = !std::mem::replace(wake_pending, true);
         drop(guard);
@@ -283,9 +344,15 @@ impl MainStream {
         sent.route
     }
 
-    /// A unary exchange ended (its probes end the down state).
+    /// A unary exchange ended (its probes end the down state). An answer while the stream is
+    /// closed brings its reopen forward to now: the main thread's turn comes at once.
     pub fn on_unary(&self, result: Result<(), &Failure>, now_ns: u64) {
-        locked(&self.state).ex.on_unary(result, now_ns);
+        let mut st = locked(&self.state);
+        st.ex.on_unary(result, now_ns);
+        if result.is_ok() && st.ex.token().is_none() {
+            st.reopen_at_ns = now_ns;
+            self.alarm.arm_at(now_ns);
+        }
     }
 
     /// The main thread's turn: open the stream if due, time out overdue requests, write the
@@ -296,6 +363,7 @@ impl MainStream {
             let mut st = locked(&self.state);
             st.wake_pending = false;
             let was_open = st.ex.token().is_some();
+            let backoff = st.ex.backoff_ns();
             let refused = st.ex.ensure_open(
                 &mut Opener {
                     handle,
@@ -304,6 +372,9 @@ impl MainStream {
                 },
                 now,
             );
+            if refused.is_some() {
+                st.reopen_at_ns = now.saturating_add(backoff);
+            }
             let opened = if !was_open { st.ex.token() } else { None };
             if opened.is_some() {
                 st.inbound.clear();
@@ -319,6 +390,12 @@ impl MainStream {
                     None
                 }
             };
+            // The next turn, if anything is left for one (under the lock: see `timer.rs`).
+            let open = st.ex.token().is_some();
+            match next_turn(open, st.ex.waiting(), st.reopen_at_ns, now, self.tick_ns) {
+                Some(at) => self.alarm.arm_at(at),
+                None => self.alarm.disarm(),
+            }
             (refused, opened, expired, frames)
         };
         if opened.is_some() {
@@ -399,6 +476,10 @@ impl MainStream {
             match rest {
                 Some(rest) => st.inbound = rest.to_vec(),
                 None => bad = true,
+            }
+            if !bad && st.ex.waiting() == 0 {
+                // Every decision answered: no deadline left to keep (the stream is open).
+                self.alarm.disarm();
             }
         }
         for (waiting, reply) in answered {
@@ -494,8 +575,12 @@ impl MainStream {
         let now = now_ns();
         let closed = {
             let mut st = locked(&self.state);
+            let backoff = st.ex.backoff_ns();
             let closed = st.ex.on_close(token, code, message.as_deref(), now);
             if closed.current {
+                // Reopened after its backoff: the turn is asked for then.
+                st.reopen_at_ns = now.saturating_add(reopen_pause(backoff, st.ex.backoff_ns()));
+                self.alarm.arm_at(st.reopen_at_ns);
                 st.inbound.clear();
                 st.status = None;
                 if st.outbox_token == Some(token) {
@@ -592,6 +677,107 @@ mod tests {
         bytes.extend_from_slice(&[0, 0xff, 0xff, 0xff, 0xff]);
         let (messages, rest) = split_frames(&bytes);
         assert_eq!((messages, rest), (vec![&b"ok"[..]], None));
+    }
+
+    /// A stream host that opens when told to, and counts the attempts.
+    struct Door {
+        opens: bool,
+        attempts: u32,
+    }
+
+    impl StreamHost for Door {
+        fn open_stream(&mut self) -> Result<u32, String> {
+            self.attempts += 1;
+            if self.opens {
+                Ok(7)
+            } else {
+                Err("ClusterNotFound".to_owned())
+            }
+        }
+        fn send_message(&mut self, _token: u32, _message: &[u8]) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// `reopen_pause` names the exact time `Exchanger` next tries to open: not a ns before
+    /// (the turn then would find nothing to do), not after (the reopen would be late). Through
+    /// refusals up to the 5 s cap and beyond, and a close after a stream that worked.
+    #[test]
+    fn the_reopen_time_is_when_the_exchanger_next_tries() {
+        let mut ex: Exchanger<()> = Exchanger::default();
+        let mut door = Door {
+            opens: false,
+            attempts: 0,
+        };
+        let mut now = 1_000 * MS;
+        let mut pauses = Vec::new();
+        for _ in 0..9 {
+            let before = ex.backoff_ns();
+            assert!(ex.ensure_open(&mut door, now).is_some());
+            // The turn's way: the pause is the backoff the refusal waited with.
+            let at = now + before;
+            assert_eq!(reopen_pause(before, ex.backoff_ns()), before);
+            let attempts = door.attempts;
+            assert!(ex.ensure_open(&mut door, at - 1).is_none());
+            assert_eq!(door.attempts, attempts, "not due a ns early");
+            pauses.push((at - now) / MS);
+            now = at;
+        }
+        assert_eq!(pauses, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
+        // It opens at the time named, and a close of a stream that did not work waits the
+        // current backoff (5 s: the cap).
+        door.opens = true;
+        assert!(ex.ensure_open(&mut door, now).is_none());
+        assert_eq!(ex.token(), Some(7));
+        now += MS;
+        let before = ex.backoff_ns();
+        let closed = ex.on_close(7, 14, None, now);
+        assert!(closed.current);
+        let pause = reopen_pause(before, ex.backoff_ns());
+        assert_eq!(pause, 5000 * MS);
+        let attempts = door.attempts;
+        assert!(ex.ensure_open(&mut door, now + pause - 1).is_none());
+        assert_eq!(door.attempts, attempts);
+        assert!(ex.ensure_open(&mut door, now + pause).is_none());
+        assert_eq!(door.attempts, attempts + 1);
+        assert_eq!(ex.token(), Some(7));
+        // A stream that lived past WORKED_AFTER_NS worked: its close waits 100 ms again.
+        now += pause + sluice_filter::exchange::WORKED_AFTER_NS;
+        let before = ex.backoff_ns();
+        assert!(ex.on_close(7, 14, None, now).current);
+        let pause = reopen_pause(before, ex.backoff_ns());
+        assert_eq!(pause, 100 * MS);
+        let attempts = door.attempts;
+        assert!(ex.ensure_open(&mut door, now + pause - 1).is_none());
+        assert_eq!(door.attempts, attempts);
+        assert!(ex.ensure_open(&mut door, now + pause).is_none());
+        assert_eq!(door.attempts, attempts + 1);
+    }
+
+    #[test]
+    fn a_turn_is_asked_for_only_when_there_is_work() {
+        let now = 50_000 * MS;
+        let tick = 6 * MS;
+        // Open, nothing waiting: idle, no turn at all.
+        assert_eq!(next_turn(true, 0, 0, now, tick), None);
+        assert_eq!(next_turn(true, 0, now + 500 * MS, now, tick), None);
+        // Decisions waiting: their deadlines are checked every tick.
+        assert_eq!(next_turn(true, 3, 0, now, tick), Some(now + tick));
+        // Closed: at its reopen time; one tick on when that is not known or already past.
+        assert_eq!(
+            next_turn(false, 0, now + 400 * MS, now, tick),
+            Some(now + 400 * MS)
+        );
+        assert_eq!(next_turn(false, 0, now, now, tick), Some(now + tick));
+        assert_eq!(next_turn(false, 0, 0, now, tick), Some(now + tick));
+        // Both: the earlier.
+        assert_eq!(
+            next_turn(false, 1, now + 400 * MS, now, tick),
+            Some(now + tick)
+        );
+        assert_eq!(next_turn(false, 1, now + MS, now, tick), Some(now + MS));
     }
 
     #[test]
