@@ -121,16 +121,17 @@ impl Shared {
 
     /// The thread: sleeps until a tick is due, clears what was asked, calls `tick`.
     fn run(&self, tick: &mut dyn FnMut()) {
-        // Whether the current `near` has been turned into a due time yet.
-        let mut near_armed = false;
         loop {
             if self.stop.load(SeqCst) {
                 return;
             }
-            if !near_armed && self.near.load(SeqCst) {
+            // A pending poke becomes a due time on every pass, not once: `fetch_min` never
+            // postpones one already set, and a `disarm` that wiped it (an owner that pokes and
+            // disarms the same timer) is undone at the next wake instead of leaving `near` set
+            // with nothing due, which would swallow every later poke.
+            if self.near.load(SeqCst) {
                 self.due
                     .fetch_min(now_ns().saturating_add(self.period_ns), SeqCst);
-                near_armed = true;
             }
             let due = self.due.load(SeqCst);
             if due == NEVER {
@@ -144,7 +145,6 @@ impl Shared {
             }
             // Clear first, then tick: an ask from now on is kept for the next tick.
             self.near.store(false, SeqCst);
-            near_armed = false;
             self.due.store(NEVER, SeqCst);
             if self.stop.load(SeqCst) {
                 return;
@@ -285,6 +285,26 @@ mod tests {
             ticks.recv_timeout(Duration::from_millis(30)),
             Err(mpsc::RecvTimeoutError::Timeout)
         );
+    }
+
+    #[test]
+    fn a_disarm_after_a_poke_does_not_swallow_it_or_later_pokes() {
+        let (timer, ticks) = counting(Duration::from_millis(20));
+        let alarm = timer.alarm();
+        alarm.poke();
+        // Wait until the thread has turned the poke into a due time, then wipe it.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while alarm.due().is_none() && std::time::Instant::now() < until {
+            std::thread::yield_now();
+        }
+        alarm.disarm();
+        ticks
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the poke still ticks");
+        alarm.poke();
+        ticks
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a later poke ticks too");
     }
 
     /// Workers make work visible, then poke or arm; every tick reads the work done so far. No

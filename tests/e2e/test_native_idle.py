@@ -68,10 +68,19 @@ def idle_wakes(envoy):
     return main, timer
 
 
-def settle():
-    # The last counts go out at most a report period (1 s) after they were counted, and their
-    # answer's turn a period later at most; then nothing is pending.
-    time.sleep(3.0)
+def settle(envoy):
+    """Waits until the filter's timer threads have had nothing to do for half a second: the last
+    counts go out at most a report period (1 s) after they were counted, and their answer's turn
+    a period later; then nothing is pending. A timer that keeps ticking never settles (fails)."""
+    pid = envoy.proc.popen.pid
+    timers = threads(pid, "sluice-")
+    assert timers, "the native filter's timer threads are running"
+
+    def quiet():
+        before = [switches(pid, t) for t in timers]
+        time.sleep(0.5)
+        return [switches(pid, t) for t in timers] == before
+    stack.wait_until(quiet, "the sluice timer threads idle", timeout=20)
 
 
 def test_an_idle_envoy_with_the_stream_and_reports_leaves_its_main_thread_asleep(tmp, upstream):
@@ -87,7 +96,7 @@ def test_an_idle_envoy_with_the_stream_and_reports_leaves_its_main_thread_asleep
         codes = [requests.get(envoy.url("LISTEN_OPEN_PORT") + "/limited/x", headers={"x-user": who},
                               timeout=10).status_code for _ in range(8)]
         assert codes == [200] * 5 + [429] * 3
-        settle()
+        settle(envoy)
         main, timers = idle_wakes(envoy)
         assert main < MAX_MAIN_WAKES_PER_S
         assert timers < MAX_TIMER_WAKES_PER_S
@@ -114,7 +123,7 @@ def test_an_idle_envoy_with_cost_routes_leaves_its_main_thread_asleep(tmp):
                              headers={"x-tenant": tenant, "x-use": "5"}, timeout=10)
             assert r.status_code == 200, r.text
         stack.wait_until(lambda: cost_stack.commits(envoy) >= 3, "three commits")
-        settle()
+        settle(envoy)
         main, timers = idle_wakes(envoy)
         assert main < MAX_MAIN_WAKES_PER_S
         assert timers < MAX_TIMER_WAKES_PER_S
@@ -151,7 +160,7 @@ def test_deadlines_and_reopens_still_come_without_a_fixed_tick(tmp, upstream):
         who = f"idle-{uuid.uuid4().hex[:12]}"
         url = envoy.url("LISTEN_CLOSED_PORT") + "/limited/d"
         assert requests.get(url, headers={"x-user": who}, timeout=10).status_code == 200
-        settle()
+        settle(envoy)
         # A deadline after the quiet: the backend stopped, the decision fails as a timeout (503 on
         # the fail-closed listener) within its 25 ms and a tick, plus the client's own time.
         stack.pause(backend.proc.popen.pid)
