@@ -9,6 +9,7 @@ window after the last request has settled, and those of the filter's timer threa
 (`sluice-stream`, `sluice-reports`), which wake only to commit a turn on the main thread. Loopback
 only; every process started here is stopped by PID."""
 
+import contextlib
 import os
 import signal
 import time
@@ -83,13 +84,27 @@ def settle(envoy):
     stack.wait_until(quiet, "the sluice timer threads idle", timeout=20)
 
 
-def test_an_idle_envoy_with_the_stream_and_reports_leaves_its_main_thread_asleep(tmp, upstream):
+@contextlib.contextmanager
+def grpc_stream_stack(tmp, upstream):
+    """A redis-server, a backend and an Envoy (e2e_grpc.yaml, two grpc_stream configurations,
+    reports on, the default 25 ms timeout), all stopped by PID after the block."""
     redis, redis_port = stack.start_redis(tmp)
     backend = RlsBackend(tmp, redis_port).start()
-    envoy = stack.Envoy(tmp, "e2e_grpc.yaml",
-                        {"RLS_PORT": backend.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS,
-                         "PROTOCOL": "grpc_stream"}, LISTENERS).start()
     try:
+        envoy = stack.Envoy(tmp, "e2e_grpc.yaml",
+                            {"RLS_PORT": backend.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS,
+                             "PROTOCOL": "grpc_stream"}, LISTENERS).start()
+        try:
+            yield backend, envoy
+        finally:
+            envoy.stop()
+    finally:
+        backend.stop()
+        redis.stop()
+
+
+def test_an_idle_envoy_with_the_stream_and_reports_leaves_its_main_thread_asleep(tmp, upstream):
+    with grpc_stream_stack(tmp, upstream) as (backend, envoy):
         backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 5,
                           "rate": {"count": 1, "period": "1h"}})
         who = f"idle-{uuid.uuid4().hex[:12]}"
@@ -104,10 +119,6 @@ def test_an_idle_envoy_with_the_stream_and_reports_leaves_its_main_thread_asleep
         r = requests.get(envoy.url("LISTEN_OPEN_PORT") + "/limited/x", headers={"x-user": who + "-2"}, timeout=10)
         assert r.status_code == 200 and "x-sluice-failure" not in r.headers, r.headers
         assert sum(v for k, v in envoy.stats().items() if k.endswith("exchange_streams_opened")) == 2
-    finally:
-        envoy.stop()
-        backend.stop()
-        redis.stop()
 
 
 def test_an_idle_envoy_with_cost_routes_leaves_its_main_thread_asleep(tmp):
@@ -149,12 +160,7 @@ def test_deadlines_and_reopens_still_come_without_a_fixed_tick(tmp, upstream):
     """After a quiet: a decision whose backend does not answer still fails at its deadline; a
     backend that goes away while nobody asks is retried on the backoff alone (no fixed tick); once
     it is back the stream reopens with no request to prompt it, and decisions ride it."""
-    redis, redis_port = stack.start_redis(tmp)
-    backend = RlsBackend(tmp, redis_port).start()
-    envoy = stack.Envoy(tmp, "e2e_grpc.yaml",
-                        {"RLS_PORT": backend.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS,
-                         "PROTOCOL": "grpc_stream"}, LISTENERS).start()
-    try:
+    with grpc_stream_stack(tmp, upstream) as (backend, envoy):
         backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 1000,
                           "rate": {"count": 1, "period": "1h"}})
         who = f"idle-{uuid.uuid4().hex[:12]}"
@@ -199,7 +205,3 @@ def test_deadlines_and_reopens_still_come_without_a_fixed_tick(tmp, upstream):
             r = requests.get(url, headers={"x-user": who}, timeout=10)
             assert r.status_code == 200 and "x-sluice-failure" not in r.headers, r.headers
         assert stat(envoy, "cluster.sluice_rls.upstream_rq_total") == before
-    finally:
-        envoy.stop()
-        backend.stop()
-        redis.stop()

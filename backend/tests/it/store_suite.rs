@@ -948,6 +948,25 @@ pub async fn commit_randomized_against_core(store: &dyn Store, seed: u64, sequen
     }
 }
 
+/// The budget tests' rule for `algorithm`, action `<prefix>-<algorithm>`: capacity 1000 (100 for
+/// sliding_log) per minute, and that capacity.
+fn budget_rule(prefix: &str, algorithm: &str) -> (Rule, u64) {
+    let limit = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
+        r#""rate":{"count":1000,"period":"60s"}"#
+    } else {
+        r#""window":"60s""#
+    };
+    let capacity = if algorithm == "sliding_log" {
+        100
+    } else {
+        1000
+    };
+    let r = rule(&format!(
+        r#"{{"action":"{prefix}-{algorithm}","algorithm":"{algorithm}","capacity":{capacity},{limit}}}"#
+    ));
+    (r, capacity)
+}
+
 /// A key's cost-budget record (sluice_core::budget), the same figures from every store: allowed
 /// reservations held in flight until their commit (once: a retry removes nothing twice, a hold
 /// after the commit holds nothing) or the in-flight bound; a commit's debit beyond its
@@ -958,19 +977,7 @@ pub async fn budget_figures(store: &dyn Store) {
     use sluice_core::limits::RESERVATION_IN_FLIGHT_MS;
     use sluice_core::wire::KeyBudget;
     for algorithm in ALGORITHMS {
-        let limit = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
-            r#""rate":{"count":1000,"period":"60s"}"#
-        } else {
-            r#""window":"60s""#
-        };
-        let capacity = if algorithm == "sliding_log" {
-            100
-        } else {
-            1000
-        };
-        let r = rule(&format!(
-            r#"{{"action":"budget-{algorithm}","algorithm":"{algorithm}","capacity":{capacity},{limit}}}"#
-        ));
+        let (r, capacity) = budget_rule("budget", algorithm);
         let (big, small) = (capacity / 2, capacity / 5);
         let t = B + 1_500 * MS;
         let t_ms = t / MS;
@@ -1082,19 +1089,7 @@ pub async fn budget_reset(store: &dyn Store) {
     use sluice_core::commit::Commit;
     use sluice_core::wire::KeyBudget;
     for algorithm in ALGORITHMS {
-        let limit = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
-            r#""rate":{"count":1000,"period":"60s"}"#
-        } else {
-            r#""window":"60s""#
-        };
-        let capacity = if algorithm == "sliding_log" {
-            100
-        } else {
-            1000
-        };
-        let r = rule(&format!(
-            r#"{{"action":"reset-{algorithm}","algorithm":"{algorithm}","capacity":{capacity},{limit}}}"#
-        ));
+        let (r, capacity) = budget_rule("reset", algorithm);
         let (big, small) = (capacity / 2, capacity / 5);
         let t = B + 1_500 * MS;
         let name = format!("{algorithm} ({})", store.kind());
