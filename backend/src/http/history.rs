@@ -58,6 +58,11 @@ fn decode(text: &str) -> Option<Vec<u8>> {
         match bytes[i] {
             b'%' => {
                 let hex = bytes.get(i + 1..i + 3)?;
+                // Two hex digits exactly: `from_str_radix` alone also takes a sign (`%+1` is 1),
+                // which would name another key than the one written.
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
                 let hex = std::str::from_utf8(hex).ok()?;
                 out.push(u8::from_str_radix(hex, 16).ok()?);
                 i += 3;
@@ -217,5 +222,9 @@ mod tests {
         assert_eq!(field(q("key=%F")), "key");
         assert_eq!(field(q("key=%zz")), "key");
         assert_eq!(field(q("key=a&key=b")), "key");
+        // A sign is no hex digit (`%+1` once decoded to 0x01: a reset of another key).
+        assert_eq!(field(q("key=%+1")), "key");
+        assert_eq!(field(q("k%+5y=x&key=a")), "");
+        assert_eq!(q("k%+5y=x").ok().flatten(), None);
     }
 }
