@@ -139,6 +139,34 @@ pub fn split_commit<'a>(
     ))
 }
 
+/// A descriptor's sluice marks: what [`split_marks`] takes off before it is matched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// `sluice_reservation`: the request-time descriptor reserves under this id.
+    pub reservation: Option<String>,
+    /// `sluice_commit` and its companions: the descriptor commits a reservation.
+    pub commit: Option<CommitMark>,
+}
+
+/// Takes every sluice mark off a descriptor's entries ([`split_reservation`], then
+/// [`split_commit`]): `(marks, the rest)`, the rest matched as if the marks were never sent. One
+/// function for every configuration that answers RLS (sluice rules and an envoyproxy/ratelimit
+/// directory), so that both accept and refuse exactly the same marks.
+pub fn split_marks<'a>(
+    index: usize,
+    entries: &[(&'a str, &'a str)],
+) -> Result<(Marks, Entries<'a>), FieldError> {
+    let (reservation, entries) = split_reservation(index, entries)?;
+    let (commit, entries) = split_commit(index, &entries)?;
+    Ok((
+        Marks {
+            reservation,
+            commit,
+        },
+        entries,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +209,31 @@ mod tests {
         assert_eq!(rest, vec![("tokens", "alice")]);
         let (mark, rest) = split_commit(0, &e[..1]).unwrap();
         assert_eq!((mark, rest.len()), (None, 1));
+    }
+
+    #[test]
+    fn all_marks_come_off_in_one_split() {
+        let e = [
+            ("sluice_reservation", "r1"),
+            ("tokens", "alice"),
+            ("plan", "free"),
+        ];
+        let (marks, rest) = split_marks(0, &e).unwrap();
+        assert_eq!(marks.reservation.as_deref(), Some("r1"));
+        assert_eq!(rest, vec![("tokens", "alice"), ("plan", "free")]);
+        let c = [
+            ("tokens", "alice"),
+            ("sluice_commit", "r1"),
+            ("sluice_reserved", "5"),
+        ];
+        let (marks, rest) = split_marks(0, &c).unwrap();
+        assert_eq!(
+            (marks.commit.map(|m| m.reserved), rest),
+            (Some(5), vec![("tokens", "alice")])
+        );
+        let (marks, rest) = split_marks(0, &c[..1]).unwrap();
+        assert_eq!((marks, rest.len()), (Marks::default(), 1));
+        assert!(split_marks(1, &[("sluice_reserved", "5")]).is_err());
     }
 
     #[test]

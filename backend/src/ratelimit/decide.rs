@@ -16,7 +16,14 @@
 //!   a check-only descriptor or a `requests_per_unit: 0` that refuses is decided before any
 //!   debit. One exception keeps the token-quota pattern honest: a lone debit larger than what is
 //!   left (a response's token count, debited when the stream is done) takes what is left, so
-//!   the next check refuses, as the peer's overshooting counter does.
+//!   the next check refuses, as the peer's overshooting counter does. A reservation (a
+//!   descriptor marked `sluice_reservation`) is no such debit: refused, it takes nothing.
+//! - Reserve, then commit (sluice_core::rls_commit, docs/rls.md): sluice's marks are taken off
+//!   before the match ([`crate::grpc::rls::marks`]), so a marked descriptor matches the limit
+//!   its unmarked entries match. A commit is settled on that limit's counter by the sluice-rules
+//!   path's own step ([`crate::grpc::rls::commit::commit_one`]) and answers OK with an empty
+//!   status; a limit without a counter (`unlimited`, `requests_per_unit: 0`, no match) has
+//!   nothing to settle. An allowed reservation with an id is held in flight as on that path.
 
 use std::time::Instant;
 
@@ -25,6 +32,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf as pb;
+use sluice_core::rls_commit::Marks;
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
@@ -34,6 +42,8 @@ use crate::app::App;
 use crate::clock::now_ms;
 use crate::deadline::{Deadline, DecideError};
 use crate::decide::{decide, decide_all};
+use crate::grpc::rls::commit::{commit_one, settle_reservation};
+use crate::grpc::rls::marks::strip;
 use crate::grpc::rls::request::{check_shape, hits_as_sent};
 use crate::grpc::rls::response::{self, Answer};
 use crate::store::CheckRequest;
@@ -54,6 +64,8 @@ enum Kind<'r> {
 struct Slot<'r> {
     kind: Kind<'r>,
     quantity: u64,
+    /// Sluice's marks, taken off before the match: a commit is settled, not decided.
+    marks: Marks,
 }
 
 /// The hits of each descriptor as the peer counts them (a descriptor's `hits_addend` of 0 checks
@@ -105,12 +117,14 @@ pub async fn answer(
     started: Instant,
 ) -> Result<RateLimitResponse, AnswerError> {
     let hits = hits(request).map_err(AnswerError::Invalid)?;
+    let (stripped, marks) = strip(request).map_err(AnswerError::Invalid)?;
     tracing::debug!(domain = %request.domain, ?hits, descriptors = ?request.descriptors, "ratelimit config request");
     let rules = app.rules.current();
-    let slots: Vec<Slot<'_>> = matches(level, request)
+    let slots: Vec<Slot<'_>> = matches(level, &stripped)
         .into_iter()
         .zip(hits)
-        .map(|(m, quantity)| {
+        .zip(marks)
+        .map(|((m, quantity), marks)| {
             let kind = match m {
                 None => Kind::None,
                 Some(m) => match (m.limit.per_unit(), m.limit.action.as_deref()) {
@@ -128,13 +142,42 @@ pub async fn answer(
                     (Some(_), None) => Kind::None,
                 },
             };
-            Slot { kind, quantity }
+            Slot {
+                kind,
+                quantity,
+                marks,
+            }
         })
         .collect();
+    // Commits first, as on the sluice-rules path: their hits are the actual cost.
+    for slot in &slots {
+        if let (Some(mark), Kind::Counted(m, rule)) = (&slot.marks.commit, &slot.kind) {
+            commit_one(app, rule, &m.key, mark, slot.quantity, deadline)
+                .await
+                .map_err(AnswerError::Decide)?;
+        }
+    }
     let decided = decide_slots(app, &slots, deadline, started)
         .await
         .map_err(AnswerError::Decide)?;
-    Ok(respond(request, &slots, &decided, now_ms()))
+    let response = respond(request, &slots, &decided, now_ms());
+    if response.overall_code == Code::Ok as i32 {
+        settle_reservations(app, &slots, &decided).await;
+    }
+    Ok(response)
+}
+
+/// Settles each reservation that carries an id, as the sluice-rules path does
+/// ([`settle_reservation`]: held in flight until its commit, or voided when shadow or quota mode
+/// would have refused it).
+async fn settle_reservations(app: &App, slots: &[Slot<'_>], decided: &[Option<ThrottleResponse>]) {
+    for (slot, answer) in slots.iter().zip(decided) {
+        if let (Some(id), Kind::Counted(m, rule), Some(answer)) =
+            (&slot.marks.reservation, &slot.kind, answer)
+        {
+            settle_reservation(app, rule, &m.key, id, slot.quantity, answer).await;
+        }
+    }
 }
 
 /// Why a request got no answer.
@@ -161,7 +204,7 @@ async fn decide_slots(
         .iter()
         .enumerate()
         .filter_map(|(i, s)| match &s.kind {
-            Kind::Counted(m, rule) => Some((
+            Kind::Counted(m, rule) if s.marks.commit.is_none() => Some((
                 i,
                 CheckRequest {
                     rule,
@@ -178,7 +221,7 @@ async fn decide_slots(
     }
     let refused_before = slots
         .iter()
-        .any(|s| matches!(&s.kind, Kind::Zero(m) if enforced(m)));
+        .any(|s| s.marks.commit.is_none() && matches!(&s.kind, Kind::Zero(m) if enforced(m)));
     let checks_only = counted.iter().any(|(_, c)| c.quantity == 0);
     // Peeks first when something may refuse without a debit: a refused request debits nothing.
     if refused_before || checks_only {
@@ -208,8 +251,13 @@ async fn decide_slots(
     }
     let requests: Vec<CheckRequest<'_>> = debits.iter().map(|(_, c)| *c).collect();
     let mut answers = run(app, &requests, deadline, started).await?;
-    if let ([(_, only)], [answer]) = (debits.as_slice(), answers.as_mut_slice()) {
-        let short = !answer.allowed && answer.remaining > 0 && answer.remaining < only.quantity;
+    if let ([(i, only)], [answer]) = (debits.as_slice(), answers.as_mut_slice()) {
+        // A reservation is asked before the work, not paid after it: refused, it takes nothing.
+        let reservation = slots.get(*i).is_some_and(|s| s.marks.reservation.is_some());
+        let short = !answer.allowed
+            && !reservation
+            && answer.remaining > 0
+            && answer.remaining < only.quantity;
         if short && only.rule.mode() == Mode::Enforce {
             let rest = answer.remaining;
             decide(app, only.rule, only.key, rest, deadline, started).await?;
@@ -286,6 +334,14 @@ fn respond(
     let (mut refused, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
     let mut passed_metadata = Vec::new();
     for (slot, answer) in slots.iter().zip(decided) {
+        if slot.marks.commit.is_some() {
+            // A commit is settled, never decided: OK, as on the sluice-rules path.
+            statuses.push(DescriptorStatus {
+                code: Code::Ok as i32,
+                ..DescriptorStatus::default()
+            });
+            continue;
+        }
         // Whether the descriptor never refuses: `shadow_mode`, or for a counted limit its rule in
         // force (an override may put one key in shadow mode, or enforce it).
         let (m, is_over, shadow, remaining, reset_after) = match (&slot.kind, answer) {

@@ -39,6 +39,7 @@ mod http_store_failure;
 mod key_spray_memory;
 mod lease;
 mod overrides_audit;
+mod ratelimit_budget;
 mod ratelimit_config;
 mod redis_sizing;
 mod report_log;

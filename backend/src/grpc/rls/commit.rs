@@ -5,12 +5,15 @@
 //! arrival (docs/rls.md says what that gives back too much of, and when).
 
 use sluice_core::commit::Commit;
+use sluice_core::rls_commit::CommitMark;
 use sluice_core::time::NANOS_PER_MILLI;
+use sluice_core::wire::ThrottleResponse;
 use sluice_core::Rule;
 
 use super::request::Check;
 use crate::app::App;
 use crate::deadline::{call, Deadline, DecideError};
+use crate::http::commit::hold_reservation;
 
 /// Commits every check that is a commit and has a rule, in order. A commit of an unknown action
 /// changes nothing (as a check of one answers OK).
@@ -21,41 +24,90 @@ pub async fn commit_all(
     deadline: Option<Deadline>,
 ) -> Result<(), DecideError> {
     for (check, rule) in checks.iter().zip(rules) {
-        let (Some(mark), Some(rule)) = (&check.commit, rule) else {
-            continue;
-        };
-        let reserved_at_ms = mark.reserved_at_ms.unwrap_or_else(crate::clock::now_ms);
-        let settle = Commit {
-            reserved: mark.reserved,
-            actual: check.quantity,
-            // The end of its millisecond, as `POST /v1/commit` (CommitRequest::commit).
-            reserved_at: reserved_at_ms
-                .saturating_mul(NANOS_PER_MILLI)
-                .saturating_add(NANOS_PER_MILLI - 1),
-        };
-        let store = app.store.clone();
-        let (step_rule, key, id) = ((*rule).clone(), check.key.clone(), mark.id.clone());
-        let step = async move { store.commit(&step_rule, &key, &id, settle, None).await };
-        let metrics = app.metrics.clone();
-        let name = check.action.as_str().to_owned();
-        let late = name.clone();
-        let outcome = call::run(app, deadline, step, move |result| {
-            if let Ok(o) = result {
-                metrics.commit(
-                    &late,
-                    o.committed.refunded,
-                    o.committed.overshoot,
-                    o.duplicate,
-                );
-            }
-        })
-        .await?;
-        app.metrics.commit(
-            &name,
-            outcome.committed.refunded,
-            outcome.committed.overshoot,
-            outcome.duplicate,
-        );
+        if let (Some(mark), Some(rule)) = (&check.commit, rule) {
+            commit_one(app, rule, &check.key, mark, check.quantity, deadline).await?;
+        }
     }
     Ok(())
+}
+
+/// Commits one reservation of `key` under `rule` at its `actual` cost. Shared by both RLS
+/// configurations (sluice rules, and the envoyproxy/ratelimit-compatible path, whose limits are
+/// rules too), so a commit means one thing whichever answered the reservation.
+pub async fn commit_one(
+    app: &App,
+    rule: &Rule,
+    key: &str,
+    mark: &CommitMark,
+    actual: u64,
+    deadline: Option<Deadline>,
+) -> Result<(), DecideError> {
+    let reserved_at_ms = mark.reserved_at_ms.unwrap_or_else(crate::clock::now_ms);
+    let settle = Commit {
+        reserved: mark.reserved,
+        actual,
+        // The end of its millisecond, as `POST /v1/commit` (CommitRequest::commit).
+        reserved_at: reserved_at_ms
+            .saturating_mul(NANOS_PER_MILLI)
+            .saturating_add(NANOS_PER_MILLI - 1),
+    };
+    let store = app.store.clone();
+    let (step_rule, key, id) = (rule.clone(), key.to_owned(), mark.id.clone());
+    let step = async move { store.commit(&step_rule, &key, &id, settle, None).await };
+    let metrics = app.metrics.clone();
+    let name = rule.action().as_str().to_owned();
+    let late = name.clone();
+    let outcome = call::run(app, deadline, step, move |result| {
+        if let Ok(o) = result {
+            metrics.commit(
+                &late,
+                o.committed.refunded,
+                o.committed.overshoot,
+                o.duplicate,
+            );
+        }
+    })
+    .await?;
+    app.metrics.commit(
+        &name,
+        outcome.committed.refunded,
+        outcome.committed.overshoot,
+        outcome.duplicate,
+    );
+    Ok(())
+}
+
+/// After an allowed request, each of its reservations that carries an id (`sluice_reservation`):
+/// one that debited is held in flight until its commit ([`hold_reservation`]); one that a shadow
+/// rule (or a quota-mode limit) would have refused debited nothing, so its commit must change
+/// nothing either: its id is committed at once at 0 of 0, and the stream-done commit of that id
+/// is then a duplicate. Without this, that commit would give back units other requests hold, or
+/// debit a cost that enforcement would never have admitted. Both RLS configurations call this.
+pub async fn settle_reservation(
+    app: &App,
+    rule: &Rule,
+    key: &str,
+    id: &str,
+    quantity: u64,
+    answer: &ThrottleResponse,
+) {
+    if !answer.would_deny || quantity == 0 {
+        hold_reservation(app, rule, key, id, quantity, answer).await;
+        return;
+    }
+    let nothing = Commit {
+        reserved: 0,
+        actual: 0,
+        reserved_at: crate::clock::now_ms().saturating_mul(NANOS_PER_MILLI),
+    };
+    if let Err(e) = app
+        .store_call(app.store.commit(rule, key, id, nothing, None))
+        .await
+    {
+        tracing::warn!(
+            action = rule.action().as_str(),
+            error = %e,
+            "a would-deny reservation could not be voided: its commit will settle as if it had debited"
+        );
+    }
 }

@@ -7,8 +7,10 @@
 //!   failures as gRPC statuses.
 //! - [`response`]: statuses, headers and dynamic metadata.
 //! - [`commit`]: descriptors that commit a reservation (reserve, then commit).
+//! - [`marks`]: a request with sluice's marks taken off (the ratelimit-config path).
 
 pub mod commit;
+pub mod marks;
 pub mod request;
 pub mod response;
 pub mod service;

@@ -5,7 +5,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_core::descriptor::to_check;
 use sluice_core::limits::MAX_QUANTITY;
-use sluice_core::rls_commit::{split_commit, split_reservation, CommitMark};
+use sluice_core::rls_commit::{split_marks, CommitMark};
 use sluice_core::{Action, FieldError};
 
 /// Most descriptors one request may carry.
@@ -96,9 +96,9 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
                 .iter()
                 .map(|e| (e.key.as_str(), e.value.as_str()))
                 .collect();
-            let (reservation, entries) = split_reservation(index, &entries)?;
-            let (commit, entries) = split_commit(index, &entries)?;
+            let (marks, entries) = split_marks(index, &entries)?;
             let (action, key) = to_check(index, entries)?;
+            let (reservation, commit) = (marks.reservation, marks.commit);
             // A commit's hits are its actual cost, which may be 0; a check's 0 means 1.
             let quantity = if commit.is_some() {
                 quantity

@@ -13,13 +13,12 @@ use sluice_core::wire::ThrottleResponse;
 use sluice_core::{FieldError, Rule};
 use tonic::{Request, Response, Status};
 
-use super::commit::commit_all;
+use super::commit::{commit_all, settle_reservation};
 use super::request::{checks, Check};
 use super::response::{self, Answer};
 use crate::app::App;
 use crate::deadline::{parse_grpc_timeout, Deadline, DecideError};
 use crate::decide::{decide, decide_all as all_or_nothing};
-use crate::http::commit::hold_reservation;
 use crate::http::error::ApiFailure;
 use crate::store::{CheckRequest, StoreError};
 
@@ -243,7 +242,7 @@ async fn decide_all(
             continue;
         };
         if all_allowed {
-            hold_reservation(app, one.rule, one.key, id, one.quantity, answer).await;
+            settle_reservation(app, one.rule, one.key, id, one.quantity, answer).await;
         }
     }
     Ok(answers)
