@@ -3,6 +3,7 @@ upstream, a never-answering TCP server, and Envoy itself. Every server listens o
 free port, is started with subprocess.Popen (or a thread), waited for with a bounded deadline,
 and stopped by PID."""
 
+import contextlib
 import json
 import os
 import signal
@@ -206,6 +207,29 @@ class Backend:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+
+
+@contextlib.contextmanager
+def rls_stack(tmp, envoy_config, upstream_port, listeners, backend_args=(), rules=()):
+    """A redis-server, a backend serving Envoy's RLS on its gRPC listener (a 1 s Redis timeout:
+    exact counts are under test, not latency) with `backend_args`, `rules` put, and an Envoy
+    (`envoy_config` with RLS_PORT, UPSTREAM_PORT and a 1 s RLS_TIMEOUT) on `listeners`. Yields
+    (envoy, backend); stops all three by PID."""
+    redis, redis_port = start_redis(tmp)
+    backend = Backend(tmp, redis_port, extra_args=[*backend_args, "--redis-timeout-ms", "1000"])
+    envoy = None
+    try:
+        backend.start()
+        for rule in rules:
+            backend.put_rule(rule)
+        envoy = Envoy(tmp, envoy_config, {"RLS_PORT": backend.grpc_port, "UPSTREAM_PORT": upstream_port,
+                                          "RLS_TIMEOUT": "1s"}, listeners).start()
+        yield envoy, backend
+    finally:
+        if envoy:
+            envoy.stop()
+        backend.stop()
+        redis.stop()
 
 class _Upstream(BaseHTTPRequestHandler):
     def log_message(self, *args):

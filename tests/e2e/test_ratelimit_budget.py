@@ -28,21 +28,11 @@ USES = [100, 200, 300, 400, 250, 350, 600, 700]
 def budget(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ratelimit_budget")
     server, upstream_port = cost_stack.start_upstream()
-    redis, redis_port = stack.start_redis(tmp)
-    backend = stack.Backend(tmp, redis_port, extra_args=["--ratelimit-config", str(FIXTURE),
-                                                         "--redis-timeout-ms", "1000"])
-    envoy = None
     try:
-        backend.start()
-        envoy = stack.Envoy(tmp, "ratelimit_budget.yaml",
-                            {"RLS_PORT": backend.grpc_port, "UPSTREAM_PORT": upstream_port,
-                             "RLS_TIMEOUT": "1s"}, [LISTENER]).start()
-        yield envoy, backend
+        with stack.rls_stack(tmp, "ratelimit_budget.yaml", upstream_port, [LISTENER],
+                             ["--ratelimit-config", str(FIXTURE)]) as (envoy, backend):
+            yield envoy, backend
     finally:
-        if envoy:
-            envoy.stop()
-        backend.stop()
-        redis.stop()
         server.shutdown()
 
 

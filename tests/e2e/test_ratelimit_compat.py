@@ -34,21 +34,9 @@ def compat(tmp_path_factory, upstream):
     tmp = tmp_path_factory.mktemp("ratelimit_compat")
     config = tmp / "config"
     shutil.copytree(FIXTURE, config)
-    redis, redis_port = stack.start_redis(tmp)
-    backend = stack.Backend(tmp, redis_port, extra_args=["--ratelimit-config", str(config),
-                                                         "--redis-timeout-ms", "1000"])
-    envoy = None
-    try:
-        backend.start()
-        envoy = stack.Envoy(tmp, "ratelimit_compat.yaml",
-                            {"RLS_PORT": backend.grpc_port, "UPSTREAM_PORT": upstream, "RLS_TIMEOUT": "1s"},
-                            [LISTENER]).start()
+    with stack.rls_stack(tmp, "ratelimit_compat.yaml", upstream, [LISTENER],
+                         ["--ratelimit-config", str(config)]) as (envoy, backend):
         yield envoy, backend, config
-    finally:
-        if envoy:
-            envoy.stop()
-        backend.stop()
-        redis.stop()
 
 
 def get(envoy, path, headers=None, session=None):

@@ -42,22 +42,12 @@ def cost(tmp_path_factory):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Usage)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    redis, redis_port = stack.start_redis(tmp)
-    backend = stack.Backend(tmp, redis_port, extra_args=["--redis-timeout-ms", "1000"])
-    envoy = None
+    rule = {"action": "tokens", "algorithm": "fixed_window", "capacity": BUDGET, "calendar": {"unit": "month"}}
     try:
-        backend.start()
-        backend.put_rule({"action": "tokens", "algorithm": "fixed_window", "capacity": BUDGET,
-                          "calendar": {"unit": "month"}})
-        envoy = stack.Envoy(tmp, "rls_cost.yaml",
-                            {"RLS_PORT": backend.grpc_port, "UPSTREAM_PORT": server.server_address[1],
-                             "RLS_TIMEOUT": "1s"}, [LISTENER]).start()
-        yield envoy, backend
+        with stack.rls_stack(tmp, "rls_cost.yaml", server.server_address[1], [LISTENER],
+                             rules=[rule]) as (envoy, backend):
+            yield envoy, backend
     finally:
-        if envoy:
-            envoy.stop()
-        backend.stop()
-        redis.stop()
         server.shutdown()
 
 

@@ -126,6 +126,16 @@ impl<C> GrpcRig<C> {
         assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
     }
 
+    /// `GET /v1/keys?key={key}` with the token: every action's view of the key.
+    pub async fn key_view(&self, key: &str) -> Value {
+        let r = self
+            .http
+            .get(format!("{}/v1/keys?key={key}", self.admin))
+            .bearer_auth(TOKEN)
+            .send();
+        r.await.unwrap().json().await.unwrap()
+    }
+
     /// The decision listener's answer to `POST {path}` with `body`.
     pub async fn http_post(&self, path: &str, body: Vec<u8>) -> (u32, Value) {
         let url = format!("{}{path}", self.decision);

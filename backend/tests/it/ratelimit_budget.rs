@@ -13,7 +13,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use serde_json::Value;
 use sluice_backend::{Config, StoreChoice};
 use tonic::transport::Channel;
 
@@ -241,16 +240,7 @@ async fn reserve_then_commit_on_a_ratelimit_config_on_redis() {
 async fn a_reservation_with_its_id_is_in_flight_until_its_commit() {
     let (rig, dir) = start(StoreChoice::Memory, "inflight").await;
     let budget = || async {
-        let view: Value = rig
-            .http
-            .get(format!("{}/v1/keys?key=erin", rig.admin))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let view = rig.key_view("erin").await;
         let actions = view["actions"].as_array().cloned().unwrap_or_default();
         actions
             .into_iter()

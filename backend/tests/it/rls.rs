@@ -540,19 +540,7 @@ async fn a_reservation_with_its_id_is_in_flight_until_its_commit() {
                         "window": "60s"}),
     )
     .await;
-    let budget = || async {
-        let view: Value = rig
-            .http
-            .get(format!("{}/v1/keys?key=alice", rig.admin))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        view["actions"][0]["budget"].clone()
-    };
+    let budget = || async { rig.key_view("alice").await["actions"][0]["budget"].clone() };
     let mut reserve = descriptor(&[("tokens", "alice"), ("sluice_reservation", "req-9")]);
     reserve.hits_addend = Some(UInt64Value { value: 70 });
     let r = rig.ok(request(vec![reserve])).await;
