@@ -35,6 +35,17 @@ pub fn redis(url: &str) -> StoreChoice {
     })
 }
 
+/// A Redis Cluster store choice over the nodes `urls` (`support::RedisCluster::urls`), with the
+/// same timeout and prefix as [`redis`], so a case written for one store runs on the other.
+pub fn cluster(urls: Vec<String>) -> StoreChoice {
+    StoreChoice::Redis(RedisConfig {
+        target: RedisTarget::Cluster(urls),
+        timeout: Duration::from_millis(500),
+        max_in_flight: 1024,
+        key_prefix: "sluice".into(),
+    })
+}
+
 /// A client with a 10 s bound on every request.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

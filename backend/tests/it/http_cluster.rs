@@ -9,23 +9,12 @@ use std::time::Duration;
 
 use harness::{eventually, long_rule, Sluice};
 use serde_json::json;
-use sluice_backend::store::redis::{RedisConfig, RedisTarget};
-use sluice_backend::StoreChoice;
-
-fn cluster_store(urls: Vec<String>) -> StoreChoice {
-    StoreChoice::Redis(RedisConfig {
-        target: RedisTarget::Cluster(urls),
-        timeout: Duration::from_millis(500),
-        max_in_flight: 1024,
-        key_prefix: "sluice".into(),
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_on_a_redis_cluster_share_rules_state_and_levels() {
     let cluster = support::RedisCluster::start();
-    let a = Sluice::start(cluster_store(cluster.urls())).await;
-    let b = Sluice::start(cluster_store(cluster.urls())).await;
+    let a = Sluice::start(harness::cluster(cluster.urls())).await;
+    let b = Sluice::start(harness::cluster(cluster.urls())).await;
     let ready: serde_json::Value = a
         .http
         .get(format!("{}/readyz", a.decision))

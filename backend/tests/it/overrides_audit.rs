@@ -14,7 +14,6 @@ use std::time::Duration;
 use harness::{eventually, Sluice, TOKEN};
 use reqwest::Method;
 use serde_json::{json, Value};
-use sluice_backend::store::redis::{RedisConfig, RedisTarget};
 use sluice_backend::StoreChoice;
 
 /// Percent-encodes every byte but the unreserved ones (for a path segment or a query value).
@@ -393,14 +392,7 @@ async fn overrides_resets_and_audit_across_two_replicas_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overrides_resets_and_audit_across_two_replicas_on_a_redis_cluster() {
     let cluster = support::RedisCluster::start();
-    let store = || {
-        StoreChoice::Redis(RedisConfig {
-            target: RedisTarget::Cluster(cluster.urls()),
-            timeout: Duration::from_millis(500),
-            max_in_flight: 1024,
-            key_prefix: "sluice".into(),
-        })
-    };
+    let store = || harness::cluster(cluster.urls());
     let a = Sluice::start(store()).await;
     let b = Sluice::start(store()).await;
     scenario(&a, &b).await;

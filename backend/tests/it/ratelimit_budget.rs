@@ -4,9 +4,11 @@
 //! marks in any position); the commit refunds, debits and counts once per id on that limit's
 //! counter; a refused reservation takes nothing; shadow and quota mode settle only what their
 //! reservation debited; `unlimited` and `requests_per_unit: 0` have nothing to settle; bad marks
-//! are refused with the sluice-rules path's own status. On memory and on a real redis-server.
-//! The RLS path takes the store's clock, so units are days (no window edge inside a test, except
-//! at midnight UTC), as in `ratelimit_config`.
+//! are refused with the sluice-rules path's own status. The settling cases run on memory, on a
+//! real redis-server and on a real 3-master Redis Cluster (`support::RedisCluster`, the fixture
+//! of the other Cluster tests), where a commit's script touches the state, its id mark and the
+//! budget record in one slot. The RLS path takes the store's clock, so units are days (no window
+//! edge inside a test, except at midnight UTC), as in `ratelimit_config`.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -17,8 +19,8 @@ use sluice_backend::{Config, StoreChoice};
 use tonic::transport::Channel;
 
 use crate::grpc_rig::GrpcRig;
-use crate::harness::{redis, TOKEN};
-use crate::support::RedisServer;
+use crate::harness::{cluster, redis, TOKEN};
+use crate::support::{RedisCluster, RedisServer};
 
 type Rig = GrpcRig<RateLimitServiceClient<Channel>>;
 
@@ -217,28 +219,9 @@ async fn budgets(rig: &Rig) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reserve_then_commit_on_a_ratelimit_config_on_memory() {
-    let (rig, dir) = start(StoreChoice::Memory, "memory").await;
-    budgets(&rig).await;
-    rig.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reserve_then_commit_on_a_ratelimit_config_on_redis() {
-    let server = RedisServer::start();
-    let (rig, dir) = start(redis(&server.url()), "redis").await;
-    budgets(&rig).await;
-    rig.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 /// A reservation with its id is in flight on the key view until its commit, as on the
 /// sluice-rules path (the `rl:` rule is a rule like any other).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reservation_with_its_id_is_in_flight_until_its_commit() {
-    let (rig, dir) = start(StoreChoice::Memory, "inflight").await;
+async fn in_flight_until_its_commit(rig: &Rig) {
     let budget = || async {
         let view = rig.key_view("erin").await;
         let actions = view["actions"].as_array().cloned().unwrap_or_default();
@@ -249,10 +232,10 @@ async fn a_reservation_with_its_id_is_in_flight_until_its_commit() {
             .unwrap_or(view)
     };
     let erin: &[(&str, &str)] = &[("tokens", "erin")];
-    assert_eq!(reserve(&rig, erin, Some("f1"), 70).await, Code::Ok);
+    assert_eq!(reserve(rig, erin, Some("f1"), 70).await, Code::Ok);
     let held = budget().await;
     assert_eq!(held["reserved_in_flight"].as_u64(), Some(70), "{held}");
-    commit(&rig, erin, "f1", 70, 110).await;
+    commit(rig, erin, "f1", 70, 110).await;
     let done = budget().await;
     assert_eq!(
         (
@@ -262,8 +245,43 @@ async fn a_reservation_with_its_id_is_in_flight_until_its_commit() {
         (Some(0), Some(40)),
         "{done}"
     );
+}
+
+/// Every settling case on one instance over `store`: the cases use distinct keys, so one store
+/// (one Cluster) serves them all.
+async fn settle_on(store: StoreChoice, name: &str) {
+    let (rig, dir) = start(store, name).await;
+    budgets(&rig).await;
+    in_flight_until_its_commit(&rig).await;
     rig.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserve_then_commit_on_a_ratelimit_config_on_memory() {
+    settle_on(StoreChoice::Memory, "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserve_then_commit_on_a_ratelimit_config_on_redis() {
+    let server = RedisServer::start();
+    settle_on(redis(&server.url()), "redis").await;
+}
+
+/// On a Cluster the limits' keys spread over the masters; each commit is one script call in its
+/// key's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserve_then_commit_on_a_ratelimit_config_on_a_redis_cluster() {
+    let redis_cluster = RedisCluster::start();
+    settle_on(cluster(redis_cluster.urls()), "cluster").await;
+    // More than one master holds keys: the cases did cross slots, so a script touching a key
+    // outside its state's hash tag would have failed with CROSSSLOT above.
+    let holding = redis_cluster
+        .nodes
+        .iter()
+        .filter(|n| n.cli(&["DBSIZE"]).trim() != "0")
+        .count();
+    assert!(holding > 1, "the budgets' keys sit on one master only");
 }
 
 /// Bad marks are refused exactly as the sluice-rules path refuses them (same code, same
