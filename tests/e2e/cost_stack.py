@@ -1,7 +1,8 @@
 """What the cost-budget test (test_cost.py) and bench (benches/envoy/cost.py) share: an upstream
 that reports a usage, Envoy with envoy/e2e_cost.yaml, and one run of N concurrent clients against
 a fresh budget, read back from the backend (its level, its overshoot counter) and from Envoy's
-stats. Loopback only; everything it starts is stopped by its caller (the fixtures, or the bench)."""
+stats; the burst of clients alone (`burst`) for the bench's rows through Envoy's ratelimit
+filter. Loopback only; everything it starts is stopped by its caller (the fixtures, or the bench)."""
 
 import json
 import threading
@@ -98,13 +99,10 @@ def commits(envoy):
     return envoy.stats().get("wasmcustom.sluice.cost_commits", 0)
 
 
-def run(backend, envoy, url, path, action, uses, delay_ms=300, headers=None):
-    """One request per entry of `uses` (the actual cost each reports), all at once, against a
-    fresh key of `action`; waits until every admitted request's commit is accepted. Returns a
-    dict: admitted (their uses), denied, level, overshoot (the backend's counter for the run)."""
-    key = f"tenant-{uuid.uuid4().hex[:12]}"
-    before = {"commits": commits(envoy),
-              "overshoot": backend.metric("sluice_commit_overshoot_units_total", action=action)}
+def burst(url, path, key, uses, delay_ms=300, headers=None):
+    """One POST to `url` + `path` per entry of `uses` (the usage each reports), all at once (a
+    barrier), as tenant `key`. Returns (the uses of the admitted requests, how many were denied);
+    anything but 200 or 429 fails."""
     barrier = threading.Barrier(len(uses))
     statuses = [None] * len(uses)
 
@@ -119,9 +117,19 @@ def run(backend, envoy, url, path, action, uses, delay_ms=300, headers=None):
     for t in threads:
         t.join(timeout=30)
     assert all(s in (200, 429) for s in statuses), statuses
-    admitted = [u for u, s in zip(uses, statuses) if s == 200]
+    return [u for u, s in zip(uses, statuses) if s == 200], statuses.count(429)
+
+
+def run(backend, envoy, url, path, action, uses, delay_ms=300, headers=None):
+    """One request per entry of `uses` (the actual cost each reports), all at once, against a
+    fresh key of `action`; waits until every admitted request's commit is accepted. Returns a
+    dict: admitted (their uses), denied, level, overshoot (the backend's counter for the run)."""
+    key = f"tenant-{uuid.uuid4().hex[:12]}"
+    before = {"commits": commits(envoy),
+              "overshoot": backend.metric("sluice_commit_overshoot_units_total", action=action)}
+    admitted, denied = burst(url, path, key, uses, delay_ms, headers)
     stack.wait_until(lambda: commits(envoy) - before["commits"] >= len(admitted), "every commit accepted",
                      timeout=15)
-    return {"key": key, "admitted": admitted, "denied": statuses.count(429),
+    return {"key": key, "admitted": admitted, "denied": denied,
             "level": level(backend, action, key),
             "overshoot": backend.metric("sluice_commit_overshoot_units_total", action=action) - before["overshoot"]}
