@@ -15,6 +15,7 @@ use crate::config::{Config, Protocol};
 use crate::host::Counter;
 
 pub mod log;
+pub mod mode;
 
 /// The backend's gRPC listener's default address (`sluice --grpc-listen`), named in fixes.
 pub const GRPC_LISTEN_DEFAULT: &str = sluice_core::limits::DEFAULT_GRPC_LISTEN;
@@ -38,17 +39,21 @@ pub enum Reason {
     BadResponse,
     /// sluice answered an error (`ApiError`): store unavailable, store timeout, deadline, ...
     BackendError,
+    /// The filter itself failed: a bug caught in a host's hook (a panic), or a request's state
+    /// lost. The failure mode applies as for any other reason: `deny` still denies.
+    Internal,
 }
 
 impl Reason {
     /// Every reason, in the order of their log slots and counters.
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::ClusterMissing,
         Reason::Unreachable,
         Reason::WrongProtocol,
         Reason::Timeout,
         Reason::BadResponse,
         Reason::BackendError,
+        Reason::Internal,
     ];
 
     /// The reason's name in log lines and stats.
@@ -60,6 +65,7 @@ impl Reason {
             Reason::Timeout => "timeout",
             Reason::BadResponse => "bad_response",
             Reason::BackendError => "backend_error",
+            Reason::Internal => "internal",
         }
     }
 
@@ -77,6 +83,7 @@ impl Reason {
             Reason::Timeout => Counter::FailuresTimeout,
             Reason::BadResponse => Counter::FailuresBadResponse,
             Reason::BackendError => Counter::FailuresBackendError,
+            Reason::Internal => Counter::FailuresInternal,
         }
     }
 
@@ -174,6 +181,13 @@ impl Failure {
             "timeout",
             "no answer within backend.timeout_ms",
         )
+    }
+
+    /// The filter failed in `hook` (a panic caught there, or the request's state lost): nothing
+    /// was decided, so the failure mode applies.
+    pub fn internal(hook: &str) -> Failure {
+        let seen = format!("the filter failed in {} (a bug)", snippet(hook.as_bytes()));
+        Failure::new(Reason::Internal, "internal", seen)
     }
 
     /// A body that does not decode as what it should be.
@@ -286,6 +300,7 @@ impl Failure {
                 "cluster {cluster:?} answered something that is not a sluice decision: check that it points at a sluice of a matching version"
             ),
             Reason::BackendError => "the backend's log names the cause (store_unavailable / store_timeout: Redis; deadline_exceeded: backend.timeout_ms leaves the store no time; overloaded: --max-in-flight)".to_owned(),
+            Reason::Internal => "a bug in the sluice filter: report it with this line and Envoy's log around it (the request was answered by failure_mode)".to_owned(),
         }
     }
 }

@@ -21,7 +21,7 @@ use sluice_core::Action;
 
 use crate::cache::{self, Entry};
 use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
-use crate::failure::Failure;
+use crate::failure::{self, Failure};
 use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
 use crate::lease::{self, Lease};
 use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
@@ -657,36 +657,11 @@ impl Flow {
         let passed = self.config.failure_mode == FailureMode::Allow;
         self.worker
             .record(action_index, Event::failed(reason, passed));
-        match self.config.failure_mode {
-            FailureMode::Allow => {
-                host.count(Counter::FailuresAllow);
-                host.set_request_header(FAILURE_HEADER, reason);
-                self.response_headers
-                    .push((FAILURE_HEADER, reason.to_owned()));
-                if sync {
-                    return Next::Continue;
-                }
-                host.resume();
-                Next::Pause
-            }
-            FailureMode::Deny => {
-                host.count(Counter::FailuresDeny);
-                let status = self.config.failure_status;
-                let detail =
-                    format!("the rate limiter could not decide ({reason}); failing closed");
-                let body =
-                    reply::problem(status, "Rate Limiter Unavailable", &detail, action, None);
-                host.send_reply(
-                    status,
-                    &[
-                        ("content-type", "application/problem+json"),
-                        (FAILURE_HEADER, reason),
-                    ],
-                    &body,
-                );
-                Next::Pause
-            }
+        if passed {
+            self.response_headers
+                .push((FAILURE_HEADER, reason.to_owned()));
         }
+        failure::mode::apply(&self.config, host, action, failure, sync)
     }
 }
 

@@ -74,11 +74,14 @@ pub enum Counter {
     /// filter notices the loss. Never on a leased hit; with `LeaseHits`, tells an operator why a
     /// leased key admitted less than its capacity.
     LeaseUnitsLost,
+    /// Failed decisions: the filter itself failed (a bug caught in a host's hook, or a request's
+    /// state lost): the failure mode applied, as for any other failure.
+    FailuresInternal,
 }
 
 impl Counter {
     /// Every counter, for defining them once at start.
-    pub const ALL: [Counter; 27] = [
+    pub const ALL: [Counter; 28] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CachedDenials,
@@ -106,6 +109,7 @@ impl Counter {
         Counter::CostActualMissing,
         Counter::CostUnsettled,
         Counter::LeaseUnitsLost,
+        Counter::FailuresInternal,
     ];
 
     /// The stat name (Envoy shows it as `wasmcustom.<name>`).
@@ -138,6 +142,7 @@ impl Counter {
             Counter::CostActualMissing => "sluice.cost_actual_missing",
             Counter::CostUnsettled => "sluice.cost_unsettled",
             Counter::LeaseUnitsLost => "sluice.lease_units_lost",
+            Counter::FailuresInternal => "sluice.failures_internal",
         }
     }
 

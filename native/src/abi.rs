@@ -15,7 +15,10 @@ use std::ffi::c_void;
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::glue::{self, CalloutAnswer, NativeConfig, NativeFilter};
+use crate::glue::{self, After, CalloutAnswer, NativeConfig, NativeFilter};
+
+mod worker;
+pub use worker::{FlowRef, LocalState, WorkerBound};
 
 /// The ABI version this module is built for, reported from `envoy_dynamic_module_on_program_init`
 /// (Envoy 1.40 logs "Dynamic module ABI version v0.2.0 matched.").
@@ -202,8 +205,11 @@ const ATTRIBUTE_SOURCE_ADDRESS: u32 = 24;
 // `envoy_dynamic_module_type_on_http_filter_*_status`.
 const CONTINUE: u32 = 0;
 const STOP_ITERATION: u32 = 1;
-// `envoy_dynamic_module_type_on_http_filter_request_body_status_StopIterationAndBuffer`.
-const STOP_ITERATION_AND_BUFFER: u32 = 1;
+// `envoy_dynamic_module_type_on_http_filter_request_body_status_StopIterationAndWatermark`
+// (Envoy's `FilterDataStatus::StopIterationAndWatermark`): the body waits in Envoy with flow
+// control (reads paused past the buffer limit) instead of failing the request with 413 once it
+// passes the limit, as `StopIterationAndBuffer` does.
+const STOP_ITERATION_AND_WATERMARK: u32 = 2;
 // `envoy_dynamic_module_type_http_callout_init_result` / `_http_callout_result`.
 const CALLOUT_INIT_SUCCESS: u32 = 0;
 const CALLOUT_SUCCESS: u32 = 0;
@@ -629,38 +635,6 @@ fn envoy_chunks(chunks: *const EnvoyBuffer, size: usize) -> Vec<u8> {
     out
 }
 
-/// One Envoy worker's state (`T` holds `Rc`s and `RefCell`s: the flow's configuration, the
-/// report counts, the flows of the worker's requests), reachable from the main thread, which
-/// sends the worker's count reports on a timer (the ABI gives a worker no timer). Every access,
-/// the worker's own included, goes through [`WorkerBound::lock`]: the worker takes it once per
-/// hook (uncontended but for the main thread's turn, once per report period), so no lock is
-/// shared between workers.
-#[derive(Debug)]
-pub struct WorkerBound<T>(std::sync::Mutex<T>);
-
-// SAFETY: `T` is not `Send`/`Sync` only because of the `Rc`s and `RefCell`s inside it. Every value
-// holding one of those `Rc`s (the flows of the worker's requests included) lives inside `T`, so
-// no clone of them exists outside the mutex, and the mutex serialises every access (reference
-// counts included) across the worker and the main thread.
-unsafe impl<T> Send for WorkerBound<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for WorkerBound<T> {}
-
-impl<T> WorkerBound<T> {
-    /// Wraps one worker's state.
-    pub fn new(state: T) -> WorkerBound<T> {
-        WorkerBound(std::sync::Mutex::new(state))
-    }
-
-    /// The state, for one hook (a poisoned lock is taken anyway: a panic was caught at a hook
-    /// and the state is what the flow left, as after any early return).
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, T> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
 /// Envoy's side of one request's filter (`envoy_dynamic_module_type_http_filter_envoy_ptr`): valid
 /// until `on_http_filter_destroy`; used only on the worker thread that runs the request.
 #[derive(Debug, Clone, Copy)]
@@ -998,6 +972,50 @@ impl FilterHandle {
     }
 }
 
+/// Does what a hook left for Envoy ([`After`]), after the hook's borrow of its filter ended and
+/// the worker's lock was released: Envoy may run this filter's other hooks inside these calls.
+fn perform(filter_envoy: *mut c_void, after: Option<After>) {
+    let handle = FilterHandle(filter_envoy);
+    match after {
+        None => {}
+        Some(After::Resume) => handle.continue_decoding(),
+        Some(After::Reply(status, headers, body)) => {
+            let headers: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            handle.send_response(status, &headers, &body);
+        }
+    }
+}
+
+/// Runs a hook body, `None` after a panic (logged).
+fn caught<T>(hook: &str, body: impl FnOnce() -> T) -> Option<T> {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            log(
+                Level::Error,
+                &format!("sluice: panic in {hook} (a bug; the failure mode applies)"),
+            );
+            None
+        }
+    }
+}
+
+/// A request whose hook failed (`None`: a panic) or found no filter: the failure mode applies
+/// (`glue::undecided`); `sync` in the request-headers hook. With no filter at all (Envoy could
+/// not make one) the module fails closed when any configuration says `deny`.
+fn undecided(filter: *mut c_void, hook: &str, sync: bool) -> (bool, Option<After>) {
+    let outcome = caught(hook, || match filter_mut(filter) {
+        Some(f) => glue::undecided(f, hook, sync),
+        // No filter after its request headers: this module never stopped the request.
+        None if !sync => (false, None),
+        None => glue::undecided_without_filter(hook, sync),
+    });
+    outcome.unwrap_or_else(|| glue::undecided_without_filter(hook, sync))
+}
+
 /// Runs a hook body, turning a panic into a log line and `fallback`.
 fn guarded<T>(hook: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
@@ -1130,22 +1148,28 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     filter: *mut c_void,
     _end_of_stream: bool,
 ) -> u32 {
-    guarded("on_request_headers", CONTINUE, || {
-        match filter_mut(filter) {
-            Some(f) => {
-                if as_active(filter_envoy, || glue::on_request_headers(f)) {
-                    STOP_ITERATION
-                } else {
-                    CONTINUE
-                }
-            }
-            None => CONTINUE,
-        }
-    })
+    const HOOK: &str = "on_request_headers";
+    let outcome = caught(HOOK, || {
+        filter_mut(filter).map(|f| as_active(filter_envoy, || glue::on_request_headers(f)))
+    });
+    let (stop, after) = match outcome {
+        Some(Some(decided)) => decided,
+        // A panic, or no filter: nothing decided the request.
+        Some(None) | None => undecided(filter, HOOK, true),
+    };
+    perform(filter_envoy, after);
+    if stop {
+        STOP_ITERATION
+    } else {
+        CONTINUE
+    }
 }
 
-/// Request body: held (buffered) while the decision is pending, else passed through. A
-/// "continue" here would let Envoy pass the stopped headers on with the body, undecided.
+/// Request body: held while the decision is pending, else passed through. A "continue" here
+/// would let Envoy pass the stopped headers on with the body, undecided. Held with watermarks:
+/// a body larger than Envoy's buffer limit waits (the client's reads are paused) rather than
+/// being refused with 413, so a decision never changes what sizes a route accepts (the wasm
+/// host's `Action::Pause` is the same status).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     _e: *mut c_void,
@@ -1153,7 +1177,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     _end_of_stream: bool,
 ) -> u32 {
     guarded("on_request_body", CONTINUE, || match filter_mut(filter) {
-        Some(f) if glue::decision_pending(f) => STOP_ITERATION_AND_BUFFER,
+        Some(f) if glue::decision_pending(f) => STOP_ITERATION_AND_WATERMARK,
         _ => CONTINUE,
     })
 }
@@ -1180,9 +1204,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     _end_of_stream: bool,
 ) -> u32 {
     guarded("on_response_headers", CONTINUE, || {
-        if let Some(f) = filter_mut(filter) {
-            as_active(filter_envoy, || glue::on_response_headers(f));
-        }
+        let after = filter_mut(filter)
+            .and_then(|f| as_active(filter_envoy, || glue::on_response_headers(f)));
+        perform(filter_envoy, after);
         CONTINUE
     })
 }
@@ -1205,9 +1229,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
     filter: *mut c_void,
 ) -> u32 {
     guarded("on_response_trailers", CONTINUE, || {
-        if let Some(f) = filter_mut(filter) {
-            as_active(filter_envoy, || glue::on_response_trailers(f));
-        }
+        let after = filter_mut(filter)
+            .and_then(|f| as_active(filter_envoy, || glue::on_response_trailers(f)));
+        perform(filter_envoy, after);
         CONTINUE
     })
 }
@@ -1227,11 +1251,15 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     filter: *mut c_void,
     event_id: u64,
 ) {
-    guarded("http_filter_scheduled", (), || {
-        if let Some(f) = filter_mut(filter) {
-            as_active(filter_envoy, || glue::on_scheduled(f, event_id));
-        }
-    })
+    const HOOK: &str = "http_filter_scheduled";
+    let outcome = caught(HOOK, || {
+        filter_mut(filter).and_then(|f| as_active(filter_envoy, || glue::on_scheduled(f, event_id)))
+    });
+    let after = match outcome {
+        Some(after) => after,
+        None => undecided(filter, HOOK, false).1,
+    };
+    guarded(HOOK, (), || perform(filter_envoy, after));
 }
 
 /// A decision callout answered (or failed).
@@ -1261,12 +1289,19 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             EARLY.with(|e| e.borrow_mut().push((callout_id, answer)));
             return;
         }
-        let Some(f) = filter_mut(filter) else {
-            return;
-        };
-        as_active(filter_envoy, || {
-            glue::on_callout_done(f, callout_id, answer)
+        const HOOK: &str = "http_callout_done";
+        let outcome = caught(HOOK, || {
+            filter_mut(filter).and_then(|f| {
+                as_active(filter_envoy, || {
+                    glue::on_callout_done(f, callout_id, answer)
+                })
+            })
         });
+        let after = match outcome {
+            Some(after) => after,
+            None => undecided(filter, HOOK, false).1,
+        };
+        perform(filter_envoy, after);
     })
 }
 

@@ -11,23 +11,25 @@
 //! or a held failure line for the main thread's turn; one atomic load when a turn is already
 //! asked for), so that the timer sleeps while no request comes.
 
+#![forbid(unsafe_code)]
+
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
-use sluice_filter::config::{Config, Match, Protocol};
+use sluice_filter::config::{Config, FailureMode, Match, Protocol};
 use sluice_filter::exchange::Route;
-use sluice_filter::failure::Failure;
-use sluice_filter::flow::{Flow, Next};
+use sluice_filter::failure::{self, Failure};
+use sluice_filter::flow::Next;
 use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
-use sluice_filter::report::Worker;
 use sluice_filter::rls_proto;
 use sluice_filter::route::{self, RequestLine};
 
-use crate::abi::{self, ConfigHandle, FilterHandle, HeaderSnapshot, Level, WorkerBound};
+use crate::abi::{
+    self, ConfigHandle, FilterHandle, FlowRef, HeaderSnapshot, Level, LocalState, WorkerBound,
+};
 use crate::grpc;
 use crate::relay::Reports;
 use crate::shared::{self, SharedStore};
@@ -102,6 +104,9 @@ pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<Nati
             return None;
         }
     };
+    if config.failure_mode == FailureMode::Deny {
+        FAIL_CLOSED_STATUS.store(u32::from(config.failure_status), Ordering::Relaxed);
+    }
     let counters: Vec<Option<usize>> = Counter::ALL
         .iter()
         .map(|c| handle.define_counter(c.name()))
@@ -148,20 +153,8 @@ pub fn parse_config(json: &[u8]) -> Result<Config, String> {
     Config::from_json(json).map_err(|e| format!("sluice: bad plugin configuration: {e}"))
 }
 
-/// One worker's state for one configuration; every `Rc` of it (the flows' included) lives here.
-#[derive(Debug)]
-pub struct LocalState {
-    /// The configuration as the flows hold it.
-    pub config: Rc<Config>,
-    /// The worker's counts, pockets and failure log.
-    pub worker: Rc<Worker>,
-    /// The flows of the worker's requests in progress (a slab: `None` is a free slot).
-    flows: Vec<Option<Flow>>,
-    free: Vec<usize>,
-}
-
 /// A worker's state, shared with the main thread for its reports.
-pub type SharedLocal = Arc<WorkerBound<LocalState>>;
+pub type SharedLocal = Arc<WorkerBound>;
 
 thread_local! {
     static LOCALS: RefCell<Vec<(u64, SharedLocal)>> = const { RefCell::new(Vec::new()) };
@@ -180,12 +173,7 @@ fn local(common: &Common) -> SharedLocal {
         if locals.len() >= MAX_LOCALS {
             locals.remove(0);
         }
-        let l = Arc::new(WorkerBound::new(LocalState {
-            config: Rc::new(common.config.clone()),
-            worker: Rc::new(Worker::new(&common.config)),
-            flows: Vec::new(),
-            free: Vec::new(),
-        }));
+        let l = Arc::new(WorkerBound::new(LocalState::new(&common.config)));
         common.reports.register(&l);
         locals.push((common.id, Arc::clone(&l)));
         l
@@ -201,6 +189,20 @@ enum Kind {
     Rls,
     /// `DecisionExchange/Call` (gRPC unary).
     Exchange,
+}
+
+/// What a hook leaves for Envoy to do once the worker's lock is released and the hook's borrow
+/// of the filter has ended: resuming the request or answering it. Envoy may run this filter's
+/// other hooks inside either call (a route Envoy answers itself, a redirect, no healthy
+/// upstream: the router's local reply runs the response hooks at once), and those hooks take
+/// the worker's lock, so neither may run while it is held (issue 28 0a: a worker and then the
+/// main thread blocked for good).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum After {
+    /// `continue_decoding`: the request goes on to the next filter.
+    Resume,
+    /// `send_response`: the filter's own answer (status, headers, body).
+    Reply(u16, Vec<(String, String)>, Vec<u8>),
 }
 
 /// [`Host`] over the ABI's callbacks, for one request.
@@ -223,6 +225,8 @@ pub struct NativeHost {
     /// The request is stopped for its decision (neither resumed nor answered yet): its body and
     /// trailers are held.
     paused: bool,
+    /// What the flow asked of Envoy during this hook, done by `abi.rs` after it (see [`After`]).
+    after: Option<After>,
 }
 
 /// One request: its host, and (once a route matched) its worker's state and the slot of its
@@ -247,6 +251,7 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
             resumed_in_headers: false,
             paused: false,
             mailbox: None,
+            after: None,
         },
         local: None,
         slot: None,
@@ -266,64 +271,44 @@ pub fn filter_destroy(filter: NativeFilter) {
     let (Some(local), Some(slot)) = (local, slot) else {
         return;
     };
-    let mut state = local.lock();
-    if let Some(s) = state.flows.get_mut(slot) {
-        if let Some(mut flow) = s.take() {
-            flow.on_end(&mut host);
-        }
-        state.free.push(slot);
-    }
-    drop(state);
+    local.lock().end_flow(slot, Some(&mut host));
     host.common.reports.poke();
 }
 
-/// `on_request_headers`: `true` stops the request (a callout, or a reply sent). A request no
-/// route matches is let through here, before any lock or flow (the flow would find the same).
-pub fn on_request_headers(f: &mut NativeFilter) -> bool {
+/// `on_request_headers`: `true` stops the request (a callout, or a reply to send: the
+/// [`After`], done by the caller once this returns). A request no route matches is let through
+/// here, before any lock or flow (the flow would find the same).
+pub fn on_request_headers(f: &mut NativeFilter) -> (bool, Option<After>) {
+    #[cfg(feature = "fault-injection")]
+    crate::fault::at_request(&f.host.filter);
     // The request line is read once, for this route check and the flow, into the worker's
     // reused buffers.
     let mut line = SPARE_LINE.take();
     line.read_into(&f.host);
     let stop = request_line(f, &line);
     SPARE_LINE.set(line);
-    stop
+    match stop {
+        Some(stop) => (stop, f.host.after.take()),
+        None => undecided(f, "on_request_headers", true),
+    }
 }
 
-fn request_line(f: &mut NativeFilter, line: &RequestLine) -> bool {
+/// Runs the flow's request-headers step: whether to stop, `None` when the request's flow is lost
+/// (then nothing decided it: the caller applies the failure mode).
+fn request_line(f: &mut NativeFilter, line: &RequestLine) -> Option<bool> {
     let common = Arc::clone(&f.host.common);
     if !common.catch_all && route::find_at(&common.config.routes, line, &f.host).is_none() {
-        return false;
+        return Some(false);
     }
     let local = Arc::clone(f.local.get_or_insert_with(|| local(&common)));
     let mut state = local.lock();
-    let slot = match f.slot {
-        Some(slot) => slot,
-        None => {
-            let flow = Flow::with_worker(Rc::clone(&state.config), Rc::clone(&state.worker));
-            let slot = match state.free.pop() {
-                Some(slot) => {
-                    if let Some(s) = state.flows.get_mut(slot) {
-                        *s = Some(flow);
-                    }
-                    slot
-                }
-                None => {
-                    state.flows.push(Some(flow));
-                    state.flows.len() - 1
-                }
-            };
-            f.slot = Some(slot);
-            slot
-        }
-    };
-    let Some(Some(flow)) = state.flows.get_mut(slot) else {
-        return false;
-    };
+    let slot = *f.slot.get_or_insert_with(|| state.start_flow());
+    let mut flow = state.flow(slot)?;
     let host = &mut f.host;
     host.in_headers = true;
     host.resumed_in_headers = false;
     let next = flow.on_request_line(host, line);
-    deliver_early(flow, host);
+    deliver_early(&mut flow, host);
     drop(state);
     common.reports.poke();
     host.in_headers = false;
@@ -332,7 +317,88 @@ fn request_line(f: &mut NativeFilter, line: &RequestLine) -> bool {
         Next::Continue => false,
     };
     host.paused = stop;
-    stop
+    Some(stop)
+}
+
+/// A request this build could not decide: a panic caught in its hook `hook`, or its flow lost.
+/// Unless it was already answered or resumed, the configured failure mode applies, as for a
+/// backend failure (`sluice.failures_internal`, a warn line at most once per 10 s per worker,
+/// `x-sluice-failure: internal`): `deny` answers `failure_status`, never "continue" (issue 28
+/// item 2). `sync`: inside the request-headers hook (the `bool` says whether to stop there).
+/// The request's flow is dropped (its state is whatever the failure left); later hooks skip it.
+pub fn undecided(f: &mut NativeFilter, hook: &str, sync: bool) -> (bool, Option<After>) {
+    if !sync && !f.host.paused {
+        return (false, None);
+    }
+    let failure = Failure::internal(hook);
+    let common = Arc::clone(&f.host.common);
+    let now = f.host.now_ns();
+    let local = Arc::clone(f.local.get_or_insert_with(|| local(&common)));
+    let mut state = local.lock();
+    if let Some(slot) = f.slot.take() {
+        state.end_flow(slot, None);
+    }
+    let line = state
+        .worker()
+        .failures()
+        .request(&failure, now, &common.config);
+    drop(state);
+    if let Some(line) = line {
+        abi::log(Level::Warn, &line);
+    }
+    let host = &mut f.host;
+    host.after = None;
+    host.in_headers = sync;
+    host.resumed_in_headers = false;
+    host.count(failure.reason.counter());
+    let next = failure::mode::apply(&common.config, host, "", &failure, sync);
+    host.in_headers = false;
+    host.paused = false;
+    let stop = matches!(next, Next::Pause) && !host.resumed_in_headers;
+    common.reports.poke();
+    (stop, host.after.take())
+}
+
+/// The `failure_status` of a configuration that fails closed (`failure_mode: deny`), 0 while
+/// none does: what a request gets when Envoy has no filter of ours for it to ask (a hook with a
+/// null filter), whose configuration is then unknown: the module fails closed if any does.
+static FAIL_CLOSED_STATUS: AtomicU32 = AtomicU32::new(0);
+
+/// A request with no filter of ours (Envoy could not make one, or a panic left none to ask):
+/// denied with a `deny` configuration's `failure_status` when any configuration fails closed,
+/// else passed on; logged either way (no stat: Envoy gives no configuration to count it on).
+pub fn undecided_without_filter(hook: &str, sync: bool) -> (bool, Option<After>) {
+    let failure = Failure::internal(hook);
+    let status = u16::try_from(FAIL_CLOSED_STATUS.load(Ordering::Relaxed)).unwrap_or(0);
+    abi::log(
+        Level::Error,
+        &format!(
+            "sluice: {} with no filter state; {}",
+            failure.seen,
+            if status == 0 { "passed on" } else { "denied" }
+        ),
+    );
+    if status == 0 {
+        return (false, (!sync).then_some(After::Resume));
+    }
+    let body = sluice_filter::reply::problem(
+        status,
+        "Rate Limiter Unavailable",
+        "the rate limiter could not decide (internal); failing closed",
+        "",
+        None,
+    );
+    let headers = vec![
+        (
+            "content-type".to_owned(),
+            "application/problem+json".to_owned(),
+        ),
+        (
+            sluice_filter::reply::FAILURE_HEADER.to_owned(),
+            failure.header.clone(),
+        ),
+    ];
+    (true, Some(After::Reply(status, headers, body)))
 }
 
 /// Whether the request waits for its decision (its body and trailers are held meanwhile).
@@ -341,48 +407,61 @@ pub fn decision_pending(f: &NativeFilter) -> bool {
 }
 
 /// `on_response_headers`: the rate-limit headers.
-pub fn on_response_headers(f: &mut NativeFilter) {
+pub fn on_response_headers(f: &mut NativeFilter) -> Option<After> {
     let (Some(local), Some(slot)) = (&f.local, f.slot) else {
-        return;
+        return None;
     };
     let mut state = local.lock();
-    if let Some(Some(flow)) = state.flows.get_mut(slot) {
+    if let Some(mut flow) = state.flow(slot) {
         flow.on_response_headers(&mut f.host);
     }
     drop(state);
     f.host.common.reports.poke();
+    f.host.after.take()
 }
 
 /// `on_response_trailers`: a cost route whose actual cost is a trailer settles.
-pub fn on_response_trailers(f: &mut NativeFilter) {
+pub fn on_response_trailers(f: &mut NativeFilter) -> Option<After> {
     let (Some(local), Some(slot)) = (&f.local, f.slot) else {
-        return;
+        return None;
     };
     let mut state = local.lock();
-    if let Some(Some(flow)) = state.flows.get_mut(slot) {
+    if let Some(mut flow) = state.flow(slot) {
         flow.on_response_trailers(&mut f.host);
     }
     drop(state);
     f.host.common.reports.poke();
+    f.host.after.take()
 }
 
-/// A decision callout answered.
-pub fn on_callout_done(f: &mut NativeFilter, callout_id: u64, answer: CalloutAnswer) {
+/// A decision callout answered: what Envoy is to do with the request, once this returns.
+pub fn on_callout_done(
+    f: &mut NativeFilter,
+    callout_id: u64,
+    answer: CalloutAnswer,
+) -> Option<After> {
+    #[cfg(feature = "fault-injection")]
+    crate::fault::at_answer(&f.host.filter);
+    if f.local.is_none() || f.slot.is_none() {
+        return undecided(f, "http_callout_done", false).1;
+    }
     let (Some(local), Some(slot)) = (&f.local, f.slot) else {
-        return;
+        return None;
     };
     let mut state = local.lock();
-    let Some(Some(flow)) = state.flows.get_mut(slot) else {
-        return;
+    let Some(mut flow) = state.flow(slot) else {
+        drop(state);
+        return undecided(f, "http_callout_done", false).1;
     };
-    deliver(flow, &mut f.host, callout_id, answer);
-    deliver_early(flow, &mut f.host);
+    deliver(&mut flow, &mut f.host, callout_id, answer);
+    deliver_early(&mut flow, &mut f.host);
     drop(state);
     f.host.common.reports.poke();
+    f.host.after.take()
 }
 
 /// Answers Envoy gave inside their own `http_callout` (see `abi::FilterHandle::take_early`).
-fn deliver_early(flow: &mut Flow, host: &mut NativeHost) {
+fn deliver_early(flow: &mut FlowRef<'_>, host: &mut NativeHost) {
     loop {
         let early = host.filter.take_early();
         if early.is_empty() {
@@ -394,7 +473,7 @@ fn deliver_early(flow: &mut Flow, host: &mut NativeHost) {
     }
 }
 
-fn deliver(flow: &mut Flow, host: &mut NativeHost, callout_id: u64, answer: CalloutAnswer) {
+fn deliver(flow: &mut FlowRef<'_>, host: &mut NativeHost, callout_id: u64, answer: CalloutAnswer) {
     let Ok(token) = u32::try_from(callout_id) else {
         return;
     };
@@ -442,21 +521,26 @@ fn deliver(flow: &mut Flow, host: &mut NativeHost, callout_id: u64, answer: Call
     }
 }
 
-/// `on_http_filter_scheduled`: answers the main thread's exchange stream handed to this request.
-pub fn on_scheduled(f: &mut NativeFilter, _event_id: u64) {
-    let Some(mailbox) = f.host.mailbox.clone() else {
-        return;
-    };
+/// `on_http_filter_scheduled`: answers the main thread's exchange stream handed to this request;
+/// what Envoy is to do with the request, once this returns.
+pub fn on_scheduled(f: &mut NativeFilter, _event_id: u64) -> Option<After> {
+    let mailbox = f.host.mailbox.clone()?;
     let deliveries = mailbox.take();
     if deliveries.is_empty() {
-        return;
+        return None;
+    }
+    #[cfg(feature = "fault-injection")]
+    crate::fault::at_answer(&f.host.filter);
+    if f.local.is_none() || f.slot.is_none() {
+        return undecided(f, "http_filter_scheduled", false).1;
     }
     let (Some(local), Some(slot)) = (&f.local, f.slot) else {
-        return;
+        return None;
     };
     let mut state = local.lock();
-    let Some(Some(flow)) = state.flows.get_mut(slot) else {
-        return;
+    let Some(mut flow) = state.flow(slot) else {
+        drop(state);
+        return undecided(f, "http_filter_scheduled", false).1;
     };
     let host = &mut f.host;
     for (token, delivery) in deliveries {
@@ -468,9 +552,10 @@ pub fn on_scheduled(f: &mut NativeFilter, _event_id: u64) {
             Delivery::Failed(failure) => flow.on_failure(host, token, failure),
         }
     }
-    deliver_early(flow, host);
+    deliver_early(&mut flow, host);
     drop(state);
     f.host.common.reports.poke();
+    f.host.after.take()
 }
 
 /// The exchange stream's turn on the main thread.
@@ -685,7 +770,11 @@ impl Host for NativeHost {
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
         self.paused = false;
-        self.filter.send_response(status, headers, body);
+        let headers = headers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        self.after = Some(After::Reply(status, headers, body.to_vec()));
     }
 
     fn resume(&mut self) {
@@ -693,7 +782,7 @@ impl Host for NativeHost {
         if self.in_headers {
             self.resumed_in_headers = true;
         } else {
-            self.filter.continue_decoding();
+            self.after = Some(After::Resume);
         }
     }
 

@@ -9,6 +9,8 @@
 //! upstream) UNAVAILABLE; else one complete message is OK (a server sends a message only on
 //! success); else UNKNOWN.
 
+#![forbid(unsafe_code)]
+
 use sluice_filter::failure::grpc;
 
 use crate::glue::CalloutAnswer;

@@ -22,6 +22,8 @@
 
 #[allow(unsafe_code)]
 mod abi;
+#[cfg(feature = "fault-injection")]
+mod fault;
 pub mod glue;
 pub mod grpc;
 pub mod relay;

@@ -21,6 +21,8 @@
 //! runs at most once per `report.period_ms` of those turns. A commit's answer comes back like a report's and is handed
 //! to its worker's commit queue (`Worker::on_report_response`).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -35,8 +37,8 @@ use sluice_filter::host::{
 };
 use sluice_filter::report::Counts;
 
-use crate::abi::{self, ConfigHandle, Level, Scheduler, WorkerBound};
-use crate::glue::{CalloutAnswer, LocalState, SharedLocal};
+use crate::abi::{self, ConfigHandle, Level, LocalState, Scheduler, WorkerBound};
+use crate::glue::{CalloutAnswer, SharedLocal};
 use crate::grpc;
 use crate::timer::{now_ns, Alarm, Timer};
 
@@ -45,7 +47,7 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A report in flight: its worker, its token, whether it went as an exchange.
-type InFlight = (Weak<WorkerBound<LocalState>>, u32, bool);
+type InFlight = (Weak<WorkerBound>, u32, bool);
 
 /// The main thread's side of one configuration's reports.
 #[derive(Debug)]
@@ -59,7 +61,7 @@ pub struct Reports {
     /// cost commits).
     report_period_ns: u64,
     next_report_ns: AtomicU64,
-    workers: Mutex<Vec<Weak<WorkerBound<LocalState>>>>,
+    workers: Mutex<Vec<Weak<WorkerBound>>>,
     in_flight: Mutex<HashMap<u64, InFlight>>,
     /// Answers that came inside their own `http_callout` (before their id was known).
     early: Mutex<HashMap<u64, CalloutAnswer>>,
@@ -83,7 +85,7 @@ struct Left {
 
 impl Left {
     fn of(state: &LocalState, reports_on: bool, now_ns: u64) -> Left {
-        let worker = &state.worker;
+        let worker = state.worker();
         Left {
             commits: worker.commits().pending() > 0,
             counts: reports_on && worker.unreported().iter().any(|c| *c != Counts::default()),
@@ -92,7 +94,7 @@ impl Left {
             held_lines: !worker
                 .failures()
                 .clone()
-                .due(now_ns.saturating_add(LOG_EVERY_NS), &state.config)
+                .due(now_ns.saturating_add(LOG_EVERY_NS), state.config())
                 .is_empty(),
         }
     }
@@ -207,9 +209,9 @@ impl Reports {
                 sent: Vec::new(),
             };
             if report_turn {
-                state.worker.tick(&mut host, &state.config);
+                state.worker().tick(&mut host, state.config());
             } else {
-                state.worker.commits().send(&mut host, &state.config);
+                state.worker().commits().send(&mut host, state.config());
             }
             for (id, exchange) in std::mem::take(&mut host.sent) {
                 let Ok(token) = u32::try_from(id) else {
@@ -220,7 +222,7 @@ impl Reports {
                     Some(answer) => {
                         let status = status_of(&answer, exchange);
                         state
-                            .worker
+                            .worker()
                             .on_report_response(&mut host, token, status.as_deref());
                     }
                     None => {
@@ -261,7 +263,7 @@ impl Reports {
             sent: Vec::new(),
         };
         state
-            .worker
+            .worker()
             .on_report_response(&mut host, token, status.as_deref());
         // A failed report or commit is sent again at a later turn.
         let now = now_ns();

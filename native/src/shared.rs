@@ -13,6 +13,8 @@
 //! Versions follow Envoy's shared-data CAS: never 0, changed by every write, so
 //! `set_if(key, value, version)` succeeds only when nobody wrote the key since it was read.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::atomic::{AtomicUsize, Ordering};

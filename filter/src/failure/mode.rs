@@ -1,0 +1,51 @@
+//! What a failed decision does to its request: the configured `failure_mode`, in one place, for
+//! the flow (a backend that could not decide) and for a host whose own hook failed before the
+//! flow could (a panic caught at the ABI edge: `deny` must still deny).
+
+use crate::config::{Config, FailureMode};
+use crate::flow::Next;
+use crate::host::{Counter, Host};
+use crate::reply::{self, FAILURE_HEADER};
+
+use super::Failure;
+
+/// Applies the failure mode to an undecided request of `action` (empty when the failure came
+/// before a route was known). `allow`: `x-sluice-failure` on the request, counted as passed
+/// unchecked, resumed (or `Next::Continue` when `sync`, inside the request-headers hook);
+/// `deny`: `failure_status` with a problem body naming the reason. The caller counts the reason
+/// and logs it; the flow also adds the header to the response.
+pub fn apply(
+    config: &Config,
+    host: &mut dyn Host,
+    action: &str,
+    failure: &Failure,
+    sync: bool,
+) -> Next {
+    let reason = failure.header.as_str();
+    match config.failure_mode {
+        FailureMode::Allow => {
+            host.count(Counter::FailuresAllow);
+            host.set_request_header(FAILURE_HEADER, reason);
+            if sync {
+                return Next::Continue;
+            }
+            host.resume();
+            Next::Pause
+        }
+        FailureMode::Deny => {
+            host.count(Counter::FailuresDeny);
+            let status = config.failure_status;
+            let detail = format!("the rate limiter could not decide ({reason}); failing closed");
+            let body = reply::problem(status, "Rate Limiter Unavailable", &detail, action, None);
+            host.send_reply(
+                status,
+                &[
+                    ("content-type", "application/problem+json"),
+                    (FAILURE_HEADER, reason),
+                ],
+                &body,
+            );
+            Next::Pause
+        }
+    }
+}

@@ -1,0 +1,86 @@
+"""The native build's own failures follow the failure mode (issue 28 item 2), through a real
+Envoy: a module built with the test-only `fault-injection` feature (native/src/fault.rs, built by
+tests/suites/20-envoy.sh into target/release/fault-injection/, never the module users load)
+panics in the request-headers hook, or when a decision's answer arrives, for a request that
+asks for it with `x-sluice-fault`.
+
+Under `failure_mode: deny` every such request is denied: `failure_status`, `x-sluice-failure:
+internal`, `sluice.failures_deny` and `sluice.failures_internal` counted, a warn line in Envoy's
+log. Under `allow` it passes and is counted as passed unchecked (`failures_allow`). Before, a
+caught panic answered "continue": the request went upstream unmetered, uncounted, under `deny`.
+The wasm build has no fault switch (a panic there stops its VM): native pass only."""
+
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+import stack
+
+FAULT_DIR = Path(stack.NATIVE).parent / "fault-injection"
+
+pytestmark = pytest.mark.skipif(stack.FILTER_BUILD != "native",
+                                reason="the fault switch is the native module's (native/src/fault.rs)")
+
+
+@pytest.fixture(scope="module")
+def fault_envoy(tmp, backend, upstream):
+    if not (FAULT_DIR / "libsluice_filter_native.so").is_file():
+        pytest.fail(f"{FAULT_DIR}/libsluice_filter_native.so missing: tests/suites/20-envoy.sh builds it "
+                    "(cargo build -p sluice-filter-native --release --features fault-injection)")
+    backend.put_rule({"action": "e2e_local", "algorithm": "gcra", "capacity": 1000,
+                      "rate": {"count": 1000, "period": "1h"}})
+    e = stack.Envoy(tmp, "e2e_local.yaml",
+                    {"BACKEND_PORT": backend.decision_port, "GRPC_PORT": backend.grpc_port,
+                     "UPSTREAM_PORT": upstream, "TIMEOUT_MS": 1000, "UPLOAD_TIMEOUT_MS": 1000},
+                    ["LISTEN_STREAM_PORT", "LISTEN_HTTP_PORT", "LISTEN_UPLOAD_PORT"], module_dir=FAULT_DIR)
+    # The HTTP-callout listener fails open here, the stream listener closed.
+    text = e.config.read_text()
+    http_at = text.index("name: local_http\n                vm_config")
+    e.config.write_text(text[:http_at] + text[http_at:].replace('"failure_mode": "deny"', '"failure_mode": "allow"', 1))
+    e.start()
+    yield e
+    e.stop()
+
+
+def counters(envoy):
+    s = envoy.stats()
+    return {k: s.get(f"wasmcustom.sluice.{k}", 0) for k in ("failures_deny", "failures_allow", "failures_internal")}
+
+
+@pytest.mark.parametrize("fault", ["panic-request", "panic-answer"])
+def test_a_panic_under_deny_denies(fault_envoy, fault):
+    before = counters(fault_envoy)
+    r = requests.get(fault_envoy.url("LISTEN_STREAM_PORT") + "/up/x",
+                     headers={"x-user": f"fault-{uuid.uuid4().hex[:8]}", "x-sluice-fault": fault}, timeout=5)
+    assert r.status_code == 503, (r.status_code, r.text[:200])
+    assert r.headers["x-sluice-failure"] == "internal"
+    assert r.json()["status"] == 503
+    after = counters(fault_envoy)
+    assert after["failures_deny"] == before["failures_deny"] + 1
+    assert after["failures_internal"] == before["failures_internal"] + 1
+    assert after["failures_allow"] == before["failures_allow"]
+    log = Path(fault_envoy.proc.log_path).read_text(errors="replace")
+    assert f"sluice fault injection: {fault}" in log or "panic in" in log
+    assert "the filter failed in" in log
+
+
+@pytest.mark.parametrize("fault", ["panic-request", "panic-answer"])
+def test_a_panic_under_allow_passes_counted_unchecked(fault_envoy, fault):
+    before = counters(fault_envoy)
+    r = requests.get(fault_envoy.url("LISTEN_HTTP_PORT") + "/up/x",
+                     headers={"x-user": f"fault-{uuid.uuid4().hex[:8]}", "x-sluice-fault": fault}, timeout=5)
+    assert r.status_code == 200, (r.status_code, r.text[:200])
+    assert r.json()["headers"]["x-sluice-failure"] == "internal", "the upstream is told"
+    after = counters(fault_envoy)
+    assert after["failures_allow"] == before["failures_allow"] + 1
+    assert after["failures_internal"] == before["failures_internal"] + 1
+    assert after["failures_deny"] == before["failures_deny"]
+
+
+def test_without_a_fault_the_same_module_decides(fault_envoy):
+    """The fault build is the real filter otherwise: a request without the header is decided."""
+    r = requests.get(fault_envoy.url("LISTEN_STREAM_PORT") + "/up/x",
+                     headers={"x-user": f"nofault-{uuid.uuid4().hex[:8]}"}, timeout=5)
+    assert r.status_code == 200 and "x-ratelimit-limit" in r.headers
