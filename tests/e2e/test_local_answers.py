@@ -1,6 +1,7 @@
 """Routes Envoy answers itself, behind the sluice filter (issue 28 0a), through a real Envoy, the
 real backend and Redis, on both builds: a direct response, a redirect, no route, a cluster with
-no healthy host and another filter's local reply (RBAC after sluice), with the exchange stream
+no healthy host, an upstream that resets and another filter's local reply (RBAC after sluice),
+with the exchange stream
 and with an HTTP callout, on `--concurrency` 1 and 2.
 
 Every such request is metered and decided: the first `CAPACITY` of a user get Envoy's own answer
@@ -15,6 +16,7 @@ not, with the backend stopped until Envoy holds a full buffer of the body."""
 import os
 import signal
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -38,6 +40,7 @@ LOCAL_ANSWERS = [
     ("/redirect/old", 301),
     ("/nohost/x", 503),
     ("/rbac/secret", 403),
+    ("/reset/x", 503),
     ("/nowhere/x", 404),
     ("/up/x", 200),
 ]
@@ -48,13 +51,50 @@ def rule(action, capacity):
             "rate": {"count": capacity, "period": "1h"}}
 
 
+def start_resetter():
+    """A TCP server that resets every connection it accepts (SO_LINGER 0, then close): an upstream
+    that fails mid-deploy. Returns (socket, port); close the socket to stop it."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+
+    def accept():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def resetter():
+    listener, port = start_resetter()
+    yield port
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def backend(tmp, redis):
+    """This module's own backend on the session's redis-server, with a 1 s Redis timeout: every
+    answer's status is asserted here, not latency, so one slow EVALSHA on a loaded machine must
+    not turn an admission into a failure (503 under `deny`)."""
+    b = stack.Backend(tmp, redis, extra_args=["--redis-timeout-ms", "1000"]).start()
+    yield b
+    b.stop()
+
+
 @pytest.fixture(scope="module", params=[1, 2], ids=["concurrency1", "concurrency2"])
-def local_envoy(request, tmp, backend, upstream):
+def local_envoy(request, tmp, backend, upstream, resetter):
     backend.put_rule(rule("e2e_local", CAPACITY))
     backend.put_rule(rule("e2e_upload", CAPACITY))
     e = stack.Envoy(tmp, "e2e_local.yaml",
                     {"BACKEND_PORT": backend.decision_port, "GRPC_PORT": backend.grpc_port,
-                     "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS,
+                     "UPSTREAM_PORT": upstream, "RESET_PORT": resetter, "TIMEOUT_MS": TIMEOUT_MS,
                      "UPLOAD_TIMEOUT_MS": UPLOAD_TIMEOUT_MS},
                     LISTENERS, concurrency=request.param).start()
     yield e
@@ -103,8 +143,9 @@ def test_concurrent_requests_to_local_answers_all_get_answers(local_envoy):
 
     def run(job):
         listener, path, status, user = job
-        codes = [requests.get(local_envoy.url(listener) + path, headers={"x-user": user}, timeout=10,
-                              allow_redirects=False).status_code for _ in range(CAPACITY + 1)]
+        answers = [requests.get(local_envoy.url(listener) + path, headers={"x-user": user}, timeout=10,
+                                allow_redirects=False) for _ in range(CAPACITY + 1)]
+        codes = [(r.status_code, r.headers.get("x-sluice-failure")) for r in answers]
         with lock:
             results.append((status, codes))
 
@@ -116,7 +157,7 @@ def test_concurrent_requests_to_local_answers_all_get_answers(local_envoy):
     assert not any(t.is_alive() for t in threads), "a request was left without an answer"
     assert len(results) == len(jobs)
     for status, codes in results:
-        assert codes == [status] * CAPACITY + [429], (status, codes)
+        assert [c for c, _ in codes] == [status] * CAPACITY + [429], (status, codes)
     admin_answers(local_envoy)
 
 

@@ -33,7 +33,8 @@ def fault_envoy(tmp, backend, upstream):
                       "rate": {"count": 1000, "period": "1h"}})
     e = stack.Envoy(tmp, "e2e_local.yaml",
                     {"BACKEND_PORT": backend.decision_port, "GRPC_PORT": backend.grpc_port,
-                     "UPSTREAM_PORT": upstream, "TIMEOUT_MS": 1000, "UPLOAD_TIMEOUT_MS": 1000},
+                     "UPSTREAM_PORT": upstream, "RESET_PORT": upstream, "TIMEOUT_MS": 1000,
+                     "UPLOAD_TIMEOUT_MS": 1000},
                     ["LISTEN_STREAM_PORT", "LISTEN_HTTP_PORT", "LISTEN_UPLOAD_PORT"], module_dir=FAULT_DIR)
     # The HTTP-callout listener fails open here, the stream listener closed.
     text = e.config.read_text()
