@@ -45,6 +45,11 @@ pub const CELL_MAX_PERIOD_S: u64 = CELL_MAX_NS / NANOS_PER_SEC;
 /// Largest quantity one request may ask for (rules; `cl.throttle` is bounded by
 /// [`CELL_MAX_NS`]).
 pub const MAX_QUANTITY: u64 = 1_000_000_000;
+/// Smallest reservation a cost route asks for (`cost.reserve` in the filter): a reservation of
+/// 0 asks for nothing, so it passes a spent budget and its whole usage is debited afterwards (the
+/// check-then-debit overshoot reservations exist to stop). One unit is refused by a spent budget,
+/// and the commit settles the difference to the actual cost either way.
+pub const MIN_RESERVATION: u64 = 1;
 /// Longest action name.
 pub const MAX_ACTION_LEN: usize = 64;
 /// Longest rule description, in bytes.

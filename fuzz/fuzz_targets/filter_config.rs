@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_core::limits::MAX_QUANTITY;
+use sluice_core::limits::{MAX_QUANTITY, MIN_RESERVATION};
 use sluice_core::Action;
 use sluice_filter::config::{Config, KeySource, Reserve, MAX_KEY_DEPTH};
 
@@ -32,14 +32,18 @@ fn check_key(key: &KeySource, depth: usize) {
 }
 
 /// A header-driven reservation never leaves [min, max], whatever the client sends (here: the
-/// fuzz input itself as the header's value, once or twice, or absent).
+/// fuzz input itself as the header's value, once or twice, or absent), and no reservation is
+/// ever below one unit (0 would pass a spent budget).
 fn check_reserve(reserve: &Reserve, data: &[u8]) {
     if reserve.header.is_none() {
-        assert!(reserve.constant.is_some_and(|n| n <= MAX_QUANTITY), "{reserve:?}");
+        let ok = |n: u64| (MIN_RESERVATION..=MAX_QUANTITY).contains(&n);
+        assert!(reserve.constant.is_some_and(ok), "{reserve:?}");
         return;
     }
-    let (min, max) = (reserve.min.unwrap_or(0), reserve.max.unwrap_or(MAX_QUANTITY));
+    let min = reserve.min.unwrap_or(MIN_RESERVATION);
+    let max = reserve.max.unwrap_or(MAX_QUANTITY);
     let default = reserve.default.unwrap_or(u64::MAX);
+    assert!(MIN_RESERVATION <= min, "{reserve:?}");
     assert!(min <= default && default <= max && max <= MAX_QUANTITY, "{reserve:?}");
     for values in [vec![], vec![data.to_vec()], vec![data.to_vec(), data.to_vec()]] {
         let n = reserve.amount(&values);

@@ -6,7 +6,9 @@ What is asserted is the reservation the backend holds: the upstream here reports
 asked (`x-use`), so the reservation is kept (nothing committed) and the key's level right after
 the 200 is exactly what was reserved. The question for each input is whether any of them reserves
 less than the route's floor, or nothing: that would be a free pass (a client admitted on a spent
-budget, its whole usage debited afterwards, beyond the budget)."""
+budget, its whole usage debited afterwards, beyond the budget). A route written with no `min` (as
+envoy/e2e_cost.yaml's are) has a floor of one unit, so a spent budget refuses every shape of the
+header on both routes."""
 
 import uuid
 
@@ -87,19 +89,55 @@ def spend_all(backend, key):
     assert r.status_code == 200 and r.json()["allowed"], r.text
 
 
-def test_a_zero_reservation_is_no_pass_on_a_spent_budget_with_min(backend, edge):
-    """With min, `x-max-tokens: 0` reserves min, which a spent budget refuses. Without min (the
-    http listener's route, as configs were before min), 0 reserves 0: a throttle of 0 units
-    passes whatever the level, and the whole usage is debited afterwards, beyond the budget."""
+# The route as envoy/e2e_cost.yaml (and the docs' example) writes it, with no `min`: the floor is
+# one unit (docs/filter.md), so `0` reserves 1; everything else as with min.
+NO_MIN_CASES = [
+    ("zero", [b"0"], 1),
+    ("one", [b"1"], 1),
+    ("two", [b"2"], 2),
+    ("negative", [b"-1"], DEFAULT),
+    ("absent", [], DEFAULT),
+]
+
+
+@pytest.mark.parametrize("lines,reserved", [(c[1], c[2]) for c in NO_MIN_CASES], ids=[c[0] for c in NO_MIN_CASES])
+def test_without_min_a_reservation_is_never_below_one_unit(backend, edge, lines, reserved):
+    key = fresh_key()
+    r = send(edge, "LISTEN_CLOSED_PORT", key, [("x-max-tokens", v) for v in lines])
+    assert r.status == 200, (r.status, r.body[:200])
+    assert cost_stack.level(backend, ACTION, key) == pytest.approx(reserved, abs=0.1)
+
+
+# Whatever a client sends as its reservation, on a spent budget: each must be refused.
+SPENT_CASES = [
+    ("zero", [b"0"]),
+    ("minus one", [b"-1"]),
+    ("empty", [b""]),
+    ("junk", [b"junk"]),
+    ("absent", []),
+    ("huge", [b"9" * 400]),
+    ("not utf-8", [b"\xff\xfe0"]),
+    ("two zeros", [b"0", b"0"]),
+]
+
+
+@pytest.mark.parametrize("lines", [c[1] for c in SPENT_CASES], ids=[c[0] for c in SPENT_CASES])
+def test_a_spent_budget_refuses_every_reservation_header(backend, edge, lines):
+    """Both listeners: the http one's /reserve route is the file's, with no `min` (the floor of one
+    unit is the default), the grpc_stream one's is given min. Denied: 429, nothing reserved,
+    nothing committed, the upstream never asked (its usage would have been debited beyond the
+    budget)."""
     key = fresh_key()
     spend_all(backend, key)
-    lines = [("x-max-tokens", b"0"), ("x-use", b"700")]
-    assert send(edge, "LISTEN_OPEN_PORT", key, lines).status == 429
-    assert cost_stack.level(backend, ACTION, key) == pytest.approx(cost_stack.BUDGET, abs=1)
-    # What min closes (documented: a route without min trusts the upstream to bound usage).
     before = cost_stack.commits(edge)
-    assert send(edge, "LISTEN_CLOSED_PORT", key, lines).status == 200
-    stack.wait_until(lambda: cost_stack.commits(edge) > before, "the zero reservation's commit")
+    header = [("x-max-tokens", v) for v in lines] + [("x-use", b"700")]
+    for listener in ("LISTEN_CLOSED_PORT", "LISTEN_OPEN_PORT"):
+        r = send(edge, listener, key, header)
+        assert r.status == 429, (listener, r.status, r.body[:200])
+        assert r.json()["status"] == 429
+        assert cost_stack.level(backend, ACTION, key) == pytest.approx(cost_stack.BUDGET, abs=1)
+    # A 200 would have queued a commit of 700 within 20 ms; none may come.
+    assert cost_stack.commits(edge) == before
 
 
 def test_a_client_cost_id_never_reaches_the_upstream_nor_picks_the_commit(backend, edge):

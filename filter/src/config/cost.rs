@@ -4,7 +4,7 @@
 //! [`Cost::actual`] (`POST /v1/commit`), and the backend refunds or debits the difference.
 
 use serde::Deserialize;
-use sluice_core::limits::MAX_QUANTITY;
+use sluice_core::limits::{MAX_QUANTITY, MIN_RESERVATION};
 use sluice_core::FieldError;
 
 use super::{header_name, Protocol};
@@ -13,8 +13,8 @@ use super::{header_name, Protocol};
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Reserve {
-    /// The same reservation for every request (0 reserves nothing: a pure check, then the whole
-    /// actual cost is debited at commit: check-then-debit).
+    /// The same reservation for every request, at least [`MIN_RESERVATION`] (1 is a check that
+    /// the budget is not spent, the whole actual cost debited at commit: check-then-debit).
     #[serde(default)]
     pub constant: Option<u64>,
     /// A request header holding a decimal number (e.g. the `max_tokens` a client asked for).
@@ -27,9 +27,12 @@ pub struct Reserve {
     #[serde(default)]
     pub max: Option<u64>,
     /// With `header`: the smallest reservation; a smaller number (0 included) is raised to it
-    /// (default 0). Why: the header is the client's, and a client that sends 0 reserves nothing,
-    /// which turns reserve/commit back into check-then-debit whenever the upstream does not
-    /// itself bound its usage by that header (docs/cost-budgets.md).
+    /// (default and least [`MIN_RESERVATION`], 1). Why: the header is the client's, and a client
+    /// that sent 0 would reserve nothing, pass a spent budget and have its whole usage debited
+    /// afterwards: check-then-debit, whatever the upstream does with the header. An explicit 0 is
+    /// refused, not merely warned about: the commit settles the difference to the actual cost
+    /// anyway, so a floor of 1 costs a client nothing on a budget that is not spent, and 0 would
+    /// buy only the free pass (docs/cost-budgets.md).
     #[serde(default)]
     pub min: Option<u64>,
 }
@@ -102,22 +105,36 @@ impl Reserve {
     /// The reservation for a request whose `header` values are `values` (ignored for a constant).
     /// A header given once with a decimal number is raised to `min` and capped at `max`; anything
     /// else (absent, repeated, not a number) takes `default` (validated to lie within them).
+    /// Never less than [`MIN_RESERVATION`], even for a `Reserve` that was not validated: no value
+    /// a client sends reserves nothing.
     pub fn amount(&self, values: &[Vec<u8>]) -> u64 {
-        if let Some(n) = self.constant {
-            return n;
-        }
-        let default = self.default.unwrap_or(0);
-        let max = self.max.unwrap_or(MAX_QUANTITY);
-        let min = self.min.unwrap_or(0);
-        match values {
-            // Raised, then capped: never a panic, even on a `Reserve` that was not validated.
-            [one] => requested(one).map_or(default, |n| n.max(min).min(max)),
-            _ => default,
-        }
+        let n = match self.constant {
+            Some(n) => n,
+            None => {
+                let default = self.default.unwrap_or(MIN_RESERVATION);
+                let max = self.max.unwrap_or(MAX_QUANTITY);
+                let min = self.min.unwrap_or(MIN_RESERVATION);
+                match values {
+                    // Raised, then capped: never a panic, even on a `Reserve` not validated.
+                    [one] => requested(one).map_or(default, |n| n.max(min).min(max)),
+                    _ => default,
+                }
+            }
+        };
+        n.max(MIN_RESERVATION)
     }
 }
 
+/// Why a reservation below [`MIN_RESERVATION`] is refused, in the error naming its field.
+const ZERO_RESERVES_NOTHING: &str = "a reservation of 0 asks for nothing: it would pass a spent budget and have the whole usage debited afterwards";
+
 fn bounded(field: String, value: u64) -> Result<u64, FieldError> {
+    if value < MIN_RESERVATION {
+        return Err(FieldError::new(
+            field,
+            format!("must be at least {MIN_RESERVATION} ({ZERO_RESERVES_NOTHING}); got {value}"),
+        ));
+    }
     if value > MAX_QUANTITY {
         return Err(FieldError::new(
             field,
@@ -180,7 +197,7 @@ impl CostWritten {
                 })?;
                 bounded(format!("{r}.default"), default)?;
                 let max = bounded(format!("{r}.max"), reserve.max.unwrap_or(MAX_QUANTITY))?;
-                let min = bounded(format!("{r}.min"), reserve.min.unwrap_or(0))?;
+                let min = bounded(format!("{r}.min"), reserve.min.unwrap_or(MIN_RESERVATION))?;
                 if min > max {
                     return Err(FieldError::new(
                         format!("{r}.min"),
@@ -247,10 +264,10 @@ mod tests {
         assert!(c.meters_cost());
         let c = parse(
             "http",
-            r#"{"reserve": {"constant": 0}, "actual": {"header": "x-rows"}}"#,
+            r#"{"reserve": {"constant": 1}, "actual": {"header": "x-rows"}}"#,
         )
         .unwrap();
-        assert_eq!(c.routes[0].cost.as_ref().unwrap().reserve.amount(&[]), 0);
+        assert_eq!(c.routes[0].cost.as_ref().unwrap().reserve.amount(&[]), 1);
     }
 
     #[test]
@@ -289,14 +306,73 @@ mod tests {
             50,
             "repeated"
         );
-        // Without min, 0 stays 0 (existing configs keep their meaning).
+    }
+
+    #[test]
+    fn without_min_no_header_value_reserves_less_than_one_unit() {
+        // The route as the docs write it, with no `min`: the floor is 1, so a spent budget
+        // refuses whatever the client sends.
         let c = parse(
             "http",
-            r#"{"reserve": {"header": "x-m", "default": 5}, "actual": {"header": "x-used"}}"#,
+            r#"{"reserve": {"header": "x-m", "default": 5, "max": 100}, "actual": {"header": "x-used"}}"#,
         )
         .unwrap();
         let reserve = &c.routes[0].cost.as_ref().unwrap().reserve;
-        assert_eq!(reserve.amount(&[b"0".to_vec()]), 0);
+        assert_eq!(reserve.min, None, "as written");
+        let one = |v: &[u8]| reserve.amount(&[v.to_vec()]);
+        assert_eq!(one(b"0"), 1, "0 is raised to the floor");
+        assert_eq!(one(b"000"), 1);
+        assert_eq!(one(b"1"), 1);
+        assert_eq!(one(b"2"), 2);
+        assert_eq!(one(&[b'9'; 100]), 100, "huge: the cap");
+        for not_a_number in [&b""[..], b"-1", b"junk", b"\xff\xfe0"] {
+            assert_eq!(one(not_a_number), 5, "{not_a_number:?}: the default");
+        }
+        assert_eq!(reserve.amount(&[]), 5, "absent: the default");
+        // A `Reserve` that skipped validation still never reserves 0.
+        let raw = crate::config::Reserve {
+            constant: None,
+            header: Some("x-m".into()),
+            default: Some(0),
+            max: Some(0),
+            min: Some(0),
+        };
+        assert_eq!(raw.amount(&[b"0".to_vec()]), 1);
+        assert_eq!(raw.amount(&[]), 1);
+        let raw = crate::config::Reserve {
+            constant: Some(0),
+            ..raw
+        };
+        assert_eq!(raw.amount(&[]), 1);
+    }
+
+    #[test]
+    fn a_reservation_of_zero_is_refused_naming_the_field_and_why() {
+        let ok_actual = r#""actual": {"header": "x-used"}"#;
+        for (reserve, field) in [
+            (r#"{"constant": 0}"#, "routes[0].cost.reserve.constant"),
+            (
+                r#"{"header": "x-m", "default": 5, "min": 0}"#,
+                "routes[0].cost.reserve.min",
+            ),
+            (
+                r#"{"header": "x-m", "default": 0}"#,
+                "routes[0].cost.reserve.default",
+            ),
+            (
+                r#"{"header": "x-m", "default": 0, "min": 0}"#,
+                "routes[0].cost.reserve.default",
+            ),
+        ] {
+            let err =
+                parse("http", &format!(r#"{{"reserve": {reserve}, {ok_actual}}}"#)).unwrap_err();
+            assert_eq!(err.field, field, "{reserve} -> {err}");
+            assert!(
+                err.to_string().contains("must be at least 1")
+                    && err.to_string().contains("spent budget"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ fn config(protocol: &str, actual: &str) -> Rc<Config> {
             "cost": {{"reserve": {{"header": "x-max-tokens", "default": 256, "max": 1000}},
                       "actual": {actual}}}}},
           {{"action": "rows", "match": {{"path": "/query"}}, "key": {{"source": "constant", "value": "all"}},
-            "cost": {{"reserve": {{"constant": 0}}, "actual": {{"header": "x-rows"}}}}}}]}}"#
+            "cost": {{"reserve": {{"constant": 1}}, "actual": {{"header": "x-rows"}}}}}}]}}"#
     );
     Rc::new(Config::from_json(json.as_bytes()).unwrap())
 }
@@ -142,7 +142,8 @@ fn the_reserve_header_is_capped_and_a_missing_or_bad_one_takes_the_default() {
         (Some(b""), 256),
         // A number past any cap asks for the most: capped, not the (smaller) default.
         (Some(b"99999999999999999999"), 1000),
-        (Some(b"0"), 0),
+        // No `min` written: 0 is raised to the floor, one unit (never a free pass).
+        (Some(b"0"), 1),
     ] {
         let (_, _, host) = admitted(&cfg, request("/chat", value));
         assert_eq!(throttle(&host).quantity, want, "{value:?}");
@@ -337,12 +338,12 @@ fn a_failed_commit_is_sent_again_with_the_same_id_then_given_up() {
 }
 
 #[test]
-fn check_then_debit_reserves_nothing_and_commits_everything() {
+fn check_then_debit_reserves_one_unit_and_commits_everything() {
     let cfg = config("http", r#"{"header": "x-usage-total-tokens"}"#);
     let (mut flow, worker, mut host) = admitted(&cfg, request("/query", None));
     let call = &host.effects.callouts[0];
     let sent: ThrottleRequest = serde_json::from_slice(&call.body).unwrap();
-    assert_eq!((sent.quantity, sent.key.as_str()), (0, "all"));
+    assert_eq!((sent.quantity, sent.key.as_str()), (1, "all"));
     host.upstream_headers = vec![("x-rows".into(), b"70".to_vec())];
     flow.on_response_headers(&mut host);
     worker.tick(&mut host, &cfg);
@@ -352,6 +353,6 @@ fn check_then_debit_reserves_nothing_and_commits_everything() {
     let body: CommitRequest = serde_json::from_slice(&commit.body).unwrap();
     assert_eq!(
         (body.reserved, body.actual, body.action.as_str()),
-        (0, 70, "rows")
+        (1, 70, "rows")
     );
 }
