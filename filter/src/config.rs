@@ -285,6 +285,11 @@ fn default_failure_status() -> u16 {
     503
 }
 
+/// gRPC status of a denial answered to a gRPC client, default RESOURCE_EXHAUSTED (8).
+fn default_grpc_denied_status() -> u32 {
+    crate::failure::grpc::RESOURCE_EXHAUSTED
+}
+
 /// The whole plugin configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -297,6 +302,10 @@ pub struct Config {
     /// Status of a fail-closed answer (default 503).
     #[serde(default = "default_failure_status")]
     pub failure_status: u16,
+    /// The gRPC status a gRPC request over its limit gets (1 to 16, default 8
+    /// RESOURCE_EXHAUSTED): its trailers-only answer's `grpc-status` (see `reply::Reply`).
+    #[serde(default = "default_grpc_denied_status")]
+    pub grpc_denied_status: u32,
     /// Policy for an action without a rule (default `allow`).
     #[serde(default)]
     pub unknown_action: UnknownAction,
@@ -386,6 +395,16 @@ impl Config {
                 format!(
                     "must be an HTTP error status, 400 to 599; got {}",
                     self.failure_status
+                ),
+            ));
+        }
+        if !(1..=crate::failure::grpc::MAX).contains(&self.grpc_denied_status) {
+            return Err(FieldError::new(
+                "grpc_denied_status",
+                format!(
+                    "must be a gRPC error code, 1 to {} (0 is OK: a denial would look like a success); got {}",
+                    crate::failure::grpc::MAX,
+                    self.grpc_denied_status
                 ),
             ));
         }
@@ -622,6 +641,7 @@ mod tests {
         assert!(c.report.via_exchange && c.report.cluster.is_none());
         assert_eq!(c.failure_mode, FailureMode::Allow);
         assert_eq!(c.failure_status, 503);
+        assert_eq!(c.grpc_denied_status, 8, "RESOURCE_EXHAUSTED");
         assert_eq!(c.unknown_action, UnknownAction::Allow);
         assert_eq!(c.headers, HeaderFamilies::default());
         assert_eq!(c.denial_cache, DenialCache::default());
@@ -659,6 +679,22 @@ mod tests {
             (
                 r#"{"backend": {"cluster": "c"}, "failure_status": 200, "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
                 "failure_status",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "grpc_denied_status": 0, "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
+                "grpc_denied_status",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "grpc_denied_status": 17, "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
+                "grpc_denied_status",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "grpc_denied_status": -1, "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
+                "grpc_denied_status",
+            ),
+            (
+                r#"{"backend": {"cluster": "c"}, "grpc_denied_status": "8", "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
+                "grpc_denied_status",
             ),
             (
                 r#"{"backend": {"cluster": "c"}, "routes": [{"action": "a b", "key": {"source": "path"}}]}"#,

@@ -109,16 +109,25 @@ pub struct Failure {
     pub seen: String,
 }
 
-/// gRPC status codes the filter tells apart.
+/// gRPC status codes the filter tells apart (in its callouts' answers) or answers with (to a
+/// gRPC client it refuses, `reply::Reply`).
 pub mod grpc {
     /// OK.
     pub const OK: u32 = 0;
     /// DEADLINE_EXCEEDED: the call's timeout passed.
     pub const DEADLINE_EXCEEDED: u32 = 4;
+    /// PERMISSION_DENIED: a gRPC request refused by `unknown_action: deny` (its HTTP 403).
+    pub const PERMISSION_DENIED: u32 = 7;
+    /// RESOURCE_EXHAUSTED: a gRPC request over its limit, by default (`grpc_denied_status`); the
+    /// code gRPC gives rate limiting, and not retried by a client's default retry policy.
+    pub const RESOURCE_EXHAUSTED: u32 = 8;
     /// UNIMPLEMENTED: the server has no such method (not sluice's gRPC listener).
     pub const UNIMPLEMENTED: u32 = 12;
-    /// UNAVAILABLE: connection refused or reset.
+    /// UNAVAILABLE: connection refused or reset; also what a gRPC request refused under
+    /// `failure_mode: deny` gets (the limiter, not the request, is at fault: retry later).
     pub const UNAVAILABLE: u32 = 14;
+    /// The largest status code (UNAUTHENTICATED): codes are 0 to 16.
+    pub const MAX: u32 = 16;
 
     /// The status's name, for log lines.
     pub fn name(code: u32) -> &'static str {

@@ -24,7 +24,9 @@ use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
 use crate::failure::{self, Failure};
 use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
 use crate::lease::{self, Lease};
-use crate::reply::{self, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER};
+use crate::reply::{
+    self, Reply, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER,
+};
 use crate::report::{Event, Worker};
 use crate::route::{self, RequestLine};
 
@@ -485,19 +487,19 @@ impl Flow {
                             .push((UNKNOWN_ACTION_HEADER, "allow".to_owned()));
                         host.resume();
                     }
-                    UnknownAction::Deny => {
-                        let detail =
-                            format!("no rate-limit rule exists for action {:?}", pending.action);
-                        let body = reply::problem(403, "Forbidden", &detail, &pending.action, None);
-                        host.send_reply(
-                            403,
-                            &[
-                                ("content-type", "application/problem+json"),
-                                (UNKNOWN_ACTION_HEADER, "deny"),
-                            ],
-                            &body,
-                        );
+                    UnknownAction::Deny => Reply {
+                        status: 403,
+                        title: "Forbidden",
+                        detail: format!(
+                            "no rate-limit rule exists for action {:?}",
+                            pending.action
+                        ),
+                        action: &pending.action,
+                        grpc_status: reply::GRPC_UNKNOWN_ACTION_STATUS,
+                        retry: None,
+                        headers: vec![(UNKNOWN_ACTION_HEADER, "deny")],
                     }
+                    .send(host),
                 }
             }
             Answer::Failure(failure) => {
@@ -588,11 +590,8 @@ impl Flow {
                 .map_or((pending.action.as_str(), None), |(name, limit)| {
                     (*name, limit.retry_after_ms)
                 });
-            let mut headers: Vec<(&str, &str)> =
-                rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
-            headers.push(("content-type", "application/problem+json"));
-            let body = reply::too_many_requests(action, retry);
-            host.send_reply(429, &headers, &body);
+            let headers = rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            Reply::denied(action, retry, self.config.grpc_denied_status, headers).send(host);
             return;
         }
         host.count(Counter::Allowed);
@@ -626,12 +625,11 @@ impl Flow {
         let rendered = headers::render(action, limit, self.config.headers);
         let mut headers: Vec<(&str, &str)> =
             rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        headers.push(("content-type", "application/problem+json"));
         if cached {
             headers.push((CACHE_HEADER, "hit"));
         }
-        let body = reply::too_many_requests(action, limit.retry_after_ms);
-        host.send_reply(429, &headers, &body);
+        let grpc_status = self.config.grpc_denied_status;
+        Reply::denied(action, limit.retry_after_ms, grpc_status, headers).send(host);
     }
 
     /// The backend could not decide: apply the failure mode, count the failure by reason and
@@ -675,6 +673,9 @@ mod cost_tests;
 
 #[cfg(test)]
 mod grpc_tests;
+
+#[cfg(test)]
+mod grpc_client_tests;
 
 #[cfg(test)]
 mod lease_tests;

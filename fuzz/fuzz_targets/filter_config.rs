@@ -60,6 +60,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(config.backend.path.starts_with('/'));
             assert!((1..=60_000).contains(&config.backend.timeout_ms));
             assert!((400..=599).contains(&config.failure_status));
+            assert!((1..=16).contains(&config.grpc_denied_status), "a denial must not be gRPC OK");
             assert!((1..=86_400_000).contains(&config.denial_cache.max_ttl_ms));
             assert!((1..=16_777_216).contains(&config.denial_cache.slots));
             assert!(!config.routes.is_empty());

@@ -5,7 +5,7 @@
 use crate::config::{Config, FailureMode};
 use crate::flow::Next;
 use crate::host::{Counter, Host};
-use crate::reply::{self, FAILURE_HEADER};
+use crate::reply::{self, Reply, FAILURE_HEADER};
 
 use super::Failure;
 
@@ -34,17 +34,16 @@ pub fn apply(
         }
         FailureMode::Deny => {
             host.count(Counter::FailuresDeny);
-            let status = config.failure_status;
-            let detail = format!("the rate limiter could not decide ({reason}); failing closed");
-            let body = reply::problem(status, "Rate Limiter Unavailable", &detail, action, None);
-            host.send_reply(
-                status,
-                &[
-                    ("content-type", "application/problem+json"),
-                    (FAILURE_HEADER, reason),
-                ],
-                &body,
-            );
+            Reply {
+                status: config.failure_status,
+                title: "Rate Limiter Unavailable",
+                detail: format!("the rate limiter could not decide ({reason}); failing closed"),
+                action,
+                grpc_status: reply::GRPC_FAILURE_STATUS,
+                retry: None,
+                headers: vec![(FAILURE_HEADER, reason)],
+            }
+            .send(host);
             Next::Pause
         }
     }
