@@ -194,6 +194,10 @@ impl RootContext for Root {
                     // Cost commits go out on the tick: at most this long after a response.
                     period = Some(period.map_or(COMMIT_TICK, |p| p.min(COMMIT_TICK)));
                 }
+                if config.leases() && period.is_none() {
+                    // Expired grants' units go back on the tick (`lease::watch`).
+                    period = Some(Duration::from_millis(config.report.period_ms));
+                }
                 if let Some(period) = period {
                     if hostcalls::set_tick_period(period).is_err() {
                         log(
@@ -224,8 +228,9 @@ impl RootContext for Root {
             let refused = exchange_glue::tick(&self.exchanger, service, &host, self.id);
             self.note_stream(refused);
         }
-        // Cost commits go out on every tick (at most COMMIT_TICK after their response).
-        self.worker.commits().send(&mut host, &config);
+        // Cost commits and lease returns go out on every tick (at most COMMIT_TICK after their
+        // response with cost routes), after the sweep of expired grants.
+        self.worker.settle(&mut host, &config);
         let now = host.now();
         if now >= self.next_report_ns {
             self.next_report_ns = now.saturating_add(config.report.period_ms * 1_000_000);

@@ -449,6 +449,12 @@ impl Config {
     pub fn meters_cost(&self) -> bool {
         self.routes.iter().any(|r| r.cost.is_some())
     }
+
+    /// Whether this configuration spends leases (`lease.enabled` with a JSON callout): its
+    /// workers then need a tick to give expired grants' units back (`lease::watch`).
+    pub fn leases(&self) -> bool {
+        self.lease.enabled && self.backend.protocol.speaks_json()
+    }
 }
 
 /// The serialized `GrpcService { envoy_grpc { cluster_name, authority } }` as a string, or `None`

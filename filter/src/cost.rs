@@ -12,6 +12,10 @@
 //! with a 4xx is not sent again (the same body would be refused again). A commit given up leaves
 //! the reservation debited (never more than the request asked for: the budget holds), counted in
 //! `sluice.cost_commits_failed`.
+//!
+//! The same queue gives leased units back (`lease::returns`: a grant's commit, pushed with
+//! [`Commits::push_return`]): an accepted one adds its units to `sluice.lease_units_returned`, one
+//! given up adds them to `sluice.lease_units_lost` (debited, never spent, not given back).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -37,6 +41,8 @@ pub const COMMIT_TIMEOUT_MS: u64 = 1000;
 struct Queued {
     request: CommitRequest,
     attempts: u32,
+    /// A lease return (`lease::returns`): the units it gives back.
+    returning: Option<u64>,
 }
 
 /// A worker's commits: waiting for the next tick, and in flight by callout token.
@@ -66,14 +72,25 @@ impl Commits {
 
     /// Queues a commit for the next tick; given up (counted) when the worker holds too many.
     pub fn push(&mut self, host: &mut dyn Host, request: CommitRequest) {
-        if self.pending() >= MAX_COMMITS {
-            self.give_up(host, "could not be queued (too many commits waiting)");
-            return;
-        }
-        self.queue.push_back(Queued {
+        self.enqueue(host, request, None);
+    }
+
+    /// Queues a lease return giving `units` back (`lease::returns`), as [`Commits::push`].
+    pub fn push_return(&mut self, host: &mut dyn Host, request: CommitRequest, units: u64) {
+        self.enqueue(host, request, Some(units));
+    }
+
+    fn enqueue(&mut self, host: &mut dyn Host, request: CommitRequest, returning: Option<u64>) {
+        let q = Queued {
             request,
             attempts: 0,
-        });
+            returning,
+        };
+        if self.pending() >= MAX_COMMITS {
+            self.give_up(host, &q, "could not be queued (too many commits waiting)");
+            return;
+        }
+        self.queue.push_back(q);
     }
 
     /// Sends every queued commit (the root's tick).
@@ -101,11 +118,14 @@ impl Commits {
         let status = status.and_then(|s| std::str::from_utf8(s).ok());
         match status {
             Some(s) if s.len() == 3 && s.starts_with('2') => {
-                host.count(Counter::CostCommits);
+                match q.returning {
+                    Some(units) => host.count_by(Counter::LeaseUnitsReturned, units),
+                    None => host.count(Counter::CostCommits),
+                }
                 self.failing = false;
             }
             Some(s) if s.len() == 3 && s.starts_with('4') => {
-                self.give_up(host, &format!("was refused with status {s}"));
+                self.give_up(host, &q, &format!("was refused with status {s}"));
             }
             other => {
                 let why = format!("answered status {}", other.unwrap_or("none"));
@@ -119,19 +139,28 @@ impl Commits {
     /// [`COMMIT_ATTEMPTS`].
     fn retry(&mut self, host: &mut dyn Host, q: Queued, why: &str) {
         if q.attempts >= COMMIT_ATTEMPTS {
-            self.give_up(host, &format!("{why} ({} attempts)", q.attempts));
+            self.give_up(host, &q, &format!("{why} ({} attempts)", q.attempts));
             return;
         }
-        host.count(Counter::CostCommitRetries);
+        if q.returning.is_none() {
+            host.count(Counter::CostCommitRetries);
+        }
         self.queue.push_back(q);
     }
 
-    fn give_up(&mut self, host: &mut dyn Host, why: &str) {
-        host.count(Counter::CostCommitsFailed);
+    fn give_up(&mut self, host: &mut dyn Host, q: &Queued, why: &str) {
+        let line = match q.returning {
+            Some(units) => {
+                host.count_by(Counter::LeaseUnitsLost, units);
+                format!("sluice: a lease return {why}; its units stay debited (sluice.lease_units_lost counts them)")
+            }
+            None => {
+                host.count(Counter::CostCommitsFailed);
+                format!("sluice: a cost commit {why}; its reservation stays debited (sluice.cost_commits_failed counts them)")
+            }
+        };
         if !std::mem::replace(&mut self.failing, true) {
-            host.warn(&format!(
-                "sluice: a cost commit {why}; its reservation stays debited (sluice.cost_commits_failed counts them)"
-            ));
+            host.warn(&line);
         }
     }
 }

@@ -217,6 +217,7 @@ impl Flow {
         let now = host.now_ns();
         let quantity = cost::reservation(route, host);
         if leasing {
+            let mut back = Vec::new();
             let taken = lease::table::spend(
                 host,
                 &mut self.worker.pockets(),
@@ -224,7 +225,11 @@ impl Flow {
                 config.lease.slots,
                 quantity,
                 now,
+                &mut back,
             );
+            if !back.is_empty() {
+                self.worker.give_back(host, back);
+            }
             if let Some(limit) = taken {
                 LEASE_IDENTITY.set(id);
                 host.count(Counter::LeaseHits);
@@ -234,26 +239,31 @@ impl Flow {
             }
         }
         let key = key_text(id.get(key_at..).unwrap_or_default());
-        let lease_identity = leasing.then(|| id.clone());
-        if leasing {
-            LEASE_IDENTITY.set(id);
-        }
         let identity = config
             .denial_cache
             .enabled
             .then(|| cache::identity(&route.action, quantity, &key));
-        if let Some(id) = &identity {
-            let slot = cache::slot_key(id, config.denial_cache.slots);
+        if let Some(cached) = &identity {
+            let slot = cache::slot_key(cached, config.denial_cache.slots);
             if let Some(entry) = host
                 .shared_get(&slot)
-                .and_then(|b| cache::lookup(&b, id, now))
+                .and_then(|b| cache::lookup(&b, cached, now))
             {
                 host.count(Counter::CachedDenials);
                 self.worker.record(route.action_index, Event::CachedDenied);
                 // Counted down to the backend's own retry deadline, not to the end of the hold.
                 self.deny(host, &route.action, &entry.rate_limit(now), true);
+                if leasing {
+                    LEASE_IDENTITY.set(id);
+                }
                 return Next::Pause;
             }
+        }
+        // One grant in flight per identity: a miss that finds another's asks for itself alone.
+        let asks_lease = leasing && self.asks_lease(host, route.action_index, &id, now);
+        let lease_identity = asks_lease.then(|| id.clone());
+        if leasing {
+            LEASE_IDENTITY.set(id);
         }
         let cost = route
             .cost
@@ -261,9 +271,14 @@ impl Flow {
             .map(|c| cost::Ask::new(&self.worker, &key, &c.actual));
         let reservation_id = cost.as_ref().map(cost::Ask::id);
         let dispatched = match config.backend.protocol {
-            Protocol::Http | Protocol::GrpcStream => {
-                self.dispatch_http(host, &route.action, key, quantity, leasing, reservation_id)
-            }
+            Protocol::Http | Protocol::GrpcStream => self.dispatch_http(
+                host,
+                &route.action,
+                key,
+                quantity,
+                asks_lease,
+                reservation_id,
+            ),
             Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, quantity),
         };
         let pending = Pending {
@@ -278,6 +293,40 @@ impl Flow {
             cost,
         };
         self.started(host, route, dispatched, pending)
+    }
+
+    /// Whether a miss of the lease `identity` (its route's action at `action_index`) asks for a
+    /// lease at `now`: yes unless another request's grant for it is in flight
+    /// (`lease::table::ask`, which marks the entry until the callout's timeout). An action whose
+    /// rule is known not to lease asks without marking (`lease::asking`).
+    fn asks_lease(
+        &self,
+        host: &mut dyn Host,
+        action_index: usize,
+        identity: &[u8],
+        now: u64,
+    ) -> bool {
+        if !self.worker.rule_leases().marks(action_index) {
+            return true;
+        }
+        let timeout_ns = self
+            .config
+            .backend
+            .timeout_ms
+            .saturating_mul(sluice_core::time::NANOS_PER_MILLI);
+        let mut back = Vec::new();
+        let ask = lease::table::ask(
+            host,
+            identity,
+            self.config.lease.slots,
+            now,
+            now.saturating_add(timeout_ns),
+            &mut back,
+        );
+        if !back.is_empty() {
+            self.worker.give_back(host, back);
+        }
+        ask == lease::table::Ask::Grant
     }
 
     /// A callout started: count it and wait for its answer (`pending` gets its token). One that
@@ -465,7 +514,7 @@ impl Flow {
             // An answer for no pending decision (its request was already decided, by a failure
             // or a timeout): a lease it carries was debited by the backend and is never stored.
             if let Answer::Decision(r) = &answer {
-                let lost = Lease::of_answer(r, 0, 0).map_or(0, |l| l.unspent_units());
+                let lost = Lease::of_answer(r, 0, 0, 0).map_or(0, |l| l.unspent_units());
                 if lost > 0 {
                     host.count_by(Counter::LeaseUnitsLost, lost);
                 }
@@ -546,12 +595,31 @@ impl Flow {
         self.reserved(host, pending);
         if let Some(id) = &pending.lease_identity {
             let now = host.now_ns();
-            if let Some(granted) = Lease::of_answer(r, pending.sent_ns, now) {
-                if lease::table::store(host, id, self.config.lease.slots, &granted, now) {
+            let grant_id = self.worker.next_grant_id();
+            let granted = Lease::of_answer(r, pending.sent_ns, now, grant_id);
+            self.worker.rule_leases().learn(
+                pending.action_index,
+                granted.is_some(),
+                !r.would_deny,
+                r.remaining,
+            );
+            if let Some(granted) = granted {
+                let mut back = Vec::new();
+                let slots = self.config.lease.slots;
+                let stored = lease::table::store(host, id, slots, &granted, now, &mut back);
+                // A fifth grant side by side is given back at once, not kept.
+                let kept = stored && !back.iter().any(|b| b.grant.id == grant_id);
+                if kept {
                     host.count(Counter::LeaseGrants);
+                    for g in &granted.grants {
+                        self.worker.watch().add(id, g.until_ns);
+                    }
                     // What this Envoy can admit now: the backend's remaining (which excludes the
                     // lease) plus the units it just leased, as a leased admission reports it.
                     limit.remaining = limit.remaining.saturating_add(granted.live_units(now));
+                }
+                if !back.is_empty() {
+                    self.worker.give_back(host, back);
                 }
             }
         }
@@ -688,3 +756,6 @@ mod stream_tests;
 
 #[cfg(test)]
 mod pocket_tests;
+
+#[cfg(test)]
+mod returns_tests;

@@ -77,11 +77,15 @@ pub enum Counter {
     /// Failed decisions: the filter itself failed (a bug caught in a host's hook, or a request's
     /// state lost): the failure mode applied, as for any other failure.
     FailuresInternal,
+    /// Leased units given back to the backend (`lease::returns`): units of grants that expired
+    /// or could not be kept, in returns the backend accepted (a retried copy counts once here;
+    /// the backend applies one grant's return once). Added by units.
+    LeaseUnitsReturned,
 }
 
 impl Counter {
     /// Every counter, for defining them once at start.
-    pub const ALL: [Counter; 28] = [
+    pub const ALL: [Counter; 29] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CachedDenials,
@@ -110,6 +114,7 @@ impl Counter {
         Counter::CostUnsettled,
         Counter::LeaseUnitsLost,
         Counter::FailuresInternal,
+        Counter::LeaseUnitsReturned,
     ];
 
     /// The stat name (Envoy shows it as `wasmcustom.<name>`).
@@ -143,6 +148,7 @@ impl Counter {
             Counter::CostUnsettled => "sluice.cost_unsettled",
             Counter::LeaseUnitsLost => "sluice.lease_units_lost",
             Counter::FailuresInternal => "sluice.failures_internal",
+            Counter::LeaseUnitsReturned => "sluice.lease_units_returned",
         }
     }
 

@@ -9,14 +9,36 @@
 //! moves a few units (at most 16) into the worker's own [`pocket`], in the same check-and-set:
 //! that worker's next admissions of the key are taken from there with no hostcall at all.
 //!
+//! # One grant in flight per identity
+//!
+//! A miss (no live units for the identity) that calls out first marks the entry: a grant is
+//! being asked for until `asking_until` (the send + the callout's timeout) ([`table::ask`]).
+//! Misses of the same identity that find the mark call out without asking for a lease: each is
+//! decided exactly, quantity by quantity, with no units taken in advance. The grant's store
+//! clears the mark; a lost answer (a timeout, a failure, a denial) leaves it to expire, so it can
+//! never stop grants for longer than one callout timeout. Before, 32 concurrent misses of a cold
+//! key each took a whole grant.
+//!
+//! # Units given back
+//!
+//! Each grant carries an id (drawn by the worker that stored it) and the units it was granted. A
+//! grant that expires with units left is taken out of the entry by a check-and-set (by a take, a
+//! store, or the worker's tick sweep, [`table::sweep`], whichever comes first: each grant once)
+//! and its units are given back to the backend as a commit of that grant: reserved = the units
+//! granted, actual = the units spent, id `lease-<grant id>` ([`returns`]); the backend applies
+//! one id once, so a retried return refunds once. A grant that cannot be kept (the table refuses
+//! the write, a fifth grant side by side, another identity's entry replaced) is given back the
+//! same way. What a return cannot reach is counted in `sluice.lease_units_lost`: pocket units
+//! that expire on their worker (at most 16 per worker and identity), a grant whose answer came
+//! after its request ended, a return the backend refused or never accepted.
+//!
 //! # What an entry holds
 //!
-//! Up to [`MAX_GRANTS`] grants for one identity, each `{units left, from, until}`: grants that
-//! arrive while an earlier one is still live (several workers called out at once) are kept side
-//! by side, each with its own expiry, and spent soonest-expiring first. With more than
-//! [`MAX_GRANTS`], the two that expire last are merged into one that lives only as long as the
-//! earlier of them (and starts at the later start), so no unit is ever spent outside its own
-//! grant's lifetime.
+//! Up to [`MAX_GRANTS`] grants for one identity, each `{units left, from, until, id, granted}`:
+//! grants that arrive while an earlier one is still live (a grant asked while the marker had
+//! expired, or a new grant while the last units of the previous one are still live) are kept
+//! side by side, each with its own expiry, and spent soonest-expiring first. A grant beyond
+//! [`MAX_GRANTS`] is given back whole.
 //!
 //! - `from` is when the callout left (`sent`), `until` is `sent + ttl_ms`. The backend counts the
 //!   ttl from when it answered, which is after `sent`: the filter's window is never later than
@@ -55,15 +77,19 @@ use sluice_core::wire::ThrottleResponse;
 pub mod pocket;
 pub mod table;
 
+pub mod asking;
+pub mod returns;
+pub mod watch;
+
 /// Layout version, the first byte of an entry: an entry of another layout (an older filter in
 /// the same VM) is treated as free.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// Most grants one entry keeps side by side.
 pub const MAX_GRANTS: usize = 4;
-/// Version, grant count, then capacity, window_ms, remaining, reset_at.
-const HEAD_LEN: usize = 2 + 8 * 4;
-/// Units, from, until.
-const GRANT_LEN: usize = 8 * 3;
+/// Version, grant count, then capacity, window_ms, remaining, reset_at, asking_until.
+const HEAD_LEN: usize = 2 + 8 * 5;
+/// Units, from, until, id, granted.
+const GRANT_LEN: usize = 8 * 5;
 
 /// Units of one grant and when they may be spent: `from ≤ now < until`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +100,31 @@ pub struct Grant {
     pub from_ns: u64,
     /// `from + ttl` (exclusive).
     pub until_ns: u64,
+    /// The grant's id, drawn by the worker that stored it: its return's commit id
+    /// (`lease-<id>`, [`returns`]). 0 on a part taken for a pocket (never returned).
+    pub id: u64,
+    /// Units the backend granted: a return commits `actual = granted − units`.
+    pub granted: u64,
+}
+
+/// Units to give back to the backend: a grant taken out of the table with units left, and the
+/// identity it was for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Return {
+    /// `action\nkey`.
+    pub identity: Vec<u8>,
+    /// The grant as it left the table (`units` are the ones to give back).
+    pub grant: Grant,
+}
+
+/// Adds every grant of `grants` with units left to `out`, as returns for `identity`.
+pub fn give_back(out: &mut Vec<Return>, identity: &[u8], grants: impl IntoIterator<Item = Grant>) {
+    for grant in grants.into_iter().filter(|g| g.units > 0) {
+        out.push(Return {
+            identity: identity.to_vec(),
+            grant,
+        });
+    }
 }
 
 impl Grant {
@@ -93,6 +144,9 @@ pub struct Lease {
     pub remaining: u64,
     /// When the key is idle again, per the newest answer (host clock, ns).
     pub reset_at_ns: u64,
+    /// A grant for this identity is being asked for until then (host clock, ns; 0: none): other
+    /// misses call out without asking for one ([`table::ask`]).
+    pub asking_until_ns: u64,
     /// At most [`MAX_GRANTS`].
     pub grants: Vec<Grant>,
 }
@@ -101,8 +155,13 @@ impl Lease {
     /// The lease an answer grants, or `None`: not an admission (a denial or a shadow
     /// would-deny), no grant, or a grant of nothing. Units and ttl are capped at core's bounds,
     /// whatever the answer says. `sent_ns` is when the callout left, `answered_ns` when the
-    /// answer arrived.
-    pub fn of_answer(r: &ThrottleResponse, sent_ns: u64, answered_ns: u64) -> Option<Lease> {
+    /// answer arrived, `id` the grant's id (see [`Grant::id`]).
+    pub fn of_answer(
+        r: &ThrottleResponse,
+        sent_ns: u64,
+        answered_ns: u64,
+        id: u64,
+    ) -> Option<Lease> {
         let grant = r.lease?;
         if !r.allowed || r.would_deny || grant.units == 0 || grant.ttl_ms == 0 {
             return None;
@@ -112,16 +171,20 @@ impl Lease {
             .min(MAX_LEASE_TTL_MS)
             .saturating_mul(NANOS_PER_MILLI);
         let answered_ns = answered_ns.max(sent_ns);
+        let units = grant.units.min(MAX_LEASE_UNITS);
         Some(Lease {
             capacity: r.capacity,
             window_ms: r.window_ms,
             remaining: r.remaining,
             reset_at_ns: answered_ns
                 .saturating_add(r.reset_after_ms.saturating_mul(NANOS_PER_MILLI)),
+            asking_until_ns: 0,
             grants: vec![Grant {
-                units: grant.units.min(MAX_LEASE_UNITS),
+                units,
                 from_ns: sent_ns,
                 until_ns: sent_ns.saturating_add(ttl_ns),
+                id,
+                granted: units,
             }],
         })
     }
@@ -161,6 +224,8 @@ impl Lease {
             units: quantity,
             from_ns: 0,
             until_ns: u64::MAX,
+            id: 0,
+            granted: 0,
         };
         let mut need = quantity;
         for g in self.grants.iter_mut().filter(|g| g.live_at(now_ns)) {
@@ -177,18 +242,22 @@ impl Lease {
         Some(taken)
     }
 
-    /// Drops the grants that are spent or expired at `now`, answering the units the expired ones
-    /// still held: debited by the backend, never spent (the caller counts them in
-    /// `sluice.lease_units_lost` once its write of the entry succeeds). A grant not live yet is
-    /// kept: its units are still to be spent.
-    pub fn drop_dead(&mut self, now_ns: u64) -> u64 {
-        let lost = self
-            .grants
-            .iter()
-            .filter(|g| now_ns >= g.until_ns)
-            .fold(0u64, |sum, g| sum.saturating_add(g.units));
-        self.grants.retain(|g| g.units > 0 && now_ns < g.until_ns);
-        lost
+    /// Drops the grants that are spent or expired at `now`, answering the expired ones that
+    /// still hold units: debited by the backend, never spent (the caller gives them back once
+    /// its write of the entry succeeds, [`returns`]). A grant not live yet is kept: its units
+    /// are still to be spent.
+    pub fn drop_dead(&mut self, now_ns: u64) -> Vec<Grant> {
+        let mut dead = Vec::new();
+        self.grants.retain(|g| {
+            if now_ns < g.until_ns {
+                return g.units > 0;
+            }
+            if g.units > 0 {
+                dead.push(*g);
+            }
+            false
+        });
+        dead
     }
 
     /// Units not spent yet, live, expired or not live yet: what this entry's grants still hold.
@@ -199,28 +268,26 @@ impl Lease {
     }
 
     /// This lease with a newer grant added: dead grants dropped, the newer answer's header
-    /// numbers, and at most [`MAX_GRANTS`] grants (the two latest-expiring merged into one that
-    /// lives only while both would have). Also answers the units the dropped grants had left
-    /// when they expired ([`Lease::drop_dead`]); merging drops none.
-    pub fn absorb(mut self, newer: Lease, now_ns: u64) -> (Lease, u64) {
-        let lost = self.drop_dead(now_ns);
-        self.grants.extend(newer.grants);
-        self.grants.sort_by_key(|g| g.until_ns);
-        while self.grants.len() > MAX_GRANTS {
-            let (Some(last), Some(before)) = (self.grants.pop(), self.grants.pop()) else {
-                break;
-            };
-            self.grants.push(Grant {
-                units: last.units.saturating_add(before.units),
-                from_ns: last.from_ns.max(before.from_ns),
-                until_ns: before.until_ns.min(last.until_ns),
-            });
+    /// numbers, no grant asked for any more (the answer came), and at most [`MAX_GRANTS`]
+    /// grants. Also answers the grants to give back: the expired ones with units left
+    /// ([`Lease::drop_dead`]) and the newer ones that do not fit beside [`MAX_GRANTS`] live ones
+    /// (whole: no unit of them was spent). Grants are never merged, so each keeps its own id.
+    pub fn absorb(mut self, newer: Lease, now_ns: u64) -> (Lease, Vec<Grant>) {
+        let mut back = self.drop_dead(now_ns);
+        for g in newer.grants {
+            if self.grants.len() < MAX_GRANTS {
+                self.grants.push(g);
+            } else {
+                back.push(g);
+            }
         }
+        self.grants.sort_by_key(|g| g.until_ns);
         let lease = Lease {
             grants: self.grants,
+            asking_until_ns: 0,
             ..newer
         };
-        (lease, lost)
+        (lease, back)
     }
 
     /// What an admission from this lease at `now` tells the client (after the take).
@@ -261,8 +328,9 @@ pub fn start_identity(out: &mut Vec<u8>, action: &str) {
     out.push(b'\n');
 }
 
-/// Serialises a lease with its identity: version, grant count, four little-endian u64 (capacity,
-/// window_ms, remaining, reset_at), three per grant (units, from, until), then the identity.
+/// Serialises a lease with its identity: version, grant count, five little-endian u64 (capacity,
+/// window_ms, remaining, reset_at, asking_until), five per grant (units, from, until, id,
+/// granted), then the identity.
 /// Grants beyond [`MAX_GRANTS`] are not written (callers keep to the bound).
 pub fn encode(lease: &Lease, identity: &[u8]) -> Vec<u8> {
     let grants = &lease.grants[..lease.grants.len().min(MAX_GRANTS)];
@@ -274,11 +342,12 @@ pub fn encode(lease: &Lease, identity: &[u8]) -> Vec<u8> {
         lease.window_ms,
         lease.remaining,
         lease.reset_at_ns,
+        lease.asking_until_ns,
     ] {
         out.extend_from_slice(&n.to_le_bytes());
     }
     for g in grants {
-        for n in [g.units, g.from_ns, g.until_ns] {
+        for n in [g.units, g.from_ns, g.until_ns, g.id, g.granted] {
             out.extend_from_slice(&n.to_le_bytes());
         }
     }
@@ -306,6 +375,8 @@ pub fn decode(bytes: &[u8]) -> Option<(Lease, &[u8])> {
             units: u64_at(at)?,
             from_ns: u64_at(at + 8)?,
             until_ns: u64_at(at + 16)?,
+            id: u64_at(at + 24)?,
+            granted: u64_at(at + 32)?,
         });
     }
     let lease = Lease {
@@ -313,6 +384,7 @@ pub fn decode(bytes: &[u8]) -> Option<(Lease, &[u8])> {
         window_ms: u64_at(10)?,
         remaining: u64_at(18)?,
         reset_at_ns: u64_at(26)?,
+        asking_until_ns: u64_at(34)?,
         grants,
     };
     let identity = bytes.get(HEAD_LEN + GRANT_LEN * count..)?;

@@ -42,7 +42,10 @@ use crate::config::Config;
 use crate::cost::Commits;
 use crate::failure::log::FailureLog;
 use crate::host::{Callout, Counter, ExchangeCall, Host};
+use crate::lease::asking::RuleLeases;
 use crate::lease::pocket::Pockets;
+use crate::lease::watch::Watch;
+use crate::lease::{returns, Return};
 
 /// One action's counts since the last accepted report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -134,8 +137,15 @@ pub struct Worker {
     pockets: RefCell<Pockets>,
     /// This worker's failure log (`failure::log`): one line per reason per 10 s at most.
     failures: RefCell<FailureLog>,
-    /// This worker's cost commits (`cost.rs`), sent on the tick.
+    /// This worker's cost commits (`cost.rs`) and lease returns (`lease::returns`), sent on
+    /// the tick.
     commits: RefCell<Commits>,
+    /// The grants this worker stored, swept on the tick once expired (`lease::watch`).
+    watch: RefCell<Watch>,
+    /// Which actions' rules grant leases, as learnt (`lease::asking`).
+    rule_leases: RefCell<RuleLeases>,
+    /// Grant ids: this worker's random start, then one more per grant (`lease::Grant::id`).
+    grant_ids: Cell<u64>,
 }
 
 impl Worker {
@@ -145,8 +155,50 @@ impl Worker {
         Worker {
             counts: RefCell::new(vec![Counts::default(); rows]),
             reporter: new_reporter(),
+            rule_leases: RefCell::new(RuleLeases::new(config.actions.len())),
+            grant_ids: Cell::new(RandomState::new().hash_one(1u8)),
             ..Worker::default()
         }
+    }
+
+    /// A fresh grant id: distinct per worker by its random start, per grant by one more.
+    pub fn next_grant_id(&self) -> u64 {
+        let id = self.grant_ids.get().wrapping_add(1);
+        self.grant_ids.set(id);
+        id
+    }
+
+    /// What this worker has learnt of its actions' rules (`lease::asking`).
+    pub fn rule_leases(&self) -> RefMut<'_, RuleLeases> {
+        self.rule_leases.borrow_mut()
+    }
+
+    /// This worker's watch over the grants it stored (`lease::watch`).
+    pub fn watch(&self) -> RefMut<'_, Watch> {
+        self.watch.borrow_mut()
+    }
+
+    /// Queues `returns` (units taken out of the lease table unspent) to go back to the backend
+    /// with the next tick's commits; one whose identity does not parse is counted lost.
+    pub fn give_back(&self, host: &mut dyn Host, returns: Vec<Return>) {
+        for r in returns {
+            match returns::commit(&r) {
+                Some(request) => self.commits().push_return(host, request, r.grant.units),
+                None => host.count_by(Counter::LeaseUnitsLost, r.grant.units),
+            }
+        }
+    }
+
+    /// The tick's lease and commit part, on every tick: sweeps the expired grants this worker
+    /// watches (`lease::watch`), then sends every queued commit and return.
+    pub fn settle(&self, host: &mut dyn Host, config: &Config) {
+        if config.lease.enabled && !self.watch.borrow().is_empty() {
+            let mut back = Vec::new();
+            let now = host.now_ns();
+            self.watch().sweep(host, config.lease.slots, now, &mut back);
+            self.give_back(host, back);
+        }
+        self.commits().send(host, config);
     }
 
     /// This worker's lease pockets, borrowed for one admission (`lease::table::spend`).
@@ -233,7 +285,7 @@ impl Worker {
         for line in lines {
             host.warn(&line);
         }
-        self.commits().send(host, config);
+        self.settle(host, config);
         if config.report.cluster.is_none() && !config.report.via_exchange {
             return;
         }

@@ -40,6 +40,7 @@ use sluice_filter::report::Counts;
 use crate::abi::{self, ConfigHandle, Level, LocalState, Scheduler, WorkerBound};
 use crate::glue::{CalloutAnswer, SharedLocal};
 use crate::grpc;
+use crate::shared;
 use crate::timer::{now_ns, Alarm, Timer};
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -81,6 +82,8 @@ struct Left {
     counts: bool,
     /// Failure lines held back by the log's once-per-10-s limit.
     held_lines: bool,
+    /// When the first lease grant the worker watches expires (its units go back then).
+    lease_due_ns: Option<u64>,
 }
 
 impl Left {
@@ -96,6 +99,7 @@ impl Left {
                 .clone()
                 .due(now_ns.saturating_add(LOG_EVERY_NS), state.config())
                 .is_empty(),
+            lease_due_ns: worker.watch().due_ns(),
         }
     }
 }
@@ -115,6 +119,9 @@ fn next_tick(left: Left, now_ns: u64, period_ns: u64, next_report_ns: u64) -> Op
     if left.counts {
         ask(next_report_ns.max(soon));
     }
+    if let Some(due) = left.lease_due_ns {
+        ask(due.max(soon));
+    }
     at
 }
 
@@ -128,6 +135,10 @@ impl Reports {
         let mut period_ms = reports_on.then_some(config.report.period_ms);
         if config.meters_cost() {
             period_ms = Some(period_ms.map_or(COMMIT_TICK_MS, |p| p.min(COMMIT_TICK_MS)));
+        }
+        if config.leases() && period_ms.is_none() {
+            // Expired lease grants' units go back on a turn (`lease::watch`).
+            period_ms = Some(config.report.period_ms);
         }
         let timer = scheduler.zip(period_ms).map(|(scheduler, period_ms)| {
             // Ticks only when asked (`poke`, `next_tick`), at most one period after.
@@ -211,7 +222,7 @@ impl Reports {
             if report_turn {
                 state.worker().tick(&mut host, state.config());
             } else {
-                state.worker().commits().send(&mut host, state.config());
+                state.worker().settle(&mut host, state.config());
             }
             for (id, exchange) in std::mem::take(&mut host.sent) {
                 let Ok(token) = u32::try_from(id) else {
@@ -312,15 +323,19 @@ impl Host for MainHost<'_> {
     fn client_address(&self) -> Option<Vec<u8>> {
         None
     }
-    fn shared_get(&self, _key: &str) -> Option<Vec<u8>> {
-        None
+    // The process-wide shared state, as the workers' hosts use it: the turn sweeps expired
+    // lease grants out of the lease table (`sluice_filter::lease::watch`).
+    fn shared_get(&self, key: &str) -> Option<Vec<u8>> {
+        shared::store().get(key).map(|(v, _)| v)
     }
-    fn shared_set(&mut self, _key: &str, _value: &[u8]) {}
-    fn shared_get_versioned(&self, _key: &str) -> Option<(Vec<u8>, u32)> {
-        None
+    fn shared_set(&mut self, key: &str, value: &[u8]) {
+        shared::store().set(key, value)
     }
-    fn shared_set_if(&mut self, _key: &str, _value: &[u8], _version: u32) -> Result<(), CasError> {
-        Err(CasError::Failed)
+    fn shared_get_versioned(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        shared::store().get(key)
+    }
+    fn shared_set_if(&mut self, key: &str, value: &[u8], version: u32) -> Result<(), CasError> {
+        shared::store().set_if(key, value, version)
     }
     fn dispatch(&mut self, call: &Callout) -> Result<u32, String> {
         let headers: Vec<(&str, &str)> =
@@ -418,7 +433,25 @@ mod tests {
             commits: true,
             counts: true,
             held_lines: true,
+            lease_due_ns: Some(now + 10 * period),
         };
         assert_eq!(next_tick(all, now, period, next_report), Some(now + period));
+        // A watched lease grant: when it expires, and never sooner than a period.
+        let lease = Left {
+            lease_due_ns: Some(now + 3 * period),
+            ..none
+        };
+        assert_eq!(
+            next_tick(lease, now, period, next_report),
+            Some(now + 3 * period)
+        );
+        let overdue = Left {
+            lease_due_ns: Some(now - MS),
+            ..none
+        };
+        assert_eq!(
+            next_tick(overdue, now, period, next_report),
+            Some(now + period)
+        );
     }
 }

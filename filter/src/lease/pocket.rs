@@ -238,6 +238,8 @@ impl Pockets {
                         units: entry.pocket.units.saturating_add(chunk.units),
                         from_ns: entry.pocket.from_ns.max(chunk.from_ns),
                         until_ns: entry.pocket.until_ns.min(chunk.until_ns),
+                        id: 0,
+                        granted: 0,
                     }
                 };
             }

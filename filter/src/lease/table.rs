@@ -10,9 +10,12 @@
 //! Shared data never expires, so the table is a fixed number of slots (`lease.slots`), like the
 //! denial cache. An identity has two candidate slots (two hashes): it is stored in the first
 //! unless that one holds another identity's live lease, then in the second. When both hold other
-//! live leases, the one with fewer live units is replaced: its units are lost to this Envoy
-//! (debited, never spent: under-admission for that key, never over-admission). Entries are at
-//! most 34 + 4 × 24 + 194 bytes (the identity is bounded by the action and the 128-byte key).
+//! live leases, the one with fewer live units is replaced: its grants are given back
+//! (`super::returns`) and its key calls out again. Entries are at most 42 + 4 × 40 + 194 bytes
+//! (the identity is bounded by the action and the 128-byte key).
+//!
+//! The same entry carries the mark of a grant in flight ([`ask`]), and the worker's tick takes
+//! expired grants out of it ([`sweep`]).
 //!
 //! # Inserting
 //!
@@ -25,7 +28,7 @@
 use sluice_core::headers::RateLimit;
 
 use super::pocket::{self, Pockets};
-use super::{decode, encode, Lease};
+use super::{decode, encode, give_back, Lease, Return};
 use crate::cache::fnv1a;
 use crate::host::{CasError, Counter, Host};
 
@@ -73,12 +76,12 @@ pub fn slot_keys(identity: &[u8], slots: u64) -> [String; 2] {
 enum Slot {
     Absent,
     Mine(Lease, u32),
-    /// Another identity's entry (or one of another layout): its live units, its unspent units
-    /// (live or not: what a replacement loses) and its version.
+    /// Another identity's entry (or one of another layout): its live units, its version, and
+    /// its lease and identity when it decodes (what a replacement gives back).
     Other {
         live: u64,
-        unspent: u64,
         version: u32,
+        entry: Option<(Lease, Vec<u8>)>,
     },
 }
 
@@ -87,15 +90,15 @@ fn read(host: &dyn Host, key: &str, identity: &[u8], now_ns: u64) -> Slot {
         None => Slot::Absent,
         Some((bytes, version)) => match decode(&bytes) {
             Some((lease, id)) if id == identity => Slot::Mine(lease, version),
-            Some((lease, _)) => Slot::Other {
+            Some((lease, id)) => Slot::Other {
                 live: lease.live_units(now_ns),
-                unspent: lease.unspent_units(),
                 version,
+                entry: Some((lease, id.to_vec())),
             },
             None => Slot::Other {
                 live: 0,
-                unspent: 0,
                 version,
+                entry: None,
             },
         },
     }
@@ -109,12 +112,11 @@ fn read(host: &dyn Host, key: &str, identity: &[u8], now_ns: u64) -> Slot {
 /// back with `quantity` taken, plus a [`pocket::chunk`] for this worker's pocket when the lease
 /// has plenty left and the pocket table has room: one check-and-set debits both, once.
 ///
-/// Units lost on the way (grants found expired with units left, dropped by this write; an
-/// expired pocket, or a chunk the pocket table could not keep) are counted in
-/// `sluice.lease_units_lost`, only once the write that drops them succeeds, so each is counted
-/// once. A take that fails while the entry holds expired units writes the entry without them
-/// (one more check-and-set, on that rare path only), so a key that goes quiet after its lease
-/// expired does not hide the loss.
+/// Grants found expired with units left leave the entry with this write and are added to
+/// `returns`, once the write succeeds (so each is given back once; `super::returns`). A take
+/// that fails while the entry holds expired units writes the entry without them (one more
+/// check-and-set, on that rare path only). Pocket units lost on the way (an expired pocket, a
+/// chunk the pocket table could not keep) are counted in `sluice.lease_units_lost`.
 pub fn spend(
     host: &mut dyn Host,
     pockets: &mut Pockets,
@@ -122,6 +124,7 @@ pub fn spend(
     slots: u64,
     quantity: u64,
     now_ns: u64,
+    returns: &mut Vec<Return>,
 ) -> Option<RateLimit> {
     let hashes = hashes(identity);
     let pocket_hash = hashes[1];
@@ -144,12 +147,12 @@ pub fn spend(
             };
             let expired = lease.drop_dead(now_ns);
             if !lease.take(quantity, now_ns) {
-                if expired > 0
+                if !expired.is_empty()
                     && host
                         .shared_set_if(key, &encode(&lease, identity), version)
                         .is_ok()
                 {
-                    host.count_by(Counter::LeaseUnitsLost, expired);
+                    give_back(returns, identity, expired);
                 }
                 break;
             }
@@ -157,14 +160,14 @@ pub fn spend(
             let chunk = lease.take_grant(extra, now_ns);
             match host.shared_set_if(key, &encode(&lease, identity), version) {
                 Ok(()) => {
+                    give_back(returns, identity, expired);
                     let limit = lease.rate_limit(now_ns);
                     let (pocketed, dropped) = match room {
                         Some(r) => pockets.refill(r, identity, chunk, lease, now_ns),
                         None => (0, 0),
                     };
-                    let lost = expired.saturating_add(dropped);
-                    if lost > 0 {
-                        host.count_by(Counter::LeaseUnitsLost, lost);
+                    if dropped > 0 {
+                        host.count_by(Counter::LeaseUnitsLost, dropped);
                     }
                     return Some(RateLimit {
                         remaining: limit.remaining.saturating_add(pocketed),
@@ -179,54 +182,178 @@ pub fn spend(
     None
 }
 
-/// Adds a granted lease to the table (merged with a live lease of the same identity). `false`
-/// when it could not be stored: the grant's units are then lost to this Envoy (debited, never
-/// spent), which under-admits and never over-admits.
+/// The slot a write for `identity` goes to, with what it holds: the first candidate unless it
+/// holds another identity's live lease; then the second, unless that holds more live units than
+/// the first (the one with fewer live units is replaced).
+fn choose<'k>(
+    host: &dyn Host,
+    keys: &'k [String; 2],
+    identity: &[u8],
+    now_ns: u64,
+) -> (&'k String, Slot) {
+    let first = read(host, &keys[0], identity, now_ns);
+    match first {
+        Slot::Mine(..) | Slot::Absent | Slot::Other { live: 0, .. } => (&keys[0], first),
+        Slot::Other {
+            live: first_live, ..
+        } => {
+            if keys[0] == keys[1] {
+                return (&keys[0], first);
+            }
+            match read(host, &keys[1], identity, now_ns) {
+                Slot::Other {
+                    live: second_live, ..
+                } if second_live > first_live => (&keys[0], first),
+                second => (&keys[1], second),
+            }
+        }
+    }
+}
+
+/// What a miss that is about to call out should ask for ([`ask`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Ask for a lease: this request marked the entry (or no mark could be written).
+    Grant,
+    /// Another request's grant for this identity is in flight: ask for this request alone.
+    Exact,
+}
+
+/// Before a miss of `identity` calls out at `now`: whether it asks for a lease. The first miss
+/// marks the entry (`asking_until` = `until_ns`, one check-and-set) and asks; a miss that finds
+/// a live mark in either candidate slot asks without a lease, so grants for one identity are
+/// asked one at a time. The mark ends when a grant is stored ([`store`]) or at `until_ns` (the
+/// callout's timeout: a lost answer cannot stop grants for longer). A slot of another identity
+/// is taken only as [`store`] would take it; its grants are then added to `returns`. When no
+/// mark can be written (conflicts, a refused write), the miss asks for a lease as before: a
+/// grant too many is given back when it expires.
+pub fn ask(
+    host: &mut dyn Host,
+    identity: &[u8],
+    slots: u64,
+    now_ns: u64,
+    until_ns: u64,
+    returns: &mut Vec<Return>,
+) -> Ask {
+    let keys = slot_keys(identity, slots);
+    for _ in 0..MAX_CAS_TRIES {
+        if keys[0] != keys[1] {
+            // The identity may sit in its second slot, marked there.
+            if let Slot::Mine(lease, _) = read(host, &keys[1], identity, now_ns) {
+                if now_ns < lease.asking_until_ns {
+                    return Ask::Exact;
+                }
+            }
+        }
+        let (key, current) = choose(host, &keys, identity, now_ns);
+        let marked = |mut lease: Lease| {
+            lease.asking_until_ns = until_ns;
+            encode(&lease, identity)
+        };
+        let empty = || Lease {
+            capacity: 0,
+            window_ms: 0,
+            remaining: 0,
+            reset_at_ns: 0,
+            asking_until_ns: 0,
+            grants: Vec::new(),
+        };
+        let (value, version, replaced) = match current {
+            Slot::Mine(lease, _) if now_ns < lease.asking_until_ns => return Ask::Exact,
+            Slot::Mine(lease, version) => (marked(lease), version, None),
+            Slot::Absent => (marked(empty()), INSERT, None),
+            Slot::Other { version, entry, .. } => (marked(empty()), version, entry),
+        };
+        match host.shared_set_if(key, &value, version) {
+            Ok(()) => {
+                if let Some((lease, other)) = replaced {
+                    give_back(returns, &other, lease.grants);
+                }
+                return Ask::Grant;
+            }
+            Err(CasError::Conflict) => continue,
+            Err(CasError::Failed) => return Ask::Grant,
+        }
+    }
+    Ask::Grant
+}
+
+/// The worker's tick, once a grant it stored for `identity` has expired: takes every expired
+/// grant with units left out of the identity's entries (one check-and-set each) and adds them
+/// to `returns`, so a key that goes quiet gives its units back too. `false` when a write lost
+/// [`MAX_CAS_TRIES`] races (try again at the next tick); `true` when done, including when
+/// another worker's take or store got there first (each grant leaves the table once).
+pub fn sweep(
+    host: &mut dyn Host,
+    identity: &[u8],
+    slots: u64,
+    now_ns: u64,
+    returns: &mut Vec<Return>,
+) -> bool {
+    let keys = slot_keys(identity, slots);
+    let candidates = if keys[0] == keys[1] { 1 } else { 2 };
+    for key in keys.iter().take(candidates) {
+        let mut done = false;
+        for _ in 0..MAX_CAS_TRIES {
+            let Slot::Mine(mut lease, version) = read(host, key, identity, now_ns) else {
+                done = true;
+                break;
+            };
+            let expired = lease.drop_dead(now_ns);
+            if expired.is_empty() {
+                done = true;
+                break;
+            }
+            match host.shared_set_if(key, &encode(&lease, identity), version) {
+                Ok(()) => {
+                    give_back(returns, identity, expired);
+                    done = true;
+                    break;
+                }
+                Err(CasError::Conflict) => continue,
+                Err(CasError::Failed) => break,
+            }
+        }
+        if !done {
+            return false;
+        }
+    }
+    true
+}
+
+/// Adds a granted lease to the table (merged with a live lease of the same identity, the mark of
+/// a grant in flight cleared). `false` when it could not be stored: the grant is then added to
+/// `returns` whole (debited, never spent: given back).
 ///
-/// Every unit lost here is counted in `sluice.lease_units_lost`: the grant's when it cannot be
-/// stored; otherwise, once the write succeeds, the units of expired grants it drops from this
-/// identity's entry, or every unspent unit of another identity's entry it replaces.
+/// Once the write succeeds, what it takes out of the table is added to `returns` too: this
+/// identity's expired grants with units left and a grant beyond [`super::MAX_GRANTS`]
+/// ([`Lease::absorb`]), or every grant of another identity's entry it replaces.
 pub fn store(
     host: &mut dyn Host,
     identity: &[u8],
     slots: u64,
     granted: &Lease,
     now_ns: u64,
+    returns: &mut Vec<Return>,
 ) -> bool {
     let keys = slot_keys(identity, slots);
     for _ in 0..MAX_CAS_TRIES {
-        let first = read(host, &keys[0], identity, now_ns);
-        let (key, current) = match first {
-            Slot::Mine(..) | Slot::Absent | Slot::Other { live: 0, .. } => (&keys[0], first),
-            Slot::Other {
-                live: first_live, ..
-            } => {
-                if keys[0] == keys[1] {
-                    (&keys[0], first)
-                } else {
-                    match read(host, &keys[1], identity, now_ns) {
-                        Slot::Other {
-                            live: second_live, ..
-                        } if second_live > first_live => (&keys[0], first),
-                        second => (&keys[1], second),
-                    }
-                }
-            }
-        };
-        let (value, version, lost) = match current {
-            Slot::Absent => (encode(granted, identity), INSERT, 0),
+        let (key, current) = choose(host, &keys, identity, now_ns);
+        let (value, version, back, other) = match current {
+            Slot::Absent => (encode(granted, identity), INSERT, Vec::new(), None),
             Slot::Mine(lease, version) => {
-                let (merged, expired) = lease.absorb(granted.clone(), now_ns);
-                (encode(&merged, identity), version, expired)
+                let (merged, back) = lease.absorb(granted.clone(), now_ns);
+                (encode(&merged, identity), version, back, None)
             }
-            Slot::Other {
-                unspent, version, ..
-            } => (encode(granted, identity), version, unspent),
+            Slot::Other { version, entry, .. } => {
+                (encode(granted, identity), version, Vec::new(), entry)
+            }
         };
         match host.shared_set_if(key, &value, version) {
             Ok(()) => {
-                if lost > 0 {
-                    host.count_by(Counter::LeaseUnitsLost, lost);
+                give_back(returns, identity, back);
+                if let Some((lease, other)) = other {
+                    give_back(returns, &other, lease.grants);
                 }
                 return true;
             }
@@ -234,6 +361,6 @@ pub fn store(
             Err(CasError::Failed) => break,
         }
     }
-    host.count_by(Counter::LeaseUnitsLost, granted.unspent_units());
+    give_back(returns, identity, granted.grants.iter().copied());
     false
 }

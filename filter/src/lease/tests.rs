@@ -2,7 +2,7 @@
 //! (check-and-set, races between workers, the slot bound).
 
 use super::pocket::Pockets;
-use super::table::{self, slot_keys, store, MAX_CAS_TRIES};
+use super::table::{self, slot_keys, MAX_CAS_TRIES};
 use super::*;
 use crate::fake_host::FakeHost;
 use crate::host::Host;
@@ -17,7 +17,20 @@ fn spend(
     quantity: u64,
     now: u64,
 ) -> Option<sluice_core::headers::RateLimit> {
-    table::spend(h, &mut Pockets::default(), identity, slots, quantity, now)
+    table::spend(
+        h,
+        &mut Pockets::default(),
+        identity,
+        slots,
+        quantity,
+        now,
+        &mut Vec::new(),
+    )
+}
+
+/// A store whose returns are not looked at (`returns_tests` looks at them).
+fn store(h: &mut FakeHost, identity: &[u8], slots: u64, granted: &Lease, now: u64) -> bool {
+    table::store(h, identity, slots, granted, now, &mut Vec::new())
 }
 
 const MS: u64 = NANOS_PER_MILLI;
@@ -38,7 +51,14 @@ fn answer(allowed: bool, lease: Option<(u64, u64)>, extra: &str) -> ThrottleResp
 
 /// A lease of `units` granted by a callout sent at `sent`, answered 2 ms later, ttl 1 s.
 fn granted(units: u64, sent: u64) -> Lease {
-    Lease::of_answer(&answer(true, Some((units, 1000)), ""), sent, sent + 2 * MS).unwrap()
+    // The send time is the grant's id: distinct per grant in these tests.
+    Lease::of_answer(
+        &answer(true, Some((units, 1000)), ""),
+        sent,
+        sent + 2 * MS,
+        sent,
+    )
+    .unwrap()
 }
 
 fn id(key: &str) -> Vec<u8> {
@@ -62,13 +82,15 @@ fn stored(h: &FakeHost, identity: &[u8]) -> Option<Lease> {
 
 #[test]
 fn a_grant_lives_from_the_send_for_its_ttl() {
-    let l = Lease::of_answer(&answer(true, Some((64, 1000)), ""), T0, T0 + 3 * MS).unwrap();
+    let l = Lease::of_answer(&answer(true, Some((64, 1000)), ""), T0, T0 + 3 * MS, 7).unwrap();
     assert_eq!(
         l.grants,
         vec![Grant {
             units: 64,
             from_ns: T0,
-            until_ns: T0 + 1000 * MS
+            until_ns: T0 + 1000 * MS,
+            id: 7,
+            granted: 64,
         }]
     );
     assert_eq!(
@@ -85,27 +107,31 @@ fn a_grant_lives_from_the_send_for_its_ttl() {
 
 #[test]
 fn only_an_admission_with_units_and_time_is_a_lease() {
-    assert_eq!(Lease::of_answer(&answer(true, None, ""), T0, T0), None);
+    assert_eq!(Lease::of_answer(&answer(true, None, ""), T0, T0, 7), None);
     assert_eq!(
-        Lease::of_answer(&answer(false, Some((64, 1000)), ""), T0, T0),
+        Lease::of_answer(&answer(false, Some((64, 1000)), ""), T0, T0, 7),
         None,
         "a denial"
     );
     let shadow = answer(true, Some((64, 1000)), r#", "would_deny": true"#);
-    assert_eq!(Lease::of_answer(&shadow, T0, T0), None, "shadow would-deny");
     assert_eq!(
-        Lease::of_answer(&answer(true, Some((0, 1000)), ""), T0, T0),
+        Lease::of_answer(&shadow, T0, T0, 7),
+        None,
+        "shadow would-deny"
+    );
+    assert_eq!(
+        Lease::of_answer(&answer(true, Some((0, 1000)), ""), T0, T0, 7),
         None
     );
     assert_eq!(
-        Lease::of_answer(&answer(true, Some((64, 0)), ""), T0, T0),
+        Lease::of_answer(&answer(true, Some((64, 0)), ""), T0, T0, 7),
         None
     );
 }
 
 #[test]
 fn a_grant_beyond_core_bounds_is_capped() {
-    let l = Lease::of_answer(&answer(true, Some((u64::MAX, u64::MAX)), ""), T0, T0).unwrap();
+    let l = Lease::of_answer(&answer(true, Some((u64::MAX, u64::MAX)), ""), T0, T0, 7).unwrap();
     assert_eq!(l.grants[0].units, sluice_core::limits::MAX_LEASE_UNITS);
     assert_eq!(
         l.grants[0].until_ns,
@@ -138,27 +164,37 @@ fn take_spends_the_soonest_expiring_units_first_and_never_more_than_live() {
 }
 
 #[test]
-fn merged_grants_never_outlive_either_part() {
+fn a_grant_beyond_four_side_by_side_is_given_back_whole_never_merged() {
     let mut l = granted(1, T0);
+    let mut back = Vec::new();
     for i in 1..10u64 {
-        l = l.absorb(granted(10, T0 + i * 10 * MS), T0 + i * 10 * MS).0;
+        let (next, b) = l.absorb(granted(10, T0 + i * 10 * MS), T0 + i * 10 * MS);
+        l = next;
+        back.extend(b);
     }
     assert_eq!(l.grants.len(), MAX_GRANTS);
-    assert_eq!(l.live_units(T0 + 95 * MS), 91, "no unit lost by merging");
-    // Every grant, merged or not, lives inside one of the original grants' lifetimes.
+    assert_eq!(
+        l.live_units(T0 + 95 * MS),
+        31,
+        "the first four kept as they came"
+    );
+    assert_eq!(back.len(), 6, "the other six given back");
+    assert!(back.iter().all(|g| g.units == 10 && g.granted == 10));
+    // Every kept grant is one of the originals, with its own id.
     for g in &l.grants {
-        let original = (0..10u64).any(|i| {
-            let from = T0 + i * 10 * MS;
-            g.from_ns >= from && g.until_ns <= from + 1000 * MS
-        });
-        assert!(original, "{g:?}");
+        assert_eq!(g.id, g.from_ns, "{g:?}");
+        assert_eq!(g.until_ns, g.from_ns + 1000 * MS, "{g:?}");
     }
-    // Dead grants are dropped on absorb; the header numbers are the newest answer's.
+    // Dead grants are dropped on absorb and given back; the header numbers are the newest
+    // answer's, and a grant in flight is no longer marked.
+    l.asking_until_ns = T0 + 6_000 * MS;
     let mut newest = granted(2, T0 + 5_000 * MS);
     newest.remaining = 7;
-    let l = l.absorb(newest, T0 + 5_000 * MS).0;
+    let (l, back) = l.absorb(newest, T0 + 5_000 * MS);
     assert_eq!(l.grants.len(), 1);
     assert_eq!(l.remaining, 7);
+    assert_eq!(l.asking_until_ns, 0);
+    assert_eq!(back.iter().map(|g| g.units).sum::<u64>(), 31);
 }
 
 #[test]
