@@ -246,6 +246,10 @@ impl Reports {
             left.commits |= this.commits;
             left.counts |= this.counts;
             left.held_lines |= this.held_lines;
+            left.lease_due_ns = match (left.lease_due_ns, this.lease_due_ns) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         self.ask(left, now);
     }

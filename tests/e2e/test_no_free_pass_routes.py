@@ -395,4 +395,7 @@ def test_two_close_keys_in_one_lease_slot_never_over_admit(edge, what):
     per_key = hammer(envoy, keys, LEASE_CAP + EXTRA, listener="LISTEN_CLOSED_PORT")
     counts = [admitted(r, what) for r in per_key]
     assert all(1 <= c <= LEASE_CAP for c in counts), (what, counts)
-    assert [peek(backend, names["crowded"], k) for k in keys] == [0, 0], what
+    # An evicted lease's units go back to the backend (a commit of its grant), so the backend may
+    # hold some again; but no unit is both admitted and given back.
+    left = [peek(backend, names["crowded"], k) for k in keys]
+    assert all(c + n <= LEASE_CAP for c, n in zip(counts, left)), (what, counts, left)

@@ -224,8 +224,9 @@ pub enum Ask {
 /// a live mark in either candidate slot asks without a lease, so grants for one identity are
 /// asked one at a time. The mark ends when a grant is stored ([`store`]) or at `until_ns` (the
 /// callout's timeout: a lost answer cannot stop grants for longer). A slot of another identity
-/// is taken only as [`store`] would take it; its grants are then added to `returns`. When no
-/// mark can be written (conflicts, a refused write), the miss asks for a lease as before: a
+/// is taken for a mark only when that identity's lease has no live units (its grants, expired or
+/// not live yet, are then added to `returns`). When no mark can be written (both slots hold other
+/// identities' live leases, conflicts, a refused write), the miss asks for a lease as before: a
 /// grant too many is given back when it expires.
 pub fn ask(
     host: &mut dyn Host,
@@ -262,6 +263,8 @@ pub fn ask(
             Slot::Mine(lease, _) if now_ns < lease.asking_until_ns => return Ask::Exact,
             Slot::Mine(lease, version) => (marked(lease), version, None),
             Slot::Absent => (marked(empty()), INSERT, None),
+            // A mark never displaces another identity's live lease (a grant may, in `store`).
+            Slot::Other { live, .. } if live > 0 => return Ask::Grant,
             Slot::Other { version, entry, .. } => (marked(empty()), version, entry),
         };
         match host.shared_set_if(key, &value, version) {

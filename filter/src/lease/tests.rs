@@ -444,3 +444,31 @@ fn a_second_slot_keeps_a_colliding_hot_key() {
         .shared_get_versioned(&slot_keys(&other, slots)[0])
         .is_some());
 }
+
+#[test]
+fn a_mark_never_displaces_another_identitys_live_lease() {
+    // One slot: alice's live lease stays; bob asks for a grant unmarked.
+    let mut h = host();
+    let (a, b) = (id("alice"), id("bob"));
+    assert!(store(&mut h, &a, 1, &granted(5, T0), T0));
+    let mut back = Vec::new();
+    let ask = |h: &mut FakeHost, now: u64, back: &mut Vec<Return>| {
+        table::ask(h, &b, 1, now, now + 30 * MS, back)
+    };
+    assert_eq!(ask(&mut h, T0, &mut back), table::Ask::Grant);
+    assert!(back.is_empty());
+    assert!(
+        spend(&mut h, &a, 1, 1, T0).is_some(),
+        "alice's lease is still there"
+    );
+    // Once alice's lease has expired, bob's mark takes the slot and alice's 4 units go back.
+    let later = T0 + 1000 * MS;
+    assert_eq!(ask(&mut h, later, &mut back), table::Ask::Grant);
+    assert_eq!(back.iter().map(|r| r.grant.units).sum::<u64>(), 4);
+    assert_eq!(back[0].identity, a);
+    assert_eq!(
+        ask(&mut h, later + 1, &mut back),
+        table::Ask::Exact,
+        "marked"
+    );
+}

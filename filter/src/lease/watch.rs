@@ -81,3 +81,18 @@ impl Watch {
         self.grants = keep;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watch_keeps_the_newest_grants_within_its_bound() {
+        let mut w = Watch::default();
+        for i in 0..(MAX_WATCHED as u64 + 10) {
+            w.add(b"reply\nalice", 1_000 + i);
+        }
+        assert_eq!(w.len(), MAX_WATCHED);
+        assert_eq!(w.due_ns(), Some(1_010), "the ten oldest dropped");
+    }
+}
