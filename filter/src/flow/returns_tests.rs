@@ -125,12 +125,20 @@ fn concurrent_misses_of_a_cold_key_make_one_grant_and_the_others_are_decided_exa
     let mut h = vm();
     // 32 requests of one cold key arrive before any answer: one asks for a lease.
     let mut flows = Vec::new();
+    let mut hostcalls = Vec::new();
     for i in 0..32u64 {
+        let before = (h.shared_reads.get(), h.shared_writes);
         let (flow, token, sent) = start(&cfg, &w, &mut h, b"alice", T0 + i * 10_000);
+        hostcalls.push((h.shared_reads.get() - before.0, h.shared_writes - before.1));
         let sent = sent.expect("a cold key calls out");
         assert_eq!(sent.quantity, 1);
         flows.push((flow, token, sent.lease));
     }
+    // Shared-data hostcalls (reads, writes), the denial cache's read included: the first miss
+    // reads the lease slot, the cache slot, the lease slot again and marks it; the others find
+    // the mark (the take reads both lease slots: the first holds only the mark).
+    assert_eq!(hostcalls[0], (3, 1));
+    assert!(hostcalls[1..].iter().all(|&c| c == (4, 0)), "{hostcalls:?}");
     let asked: Vec<usize> = (0..32).filter(|&i| flows[i].2).collect();
     assert_eq!(asked, vec![0], "only the first miss asks for a lease");
     // The exact ones are answered first, then the grant.

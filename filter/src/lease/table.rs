@@ -238,15 +238,18 @@ pub fn ask(
 ) -> Ask {
     let keys = slot_keys(identity, slots);
     for _ in 0..MAX_CAS_TRIES {
-        if keys[0] != keys[1] {
-            // The identity may sit in its second slot, marked there.
+        let (key, current) = choose(host, &keys, identity, now_ns);
+        let first_is_other = matches!(current, Slot::Other { .. }) && *key == keys[0];
+        if first_is_other && keys[0] != keys[1] {
+            // The first slot holds another identity's expired lease: this identity may sit in
+            // its second slot (stored there while the first was live), marked there. An absent
+            // first slot means no entry anywhere, and `choose` read the second already otherwise.
             if let Slot::Mine(lease, _) = read(host, &keys[1], identity, now_ns) {
                 if now_ns < lease.asking_until_ns {
                     return Ask::Exact;
                 }
             }
         }
-        let (key, current) = choose(host, &keys, identity, now_ns);
         let marked = |mut lease: Lease| {
             lease.asking_until_ns = until_ns;
             encode(&lease, identity)
