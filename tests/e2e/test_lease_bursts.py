@@ -128,9 +128,12 @@ def test_three_bursts_of_32_clients_leave_the_level_at_what_was_admitted(tmp, ba
         assert lost <= POCKET * envoy.concurrency * grants, (lost, grants)
         # What the grants held and was not admitted went back (all but the pocket units).
         assert returned >= grants * GRANT - hits - lost - POCKET * envoy.concurrency, (returned, grants, hits)
-        # ... and the backend refunded them (a fixed window refunds all of a return made in the
-        # grant's window).
+        # ... and the backend refunded them, each return once (a fixed window refunds all of a
+        # return made in the grant's window; a copy sent again is a duplicate and refunds
+        # nothing; only a return given up after the backend applied it, counted lost, can make
+        # the refund larger than what the filter saw accepted).
         refunded = backend.metric("sluice_commit_refunded_units_total", action="e2e_lease") - refunded_before
-        assert refunded >= returned, (refunded, returned)
+        print(f"backend refunded {refunded:.0f}")
+        assert returned <= refunded <= returned + lost, (refunded, returned, lost)
     finally:
         envoy.stop()
