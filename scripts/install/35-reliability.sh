@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Serves: reliability
 # schemathesis (PyPI) in ./.venv for the reliability suite's API fuzzing (tests/reliability).
 # The venv itself comes from 30-python.sh, which runs first. Idempotent: a second run only checks
 # the installed version.

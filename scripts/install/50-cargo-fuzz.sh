@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Serves: fuzz
 # cargo-fuzz (crates.io) for the short bounded fuzz runs in tests/suites/60-fuzz.sh.
 set -euo pipefail
 command -v cargo-fuzz >/dev/null && exit 0

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Serves: compose
 # What the compose suite (tests/suites/70-compose.sh) needs: a Docker engine (Debian's docker.io:
 # dockerd 20.10 with its built-in BuildKit, containerd, runc), debootstrap (the Debian base of the
 # local stand-in images) and the Compose v2 CLI plugin, so `docker compose` works as in the

