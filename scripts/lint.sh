@@ -9,6 +9,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# Stale words first (seconds, before any build): the gRPC listener's flag is --grpc-listen
+# (backend/src/cli.rs); its old name may appear only on a line that says it is the old name.
+stale=$(grep -rn --include='*.md' --include='*.yaml' --include='*.yml' --include='*.py' --include='*.mjs' --include='*.sh' \
+  -e '--rls-listen' -e 'SLUICE_RLS_LISTEN' README.md docs envoy tests benches demo docker-compose.yml |
+  grep -vi 'old name' || true)
+if [ -n "$stale" ]; then
+  echo "sluice: these name the gRPC listener by its old flag; write --grpc-listen (SLUICE_GRPC_LISTEN), or say on the line that it is the old name:" >&2
+  echo "$stale" >&2
+  exit 1
+fi
+
 cargo fmt --all --check
 # The native build's `unsafe` lives in its bindings module only (native/src/abi.rs and
 # native/src/abi/: the ABI's calls, its hooks, and WorkerBound with the state whose invariant it

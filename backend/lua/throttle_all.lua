@@ -1,4 +1,7 @@
--- throttle_all: several checks decided all or nothing in ONE call (twin of sluice_core::all).
+-- throttle_all: the 2 to 8 checks of one all-or-nothing request (twin of sluice_core::all). On a
+-- single node (mode 'all') every check is decided in ONE call; on a Redis Cluster the checks' keys
+-- live in different slots, so backend/src/store/redis/all.rs calls it once per check (modes
+-- 'probe', then 'reserve' tightest first, refunded by throttle_refund.lua on a denial).
 -- Built in Rust (scripts.rs): each algorithm script, with its own copy of the prelude, is wrapped
 -- unchanged as STEPS['<algorithm>'] = function(KEYS, ARGV) ... end, so a step reads its key and
 -- arguments exactly as the single-check script does; this driver follows them.

@@ -141,8 +141,9 @@ RLS_TIMEOUT = "1s"
 @pytest.fixture(scope="session")
 def rls_backend(tmp, redis):
     """A second backend on the session's redis-server that also serves Envoy's rate limit service
-    (gRPC) on --rls-listen. Exact counts are under test here, not latency: a 1 s Redis timeout, so
-    one slow EVALSHA on a loaded machine is not an UNAVAILABLE that fails open."""
+    (gRPC) on its gRPC listener (--grpc-listen). Exact counts are under test here, not latency: a
+    1 s Redis timeout, so one slow EVALSHA on a loaded machine is not an UNAVAILABLE that fails
+    open."""
     b = stack.Backend(tmp, redis, rls=True, extra_args=["--redis-timeout-ms", "1000"]).start()
     yield b
     b.stop()

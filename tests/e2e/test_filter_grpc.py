@@ -1,9 +1,9 @@
 """The sluice filter's gRPC callout (`backend.protocol: grpc`) through a real Envoy to the real
-backend's RLS listener (--rls-listen, h2c) on a real redis-server: exactly capacity admitted, then
+backend's gRPC listener (--grpc-listen, h2c) on a real redis-server: exactly capacity admitted, then
 429 with the same headers as the HTTP callout, the cached 429, quantity as hits_addend, shadow and
 no-rule answers, and the failure mode with the backend down.
 
-This module starts its own redis-server and backend (with --rls-listen), so rules put here never
+This module starts its own redis-server and backend (with --grpc-listen), so rules put here never
 touch the session backend's; envoy/e2e_grpc.yaml uses e2e.yaml's actions, and a second Envoy from
 e2e.yaml on the same backend gives the HTTP callout to compare with."""
 

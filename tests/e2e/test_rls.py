@@ -1,8 +1,8 @@
 """Envoy's native rate limit filter (envoy.filters.http.ratelimit, envoy/rls.yaml) asking the real
-`sluice` backend over gRPC (RLS v3, --rls-listen) on a real redis-server. No wasm module: the
-descriptors Envoy builds from each route's `rate_limits` are mapped to sluice's (action, key) by
-core/src/descriptor.rs, and the answer's headers come from Envoy (X-RateLimit-*) and from sluice
-(RateLimit-Policy, RateLimit, Retry-After)."""
+`sluice` backend over gRPC (RLS v3, on its gRPC listener, --grpc-listen) on a real redis-server.
+No wasm module: the descriptors Envoy builds from each route's `rate_limits` are mapped to
+sluice's (action, key) by core/src/descriptor.rs, and the answer's headers come from Envoy
+(X-RateLimit-*) and from sluice (RateLimit-Policy, RateLimit, Retry-After)."""
 
 import http.client
 import random

@@ -1,8 +1,8 @@
 //! What a store step left behind when it finished after its caller gave up (the deadline passed,
 //! or the caller hung up): its decision was never acted on, so it is not recorded as allowed or
-//! denied anywhere (activity, history, `sluice_decisions_total`). What it debited stays: there is
-//! no cheap refund for a single step (it would need the state it replaced; the general refund is
-//! issue #23), so each debit is counted in `sluice_late_debits_total{action}` and logged at WARN,
+//! denied anywhere (activity, history, `sluice_decisions_total`). What it debited stays: the
+//! refund that exists (a commit at a lower actual cost, `sluice_core::commit`) is not applied to a
+//! late step, so each debit is counted in `sluice_late_debits_total{action}` and logged at WARN,
 //! at most once per [`LOG_EVERY`]. A step that ended in an error (a Redis timeout) may or may not
 //! have debited: counted apart, in `sluice_late_unknown_total{action}`.
 
