@@ -1,19 +1,23 @@
 """Redis HA under load: a Redis Cluster master, and a Sentinel-managed master, SIGKILLed while
 decisions flow (`POST /v1/throttle` straight to the real backend from a few threads).
 
-Asserted, for each: every answer comes within the decision bound (the backend's backstop, 4x
-`--redis-timeout-ms` and at least 200 ms, plus slack for a shared machine), as a 200 or as 503
-`store_unavailable`/`store_timeout` (the caller's failure mode decides those); keys on the masters
-that stayed up keep being answered 200 throughout (Cluster); the killed master's keys are answered
-200 again within the failover bound (Cluster: node timeout + 2 s; Sentinel: down-after +
-failover-timeout + 2 s); and no key over-admits beyond what asynchronous replication can lose:
-a key of capacity N admits at most N, plus, for a key on the killed master, the debits that
-master acknowledged in the last second before it died (replication on loopback lags well under
-that; a debit acknowledged but not yet copied to the replica is lost with the master, and the
-promoted replica admits it again; docs/storage.md, "HA"). Cluster: `/readyz` is not ready (and names the
-killed master) from the kill until the replica is promoted, and ready 20 of 20 once every live
-node's CLUSTER SLOTS names the promoted replica. The figures docs/storage.md quotes are
-printed: seconds without an answer, answers per second before and after, admitted vs capacity.
+Asserted, for each: every answer comes within the decision bound (the backend's store deadline,
+4x `--redis-timeout-ms` and at least 200 ms, plus 100 ms for HTTP and the client on a shared
+machine), as a 200 or as 503 `store_unavailable`/`store_timeout` (the caller's failure mode
+decides those); keys on the masters that stayed up keep being answered 200 throughout (Cluster);
+the killed master's keys are answered 200 again within the failover bound (node timeout, or
+Sentinel's down-after, + 2 s); and no key over-admits beyond what asynchronous replication can
+lose: a key of capacity N admits at most N, plus, for a key on the killed master, the debits that
+master acknowledged in the last LAG_BOUND_S (50 ms) before it died or was answering when it died
+(replication on loopback lags well under a millisecond; a debit acknowledged but not yet copied to
+the replica is lost with the master, and the promoted replica admits it again; docs/storage.md,
+"HA"). The debits lost that way (admissions over capacity) are counted and printed. A key admits
+at least N minus its 503 answers (a request answered 503 may have debited: its script ran, its
+answer was lost or late), the shortfall printed too. Cluster:
+`/readyz` is not ready (and names the killed master) from the kill until the replica is promoted,
+and ready 20 of 20 once every live node's CLUSTER SLOTS names the promoted replica. The figures
+docs/storage.md quotes are printed: seconds without an answer, answers per second before and
+after, slowest answer, admitted vs capacity, acknowledged debits lost.
 
 Everything listens on 127.0.0.1 free ports and is stopped by PID; every wait polls a condition
 under a deadline."""
@@ -35,13 +39,14 @@ import rstack
 import stack
 
 TOKEN = stack.TOKEN
-REDIS_TIMEOUT_MS = 50  # --redis-timeout-ms, passed explicitly (the bound below follows it)
-DECISION_BOUND_S = max(4 * REDIS_TIMEOUT_MS, 200) / 1000 + 1.0  # backstop + slack (2 shared cores)
+REDIS_TIMEOUT_MS = 100  # --redis-timeout-ms (its default), passed explicitly: the bound below follows it
+STORE_DEADLINE_S = max(4 * REDIS_TIMEOUT_MS, 200) / 1000  # the backend's bound on any decision
+DECISION_BOUND_S = STORE_DEADLINE_S + 0.1  # + HTTP and the client's threads on 2 shared cores
 NODE_TIMEOUT_MS = 1000
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 2000
 CAPACITY = 20  # the capacity keys: gcra, 20 back to back, then 1 per hour
-LAG_BOUND_S = 1.0  # acknowledged debits a dying master may not have replicated (see above)
+LAG_BOUND_S = 0.05  # acknowledged debits a dying master may not have replicated (see above)
 OUTAGE_CODES = {"store_unavailable", "store_timeout"}
 LOAD_RULE = {"action": "fo_load", "algorithm": "gcra", "capacity": 1_000_000,
              "rate": {"count": 1_000_000, "period": "1s"}}
@@ -218,7 +223,7 @@ def wait_for(check, what, timeout, every=0.05):
         if value:
             return value
         time.sleep(every)
-    pytest.fail(f"not within {timeout}s: {what}")
+    pytest.fail(f"not within {timeout}s: {what() if callable(what) else what}")
 
 
 def allowed_by_key(answers, action):
@@ -253,18 +258,22 @@ def run_failover(backend, plan, kill, recovered_bound_s, label):
         wait_for(victims_answered_again, "the killed master's keys answered 200 again",
                  timeout=recovered_bound_s + 10)
 
-        # After: every capacity key spent and denied a few times since.
-        def spent():
-            snap = load.snapshot()
-            counts = allowed_by_key(snap, CAP_RULE["action"])
+        # After: every capacity key spent, i.e. denied 10 times (1 unit an hour comes back, so a
+        # denial means spent). Not "admitted CAPACITY": a request answered 503 may have debited
+        # (its script ran, its answer was lost or late), and then fewer than CAPACITY are admitted.
+        cap_keys = {k for a, k, g in plan if a == CAP_RULE["action"]}
+
+        def denied_by_key():
             denied = {}
-            for a in snap:
+            for a in load.snapshot():
                 if a.action == CAP_RULE["action"] and a.status == 200 and not a.allowed:
                     denied[a.key] = denied.get(a.key, 0) + 1
-            cap_keys = {k for a, k, g in plan if a == CAP_RULE["action"]}
-            return all(counts.get(k, 0) >= CAPACITY and denied.get(k, 0) >= 10 for k in cap_keys)
+            return denied
 
-        wait_for(spent, "every capacity key spent and denied since", timeout=20)
+        wait_for(lambda: all(denied_by_key().get(k, 0) >= 10 for k in cap_keys),
+                 lambda: f"every capacity key spent and denied since: admitted "
+                         f"{allowed_by_key(load.snapshot(), CAP_RULE['action'])}, denied {denied_by_key()}",
+                 timeout=20)
     finally:
         answers = load.stop().snapshot()
     return check_and_report(answers, plan, killed_at, recovered_bound_s, label)
@@ -300,12 +309,23 @@ def check_and_report(answers, plan, killed_at, recovered_bound_s, label):
 
     allowed = allowed_by_key(answers, CAP_RULE["action"])
     cap_groups = {k: g for act, k, g in plan if act == CAP_RULE["action"]}
+    # Admissions a dying master may have acknowledged without replicating them: answered in the
+    # last LAG_BOUND_S before the kill, or in flight at it (asked before, answered after).
     acked_near_kill = {}
     for a in answers:
         if (a.action == CAP_RULE["action"] and a.status == 200 and a.allowed
-                and killed_at - LAG_BOUND_S <= a.done <= killed_at):
+                and a.started <= killed_at and a.done >= killed_at - LAG_BOUND_S):
             acked_near_kill[a.key] = acked_near_kill.get(a.key, 0) + 1
     over = {k: allowed.get(k, 0) - CAPACITY for k in cap_groups}
+    # Requests answered 503 may have debited (a script that ran, its answer lost with the master or
+    # past the command timeout): a key admits fewer than its capacity by at most that many.
+    unknown = {}
+    for a in failed:
+        if a.action == CAP_RULE["action"]:
+            unknown[a.key] = unknown.get(a.key, 0) + 1
+    # With a capacity-N key spent (N admitted, then denied) and no refill within the run (1 per
+    # hour), every admission over N is an acknowledged debit the failover lost.
+    lost = sum(max(0, v) for k, v in over.items() if cap_groups[k] == "victim")
 
     print(f"\n[{label}] answers: {len(answers)}; {before_rate:.0f}/s before the kill, {after_rate:.0f}/s after "
           f"recovery; slowest answer {slowest * 1000:.0f} ms (bound {DECISION_BOUND_S * 1000:.0f} ms)")
@@ -314,7 +334,11 @@ def check_and_report(answers, plan, killed_at, recovered_bound_s, label):
           f"{codes}; other masters' keys failed {len(others_failed)}")
     print(f"[{label}] capacity {CAPACITY} per key: admitted " + ", ".join(
         f"{k}({cap_groups[k]})={allowed.get(k, 0)}" for k in sorted(cap_groups)) +
-        f"; over-admitted in total {sum(max(0, v) for v in over.values())}")
+        f"; over-admitted in total {sum(max(0, v) for v in over.values())}, under-admitted in total "
+        f"{sum(max(0, -v) for v in over.values())} (503 answers on capacity keys: {sum(unknown.values())})")
+    print(f"[{label}] acknowledged debits lost with the killed master: {lost} (allowed: "
+          f"{sum(acked_near_kill.get(k, 0) for k, g in cap_groups.items() if g == 'victim')}, the admissions "
+          f"of its capacity keys answered in the last {LAG_BOUND_S * 1000:.0f} ms before the kill or in flight at it)")
 
     if others_failed:
         print(f"[{label}] other masters' keys failed at " + " ".join(
@@ -327,10 +351,13 @@ def check_and_report(answers, plan, killed_at, recovered_bound_s, label):
         bound = CAPACITY + (acked_near_kill.get(key, 0) if group == "victim" else 0)
         assert allowed.get(key, 0) <= bound, (
             f"{key} ({group}) admitted {allowed.get(key, 0)} > {bound} (capacity {CAPACITY} + debits "
-            f"acknowledged in the last {LAG_BOUND_S}s before the kill)")
-        assert allowed.get(key, 0) >= CAPACITY, f"{key} admitted only {allowed.get(key, 0)}"
+            f"acknowledged in the last {LAG_BOUND_S}s before the kill or in flight at it)")
+        assert allowed.get(key, 0) >= CAPACITY - unknown.get(key, 0), (
+            f"{key} admitted only {allowed.get(key, 0)} (capacity {CAPACITY}, answered 503 "
+            f"{unknown.get(key, 0)} times)")
     return {"unavailable_s": round(unavailable_s, 3), "before_per_s": round(before_rate),
-            "after_per_s": round(after_rate), "failed": len(victims_failed), "over": over}
+            "after_per_s": round(after_rate), "failed": len(victims_failed), "over": over,
+            "lost_debits": lost, "slowest_ms": round(slowest * 1000)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -570,7 +597,10 @@ def test_sentinel_master_killed_under_load(tmp_path, sentinel_set):
         # One master holds every key: all are the killed master's.
         plan = [(LOAD_RULE["action"], f"k{i}", "victim") for i in range(30)]
         plan += [(CAP_RULE["action"], f"c{i}", "victim") for i in range(6)] * 5
-        bound = (DOWN_AFTER_MS + FAILOVER_TIMEOUT_MS) / 1000 + 2.0
+        # Sentinel agrees the master is down after down-after, then one sentinel is elected and
+        # promotes a replica at once (failover-timeout bounds a failover that stalls, not one that
+        # works): the same 2 s beyond detection as the Cluster's bound.
+        bound = DOWN_AFTER_MS / 1000 + 2.0
         figures = run_failover(backend, plan, master.kill, recovered_bound_s=bound, label="sentinel")
 
         promoted = sentinels[0].master_port()
