@@ -59,6 +59,7 @@ suites=()
 for suite in tests/suites/*.sh; do
   [ -e "$suite" ] && suites+=("$suite")
 done
+[ "${#suites[@]}" -gt 0 ] || { echo "sluice: no tests/suites/*.sh found: nothing would run" >&2; exit 1; }
 later=("lint" "core checks" "cargo test")
 for suite in "${suites[@]}"; do later+=("suite $(suite_name "$suite")"); done
 
