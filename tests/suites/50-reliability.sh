@@ -5,6 +5,10 @@
 # Redis types; the security walk over every admin operation; a bounded soak with exact per-user
 # counts and flat memory (SLUICE_SOAK_SECONDS, default 20). Figures are printed as they come.
 # What each failure does, for operators: docs/failure-modes.md.
+# Twice, like tests/suites/20-envoy.sh: every test with the wasm filter, then the tests whose
+# Envoys load the sluice filter again with the dynamic module (SLUICE_FILTER_BUILD=native; the rest
+# start no Envoy and are skipped there, decided by tests/reliability/conftest.py, so a new test
+# file needs no entry here). Each pass prints its wall time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -16,4 +20,8 @@ suite_install 35-reliability.sh "schemathesis in .venv"
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || suite_install 10-redis.sh "redis-server and redis-cli"
 bash scripts/build-filter.sh
 cargo build --locked -q -p sluice-backend --bin sluice
-exec timeout 900 .venv/bin/pytest -q -s -p no:cacheprovider tests/reliability "$@"
+t0=$(date +%s)
+timeout 900 .venv/bin/pytest -q -s -p no:cacheprovider tests/reliability "$@"
+t1=$(date +%s)
+SLUICE_FILTER_BUILD=native timeout 600 .venv/bin/pytest -q -s -p no:cacheprovider tests/reliability "$@"
+echo "reliability: wasm pass $((t1 - t0)) s, native pass $(($(date +%s) - t1)) s"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The docker-compose stack, built and run for real (tests/compose/test_stack.py): the README's
-# compose command, unchanged, then checks through the stack and `docker compose down`.
+# compose command, unchanged, then checks through the stack (the envoy service on the wasm filter,
+# then once recreated on the dynamic-module build, SLUICE_ENVOY_CONFIG) and `docker compose down`.
 #
 # Uses the Docker engine that answers; when none does, starts Debian's dockerd for this suite
 # only (no bridge, no iptables changes: every container uses host networking on 127.0.0.1) and
