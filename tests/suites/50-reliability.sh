@@ -8,7 +8,7 @@
 # Twice, like tests/suites/20-envoy.sh: every test with the wasm filter, then the tests whose
 # Envoys load the sluice filter again with the dynamic module (SLUICE_FILTER_BUILD=native; the rest
 # start no Envoy and are skipped there, decided by tests/reliability/conftest.py, so a new test
-# file needs no entry here). Each pass prints its wall time.
+# file needs no entry here). The suite prints both passes' wall times.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -20,8 +20,12 @@ suite_install 35-reliability.sh "schemathesis in .venv"
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || suite_install 10-redis.sh "redis-server and redis-cli"
 bash scripts/build-filter.sh
 cargo build --locked -q -p sluice-backend --bin sluice
+# Both passes run whatever the first one's result (a failure in one hides nothing of the other);
+# the suite fails if either did.
+status=0
 t0=$(date +%s)
-timeout 900 .venv/bin/pytest -q -s -p no:cacheprovider tests/reliability "$@"
+timeout 900 .venv/bin/pytest -q -s -p no:cacheprovider tests/reliability "$@" || status=$?
 t1=$(date +%s)
-SLUICE_FILTER_BUILD=native timeout 600 .venv/bin/pytest -q -s -p no:cacheprovider tests/reliability "$@"
+SLUICE_FILTER_BUILD=native timeout 600 .venv/bin/pytest -q -s -p no:cacheprovider tests/reliability "$@" || status=$?
 echo "reliability: wasm pass $((t1 - t0)) s, native pass $(($(date +%s) - t1)) s"
+exit "$status"
