@@ -5,7 +5,9 @@
 -- ARGV[1] now ("" = Redis TIME), ARGV[2] '0', ARGV[3] TTL of the state (ms), ARGV[4], ARGV[5]
 -- the algorithm's parameters, ARGV[6] '0' (the prelude's layout), ARGV[7] the algorithm,
 -- ARGV[8] reserved, ARGV[9] actual, ARGV[10] reserved_at (decimal ns), ARGV[11] the marker's
--- TTL (ms), ARGV[12] the id.
+-- TTL (ms), ARGV[12] the id, ARGV[13] the carry bound (sluice_core::commit::carry_bound: a
+-- meter's most level in ns, a window's most count, a sliding log's most entries): a debit that
+-- does not fit is carried as debt, the level above the capacity, up to it.
 -- KEYS[3], KEYS[4]: the key's budget record (sluice_core::budget), in the same hash tag: the
 -- reservations in flight (`<state key>:inflight`, id -> 'units:held_at_ms', see budget_hold.lua)
 -- and the debits beyond reservations (`<state key>:overshoot`: 'overshoot', 'debited', 'until'
@@ -21,6 +23,9 @@
 local ALG = ARGV[7]
 local cap = tonumber(ARGV[5])
 local P = tonumber(ARGV[4])
+local BOUND = tonumber(ARGV[13])
+-- A meter's level after the commit (ns), for budget_until and the state's TTL.
+local METER_LEVEL = 0
 
 local duplicate = 0
 local ACTUAL = tonumber(ARGV[9])
@@ -58,7 +63,12 @@ local function budget_until()
   elseif ALG == 'sliding_log' then
     return NOW_MS + P
   end
-  return NOW_MS + idiv(P * cap + 999999, 1000000)
+  return NOW_MS + idiv(math.max(P * cap, METER_LEVEL) + 999999, 1000000)
+end
+
+-- A meter state's TTL (ms): the idle TTL, or longer while its level (debt) takes longer to drain.
+local function meter_ttl(level)
+  return math.max(tonumber(ARGV[3]), idiv(level + 999999, 1000000) + 1000)
 end
 
 -- Settles the budget record (BudgetRecord::settle).
@@ -114,11 +124,14 @@ local function meter(level)
   local refunded = math.max(math.min(refund, idiv(level, T), owed), 0)
   level = level - refunded * T
   local fits = math.min(debit, idiv(math.max(tol - level, 0), T))
-  if fits < debit then
-    level = math.max(tol, level)
+  -- The whole debit is carried (debt above the tolerance), up to the bound.
+  local carried = math.min(debit, idiv(math.max(BOUND - level, 0), T))
+  if carried < debit then
+    level = math.max(BOUND, level)
   else
-    level = level + fits * T
+    level = level + carried * T
   end
+  METER_LEVEL = level
   return refunded, debit - fits, level
 end
 
@@ -134,7 +147,7 @@ if ALG == 'gcra' then
   end
   local refunded, overshoot, after = meter(level)
   if moved(refunded) then
-    redis.call('SET', KEYS[1], abs(after), 'PX', ARGV[3])
+    redis.call('SET', KEYS[1], abs(after), 'PX', meter_ttl(after))
   end
   return reply(refunded, overshoot, after, P, 0, 0)
 elseif ALG == 'leaky_bucket' or ALG == 'token_bucket' then
@@ -151,22 +164,27 @@ elseif ALG == 'leaky_bucket' or ALG == 'token_bucket' then
     if ALG == 'leaky_bucket' then
       level = math.max(0, int(h[1]) - elapsed)
     else
+      -- The tokens used, plus the time until `last` when it lies ahead (debt: the bucket
+      -- refills only from then on; core's token_level).
       local tokens = int(h[1])
       if elapsed >= tol - tokens then
         level = 0
       else
         level = tol - tokens - elapsed
       end
+      level = level + math.max(0, last)
     end
   end
   local refunded, overshoot, after = meter(level)
   if moved(refunded) then
-    local value = after
     if ALG == 'token_bucket' then
-      value = tol - after
+      -- Debt: an empty bucket whose refill starts when the debt is paid back.
+      redis.call('HSET', KEYS[1], field, fmt(math.max(tol - after, 0)), 'last',
+        abs(math.max(after - tol, 0)))
+    else
+      redis.call('HSET', KEYS[1], field, fmt(after), 'last', abs(math.max(0, last)))
     end
-    redis.call('HSET', KEYS[1], field, fmt(value), 'last', abs(math.max(0, last)))
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    redis.call('PEXPIRE', KEYS[1], meter_ttl(after))
   end
   return reply(refunded, overshoot, after, P, 0, 0)
 end
@@ -203,7 +221,7 @@ if ALG == 'fixed_window' then
   end
   count = count - refunded
   local fits = math.min(debit, math.max(cap - count, 0))
-  count = count + fits
+  count = count + math.min(debit, math.max(BOUND - count, 0))
   if moved(refunded) and (count ~= s_count or start ~= s_start) then
     redis.call('HSET', KEYS[1], FIELD, fmt(start), 'count', fmt(count))
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -237,7 +255,7 @@ elseif ALG == 'sliding_window' then
   cur = cur - refunded
   local weighted = idiv(prev * (W - elapsed) + W - 1, W)
   local fits = math.min(debit, math.max(math.max(cap - cur, 0) - weighted, 0))
-  cur = cur + fits
+  cur = cur + math.min(debit, math.max(BOUND - cur, 0))
   if moved(refunded) and (index ~= s_index or cur ~= s_cur or prev ~= s_prev) then
     redis.call('HSET', KEYS[1], 'index', fmt(index), 'current', fmt(cur), 'previous', fmt(prev))
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -270,7 +288,8 @@ elseif ALG == 'sliding_log' then
   local cut = upto - refunded
   local live = len - live_from - refunded
   local fits = math.min(debit, math.max(cap - live, 0))
-  if refunded > 0 or fits > 0 then
+  local carried = math.min(debit, math.max(BOUND - live, 0))
+  if refunded > 0 or carried > 0 then
     local tail = {}
     if upto < len then
       tail = redis.call('LRANGE', key, upto, -1)
@@ -296,7 +315,7 @@ elseif ALG == 'sliding_log' then
       t = math.max(0, rel(redis.call('LINDEX', key, -1)))
     end
     local stamp = abs(t)
-    local left = fits
+    local left = carried
     while left > 0 do
       local n = math.min(left, 500)
       local batch = {}
@@ -306,10 +325,10 @@ elseif ALG == 'sliding_log' then
       redis.call('RPUSH', key, unpack(batch))
       left = left - n
     end
-    if live + fits > 0 then
+    if live + carried > 0 then
       redis.call('PEXPIRE', key, ARGV[3])
     end
   end
-  return reply(refunded, debit - fits, live + fits, 0, 0, 0)
+  return reply(refunded, debit - fits, live + carried, 0, 0, 0)
 end
 return redis.error_reply('ERR sluice: commit of an unknown algorithm ' .. tostring(ALG))

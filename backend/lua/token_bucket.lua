@@ -45,8 +45,9 @@ if q <= cap then
       redis.call('HSET', KEYS[1], 'tokens', fmt(after), 'last', abs(math.max(0, last)))
       redis.call('PEXPIRE', KEYS[1], TTL_MS)
     end
-    return { 1, idiv(after, T), -1, reset(tol - after), tol - after, T, 0, 0, k }
+    return { 1, idiv(after, T), -1, reset(tol - after), tol - after + catch_up, T, 0, 0, k }
   end
-  return { 0, idiv(current, T), need - current + catch_up, reset(tol - current), tol - current, T, 0, 0, 0 }
+  return { 0, idiv(current, T), need - current + catch_up, reset(tol - current), tol - current + catch_up, T, 0, 0, 0 }
 end
-return { 0, idiv(current, T), -1, reset(tol - current), tol - current, T, 0, 0, 0 }
+-- The level counts the wait for `last` too (a commit's debt: commit.lua).
+return { 0, idiv(current, T), -1, reset(tol - current), tol - current + catch_up, T, 0, 0, 0 }

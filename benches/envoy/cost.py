@@ -27,7 +27,7 @@ and delay, a fresh tenant per round:
 Printed per round and as medians: requests admitted and denied, units used by the admitted ones,
 how far that is over the budget, the stated bound for reserve/commit (the sum of actual - reserved
 over the admitted requests whose actual exceeded 500), and the backend's overshoot counter
-(sluice_commit_overshoot_units_total: debits that did not fit when they came; `-` for the
+(sluice_commit_overshoot_units_total: debits that did not fit when they came, carried as debt; `-` for the
 token-quota rows, whose debits are no commits), then the ratio of the RLS rows' medians over
 budget, token-quota / reserve-commit, when reserve/commit's is above the budget.
 
@@ -79,15 +79,14 @@ def rls_run(backend, url, path, uses, committed):
     """One request per entry of `uses` through Envoy's ratelimit filter, all at once, as a fresh
     tenant; waits until every stream-done call is settled: for the token-quota pattern (not
     `committed`), a decision per check and per debit; for reserve/commit, the limit's counter at
-    the admitted usage less the overshoot counted."""
+    the admitted usage (a debit that did not fit is carried as debt)."""
     key = f"tenant-{uuid.uuid4().hex[:12]}"
     decisions = backend.decisions(RLS_ACTION)
     shot = backend.metric("sluice_commit_overshoot_units_total", action=RLS_ACTION)
     admitted, denied = cost_stack.burst(url, path, key, uses, delay_ms=DELAY_MS)
     if committed:
         def settled():
-            delta = backend.metric("sluice_commit_overshoot_units_total", action=RLS_ACTION) - shot
-            return rls_used(backend, key) == sum(admitted) - delta
+            return rls_used(backend, key) == sum(admitted)
     else:
         def settled():
             return backend.decisions(RLS_ACTION) - decisions >= len(uses) + len(admitted)

@@ -11,6 +11,9 @@
 //!   `overshoot` (the part that did not fit) to sums that count until [`budget_until_ms`] of the
 //!   latest such commit: the end of a fixed window (so a new window starts from 0), and for the
 //!   others the time by which the budget is surely whole again. A commit after that starts from 0.
+//! - **Debt**: not part of this record. A debit that did not fit is carried in the throttle
+//!   state itself (its level above the capacity, [`crate::commit`]), where every decision sees
+//!   it; [`debt`] reads it from a peek for the key view.
 //! - **Reset**: a key reset (`DELETE /v1/keys`) drops the record with the throttle state, in the
 //!   same atomic step, and a later commit of a reservation made before it changes nothing
 //!   ([`before_reset`]): the key is as if never seen.
@@ -21,25 +24,52 @@
 
 use std::collections::HashMap;
 
-use crate::commit::Committed;
+use crate::commit::{meter_level_ns, Committed};
+use crate::decision::Decision;
 use crate::limits::{MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
 use crate::params::Params;
+use crate::state::State;
 use crate::time::{Nanos, NANOS_PER_MILLI};
 use crate::wire::KeyBudget;
 
-/// When the budget a commit at `now` debited into is surely whole again, in ms since the epoch:
-/// a fixed window's end (calendar or not); for a sliding window the end of the next window (its
-/// counts weigh until then); for a sliding log one window after now; for the meters now plus the
-/// drain time of a full meter (a debit that did not fit left the meter full).
-pub fn budget_until_ms(params: &Params, now: Nanos) -> u64 {
+/// When the budget a commit at `now` debited into is surely whole again, in ms since the epoch,
+/// `state` being the key's state after the commit: a fixed window's end (calendar or not); for a
+/// sliding window the end of the next window (its counts weigh until then); for a sliding log
+/// one window after now; for the meters now plus the drain time of a full meter, or of the
+/// meter's level when it is in debt (above full).
+pub fn budget_until_ms(params: &Params, state: &State, now: Nanos) -> u64 {
     let now_ms = now / NANOS_PER_MILLI;
     match *params {
         Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => {
-            now_ms + m.tolerance().div_ceil(NANOS_PER_MILLI)
+            let level = meter_level_ns(params, state, now).unwrap_or(0);
+            now_ms + m.tolerance().max(level).div_ceil(NANOS_PER_MILLI)
         }
         Params::FixedWindow(w) => w.bounds(now).1 / NANOS_PER_MILLI,
         Params::SlidingWindow(w) => (now_ms / w.window_ms + 2) * w.window_ms,
         Params::SlidingLog(w) => now_ms + w.window_ms,
+    }
+}
+
+/// The units a key's budget is spent above its size, read from a quantity-0 peek of its state
+/// (the key view's `KeyBudget::debt`): a commit's debit that did not fit is carried
+/// ([`crate::commit`]), and nothing is left until the limit has paid it back. A meter's debt is
+/// its level above the tolerance (the peek's `reset_after` is the level in drain time), in
+/// units rounded up (a fraction of a unit still owed leaves nothing); a window's or a sliding
+/// log's is its count above the capacity (a sliding window's weighted count, rounded up).
+pub fn debt(params: &Params, peek: &Decision) -> u64 {
+    match *params {
+        Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => peek
+            .reset_after
+            .saturating_sub(m.tolerance())
+            .div_ceil(m.interval.max(1)),
+        Params::FixedWindow(_) | Params::SlidingWindow(_) | Params::SlidingLog(_) => {
+            let over = (peek.level - params.capacity() as f64).ceil();
+            if over > 0.0 {
+                over as u64
+            } else {
+                0
+            }
+        }
     }
 }
 
@@ -239,15 +269,76 @@ mod tests {
         let ms = NANOS_PER_MILLI;
         let fixed =
             params(r#"{"action":"a","algorithm":"fixed_window","capacity":5,"window":"60s"}"#);
-        assert_eq!(budget_until_ms(&fixed, 61_500 * ms), 120_000);
+        let fresh = State::Fresh;
+        assert_eq!(budget_until_ms(&fixed, &fresh, 61_500 * ms), 120_000);
         let sliding =
             params(r#"{"action":"a","algorithm":"sliding_window","capacity":5,"window":"60s"}"#);
-        assert_eq!(budget_until_ms(&sliding, 61_500 * ms), 180_000);
+        assert_eq!(budget_until_ms(&sliding, &fresh, 61_500 * ms), 180_000);
         let log = params(r#"{"action":"a","algorithm":"sliding_log","capacity":5,"window":"60s"}"#);
-        assert_eq!(budget_until_ms(&log, 61_500 * ms + 7), 121_500);
+        assert_eq!(budget_until_ms(&log, &fresh, 61_500 * ms + 7), 121_500);
         let bucket = params(
             r#"{"action":"a","algorithm":"token_bucket","capacity":10,"rate":{"count":1,"period":"3s"}}"#,
         );
-        assert_eq!(budget_until_ms(&bucket, 1_000 * ms), 31_000);
+        assert_eq!(budget_until_ms(&bucket, &fresh, 1_000 * ms), 31_000);
+        // In debt: a full bucket (30 s of refill) and 12 units (36 s) more, from 1 s.
+        let full = bucket.decide(&fresh, 1_000 * ms, 10).1;
+        let c = crate::commit::Commit {
+            reserved: 0,
+            actual: 12,
+            reserved_at: 1_000 * ms,
+        };
+        let owed = crate::commit::commit(&bucket, &full, 1_000 * ms, c)
+            .1
+            .expect("debited");
+        assert_eq!(budget_until_ms(&bucket, &owed, 1_000 * ms), 67_000);
+    }
+
+    /// The debt read from a peek, per algorithm: 12 units debited onto a full limit of 10 leave
+    /// 12 owed and nothing left; half a unit's drain later a meter still owes 12 (rounded up).
+    #[test]
+    fn the_debt_is_the_level_above_the_capacity() {
+        let ms = NANOS_PER_MILLI;
+        let now = 61_500 * ms;
+        for json in [
+            r#"{"action":"a","algorithm":"gcra","capacity":10,"rate":{"count":1,"period":"3s"}}"#,
+            r#"{"action":"a","algorithm":"leaky_bucket","capacity":10,"rate":{"count":1,"period":"3s"}}"#,
+            r#"{"action":"a","algorithm":"token_bucket","capacity":10,"rate":{"count":1,"period":"3s"}}"#,
+            r#"{"action":"a","algorithm":"fixed_window","capacity":10,"window":"60s"}"#,
+            r#"{"action":"a","algorithm":"sliding_window","capacity":10,"window":"60s"}"#,
+            r#"{"action":"a","algorithm":"sliding_log","capacity":10,"window":"60s"}"#,
+        ] {
+            let p = params(json);
+            let full = p.decide(&State::Fresh, now, 10).1;
+            assert_eq!(debt(&p, &p.decide(&full, now, 0).0), 0, "{json}");
+            let c = crate::commit::Commit {
+                reserved: 0,
+                actual: 12,
+                reserved_at: now,
+            };
+            let (done, owed) = crate::commit::commit(&p, &full, now, c);
+            let owed = owed.expect("debited");
+            assert_eq!((done.debited, done.overshoot), (12, 12), "{json}");
+            let peek = p.decide(&owed, now, 0).0;
+            // A sliding log carries one more capacity of entries (crate::commit::carry_bound).
+            let owes = if matches!(p, Params::SlidingLog(_)) {
+                10
+            } else {
+                12
+            };
+            assert_eq!((debt(&p, &peek), peek.remaining), (owes, 0), "{json}");
+            assert!(!p.decide(&owed, now, 1).0.allowed, "{json}");
+            if matches!(
+                p,
+                Params::Gcra(_) | Params::LeakyBucket(_) | Params::TokenBucket(_)
+            ) {
+                let later = p.decide(&owed, now + 1_500 * ms, 0).0;
+                assert_eq!(debt(&p, &later), 12, "{json}");
+                // Paid back after 12 units' drain (36 s): then one unit's drain for one request.
+                let paid = now + 36_000 * ms;
+                assert_eq!(debt(&p, &p.decide(&owed, paid, 0).0), 0, "{json}");
+                assert!(!p.decide(&owed, paid, 1).0.allowed, "{json}");
+                assert!(p.decide(&owed, paid + 3_000 * ms, 1).0.allowed, "{json}");
+            }
+        }
     }
 }

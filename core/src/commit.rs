@@ -31,24 +31,31 @@
 //!   removal would let it be admitted again within its window. Removing an older entry instead
 //!   of the reservation's own gives back less time, never more.
 //!
-//! A debit of m = actual − reserved fills the limit up to full (as an admission of m would, with
-//! no check) and the part that did not fit is the overshoot; it is not carried as debt, so every
-//! stored value stays within the bounds the Lua twins need exact (core/src/limits.rs).
+//! A debit of m = actual − reserved is added to the limit's level whole (as an admission of m
+//! would be, with no check): the part that does not fit under the limit is the *overshoot*, and
+//! it is carried as **debt**, the level standing above the capacity, so that nothing is left
+//! until the limit has paid it back (a meter drains it at its rate, a window's count ends with
+//! its window, a sliding log's entries expire). Why: a debit that came while other reservations
+//! still filled the budget would otherwise be forgotten, and the refunds landing after it would
+//! hand out units that were already spent. The level carries at most [`carry_bound`] (what keeps
+//! the Lua twins exact, core/src/limits.rs); a debit beyond it is dropped (never in practice: 100
+//! days of a meter's drain, 14 million units of a window).
 //!
 //! # The bound
 //!
-//! Admissions never exceed the limit by more than the sum of (actual − reserved) over the
-//! requests whose actual cost exceeded their reservation: reservations are admitted under the
-//! limit, refunds give back only what the limit would hold without those units, and a debit
-//! either fits (it reduces later admissions) or is overshoot, which is at most actual − reserved.
-//! The times are the store's (Redis `TIME`): a caller's `reserved_at` later than the truth makes
-//! a meter's refund too large by up to that error (it is clamped to now).
+//! Admissions never exceed the limit by more than what the latest commits debited beyond it:
+//! reservations are admitted under the limit, refunds give back only what the limit would hold
+//! without those units, and a debit is carried, so every later admission waits for it. The
+//! overshoot of a commit is admitted over the limit once, never again. The times are the
+//! store's (Redis `TIME`): a caller's `reserved_at` later than the truth makes a meter's refund
+//! too large by up to that error (it is clamped to now).
 
 use crate::algorithms::sliding_log::SlidingLogState;
 use crate::algorithms::{
     fixed_window::FixedWindowState, gcra::GcraState, leaky_bucket::LeakyState,
     sliding_window::SlidingWindowState, token_bucket::TokenState,
 };
+use crate::limits::{MAX_CARRIED_COUNT, MAX_CARRIED_LEVEL_NS};
 use crate::params::{MeterParams, Params, WindowParams};
 use crate::state::State;
 use crate::time::{Nanos, NANOS_PER_MILLI};
@@ -71,10 +78,51 @@ pub struct Committed {
     pub refunded: u64,
     /// Units debited beyond the reservation (actual − reserved, or 0).
     pub debited: u64,
-    /// The part of `debited` that did not fit in the limit.
+    /// The part of `debited` that did not fit in the limit: admitted over it, and carried as
+    /// debt (the level stands above the capacity by it until paid back).
     pub overshoot: u64,
-    /// The key's level after the commit, in units (as [`crate::Decision::level`]).
+    /// The key's level after the commit, in units (as [`crate::Decision::level`]); above the
+    /// capacity while the budget is in debt.
     pub level: f64,
+}
+
+/// The most a commit's debt may take a limit's level to, in the state's own unit: a meter's
+/// level in ns (its tolerance, or [`MAX_CARRIED_LEVEL_NS`] when larger), a fixed or sliding
+/// window's count ([`MAX_CARRIED_COUNT`], or the capacity when larger), a sliding log's entries
+/// (twice the capacity: its carried entries all share one time, so any more would change
+/// nothing but the figure; at most 20,000 entries). The Lua twin gets it as an argument.
+pub fn carry_bound(params: &Params) -> u64 {
+    match *params {
+        Params::Gcra(m) | Params::LeakyBucket(m) | Params::TokenBucket(m) => {
+            m.tolerance().max(MAX_CARRIED_LEVEL_NS)
+        }
+        Params::FixedWindow(w) | Params::SlidingWindow(w) => w.capacity.max(MAX_CARRIED_COUNT),
+        Params::SlidingLog(w) => w.capacity.saturating_mul(2),
+    }
+}
+
+/// A meter's level at `now` in ns of drain time, debt included (gcra's tat − now, the funnel's
+/// level, the bucket's used tokens plus the time its refill is held back); `None` for a window.
+/// Its time to drain is when the budget is whole again.
+pub fn meter_level_ns(params: &Params, state: &State, now: Nanos) -> Option<u64> {
+    match (*params, state) {
+        (Params::Gcra(_), State::Gcra(s)) => Some(s.tat.map_or(0, |t| t.saturating_sub(now))),
+        (Params::LeakyBucket(_), State::LeakyBucket(s)) => {
+            Some(s.level.saturating_sub(now.saturating_sub(s.last)))
+        }
+        (Params::TokenBucket(p), State::TokenBucket(s)) => Some(token_level(p, *s, now)),
+        (Params::Gcra(_) | Params::LeakyBucket(_) | Params::TokenBucket(_), _) => Some(0),
+        _ => None,
+    }
+}
+
+/// A token bucket's level in ns at `now`: the tokens used, plus the time until `last` when it
+/// lies ahead (a bucket in debt is empty and refills only from then on, as its decisions read it:
+/// `catch_up` in [`crate::algorithms::token_bucket`]).
+fn token_level(p: MeterParams, s: TokenState, now: Nanos) -> u64 {
+    let tol = p.tolerance();
+    let tokens = s.tokens.saturating_add(now.saturating_sub(s.last)).min(tol);
+    (tol - tokens).saturating_add(s.last.saturating_sub(now))
 }
 
 /// Commits at `now`. Returns what was done and the new state (`None`: unchanged). A state of
@@ -85,6 +133,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
     let refund = c.reserved.min(params.capacity()).saturating_sub(c.actual);
     let debit = c.actual.saturating_sub(c.reserved);
     let reserved_at = c.reserved_at.min(now);
+    let bound = carry_bound(params);
     match *params {
         Params::Gcra(p) => {
             let s = match state {
@@ -92,7 +141,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
                 _ => GcraState::default(),
             };
             let level = s.tat.map_or(0, |t| t.saturating_sub(now));
-            let (done, level) = meter(p, level, now - reserved_at, c.actual, refund, debit);
+            let (done, level) = meter(p, bound, level, now - reserved_at, c.actual, refund, debit);
             let next = GcraState {
                 tat: Some(now + level),
             };
@@ -104,7 +153,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
                 _ => LeakyState::default(),
             };
             let level = s.level.saturating_sub(now.saturating_sub(s.last));
-            let (done, level) = meter(p, level, now - reserved_at, c.actual, refund, debit);
+            let (done, level) = meter(p, bound, level, now - reserved_at, c.actual, refund, debit);
             let next = LeakyState {
                 level,
                 last: now.max(s.last),
@@ -117,11 +166,12 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
                 _ => TokenState::full(p),
             };
             let tol = p.tolerance();
-            let tokens = s.tokens.saturating_add(now.saturating_sub(s.last)).min(tol);
-            let (done, level) = meter(p, tol - tokens, now - reserved_at, c.actual, refund, debit);
+            let level = token_level(p, s, now);
+            let (done, level) = meter(p, bound, level, now - reserved_at, c.actual, refund, debit);
+            // Debt: an empty bucket whose refill starts when the debt is paid back.
             let next = TokenState {
-                tokens: tol - level,
-                last: now.max(s.last),
+                tokens: tol.saturating_sub(level),
+                last: now + level.saturating_sub(tol),
             };
             changed(done, s, next, State::TokenBucket)
         }
@@ -134,7 +184,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
             let count = if s.start == start { s.count } else { 0 };
             let same = p.bounds(reserved_at).0 == start && s.start == start;
             let refunded = if same { refund.min(count) } else { 0 };
-            let (count, debited, overshoot) = fill(p.capacity, count - refunded, debit);
+            let (count, debited, overshoot) = fill(p.capacity, bound, count - refunded, debit);
             let next = FixedWindowState { start, count };
             let done = Committed {
                 refunded,
@@ -149,7 +199,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
                 State::SlidingWindow(s) => *s,
                 _ => SlidingWindowState::default(),
             };
-            sliding_window(p, s, now, reserved_at, refund, debit)
+            sliding_window(p, bound, s, now, reserved_at, refund, debit)
         }
         Params::SlidingLog(p) => {
             let fresh = SlidingLogState::default();
@@ -157,7 +207,7 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
                 State::SlidingLog(s) => s,
                 _ => &fresh,
             };
-            sliding_log(p, s, now, reserved_at, refund, debit)
+            sliding_log(p, bound, s, now, reserved_at, refund, debit)
         }
     }
 }
@@ -173,17 +223,19 @@ fn changed<S: PartialEq>(
     (done, (moved && before != after).then(|| wrap(after)))
 }
 
-/// A debit of `debit` onto `count` of `capacity`: (new count, debited, overshoot).
-fn fill(capacity: u64, count: u64, debit: u64) -> (u64, u64, u64) {
-    let room = capacity.saturating_sub(count);
-    let fits = debit.min(room);
-    (count + fits, debit, debit - fits)
+/// A debit of `debit` onto `count` of `capacity`, carried up to `bound`: (new count, debited,
+/// overshoot).
+fn fill(capacity: u64, bound: u64, count: u64, debit: u64) -> (u64, u64, u64) {
+    let fits = debit.min(capacity.saturating_sub(count));
+    let carried = debit.min(bound.saturating_sub(count));
+    (count + carried, debit, debit - fits)
 }
 
 /// The meters' commit on a level in ns (gcra's tat − now, the funnel's level, the bucket's used
 /// tokens); returns what was done and the new level.
 fn meter(
     p: MeterParams,
+    bound: u64,
     level: u64,
     elapsed: Nanos,
     actual: u64,
@@ -199,11 +251,13 @@ fn meter(
     let level = level - refunded * t;
     let tol = p.tolerance();
     let fits = debit.min(tol.saturating_sub(level) / t);
-    // A debit fills the meter up to full: the last fraction of a unit counts as full too.
-    let level = if fits < debit {
-        tol.max(level)
+    // The whole debit is carried, above the tolerance when it does not fit (debt), up to the
+    // bound: a debit cut there fills the meter to the bound, its last fraction of a unit too.
+    let carried = debit.min(bound.saturating_sub(level) / t);
+    let level = if carried < debit {
+        bound.max(level)
     } else {
-        level + fits * t
+        level + carried * t
     };
     let done = Committed {
         refunded,
@@ -216,6 +270,7 @@ fn meter(
 
 fn sliding_window(
     p: WindowParams,
+    bound: u64,
     s: SlidingWindowState,
     now: Nanos,
     reserved_at: Nanos,
@@ -241,7 +296,7 @@ fn sliding_window(
     let weighted = (u128::from(previous) * u128::from(w - elapsed)).div_ceil(u128::from(w)) as u64;
     let room = p.capacity.saturating_sub(current).saturating_sub(weighted);
     let fits = debit.min(room);
-    let current = current + fits;
+    let current = current + debit.min(bound.saturating_sub(current));
     let next = SlidingWindowState {
         index,
         current,
@@ -258,6 +313,7 @@ fn sliding_window(
 
 fn sliding_log(
     p: WindowParams,
+    bound: u64,
     s: &SlidingLogState,
     now: Nanos,
     reserved_at: Nanos,
@@ -279,15 +335,16 @@ fn sliding_log(
     entries.drain(cut..upto);
     let live = entries.len() as u64;
     let fits = debit.min(p.capacity.saturating_sub(live));
+    let carried = debit.min(bound.saturating_sub(live));
     let at = entries.back().map_or(now, |newest| now.max(*newest));
-    entries.extend(std::iter::repeat_n(at, fits as usize));
+    entries.extend(std::iter::repeat_n(at, carried as usize));
     let done = Committed {
         refunded,
         debited: debit,
         overshoot: debit - fits,
         level: entries.len() as f64,
     };
-    let moved = refunded > 0 || fits > 0;
+    let moved = refunded > 0 || carried > 0;
     (
         done,
         moved.then_some(State::SlidingLog(SlidingLogState { entries })),

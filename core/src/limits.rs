@@ -94,6 +94,17 @@ pub const RESERVATION_IN_FLIGHT_MS: u64 = 600_000;
 /// reservation, so a key holding more (a sprayer of tiny reservations) is counted up to this
 /// many, newest refused, and the view says the figure is a lower bound.
 pub const MAX_IN_FLIGHT_PER_KEY: usize = 1_024;
+/// Most a meter's level may hold with a cost budget's debt carried (gcra, leaky_bucket,
+/// token_bucket; in nanoseconds of drain time): 100 days. A commit's debit beyond what fits is
+/// carried above the meter's tolerance (the budget spent above its size, paid back as it drains),
+/// up to this level, which keeps the Lua twins exact (below 2^53, and within the prelude's
+/// 104-day clamp of stored times). What a commit would carry beyond it is dropped.
+pub const MAX_CARRIED_LEVEL_NS: u64 = 100 * 24 * 60 * 60 * 1_000_000_000;
+/// Most a fixed_window or sliding_window count may hold with a cost budget's debt carried: 14
+/// million units, so that sliding_window's previous count × window (ms) stays below 2^53 in its
+/// Lua twin. What a commit would carry beyond it is dropped. (A sliding_log carries up to its
+/// capacity more entries: [`crate::commit::carry_bound`].)
+pub const MAX_CARRIED_COUNT: u64 = 14_000_000;
 /// Audit entries the store keeps (newest first; older ones are dropped as new ones arrive).
 pub const AUDIT_KEEP: usize = 1_000;
 
@@ -104,6 +115,12 @@ const TWO_POW_53: u64 = 1 << 53;
 const _: () = assert!(MAX_CAPACITY * MAX_SPAN_MS < TWO_POW_53);
 const _: () = assert!(MAX_HORIZON_NS < TWO_POW_53);
 const _: () = assert!(MAX_SPAN_MS * 1_000_000 < TWO_POW_53);
+// A meter's carried level, and a window's carried count times the longest window, stay exact;
+// both hold at least what no debt leaves (a full meter, a full window).
+const _: () = assert!(MAX_CARRIED_LEVEL_NS < TWO_POW_53 && MAX_CARRIED_LEVEL_NS >= MAX_HORIZON_NS);
+const _: () = assert!(MAX_CARRIED_LEVEL_NS / NANOS_PER_SEC < 9_000_000);
+const _: () = assert!(MAX_CARRIED_COUNT * MAX_SPAN_MS < TWO_POW_53);
+const _: () = assert!(MAX_CARRIED_COUNT >= MAX_CAPACITY);
 // A calendar window's end relative to now, in ns (fixed_window.lua's end_rel), and a count of at
 // most MAX_CAPACITY, stay exact.
 const _: () = assert!(MAX_CALENDAR_SPAN_MS * 1_000_000 < TWO_POW_53);

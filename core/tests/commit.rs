@@ -83,7 +83,7 @@ fn actual_equal_to_reserved_changes_nothing() {
 }
 
 #[test]
-fn a_debit_is_never_denied_and_what_does_not_fit_is_overshoot() {
+fn a_debit_is_never_denied_and_what_does_not_fit_is_overshoot_carried_as_debt() {
     let now = 5_000 * MS;
     for p in all_params() {
         let s = reserve(&p, &State::Fresh, now, 8);
@@ -96,8 +96,42 @@ fn a_debit_is_never_denied_and_what_does_not_fit_is_overshoot() {
         let next = next.expect("changed");
         let d = p.decide(&next, now, 0).0;
         assert_eq!(d.remaining, 0, "{p:?}");
-        assert_eq!(done.level, 10.0, "{p:?}");
+        assert_eq!(done.level, 13.0, "{p:?}");
+        assert_eq!(sluice_core::budget::debt(&p, &d), 3, "{p:?}");
+        // A refund of another reservation pays the debt first: 2 back leave 1 owed.
+        let (done, again) = commit(&p, &next, now, c(8, 6, now));
+        assert_eq!(done.refunded, 2, "{p:?}");
+        let d = p.decide(&again.expect("changed"), now, 0).0;
+        assert_eq!(
+            (d.remaining, sluice_core::budget::debt(&p, &d)),
+            (0, 1),
+            "{p:?}"
+        );
     }
+}
+
+#[test]
+fn the_debt_is_carried_up_to_the_bound_then_dropped() {
+    use sluice_core::commit::carry_bound;
+    use sluice_core::limits::{MAX_CARRIED_COUNT, MAX_CARRIED_LEVEL_NS};
+    let now = 5_000 * MS;
+    // A meter of 1 unit per day, capacity 10: 100 days of level at most, so 90 units of debt.
+    let day = 86_400_000_000_000;
+    let m = Params::LeakyBucket(meter(day, 10));
+    assert_eq!(carry_bound(&m), MAX_CARRIED_LEVEL_NS);
+    let s = reserve(&m, &State::Fresh, now, 10);
+    let (done, next) = commit(&m, &s, now, c(0, 95, now));
+    assert_eq!((done.debited, done.overshoot, done.level), (95, 95, 100.0));
+    let d = m.decide(&next.expect("changed"), now, 0).0;
+    assert_eq!(sluice_core::budget::debt(&m, &d), 90);
+    // A window carries up to 14 million units; a sliding log one more capacity of entries.
+    let w = Params::FixedWindow(window(1000, 10));
+    assert_eq!(carry_bound(&w), MAX_CARRIED_COUNT);
+    let (done, _) = commit(&w, &State::Fresh, now, c(0, MAX_CARRIED_COUNT + 5, now));
+    assert_eq!(done.level, MAX_CARRIED_COUNT as f64);
+    let log = Params::SlidingLog(window(1000, 10));
+    let (done, _) = commit(&log, &State::Fresh, now, c(0, 25, now));
+    assert_eq!((done.overshoot, done.level), (15, 20.0));
 }
 
 #[test]
@@ -211,7 +245,72 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     )
 }
 
+/// Steps close together (at most 3 units' drain apart) and commits up to 16 on a capacity of
+/// 10: debits beyond a full meter are common.
+fn tight_steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        prop_oneof![
+            (0u64..300, 0u64..12).prop_map(|(dt, q)| Step::Reserve { dt, q }),
+            (0u64..300, 0u64..17).prop_map(|(dt, actual)| Step::Commit { dt, actual }),
+        ],
+        1..40,
+    )
+}
+
 proptest! {
+    /// Meters, with debt carried: over any span that ends with an admission, the units really
+    /// used (each reservation at its actual cost, each debit at its commit) satisfy
+    /// T × used ≤ T × capacity + span: nothing a commit debited is ever handed out again.
+    #[test]
+    fn meters_never_admit_units_already_spent(steps in tight_steps(), which in 0usize..3) {
+        let m = meter(100, 10);
+        let p = [Params::Gcra(m), Params::LeakyBucket(m), Params::TokenBucket(m)][which];
+        let mut state = State::Fresh;
+        let mut now = 1_000_000u64;
+        // (time, units really used, an admission?) per entry.
+        let mut used: Vec<(u64, u64, bool)> = Vec::new();
+        let mut open: Option<(usize, u64)> = None;
+        for step in steps {
+            match step {
+                Step::Reserve { dt, q } => {
+                    now += dt;
+                    let (d, next) = p.decide(&state, now, q);
+                    if d.allowed && q > 0 {
+                        state = next;
+                        used.push((now, q, true));
+                        open = Some((used.len() - 1, q));
+                    }
+                }
+                Step::Commit { dt, actual } => {
+                    now += dt;
+                    if let Some((i, reserved)) = open.take() {
+                        let (done, next) = commit(&p, &state, now, c(reserved, actual, used[i].0));
+                        if let Some(next) = next {
+                            state = next;
+                        }
+                        used[i].1 -= done.refunded;
+                        if done.debited > 0 {
+                            used.push((now, done.debited, false));
+                        }
+                    }
+                }
+            }
+        }
+        for i in 0..used.len() {
+            let mut total = 0;
+            for j in i..used.len() {
+                total += used[j].1;
+                let span = used[j].0 - used[i].0;
+                if used[j].2 {
+                    prop_assert!(
+                        100 * total <= 100 * 10 + span,
+                        "{:?} used {} in {} ns up to an admission", p, total, span
+                    );
+                }
+            }
+        }
+    }
+
     /// Meters: over any two admissions i ≤ j, the units really used (reservations committed at
     /// their actual cost, taken at the reservation's time) satisfy T × used ≤ T × capacity +
     /// (t_j − t_i) + T × overshoot so far: the bound of the module docs.

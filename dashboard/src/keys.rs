@@ -40,22 +40,27 @@ pub struct KeyRow {
     pub denied_bars: Vec<(String, u64, f64)>,
     /// For a budget (a fixed_window: a quota per window, calendar or not; or any key with cost
     /// reservations or debits), per key: what is spent, what of it is reserved in flight, what is
-    /// left, the overshoot and when it resets:
+    /// left, the debt still owed, the overshoot and when it resets:
     /// `"spent 530 of 1000 · 500 reserved in flight (1) · 470 left · overshoot 150 (300 beyond
-    /// reservations) · resets in 12d"`; empty for other keys, whose level drains continuously.
+    /// reservations) · resets in 12d"`, `"spent 1094 of 1000 · 0 left · 94 in debt · ..."`;
+    /// empty for other keys, whose level drains continuously.
     pub budget_text: String,
 }
 
 /// A key's budget line (see [`KeyRow::budget_text`]). "Spent" is what the limit counts, so it
 /// includes the reservations in flight (a reservation is an admission of its units); the parts
 /// in flight and the overshoot are the store's per-key budget record (`KeyActionState.budget`).
+/// A budget in debt (commits' debits carried above its size) is spent beyond its capacity by
+/// the debt, and nothing is left until it is paid back.
 pub fn budget_text(a: &KeyActionState) -> String {
     let b = &a.budget;
-    let costed = b.reservations_in_flight > 0 || b.debited > 0;
+    let costed = b.reservations_in_flight > 0 || b.debited > 0 || b.debt > 0;
     if a.algorithm != Algorithm::FixedWindow && !costed {
         return String::new();
     }
-    let spent = if a.algorithm == Algorithm::FixedWindow {
+    let spent = if b.debt > 0 {
+        a.capacity.saturating_add(b.debt)
+    } else if a.algorithm == Algorithm::FixedWindow {
         a.capacity.saturating_sub(a.remaining)
     } else if a.level.is_finite() {
         a.level.max(0.0).round() as u64
@@ -70,6 +75,9 @@ pub fn budget_text(a: &KeyActionState) -> String {
         ));
     }
     parts.push(format!("{} left", a.remaining));
+    if b.debt > 0 {
+        parts.push(format!("{} in debt", b.debt));
+    }
     if b.debited > 0 {
         parts.push(format!(
             "overshoot {} ({} beyond reservations)",
@@ -281,6 +289,7 @@ mod tests {
                 overshoot: 150,
                 debited: 300,
                 overshoot_until_ms: Some(1),
+                ..KeyBudget::default()
             },
             ..month.clone()
         };
@@ -301,6 +310,23 @@ mod tests {
         assert_eq!(
             budget_text(&meter),
             "spent 10 of 16 · 4 reserved in flight (2) · 6 left · resets in 90s"
+        );
+        // A budget in debt: spent beyond its size, nothing left, the debt shown.
+        let owed = KeyActionState {
+            remaining: 0,
+            budget: KeyBudget {
+                overshoot: 94,
+                debited: 300,
+                debt: 94,
+                overshoot_until_ms: Some(1),
+                ..KeyBudget::default()
+            },
+            ..month.clone()
+        };
+        assert_eq!(
+            budget_text(&owed),
+            "spent 1094 of 1000 · 0 left · 94 in debt · overshoot 94 (300 beyond \
+             reservations) · resets in 12d"
         );
     }
 

@@ -3,7 +3,7 @@
 // (UTC)"); the editor shows its Calendar and Zone (and no Window), refuses an unknown zone next
 // to the Zone input, and saves a named one (Europe/Paris); its what-if plays a cost per request (a range); the key view reads a key's budget: spent, left and when it
 // resets, then a reservation held open (reserved in flight) and its commit above the reservation
-// (overshoot).
+// (overshoot, carried as debt).
 //
 // Against a stack of its own (the memory store and sluice), in a browser of its own; traffic goes
 // through the real decision API. dashboard.test.mjs imports this file; it also runs alone:
@@ -119,13 +119,14 @@ describe('budgets', () => {
       await waitFor('the reservation in flight', () =>
         reread(/spent 530 of 1000 · 500 reserved in flight \(1\) · 470 left · resets in \d/));
       await page.screenshot({ path: join(shots, `62-budget-in-flight-${width}.png`), fullPage: true });
-      // Committed at 1000: 500 beyond the reservation, of which 30 did not fit (overshoot).
+      // Committed at 1000: 500 beyond the reservation, of which 30 did not fit (overshoot),
+      // carried as debt: 1030 spent, nothing left.
       const commit = await decisionPost(stack, '/v1/commit', {
         action, key, reserved: 500, actual: 1000, id: `r-${width}`, reserved_at_ms: Date.now(),
       });
       assert.equal(commit.body.overshoot, 30, JSON.stringify(commit.body));
       await waitFor('the overshoot', () =>
-        reread(/spent 1000 of 1000 · 0 left · overshoot 30 \(500 beyond reservations\) · resets in \d/));
+        reread(/spent 1030 of 1000 · 0 left · 30 in debt · overshoot 30 \(500 beyond reservations\) · resets in \d/));
       assert.ok(await fits(), 'the key view fits with the longer line');
       await page.screenshot({ path: join(shots, `63-budget-overshoot-${width}.png`), fullPage: true });
       assert.deepEqual(consoleErrors, []);

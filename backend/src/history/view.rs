@@ -57,6 +57,11 @@ async fn key_state(
         .into_iter()
         .next()
         .ok_or_else(|| StoreError::Corrupt("a peek of one key answered none".into()))?;
+    // The debt is the state's own: what commits carried above the capacity, still owed.
+    let budget = sluice_core::wire::KeyBudget {
+        debt: sluice_core::budget::debt(&rule.params(), &peek),
+        ..budget
+    };
     Ok(KeyActionState {
         action: rule.action().as_str().to_owned(),
         algorithm: rule.algorithm(),

@@ -183,7 +183,9 @@ pub trait DecisionStore: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
 
     /// `key`'s cost-budget figures under `rule` at `at` (`None`: now): reservations in flight and
-    /// the commits' debits beyond them in the current budget ([`sluice_core::budget`]).
+    /// the commits' debits beyond them in the current budget ([`sluice_core::budget`]). Its
+    /// `debt` is 0 here: the debt lives in the throttle state, and the key view reads it from
+    /// its peek ([`sluice_core::budget::debt`]).
     async fn budget(
         &self,
         rule: &Rule,

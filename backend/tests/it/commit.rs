@@ -267,6 +267,10 @@ async fn in_flight_until_committed(rig: &Rig) {
         "{budget}"
     );
     assert!(budget["overshoot_until_ms"].as_u64().is_some(), "{budget}");
+    // The 40 are carried as debt (1,040 of 1,000 spent; 3.6 s per unit, so none drains here):
+    // nothing is left, in the key view and for the next request.
+    assert_eq!(budget["debt"].as_u64(), Some(40), "{budget}");
+    assert_eq!(throttle(rig, "inflight", "acme", 1).await["allowed"], false);
     // The retry removes and adds nothing.
     commit_http(
         rig,

@@ -3,6 +3,7 @@
 //! server, shedding past the in-flight bound, settings refused before any connection, and a
 //! script that fails inside Redis reported as that script's error, not as an outage.
 #![cfg(test)]
+use crate::debt_suite::budget_debt;
 use crate::store_suite;
 use crate::support;
 
@@ -65,6 +66,11 @@ both_stores!(
 );
 both_stores!(budget_figures, memory_budget_figures, redis_budget_figures);
 both_stores!(budget_reset, memory_budget_reset, redis_budget_reset);
+both_stores!(
+    budget_debt,
+    memory_budget_debt_is_carried,
+    redis_budget_debt_is_carried
+);
 both_stores!(
     activity_round_trip,
     memory_activity_round_trip,

@@ -9,6 +9,7 @@
 // failure report. The backend's own code denies all three (backend/Cargo.toml).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod debt_suite;
 mod grpc_rig;
 mod harness;
 mod history_suite;

@@ -2,7 +2,9 @@
 //! rate up to T × capacity; a request takes T × quantity.
 //!
 //! A clock that steps back (now < last) is treated as no time passing: the tokens are as at
-//! `last`, and `retry_after` / `reset_after` include the wait for the clock to get back to `last`.
+//! `last`, and `retry_after` / `reset_after` / `level` include the wait for the clock to get back
+//! to `last`. A commit's debt is kept the same way (an empty bucket whose `last` lies ahead by
+//! the debt: [`crate::commit`]).
 
 use crate::decision::Decision;
 use crate::params::MeterParams;
@@ -69,7 +71,10 @@ pub fn decide(
         remaining: tokens / interval,
         retry_after,
         reset_after: if used > 0 { used + catch_up } else { 0 },
-        level: used as f64 / interval as f64,
+        // The wait for `last` counts as level: a bucket a commit left in debt (empty, refilling
+        // only from `last`, crate::commit) stands above its capacity by the debt, as the other
+        // meters do.
+        level: (used + catch_up) as f64 / interval as f64,
     };
     (decision, next)
 }

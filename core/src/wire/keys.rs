@@ -80,14 +80,22 @@ pub struct KeyBudget {
     #[serde(default)]
     pub reservations_in_flight: u64,
     /// Units committed beyond the budget in its current window: the part of the debits
-    /// (actual − reserved) that did not fit, admitted over the limit (the commit's `overshoot`,
-    /// summed).
+    /// (actual − reserved) that did not fit, admitted over the limit and carried as debt (the
+    /// commit's `overshoot`, summed; `debt` is what of it is still owed).
     #[serde(default)]
     pub overshoot: u64,
     /// Units committed beyond their reservations in the same span (actual − reserved, summed;
     /// `overshoot` is the part of it that did not fit).
     #[serde(default)]
     pub debited: u64,
+    /// Units the budget is spent above its size now: debits that did not fit, carried as debt
+    /// (docs/cost-budgets.md, "Overshoot is carried as debt"). While it is above 0 nothing is
+    /// left (`remaining` is 0) until the limit has paid it back: a meter drains it at its rate
+    /// (rounded up to whole units here), a fixed window's ends with the window, a sliding
+    /// window's and a sliding log's as their counted units age out. Read from the key's state,
+    /// so it is the same whatever commits made it.
+    #[serde(default)]
+    pub debt: u64,
     /// When `overshoot` and `debited` stop counting (ms since the epoch: the fixed window's end,
     /// or when the budget is surely whole again); null when they are 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]

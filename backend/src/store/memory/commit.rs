@@ -127,11 +127,12 @@ impl CommitMarks {
             }
         };
         let applied = if stale { nothing } else { c };
-        let committed = states.update(&name, params, now, |state| {
-            commit(&params, state, now, applied)
+        let (committed, until_ms) = states.update(&name, params, now, |state| {
+            let (committed, next) = commit(&params, state, now, applied);
+            let until_ms = budget_until_ms(&params, next.as_ref().unwrap_or(state), now);
+            ((committed, until_ms), next)
         });
         remember(&mut marks, mark, Mark::Committed(committed), now);
-        let until_ms = budget_until_ms(&params, now);
         self.with_budget(&name, now, |b| {
             b.settle(id, &committed, until_ms, now / NANOS_PER_MILLI);
         });

@@ -222,7 +222,8 @@ impl ShardedStates {
     }
 
     /// Runs `step` on the state named `name` under its shard lock and stores the state it returns
-    /// (a commit: [`super::commit`]), with the idle TTL and worth of `params` at `now`.
+    /// (a commit: [`super::commit`]), with the idle TTL and worth of `params` at `now`; a state
+    /// whose level takes longer to drain (a meter carrying a commit's debt) is kept until it has.
     pub(crate) fn update<R>(
         &self,
         name: &str,
@@ -236,8 +237,9 @@ impl ShardedStates {
         let current = shard.table.get(name).map_or(&fresh, |entry| &entry.state);
         let (result, change) = step(current);
         if let Some(next) = change {
-            let expires_at = now.saturating_add(params.idle_ttl_ns());
-            let worth = Worth::after(&params, &params.decide(&next, now, 0).0, now);
+            let peek = params.decide(&next, now, 0).0;
+            let expires_at = now.saturating_add(params.idle_ttl_ns().max(peek.reset_after));
+            let worth = Worth::after(&params, &peek, now);
             shard.table.put(name, next, expires_at, worth, now);
         }
         drop(shard);

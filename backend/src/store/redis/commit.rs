@@ -4,9 +4,12 @@
 //! reservation and marks it, atomically: a retry finds the mark (kept
 //! [`COMMIT_ID_TTL_MS`]) and changes nothing. The same call settles the key's budget record
 //! (`commit_inflight.rs`): the reservation is no longer in flight, a debit adds to the overshoot.
+//! A debit that does not fit is carried as debt in the state itself (up to core's
+//! `carry_bound`, passed to the script), and a meter's state then lives as long as its debt
+//! takes to drain.
 
 use redis::RedisResult;
-use sluice_core::commit::{Commit, Committed, COMMIT_ID_TTL_MS};
+use sluice_core::commit::{carry_bound, Commit, Committed, COMMIT_ID_TTL_MS};
 use sluice_core::{Nanos, Params, Rule};
 
 use super::errors::Call;
@@ -64,7 +67,8 @@ impl RedisStore {
             .arg(c.actual)
             .arg(c.reserved_at.to_string())
             .arg(COMMIT_ID_TTL_MS)
-            .arg(id);
+            .arg(id)
+            .arg(carry_bound(&params));
         invocation.invoke_async(&mut conn).await
     }
 }

@@ -127,5 +127,7 @@ fn figures(reply: &[i64]) -> Result<KeyBudget, StoreError> {
         overshoot,
         debited,
         overshoot_until_ms: (until > 0).then_some(until),
+        // Read from the throttle state, not this record (the key view's peek).
+        debt: 0,
     })
 }
