@@ -6,17 +6,54 @@
 -- KEYS[2]: the action's last-seen time (ms, a string).
 -- ARGV[1]: the block's TTL (ms). ARGV[2]: the last-seen TTL (ms). ARGV[3]: last seen (ms, 0 =
 -- not in this record). ARGV[4]: the step's index. ARGV[5..10]: the six counts, in field order.
--- For a filter report with an identity, also KEYS[3]: the highest seq applied for (action,
--- reporter), ARGV[11]: the report's seq, ARGV[12]: the mark's TTL (ms). Then nothing is added
--- unless ARGV[11] is above the mark, and the mark is raised in this same step (one slot: KEYS[3]
--- shares the action's hash tag), so every copy of a report after the first, on any replica,
--- adds nothing. Returns 1 when applied, 0 for a copy.
+-- For a filter report with an identity, also KEYS[3]: the action's report seqs (a hash member ->
+-- the highest seq applied) and KEYS[4]: when each was last applied (a zset member -> ms), both in
+-- the action's hash tag (history::marks is the memory store's twin). ARGV[11]: the report's
+-- seq, ARGV[12]: the marks' TTL (ms), ARGV[13]: the member (the reporter, or `<action>/<reporter>`
+-- in the set actions without a rule share), ARGV[14]: now (ms), ARGV[15]: the most members
+-- (MAX_REPORTERS_PER_ACTION), ARGV[16]: how long a record is kept whatever the bound
+-- (REPORT_MARK_SETTLE_MS). Nothing is added unless ARGV[11] is above the member's live seq (one
+-- applied within the TTL), and the mark is raised in this same step, so every copy of a report
+-- after the first, on any replica, adds nothing. A new member of a full set first makes room:
+-- members not applied within the TTL go, then the least recently applied one if it was applied
+-- at least ARGV[16] ago (dropped: counted); if it is younger, nothing is done (full).
+-- Returns {1, dropped} when applied, {0, 0} for a copy, {2, 0} when full; without KEYS[3], 1.
+local dropped = 0
 if KEYS[3] then
-  local held = tonumber(redis.call('GET', KEYS[3]) or '-1') or -1
-  if tonumber(ARGV[11]) <= held then
-    return 0
+  local member = ARGV[13]
+  local seq = tonumber(ARGV[11])
+  local ttl = tonumber(ARGV[12])
+  local now = tonumber(ARGV[14])
+  local most = tonumber(ARGV[15])
+  local held = redis.call('HGET', KEYS[3], member)
+  local at = redis.call('ZSCORE', KEYS[4], member)
+  if held and at and tonumber(at) + ttl > now and seq <= tonumber(held) then
+    return { 0, 0 }
   end
-  redis.call('SET', KEYS[3], ARGV[11], 'PX', ARGV[12])
+  if not at and redis.call('ZCARD', KEYS[4]) >= most then
+    local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
+    for i = 1, #expired, 500 do
+      local batch = {}
+      for j = i, math.min(i + 499, #expired) do
+        batch[#batch + 1] = expired[j]
+      end
+      redis.call('ZREM', KEYS[4], unpack(batch))
+      redis.call('HDEL', KEYS[3], unpack(batch))
+    end
+    if redis.call('ZCARD', KEYS[4]) >= most then
+      local oldest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+      if tonumber(oldest[2]) + tonumber(ARGV[16]) > now then
+        return { 2, 0 }
+      end
+      redis.call('ZREM', KEYS[4], oldest[1])
+      redis.call('HDEL', KEYS[3], oldest[1])
+      dropped = 1
+    end
+  end
+  redis.call('HSET', KEYS[3], member, ARGV[11])
+  redis.call('ZADD', KEYS[4], ARGV[14], member)
+  redis.call('PEXPIRE', KEYS[3], ARGV[12])
+  redis.call('PEXPIRE', KEYS[4], ARGV[12])
 end
 local add = {}
 local any = false
@@ -51,5 +88,8 @@ if seen > 0 then
   else
     redis.call('PEXPIRE', KEYS[2], ARGV[2])
   end
+end
+if KEYS[3] then
+  return { 1, dropped }
 end
 return 1

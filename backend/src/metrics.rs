@@ -135,6 +135,8 @@ pub struct Metrics {
     commit_overshoot: Family<LeaseLabels, Counter>,
     commit_duplicates: Counter,
     reservations_unheld: Family<LeaseLabels, Counter>,
+    report_marks_dropped: Family<LeaseLabels, Counter>,
+    reports_deferred: Family<LeaseLabels, Counter>,
 }
 
 /// The store's own figures ([`Store::health`]), read at each scrape so they are never stale and
@@ -250,8 +252,20 @@ impl Metrics {
         let commit_overshoot = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "sluice_commit_overshoot_units",
-            "Units commits debited beyond what the limit had left (admitted over the budget: the response was already out), by action",
+            "Units commits debited beyond what the limit had left (admitted over the budget: the response was already out; carried as debt), by action",
             commit_overshoot.clone(),
+        );
+        let report_marks_dropped = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_report_marks_dropped",
+            "Filter report sequence records dropped at the per-action bound (MAX_REPORTERS_PER_ACTION) to make room for a new reporter: the least recently applied, settled for 10 minutes; by action ((unknown): the set actions without a rule share)",
+            report_marks_dropped.clone(),
+        );
+        let reports_deferred = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_reports_deferred",
+            "Filter reports of a new reporter not applied because the action's report records were full of records applied within 10 minutes (answered 503: the filter sends them again), by action",
+            reports_deferred.clone(),
         );
         let commit_duplicates = Counter::default();
         registry.register(
@@ -356,7 +370,30 @@ impl Metrics {
             commit_overshoot,
             commit_duplicates,
             reservations_unheld,
+            report_marks_dropped,
+            reports_deferred,
         }
+    }
+
+    /// Counts `n` report sequence records of `action` dropped at the bound.
+    pub fn report_marks_dropped(&self, action: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.report_marks_dropped
+            .get_or_create(&LeaseLabels {
+                action: action.to_owned(),
+            })
+            .inc_by(n);
+    }
+
+    /// Counts one report of `action` not applied: its set of records was full of young ones.
+    pub fn report_deferred(&self, action: &str) {
+        self.reports_deferred
+            .get_or_create(&LeaseLabels {
+                action: action.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one allowed reservation of `action` that is not shown as in flight.

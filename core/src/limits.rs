@@ -105,6 +105,21 @@ pub const MAX_CARRIED_LEVEL_NS: u64 = 100 * 24 * 60 * 60 * 1_000_000_000;
 /// Lua twin. What a commit would carry beyond it is dropped. (A sliding_log carries up to its
 /// capacity more entries: [`crate::commit::carry_bound`].)
 pub const MAX_CARRIED_COUNT: u64 = 14_000_000;
+/// Most filter-report sequence records the backend keeps per action (one per reporter: the
+/// highest `seq` applied, so that a resent copy of a report is counted once). `POST /v1/report`
+/// accepts any reporter id, so without a bound a client could mint ids until the store fills;
+/// at the bound the least recently applied record is dropped (counted in
+/// `sluice_report_marks_dropped_total`), but never one applied within
+/// [`REPORT_MARK_SETTLE_MS`]. Actions without a rule share one set of this size. 16,384 covers
+/// a fleet of 1,000 Envoys of 16 workers reporting one action; a record costs Redis at most 256
+/// bytes (221 measured, docs/storage.md), so a full set at most 4 MiB.
+pub const MAX_REPORTERS_PER_ACTION: usize = 16_384;
+/// How long after it was last applied a report sequence record is kept whatever the bound: 10
+/// minutes. A filter sends a report whose answer it did not get again at its next tick (a
+/// second); a record younger than this may still see such a copy, and dropping it would count
+/// the copy twice. When every record of a full set is younger, a new reporter's report is not
+/// applied: it is answered 503 and the filter sends it again (nothing is lost, only delayed).
+pub const REPORT_MARK_SETTLE_MS: u64 = 600_000;
 /// Audit entries the store keeps (newest first; older ones are dropped as new ones arrive).
 pub const AUDIT_KEEP: usize = 1_000;
 

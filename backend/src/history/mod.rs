@@ -7,6 +7,7 @@
 //! the activity flush writes both every ≤ 250 ms.
 
 pub mod body;
+pub mod marks;
 pub mod pending;
 pub mod report;
 pub mod view;
@@ -53,13 +54,12 @@ pub struct HistoryRecord {
 
 /// How long the highest report `seq` applied per (action, reporter) is kept: a day, like last
 /// seen. A copy is resent within a tick or two of its first; a reporter silent for a day is gone.
+/// Each action keeps at most `MAX_REPORTERS_PER_ACTION` of them ([`marks`]).
 pub const REPORT_MARK_TTL_MS: u64 = LAST_SEEN_SPAN_MS;
-/// Most (action, reporter) marks the memory store keeps; past it the oldest are forgotten.
-pub const MAX_REPORT_MARKS: usize = 65_536;
 
 /// A filter report's identity, for one action: the record is applied only when `seq` is higher
 /// than the highest applied for (action, reporter), and that mark is raised in the same atomic
-/// step (see core's `FilterReport`).
+/// step (see core's `FilterReport`), within the action's bound ([`marks`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportMark {
     /// The reporter id (checked by core: 1–64 of `[A-Za-z0-9_.:-]`).
@@ -68,6 +68,10 @@ pub struct ReportMark {
     pub seq: u64,
     /// Now, in ms since the epoch (the mark lives [`REPORT_MARK_TTL_MS`] from it).
     pub now_ms: u64,
+    /// The action has no rule here: its mark is kept in the set all such actions share, under
+    /// `<action>/<reporter>` ([`marks::member`]), so minted action names stay within one bound.
+    /// Its record adds no counts.
+    pub shared: bool,
 }
 
 /// Backend denials of one key, to add to the top-denied bucket holding `at_ms`.

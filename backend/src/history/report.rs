@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use sluice_core::wire::{ActionCounts, FilterReport};
 use sluice_core::FieldError;
 
+use super::marks::ReportApplied;
 use super::pending::HistoryPending;
 use super::{step_start, HistoryRecord, ReportMark, Tally};
 use crate::metrics::Metrics;
@@ -112,6 +113,18 @@ pub enum IngestError {
     /// before the failure is recognised then.
     #[error("{0}")]
     Store(StoreError),
+    /// The action's report records are at their bound, every one applied within the settle
+    /// span (`REPORT_MARK_SETTLE_MS`), and this reporter has none: not applied, to be sent again
+    /// (the records before it in the report were applied, and their copies are recognised).
+    #[error(
+        "too many filter reporters for action {action}: its {most} report records were all applied within the last {settle_s} s; send the report again",
+        most = sluice_core::limits::MAX_REPORTERS_PER_ACTION,
+        settle_s = sluice_core::limits::REPORT_MARK_SETTLE_MS / 1000
+    )]
+    Full {
+        /// The action's label (its name, or `(unknown)`).
+        action: String,
+    },
 }
 
 /// Validates `report` (the refusal names the field) and counts it at `now_ms`: a report with an
@@ -152,14 +165,26 @@ pub async fn ingest(
                     reporter: id.reporter.to_owned(),
                     seq: id.seq,
                     now_ms,
+                    shared: !known,
                 };
                 let applied = store
                     .apply_report(&mark, &record)
                     .await
                     .map_err(IngestError::Store)?;
-                if !applied {
-                    ingested.copies += 1;
-                    continue;
+                match applied {
+                    ReportApplied::Applied { dropped } => {
+                        sinks.metrics.report_marks_dropped(label, dropped);
+                    }
+                    ReportApplied::Copy => {
+                        ingested.copies += 1;
+                        continue;
+                    }
+                    ReportApplied::Full => {
+                        sinks.metrics.report_deferred(label);
+                        return Err(IngestError::Full {
+                            action: label.to_owned(),
+                        });
+                    }
                 }
             }
             None => {

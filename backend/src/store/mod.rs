@@ -285,13 +285,15 @@ pub trait ActivityStore: Send + Sync + 'static {
 
     /// Applies one action's filter-report counts once per (action, reporter, seq): when `mark.seq`
     /// is above the highest applied for (action, reporter), adds `record` (as `record_history`
-    /// does) and raises the mark, in one atomic step; otherwise changes nothing. Returns whether
-    /// it applied. A record with zero counts and last seen 0 only raises the mark.
+    /// does) and raises the mark, in one atomic step; otherwise changes nothing. The marks are
+    /// bounded per action ([`crate::history::marks`]): a new reporter may drop the least recently
+    /// applied settled record (`Applied { dropped: 1 }`) or find the set full of young ones
+    /// (`Full`: nothing done). A record with zero counts and last seen 0 only raises the mark.
     async fn apply_report(
         &self,
         mark: &crate::history::ReportMark,
         record: &crate::history::HistoryRecord,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<crate::history::marks::ReportApplied, StoreError>;
 
     /// The stored steps of `action` among the `steps` steps from `first_step_ms`, and when it was
     /// last seen (if within a day of `now_ms`).

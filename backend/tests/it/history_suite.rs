@@ -5,6 +5,7 @@ use crate::support::{RedisCluster, RedisServer};
 
 use std::time::Duration;
 
+use sluice_backend::history::marks::ReportApplied;
 use sluice_backend::history::{
     DeniedRecord, HistoryRecord, ReportMark, Tally, DENIED_BUCKET_MS, DENIED_KEEP,
     LAST_SEEN_SPAN_MS,
@@ -302,27 +303,44 @@ pub async fn reports_apply_once(store: &dyn Store) {
         reporter: reporter.into(),
         seq,
         now_ms: T0,
+        shared: false,
     };
     let passed = |n| record("rep", T0, [0, 0, 0, 0, n, n], T0 + 5);
     let apply = |m: ReportMark, r: HistoryRecord| async move {
         store.apply_report(&m, &r).await.expect("apply")
     };
-    assert!(apply(mark("w1", 1), passed(3)).await);
-    assert!(!apply(mark("w1", 1), passed(3)).await, "a copy");
-    assert!(apply(mark("w2", 1), passed(1)).await, "another reporter");
-    assert!(apply(mark("w1", 2), passed(2)).await);
-    assert!(!apply(mark("w1", 1), passed(3)).await, "a late copy");
+    let applied = ReportApplied::Applied { dropped: 0 };
+    let copy = ReportApplied::Copy;
+    assert_eq!(apply(mark("w1", 1), passed(3)).await, applied);
+    assert_eq!(apply(mark("w1", 1), passed(3)).await, copy, "a copy");
+    assert_eq!(
+        apply(mark("w2", 1), passed(1)).await,
+        applied,
+        "another reporter"
+    );
+    assert_eq!(apply(mark("w1", 2), passed(2)).await, applied);
+    assert_eq!(apply(mark("w1", 1), passed(3)).await, copy, "a late copy");
     // The mark is per action: the same report's other action is applied once too.
-    assert!(apply(mark("w1", 2), record("rep2", T0, [0, 0, 0, 1, 0, 0], 0)).await);
-    assert!(!apply(mark("w1", 2), record("rep2", T0, [0, 0, 0, 1, 0, 0], 0)).await);
-    // A zero record only raises the mark (an action without a rule).
-    assert!(apply(mark("w1", 3), record("rep", T0, [0; 6], 0)).await);
-    assert!(!apply(mark("w1", 3), passed(9)).await);
+    let other = || record("rep2", T0, [0, 0, 0, 1, 0, 0], 0);
+    assert_eq!(apply(mark("w1", 2), other()).await, applied);
+    assert_eq!(apply(mark("w1", 2), other()).await, copy);
+    // A zero record only raises the mark (an action without a rule, in the shared set).
+    let shared = ReportMark {
+        shared: true,
+        ..mark("w1", 3)
+    };
+    assert_eq!(
+        apply(shared.clone(), record("rep", T0, [0; 6], 0)).await,
+        applied
+    );
+    assert_eq!(apply(shared, record("rep", T0, [0; 6], 0)).await, copy);
+    assert_eq!(apply(mark("w1", 3), passed(3)).await, applied);
+    assert_eq!(apply(mark("w1", 3), passed(9)).await, copy);
     let held = store
         .read_history(&action("rep"), T0, 1, T0)
         .await
         .expect("read");
-    assert_eq!(held.steps, vec![(T0, tally([0, 0, 0, 0, 6, 6]))]);
+    assert_eq!(held.steps, vec![(T0, tally([0, 0, 0, 0, 9, 9]))]);
     assert_eq!(held.last_seen_ms, Some(T0 + 5));
 }
 

@@ -43,6 +43,7 @@ mod overrides_audit;
 mod ratelimit_budget;
 mod ratelimit_config;
 mod redis_sizing;
+mod report_bound;
 mod report_log;
 mod rls;
 mod rls_history;

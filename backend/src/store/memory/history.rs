@@ -7,10 +7,10 @@ use std::sync::{Mutex, MutexGuard};
 use sluice_core::wire::{HISTORY_SPAN_MS, HISTORY_STEP_MS};
 use sluice_core::Action;
 
+use crate::history::marks::{member, ReportApplied, ReporterMarks};
 use crate::history::{
     denied_bucket, last_seen_within_span, rank_denied, DeniedRecord, HistoryRecord, ReportMark,
     StoredHistory, Tally, DENIED_BUCKETS, DENIED_BUCKET_MS, DENIED_KEEP, LAST_SEEN_SPAN_MS,
-    MAX_REPORT_MARKS, REPORT_MARK_TTL_MS,
 };
 
 /// Steps kept per action: the span and one more (a read may straddle a step).
@@ -88,8 +88,9 @@ impl ActionLog {
 #[derive(Debug, Default)]
 pub(crate) struct HistoryLog {
     actions: Mutex<HashMap<Action, ActionLog>>,
-    /// (action, reporter) → (highest seq applied, expires at ms): see `ReportMark`.
-    marks: Mutex<HashMap<(Action, String), (u64, u64)>>,
+    /// Per action (`None`: the set actions without a rule share) the reporters' sequence
+    /// records, bounded ([`ReporterMarks`]).
+    marks: Mutex<HashMap<Option<Action>, ReporterMarks>>,
 }
 
 impl HistoryLog {
@@ -124,40 +125,26 @@ impl HistoryLog {
 
     /// Applies `record` unless a report of `mark.reporter` with this or a higher seq was applied
     /// for the action; the marks' lock is held across the check, the raise and the record, so
-    /// two copies arriving together apply once. Bounded by [`MAX_REPORT_MARKS`]: expired marks
-    /// go first, then the ones closest to expiring.
-    pub(crate) fn apply_report(&self, mark: &ReportMark, record: &HistoryRecord) -> bool {
+    /// two copies arriving together apply once. Bounded per action ([`ReporterMarks`]): a new
+    /// reporter's record may drop the oldest settled one, or find the set full (not applied).
+    pub(crate) fn apply_report(&self, mark: &ReportMark, record: &HistoryRecord) -> ReportApplied {
         let mut marks = self
             .marks
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let id = (record.action.clone(), mark.reporter.clone());
-        if let Some((seq, expires)) = marks.get(&id) {
-            if *expires > mark.now_ms && mark.seq <= *seq {
-                return false;
-            }
+        let scope = (!mark.shared).then(|| record.action.clone());
+        let member = member(record.action.as_str(), &mark.reporter, mark.shared);
+        let applied = marks
+            .entry(scope)
+            .or_default()
+            .apply(&member, mark.seq, mark.now_ms);
+        if applied == ReportApplied::Copy || applied == ReportApplied::Full {
+            return applied;
         }
-        if marks.len() >= MAX_REPORT_MARKS && !marks.contains_key(&id) {
-            marks.retain(|_, (_, expires)| *expires > mark.now_ms);
-            while marks.len() >= MAX_REPORT_MARKS {
-                let Some(oldest) = marks
-                    .iter()
-                    .min_by_key(|(_, (_, expires))| *expires)
-                    .map(|(k, _)| k.clone())
-                else {
-                    break;
-                };
-                marks.remove(&oldest);
-            }
-        }
-        marks.insert(
-            id,
-            (mark.seq, mark.now_ms.saturating_add(REPORT_MARK_TTL_MS)),
-        );
         if !record.tally.is_zero() || record.last_seen_ms > 0 {
             self.record(std::slice::from_ref(record));
         }
-        true
+        applied
     }
 
     /// The stored steps of `action` in the range, and its last-seen time.
@@ -246,6 +233,7 @@ impl HistoryLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::REPORT_MARK_TTL_MS;
 
     const T0: u64 = 1_700_000_000_000;
 
@@ -302,16 +290,24 @@ mod tests {
             reporter: reporter.into(),
             seq,
             now_ms: T0,
+            shared: false,
         };
-        assert!(log.apply_report(&mark("r1", 1), &rec(T0, 3)));
-        assert!(!log.apply_report(&mark("r1", 1), &rec(T0, 3)), "a copy");
-        assert!(
+        let applied = ReportApplied::Applied { dropped: 0 };
+        assert_eq!(log.apply_report(&mark("r1", 1), &rec(T0, 3)), applied);
+        assert_eq!(
+            log.apply_report(&mark("r1", 1), &rec(T0, 3)),
+            ReportApplied::Copy,
+            "a copy"
+        );
+        assert_eq!(
             log.apply_report(&mark("r2", 1), &rec(T0, 1)),
+            applied,
             "another reporter"
         );
-        assert!(log.apply_report(&mark("r1", 2), &rec(T0, 2)));
-        assert!(
-            !log.apply_report(&mark("r1", 1), &rec(T0, 3)),
+        assert_eq!(log.apply_report(&mark("r1", 2), &rec(T0, 2)), applied);
+        assert_eq!(
+            log.apply_report(&mark("r1", 1), &rec(T0, 3)),
+            ReportApplied::Copy,
             "a late copy"
         );
         let held = log.read(&action(), T0, 1, T0);
@@ -321,7 +317,7 @@ mod tests {
             now_ms: T0 + REPORT_MARK_TTL_MS,
             ..mark("r1", 1)
         };
-        assert!(log.apply_report(&later, &rec(T0, 0)));
+        assert_eq!(log.apply_report(&later, &rec(T0, 0)), applied);
     }
 
     #[test]

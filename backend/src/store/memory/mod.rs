@@ -326,7 +326,7 @@ impl ActivityStore for MemoryStore {
         &self,
         mark: &crate::history::ReportMark,
         record: &crate::history::HistoryRecord,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<crate::history::marks::ReportApplied, StoreError> {
         Ok(self.history.apply_report(mark, record))
     }
     async fn key_denied(

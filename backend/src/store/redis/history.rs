@@ -7,8 +7,12 @@
 //!   Redis's compact encoding, and an hour is read with 7 HGETALLs: with one key per step, 20
 //!   actions × 360 lookups kept Redis busy ~35 ms per read (measured), past the command timeout;
 //! - last seen: string `{<prefix>:history:<action>}:seen` (ms), TTL a day;
-//! - report marks: string `{<prefix>:history:<action>}:report:<reporter>`, the highest filter
-//!   report seq applied for that action and reporter, TTL a day (see `ReportMark`);
+//! - report marks: per action, hash `{<prefix>:history:<action>}:reporters` (reporter -> the
+//!   highest filter report seq applied) and zset `{<prefix>:history:<action>}:reporters:at`
+//!   (reporter -> when last applied, ms), at most `MAX_REPORTERS_PER_ACTION` members, TTL a day
+//!   from the last write (see `ReportMark` and `history::marks`); actions without a rule share
+//!   one pair, `{<prefix>:history:(unknown)}:reporters[:at]`, by `<action>/<reporter>` (no action
+//!   is named `(unknown)`: parentheses are not allowed in action names);
 //! - top denied: zset `{<prefix>:denied:<action>}:<minute_ms>`, key -> denials, at most
 //!   [`DENIED_KEEP`] members, TTL 7 min.
 //!
@@ -24,12 +28,15 @@ use sluice_core::Action;
 
 use super::errors::Call;
 use super::RedisStore;
+use crate::history::marks::{member, ReportApplied};
+use crate::history::report::UNKNOWN_ACTION_LABEL;
 use crate::history::{
     denied_bucket, denied_buckets, last_seen_within_span, rank_denied, DeniedRecord, HistoryRecord,
     ReportMark, StoredHistory, Tally, DENIED_KEEP, DENIED_TTL_MS, HISTORY_TTL_MS,
     LAST_SEEN_SPAN_MS, REPORT_MARK_TTL_MS,
 };
 use crate::store::StoreError;
+use sluice_core::limits::{MAX_REPORTERS_PER_ACTION, REPORT_MARK_SETTLE_MS};
 
 /// The keys and scripts of history and top denied.
 pub(crate) struct HistoryKeys {
@@ -58,6 +65,16 @@ impl HistoryKeys {
         format!("{{{}:history:{}}}", self.prefix, action.as_str())
     }
 
+    /// The hash tag of a report mark's set: the action's history tag, or (`shared`: an action
+    /// without a rule) the one tag all such actions share.
+    fn marks_tag(&self, action: &Action, shared: bool) -> String {
+        if shared {
+            format!("{{{}:history:{UNKNOWN_ACTION_LABEL}}}", self.prefix)
+        } else {
+            self.history_tag(action)
+        }
+    }
+
     /// The hash of the 10-minute block starting at `block_ms`.
     pub(crate) fn block(&self, action: &Action, block_ms: u64) -> String {
         format!("{}:{block_ms}", self.history_tag(action))
@@ -68,9 +85,11 @@ impl HistoryKeys {
         format!("{}:seen", self.history_tag(action))
     }
 
-    /// The highest report seq applied for (action, reporter): in the action's slot.
-    pub(crate) fn report_mark(&self, action: &Action, reporter: &str) -> String {
-        format!("{}:report:{reporter}", self.history_tag(action))
+    /// The report marks of an action (or of the shared set): the hash of seqs and the zset of
+    /// times, in one slot.
+    pub(crate) fn report_marks(&self, action: &Action, shared: bool) -> (String, String) {
+        let tag = self.marks_tag(action, shared);
+        (format!("{tag}:reporters"), format!("{tag}:reporters:at"))
     }
 
     /// The zset of one top-denied bucket.
@@ -131,13 +150,15 @@ impl RedisStore {
 
     /// `history_record.lua` for one record (its two keys and ten arguments).
     fn record_invocation(&self, r: &HistoryRecord) -> ScriptInvocation<'_> {
+        self.record_invocation_in(&self.history.history_tag(&r.action), r)
+    }
+
+    /// [`Self::record_invocation`] with the record's keys under the hash tag `tag`.
+    fn record_invocation_in(&self, tag: &str, r: &HistoryRecord) -> ScriptInvocation<'_> {
         let (block, index) = block_of(r.step_ms);
-        let mut invocation = self
-            .history
-            .record
-            .key(self.history.block(&r.action, block));
+        let mut invocation = self.history.record.key(format!("{tag}:{block}"));
         invocation
-            .key(self.history.seen(&r.action))
+            .key(format!("{tag}:seen"))
             .arg(HISTORY_TTL_MS)
             .arg(LAST_SEEN_SPAN_MS)
             .arg(r.last_seen_ms)
@@ -148,25 +169,49 @@ impl RedisStore {
         invocation
     }
 
-    /// See [`crate::store::ActivityStore::apply_report`]: `history_record.lua` with the mark as
-    /// its third key (in the action's slot), so the check, the raise and the add are one step.
+    /// See [`crate::store::ActivityStore::apply_report`]: `history_record.lua` with the action's
+    /// marks (hash and zset) as its third and fourth keys, in the action's slot, so the check,
+    /// the bound, the raise and the add are one step. A shared mark (an action without a rule)
+    /// lives in the shared tag, and so do the record's keys then: its record adds nothing, so
+    /// they are never written.
     pub(super) async fn history_apply_report(
         &self,
         mark: &ReportMark,
         record: &HistoryRecord,
-    ) -> Result<bool, StoreError> {
-        let key = self.history.report_mark(&record.action, &mark.reporter);
-        let mut invocation = self.record_invocation(record);
-        invocation.key(&key).arg(mark.seq).arg(REPORT_MARK_TTL_MS);
+    ) -> Result<ReportApplied, StoreError> {
+        let (seqs, times) = self.history.report_marks(&record.action, mark.shared);
+        let mut invocation = if mark.shared {
+            let tag = self.history.marks_tag(&record.action, true);
+            self.record_invocation_in(&tag, record)
+        } else {
+            self.record_invocation(record)
+        };
+        invocation
+            .key(&seqs)
+            .key(&times)
+            .arg(mark.seq)
+            .arg(REPORT_MARK_TTL_MS)
+            .arg(member(record.action.as_str(), &mark.reporter, mark.shared))
+            .arg(mark.now_ms)
+            .arg(MAX_REPORTERS_PER_ACTION)
+            .arg(REPORT_MARK_SETTLE_MS);
         let mut conn = self.conn.clone();
-        let applied: i64 = self
+        let (code, dropped): (i64, u64) = self
             .bounded(
-                &key,
+                &seqs,
                 Call::Script("history_record"),
                 invocation.invoke_async(&mut conn),
             )
             .await?;
-        Ok(applied == 1)
+        match code {
+            1 => Ok(ReportApplied::Applied { dropped }),
+            0 => Ok(ReportApplied::Copy),
+            2 => Ok(ReportApplied::Full),
+            other => Err(StoreError::Script {
+                script: "history_record",
+                message: format!("unexpected reply code {other}"),
+            }),
+        }
     }
 
     /// See [`crate::store::ActivityStore::read_history`]: one script.

@@ -494,7 +494,7 @@ impl ActivityStore for RedisStore {
         &self,
         mark: &crate::history::ReportMark,
         record: &crate::history::HistoryRecord,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<crate::history::marks::ReportApplied, StoreError> {
         self.history_apply_report(mark, record).await
     }
     async fn key_denied(
