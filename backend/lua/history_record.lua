@@ -5,7 +5,8 @@
 -- encoding) rather than one key per step: reading an hour is 7 HGETALLs, not 360 lookups.
 -- KEYS[2]: the action's last-seen time (ms, a string).
 -- ARGV[1]: the block's TTL (ms). ARGV[2]: the last-seen TTL (ms). ARGV[3]: last seen (ms, 0 =
--- not in this record). ARGV[4]: the step's index. ARGV[5..10]: the six counts, in field order.
+-- not in this record). ARGV[4]: the step's index. ARGV[5..10]: the six counts, in field order,
+-- each what to add less what to take back (a decision withdrawn: negative); no count goes below 0.
 -- For a filter report with an identity, also KEYS[3]: the action's report seqs (a hash member ->
 -- the highest seq applied) and KEYS[4]: when each was last applied (a zset member -> ms), both in
 -- the action's hash tag (history::marks is the memory store's twin). ARGV[11]: the report's
@@ -75,7 +76,7 @@ if any then
   end
   local out = {}
   for i = 1, 6 do
-    out[i] = string.format('%d', sums[i] + add[i])
+    out[i] = string.format('%d', math.max(0, sums[i] + add[i]))
   end
   redis.call('HSET', KEYS[1], ARGV[4], table.concat(out, ' '))
   redis.call('PEXPIRE', KEYS[1], ARGV[1])

@@ -15,6 +15,8 @@ use sluice_core::{Action, Mode};
 use tokio::sync::watch;
 
 use crate::clock::now_ms;
+use crate::history::attempts::Attempts;
+use crate::history::edge::Edge;
 use crate::history::pending::HistoryPending;
 use crate::history::report::UncheckedWarnings;
 use crate::history::{step_start, DeniedRecord, HistoryRecord, Tally};
@@ -40,6 +42,10 @@ struct Counts {
 struct ActionBatch {
     action: Action,
     totals: Counts,
+    /// (step start, allowed, denied) per history step the batch's decisions fell in (one, or
+    /// two across a step's end), so each is counted in its own step and a withdrawal
+    /// ([`crate::history::edge`]) takes it back from there.
+    steps: Vec<(u64, u64, u64)>,
     keys: HashMap<String, Counts>,
 }
 
@@ -74,6 +80,10 @@ pub struct ActivityBook {
     pub steps: HistoryPending,
     /// The "passed unchecked" warning limiter of filter reports.
     pub unchecked: UncheckedWarnings,
+    /// Decisions recorded with their caller's id, until a report withdraws them.
+    pub edge: Edge,
+    /// Report attempts whose store answer was lost (`history::attempts`).
+    pub attempts: Attempts,
 }
 
 /// What one flush writes to the store.
@@ -111,10 +121,20 @@ impl ActivityBook {
                 .or_insert_with(|| ActionBatch {
                     action: action.clone(),
                     totals: Counts::default(),
+                    steps: Vec::new(),
                     keys: HashMap::new(),
                 }),
         };
         bump(&mut batch.totals, allowed, now_ms);
+        let step = step_start(now_ms);
+        let (a, d) = (u64::from(allowed), u64::from(!allowed));
+        match batch.steps.iter_mut().rev().find(|(at, _, _)| *at == step) {
+            Some((_, allowed_n, denied_n)) => {
+                *allowed_n += a;
+                *denied_n += d;
+            }
+            None => batch.steps.push((step, a, d)),
+        }
         if let Some(counts) = batch.keys.get_mut(key) {
             bump(counts, allowed, now_ms);
         } else if pending.keys < MAX_BATCH_KEYS {
@@ -139,7 +159,7 @@ impl ActivityBook {
     }
 
     /// Takes everything a flush writes: the batch's per-key records, its per-action history
-    /// counts (in the step of the action's newest decision; denials of actions for which
+    /// counts (each decision in its own step; denials of actions for which
     /// `shadow` is true count as allowed, as Envoy let them through), the keys denied under
     /// enforced rules, and the pending history (filter reports). Folds the per-action totals
     /// into the rates.
@@ -155,21 +175,24 @@ impl ActivityBook {
                 batch.totals.denied,
             ));
             let shadowed = shadow(&name);
-            let (allowed, refused) = if shadowed {
-                (batch.totals.allowed + batch.totals.denied, 0)
-            } else {
-                (batch.totals.allowed, batch.totals.denied)
-            };
-            self.steps.add(HistoryRecord {
-                action: batch.action.clone(),
-                step_ms: step_start(batch.totals.last_seen_ms),
-                tally: Tally {
-                    allowed,
-                    denied: refused,
-                    ..Tally::default()
-                },
-                last_seen_ms: batch.totals.last_seen_ms,
-            });
+            for (step_ms, allowed, denials) in batch.steps {
+                let (allowed, refused) = if shadowed {
+                    (allowed + denials, 0)
+                } else {
+                    (allowed, denials)
+                };
+                self.steps.add(HistoryRecord {
+                    action: batch.action.clone(),
+                    step_ms,
+                    tally: Tally {
+                        allowed,
+                        denied: refused,
+                        ..Tally::default()
+                    },
+                    withdrawn: Tally::default(),
+                    last_seen_ms: batch.totals.last_seen_ms,
+                });
+            }
             for (key, c) in batch.keys {
                 if c.denied > 0 && !shadowed {
                     denied.push(DeniedRecord {
@@ -391,6 +414,7 @@ mod tests {
                 cached_denied: 7,
                 ..Tally::default()
             },
+            withdrawn: Tally::default(),
             last_seen_ms: 1_700_000_011_000,
         });
         let mut flush = book.take_flush(Instant::now(), |a| a == "dry");

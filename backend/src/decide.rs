@@ -3,7 +3,10 @@
 //! under the caller's deadline ([`crate::deadline`]), the wire answer, the live activity and the
 //! decision metrics are recorded here once, so no path counts differently from another. A
 //! decision made after its caller gave up is never recorded as allowed or denied (the caller did
-//! not act on it): it is counted as late instead ([`crate::deadline::late`]).
+//! not act on it): it is counted as late instead ([`crate::deadline::late`]). A decision
+//! recorded with its caller's `decision_id` is kept in [`crate::history::edge`], so that one
+//! whose answer reached its caller too late (a stall of this process right after it) is
+//! withdrawn when the caller's report names it.
 
 use std::time::Instant;
 
@@ -14,7 +17,8 @@ use sluice_core::Rule;
 use crate::app::App;
 use crate::clock::now_ms;
 use crate::deadline::late::{Late, LateChecks};
-use crate::deadline::{call, Deadline, DecideError};
+use crate::deadline::{call, stall, Deadline, DecideError};
+use crate::history::edge::Decided;
 use crate::metrics::Outcome;
 use crate::store::CheckRequest;
 
@@ -30,13 +34,15 @@ pub async fn decide(
     deadline: Option<Deadline>,
     started: Instant,
 ) -> Result<ThrottleResponse, DecideError> {
-    decide_leased(app, rule, key, quantity, false, deadline, started).await
+    decide_leased(app, rule, key, quantity, false, deadline, started, None).await
 }
 
 /// Like [`decide`], for a caller that may hold a lease (`asked`: the sluice filter says so per
 /// request). When the rule offers one ([`offer`]: enforced rules with a `lease`), an allowed
 /// request also debits a grant in the same atomic store step, and the answer carries it with
-/// `remaining` (and the rest) already excluding the granted units.
+/// `remaining` (and the rest) already excluding the granted units. `decision_id`: the caller's
+/// id for the request, if it sent one.
+#[allow(clippy::too_many_arguments)]
 pub async fn decide_leased(
     app: &App,
     rule: &Rule,
@@ -45,6 +51,7 @@ pub async fn decide_leased(
     asked: bool,
     deadline: Option<Deadline>,
     started: Instant,
+    decision_id: Option<u64>,
 ) -> Result<ThrottleResponse, DecideError> {
     let lease = offer(rule, asked);
     // The step owns what it needs: it may outlive this request (see crate::deadline::call).
@@ -69,8 +76,10 @@ pub async fn decide_leased(
     );
     response.lease = leased.grant;
     if quantity > 0 {
+        let at_ms = now_ms();
         app.activity
-            .record(rule.action(), key, decision.allowed, now_ms());
+            .record(rule.action(), key, decision.allowed, at_ms);
+        remember(app, decision_id, rule, decision.allowed, at_ms);
     }
     app.metrics.decision(
         rule.action().as_str(),
@@ -96,6 +105,7 @@ pub async fn decide_all(
     checks: &[CheckRequest<'_>],
     deadline: Option<Deadline>,
     started: Instant,
+    decision_id: Option<u64>,
 ) -> Result<ThrottleAllResponse, DecideError> {
     let owned: Vec<(Rule, String, u64)> = checks
         .iter()
@@ -150,6 +160,7 @@ pub async fn decide_all(
         if check.quantity > 0 {
             app.activity
                 .record(rule.action(), check.key, decision.allowed, now);
+            remember(app, decision_id, rule, decision.allowed, now);
         }
         app.metrics.decision(
             rule.action().as_str(),
@@ -168,4 +179,23 @@ pub async fn decide_all(
         }),
         results,
     })
+}
+
+/// Keeps a recorded decision that carries its caller's id, so that the caller's report can
+/// withdraw it ([`crate::history::edge`]).
+fn remember(app: &App, decision_id: Option<u64>, rule: &Rule, allowed: bool, at_ms: u64) {
+    let Some(id) = decision_id else {
+        return;
+    };
+    app.activity.edge.remember(
+        Decided {
+            id,
+            action: rule.action().clone(),
+            allowed,
+            mode: rule.mode(),
+            at_ms,
+            at: Instant::now(),
+        },
+        stall::last_stall(),
+    );
 }

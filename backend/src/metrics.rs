@@ -86,6 +86,12 @@ struct LeaseLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithdrawnLabels {
+    action: String,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabels {
     listener: String,
 }
@@ -128,6 +134,7 @@ pub struct Metrics {
     filter_failures: Family<FailureLabels, Counter>,
     exchange_streams: Gauge,
     late_debits: Family<LeaseLabels, Counter>,
+    withdrawn: Family<WithdrawnLabels, Counter>,
     late_unknown: Family<LeaseLabels, Counter>,
     deadline_exceeded: Family<StageLabels, Counter>,
     wrong_listener: Family<ListenerLabels, Counter>,
@@ -310,6 +317,12 @@ impl Metrics {
             "Decisions whose store step debited after the caller had given up (its deadline passed: the filter's failure mode decided the request), by action; docs/failure-modes.md, \"One deadline\"",
             late_debits.clone(),
         );
+        let withdrawn = Family::<WithdrawnLabels, Counter>::default();
+        registry.register(
+            "sluice_decisions_withdrawn",
+            "Decisions counted in sluice_decisions_total whose caller had given up on them (a filter's report named them: the answer reached it after its timeout, at the edge of a stall of this process), so Envoy never acted on them; withdrawn from the history, by action and outcome. An allowed one's debit is counted in sluice_late_debits_total",
+            withdrawn.clone(),
+        );
         let late_unknown = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "sluice_late_unknown",
@@ -363,6 +376,7 @@ impl Metrics {
             filter_failures,
             exchange_streams,
             late_debits,
+            withdrawn,
             late_unknown,
             deadline_exceeded,
             wrong_listener,
@@ -526,6 +540,16 @@ impl Metrics {
                 action: action.to_owned(),
             })
             .inc_by(n);
+    }
+
+    /// Counts one decision of `action` withdrawn (its caller had given up on it).
+    pub fn withdrawn(&self, action: &str, outcome: Outcome) {
+        self.withdrawn
+            .get_or_create(&WithdrawnLabels {
+                action: action.to_owned(),
+                outcome,
+            })
+            .inc();
     }
 
     /// Counts one late store step of `action` that failed (it may have debited).

@@ -76,6 +76,10 @@ pub const MAX_LEASE_TTL_MS: u64 = 60_000;
 /// Most actions one filter report carries; the filter's counters table holds no more, so a
 /// report stays far below [`MAX_BODY_BYTES`].
 pub const MAX_REPORT_ACTIONS: usize = 256;
+/// Most decision ids one filter report names as given up on (`FilterReport::gave_up`): the
+/// first ones since the last accepted report are kept (a stall's edge is its first timeout),
+/// 1,024 of at most 20 digits and a comma each, far below [`MAX_BODY_BYTES`].
+pub const MAX_REPORT_GAVE_UP: usize = 1_024;
 /// Most per-key overrides one action's rule may carry. Every replica holds all of them in its rule
 /// cache and reloads them on every rules change, so they are bounded like the rules themselves.
 pub const MAX_OVERRIDES_PER_ACTION: usize = 1_000;

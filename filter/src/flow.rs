@@ -120,6 +120,9 @@ struct Pending {
     /// A cost route: the key, where its actual cost comes from and the commit id the throttle
     /// request reserved under (the reservation is `quantity`).
     cost: Option<cost::Ask>,
+    /// The decision request's id (the JSON protocols): named in the worker's next report if
+    /// this request's callout fails after it was sent (`report`, "Requests given up on").
+    decision_id: Option<u64>,
 }
 
 thread_local! {
@@ -270,6 +273,11 @@ impl Flow {
             .as_ref()
             .map(|c| cost::Ask::new(&self.worker, &key, &c.actual));
         let reservation_id = cost.as_ref().map(cost::Ask::id);
+        let decision_id = config
+            .backend
+            .protocol
+            .speaks_json()
+            .then(|| self.worker.decision_id());
         let dispatched = match config.backend.protocol {
             Protocol::Http | Protocol::GrpcStream => self.dispatch_http(
                 host,
@@ -278,6 +286,7 @@ impl Flow {
                 quantity,
                 asks_lease,
                 reservation_id,
+                decision_id,
             ),
             Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, quantity),
         };
@@ -291,6 +300,7 @@ impl Flow {
             identity,
             all: None,
             cost,
+            decision_id,
         };
         self.started(host, route, dispatched, pending)
     }
@@ -358,6 +368,7 @@ impl Flow {
         host.remove_request_header(SHADOW_HEADER);
         host.remove_request_header(FAILURE_HEADER);
         let now = host.now_ns();
+        let decision_id = self.worker.decision_id();
         let request = ThrottleAllRequest {
             checks: route
                 .checks
@@ -372,6 +383,7 @@ impl Flow {
             timeout_ms: Some(self.config.backend.timeout_ms),
             // ... counted from here, when the backend could only read it late (a stall).
             sent_at_ms: Some(now / 1_000_000),
+            decision_id: Some(decision_id),
         };
         let path = format!("{}/all", self.config.backend.path);
         let sent = serde_json::to_vec(&request)
@@ -387,6 +399,7 @@ impl Flow {
             identity: None,
             all: Some(route.checks.iter().map(|c| c.action.clone()).collect()),
             cost: None,
+            decision_id: Some(decision_id),
         };
         self.started(host, route, sent, pending)
     }
@@ -416,6 +429,7 @@ impl Flow {
 
     /// Starts the decision callout (an exchange, or an HTTP callout); `Err` is the failure when
     /// it could not start.
+    #[allow(clippy::too_many_arguments)]
     fn dispatch_http(
         &self,
         host: &mut dyn Host,
@@ -424,6 +438,7 @@ impl Flow {
         quantity: u64,
         lease: bool,
         reservation_id: Option<String>,
+        decision_id: Option<u64>,
     ) -> Result<u32, Failure> {
         let request = ThrottleRequest {
             action: action.to_owned(),
@@ -434,6 +449,7 @@ impl Flow {
             timeout_ms: Some(self.config.backend.timeout_ms),
             // ... counted from here, when the backend could only read it late (a stall).
             sent_at_ms: Some(host.now_ns() / 1_000_000),
+            decision_id,
             reservation_id,
         };
         let body = serde_json::to_vec(&request).map_err(|e| Failure::encode(&e.to_string()))?;
@@ -552,6 +568,11 @@ impl Flow {
                 }
             }
             Answer::Failure(failure) => {
+                // Sent, and not answered in time (or not at all): the backend may have decided
+                // it anyway, after this worker stopped waiting. The report names it.
+                if let Some(id) = pending.decision_id {
+                    self.worker.gave_up(id);
+                }
                 let at = (pending.action_index, pending.action.as_str());
                 let _ = self.fail(host, at, &failure, false);
             }

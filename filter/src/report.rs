@@ -30,12 +30,24 @@
 //! counted but whose answer was lost (a stalled backend, a timeout) is recognised by the backend
 //! (it keeps the highest `seq` applied per action and reporter, in the store) and counted once;
 //! merging a failed report's counts into the next one, as before, made such copies count twice.
+//!
+//! # Requests given up on
+//!
+//! Each decision request carries an id of this worker's ([`Worker::decision_id`]: a random base
+//! plus a counter). A request whose callout failed after it was sent (its timeout passed first,
+//! the stream closed) is counted as failed and its id noted ([`Worker::gave_up`]); each report
+//! names up to [`MAX_REPORT_GAVE_UP`] of them (past that, the oldest and the newest half each:
+//! the rest wait for the next reports), so that a decision the backend made for one of them all the same (it answered after this
+//! worker stopped waiting) is withdrawn there, and the request is counted once, as what Envoy
+//! did with it. A worker holds at most [`MAX_GAVE_UP_HELD`] ids; past it (a stall of minutes)
+//! it keeps the first [`MAX_REPORT_GAVE_UP`] (a stall's edge is its first timeout) and the
+//! latest (the backlog answered late after the resume), and forgets the ones between.
 
 use std::cell::{Cell, RefCell, RefMut};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
-use sluice_core::limits::MAX_REPORT_ACTIONS;
+use sluice_core::limits::{MAX_REPORT_ACTIONS, MAX_REPORT_GAVE_UP};
 use sluice_core::wire::{ActionCounts, FilterReport};
 
 use crate::config::Config;
@@ -46,6 +58,10 @@ use crate::lease::asking::RuleLeases;
 use crate::lease::pocket::Pockets;
 use crate::lease::watch::Watch;
 use crate::lease::{returns, Return};
+
+/// Most decision ids given up on one worker holds for its reports: sixteen reports' worth, a
+/// stall of a minute or two at a few hundred requests a second per worker.
+pub const MAX_GAVE_UP_HELD: usize = 16 * MAX_REPORT_GAVE_UP;
 
 /// One action's counts since the last accepted report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -108,6 +124,22 @@ impl Event {
 struct Unsent {
     seq: u64,
     counts: Vec<Counts>,
+    /// Decision ids given up on (see the module's "Requests given up on").
+    gave_up: Vec<u64>,
+}
+
+/// The ids one report names: all of them when they fit, else the oldest half a report and the
+/// newest half (a stall's edge is its first timeouts, the backlog answered late after its resume
+/// its latest); the ones between wait for the next reports.
+fn take_named(held: &mut Vec<u64>) -> Vec<u64> {
+    if held.len() <= MAX_REPORT_GAVE_UP {
+        return std::mem::take(held);
+    }
+    let half = MAX_REPORT_GAVE_UP / 2;
+    let mut named: Vec<u64> = held.drain(..half).collect();
+    let newest = held.len() - half;
+    named.extend(held.drain(newest..));
+    named
 }
 
 /// A fresh reporter id: 128 random bits in hex. `RandomState` seeds from the host's random source
@@ -123,6 +155,10 @@ fn new_reporter() -> String {
 #[derive(Debug, Default)]
 pub struct Worker {
     counts: RefCell<Vec<Counts>>,
+    /// Decision ids given up on, not yet in a report (at most [`MAX_GAVE_UP_HELD`]).
+    gave_up: RefCell<Vec<u64>>,
+    /// The next decision id (a random base, then one more per request).
+    next_decision: Cell<u64>,
     /// This worker's reporter id (see the module's "Exactly once").
     reporter: String,
     /// The sequence number of the last report built (0: none yet).
@@ -157,6 +193,7 @@ impl Worker {
             reporter: new_reporter(),
             rule_leases: RefCell::new(RuleLeases::new(config.actions.len())),
             grant_ids: Cell::new(RandomState::new().hash_one(1u8)),
+            next_decision: Cell::new(RandomState::new().hash_one(1u8)),
             ..Worker::default()
         }
     }
@@ -239,6 +276,26 @@ impl Worker {
         }
     }
 
+    /// A fresh id for one decision request: unique within this worker (a counter) and, from a
+    /// random 64-bit base, across workers as long as two bases are not within the requests one
+    /// of them makes.
+    pub fn decision_id(&self) -> u64 {
+        let id = self.next_decision.get();
+        self.next_decision.set(id.wrapping_add(1));
+        id
+    }
+
+    /// Notes that this worker gave up on the decision request `id` (its callout failed after it
+    /// was sent): a report names it. Past [`MAX_GAVE_UP_HELD`] held, the oldest after the first
+    /// [`MAX_REPORT_GAVE_UP`] is forgotten.
+    pub fn gave_up(&self, id: u64) {
+        let mut ids = self.gave_up.borrow_mut();
+        if ids.len() >= MAX_GAVE_UP_HELD {
+            ids.remove(MAX_REPORT_GAVE_UP);
+        }
+        ids.push(id);
+    }
+
     /// This worker's reporter id.
     pub fn reporter(&self) -> &str {
         &self.reporter
@@ -265,7 +322,8 @@ impl Worker {
             return Some(unsent);
         }
         let mut counts = self.counts.borrow_mut();
-        if counts.iter().all(Counts::is_zero) {
+        let mut gave_up = self.gave_up.borrow_mut();
+        if counts.iter().all(Counts::is_zero) && gave_up.is_empty() {
             return None;
         }
         let zeros = vec![Counts::default(); counts.len()];
@@ -274,6 +332,7 @@ impl Worker {
         Some(Unsent {
             seq,
             counts: std::mem::replace(&mut *counts, zeros),
+            gave_up: take_named(&mut gave_up),
         })
     }
 
@@ -298,6 +357,7 @@ impl Worker {
         let report = FilterReport {
             reporter: Some(self.reporter.clone()),
             seq: Some(unsent.seq),
+            gave_up: unsent.gave_up.clone(),
             actions: unsent
                 .counts
                 .iter()

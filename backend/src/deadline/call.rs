@@ -11,11 +11,14 @@
 //!   (an EVALSHA already sent runs to its end), finishes on its own, bounded by the store
 //!   deadline; what it debited is handed to the `late` callback, never to the caller's answer.
 //!   A caller that hangs up (its connection closed, the handler dropped) is late the same way.
+//! - A step whose answer is here only after its caller stopped waiting (the deadline and its
+//!   margin passed: the process stood still while the step ran) is late too: it is handed to
+//!   `late` and never decided, whichever of the answer and the timer was seen first.
 //!
 //! Every step's duration (success or timeout) is a sample of the latency estimate.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -66,6 +69,7 @@ where
         }
         Admission::Start(remaining) => remaining.min(bound),
     };
+    let late = LateOnce::new(late);
     let mut running = Box::pin(async move {
         let result = timed(&latency, bound, step).await;
         if let Err(e) = &result {
@@ -76,28 +80,29 @@ where
     // A store that answers without waiting (the memory store) is answered here, with no task;
     // a Redis step has sent its command by now and goes on in its own task.
     if let Some(result) = (&mut running).now_or_never() {
-        return Ok(result?);
+        return on_time(app, &deadline, now, result, &late);
     }
     let (tx, mut rx) = oneshot::channel();
+    let task_late = late.clone();
     tokio::spawn(async move {
         let result = running.await;
         // The receiver is gone or closed: the caller gave up before this answer.
         if let Err(result) = tx.send(result) {
-            late(result);
+            task_late.call(result);
         }
     });
     match tokio::time::timeout(wait, &mut rx).await {
-        Ok(Ok(result)) => Ok(result?),
+        Ok(Ok(result)) => on_time(app, &deadline, now, result, &late),
         Ok(Err(_)) => {
             Err(StoreError::Unavailable("the store step ended without an answer".into()).into())
         }
         Err(_) => {
             // Closing first makes the hand-over exact: either the answer is already here (and
-            // answered, on time to the microsecond), or the step will find the channel closed
-            // and count what it did as late. Never both, never neither.
+            // answered if on time), or the step will find the channel closed and count what it
+            // did as late. Never both, never neither.
             rx.close();
             match rx.try_recv() {
-                Ok(result) => Ok(result?),
+                Ok(result) => on_time(app, &deadline, now, result, &late),
                 Err(_) => {
                     app.metrics.deadline_exceeded("late");
                     Err(Miss::Late {
@@ -106,6 +111,56 @@ where
                     .into())
                 }
             }
+        }
+    }
+}
+
+/// The step's `result`, answered unless its caller has given up by now (the process stood still
+/// while the step ran): then it goes to `late` and the caller gets [`Miss::Late`]. An answer
+/// taken within the margin is still answered, as it always was: it can reach its caller.
+fn on_time<T, L>(
+    app: &App,
+    deadline: &Deadline,
+    started: Instant,
+    result: Result<T, StoreError>,
+    late: &LateOnce<L>,
+) -> Result<T, DecideError>
+where
+    L: FnOnce(Result<T, StoreError>),
+{
+    let now = Instant::now();
+    if deadline.given_up(now) {
+        late.call(result);
+        app.metrics.deadline_exceeded("late");
+        return Err(Miss::Late {
+            waited_us: micros(now.saturating_duration_since(started)),
+        }
+        .into());
+    }
+    Ok(result?)
+}
+
+/// The `late` callback, called at most once from whichever side finds the answer late.
+struct LateOnce<L>(Arc<Mutex<Option<L>>>);
+
+impl<L> Clone for LateOnce<L> {
+    fn clone(&self) -> Self {
+        LateOnce(Arc::clone(&self.0))
+    }
+}
+
+impl<L> LateOnce<L> {
+    fn new(late: L) -> LateOnce<L> {
+        LateOnce(Arc::new(Mutex::new(Some(late))))
+    }
+
+    fn call<T>(&self, result: Result<T, StoreError>)
+    where
+        L: FnOnce(Result<T, StoreError>),
+    {
+        let taken = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(late) = taken {
+            late(result);
         }
     }
 }

@@ -65,6 +65,8 @@ pub struct Arrival(pub Instant);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline {
     at: Instant,
+    /// When its caller stops waiting (`arrived + timeout`: the margin's end).
+    gives_up: Instant,
 }
 
 /// Whether a store step may start under a deadline.
@@ -87,6 +89,7 @@ impl Deadline {
     pub fn new(arrived: Instant, timeout: Duration) -> Deadline {
         Deadline {
             at: arrived + timeout.saturating_sub(margin(timeout)),
+            gives_up: arrived + timeout,
         }
     }
 
@@ -98,6 +101,12 @@ impl Deadline {
     /// Time left at `now` (zero once passed).
     pub fn remaining(&self, now: Instant) -> Duration {
         self.at.saturating_duration_since(now)
+    }
+
+    /// Whether the caller has stopped waiting at `now`: past the deadline and its margin (the
+    /// caller's timer started no later than the arrival), an answer can no longer be used.
+    pub fn given_up(&self, now: Instant) -> bool {
+        now >= self.gives_up
     }
 
     /// Whether a store step whose recent latency is `estimate` may start at `now`: only if its
@@ -151,6 +160,9 @@ mod tests {
         assert_eq!(d.remaining(t0 + 10 * MS), 13 * MS);
         assert_eq!(d.remaining(t0 + 23 * MS), Duration::ZERO);
         assert_eq!(d.remaining(t0 + 40 * MS), Duration::ZERO);
+        // Within the margin the caller still waits; from its timeout on it does not.
+        assert!(!d.given_up(t0 + 24 * MS));
+        assert!(d.given_up(t0 + 25 * MS));
         // A short timeout keeps at most a fifth of itself.
         assert_eq!(margin(5 * MS), MS);
         assert_eq!(margin(MS), MS / 5);

@@ -6,7 +6,9 @@
 //! activity batch ([`crate::activity`]), filter reports add to [`pending::HistoryPending`], and
 //! the activity flush writes both every ≤ 250 ms.
 
+pub mod attempts;
 pub mod body;
+pub mod edge;
 pub mod marks;
 pub mod pending;
 pub mod report;
@@ -48,6 +50,9 @@ pub struct HistoryRecord {
     pub step_ms: u64,
     /// The counts to add.
     pub tally: Tally,
+    /// Counts to take back (decisions withdrawn: their caller had given up on them, see
+    /// [`edge`]); a stored count never goes below zero.
+    pub withdrawn: Tally,
     /// When the action was last seen in these counts, in ms since the epoch (0: not seen).
     pub last_seen_ms: u64,
 }

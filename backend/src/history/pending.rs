@@ -14,10 +14,13 @@ use super::{HistoryRecord, Tally};
 /// Most (action, step) entries held: 256 actions for an hour of steps.
 pub const MAX_PENDING: usize = 256 * 360;
 
+/// One pending (action, step): counts to add, counts to take back, last seen.
+type Entry = (Tally, Tally, u64);
+
 /// The pending counts, by (action, step start).
 #[derive(Debug, Default)]
 pub struct HistoryPending {
-    entries: Mutex<BTreeMap<(Action, u64), (Tally, u64)>>,
+    entries: Mutex<BTreeMap<(Action, u64), Entry>>,
 }
 
 impl HistoryPending {
@@ -26,7 +29,7 @@ impl HistoryPending {
         HistoryPending::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<(Action, u64), (Tally, u64)>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<(Action, u64), Entry>> {
         self.entries
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -37,8 +40,9 @@ impl HistoryPending {
         let mut entries = self.lock();
         let full = entries.len() >= MAX_PENDING;
         match entries.get_mut(&(record.action.clone(), record.step_ms)) {
-            Some((tally, seen)) => {
+            Some((tally, withdrawn, seen)) => {
                 tally.add(&record.tally);
+                withdrawn.add(&record.withdrawn);
                 *seen = (*seen).max(record.last_seen_ms);
                 true
             }
@@ -46,7 +50,7 @@ impl HistoryPending {
             None => {
                 entries.insert(
                     (record.action, record.step_ms),
-                    (record.tally, record.last_seen_ms),
+                    (record.tally, record.withdrawn, record.last_seen_ms),
                 );
                 true
             }
@@ -70,12 +74,15 @@ impl HistoryPending {
     pub fn take(&self) -> Vec<HistoryRecord> {
         std::mem::take(&mut *self.lock())
             .into_iter()
-            .map(|((action, step_ms), (tally, last_seen_ms))| HistoryRecord {
-                action,
-                step_ms,
-                tally,
-                last_seen_ms,
-            })
+            .map(
+                |((action, step_ms), (tally, withdrawn, last_seen_ms))| HistoryRecord {
+                    action,
+                    step_ms,
+                    tally,
+                    withdrawn,
+                    last_seen_ms,
+                },
+            )
             .collect()
     }
 }
@@ -92,6 +99,7 @@ mod tests {
                 leased,
                 ..Tally::default()
             },
+            withdrawn: Tally::default(),
             last_seen_ms: seen,
         }
     }

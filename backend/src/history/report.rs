@@ -7,12 +7,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sluice_core::wire::{ActionCounts, FilterReport};
-use sluice_core::FieldError;
+use sluice_core::{FieldError, Mode};
 
+use super::attempts::{Attempts, Ended};
+use super::edge::{Decided, Edge};
 use super::marks::ReportApplied;
 use super::pending::HistoryPending;
 use super::{step_start, HistoryRecord, ReportMark, Tally};
-use crate::metrics::Metrics;
+use crate::deadline::stall;
+use crate::metrics::{Metrics, Outcome};
 use crate::rules::RuleSet;
 use crate::store::{ActivityStore, StoreError};
 
@@ -77,6 +80,52 @@ pub struct Ingested {
     pub unknown: usize,
     /// Entries already applied from an earlier copy of the report (counted nowhere now).
     pub copies: usize,
+    /// Decisions withdrawn: the report named them as given up on.
+    pub withdrawn: usize,
+}
+
+/// Withdraws decisions whose caller gave up on them ([`super::edge`]): their count comes out of
+/// the history step they were counted in (with the next flush), they are counted in
+/// `sluice_decisions_withdrawn_total`, and an allowed one's debit as a late debit.
+fn withdraw(decided: Vec<Decided>, sinks: Sinks<'_>) {
+    if decided.is_empty() {
+        return;
+    }
+    for d in &decided {
+        let outcome = Outcome::of(d.allowed, d.mode);
+        // The history counts a shadow rule's would-denial as allowed (Envoy let it through).
+        let back = if d.allowed || d.mode == Mode::Shadow {
+            Tally {
+                allowed: 1,
+                ..Tally::default()
+            }
+        } else {
+            Tally {
+                denied: 1,
+                ..Tally::default()
+            }
+        };
+        let record = HistoryRecord {
+            action: d.action.clone(),
+            step_ms: step_start(d.at_ms),
+            tally: Tally::default(),
+            withdrawn: back,
+            last_seen_ms: 0,
+        };
+        if !sinks.pending.add(record) {
+            sinks.metrics.activity_dropped(1);
+        }
+        sinks.metrics.withdrawn(d.action.as_str(), outcome);
+        if d.allowed {
+            sinks.metrics.late_debits(d.action.as_str(), 1);
+        }
+    }
+    tracing::info!(
+        withdrawn = decided.len(),
+        "decisions withdrawn: a filter reported it had given up on them before their answers \
+         reached it (the edge of a stall of this process); Envoy's failure mode decided them, \
+         so they are not counted as the backend's (sluice_decisions_withdrawn_total)"
+    );
 }
 
 fn tally(counts: &ActionCounts) -> Tally {
@@ -101,6 +150,10 @@ pub struct Sinks<'a> {
     pub pending: &'a HistoryPending,
     /// The "passed unchecked" warning's limiter.
     pub warnings: &'a UncheckedWarnings,
+    /// Decisions recorded with their caller's id (a report's `gave_up` withdraws them).
+    pub edge: &'a Edge,
+    /// Report attempts whose store answer was lost (their metrics counted by the next copy).
+    pub attempts: &'a Attempts,
 }
 
 /// Why a report was not (fully) counted.
@@ -142,6 +195,11 @@ pub async fn ingest(
     let entries = report.validate().map_err(IngestError::Invalid)?;
     let id = report.id().map_err(IngestError::Invalid)?;
     let mut ingested = Ingested::default();
+    // Taken out of the book first, under its lock: whichever copy of the report comes first
+    // withdraws them, once, however the rest of it fares.
+    let decided = sinks.edge.take(&report.gave_up, stall::last_stall(), now);
+    ingested.withdrawn = decided.len();
+    withdraw(decided, sinks);
     for (action, counts) in entries {
         let known = sinks.rules.rules.contains_key(action.as_str());
         let label = if known {
@@ -157,6 +215,7 @@ pub async fn ingest(
             action: action.clone(),
             step_ms: step_start(now_ms),
             tally: if known { tally } else { Tally::default() },
+            withdrawn: Tally::default(),
             last_seen_ms: if known && !tally.is_zero() { now_ms } else { 0 },
         };
         match &id {
@@ -167,24 +226,34 @@ pub async fn ingest(
                     now_ms,
                     shared: !known,
                 };
-                let applied = store
-                    .apply_report(&mark, &record)
-                    .await
-                    .map_err(IngestError::Store)?;
-                match applied {
+                // Tracked, so that an attempt whose answer is lost (cut at its deadline, a
+                // timeout just as this process stood still) is counted by the next copy.
+                let attempt = sinks.attempts.begin(action.as_str(), id.reporter, id.seq);
+                let applied = match store.apply_report(&mark, &record).await {
+                    Ok(applied) => applied,
+                    Err(e) => {
+                        attempt.end(Ended::Unknown);
+                        return Err(IngestError::Store(e));
+                    }
+                };
+                let count = match applied {
                     ReportApplied::Applied { dropped } => {
                         sinks.metrics.report_marks_dropped(label, dropped);
+                        attempt.end(Ended::Applied)
                     }
-                    ReportApplied::Copy => {
-                        ingested.copies += 1;
-                        continue;
-                    }
+                    ReportApplied::Copy => attempt.end(Ended::Copy),
                     ReportApplied::Full => {
+                        // Not applied: the filter sends it again (its next copy is applied).
+                        attempt.end(Ended::Unknown);
                         sinks.metrics.report_deferred(label);
                         return Err(IngestError::Full {
                             action: label.to_owned(),
                         });
                     }
+                };
+                if !count {
+                    ingested.copies += 1;
+                    continue;
                 }
             }
             None => {

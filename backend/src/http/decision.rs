@@ -58,6 +58,7 @@ pub async fn throttle(
             request.timeout_ms,
         ),
         started,
+        request.decision_id,
     )
     .await
     .map_err(|e| e.api_failure())?;

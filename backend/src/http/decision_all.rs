@@ -59,7 +59,7 @@ pub async fn throttle_all(
     }
     let arrived = stall::arrival(arrived, request.sent_at_ms);
     let deadline = Deadline::from_ms(arrived, request.timeout_ms);
-    let response = decide_all(&app, &checks, deadline, started)
+    let response = decide_all(&app, &checks, deadline, started, request.decision_id)
         .await
         .map_err(|e| e.api_failure())?;
     Ok(Json(response))

@@ -47,6 +47,8 @@ pub async fn report(
             metrics: &app.metrics,
             pending: &app.activity.steps,
             warnings: &app.activity.unchecked,
+            edge: &app.activity.edge,
+            attempts: &app.activity.attempts,
         };
         let counted = ingest(&report, sinks, app.store.as_ref(), now_ms(), Instant::now());
         let e = match tokio::time::timeout(app.store_deadline, counted).await {

@@ -281,7 +281,9 @@ async fn run(
         [one] => Ok(vec![
             decide(app, one.rule, one.key, one.quantity, deadline, started).await?,
         ]),
-        several => Ok(decide_all(app, several, deadline, started).await?.results),
+        several => Ok(decide_all(app, several, deadline, started, None)
+            .await?
+            .results),
     }
 }
 

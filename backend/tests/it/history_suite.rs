@@ -33,6 +33,7 @@ fn record(a: &str, step_ms: u64, values: [u64; 6], seen: u64) -> HistoryRecord {
         action: action(a),
         step_ms,
         tally: tally(values),
+        withdrawn: Tally::default(),
         last_seen_ms: seen,
     }
 }

@@ -479,6 +479,97 @@ async fn bad_reports_are_refused(s: &Sluice) {
     }
 }
 
+/// Decisions sent with a `decision_id`, then a report naming some as given up on (their answers
+/// reached the filter after its timeout): those are withdrawn from the history and counted as
+/// withdrawn, once, however many copies of the report arrive.
+async fn a_report_withdraws_what_its_sender_gave_up_on(s: &Sluice) {
+    rules(s).await;
+    for (id, act, key, allowed) in [
+        (11, "post", "wally", true),
+        (12, "post", "wanda", true),
+        (13, "post", "wanda", true),
+        (14, "post", "wanda", false),
+        (21, "dry", "walt", true),
+        (22, "dry", "walt", true), // a shadow would-denial
+    ] {
+        let r = s
+            .http
+            .post(format!("{}/v1/throttle", s.decision))
+            .json(&json!({"action": act, "key": key, "decision_id": id}))
+            .send()
+            .await
+            .expect("throttle");
+        let body: Value = r.json().await.expect("json");
+        assert_eq!(body["allowed"], allowed, "{id}: {body}");
+    }
+    let totals = |body: &Value, name: &str, field: &str| {
+        action(body, name)["totals"][field].as_u64().unwrap_or(0)
+    };
+    eventually(
+        Duration::from_secs(3),
+        "the decisions in the history",
+        || async {
+            let (_, body) = s.admin_get("/v1/history?range=5m").await;
+            (totals(&body, "post", "allowed") == 3
+                && totals(&body, "post", "denied") == 1
+                && totals(&body, "dry", "allowed") == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    let report = json!({"actions": [
+        {"action": "post", "failed_timeout": 2, "passed_unchecked": 2},
+        {"action": "dry", "failed_timeout": 1, "passed_unchecked": 1}
+    ], "reporter": "worker-7", "seq": 1, "gave_up": [11, 14, 22, 999]});
+    for _ in 0..2 {
+        let r = s
+            .http
+            .post(format!("{}/v1/report", s.decision))
+            .json(&report)
+            .send()
+            .await
+            .expect("report");
+        assert_eq!(r.status().as_u16(), 204);
+    }
+    let m = s.metrics().await;
+    for (series, want) in [
+        (
+            r#"sluice_decisions_withdrawn_total{action="post",outcome="allowed"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"sluice_decisions_withdrawn_total{action="post",outcome="denied"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"sluice_decisions_withdrawn_total{action="dry",outcome="shadow_denied"}"#,
+            Some(1.0),
+        ),
+        (r#"sluice_late_debits_total{action="post"}"#, Some(1.0)),
+        (r#"sluice_late_debits_total{action="dry"}"#, None),
+    ] {
+        assert_eq!(metric(&m, series), want, "{series} in\n{m}");
+    }
+    // What Envoy did, once each: 2 allowed + 2 passed unchecked of "post" (the denial nobody saw
+    // is gone), 1 + 1 of "dry".
+    eventually(
+        Duration::from_secs(3),
+        "the withdrawals in the history",
+        || async {
+            let (_, body) = s.admin_get("/v1/history?range=5m").await;
+            let got = [
+                totals(&body, "post", "allowed"),
+                totals(&body, "post", "denied"),
+                totals(&body, "post", "passed_unchecked"),
+                totals(&body, "dry", "allowed"),
+                totals(&body, "dry", "passed_unchecked"),
+            ];
+            (got == [2, 0, 2, 1, 1]).then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn memory_store_views_add_up() {
     let s = Sluice::start(StoreChoice::Memory).await;
@@ -493,6 +584,21 @@ async fn redis_store_views_add_up() {
     let s = Sluice::start(harness::redis(&redis.url())).await;
     bad_reports_are_refused(&s).await;
     the_views_add_up(&s).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn memory_store_withdraws_what_a_report_gave_up_on() {
+    let s = Sluice::start(StoreChoice::Memory).await;
+    a_report_withdraws_what_its_sender_gave_up_on(&s).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn redis_store_withdraws_what_a_report_gave_up_on() {
+    let redis = RedisServer::start();
+    let s = Sluice::start(harness::redis(&redis.url())).await;
+    a_report_withdraws_what_its_sender_gave_up_on(&s).await;
     s.stop().await;
 }
 

@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use sluice_backend::history::attempts::Attempts;
+use sluice_backend::history::edge::Edge;
 use sluice_backend::history::pending::HistoryPending;
 use sluice_backend::history::report::{ingest, IngestError, Ingested, Sinks, UncheckedWarnings};
 use sluice_backend::metrics::Metrics;
@@ -67,11 +69,15 @@ pub async fn report_records_are_bounded(store: &dyn Store) {
     let metrics = Metrics::new();
     let pending = HistoryPending::new();
     let warnings = UncheckedWarnings::new();
+    let edge = Edge::new();
+    let attempts = Attempts::new();
     let sinks = Sinks {
         rules: &rules,
         metrics: &metrics,
         pending: &pending,
         warnings: &warnings,
+        edge: &edge,
+        attempts: &attempts,
     };
     let send = |r: FilterReport, at: u64| async move {
         ingest(&r, sinks, store, at, Instant::now()).await
@@ -80,11 +86,13 @@ pub async fn report_records_are_bounded(store: &dyn Store) {
         known,
         unknown,
         copies: 0,
+        withdrawn: 0,
     };
     let copy = Ingested {
         known: 1,
         unknown: 0,
         copies: 1,
+        withdrawn: 0,
     };
     let cap = MAX_REPORTERS_PER_ACTION as u64;
     let kind = store.kind();

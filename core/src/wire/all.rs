@@ -48,6 +48,9 @@ pub struct ThrottleAllRequest {
     /// When the caller sent the request: as [`super::ThrottleRequest::sent_at_ms`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_at_ms: Option<u64>,
+    /// The caller's id for this decision: as [`super::ThrottleRequest::decision_id`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<u64>,
 }
 
 impl ThrottleAllRequest {

@@ -49,6 +49,13 @@ pub struct ThrottleRequest {
     /// assumed (docs/failure-modes.md, "One deadline").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_at_ms: Option<u64>,
+    /// The caller's id for this decision (the filter draws one per request, unique per worker).
+    /// A caller that gives up on the request (its timeout passed first) names it in its next
+    /// count report (`FilterReport::gave_up`), and a decision the backend made for it is then
+    /// withdrawn from the history: the caller did not act on it (docs/failure-modes.md, "One
+    /// deadline").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<u64>,
     /// This request reserves its `quantity` for a cost that is committed later under this id
     /// (the `id` of its `POST /v1/commit`; 1–128 of `[A-Za-z0-9_.:-]`). Allowed, the reservation
     /// counts as in flight for the key until that commit arrives, or 10 minutes

@@ -21,7 +21,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::field_error::FieldError;
-use crate::limits::MAX_REPORT_ACTIONS;
+use crate::limits::{MAX_REPORT_ACTIONS, MAX_REPORT_GAVE_UP};
 use crate::rule::Action;
 
 /// `POST /v1/report` request. The answer is 204 with no body.
@@ -39,6 +39,13 @@ pub struct FilterReport {
     /// has a higher one. Required with `reporter`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+    /// The `decision_id`s of decision requests this reporter gave up on since its last accepted
+    /// report (their timeout passed first, or their callout failed, and the failure mode decided
+    /// them; counted in `failed_*` above), oldest first, at most 1,024. A decision the backend
+    /// made for one of them all the same (it answered after the caller stopped waiting: the
+    /// edge of a stall of the backend) is withdrawn from the history, once, with this report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gave_up: Vec<u64>,
 }
 
 /// Longest reporter id.
@@ -83,6 +90,15 @@ impl FilterReport {
     /// (`actions[3].action`).
     pub fn validate(&self) -> Result<Vec<(Action, &ActionCounts)>, FieldError> {
         self.id()?;
+        if self.gave_up.len() > MAX_REPORT_GAVE_UP {
+            return Err(FieldError::new(
+                "gave_up",
+                format!(
+                    "at most {MAX_REPORT_GAVE_UP} decision ids; got {}",
+                    self.gave_up.len()
+                ),
+            ));
+        }
         if self.actions.len() > MAX_REPORT_ACTIONS {
             return Err(FieldError::new(
                 "actions",
@@ -169,6 +185,17 @@ mod tests {
             ..FilterReport::default()
         };
         assert_eq!(report.validate().unwrap_err().field, "actions");
+        let report = FilterReport {
+            actions: vec![counts("a")],
+            gave_up: (0..=MAX_REPORT_GAVE_UP as u64).collect(),
+            ..FilterReport::default()
+        };
+        assert_eq!(report.validate().unwrap_err().field, "gave_up");
+        let report = FilterReport {
+            gave_up: (0..MAX_REPORT_GAVE_UP as u64).collect(),
+            ..report
+        };
+        assert!(report.validate().is_ok());
     }
 
     #[test]
@@ -177,6 +204,7 @@ mod tests {
             actions: vec![counts("reply")],
             reporter: reporter.map(str::to_owned),
             seq,
+            gave_up: Vec::new(),
         };
         assert_eq!(with(None, None).id().unwrap(), None);
         let ok = with(Some("ab12:3"), Some(7));

@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use super::*;
 use crate::fake_host::FakeHost;
+use sluice_core::wire::FilterReport;
 
 const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
 const T0: u64 = 1_700_000_000_000 * MS;
@@ -90,8 +91,13 @@ fn the_callout_carries_pseudo_headers_timeout_and_the_request() {
             // backend.timeout_ms of this configuration: the backend's wait is the filter's.
             timeout_ms: Some(30),
             sent_at_ms: Some(h.now_ns() / 1_000_000),
+            decision_id: req.decision_id,
             reservation_id: None,
         }
+    );
+    assert!(
+        req.decision_id.is_some(),
+        "each decision request carries its id"
     );
     // With leases turned off, the callout does not ask for one.
     let mut h = user("alice");
@@ -214,6 +220,104 @@ fn failures_follow_the_failure_mode_with_a_reason_header() {
         assert_eq!(h.reply_header("x-sluice-failure").as_deref(), Some(reason));
         assert_eq!(h.counter(Counter::FailuresDeny), 1);
     }
+}
+
+#[test]
+fn the_next_report_names_the_requests_this_worker_gave_up_on() {
+    let c = config("");
+    let worker = Rc::new(Worker::new(&c));
+    let ask = |h: &mut FakeHost| {
+        let mut flow = Flow::with_worker(Rc::clone(&c), Rc::clone(&worker));
+        let next = flow.on_request_headers(h);
+        let req: ThrottleRequest =
+            serde_json::from_slice(&h.effects.callouts.last().unwrap().body).unwrap();
+        (flow, next, req.decision_id.unwrap())
+    };
+    // Answered in time: not named. Timed out (Envoy's 504), and failed after it was sent: named.
+    let mut h = user("alice");
+    let (mut flow, _, answered) = ask(&mut h);
+    let t = h.next_token - 1;
+    flow.on_callout_response(&mut h, t, Some(b"200"), &decision(true, "gcra", None, ""));
+    let mut h = user("bob");
+    let (mut flow, _, timed_out) = ask(&mut h);
+    let t = h.next_token - 1;
+    flow.on_callout_response(&mut h, t, Some(b"504"), b"upstream request timeout");
+    let mut h = user("carol");
+    let (mut flow, _, refused) = ask(&mut h);
+    let t = h.next_token - 1;
+    flow.on_callout_response(&mut h, t, Some(b"503"), b"");
+    assert_ne!(answered, timed_out);
+    assert_eq!(timed_out.wrapping_add(1), refused, "one more per request");
+    let mut root = user("root");
+    worker.tick(&mut root, &c);
+    let report: FilterReport =
+        serde_json::from_slice(&root.effects.callouts.last().unwrap().body).unwrap();
+    report.validate().unwrap();
+    assert_eq!(report.gave_up, [timed_out, refused]);
+    assert_eq!(report.actions[0].failed_timeout, 1);
+    assert_eq!(report.actions[0].passed_unchecked, 2);
+    // A copy sent again names the same ids; the next report none of them.
+    let token = root.next_token - 1;
+    worker.on_report_response(&mut root, token, Some(b"503"));
+    worker.tick(&mut root, &c);
+    let copy: FilterReport =
+        serde_json::from_slice(&root.effects.callouts.last().unwrap().body).unwrap();
+    assert_eq!(copy, report);
+    let token = root.next_token - 1;
+    worker.on_report_response(&mut root, token, Some(b"204"));
+    let mut h = user("dave");
+    let (mut flow, _, _) = ask(&mut h);
+    let t = h.next_token - 1;
+    flow.on_callout_response(
+        &mut h,
+        t,
+        Some(b"200"),
+        &decision(false, "gcra", Some(5), ""),
+    );
+    worker.record(0, Event::Leased);
+    worker.tick(&mut root, &c);
+    let next: FilterReport =
+        serde_json::from_slice(&root.effects.callouts.last().unwrap().body).unwrap();
+    assert!(next.gave_up.is_empty(), "{next:?}");
+}
+
+#[test]
+fn ids_given_up_on_go_out_a_report_at_a_time_keeping_both_ends() {
+    use crate::report::MAX_GAVE_UP_HELD;
+    use sluice_core::limits::MAX_REPORT_GAVE_UP;
+    let c = config("");
+    let worker = Worker::new(&c);
+    let held = MAX_GAVE_UP_HELD as u64;
+    // More than a worker holds: the first report's worth and the latest are kept.
+    for id in 0..held + 10 {
+        worker.gave_up(id);
+    }
+    worker.record(0, Event::failed("timeout", true));
+    let mut root = user("root");
+    let mut names = Vec::new();
+    for _ in 0..MAX_GAVE_UP_HELD / MAX_REPORT_GAVE_UP {
+        worker.tick(&mut root, &c);
+        let report: FilterReport =
+            serde_json::from_slice(&root.effects.callouts.last().unwrap().body).unwrap();
+        report.validate().unwrap();
+        assert!(report.gave_up.len() <= MAX_REPORT_GAVE_UP);
+        names.extend(report.gave_up);
+        let token = root.next_token - 1;
+        worker.on_report_response(&mut root, token, Some(b"204"));
+    }
+    // The first report: the oldest (a stall's edge) and the newest (its resume) half each.
+    let half = MAX_REPORT_GAVE_UP / 2;
+    assert_eq!(names[0], 0);
+    assert_eq!(names[half - 1], half as u64 - 1);
+    assert_eq!(names[half], held + 10 - half as u64);
+    assert_eq!(names[MAX_REPORT_GAVE_UP - 1], held + 9);
+    let first: Vec<u64> = (0..MAX_REPORT_GAVE_UP as u64).collect();
+    let latest: Vec<u64> = (MAX_REPORT_GAVE_UP as u64 + 10..held + 10).collect();
+    names.sort_unstable();
+    assert_eq!(names, [first, latest].concat(), "each kept id once");
+    let calls = root.effects.callouts.len();
+    worker.tick(&mut root, &c);
+    assert_eq!(root.effects.callouts.len(), calls, "nothing left to send");
 }
 
 #[test]

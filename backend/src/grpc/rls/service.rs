@@ -225,7 +225,7 @@ async fn decide_all(
         }
         several => {
             let requests: Vec<CheckRequest<'_>> = several.iter().map(|(_, c)| *c).collect();
-            let decided = all_or_nothing(app, &requests, deadline, started).await?;
+            let decided = all_or_nothing(app, &requests, deadline, started, None).await?;
             for ((i, _), result) in several.iter().zip(decided.results) {
                 if let Some(answer) = answers.get_mut(*i) {
                     *answer = Some(result);

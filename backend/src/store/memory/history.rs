@@ -50,6 +50,16 @@ impl ActionLog {
         }
     }
 
+    /// Takes counts back from a stored step (withdrawn decisions), never below zero.
+    fn take_back(&mut self, step_ms: u64, withdrawn: &Tally) {
+        if let Ok(i) = self.steps.binary_search_by_key(&step_ms, |(at, _)| *at) {
+            if let Some((_, t)) = self.steps.get_mut(i) {
+                let (held, back) = (t.values(), withdrawn.values());
+                *t = Tally::from_values(std::array::from_fn(|k| held[k].saturating_sub(back[k])));
+            }
+        }
+    }
+
     fn add_denied(&mut self, bucket: u64, key: &str, n: u64) {
         let newest = self.denied.back().map_or(0, |(at, _)| *at);
         if bucket + DENIED_BUCKETS * DENIED_BUCKET_MS <= newest {
@@ -109,6 +119,9 @@ impl HistoryLog {
             if !r.tally.is_zero() {
                 log.add_step(r.step_ms, &r.tally);
             }
+            if !r.withdrawn.is_zero() {
+                log.take_back(r.step_ms, &r.withdrawn);
+            }
             log.last_seen_ms = log.last_seen_ms.max(r.last_seen_ms);
             latest = latest.max(r.step_ms).max(r.last_seen_ms);
         }
@@ -141,7 +154,7 @@ impl HistoryLog {
         if applied == ReportApplied::Copy || applied == ReportApplied::Full {
             return applied;
         }
-        if !record.tally.is_zero() || record.last_seen_ms > 0 {
+        if !record.tally.is_zero() || !record.withdrawn.is_zero() || record.last_seen_ms > 0 {
             self.record(std::slice::from_ref(record));
         }
         applied
@@ -249,6 +262,7 @@ mod tests {
                 allowed,
                 ..Tally::default()
             },
+            withdrawn: Tally::default(),
             last_seen_ms: step_ms + 1,
         }
     }

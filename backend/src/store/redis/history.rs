@@ -163,8 +163,10 @@ impl RedisStore {
             .arg(LAST_SEEN_SPAN_MS)
             .arg(r.last_seen_ms)
             .arg(index);
-        for v in r.tally.values() {
-            invocation.arg(v);
+        // What to add less what to take back, signed: the script keeps each count at zero or
+        // more.
+        for (add, back) in r.tally.values().into_iter().zip(r.withdrawn.values()) {
+            invocation.arg(i128::from(add) - i128::from(back));
         }
         invocation
     }
