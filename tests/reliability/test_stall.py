@@ -17,7 +17,8 @@ backend/src/history/edge.rs). So, after each stall:
   decisions the clients saw;
 - the history's denials = the backend denials the clients saw (no denial nobody saw).
 
-docs/failure-modes.md, "One deadline", window 4. One stack for the three stalls."""
+docs/failure-modes.md, "One deadline", window 4. One stack for the three stalls. The native pass
+runs the 15 s stall only (tests/reliability/conftest.py says why)."""
 
 import os
 import signal
