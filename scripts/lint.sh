@@ -20,6 +20,9 @@ if [ -n "$stale" ]; then
   exit 1
 fi
 
+# Every relative link of the Markdown (a file, and a heading within it) exists: docs move.
+python3 scripts/check-doc-links.py . >/dev/null || { python3 scripts/check-doc-links.py . >&2; exit 1; }
+
 cargo fmt --all --check
 # The native build's `unsafe` lives in its bindings module only (native/src/abi.rs and
 # native/src/abi/: the ABI's calls, its hooks, and WorkerBound with the state whose invariant it
