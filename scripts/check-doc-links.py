@@ -34,7 +34,7 @@ for f in files:
             continue
         if in_code: continue
         for target in LINK.findall(re.sub(r'`[^`]*`', '', line)):
-            if re.match(r'[a-z]+:', target) or target.startswith('#') and False:
+            if re.match(r'[a-z]+:', target):  # an external link (https:, mailto:)
                 continue
             path, _, anchor = target.partition('#')
             dest = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
