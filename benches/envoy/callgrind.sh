@@ -27,7 +27,7 @@
 # Each sluice row is measured for each build: the wasm filter (base, COMPARE) and the dynamic
 # module (NATIVE, default target/release/libsluice_filter_native.so, loaded by absolute path in the
 # same Envoy; NATIVE=none leaves it out). The native build's grpc_stream row sends each exchange as
-# a unary DecisionExchange/Call over Envoy's HTTP callout (docs/filter.md, "The native build").
+# a unary DecisionExchange/Call over Envoy's HTTP callout (docs/filter.md, "The native build: what is the same, what differs").
 # Every sluice row fails closed with a 10 s callout timeout (a 25 ms timeout fires under valgrind
 # and would let requests through undecided), denial cache and counts reports off (a report's tick
 # would land in other rows' windows), and Envoy's stats flush is pushed to 299 s (at 5 s it landed

@@ -15,7 +15,7 @@ import stack  # noqa: E402
 
 # Tests of what only one build has, skipped on the other (SLUICE_FILTER_BUILD, see stack.py): the
 # wasm module's exports (the native build has the exchange stream too: Envoy's main thread keeps it,
-# docs/filter.md, "The native build").
+# docs/filter.md, "The native build: what is the same, what differs").
 WASM_ONLY = ("test_wasm_exports.py",)
 # Single tests of what only one build has (none today: the native build keeps the exchange stream
 # on Envoy's main thread, with the same backoff, probes and log lines).

@@ -1,5 +1,5 @@
 """An idle Envoy with the native filter leaves its main thread asleep (docs/filter.md, "The native
-build"): the exchange stream's deadline timer and the reports/commits timer wake Envoy's main
+build: what is the same, what differs"): the exchange stream's deadline timer and the reports/commits timer wake Envoy's main
 thread only while there is work for it (decisions waiting, a reopen due, reports or commits
 pending), not on a fixed cadence. Native build only (the wasm build's ticks are Envoy's own).
 
