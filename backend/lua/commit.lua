@@ -53,7 +53,6 @@ end
 local ra = math.min(rel(ARGV[10]), 0)
 
 -- When the budget this commit debits into is surely whole again, in ms (budget_until_ms).
-local NOW_MS = NOW_S * 1000 + idiv(NOW_N, 1000000)
 local function budget_until()
   if ALG == 'fixed_window' then
     local _, window_end = window_of(ARGV[4], NOW_MS)
@@ -152,69 +151,42 @@ if ALG == 'gcra' then
   return reply(refunded, overshoot, after, P, 0, 0)
 elseif ALG == 'leaky_bucket' or ALG == 'token_bucket' then
   local tol = P * cap
-  local field = 'level'
-  if ALG == 'token_bucket' then
-    field = 'tokens'
-  end
-  local h = redis.call('HMGET', KEYS[1], field, 'last')
-  local level, last = 0, -TWO53
-  if h[1] then
-    last = rel(h[2])
-    local elapsed = math.max(0, -last)
-    if ALG == 'leaky_bucket' then
-      level = math.max(0, int(h[1]) - elapsed)
-    else
-      -- The tokens used, plus the time until `last` when it lies ahead (debt: the bucket
-      -- refills only from then on; core's token_level).
-      local tokens = int(h[1])
-      if elapsed >= tol - tokens then
-        level = 0
-      else
-        level = tol - tokens - elapsed
-      end
-      level = level + math.max(0, last)
-    end
+  local level, last
+  if ALG == 'leaky_bucket' then
+    level, last = read_leaky()
+  else
+    -- The tokens used, plus the time until `last` when it lies ahead (debt: the bucket refills
+    -- only from then on; core's token_level).
+    local tokens
+    tokens, last = read_tokens(tol)
+    level = tol - tokens + math.max(0, last)
   end
   local refunded, overshoot, after = meter(level)
   if moved(refunded) then
     if ALG == 'token_bucket' then
       -- Debt: an empty bucket whose refill starts when the debt is paid back.
-      redis.call('HSET', KEYS[1], field, fmt(math.max(tol - after, 0)), 'last',
+      redis.call('HSET', KEYS[1], 'tokens', fmt(math.max(tol - after, 0)), 'last',
         abs(math.max(after - tol, 0)))
     else
-      redis.call('HSET', KEYS[1], field, fmt(after), 'last', abs(math.max(0, last)))
+      redis.call('HSET', KEYS[1], 'level', fmt(after), 'last', abs(math.max(0, last)))
     end
     redis.call('PEXPIRE', KEYS[1], meter_ttl(after))
   end
   return reply(refunded, overshoot, after, P, 0, 0)
 end
 
--- The windows count in whole milliseconds.
-local ms_in_s = idiv(NOW_N, 1000000)
-local now_ms = NOW_S * 1000 + ms_in_s
--- The reservation's millisecond: now's, when it lies at or after now. Read from ARGV[10] itself,
+-- The windows count in whole milliseconds. The reservation's millisecond: now's, when it lies at or after now. Read from ARGV[10] itself,
 -- not from ra, which rel clamps beyond 104 days: a 365-day fixed_window may hold a reservation
 -- older than that, and its window must be told exactly (whole ms stay below 2^53).
-local ra_ms = now_ms
+local ra_ms = NOW_MS
 if ra < 0 then
   local ra_s, ra_n = split_ns(ARGV[10])
-  ra_ms = math.min(ra_s * 1000 + idiv(ra_n, 1000000), now_ms)
+  ra_ms = math.min(ra_s * 1000 + idiv(ra_n, 1000000), NOW_MS)
 end
 
 if ALG == 'fixed_window' then
   local SPEC = ARGV[4]
-  local FIELD = window_field(SPEC)
-  local h = redis.call('HMGET', KEYS[1], FIELD, 'count')
-  local s_start, s_count = 0, 0
-  if h[1] then
-    s_start = int(h[1])
-    s_count = int(h[2])
-  end
-  local start = math.max((window_of(SPEC, now_ms)), s_start)
-  local count = 0
-  if start == s_start then
-    count = s_count
-  end
+  local FIELD, start, count, s_start, s_count = read_fixed_window(SPEC)
   local refunded = 0
   if window_holds(SPEC, ra_ms, start) and s_start == start then
     refunded = math.min(refund, count)
@@ -229,25 +201,7 @@ if ALG == 'fixed_window' then
   return reply(refunded, debit - fits, count, 0, 0, 0)
 elseif ALG == 'sliding_window' then
   local W = P
-  local h = redis.call('HMGET', KEYS[1], 'index', 'current', 'previous')
-  local s_index, s_cur, s_prev = 0, 0, 0
-  if h[1] then
-    s_index = int(h[1])
-    s_cur = int(h[2])
-    s_prev = int(h[3])
-  end
-  local now_index = idiv(now_ms, W)
-  local index, elapsed = s_index, 0
-  if now_index >= s_index then
-    index = now_index
-    elapsed = now_ms - now_index * W
-  end
-  local cur, prev = 0, 0
-  if index == s_index then
-    cur, prev = s_cur, s_prev
-  elseif index - s_index == 1 then
-    cur, prev = 0, s_cur
-  end
+  local index, elapsed, cur, prev, s_index, s_cur, s_prev = read_sliding_window(W)
   local refunded = 0
   if idiv(ra_ms, W) == index and s_index == index then
     refunded = math.min(refund, cur)
@@ -264,26 +218,9 @@ elseif ALG == 'sliding_window' then
 elseif ALG == 'sliding_log' then
   local W_NS = P * 1000000
   local key = KEYS[1]
-  local len = redis.call('LLEN', key)
-  local function at(i)
-    return rel(redis.call('LINDEX', key, i))
-  end
-  -- The first index in [lo, len) whose entry passes `test` (entries are sorted).
-  local function first(lo, test)
-    local hi = len
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if test(at(mid)) then
-        hi = mid
-      else
-        lo = mid + 1
-      end
-    end
-    return lo
-  end
-  local live_from = first(0, function(t) return t + W_NS > 0 end)
+  local len, live_from = read_log(W_NS)
   -- Entries not newer than the reservation end before `upto`.
-  local upto = first(live_from, function(t) return t > ra end)
+  local upto = log_first(live_from, len, function(t) return t > ra end)
   local refunded = math.min(refund, upto - live_from)
   local cut = upto - refunded
   local live = len - live_from - refunded
@@ -312,19 +249,9 @@ elseif ALG == 'sliding_log' then
     -- A debit's entries at now (or the newest entry's time, after a clock step back).
     local t = 0
     if live > 0 then
-      t = math.max(0, rel(redis.call('LINDEX', key, -1)))
+      t = math.max(0, log_at(-1))
     end
-    local stamp = abs(t)
-    local left = carried
-    while left > 0 do
-      local n = math.min(left, 500)
-      local batch = {}
-      for j = 1, n do
-        batch[j] = stamp
-      end
-      redis.call('RPUSH', key, unpack(batch))
-      left = left - n
-    end
+    log_append(abs(t), carried)
     if live + carried > 0 then
       redis.call('PEXPIRE', key, ARGV[3])
     end

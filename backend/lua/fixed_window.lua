@@ -1,5 +1,5 @@
 -- fixed_window: KEYS[1] is a hash {start (window index), count}; windows are clock-aligned:
--- index = floor(now_ms / W). A calendar window keeps its start in ms as `cstart` instead
+-- index = floor(NOW_MS / W). A calendar window keeps its start in ms as `cstart` instead
 -- (prelude's window_of), so a rule changed between the two never reads one as the other.
 -- ARGV[4] window W (ms) or calendar, ARGV[5] capacity.
 -- Twin of core/src/algorithms/fixed_window.rs.
@@ -7,33 +7,18 @@ local SPEC = ARGV[4]
 local cap = tonumber(ARGV[5])
 local q = QUANTITY
 
-local ms_in_s = idiv(NOW_N, 1000000)
-local now_ms = NOW_S * 1000 + ms_in_s
-local sub_ms = NOW_N - ms_in_s * 1000000
-
-local FIELD = window_field(SPEC)
-local h = redis.call('HMGET', KEYS[1], FIELD, 'count')
-local s_start, s_count = 0, 0
-if h[1] then
-  s_start = int(h[1])
-  s_count = int(h[2])
-end
-local start = math.max((window_of(SPEC, now_ms)), s_start)
-local count = 0
-if start == s_start then
-  count = s_count
-end
--- End of the window, relative to now: end_ms whole ms less sub_ms ns (at least 1 ns: start is
+local FIELD, start, count = read_fixed_window(SPEC)
+-- End of the window, relative to now: end_ms whole ms less NOW_SUB_MS ns (at least 1 ns: start is
 -- at or after now's window). A 365-day window's end in ns passes 2^53, so end_rel (a double,
 -- exact to the ns below 2^53 and only compared) is never returned: the reply carries end_text,
 -- the same number as an exact decimal string (core/src/limits.rs, MAX_FIXED_WINDOW_SPAN_MS).
-local end_ms = window_end(SPEC, start) - now_ms
-local end_rel = end_ms * 1000000 - sub_ms
+local end_ms = window_end(SPEC, start) - NOW_MS
+local end_rel = end_ms * 1000000 - NOW_SUB_MS
 local end_text
-if sub_ms == 0 then
+if NOW_SUB_MS == 0 then
   end_text = fmt(end_ms) .. '000000'
 else
-  end_text = fmt(end_ms - 1) .. string.format('%06d', 1000000 - sub_ms)
+  end_text = fmt(end_ms - 1) .. string.format('%06d', 1000000 - NOW_SUB_MS)
 end
 
 if q <= math.max(cap - count, 0) then

@@ -5,23 +5,9 @@ local cap = tonumber(ARGV[5])
 local tol = T * cap
 local q = QUANTITY
 
-local h = redis.call('HMGET', KEYS[1], 'level', 'last')
-local level, last = 0, 0
-if h[1] then
-  level = int(h[1])
-  last = rel(h[2])
-else
-  last = -TWO53 -- fresh: last = the epoch, long ago
-end
-local current = math.max(0, level - math.max(0, -last))
+local current, last = read_leaky()
 -- After a clock step back the level is as it was at `last`: every wait starts there.
 local catch_up = math.max(0, last)
-local function reset(l)
-  if l > 0 then
-    return l + catch_up
-  end
-  return 0
-end
 
 if q <= cap then
   -- current + need may pass 2^53 (2 x tolerance): compare against the room instead.
@@ -41,8 +27,8 @@ if q <= cap then
       redis.call('HSET', KEYS[1], 'level', fmt(after), 'last', abs(math.max(0, last)))
       redis.call('PEXPIRE', KEYS[1], TTL_MS)
     end
-    return { 1, idiv(tol - after, T), -1, reset(after), after, T, 0, 0, k }
+    return { 1, idiv(tol - after, T), -1, meter_reset(after, catch_up), after, T, 0, 0, k }
   end
-  return { 0, idiv(math.max(tol - current, 0), T), need - (tol - current) + catch_up, reset(current), current, T, 0, 0, 0 }
+  return { 0, idiv(math.max(tol - current, 0), T), need - (tol - current) + catch_up, meter_reset(current, catch_up), current, T, 0, 0, 0 }
 end
-return { 0, idiv(math.max(tol - current, 0), T), -1, reset(current), current, T, 0, 0, 0 }
+return { 0, idiv(math.max(tol - current, 0), T), -1, meter_reset(current, catch_up), current, T, 0, 0, 0 }

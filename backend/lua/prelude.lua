@@ -1,4 +1,6 @@
--- sluice prelude, prepended (in Rust, at load time) to every algorithm script.
+-- sluice prelude, prepended (in Rust, at load time) to every algorithm script and to commit.lua:
+-- the clock, exact integer helpers, the calendar windows, and one state reader per algorithm
+-- (at the end), so that a decision and a commit read a key's state the same way.
 --
 -- Lua 5.1 numbers are IEEE doubles: integers are exact only below 2^53. Nanoseconds since the
 -- epoch (~1.8e18) are not, so the scripts never hold an absolute time in a number. "Now" is kept
@@ -100,6 +102,10 @@ end
 local function fmt(x)
   return string.format('%d', x)
 end
+
+-- Now in whole milliseconds (the windows count in them) and the ns beyond that millisecond.
+local NOW_MS = NOW_S * 1000 + idiv(NOW_N, 1000000)
+local NOW_SUB_MS = NOW_N - idiv(NOW_N, 1000000) * 1000000
 
 local QUANTITY = tonumber(ARGV[2])
 local LEASE_MAX = tonumber(ARGV[6]) or 0
@@ -204,4 +210,127 @@ local function window_end(spec, index)
   end
   local _, e = window_of(spec, index)
   return e
+end
+
+-- The state readers: KEYS[1] is the state as the algorithm's script keeps it (its header says
+-- how); each reader returns what it means now, as core's decide and commit read it.
+
+-- leaky_bucket: (level now in ns, `last` relative to now). Fresh: empty, `last` long ago.
+local function read_leaky()
+  local h = redis.call('HMGET', KEYS[1], 'level', 'last')
+  if not h[1] then
+    return 0, -TWO53
+  end
+  local level = int(h[1])
+  local last = rel(h[2])
+  return math.max(0, level - math.max(0, -last)), last
+end
+
+-- token_bucket with tolerance `tol` (T x capacity): (tokens now in ns, `last` relative to now).
+-- Fresh: full.
+local function read_tokens(tol)
+  local h = redis.call('HMGET', KEYS[1], 'tokens', 'last')
+  if not h[1] then
+    return tol, -TWO53
+  end
+  local tokens = int(h[1])
+  local last = rel(h[2])
+  local elapsed = math.max(0, -last)
+  -- tokens + elapsed may pass 2^53: compare against the room first.
+  if elapsed >= tol - tokens then
+    return tol, last
+  end
+  return tokens + elapsed, last
+end
+
+-- A meter's reset_after for a level of `l` ns: 0 when empty, else the level's drain plus
+-- `catch_up`, the wait for a `last` that lies ahead (after a clock step back, or a commit's debt).
+local function meter_reset(l, catch_up)
+  if l > 0 then
+    return l + catch_up
+  end
+  return 0
+end
+
+-- fixed_window of window spec `spec` (ARGV[4]) at now: (the hash field of its index, the current
+-- window's index and count, the stored index and count). A stored window later than now's (another
+-- clock ran ahead) stays current until its end; an earlier one counts 0.
+local function read_fixed_window(spec)
+  local field = window_field(spec)
+  local h = redis.call('HMGET', KEYS[1], field, 'count')
+  local s_start, s_count = 0, 0
+  if h[1] then
+    s_start = int(h[1])
+    s_count = int(h[2])
+  end
+  local start = math.max((window_of(spec, NOW_MS)), s_start)
+  local count = 0
+  if start == s_start then
+    count = s_count
+  end
+  return field, start, count, s_start, s_count
+end
+
+-- sliding_window of W ms at now: (the current window's index, the ms elapsed in it, its current
+-- and previous counts, the stored index, current and previous).
+local function read_sliding_window(W)
+  local h = redis.call('HMGET', KEYS[1], 'index', 'current', 'previous')
+  local s_index, s_cur, s_prev = 0, 0, 0
+  if h[1] then
+    s_index = int(h[1])
+    s_cur = int(h[2])
+    s_prev = int(h[3])
+  end
+  local now_index = idiv(NOW_MS, W)
+  -- The clock stepped back (now before the stored window): stay at the start of the stored window.
+  local index, elapsed = s_index, 0
+  if now_index >= s_index then
+    index = now_index
+    elapsed = NOW_MS - now_index * W
+  end
+  local cur, prev = 0, 0
+  if index == s_index then
+    cur, prev = s_cur, s_prev
+  elseif index - s_index == 1 then
+    cur, prev = 0, s_cur
+  end
+  return index, elapsed, cur, prev, s_index, s_cur, s_prev
+end
+
+-- sliding_log: entry i of the list (an absolute ns string), relative to now.
+local function log_at(i)
+  return rel(redis.call('LINDEX', KEYS[1], i))
+end
+-- The first index in [lo, len) whose entry passes `test`, by binary search (entries are sorted,
+-- so the ones that pass are a suffix).
+local function log_first(lo, len, test)
+  local hi = len
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if test(log_at(mid)) then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return lo
+end
+-- sliding_log of a window of `w_ns` ns at now: (the list's length, the index of its first live
+-- entry, one with t + W > now).
+local function read_log(w_ns)
+  local len = redis.call('LLEN', KEYS[1])
+  return len, log_first(0, len, function(t) return t + w_ns > 0 end)
+end
+-- Appends `n` entries at `stamp` (absolute ns) to the log, 500 per RPUSH (unpack's stack).
+local function log_append(stamp, n)
+  local left = n
+  while left > 0 do
+    local m = math.min(left, 500)
+    local batch = {}
+    for i = 1, m do
+      batch[i] = stamp
+    end
+    redis.call('RPUSH', KEYS[1], unpack(batch))
+    left = left - m
+  end
 end

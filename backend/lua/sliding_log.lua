@@ -6,21 +6,7 @@ local cap = tonumber(ARGV[5])
 local q = QUANTITY
 local key = KEYS[1]
 
-local len = redis.call('LLEN', key)
-local function at(i)
-  return rel(redis.call('LINDEX', key, i))
-end
--- First live entry (t + W > now), by binary search over the sorted list.
-local lo, hi = 0, len
-while lo < hi do
-  local mid = math.floor((lo + hi) / 2)
-  if at(mid) + W_NS > 0 then
-    hi = mid
-  else
-    lo = mid + 1
-  end
-end
-local live_from = lo
+local len, live_from = read_log(W_NS)
 local live = len - live_from
 
 if q <= math.max(cap - live, 0) and q > 0 then
@@ -29,22 +15,12 @@ if q <= math.max(cap - live, 0) and q > 0 then
   q = q + k
   local t = 0
   if live > 0 then
-    t = math.max(0, at(len - 1))
+    t = math.max(0, log_at(len - 1))
   end
   if live_from > 0 then
     redis.call('LTRIM', key, live_from, -1)
   end
-  local stamp = abs(t)
-  local left = q
-  while left > 0 do
-    local n = math.min(left, 500)
-    local batch = {}
-    for i = 1, n do
-      batch[i] = stamp
-    end
-    redis.call('RPUSH', key, unpack(batch))
-    left = left - n
-  end
+  log_append(abs(t), q)
   redis.call('PEXPIRE', key, TTL_MS)
   local count = live + q
   return { 1, math.max(cap - count, 0), -1, t + W_NS, count, 0, 0, 0, k }
@@ -58,10 +34,10 @@ local retry = -1
 if allowed == 0 and q <= cap then
   -- The (live + q - cap)-th oldest live entry must expire first.
   local must = live + q - cap
-  retry = math.max(at(live_from + must - 1) + W_NS, 0)
+  retry = math.max(log_at(live_from + must - 1) + W_NS, 0)
 end
 local reset = 0
 if live > 0 then
-  reset = math.max(at(len - 1) + W_NS, 0)
+  reset = math.max(log_at(len - 1) + W_NS, 0)
 end
 return { allowed, math.max(cap - live, 0), retry, reset, live, 0, 0, 0, 0 }

@@ -5,32 +5,7 @@ local W = tonumber(ARGV[4])
 local cap = tonumber(ARGV[5])
 local q = QUANTITY
 
-local ms_in_s = idiv(NOW_N, 1000000)
-local now_ms = NOW_S * 1000 + ms_in_s
-local sub_ms = NOW_N - ms_in_s * 1000000
-
-local h = redis.call('HMGET', KEYS[1], 'index', 'current', 'previous')
-local s_index, s_cur, s_prev = 0, 0, 0
-if h[1] then
-  s_index = int(h[1])
-  s_cur = int(h[2])
-  s_prev = int(h[3])
-end
-local now_index = idiv(now_ms, W)
-local index, elapsed
-if now_index >= s_index then
-  index = now_index
-  elapsed = now_ms - now_index * W
-else
-  index = s_index -- the clock stepped back: stay at the start of the stored window
-  elapsed = 0
-end
-local cur, prev = 0, 0
-if index == s_index then
-  cur, prev = s_cur, s_prev
-elseif index - s_index == 1 then
-  cur, prev = 0, s_cur
-end
+local index, elapsed, cur, prev = read_sliding_window(W)
 
 local function first_fit_ms()
   if q > cap then
@@ -55,7 +30,7 @@ local function first_fit_ms()
 end
 
 -- Start of the current window relative to now, in ns.
-local start_rel = (index * W - now_ms) * 1000000 - sub_ms
+local start_rel = (index * W - NOW_MS) * 1000000 - NOW_SUB_MS
 local room = cap - (cur + q)
 local weighted_prev_ceil = idiv(prev * (W - elapsed) + W - 1, W)
 local allowed = 0

@@ -5,28 +5,9 @@ local cap = tonumber(ARGV[5])
 local tol = T * cap
 local q = QUANTITY
 
-local h = redis.call('HMGET', KEYS[1], 'tokens', 'last')
-local current, last = tol, -TWO53
-if h[1] then
-  local tokens = int(h[1])
-  last = rel(h[2])
-  local elapsed = math.max(0, -last)
-  -- tokens + elapsed may pass 2^53: compare against the room first.
-  if elapsed >= tol - tokens then
-    current = tol
-  else
-    current = tokens + elapsed
-  end
-end
-
+local current, last = read_tokens(tol)
 -- After a clock step back the tokens are as they were at `last`: every wait starts there.
 local catch_up = math.max(0, last)
-local function reset(used)
-  if used > 0 then
-    return used + catch_up
-  end
-  return 0
-end
 
 if q <= cap then
   local need = T * q
@@ -45,9 +26,9 @@ if q <= cap then
       redis.call('HSET', KEYS[1], 'tokens', fmt(after), 'last', abs(math.max(0, last)))
       redis.call('PEXPIRE', KEYS[1], TTL_MS)
     end
-    return { 1, idiv(after, T), -1, reset(tol - after), tol - after + catch_up, T, 0, 0, k }
+    return { 1, idiv(after, T), -1, meter_reset(tol - after, catch_up), tol - after + catch_up, T, 0, 0, k }
   end
-  return { 0, idiv(current, T), need - current + catch_up, reset(tol - current), tol - current + catch_up, T, 0, 0, 0 }
+  return { 0, idiv(current, T), need - current + catch_up, meter_reset(tol - current, catch_up), tol - current + catch_up, T, 0, 0, 0 }
 end
 -- The level counts the wait for `last` too (a commit's debt: commit.lua).
-return { 0, idiv(current, T), -1, reset(tol - current), tol - current + catch_up, T, 0, 0, 0 }
+return { 0, idiv(current, T), -1, meter_reset(tol - current, catch_up), tol - current + catch_up, T, 0, 0, 0 }
