@@ -50,10 +50,9 @@
 //! store's (Redis `TIME`): a caller's `reserved_at` later than the truth makes a meter's refund
 //! too large by up to that error (it is clamped to now).
 
-use crate::algorithms::sliding_log::SlidingLogState;
 use crate::algorithms::{
     fixed_window::FixedWindowState, gcra::GcraState, leaky_bucket::LeakyState,
-    sliding_window::SlidingWindowState, token_bucket::TokenState,
+    sliding_log::SlidingLogState, sliding_window::SlidingWindowState, token_bucket::TokenState,
 };
 use crate::limits::{MAX_CARRIED_COUNT, MAX_CARRIED_LEVEL_NS};
 use crate::params::{MeterParams, Params, WindowParams};
@@ -106,10 +105,8 @@ pub fn carry_bound(params: &Params) -> u64 {
 /// Its time to drain is when the budget is whole again.
 pub fn meter_level_ns(params: &Params, state: &State, now: Nanos) -> Option<u64> {
     match (*params, state) {
-        (Params::Gcra(_), State::Gcra(s)) => Some(s.tat.map_or(0, |t| t.saturating_sub(now))),
-        (Params::LeakyBucket(_), State::LeakyBucket(s)) => {
-            Some(s.level.saturating_sub(now.saturating_sub(s.last)))
-        }
+        (Params::Gcra(_), State::Gcra(s)) => Some(s.ahead(now)),
+        (Params::LeakyBucket(_), State::LeakyBucket(s)) => Some(s.level_at(now)),
         (Params::TokenBucket(p), State::TokenBucket(s)) => Some(token_level(p, *s, now)),
         (Params::Gcra(_) | Params::LeakyBucket(_) | Params::TokenBucket(_), _) => Some(0),
         _ => None,
@@ -120,40 +117,69 @@ pub fn meter_level_ns(params: &Params, state: &State, now: Nanos) -> Option<u64>
 /// lies ahead (a bucket in debt is empty and refills only from then on, as its decisions read it:
 /// `catch_up` in [`crate::algorithms::token_bucket`]).
 fn token_level(p: MeterParams, s: TokenState, now: Nanos) -> u64 {
-    let tol = p.tolerance();
-    let tokens = s.tokens.saturating_add(now.saturating_sub(s.last)).min(tol);
-    (tol - tokens).saturating_add(s.last.saturating_sub(now))
+    (p.tolerance() - s.tokens_at(p, now)).saturating_add(s.last.saturating_sub(now))
+}
+
+/// What a commit asks of a key's state, whatever its algorithm.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    /// Units to give back as far as the state still holds them: min(reserved, capacity) − actual.
+    refund: u64,
+    /// Units to debit: actual − reserved.
+    debit: u64,
+    /// The actual cost.
+    actual: u64,
+    /// When the reservation was decided, never after now.
+    reserved_at: Nanos,
+    /// The most the level may carry ([`carry_bound`]).
+    bound: u64,
 }
 
 /// Commits at `now`. Returns what was done and the new state (`None`: unchanged). A state of
 /// another algorithm counts as fresh, as for a decision.
+///
+/// ```
+/// use sluice_core::commit::{commit, Commit};
+/// use sluice_core::time::NANOS_PER_SEC as S;
+/// use sluice_core::{Params, Rule, State};
+///
+/// // A budget of 1,000 units a day.
+/// let budget: Params = Rule::from_json_str(
+///     r#"{"action": "llm_tokens", "algorithm": "fixed_window", "capacity": 1000, "window": "1d"}"#,
+/// )
+/// .unwrap()
+/// .params();
+/// // A request reserves 500 at 10 s; its response says it cost 120 at 12 s.
+/// let (_, reserved) = budget.decide(&State::Fresh, 10 * S, 500);
+/// let c = Commit { reserved: 500, actual: 120, reserved_at: 10 * S };
+/// let (done, after) = commit(&budget, &reserved, 12 * S, c);
+/// assert_eq!((done.refunded, done.debited, done.overshoot), (380, 0, 0));
+/// // What was not used is there again for the next request.
+/// let after = after.expect("changed");
+/// assert_eq!(budget.decide(&after, 12 * S, 0).0.remaining, 880);
+/// ```
 pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committed, Option<State>) {
     // No reservation holds more than the capacity (it would have been denied); a claim of more
     // gives back at most what one could hold.
-    let refund = c.reserved.min(params.capacity()).saturating_sub(c.actual);
-    let debit = c.actual.saturating_sub(c.reserved);
-    let reserved_at = c.reserved_at.min(now);
-    let bound = carry_bound(params);
+    let ask = Ask {
+        refund: c.reserved.min(params.capacity()).saturating_sub(c.actual),
+        debit: c.actual.saturating_sub(c.reserved),
+        actual: c.actual,
+        reserved_at: c.reserved_at.min(now),
+        bound: carry_bound(params),
+    };
     match *params {
         Params::Gcra(p) => {
-            let s = match state {
-                State::Gcra(s) => *s,
-                _ => GcraState::default(),
-            };
-            let level = s.tat.map_or(0, |t| t.saturating_sub(now));
-            let (done, level) = meter(p, bound, level, now - reserved_at, c.actual, refund, debit);
+            let s = state.gcra();
+            let (done, level) = meter(p, s.ahead(now), now, ask);
             let next = GcraState {
                 tat: Some(now + level),
             };
             changed(done, s, next, State::Gcra)
         }
         Params::LeakyBucket(p) => {
-            let s = match state {
-                State::LeakyBucket(s) => *s,
-                _ => LeakyState::default(),
-            };
-            let level = s.level.saturating_sub(now.saturating_sub(s.last));
-            let (done, level) = meter(p, bound, level, now - reserved_at, c.actual, refund, debit);
+            let s = state.leaky_bucket();
+            let (done, level) = meter(p, s.level_at(now), now, ask);
             let next = LeakyState {
                 level,
                 last: now.max(s.last),
@@ -161,13 +187,9 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
             changed(done, s, next, State::LeakyBucket)
         }
         Params::TokenBucket(p) => {
-            let s = match state {
-                State::TokenBucket(s) => *s,
-                _ => TokenState::full(p),
-            };
+            let s = state.token_bucket(p);
             let tol = p.tolerance();
-            let level = token_level(p, s, now);
-            let (done, level) = meter(p, bound, level, now - reserved_at, c.actual, refund, debit);
+            let (done, level) = meter(p, token_level(p, s, now), now, ask);
             // Debt: an empty bucket whose refill starts when the debt is paid back.
             let next = TokenState {
                 tokens: tol.saturating_sub(level),
@@ -175,40 +197,9 @@ pub fn commit(params: &Params, state: &State, now: Nanos, c: Commit) -> (Committ
             };
             changed(done, s, next, State::TokenBucket)
         }
-        Params::FixedWindow(p) => {
-            let s = match state {
-                State::FixedWindow(s) => *s,
-                _ => FixedWindowState::default(),
-            };
-            let start = p.bounds(now).0.max(s.start);
-            let count = if s.start == start { s.count } else { 0 };
-            let same = p.bounds(reserved_at).0 == start && s.start == start;
-            let refunded = if same { refund.min(count) } else { 0 };
-            let (count, debited, overshoot) = fill(p.capacity, bound, count - refunded, debit);
-            let next = FixedWindowState { start, count };
-            let done = Committed {
-                refunded,
-                debited,
-                overshoot,
-                level: count as f64,
-            };
-            changed(done, s, next, State::FixedWindow)
-        }
-        Params::SlidingWindow(p) => {
-            let s = match state {
-                State::SlidingWindow(s) => *s,
-                _ => SlidingWindowState::default(),
-            };
-            sliding_window(p, bound, s, now, reserved_at, refund, debit)
-        }
-        Params::SlidingLog(p) => {
-            let fresh = SlidingLogState::default();
-            let s = match state {
-                State::SlidingLog(s) => s,
-                _ => &fresh,
-            };
-            sliding_log(p, bound, s, now, reserved_at, refund, debit)
-        }
+        Params::FixedWindow(p) => fixed_window(p, state.fixed_window(), now, ask),
+        Params::SlidingWindow(p) => sliding_window(p, state.sliding_window(), now, ask),
+        Params::SlidingLog(p) => sliding_log(p, state.sliding_log(), now, ask),
     }
 }
 
@@ -233,24 +224,17 @@ fn fill(capacity: u64, bound: u64, count: u64, debit: u64) -> (u64, u64, u64) {
 
 /// The meters' commit on a level in ns (gcra's tat − now, the funnel's level, the bucket's used
 /// tokens); returns what was done and the new level.
-fn meter(
-    p: MeterParams,
-    bound: u64,
-    level: u64,
-    elapsed: Nanos,
-    actual: u64,
-    refund: u64,
-    debit: u64,
-) -> (Committed, u64) {
+fn meter(p: MeterParams, level: u64, now: Nanos, ask: Ask) -> (Committed, u64) {
     let t = p.interval.max(1);
+    let (refund, debit, bound) = (ask.refund, ask.debit, ask.bound);
     // The emptier meter (without the refunded units) cannot run dry while the actual cost's
     // units still drain: only the time beyond T × actual can have eaten into what is owed.
-    let dry = elapsed.saturating_sub(t.saturating_mul(actual));
+    let elapsed = now - ask.reserved_at;
+    let dry = elapsed.saturating_sub(t.saturating_mul(ask.actual));
     let owed = refund.saturating_sub(dry.div_ceil(t));
     let refunded = refund.min(level / t).min(owed);
     let level = level - refunded * t;
-    let tol = p.tolerance();
-    let fits = debit.min(tol.saturating_sub(level) / t);
+    let fits = debit.min(p.tolerance().saturating_sub(level) / t);
     // The whole debit is carried, above the tolerance when it does not fit (debt), up to the
     // bound: a debit cut there fills the meter to the bound, its last fraction of a unit too.
     let carried = debit.min(bound.saturating_sub(level) / t);
@@ -268,74 +252,75 @@ fn meter(
     (done, level)
 }
 
+fn fixed_window(
+    p: WindowParams,
+    s: FixedWindowState,
+    now: Nanos,
+    ask: Ask,
+) -> (Committed, Option<State>) {
+    let FixedWindowState { start, count } = s.current(p, now);
+    let same = p.bounds(ask.reserved_at).0 == start && s.start == start;
+    let refunded = if same { ask.refund.min(count) } else { 0 };
+    let (count, debited, overshoot) = fill(p.capacity, ask.bound, count - refunded, ask.debit);
+    let next = FixedWindowState { start, count };
+    let done = Committed {
+        refunded,
+        debited,
+        overshoot,
+        level: count as f64,
+    };
+    changed(done, s, next, State::FixedWindow)
+}
+
 fn sliding_window(
     p: WindowParams,
-    bound: u64,
     s: SlidingWindowState,
     now: Nanos,
-    reserved_at: Nanos,
-    refund: u64,
-    debit: u64,
+    ask: Ask,
 ) -> (Committed, Option<State>) {
     let w = p.window_ms;
-    let now_ms = now / NANOS_PER_MILLI;
-    let (index, elapsed) = if now_ms / w >= s.index {
-        (now_ms / w, now_ms % w)
+    let (mut next, elapsed) = s.at(w, now / NANOS_PER_MILLI);
+    let same = ask.reserved_at / NANOS_PER_MILLI / w == next.index && s.index == next.index;
+    let refunded = if same {
+        ask.refund.min(next.current)
     } else {
-        (s.index, 0)
+        0
     };
-    let (current, previous) = match index - s.index {
-        0 => (s.current, s.previous),
-        1 => (0, s.current),
-        _ => (0, 0),
-    };
-    let same = reserved_at / NANOS_PER_MILLI / w == index && s.index == index;
-    let refunded = if same { refund.min(current) } else { 0 };
-    let current = current - refunded;
+    let current = next.current - refunded;
     // Room as the decision counts it: previous × (W − e) ≤ (capacity − current − q) × W.
+    let previous = next.previous;
     let weighted = (u128::from(previous) * u128::from(w - elapsed)).div_ceil(u128::from(w)) as u64;
     let room = p.capacity.saturating_sub(current).saturating_sub(weighted);
+    let debit = ask.debit;
     let fits = debit.min(room);
-    let current = current + debit.min(bound.saturating_sub(current));
-    let next = SlidingWindowState {
-        index,
-        current,
-        previous,
-    };
+    next.current = current + debit.min(ask.bound.saturating_sub(current));
     let done = Committed {
         refunded,
         debited: debit,
         overshoot: debit - fits,
-        level: previous as f64 * (w - elapsed) as f64 / w as f64 + current as f64,
+        level: previous as f64 * (w - elapsed) as f64 / w as f64 + next.current as f64,
     };
     changed(done, s, next, State::SlidingWindow)
 }
 
 fn sliding_log(
     p: WindowParams,
-    bound: u64,
     s: &SlidingLogState,
     now: Nanos,
-    reserved_at: Nanos,
-    refund: u64,
-    debit: u64,
+    ask: Ask,
 ) -> (Committed, Option<State>) {
-    let window = p.window_ns();
-    let live_from = s
-        .entries
-        .iter()
-        .position(|t| t.saturating_add(window) > now)
-        .unwrap_or(s.entries.len());
+    let live_from = s.live_from(p.window_ns(), now);
     let mut entries: std::collections::VecDeque<Nanos> =
         s.entries.iter().skip(live_from).copied().collect();
     // Entries are sorted: those not newer than the reservation are a prefix.
-    let upto = entries.partition_point(|t| *t <= reserved_at);
-    let refunded = refund.min(upto as u64);
+    let upto = entries.partition_point(|t| *t <= ask.reserved_at);
+    let refunded = ask.refund.min(upto as u64);
     let cut = upto - refunded as usize;
     entries.drain(cut..upto);
     let live = entries.len() as u64;
+    let debit = ask.debit;
     let fits = debit.min(p.capacity.saturating_sub(live));
-    let carried = debit.min(bound.saturating_sub(live));
+    let carried = debit.min(ask.bound.saturating_sub(live));
     let at = entries.back().map_or(now, |newest| now.max(*newest));
     entries.extend(std::iter::repeat_n(at, carried as usize));
     let done = Committed {

@@ -46,6 +46,16 @@ impl Span {
     }
 
     /// Parses `"<digits><unit>"` with unit one of ms, s, m, h, d.
+    ///
+    /// ```
+    /// use sluice_core::Span;
+    ///
+    /// assert_eq!(Span::parse("90s").unwrap().millis(), 90_000);
+    /// assert_eq!(
+    ///     Span::parse("1.5s").unwrap_err().to_string(),
+    ///     r#"expected a whole number followed by a unit (ms, s, m, h, d), like "500ms" or "60s"; got "1.5s""#
+    /// );
+    /// ```
     pub fn parse(text: &str) -> Result<Span, SpanError> {
         let syntax = || SpanError::Syntax(text.to_owned());
         let digits_end = text

@@ -80,10 +80,11 @@ pub struct LeaseGrant {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn lease(max: u64, ttl: &str) -> Lease {
+    /// A lease of `max` units for `ttl` (a duration like `"1s"`).
+    pub(crate) fn lease(max: u64, ttl: &str) -> Lease {
         Lease {
             max,
             ttl: Span::parse(ttl).unwrap(),

@@ -132,16 +132,9 @@ impl Params {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::duration::Span;
+    use crate::lease::tests::lease;
     use crate::params::WindowParams;
     use crate::time::NANOS_PER_SEC as S;
-
-    fn lease(max: u64, ttl: &str) -> Lease {
-        Lease {
-            max,
-            ttl: Span::parse(ttl).unwrap(),
-        }
-    }
 
     #[test]
     fn a_fixed_window_grant_ends_with_the_window() {

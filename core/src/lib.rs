@@ -35,6 +35,6 @@ pub use field_error::FieldError;
 pub use lease::{Lease, LeaseGrant};
 pub use leased::Leased;
 pub use params::{MeterParams, Params, WindowParams};
-pub use rule::{Action, Algorithm, Limit, Mode, Rate, Rule};
+pub use rule::{Action, ActionError, Algorithm, Limit, Mode, Rate, Rule};
 pub use state::State;
 pub use time::Nanos;

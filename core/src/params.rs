@@ -5,7 +5,7 @@ use crate::algorithms::{
 };
 use crate::calendar::Calendar;
 use crate::decision::Decision;
-use crate::rule::{Algorithm, Limit, Rule};
+use crate::rule::{Algorithm, Limit};
 use crate::state::State;
 use crate::time::{Nanos, NANOS_PER_MILLI};
 
@@ -81,11 +81,6 @@ pub enum Params {
 }
 
 impl Params {
-    /// The parameters a rule stands for.
-    pub fn of(rule: &Rule) -> Params {
-        rule.params()
-    }
-
     /// Parameters for an algorithm with its capacity and limit; `None` when the limit kind does
     /// not fit the algorithm (a rate for a window algorithm, or the reverse).
     pub fn from_parts(algorithm: Algorithm, capacity: u64, limit: Limit) -> Option<Params> {
@@ -160,6 +155,28 @@ impl Params {
     /// Decides one request of `quantity` at `now` from `state`. A state of another algorithm
     /// (the rule changed) counts as fresh. Quantity 0 peeks: it reports without changing state.
     /// Whenever nothing is admitted (a denial or a peek) the returned state is `state` itself.
+    ///
+    /// ```
+    /// use sluice_core::time::NANOS_PER_SEC as S;
+    /// use sluice_core::{Params, Rule, State};
+    ///
+    /// // 2 requests per minute in fixed windows aligned to the epoch.
+    /// let rule = Rule::from_json_str(
+    ///     r#"{"action": "login", "algorithm": "fixed_window", "capacity": 2, "window": "60s"}"#,
+    /// )
+    /// .unwrap();
+    /// let params: Params = rule.params();
+    /// // Times are ns since the epoch, passed in: 61 s is 1 s into the window [60 s, 120 s).
+    /// let (d, state) = params.decide(&State::Fresh, 61 * S, 2);
+    /// assert!(d.allowed);
+    /// assert_eq!((d.remaining, d.reset_after), (0, 59 * S));
+    /// // The third request of the window is denied until the window ends.
+    /// let (d, same) = params.decide(&state, 90 * S, 1);
+    /// assert_eq!((d.allowed, d.retry_after), (false, Some(30 * S)));
+    /// assert_eq!(same, state, "a denial changes nothing");
+    /// // The next window starts from 0.
+    /// assert!(params.decide(&state, 120 * S, 2).0.allowed);
+    /// ```
     pub fn decide(&self, state: &State, now: Nanos, quantity: u64) -> (Decision, State) {
         let (decision, change) = self.decide_change(state, now, quantity);
         // Nothing admitted: the input itself comes back, so a fresh key (or the state of another
@@ -185,58 +202,27 @@ impl Params {
     fn transition(&self, state: &State, now: Nanos, quantity: u64) -> (Decision, Option<State>) {
         match *self {
             Params::Gcra(p) => {
-                let s = if let State::Gcra(s) = state {
-                    *s
-                } else {
-                    Default::default()
-                };
-                let (d, next) = gcra::decide(p, s, now, quantity);
+                let (d, next) = gcra::decide(p, state.gcra(), now, quantity);
                 (d, Some(State::Gcra(next)))
             }
             Params::LeakyBucket(p) => {
-                let s = if let State::LeakyBucket(s) = state {
-                    *s
-                } else {
-                    Default::default()
-                };
-                let (d, next) = leaky_bucket::decide(p, s, now, quantity);
+                let (d, next) = leaky_bucket::decide(p, state.leaky_bucket(), now, quantity);
                 (d, Some(State::LeakyBucket(next)))
             }
             Params::TokenBucket(p) => {
-                let s = if let State::TokenBucket(s) = state {
-                    *s
-                } else {
-                    token_bucket::TokenState::full(p)
-                };
-                let (d, next) = token_bucket::decide(p, s, now, quantity);
+                let (d, next) = token_bucket::decide(p, state.token_bucket(p), now, quantity);
                 (d, Some(State::TokenBucket(next)))
             }
             Params::FixedWindow(p) => {
-                let s = if let State::FixedWindow(s) = state {
-                    *s
-                } else {
-                    Default::default()
-                };
-                let (d, next) = fixed_window::decide(p, s, now, quantity);
+                let (d, next) = fixed_window::decide(p, state.fixed_window(), now, quantity);
                 (d, Some(State::FixedWindow(next)))
             }
             Params::SlidingLog(p) => {
-                let fresh = sliding_log::SlidingLogState::default();
-                let s = if let State::SlidingLog(s) = state {
-                    s
-                } else {
-                    &fresh
-                };
-                let (d, next) = sliding_log::decide(p, s, now, quantity);
+                let (d, next) = sliding_log::decide(p, state.sliding_log(), now, quantity);
                 (d, next.map(State::SlidingLog))
             }
             Params::SlidingWindow(p) => {
-                let s = if let State::SlidingWindow(s) = state {
-                    *s
-                } else {
-                    Default::default()
-                };
-                let (d, next) = sliding_window::decide(p, s, now, quantity);
+                let (d, next) = sliding_window::decide(p, state.sliding_window(), now, quantity);
                 (d, Some(State::SlidingWindow(next)))
             }
         }

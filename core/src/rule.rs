@@ -22,25 +22,51 @@ use crate::params::Params;
 use crate::wire::{parse, RawRule};
 
 /// An action name: 1–64 characters of `[A-Za-z0-9_.:-]`, safe in Redis keys, URLs and headers.
+///
+/// ```
+/// use sluice_core::Action;
+///
+/// let action = Action::parse("llm_tokens").unwrap();
+/// assert_eq!(action.as_str(), "llm_tokens");
+/// // A space would break the Redis keys and headers an action is written into.
+/// assert_eq!(
+///     Action::parse("llm tokens").unwrap_err().to_string(),
+///     "may hold only letters, digits and _ . : - ; found ' '"
+/// );
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Action(String);
 
+/// Why an action name was refused. Its text is the reason of the refusal that names the field
+/// (`action: must be 1 to 64 characters long; got 0`), so it converts into the reason string
+/// [`FieldError::new`] takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActionError {
+    /// Empty, or longer than [`MAX_ACTION_LEN`] bytes.
+    #[error("must be 1 to {MAX_ACTION_LEN} characters long; got {0}")]
+    Length(usize),
+    /// A character outside `[A-Za-z0-9_.:-]`.
+    #[error("may hold only letters, digits and _ . : - ; found {0:?}")]
+    Character(char),
+}
+
+impl From<ActionError> for String {
+    fn from(e: ActionError) -> String {
+        e.to_string()
+    }
+}
+
 impl Action {
     /// Validates an action name.
-    pub fn parse(text: &str) -> Result<Action, String> {
+    pub fn parse(text: &str) -> Result<Action, ActionError> {
         if text.is_empty() || text.len() > MAX_ACTION_LEN {
-            return Err(format!(
-                "must be 1 to {MAX_ACTION_LEN} characters long; got {}",
-                text.len()
-            ));
+            return Err(ActionError::Length(text.len()));
         }
         if let Some(bad) = text
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
         {
-            return Err(format!(
-                "may hold only letters, digits and _ . : - ; found {bad:?}"
-            ));
+            return Err(ActionError::Character(bad));
         }
         Ok(Action(text.to_owned()))
     }
@@ -176,6 +202,30 @@ pub enum Limit {
 
 /// A validated rule. Built only by [`Rule::new`] or from a [`crate::wire::RawRule`], so every
 /// field is in range and the limit kind matches the algorithm. Its JSON form is the `RawRule`'s.
+///
+/// ```
+/// use sluice_core::{Algorithm, MeterParams, Params, Rule};
+///
+/// // 30 per minute, bursts of 16 (redis-cell's max_burst 15).
+/// let rule = Rule::from_json_str(
+///     r#"{"action": "reply", "algorithm": "gcra", "capacity": 16,
+///         "rate": {"count": 30, "period": "60s"}}"#,
+/// )
+/// .unwrap();
+/// assert_eq!((rule.action().as_str(), rule.algorithm()), ("reply", Algorithm::Gcra));
+/// // In the units the maths uses: one request per 2 s, as an emission interval in ns.
+/// assert_eq!(
+///     rule.params(),
+///     Params::Gcra(MeterParams { interval: 2_000_000_000, capacity: 16 })
+/// );
+///
+/// // A refusal names the field and the reason, as the backend's 400 does.
+/// let e = Rule::from_json_str(
+///     r#"{"action": "reply", "algorithm": "gcra", "capacity": 16, "window": "60s"}"#,
+/// )
+/// .unwrap_err();
+/// assert_eq!(e.to_string(), "window: gcra takes a rate, not a window");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "RawRule", into = "RawRule")]
 pub struct Rule {

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 use sluice_core::time::NANOS_PER_SEC as S;
-use sluice_core::{Params, Rule, State};
+use sluice_core::{Rule, State};
 
 fn field(rule: serde_json::Value) -> Result<(), String> {
     Rule::from_json(&rule).map(|_| ()).map_err(|e| e.field)
@@ -56,7 +56,7 @@ fn decisions_near_30_and_365_day_edges() {
             "action": "a", "algorithm": "fixed_window", "capacity": 2, "window": format!("{days}d")
         }))
         .expect("valid");
-        let params = Params::of(&rule);
+        let params = rule.params();
         let mut state = State::default();
         let rows: [Row; 6] = [
             (-2_500_000_001, 1, (true, 1, None, 2_500_000_001)),

@@ -345,7 +345,7 @@ mod tests {
         for json in rules {
             let rule = Rule::from_json_str(json).unwrap();
             assert!(is_exact(rule.algorithm()));
-            let params = Params::of(&rule);
+            let params: Params = rule.params();
             // Several starting phases, with admissions spread out so windows and logs differ.
             for phase in [0u64, 137 * MS + 5, 999 * MS, 1_500 * MS + 3] {
                 let mut state = State::Fresh;

@@ -16,6 +16,18 @@ pub struct FixedWindowState {
     pub count: u64,
 }
 
+impl FixedWindowState {
+    /// The window that counts at `now` and its count: now's window, or a stored one that starts
+    /// later (another replica's clock ran ahead), which stays current until its end; an earlier
+    /// stored window counts 0. What a decision and a commit read (the Lua twin: the prelude's
+    /// `read_fixed_window`).
+    pub fn current(self, p: WindowParams, now: Nanos) -> FixedWindowState {
+        let start = p.bounds(now).0.max(self.start);
+        let count = if self.start == start { self.count } else { 0 };
+        FixedWindowState { start, count }
+    }
+}
+
 /// Decides one request.
 pub fn decide(
     p: WindowParams,
@@ -23,10 +35,8 @@ pub fn decide(
     now: Nanos,
     quantity: u64,
 ) -> (Decision, FixedWindowState) {
-    // A state from a later window (another replica's clock ran ahead) stays current until its end.
-    let start = p.bounds(now).0.max(state.start);
+    let FixedWindowState { start, count } = state.current(p, now);
     let end = p.bounds(start).1;
-    let count = if state.start == start { state.count } else { 0 };
     let allowed = quantity <= p.capacity.saturating_sub(count);
     let (count, retry_after, next) = if allowed {
         let after = count + quantity;

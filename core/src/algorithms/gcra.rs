@@ -22,7 +22,30 @@ pub struct GcraState {
     pub tat: Option<Nanos>,
 }
 
+impl GcraState {
+    /// How far the TAT lies ahead of `now` in ns: the meter's level (0 for a fresh key or a TAT
+    /// in the past). What a decision and a commit read.
+    pub fn ahead(self, now: Nanos) -> Nanos {
+        self.tat.map_or(0, |tat| tat.saturating_sub(now))
+    }
+}
+
 /// Decides one request. See the module docs for the maths.
+///
+/// ```
+/// use sluice_core::algorithms::gcra::{decide, GcraState};
+/// use sluice_core::time::NANOS_PER_SEC as S;
+/// use sluice_core::MeterParams;
+///
+/// // One request per second (T = 1 s), bursts of 2.
+/// let p = MeterParams { interval: S, capacity: 2 };
+/// let (d, s) = decide(p, GcraState::default(), 1_000 * S, 2);
+/// assert!(d.allowed);
+/// assert_eq!(s.tat, Some(1_002 * S));
+/// // Half a second later the burst is spent: the next request fits half a second on.
+/// let (d, _) = decide(p, s, 1_000 * S + S / 2, 1);
+/// assert_eq!((d.allowed, d.retry_after), (false, Some(S / 2)));
+/// ```
 pub fn decide(
     p: MeterParams,
     state: GcraState,
@@ -32,7 +55,7 @@ pub fn decide(
     let tolerance = p.tolerance();
     let increment = p.increment(quantity);
     // How far the TAT lies ahead of now; a fresh key or a TAT in the past counts as now.
-    let ahead = state.tat.map_or(0, |tat| tat.saturating_sub(now));
+    let ahead = state.ahead(now);
     // new_tat − now: the ttl if this request is admitted.
     let after = ahead.saturating_add(increment);
     let allowed = after <= tolerance;

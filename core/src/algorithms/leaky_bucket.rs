@@ -20,6 +20,14 @@ pub struct LeakyState {
     pub last: Nanos,
 }
 
+impl LeakyState {
+    /// The level at `now` in ns, leaked since `last` (as at `last` when the clock stepped back).
+    /// What a decision and a commit read (the Lua twin: the prelude's `read_leaky`).
+    pub fn level_at(self, now: Nanos) -> u64 {
+        self.level.saturating_sub(now.saturating_sub(self.last))
+    }
+}
+
 /// Decides one request.
 pub fn decide(
     p: MeterParams,
@@ -30,7 +38,7 @@ pub fn decide(
     let interval = p.interval.max(1);
     let tolerance = p.tolerance();
     let need = p.increment(quantity);
-    let current = state.level.saturating_sub(now.saturating_sub(state.last));
+    let current = state.level_at(now);
     // After a clock step back the level is as it was at `last`: every wait starts there.
     let catch_up = state.last.saturating_sub(now);
     let after = current.saturating_add(need);

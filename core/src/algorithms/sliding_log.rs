@@ -14,6 +14,18 @@ pub struct SlidingLogState {
     pub entries: VecDeque<Nanos>,
 }
 
+impl SlidingLogState {
+    /// The index of the first live entry at `now` (one with t + W > now; `entries.len()` when
+    /// none is): the entries before it have left a window of `window` ns. What a decision and a
+    /// commit read (the Lua twin: the prelude's `read_log`).
+    pub fn live_from(&self, window: Nanos, now: Nanos) -> usize {
+        self.entries
+            .iter()
+            .position(|t| t.saturating_add(window) > now)
+            .unwrap_or(self.entries.len())
+    }
+}
+
 /// Decides one request. The new state comes back only when something was admitted (`None`: the
 /// input is unchanged), so a denial copies no log.
 pub fn decide(
@@ -23,11 +35,7 @@ pub fn decide(
     quantity: u64,
 ) -> (Decision, Option<SlidingLogState>) {
     let window = p.window_ns();
-    let live_from = state
-        .entries
-        .iter()
-        .position(|t| t.saturating_add(window) > now)
-        .unwrap_or(state.entries.len());
+    let live_from = state.live_from(window, now);
     let live = (state.entries.len() - live_from) as u64;
     let allowed = quantity <= p.capacity.saturating_sub(live);
     if allowed && quantity > 0 {

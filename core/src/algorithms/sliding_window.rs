@@ -20,6 +20,33 @@ pub struct SlidingWindowState {
     pub previous: u64,
 }
 
+impl SlidingWindowState {
+    /// The counters as they stand at `now_ms` in windows of `window_ms`, and the ms elapsed in
+    /// the current window: rolled forward to now's window (the current count becomes the
+    /// previous one after one window, both 0 after two), or, when the clock stepped back before
+    /// the stored window, that window from its start. What a decision and a commit read (the Lua
+    /// twin: the prelude's `read_sliding_window`).
+    pub fn at(self, window_ms: u64, now_ms: u64) -> (SlidingWindowState, u64) {
+        let w = window_ms;
+        let (index, elapsed) = if now_ms / w >= self.index {
+            (now_ms / w, now_ms % w)
+        } else {
+            (self.index, 0)
+        };
+        let (current, previous) = match index - self.index {
+            0 => (self.current, self.previous),
+            1 => (0, self.current),
+            _ => (0, 0),
+        };
+        let counters = SlidingWindowState {
+            index,
+            current,
+            previous,
+        };
+        (counters, elapsed)
+    }
+}
+
 /// Decides one request.
 pub fn decide(
     p: WindowParams,
@@ -29,17 +56,12 @@ pub fn decide(
 ) -> (Decision, SlidingWindowState) {
     let w = p.window_ms;
     let cap = p.capacity;
-    let now_ms = now / NANOS_PER_MILLI;
-    let (index, elapsed) = if now_ms / w >= state.index {
-        (now_ms / w, now_ms % w)
-    } else {
-        (state.index, 0) // the clock stepped back: stay at the start of the stored window
-    };
-    let (current, previous) = match index - state.index {
-        0 => (state.current, state.previous),
-        1 => (0, state.current),
-        _ => (0, 0),
-    };
+    let (now_counters, elapsed) = state.at(w, now / NANOS_PER_MILLI);
+    let (index, current, previous) = (
+        now_counters.index,
+        now_counters.current,
+        now_counters.previous,
+    );
     let fits = |prev: u64, cur: u64, e: u64| {
         cap.checked_sub(cur + quantity).is_some_and(|room| {
             u128::from(prev) * u128::from(w - e) <= u128::from(room) * u128::from(w)

@@ -27,6 +27,15 @@ impl TokenState {
             last: 0,
         }
     }
+
+    /// The tokens at `now` in ns, refilled since `last` up to the tolerance (as at `last` when
+    /// the clock stepped back). What a decision and a commit read (the Lua twin: the prelude's
+    /// `read_tokens`).
+    pub fn tokens_at(self, p: MeterParams, now: Nanos) -> u64 {
+        self.tokens
+            .saturating_add(now.saturating_sub(self.last))
+            .min(p.tolerance())
+    }
 }
 
 /// Decides one request.
@@ -39,10 +48,7 @@ pub fn decide(
     let interval = p.interval.max(1);
     let tolerance = p.tolerance();
     let need = p.increment(quantity);
-    let current = state
-        .tokens
-        .saturating_add(now.saturating_sub(state.last))
-        .min(tolerance);
+    let current = state.tokens_at(p, now);
     // After a clock step back the tokens are as they were at `last`: every wait starts there.
     let catch_up = state.last.saturating_sub(now);
     let allowed = current >= need;
