@@ -1,10 +1,12 @@
--- budget_hold: holds an allowed reservation as in flight (sluice_core::budget::BudgetRecord::hold),
--- called only for a throttle request that carried a reservation_id, after its allowed decision.
--- KEYS[1]: the key's reservations in flight, `<state key>:inflight` (a hash id -> 'units:held_at_ms').
--- KEYS[2]: the commit id's marker, `<state key>:commit:<id>` (both in the state's hash tag).
+-- budget_hold: records an allowed reservation as in flight in the key's budget record
+-- (sluice_core::budget::BudgetRecord::record_reservation), called only for a throttle request that
+-- carried a reservation_id, after its allowed decision.
+-- KEYS[1]: the budget record's reservations in flight, `<state key>:inflight` (a hash
+-- id -> 'units:recorded_at_ms'). KEYS[2]: the id's commit receipt, `<state key>:commit:<id>`
+-- (both in the state's hash tag).
 -- ARGV[1] now in ms ("" = Redis TIME), ARGV[2] the id, ARGV[3] units, ARGV[4] how long a
--- reservation counts (ms), ARGV[5] most held per key, ARGV[6] the hash's TTL (ms).
--- Reply: 1 held, 0 not (its commit already came, or the key holds the most live ones).
+-- reservation counts (ms), ARGV[5] most in flight per key, ARGV[6] the hash's TTL (ms).
+-- Reply: 1 recorded, 0 not (its commit already came, or the key lists the most live ones).
 local now = now_ms(ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0

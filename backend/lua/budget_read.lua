@@ -1,5 +1,6 @@
--- budget_read: one key's cost-budget figures (sluice_core::budget::BudgetRecord::figures).
--- KEYS[1]: `<state key>:inflight` (id -> 'units:held_at_ms'), KEYS[2]: `<state key>:overshoot`
+-- budget_read: one key's cost-budget figures from its budget record
+-- (sluice_core::budget::BudgetRecord::figures).
+-- KEYS[1]: `<state key>:inflight` (id -> 'units:recorded_at_ms'), KEYS[2]: `<state key>:overshoot`
 -- ('overshoot', 'debited', 'until' in ms; written by commit.lua).
 -- ARGV[1] now in ms ("" = Redis TIME), ARGV[2] how long a reservation counts (ms).
 -- Reply: {reserved in flight, reservations in flight, overshoot, debited, until (0: none)}.

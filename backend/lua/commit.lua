@@ -1,21 +1,21 @@
--- commit: settles one reservation (sluice_core::commit, the twin of core/src/commit.rs) on the
--- state of any of the six algorithms, once per request id.
--- KEYS[1]: the throttle state (as the algorithm's script keeps it). KEYS[2]: the id's marker,
--- `<state key>:commit:<id>`, in the same hash tag and so the same Cluster slot.
+-- commit: commits one reservation (sluice_core::commit, the twin of core/src/commit.rs) on the
+-- state of any of the six algorithms, once per request id (the words: docs/cost-budgets.md).
+-- KEYS[1]: the throttle state (as the algorithm's script keeps it). KEYS[2]: the id's commit
+-- receipt, `<state key>:commit:<id>`, in the same hash tag and so the same Cluster slot.
 -- ARGV[1] now ("" = Redis TIME), ARGV[2] '0', ARGV[3] TTL of the state (ms), ARGV[4], ARGV[5]
 -- the algorithm's parameters, ARGV[6] '0' (the prelude's layout), ARGV[7] the algorithm,
--- ARGV[8] reserved, ARGV[9] actual, ARGV[10] reserved_at (decimal ns), ARGV[11] the marker's
+-- ARGV[8] reserved, ARGV[9] actual, ARGV[10] reserved_at (decimal ns), ARGV[11] the receipt's
 -- TTL (ms), ARGV[12] the id, ARGV[13] the carry bound (sluice_core::commit::carry_bound: a
 -- meter's most level in ns, a window's most count, a sliding log's most entries): a debit that
 -- does not fit is carried as debt, the level above the capacity, up to it.
 -- KEYS[3], KEYS[4]: the key's budget record (sluice_core::budget), in the same hash tag: the
--- reservations in flight (`<state key>:inflight`, id -> 'units:held_at_ms', see budget_hold.lua)
+-- reservations in flight (`<state key>:inflight`, id -> 'units:recorded_at_ms', budget_hold.lua)
 -- and the debits beyond reservations (`<state key>:overshoot`: 'overshoot', 'debited', 'until'
 -- ms). A first commit removes its id from the first and adds a debit to the second.
 -- KEYS[5]: the key's latest reset time in ms, `<state key>:reset` (written by state_reset.lua,
--- which also sets the marker of each reservation it dropped to 'reset'). A reservation from
--- before the reset (its marker 'reset', or reserved_at at or before the reset's ms:
--- sluice_core::budget::before_reset) changes nothing: a first commit of nothing, marked.
+-- which also writes the receipt 'reset' for each reservation in flight it dropped). A reservation
+-- from before the reset (its receipt 'reset', or reserved_at at or before the reset's ms:
+-- sluice_core::budget::before_reset) changes nothing: a first commit of nothing, with a receipt.
 -- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d}, the level being a / b for
 -- the meters, a for fixed_window and sliding_log, a x b / c + d for sliding_window (the same f64
 -- operations as core). A duplicate answers the first commit's numbers and today's level, and
@@ -70,8 +70,8 @@ local function meter_ttl(level)
   return math.max(tonumber(ARGV[3]), idiv(level + 999999, 1000000) + 1000)
 end
 
--- Settles the budget record (BudgetRecord::settle).
-local function settle(overshoot)
+-- Records the commit in the budget record (BudgetRecord::record_commit).
+local function record_commit(overshoot)
   redis.call('HDEL', KEYS[3], ARGV[12])
   if debit == 0 then
     return
@@ -96,12 +96,12 @@ local function reply(refunded, overshoot, a, b, c, d)
   if duplicate == 1 then
     local r, db, o = string.match(first, '^(%d+):(%d+):(%d+)$')
     if r == nil then
-      corrupt('a commit marker that is not refunded:debited:overshoot')
+      corrupt('a commit receipt that is not refunded:debited:overshoot')
     end
     return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d }
   end
   redis.call('SET', KEYS[2], fmt(refunded) .. ':' .. fmt(debit) .. ':' .. fmt(overshoot), 'PX', ARGV[11])
-  settle(overshoot)
+  record_commit(overshoot)
   return { 0, refunded, debit, overshoot, a, b, c, d }
 end
 
@@ -175,9 +175,10 @@ elseif ALG == 'leaky_bucket' or ALG == 'token_bucket' then
   return reply(refunded, overshoot, after, P, 0, 0)
 end
 
--- The windows count in whole milliseconds. The reservation's millisecond: now's, when it lies at or after now. Read from ARGV[10] itself,
--- not from ra, which rel clamps beyond 104 days: a 365-day fixed_window may hold a reservation
--- older than that, and its window must be told exactly (whole ms stay below 2^53).
+-- The windows count in whole milliseconds. The reservation's millisecond: now's, when it lies at
+-- or after now. Read from ARGV[10] itself, not from ra, which rel clamps beyond 104 days: a
+-- 365-day fixed_window may count a reservation older than that, and its window must be told
+-- exactly (whole ms stay below 2^53).
 local ra_ms = NOW_MS
 if ra < 0 then
   local ra_s, ra_n = split_ns(ARGV[10])

@@ -1,12 +1,13 @@
 -- Resets one key under one action, as if it had never been seen: KEYS are its state keys, one
 -- per algorithm (same slot: they share the '{<action>:<subject>}' tag). For each, in this one
--- atomic step: deletes the state and its cost-budget record (`<state>:inflight`,
--- `<state>:overshoot`: sluice_core::budget), marks every reservation the record held in flight as
--- dropped (`<state>:commit:<id>` = 'reset': its commit changes nothing, see commit.lua), and
+-- atomic step: deletes the state and its budget record (`<state>:inflight`,
+-- `<state>:overshoot`: sluice_core::budget), writes the commit receipt 'reset' for every
+-- reservation the record listed in flight (`<state>:commit:<id>`: its commit changes nothing, see
+-- commit.lua), and
 -- remembers the reset's time in ms (`<state>:reset`: a commit of a reservation decided at or
 -- before it changes nothing, sluice_core::budget::before_reset). These keys are named from the
 -- state key, so they share its hash tag and its Cluster slot.
--- ARGV[1] now in ms ("" = Redis TIME), ARGV[2] how long the marks are kept (ms).
+-- ARGV[1] now in ms ("" = Redis TIME), ARGV[2] how long the receipts are kept (ms).
 -- Returns the 1-based indices of the state keys that existed.
 local now = now_ms(ARGV[1])
 local removed = {}

@@ -1,12 +1,13 @@
-//! One key's cost-budget record, beyond its throttle state: the reservations in flight and the
-//! debits its commits made beyond their reservations. The dashboard shows them per key
+//! One key's budget record, beyond its throttle state: the reservations in flight and the debits
+//! its commits made beyond their reservations (the words: docs/cost-budgets.md, "The words"). The dashboard shows them per key
 //! (`KeyActionState.budget`); decisions never read them.
 //!
-//! - **In flight**: a throttle request that carries a `reservation_id` and is allowed is held as
-//!   (id, units, time) until its commit removes it (once: a duplicate commit finds nothing), or
+//! - **In flight**: a throttle request that carries a `reservation_id` and is allowed is recorded
+//!   as (id, units, time) until its commit removes it (once: a duplicate commit finds nothing), or
 //!   until [`RESERVATION_IN_FLIGHT_MS`] has passed, when it stops counting: a request that was
 //!   reset, or whose usage never came, is never committed. At most [`MAX_IN_FLIGHT_PER_KEY`] are
-//!   held; past it the expired ones are dropped, and if none has expired the new one is not held.
+//!   listed; past it the expired ones are dropped, and if none has expired the new one is not
+//!   recorded.
 //! - **Overshoot**: each commit that debited (actual > reserved) adds its `debited` and its
 //!   `overshoot` (the part that did not fit) to sums that count until [`budget_until_ms`] of the
 //!   latest such commit: the end of a fixed window (so a new window starts from 0), and for the
@@ -19,7 +20,7 @@
 //!   ([`before_reset`]): the key is as if never seen.
 //!
 //! The memory store keeps this record; the Redis store keeps the same in two hashes next to the
-//! state (`commit.lua` and the in-flight script are its twins, held to it by the store suite).
+//! state (`commit.lua` and `budget_hold.lua` are its twins, held to it by the store suite).
 //! Times are store times in whole milliseconds.
 
 use std::collections::HashMap;
@@ -87,37 +88,37 @@ pub fn before_reset(reserved_at: Nanos, reset_ms: Option<u64>) -> bool {
 /// One key's record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BudgetRecord {
-    /// id → (units, held at ms).
-    held: HashMap<String, (u64, u64)>,
+    /// The reservations in flight: id → (units, recorded at ms).
+    in_flight: HashMap<String, (u64, u64)>,
     overshoot: u64,
     debited: u64,
     until_ms: u64,
 }
 
-/// Whether a reservation held at `at_ms` still counts at `now_ms`.
+/// Whether a reservation recorded at `at_ms` still counts at `now_ms`.
 fn live(at_ms: u64, now_ms: u64) -> bool {
     at_ms.saturating_add(RESERVATION_IN_FLIGHT_MS) > now_ms
 }
 
 impl BudgetRecord {
-    /// Holds an allowed reservation of `units` under `id` at `now_ms`; false when the key already
-    /// holds [`MAX_IN_FLIGHT_PER_KEY`] live ones (not held).
-    pub fn hold(&mut self, id: &str, units: u64, now_ms: u64) -> bool {
-        if self.held.len() >= MAX_IN_FLIGHT_PER_KEY && !self.held.contains_key(id) {
-            self.held.retain(|_, (_, at)| live(*at, now_ms));
-            if self.held.len() >= MAX_IN_FLIGHT_PER_KEY {
+    /// Records an allowed reservation of `units` under `id` at `now_ms` as in flight; false when
+    /// the key already lists [`MAX_IN_FLIGHT_PER_KEY`] live ones (not recorded).
+    pub fn record_reservation(&mut self, id: &str, units: u64, now_ms: u64) -> bool {
+        if self.in_flight.len() >= MAX_IN_FLIGHT_PER_KEY && !self.in_flight.contains_key(id) {
+            self.in_flight.retain(|_, (_, at)| live(*at, now_ms));
+            if self.in_flight.len() >= MAX_IN_FLIGHT_PER_KEY {
                 return false;
             }
         }
-        self.held.insert(id.to_owned(), (units, now_ms));
+        self.in_flight.insert(id.to_owned(), (units, now_ms));
         true
     }
 
-    /// A commit of `id` (not a duplicate) at `now_ms` did `committed`: its reservation is no
-    /// longer in flight, and a debit adds to the sums, which then count until `until_ms`
-    /// ([`budget_until_ms`]).
-    pub fn settle(&mut self, id: &str, committed: &Committed, until_ms: u64, now_ms: u64) {
-        self.held.remove(id);
+    /// Records that a commit of `id` (not a duplicate) at `now_ms` did `committed`: its
+    /// reservation is no longer in flight, and a debit adds to the sums, which then count until
+    /// `until_ms` ([`budget_until_ms`]).
+    pub fn record_commit(&mut self, id: &str, committed: &Committed, until_ms: u64, now_ms: u64) {
+        self.in_flight.remove(id);
         if committed.debited == 0 {
             return;
         }
@@ -129,10 +130,22 @@ impl BudgetRecord {
         self.until_ms = self.until_ms.max(until_ms);
     }
 
+    /// The old name of [`BudgetRecord::record_reservation`], kept only until
+    /// backend/src/store/memory/commit.rs calls the new one (issue 29).
+    pub fn hold(&mut self, id: &str, units: u64, now_ms: u64) -> bool {
+        self.record_reservation(id, units, now_ms)
+    }
+
+    /// The old name of [`BudgetRecord::record_commit`], kept only until
+    /// backend/src/store/memory/commit.rs calls the new one (issue 29).
+    pub fn settle(&mut self, id: &str, committed: &Committed, until_ms: u64, now_ms: u64) {
+        self.record_commit(id, committed, until_ms, now_ms);
+    }
+
     /// The figures at `now_ms`.
     pub fn figures(&self, now_ms: u64) -> KeyBudget {
         let mut b = KeyBudget::default();
-        for (units, at) in self.held.values() {
+        for (units, at) in self.in_flight.values() {
             if live(*at, now_ms) {
                 b.reserved_in_flight += units;
                 b.reservations_in_flight += 1;
@@ -146,15 +159,15 @@ impl BudgetRecord {
         b
     }
 
-    /// The ids of the reservations it holds (live or not): what a key reset drops, so that their
+    /// The ids of the reservations it lists in flight (live or not): what a key reset drops, so that their
     /// commits change nothing ([`before_reset`]).
     pub fn in_flight_ids(&self) -> impl Iterator<Item = &str> {
-        self.held.keys().map(String::as_str)
+        self.in_flight.keys().map(String::as_str)
     }
 
     /// Whether nothing in it counts at `now_ms` any more (the record can be dropped).
     pub fn is_spent(&self, now_ms: u64) -> bool {
-        self.until_ms <= now_ms && self.held.values().all(|(_, at)| !live(*at, now_ms))
+        self.until_ms <= now_ms && self.in_flight.values().all(|(_, at)| !live(*at, now_ms))
     }
 }
 
@@ -178,14 +191,14 @@ mod tests {
     #[test]
     fn a_reservation_is_in_flight_until_its_commit_once() {
         let mut r = BudgetRecord::default();
-        assert!(r.hold("a", 500, 1_000));
-        assert!(r.hold("b", 200, 1_010));
+        assert!(r.record_reservation("a", 500, 1_000));
+        assert!(r.record_reservation("b", 200, 1_010));
         let f = r.figures(1_020);
         assert_eq!((f.reserved_in_flight, f.reservations_in_flight), (700, 2));
-        r.settle("a", &debit(0, 0), 0, 1_030);
+        r.record_commit("a", &debit(0, 0), 0, 1_030);
         assert_eq!(r.figures(1_040).reserved_in_flight, 200);
         // The same commit again (callers pass only first commits; a removal is idempotent).
-        r.settle("a", &debit(0, 0), 0, 1_050);
+        r.record_commit("a", &debit(0, 0), 0, 1_050);
         assert_eq!(r.figures(1_060).reserved_in_flight, 200);
     }
 
@@ -201,7 +214,7 @@ mod tests {
     #[test]
     fn a_reservation_never_committed_stops_counting_after_the_bound() {
         let mut r = BudgetRecord::default();
-        r.hold("kept", 300, 5_000);
+        r.record_reservation("kept", 300, 5_000);
         let last = 5_000 + RESERVATION_IN_FLIGHT_MS - 1;
         assert_eq!(r.figures(last).reserved_in_flight, 300);
         assert_eq!(r.figures(last + 1).reserved_in_flight, 0);
@@ -212,12 +225,15 @@ mod tests {
     fn a_full_record_drops_expired_reservations_then_refuses() {
         let mut r = BudgetRecord::default();
         for i in 0..MAX_IN_FLIGHT_PER_KEY {
-            assert!(r.hold(&format!("old{i}"), 1, 0));
+            assert!(r.record_reservation(&format!("old{i}"), 1, 0));
         }
-        assert!(!r.hold("new", 1, 10), "all live: not held");
         assert!(
-            r.hold("new", 1, RESERVATION_IN_FLIGHT_MS),
-            "all expired: dropped, held"
+            !r.record_reservation("new", 1, 10),
+            "all live: not recorded"
+        );
+        assert!(
+            r.record_reservation("new", 1, RESERVATION_IN_FLIGHT_MS),
+            "all expired: dropped, recorded"
         );
         assert_eq!(
             r.figures(RESERVATION_IN_FLIGHT_MS).reservations_in_flight,
@@ -228,15 +244,15 @@ mod tests {
     #[test]
     fn overshoot_sums_within_the_budget_and_starts_again_after_it() {
         let mut r = BudgetRecord::default();
-        r.settle("a", &debit(300, 0), 60_000, 1_000);
-        r.settle("b", &debit(200, 150), 60_000, 2_000);
+        r.record_commit("a", &debit(300, 0), 60_000, 1_000);
+        r.record_commit("b", &debit(200, 150), 60_000, 2_000);
         let f = r.figures(59_999);
         assert_eq!(
             (f.debited, f.overshoot, f.overshoot_until_ms),
             (500, 150, Some(60_000))
         );
         assert_eq!(r.figures(60_000), KeyBudget::default());
-        r.settle("c", &debit(10, 10), 120_000, 61_000);
+        r.record_commit("c", &debit(10, 10), 120_000, 61_000);
         assert_eq!(
             (r.figures(61_000).debited, r.figures(61_000).overshoot),
             (10, 10)

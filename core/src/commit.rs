@@ -339,13 +339,15 @@ fn sliding_log(
 /// Longest request id of a commit: enough for a UUID, Envoy's `x-request-id` or a trace id.
 pub const MAX_COMMIT_ID_LEN: usize = 128;
 
-/// How long a store remembers a commit's request id, in milliseconds: a retry of the same commit
-/// within it answers the first commit's numbers and changes nothing. An hour covers every retry
-/// of a caller that waits seconds for an answer; a retry after it would be applied again.
+/// How long a store keeps a commit's receipt (its request id and numbers), in milliseconds: a
+/// retry of the same commit within it answers the first commit's numbers and changes nothing. An
+/// hour covers every retry of a caller that waits seconds for an answer; a retry after it would
+/// be applied again.
 pub const COMMIT_ID_TTL_MS: u64 = 3_600_000;
 
 /// Checks a commit's request id: 1 to [`MAX_COMMIT_ID_LEN`] of `[A-Za-z0-9_.:-]` (no braces, so
-/// the store's marker key keeps the state's hash tag; no spaces or separators of other keys).
+/// the key of the store's commit receipt keeps the state's hash tag; no spaces or separators of
+/// other keys).
 pub fn check_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_COMMIT_ID_LEN {
         return Err(format!(

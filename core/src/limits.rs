@@ -48,7 +48,7 @@ pub const MAX_QUANTITY: u64 = 1_000_000_000;
 /// Smallest reservation a cost route asks for (`cost.reserve` in the filter): a reservation of
 /// 0 asks for nothing, so it passes a spent budget and its whole usage is debited afterwards (the
 /// check-then-debit overshoot reservations exist to stop). One unit is refused by a spent budget,
-/// and the commit settles the difference to the actual cost either way.
+/// and the commit refunds or debits the difference to the actual cost either way.
 pub const MIN_RESERVATION: u64 = 1;
 /// Longest action name.
 pub const MAX_ACTION_LEN: usize = 64;
@@ -94,9 +94,9 @@ pub const MAX_CHECKS: usize = 8;
 /// answer and every commit retry (a few seconds), and is well within the commit id's memory
 /// ([`crate::commit::COMMIT_ID_TTL_MS`]), so a commit arriving late still removes nothing twice.
 pub const RESERVATION_IN_FLIGHT_MS: u64 = 600_000;
-/// Most reservations in flight one key's record holds: each store keeps (id, units, time) per
-/// reservation, so a key holding more (a sprayer of tiny reservations) is counted up to this
-/// many, newest refused, and the view says the figure is a lower bound.
+/// Most reservations in flight one key's budget record lists: each store keeps (id, units, time)
+/// per reservation, so a key with more (a sprayer of tiny reservations) is counted up to this
+/// many, newest not recorded, and the view says the figure is a lower bound.
 pub const MAX_IN_FLIGHT_PER_KEY: usize = 1_024;
 /// Most a meter's level may hold with a cost budget's debt carried (gcra, leaky_bucket,
 /// token_bucket; in nanoseconds of drain time): 100 days. A commit's debit beyond what fits is

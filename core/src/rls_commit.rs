@@ -11,8 +11,8 @@
 //! | `sluice_reserved` | N, the units reserved | `generic_key {descriptor_key: sluice_reserved, descriptor_value: "N"}` |
 //! | `sluice_reserved_at_ms` (optional) | when N was reserved, ms since the epoch | a header the route sets |
 //!
-//! and its `hits_addend` is the actual cost (`{format: "%RESP(x-usage)%"}`). The marks are taken
-//! off before the mapping of [`crate::descriptor`], so both descriptors name the same action and
+//! and its `hits_addend` is the actual cost (`{format: "%RESP(x-usage)%"}`). These budget entries
+//! (docs/cost-budgets.md, "The words") are taken off before the mapping of [`crate::descriptor`], so both descriptors name the same action and
 //! key; the commit is once per id, as `POST /v1/commit`.
 
 use crate::commit::check_id;
@@ -27,8 +27,8 @@ pub const RESERVED_KEY: &str = "sluice_reserved";
 pub const RESERVED_AT_KEY: &str = "sluice_reserved_at_ms";
 
 /// The entry of a request-time descriptor whose value is the request's id (the same as its
-/// stream-done descriptor's `sluice_commit`): the reservation is held as in flight under it until
-/// that commit (the key view's `budget`). Optional: without it the reservation is decided and
+/// stream-done descriptor's `sluice_commit`): the reservation is recorded as in flight under it
+/// until that commit (the key view's `budget`). Optional: without it the reservation is decided and
 /// committed all the same, only not shown as in flight.
 pub const RESERVATION_ID_KEY: &str = "sluice_reservation";
 
@@ -62,9 +62,9 @@ pub fn split_reservation<'a>(
     Ok((Some(id.to_owned()), rest))
 }
 
-/// A descriptor's commit marks.
+/// A commit descriptor's budget entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitMark {
+pub struct CommitEntries {
     /// The request's id (as `POST /v1/commit`'s `id`).
     pub id: String,
     /// Units reserved at request time.
@@ -76,12 +76,12 @@ pub struct CommitMark {
 /// A descriptor's entries, `(key, value)` in order.
 pub type Entries<'a> = Vec<(&'a str, &'a str)>;
 
-/// Takes sluice's commit marks off a descriptor's entries: `(None, entries)` for an ordinary
-/// descriptor, `(Some(mark), the rest)` for a commit. `index` names the descriptor in refusals.
+/// Takes sluice's commit entries off a descriptor's entries: `(None, entries)` for an ordinary
+/// descriptor, `(Some(commit), the rest)` for a commit. `index` names the descriptor in refusals.
 pub fn split_commit<'a>(
     index: usize,
     entries: &[(&'a str, &'a str)],
-) -> Result<(Option<CommitMark>, Entries<'a>), FieldError> {
+) -> Result<(Option<CommitEntries>, Entries<'a>), FieldError> {
     let field = || format!("descriptors[{index}].entries");
     let find = |key: &str| entries.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
     let rest: Entries<'a> = entries
@@ -130,7 +130,7 @@ pub fn split_commit<'a>(
         .map(|t| number(RESERVED_AT_KEY, t))
         .transpose()?;
     Ok((
-        Some(CommitMark {
+        Some(CommitEntries {
             id: id.to_owned(),
             reserved,
             reserved_at_ms,
@@ -139,33 +139,41 @@ pub fn split_commit<'a>(
     ))
 }
 
-/// A descriptor's sluice marks: what [`split_marks`] takes off before it is matched.
+/// A descriptor's budget entries: what [`split_budget_entries`] takes off before it is matched.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Marks {
+pub struct BudgetEntries {
     /// `sluice_reservation`: the request-time descriptor reserves under this id.
     pub reservation: Option<String>,
     /// `sluice_commit` and its companions: the descriptor commits a reservation.
-    pub commit: Option<CommitMark>,
+    pub commit: Option<CommitEntries>,
 }
 
-/// Takes every sluice mark off a descriptor's entries ([`split_reservation`], then
-/// [`split_commit`]): `(marks, the rest)`, the rest matched as if the marks were never sent. One
-/// function for every configuration that answers RLS (sluice rules and an envoyproxy/ratelimit
-/// directory), so that both accept and refuse exactly the same marks.
-pub fn split_marks<'a>(
+/// Takes every budget entry off a descriptor's entries ([`split_reservation`], then
+/// [`split_commit`]): `(budget entries, the rest)`, the rest matched as if they were never sent.
+/// One function for every configuration that answers RLS (sluice rules and an
+/// envoyproxy/ratelimit directory), so that both accept and refuse exactly the same entries.
+pub fn split_budget_entries<'a>(
     index: usize,
     entries: &[(&'a str, &'a str)],
-) -> Result<(Marks, Entries<'a>), FieldError> {
+) -> Result<(BudgetEntries, Entries<'a>), FieldError> {
     let (reservation, entries) = split_reservation(index, entries)?;
     let (commit, entries) = split_commit(index, &entries)?;
     Ok((
-        Marks {
+        BudgetEntries {
             reservation,
             commit,
         },
         entries,
     ))
 }
+
+/// The old name of [`BudgetEntries`], kept only until backend/src (grpc/rls, ratelimit) uses the
+/// new one (issue 29).
+pub type Marks = BudgetEntries;
+/// The old name of [`CommitEntries`], kept only until backend/src/grpc/rls uses the new one.
+pub type CommitMark = CommitEntries;
+/// The old name of [`split_budget_entries`], kept only until backend/src/grpc/rls uses the new one.
+pub use split_budget_entries as split_marks;
 
 #[cfg(test)]
 mod tests {
@@ -191,49 +199,49 @@ mod tests {
     }
 
     #[test]
-    fn marks_come_off_and_the_rest_maps_as_before() {
+    fn commit_entries_come_off_and_the_rest_maps_as_before() {
         let e = [
             ("tokens", "alice"),
             ("sluice_commit", "req-1"),
             ("sluice_reserved", "100"),
         ];
-        let (mark, rest) = split_commit(0, &e).unwrap();
+        let (commit, rest) = split_commit(0, &e).unwrap();
         assert_eq!(
-            mark,
-            Some(CommitMark {
+            commit,
+            Some(CommitEntries {
                 id: "req-1".into(),
                 reserved: 100,
                 reserved_at_ms: None
             })
         );
         assert_eq!(rest, vec![("tokens", "alice")]);
-        let (mark, rest) = split_commit(0, &e[..1]).unwrap();
-        assert_eq!((mark, rest.len()), (None, 1));
+        let (commit, rest) = split_commit(0, &e[..1]).unwrap();
+        assert_eq!((commit, rest.len()), (None, 1));
     }
 
     #[test]
-    fn all_marks_come_off_in_one_split() {
+    fn all_budget_entries_come_off_in_one_split() {
         let e = [
             ("sluice_reservation", "r1"),
             ("tokens", "alice"),
             ("plan", "free"),
         ];
-        let (marks, rest) = split_marks(0, &e).unwrap();
-        assert_eq!(marks.reservation.as_deref(), Some("r1"));
+        let (entries, rest) = split_budget_entries(0, &e).unwrap();
+        assert_eq!(entries.reservation.as_deref(), Some("r1"));
         assert_eq!(rest, vec![("tokens", "alice"), ("plan", "free")]);
         let c = [
             ("tokens", "alice"),
             ("sluice_commit", "r1"),
             ("sluice_reserved", "5"),
         ];
-        let (marks, rest) = split_marks(0, &c).unwrap();
+        let (entries, rest) = split_budget_entries(0, &c).unwrap();
         assert_eq!(
-            (marks.commit.map(|m| m.reserved), rest),
+            (entries.commit.map(|m| m.reserved), rest),
             (Some(5), vec![("tokens", "alice")])
         );
-        let (marks, rest) = split_marks(0, &c[..1]).unwrap();
-        assert_eq!((marks, rest.len()), (Marks::default(), 1));
-        assert!(split_marks(1, &[("sluice_reserved", "5")]).is_err());
+        let (entries, rest) = split_budget_entries(0, &c[..1]).unwrap();
+        assert_eq!((entries, rest.len()), (BudgetEntries::default(), 1));
+        assert!(split_budget_entries(1, &[("sluice_reserved", "5")]).is_err());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `POST /v1/commit`: settles a reservation once the request's actual cost is known
+//! `POST /v1/commit`: commits a reservation once the request's actual cost is known
 //! ([`crate::commit`]). The caller reserved `reserved` units with an ordinary throttle call when
 //! the request came in, and commits the `actual` cost when the response ends.
 

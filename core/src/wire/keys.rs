@@ -62,7 +62,7 @@ pub struct KeyActionState {
     pub budget: KeyBudget,
 }
 
-/// One key's cost-budget figures under one action, as its store holds them: the reservations in
+/// One key's cost-budget figures under one action, read from its budget record: the reservations in
 /// flight (allowed throttle requests that carried a `reservation_id` and whose commit has not
 /// arrived) and the commits' debits beyond their reservations in the current budget
 /// ([`crate::budget`] says what "current" is per algorithm). All zero for a key that never
@@ -70,12 +70,12 @@ pub struct KeyActionState {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyBudget {
-    /// Units held by reservations in flight: allowed, not yet committed, made within the last
+    /// Units of the reservations in flight: allowed, not yet committed, made within the last
     /// 10 minutes (a reservation never committed, its request reset or its usage missing,
     /// stops counting then; its units stay debited). Already part of `level`.
     #[serde(default)]
     pub reserved_in_flight: u64,
-    /// How many reservations hold them (at most 1024 are kept per key: at 1024 the figures are
+    /// How many reservations those are (at most 1024 are recorded per key: at 1024 the figures are
     /// a lower bound).
     #[serde(default)]
     pub reservations_in_flight: u64,
