@@ -35,6 +35,9 @@ pub(crate) struct Scripts {
     pub(crate) commit: Script,
 }
 
+/// `body` after the prelude (prelude.lua: the clock, exact integer helpers, the calendar windows
+/// and one state reader per algorithm, which the algorithm scripts and `commit.lua` share, as
+/// core's decide and commit share `State`'s readers).
 fn with_prelude(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}\n{body}"))
 }
