@@ -85,3 +85,31 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_algorithms_state_reads_as_fresh() {
+        let p = MeterParams {
+            interval: 1_000,
+            capacity: 3,
+        };
+        let gcra = State::Gcra(gcra::GcraState { tat: Some(5) });
+        assert_eq!(gcra.gcra().tat, Some(5));
+        // A rule changed from gcra: each other algorithm starts as a fresh key does.
+        assert_eq!(gcra.token_bucket(p), token_bucket::TokenState::full(p));
+        assert_eq!(gcra.leaky_bucket(), leaky_bucket::LeakyState::default());
+        assert_eq!(
+            gcra.fixed_window(),
+            fixed_window::FixedWindowState::default()
+        );
+        assert_eq!(
+            gcra.sliding_window(),
+            sliding_window::SlidingWindowState::default()
+        );
+        assert!(gcra.sliding_log().entries.is_empty());
+        assert_eq!(State::Fresh.gcra(), gcra::GcraState::default());
+    }
+}
