@@ -1,6 +1,7 @@
-//! Assembly: open the store, load and import rules, start the background tasks, serve the
-//! listeners (decision, admin, gRPC) until shutdown, then stop the tasks and flush what is
-//! pending.
+//! Assembly, the top of the crate: open the store, load and import rules, build the shared state
+//! ([`App`], which lives at the ground in [`crate::state`]), start the background tasks, serve
+//! the listeners (decision, admin, gRPC) until shutdown, then stop the tasks and flush what is
+//! pending. Nothing imports this file but the binary's edge ([`crate::cli`], [`crate::run`]).
 
 use std::future::Future;
 use std::num::NonZeroUsize;
@@ -17,6 +18,7 @@ use crate::http;
 use crate::levels::LevelsHub;
 use crate::metrics::Metrics;
 use crate::rules::{self, RuleCache, RuleSet};
+use crate::state::App;
 use crate::store::memory::sizing::BYTES_PER_KEY;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{ConnectError, RedisConfigError, RedisStore};
@@ -67,58 +69,6 @@ pub enum RunError {
     /// A listener failed.
     #[error("listener failed: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// Everything the handlers share.
-pub struct App {
-    /// Where state and rules live.
-    pub store: Arc<dyn Store>,
-    /// The rules in force on this replica.
-    pub rules: Arc<RuleCache>,
-    /// The live-activity batch and rates.
-    pub activity: Arc<ActivityBook>,
-    /// Prometheus metrics.
-    pub metrics: Arc<Metrics>,
-    /// Admin token and sessions.
-    pub auth: Auth,
-    /// Level snapshots for SSE.
-    pub levels: Arc<LevelsHub>,
-    /// Backstop bound on one store call from a handler.
-    pub store_deadline: Duration,
-    /// The store's recent latency for decisions: a step whose answer cannot arrive before its
-    /// caller's deadline is not started ([`crate::deadline`]).
-    pub latency: Arc<crate::deadline::latency::LatencyEstimate>,
-    /// Turns true at shutdown (ends SSE streams so graceful shutdown does not wait on them).
-    pub stopping: watch::Receiver<bool>,
-    /// The envoyproxy/ratelimit configuration in force (`--ratelimit-config`), if any.
-    pub ratelimit: Option<Arc<crate::ratelimit::Live>>,
-}
-
-impl App {
-    /// Runs a store call under the deadline; counts failures.
-    pub async fn store_call<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        self.store_call_within(self.store_deadline, call).await
-    }
-
-    /// Runs a store call (or several) under `deadline`; counts failures.
-    pub async fn store_call_within<T>(
-        &self,
-        deadline: Duration,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
-        let result = match tokio::time::timeout(deadline, call).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(ms)),
-        };
-        if let Err(e) = &result {
-            self.metrics.store_error(e);
-        }
-        result
-    }
 }
 
 async fn open_store(

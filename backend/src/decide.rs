@@ -14,12 +14,12 @@ use sluice_core::leased::offer;
 use sluice_core::wire::{DeniedCheck, ThrottleAllResponse, ThrottleResponse};
 use sluice_core::Rule;
 
-use crate::app::App;
 use crate::clock::now_ms;
 use crate::deadline::late::{Late, LateChecks};
 use crate::deadline::{call, stall, Deadline, DecideError};
 use crate::history::edge::Decided;
 use crate::metrics::Outcome;
+use crate::state::App;
 use crate::store::CheckRequest;
 
 /// Decides `quantity` units for `key` under `rule` (quantity 0 peeks: nothing changes and no

@@ -3,6 +3,12 @@
 //!
 //! The binary (`sluice`, see [`cli`]) only parses flags and calls [`app::run`]; tests call
 //! [`app::run`] directly with listeners on port 0.
+//!
+//! Layers, each importing only those below it: [`state`] (the shared [`state::App`]) over the
+//! parts it holds ([`store`], [`rules`], [`metrics`], [`activity`], [`deadline`], [`ratelimit`]'s
+//! configuration, ...); the decision path ([`decide`]) over the state; the ways in ([`http`],
+//! [`grpc`]: the decision exchange and the RLS front door) over the decision path; [`app`] (the
+//! assembly: `run` and the listeners) on top.
 
 pub mod activity;
 pub mod app;
@@ -22,6 +28,7 @@ pub mod metrics;
 pub mod ratelimit;
 pub mod rules;
 pub mod rules_file;
+pub mod state;
 pub mod store;
 pub mod wrong_listener;
 

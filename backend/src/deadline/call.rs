@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use super::error::micros;
 use super::latency::LatencyEstimate;
 use super::{Admission, Deadline, DecideError, Miss};
-use crate::app::App;
+use crate::state::App;
 use crate::store::{Store, StoreError};
 
 /// Runs `step` (a decision's store step, owning what it needs) under `deadline`; `late` receives

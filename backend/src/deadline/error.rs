@@ -1,9 +1,7 @@
 //! Why a decision was not made: its store step failed, or its caller's deadline left no time.
+//! How each way in answers it is its own (`crate::http::error::ApiFailure::decide`, a gRPC
+//! status in `crate::grpc::rls`).
 
-use axum::http::StatusCode;
-use sluice_core::wire::ErrorCode;
-
-use crate::http::error::ApiFailure;
 use crate::store::StoreError;
 
 /// A decision that could not be made.
@@ -41,21 +39,6 @@ pub enum Miss {
         /// How long this request waited for it, in microseconds.
         waited_us: u64,
     },
-}
-
-impl DecideError {
-    /// The HTTP answer: [`ApiFailure::store`] for a store failure, 503 `deadline_exceeded` for a
-    /// missed deadline (the caller applies its failure mode either way).
-    pub fn api_failure(&self) -> ApiFailure {
-        match self {
-            DecideError::Store(e) => ApiFailure::store(e),
-            DecideError::Deadline(miss) => ApiFailure::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::DeadlineExceeded,
-                miss.to_string(),
-            ),
-        }
-    }
 }
 
 /// Microseconds of `d`, saturating.

@@ -53,10 +53,10 @@ use tonic::server::{Grpc, NamedService, StreamingService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
 use tower::ServiceExt;
 
-use crate::app::App;
 use crate::deadline::Arrival;
 use crate::http::error::ApiFailure;
 use crate::metrics::Metrics;
+use crate::state::App;
 
 /// Most exchanges in flight on one stream; past it the stream's next messages wait unread.
 /// A Redis decision is one round trip, so this many in flight lets one Envoy worker's stream
@@ -71,7 +71,7 @@ pub const MAX_REPLY_BODY_BYTES: usize = crate::http::input::MAX_BODY_BYTES;
 /// Largest request message decoded (tonic answers `OUT_OF_RANGE` beyond, which ends a stream):
 /// the gRPC listener's one limit, well above the decision API's 64 KiB body so that a larger
 /// body still reaches the router and gets its 413.
-pub const MAX_MESSAGE_BYTES: usize = super::MAX_MESSAGE_BYTES;
+pub const MAX_MESSAGE_BYTES: usize = sluice_core::limits::MAX_RLS_MESSAGE_BYTES;
 
 /// The protobuf codec of the exchange: encodes `E`, decodes `D`. The server is
 /// `ExchangeCodec<ExchangeReply, ExchangeRequest>`, a client the reverse. A message that does

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tonic::service::Routes;
 
-use crate::app::App;
+use crate::state::App;
 use crate::wrong_listener::WrongListener;
 
 pub use rls::Rls;

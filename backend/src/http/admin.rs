@@ -17,9 +17,9 @@ use sluice_core::{Action, FieldError, Rule};
 use super::audit;
 use super::error::ApiFailure;
 use super::input;
-use crate::app::App;
 use crate::auth;
 use crate::levels;
+use crate::state::App;
 use crate::store::{ChangeOutcome, RuleChange};
 
 /// Lets a request through only with the admin token (Bearer) or a valid session cookie.
@@ -116,7 +116,8 @@ pub async fn put_rule(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Rule>, ApiFailure> {
     let action = segment_action(action)?;
-    crate::ratelimit::owned::writable(&app, &action)?;
+    crate::ratelimit::owned::writable(&app.rules.current(), &action)
+        .map_err(ApiFailure::from_request_error)?;
     let rule = rule_body(&action, body)?;
     match audit::apply(&app, &headers, RuleChange::PutRule(rule.clone())).await? {
         ChangeOutcome::Done { .. } => Ok(Json(rule)),
@@ -166,7 +167,8 @@ pub async fn delete_rule(
     action: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiFailure> {
     let action = segment_action(action)?;
-    crate::ratelimit::owned::writable(&app, &action)?;
+    crate::ratelimit::owned::writable(&app.rules.current(), &action)
+        .map_err(ApiFailure::from_request_error)?;
     match audit::apply(&app, &headers, RuleChange::DeleteRule(action.clone())).await? {
         ChangeOutcome::Done { .. } => Ok(StatusCode::NO_CONTENT),
         ChangeOutcome::Missing => Err(ApiFailure::unknown_action(action.as_str())),

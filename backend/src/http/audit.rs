@@ -12,9 +12,9 @@ use sluice_core::wire::{ApiError, AuditBody, AuditEntry, AuditKind, ErrorCode, S
 
 use super::error::ApiFailure;
 use super::history::query_param;
-use crate::app::App;
 use crate::auth;
 use crate::clock::now_ms;
+use crate::state::App;
 use crate::store::{AuditStamp, ChangeOutcome, RuleChange};
 
 /// Entries `GET /v1/audit` answers without `limit`.

@@ -17,9 +17,9 @@ use sluice_core::wire::{ApiError, CommitRequest, CommitResponse};
 
 use super::error::ApiFailure;
 use super::input;
-use crate::app::App;
 use crate::deadline::{call, stall, Arrival, Deadline};
 use crate::metrics::Metrics;
+use crate::state::App;
 use crate::store::{CommitOutcome, StoreError};
 
 /// Commits a reservation's actual cost.
@@ -70,7 +70,7 @@ pub async fn commit(
         count(&metrics, &late_name, &result);
     })
     .await
-    .map_err(|e| e.api_failure())?;
+    .map_err(|e| ApiFailure::decide(&e))?;
     count(&app.metrics, &name, &Ok(outcome));
     Ok(Json(CommitResponse::new(
         capacity,

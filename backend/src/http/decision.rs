@@ -14,9 +14,9 @@ use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleRe
 
 use super::error::ApiFailure;
 use super::input;
-use crate::app::App;
 use crate::deadline::{stall, Arrival, Deadline};
 use crate::decide::decide_leased;
+use crate::state::App;
 
 /// Decides one request under its action's rule.
 #[utoipa::path(
@@ -61,7 +61,7 @@ pub async fn throttle(
         request.decision_id,
     )
     .await
-    .map_err(|e| e.api_failure())?;
+    .map_err(|e| ApiFailure::decide(&e))?;
     if let Some(id) = &request.reservation_id {
         super::commit::hold_reservation(&app, rule, &request.key, id, request.quantity, &response)
             .await;

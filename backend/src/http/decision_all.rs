@@ -12,9 +12,9 @@ use sluice_core::wire::{ApiError, ThrottleAllRequest, ThrottleAllResponse};
 
 use super::error::ApiFailure;
 use super::input;
-use crate::app::App;
 use crate::deadline::{stall, Arrival, Deadline};
 use crate::decide::decide_all;
+use crate::state::App;
 use crate::store::CheckRequest;
 
 /// Decides 1 to 8 checks together: allowed only if every check allows; a denied request
@@ -61,6 +61,6 @@ pub async fn throttle_all(
     let deadline = Deadline::from_ms(arrived, request.timeout_ms);
     let response = decide_all(&app, &checks, deadline, started, request.decision_id)
         .await
-        .map_err(|e| e.api_failure())?;
+        .map_err(|e| ApiFailure::decide(&e))?;
     Ok(Json(response))
 }

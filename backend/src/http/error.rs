@@ -7,6 +7,7 @@ use axum::Json;
 use sluice_core::wire::{ApiError, ErrorCode};
 use sluice_core::FieldError;
 
+use crate::deadline::DecideError;
 use crate::store::StoreError;
 
 /// A failed request, ready to be sent.
@@ -42,6 +43,20 @@ impl ApiFailure {
                 message: format!("{}: {}", e.field, e.reason),
                 field: Some(e.field),
             },
+        }
+    }
+
+    /// The HTTP answer to a decision that could not be made: [`ApiFailure::store`] for a store
+    /// failure, 503 `deadline_exceeded` for a missed deadline (the caller applies its failure
+    /// mode either way).
+    pub fn decide(e: &DecideError) -> ApiFailure {
+        match e {
+            DecideError::Store(e) => ApiFailure::store(e),
+            DecideError::Deadline(miss) => ApiFailure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::DeadlineExceeded,
+                miss.to_string(),
+            ),
         }
     }
 

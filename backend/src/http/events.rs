@@ -14,8 +14,8 @@ use futures::{Stream, StreamExt};
 use sluice_core::wire::{EventKind, Heartbeat, HEARTBEAT_MS};
 use tokio_stream::wrappers::{IntervalStream, WatchStream};
 
-use crate::app::App;
 use crate::clock::now_ms;
+use crate::state::App;
 
 /// The event stream.
 #[utoipa::path(get, path = "/v1/events", tag = "admin",

@@ -12,9 +12,9 @@ use sluice_core::wire::{ApiError, HistoryBody, HistoryRange, KeyView, TopDeniedB
 use sluice_core::Rule;
 
 use super::error::ApiFailure;
-use crate::app::App;
 use crate::clock::now_ms;
 use crate::history::{body, view};
+use crate::state::App;
 
 /// Bound on one of these reads (one store call per rule, run concurrently).
 const READ_DEADLINE: Duration = Duration::from_secs(5);

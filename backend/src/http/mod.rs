@@ -28,7 +28,7 @@ use axum::Router;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::app::App;
+use crate::state::App;
 use error::ApiFailure;
 
 async fn no_route(uri: Uri) -> ApiFailure {
@@ -51,7 +51,7 @@ fn probes() -> Router<Arc<App>> {
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
         .route("/metrics", get(probes::metrics))
-        .route("/v1/openapi.json", get(probes::openapi))
+        .route("/v1/openapi.json", get(openapi::openapi))
 }
 
 /// The decision listener: `POST /v1/throttle`, `POST /v1/cl.throttle` and the probes; every

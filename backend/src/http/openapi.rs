@@ -1,6 +1,6 @@
 //! The OpenAPI document, generated from the handlers' annotations and from sluice-core's wire
 //! types themselves (core's `openapi` feature derives their schemas), so the document cannot
-//! drift from what the listeners send and accept.
+//! drift from what the listeners send and accept; and its route (`GET /v1/openapi.json`).
 
 use sluice_core::wire::{
     ActionLevels, ApiError, ClThrottleRequest, ErrorCode, HealthBody, KeyLevel, LevelsBody,
@@ -9,6 +9,11 @@ use sluice_core::wire::{
 use sluice_core::{Algorithm, Mode, Rate};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiFailure;
 
 use super::commit;
 use super::decision_all;
@@ -78,7 +83,7 @@ impl Modify for Security {
         probes::healthz,
         probes::readyz,
         probes::metrics,
-        probes::openapi,
+        openapi,
     ),
     components(schemas(
         ThrottleRequest, ThrottleResponse, ClThrottleRequest, ApiError, ErrorCode, Algorithm, Mode,
@@ -99,3 +104,18 @@ impl Modify for Security {
     )
 )]
 pub struct ApiDoc;
+
+/// This document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "probes",
+    responses((status = 200, description = "The OpenAPI 3.1 document of both listeners", content_type = "application/json")))]
+pub async fn openapi() -> Response {
+    match ApiDoc::openapi().to_json() {
+        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+        Err(e) => ApiFailure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            sluice_core::wire::ErrorCode::Internal,
+            e.to_string(),
+        )
+        .into_response(),
+    }
+}

@@ -22,7 +22,7 @@ use super::audit;
 use super::error::ApiFailure;
 use super::history::query_param;
 use super::reset;
-use crate::app::App;
+use crate::state::App;
 use crate::store::{ChangeOutcome, RuleChange};
 
 /// The `{action}` and `{key}` path segments, checked: a bad action is refused naming `action`,

@@ -1,16 +1,16 @@
-//! Routes on both listeners: liveness, readiness, metrics and the OpenAPI document.
+//! Routes on both listeners: liveness, readiness and metrics (the OpenAPI document's route is
+//! [`super::openapi::openapi`]).
 
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sluice_core::wire::{HealthBody, ReadyBody};
-use utoipa::OpenApi;
 
 use super::error::ApiFailure;
-use crate::app::App;
+use crate::state::App;
 
 /// Bound on the readiness ping.
 const PING_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
@@ -57,19 +57,4 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
         app.metrics.encode(),
     )
         .into_response()
-}
-
-/// This document.
-#[utoipa::path(get, path = "/v1/openapi.json", tag = "probes",
-    responses((status = 200, description = "The OpenAPI 3.1 document of both listeners", content_type = "application/json")))]
-pub async fn openapi() -> Response {
-    match super::openapi::ApiDoc::openapi().to_json() {
-        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
-        Err(e) => ApiFailure::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            sluice_core::wire::ErrorCode::Internal,
-            e.to_string(),
-        )
-        .into_response(),
-    }
 }

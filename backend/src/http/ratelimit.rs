@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::Json;
 use sluice_core::wire::RatelimitConfigBody;
 
-use crate::app::App;
+use crate::state::App;
 
 /// The configuration in force (`path: null` without `--ratelimit-config`).
 #[utoipa::path(get, path = "/v1/ratelimit-config", tag = "admin",

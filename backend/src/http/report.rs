@@ -12,9 +12,9 @@ use sluice_core::wire::{ApiError, ErrorCode, FilterReport};
 
 use super::error::ApiFailure;
 use super::input;
-use crate::app::App;
 use crate::clock::now_ms;
 use crate::history::report::{ingest, IngestError, Sinks};
+use crate::state::App;
 use crate::store::StoreError;
 
 /// Takes one filter report. Counts of actions without a rule here are counted in the metrics

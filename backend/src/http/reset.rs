@@ -20,7 +20,7 @@ use super::admin::path_action;
 use super::audit;
 use super::error::ApiFailure;
 use super::history::query_param;
-use crate::app::App;
+use crate::state::App;
 use crate::store::AuditStamp;
 
 /// Removes one key's throttle state under one action (or every action: `action=*`); answers

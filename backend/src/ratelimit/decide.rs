@@ -38,7 +38,6 @@ use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
 use super::matcher::{lookup, Level, Matched};
 use super::metadata;
-use crate::app::App;
 use crate::clock::now_ms;
 use crate::deadline::{Deadline, DecideError};
 use crate::decide::{decide, decide_all};
@@ -46,6 +45,7 @@ use crate::grpc::rls::commit::{commit_one, settle_reservation};
 use crate::grpc::rls::marks::strip;
 use crate::grpc::rls::request::{check_shape, hits_as_sent};
 use crate::grpc::rls::response::{self, Answer};
+use crate::state::App;
 use crate::store::CheckRequest;
 
 /// What one descriptor is, before the store is asked.

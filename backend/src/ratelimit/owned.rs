@@ -3,27 +3,25 @@
 //! differ between replicas). Their overrides stay editable: an override is sluice's own layer.
 
 use sluice_core::wire::ratelimit::{file_owner, FILE_OWNED_ACTION_PREFIX};
-use sluice_core::Action;
+use sluice_core::{Action, FieldError};
 
-use crate::app::App;
-use crate::http::error::ApiFailure;
+use crate::rules::RuleSet;
 
-/// Refuses a rule put or delete of `action` when a ratelimit config owns it (400 naming the
-/// file), or when `action` is in the owned namespace (`rl:`).
-pub fn writable(app: &App, action: &Action) -> Result<(), ApiFailure> {
-    let rules = app.rules.current();
+/// Refuses a rule put or delete of `action` when a ratelimit config owns it (the admin API
+/// answers 400 naming the file), or when `action` is in the owned namespace (`rl:`).
+pub fn writable(rules: &RuleSet, action: &Action) -> Result<(), FieldError> {
     if let Some(file) = rules
         .rules
         .get(action.as_str())
         .and_then(|r| file_owner(r.description()))
     {
-        return Err(ApiFailure::invalid(
+        return Err(FieldError::new(
             "action",
             format!("{action} is owned by the ratelimit config {file}: edit that file (sluice reloads it within a second)"),
         ));
     }
     if action.as_str().starts_with(FILE_OWNED_ACTION_PREFIX) {
-        return Err(ApiFailure::invalid(
+        return Err(FieldError::new(
             "action",
             format!("actions starting with {FILE_OWNED_ACTION_PREFIX} are reserved for the rules of a ratelimit config (--ratelimit-config)"),
         ));

@@ -11,9 +11,9 @@ use sluice_core::wire::ThrottleResponse;
 use sluice_core::Rule;
 
 use super::request::Check;
-use crate::app::App;
 use crate::deadline::{call, Deadline, DecideError};
 use crate::http::commit::hold_reservation;
+use crate::state::App;
 
 /// Commits every check that is a commit and has a rule, in order. A commit of an unknown action
 /// changes nothing (as a check of one answers OK).

@@ -16,10 +16,10 @@ use tonic::{Request, Response, Status};
 use super::commit::{commit_all, settle_reservation};
 use super::request::{checks, Check};
 use super::response::{self, Answer};
-use crate::app::App;
 use crate::deadline::{parse_grpc_timeout, Deadline, DecideError};
 use crate::decide::{decide, decide_all as all_or_nothing};
 use crate::http::error::ApiFailure;
+use crate::state::App;
 use crate::store::{CheckRequest, StoreError};
 
 /// The rate limit service over an [`App`].
