@@ -6,12 +6,12 @@
 //!
 //! - [`Deadline`]: when the answer must leave this process (pure: times are passed in).
 //! - [`latency::LatencyEstimate`]: the store's recent latency, lock-free.
-//! - [`call::run`]: one decision's store step under a deadline.
+//! - [`crate::decide::call::run`] (above the shared state) runs one decision's store step under
+//!   a deadline.
 //! - [`late`]: what a late step left behind, counted and logged.
 //! - [`stall::arrival`]: a request read right after this process stood still counts from when
 //!   its sender sent it.
 
-pub mod call;
 pub mod error;
 pub mod late;
 pub mod latency;

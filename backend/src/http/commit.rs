@@ -17,7 +17,8 @@ use sluice_core::wire::{ApiError, CommitRequest, CommitResponse};
 
 use super::error::ApiFailure;
 use super::input;
-use crate::deadline::{call, stall, Arrival, Deadline};
+use crate::deadline::{stall, Arrival, Deadline};
+use crate::decide::call;
 use crate::metrics::Metrics;
 use crate::state::App;
 use crate::store::{CommitOutcome, StoreError};
@@ -87,41 +88,5 @@ fn count(metrics: &Metrics, action: &str, result: &Result<CommitOutcome, StoreEr
             o.committed.overshoot,
             o.duplicate,
         );
-    }
-}
-
-/// After an allowed decision of a throttle request that carried a `reservation_id`: holds the
-/// reservation as in flight for the key view ([`crate::store::DecisionStore::hold`]) before the
-/// answer goes out, so that its commit (sent only after the answer) always finds it. The
-/// decision stands whatever happens here: a reservation not held is counted in
-/// `sluice_reservations_unheld` and a store failure is said in the log (the key view then shows
-/// less in flight than there is; decisions never read it). A shadow rule's would-deny debited
-/// nothing and holds nothing, as does a quantity of 0.
-pub async fn hold_reservation(
-    app: &App,
-    rule: &sluice_core::Rule,
-    key: &str,
-    id: &str,
-    quantity: u64,
-    response: &sluice_core::wire::ThrottleResponse,
-) {
-    if !response.allowed || response.would_deny || quantity == 0 {
-        return;
-    }
-    let action = rule.action().as_str();
-    match app
-        .store_call(app.store.hold(rule, key, id, quantity, None))
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => app.metrics.reservation_unheld(action),
-        Err(e) => {
-            app.metrics.reservation_unheld(action);
-            tracing::warn!(
-                action,
-                error = %e,
-                "an allowed reservation is not shown as in flight (the decision stands)"
-            );
-        }
     }
 }

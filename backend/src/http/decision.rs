@@ -15,7 +15,7 @@ use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleRe
 use super::error::ApiFailure;
 use super::input;
 use crate::deadline::{stall, Arrival, Deadline};
-use crate::decide::decide_leased;
+use crate::decide::{decide_leased, hold_reservation};
 use crate::state::App;
 
 /// Decides one request under its action's rule.
@@ -63,8 +63,7 @@ pub async fn throttle(
     .await
     .map_err(|e| ApiFailure::decide(&e))?;
     if let Some(id) = &request.reservation_id {
-        super::commit::hold_reservation(&app, rule, &request.key, id, request.quantity, &response)
-            .await;
+        hold_reservation(&app, rule, &request.key, id, request.quantity, &response).await;
     }
     Ok(Json(response))
 }

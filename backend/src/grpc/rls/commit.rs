@@ -11,8 +11,8 @@ use sluice_core::wire::ThrottleResponse;
 use sluice_core::Rule;
 
 use super::request::Check;
-use crate::deadline::{call, Deadline, DecideError};
-use crate::http::commit::hold_reservation;
+use crate::deadline::{Deadline, DecideError};
+use crate::decide::{call, hold_reservation};
 use crate::state::App;
 
 /// Commits every check that is a commit and has a rule, in order. A commit of an unknown action

@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::{self as pb, value::Kind};
 use serde_json::{Map, Value};
 
-use crate::grpc::rls::response::to_proto;
+use super::response::to_proto;
 
 /// Adds the peer's fields to `out`.
 pub fn add_peer_fields(

@@ -8,6 +8,8 @@
 //! whose answer reached its caller too late (a stall of this process right after it) is
 //! withdrawn when the caller's report names it.
 
+pub mod call;
+
 use std::time::Instant;
 
 use sluice_core::leased::offer;
@@ -16,7 +18,7 @@ use sluice_core::Rule;
 
 use crate::clock::now_ms;
 use crate::deadline::late::{Late, LateChecks};
-use crate::deadline::{call, stall, Deadline, DecideError};
+use crate::deadline::{stall, Deadline, DecideError};
 use crate::history::edge::Decided;
 use crate::metrics::Outcome;
 use crate::state::App;
@@ -54,7 +56,7 @@ pub async fn decide_leased(
     decision_id: Option<u64>,
 ) -> Result<ThrottleResponse, DecideError> {
     let lease = offer(rule, asked);
-    // The step owns what it needs: it may outlive this request (see crate::deadline::call).
+    // The step owns what it needs: it may outlive this request (see crate::decide::call).
     let (store, owned_rule, owned_key) = (app.store.clone(), rule.clone(), key.to_owned());
     let step = async move {
         store
@@ -179,6 +181,64 @@ pub async fn decide_all(
         }),
         results,
     })
+}
+
+/// Decides `checks` as one request, one answer per check in order: a single check is one
+/// decision ([`decide`], exactly as `POST /v1/throttle`), several are all or nothing
+/// ([`decide_all`], as `POST /v1/throttle/all`). Both descriptor mappings of the RLS front door
+/// ([`crate::grpc::rls`]) decide this way.
+pub async fn decide_checks(
+    app: &App,
+    checks: &[CheckRequest<'_>],
+    deadline: Option<Deadline>,
+    started: Instant,
+) -> Result<Vec<ThrottleResponse>, DecideError> {
+    match checks {
+        [] => Ok(Vec::new()),
+        [one] => Ok(vec![
+            decide(app, one.rule, one.key, one.quantity, deadline, started).await?,
+        ]),
+        several => Ok(decide_all(app, several, deadline, started, None)
+            .await?
+            .results),
+    }
+}
+
+/// After an allowed decision of a request that carried a reservation id (`reservation_id` over
+/// HTTP, `sluice_reservation` in RLS): holds the
+/// reservation as in flight for the key view ([`crate::store::DecisionStore::hold`]) before the
+/// answer goes out, so that its commit (sent only after the answer) always finds it. The
+/// decision stands whatever happens here: a reservation not held is counted in
+/// `sluice_reservations_unheld` and a store failure is said in the log (the key view then shows
+/// less in flight than there is; decisions never read it). A shadow rule's would-deny debited
+/// nothing and holds nothing, as does a quantity of 0.
+pub async fn hold_reservation(
+    app: &App,
+    rule: &Rule,
+    key: &str,
+    id: &str,
+    quantity: u64,
+    response: &ThrottleResponse,
+) {
+    if !response.allowed || response.would_deny || quantity == 0 {
+        return;
+    }
+    let action = rule.action().as_str();
+    match app
+        .store_call(app.store.hold(rule, key, id, quantity, None))
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => app.metrics.reservation_unheld(action),
+        Err(e) => {
+            app.metrics.reservation_unheld(action);
+            tracing::warn!(
+                action,
+                error = %e,
+                "an allowed reservation is not shown as in flight (the decision stands)"
+            );
+        }
+    }
 }
 
 /// Keeps a recorded decision that carries its caller's id, so that the caller's report can

@@ -1,7 +1,9 @@
-//! A `RateLimitRequest` for a domain of the ratelimit configuration, answered as
-//! envoyproxy/ratelimit answers it (`src/service/ratelimit.go`), on sluice's store.
+//! The ratelimit-config mapping of the RLS front door: a `RateLimitRequest` for a domain of the
+//! ratelimit configuration ([`crate::ratelimit`]), answered as envoyproxy/ratelimit answers it
+//! (`src/service/ratelimit.go`), on sluice's store.
 //!
-//! - Each descriptor finds its limit by the peer's most-specific match ([`super::matcher`]);
+//! - Each descriptor finds its limit by the peer's most-specific match
+//!   ([`crate::ratelimit::matcher`]);
 //!   a limit some matched limit `replaces` (by `name`) is dropped; `unlimited` is OK with
 //!   `limit_remaining` 2^32-1; no limit is OK with an empty status.
 //! - Hits: the descriptor's `hits_addend` when set (0 checks without debiting), else the
@@ -19,9 +21,9 @@
 //!   the next check refuses, as the peer's overshooting counter does. A reservation (a
 //!   descriptor marked `sluice_reservation`) is no such debit: refused, it takes nothing.
 //! - Reserve, then commit (sluice_core::rls_commit, docs/rls.md): sluice's marks are taken off
-//!   before the match ([`crate::grpc::rls::marks`]), so a marked descriptor matches the limit
+//!   before the match ([`super::marks`]), so a marked descriptor matches the limit
 //!   its unmarked entries match. A commit is settled on that limit's counter by the sluice-rules
-//!   path's own step ([`crate::grpc::rls::commit::commit_one`]) and answers OK with an empty
+//!   path's own step ([`super::commit::commit_one`]) and answers OK with an empty
 //!   status; a limit without a counter (`unlimited`, `requests_per_unit: 0`, no match) has
 //!   nothing to settle. An allowed reservation with an id is held in flight as on that path.
 
@@ -36,15 +38,17 @@ use sluice_core::rls_commit::Marks;
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
-use super::matcher::{lookup, Level, Matched};
-use super::metadata;
+use super::commit::{commit_one, settle_reservation};
+use super::marks::strip;
+use super::peer_metadata;
+use super::request::{check_shape, hits_as_sent};
+use super::response::{self, Answer};
+use super::status::AnswerError;
 use crate::clock::now_ms;
 use crate::deadline::{Deadline, DecideError};
-use crate::decide::{decide, decide_all};
-use crate::grpc::rls::commit::{commit_one, settle_reservation};
-use crate::grpc::rls::marks::strip;
-use crate::grpc::rls::request::{check_shape, hits_as_sent};
-use crate::grpc::rls::response::{self, Answer};
+use crate::decide::{decide, decide_checks};
+use crate::ratelimit::config::RlsUnit;
+use crate::ratelimit::matcher::{lookup, Level, Matched};
 use crate::state::App;
 use crate::store::CheckRequest;
 
@@ -180,15 +184,6 @@ async fn settle_reservations(app: &App, slots: &[Slot<'_>], decided: &[Option<Th
     }
 }
 
-/// Why a request got no answer.
-#[derive(Debug)]
-pub enum AnswerError {
-    /// A field sluice refuses.
-    Invalid(FieldError),
-    /// The store could not decide.
-    Decide(DecideError),
-}
-
 fn enforced(m: &Matched) -> bool {
     !m.limit.shadow_mode && !m.limit.quota_mode
 }
@@ -229,7 +224,7 @@ async fn decide_slots(
             .iter()
             .map(|(_, c)| CheckRequest { quantity: 0, ..*c })
             .collect();
-        let answers = run(app, &peeks, deadline, started).await?;
+        let answers = decide_checks(app, &peeks, deadline, started).await?;
         let check_refuses = counted.iter().zip(&answers).any(|((i, c), r)| {
             c.quantity == 0
                 && r.remaining == 0
@@ -250,7 +245,7 @@ async fn decide_slots(
         return Ok(out);
     }
     let requests: Vec<CheckRequest<'_>> = debits.iter().map(|(_, c)| *c).collect();
-    let mut answers = run(app, &requests, deadline, started).await?;
+    let mut answers = decide_checks(app, &requests, deadline, started).await?;
     if let ([(i, only)], [answer]) = (debits.as_slice(), answers.as_mut_slice()) {
         // A reservation is asked before the work, not paid after it: refused, it takes nothing.
         let reservation = slots.get(*i).is_some_and(|s| s.marks.reservation.is_some());
@@ -268,23 +263,6 @@ async fn decide_slots(
         out[*i] = Some(r);
     }
     Ok(out)
-}
-
-/// One decision, or all-or-nothing for several.
-async fn run(
-    app: &App,
-    checks: &[CheckRequest<'_>],
-    deadline: Option<Deadline>,
-    started: Instant,
-) -> Result<Vec<ThrottleResponse>, DecideError> {
-    match checks {
-        [one] => Ok(vec![
-            decide(app, one.rule, one.key, one.quantity, deadline, started).await?,
-        ]),
-        several => Ok(decide_all(app, several, deadline, started, None)
-            .await?
-            .results),
-    }
 }
 
 /// Whether a counted descriptor is over, before shadow mode: refused, would be refused, or (a
@@ -307,10 +285,7 @@ fn reset(unit_ms: u64, now_ms: u64) -> pb::Duration {
 }
 
 fn status(m: &Matched, code: Code, remaining: u64, reset_after: pb::Duration) -> DescriptorStatus {
-    let (unit, rpu) = m
-        .limit
-        .per_unit()
-        .unwrap_or((super::config::RlsUnit(Unit::Second), 0));
+    let (unit, rpu) = m.limit.per_unit().unwrap_or((RlsUnit(Unit::Second), 0));
     DescriptorStatus {
         code: code as i32,
         current_limit: Some(LimitProto {
@@ -411,7 +386,7 @@ fn respond(
         })
         .collect();
     let mut dynamic = response::metadata(&answers);
-    metadata::add_peer_fields(&mut dynamic, request, &passed_metadata);
+    peer_metadata::add_peer_fields(&mut dynamic, request, &passed_metadata);
     RateLimitResponse {
         overall_code: if over_all { Code::OverLimit } else { Code::Ok } as i32,
         statuses,
@@ -425,12 +400,12 @@ fn respond(
 mod tests {
     use super::*;
     use crate::grpc::rls::request::tests::{descriptor, request};
+    use crate::ratelimit::load::{build, MergeDomains};
     use std::path::PathBuf;
 
     fn level(yaml: &str) -> Level {
         let files = [(PathBuf::from("c.yaml"), yaml.to_owned())];
-        let loaded = super::super::load::build(&files, super::super::load::MergeDomains(false))
-            .expect("loads");
+        let loaded = build(&files, MergeDomains(false)).expect("loads");
         loaded.domains.into_values().next().expect("one domain")
     }
 

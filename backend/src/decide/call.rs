@@ -1,10 +1,11 @@
-//! One decision's store step under its caller's deadline.
+//! One decision's store step under its caller's deadline ([`crate::deadline`] holds the
+//! deadline's arithmetic; this runs a step of the shared state's store under it).
 //!
 //! - No deadline (tools, RLS without `grpc-timeout`): the step runs under the store deadline, as
 //!   every store call does ([`App::store_call`]).
 //! - A deadline whose time left is below the store's recent latency: no step is started, the
 //!   answer is [`Miss::NotStarted`] (503 `deadline_exceeded`), nothing is debited, and a probe of
-//!   the store's latency is sent if one is due ([`super::latency`]).
+//!   the store's latency is sent if one is due ([`crate::deadline::latency`]).
 //! - Otherwise the step is started (a store that answers at once is answered with no task), then
 //!   spawned, and waited for at most the time left (and the store
 //!   deadline). Past it the caller gets [`Miss::Late`], and the step, which cannot be called back
@@ -24,9 +25,9 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use tokio::sync::oneshot;
 
-use super::error::micros;
-use super::latency::LatencyEstimate;
-use super::{Admission, Deadline, DecideError, Miss};
+use crate::deadline::error::micros;
+use crate::deadline::latency::LatencyEstimate;
+use crate::deadline::{Admission, Deadline, DecideError, Miss};
 use crate::state::App;
 use crate::store::{Store, StoreError};
 
