@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use sluice_core::{Algorithm, Mode};
 
-use crate::store::{Store, StoreError};
+use crate::store::{CommitOutcome, Store, StoreError};
 
 /// How a decision came out, as a label value.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -420,18 +420,20 @@ impl Metrics {
     }
 
     /// Counts one commit of `action`: its refunded and overshoot units, or a duplicate.
-    pub fn commit(&self, action: &str, refunded: u64, overshoot: u64, duplicate: bool) {
-        if duplicate {
+    pub fn commit(&self, action: &str, outcome: &CommitOutcome) {
+        if outcome.duplicate {
             self.commit_duplicates.inc();
             return;
         }
         let labels = LeaseLabels {
             action: action.to_owned(),
         };
-        self.commit_refunded.get_or_create(&labels).inc_by(refunded);
+        self.commit_refunded
+            .get_or_create(&labels)
+            .inc_by(outcome.committed.refunded);
         self.commit_overshoot
             .get_or_create(&labels)
-            .inc_by(overshoot);
+            .inc_by(outcome.committed.overshoot);
     }
 
     /// Counts one request refused by `listener` (`decision` or `grpc`) for speaking the other

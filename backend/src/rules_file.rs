@@ -98,23 +98,23 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Rule>, RulesFileError> {
         message,
     };
     let expected = || shape("expected a list of rules or {rules: [...]}".into());
-    let (list, wrapped) = match value {
-        Value::Array(list) => (list, false),
+    let (list, shape) = match value {
+        Value::Array(list) => (list, FileShape::List),
         Value::Object(mut object) => match object.remove("rules") {
-            Some(Value::Array(list)) if object.is_empty() => (list, true),
+            Some(Value::Array(list)) if object.is_empty() => (list, FileShape::Wrapped),
             Some(Value::Array(_)) => {
                 let extra: Vec<&String> = object.keys().collect();
                 return Err(shape(format!(
                     "unknown top-level keys {extra:?}; expected only \"rules\""
                 )));
             }
-            Some(Value::Null) if object.is_empty() => (Vec::new(), true),
+            Some(Value::Null) if object.is_empty() => (Vec::new(), FileShape::Wrapped),
             _ => return Err(expected()),
         },
-        Value::Null => (Vec::new(), false),
+        Value::Null => (Vec::new(), FileShape::List),
         _ => return Err(expected()),
     };
-    let line = |index: usize| line_of_item(text, wrapped, index);
+    let line = |index: usize| line_of_item(text, shape, index);
     let mut rules: Vec<Rule> = Vec::with_capacity(list.len());
     for (i, item) in list.iter().enumerate() {
         let action = item
@@ -143,16 +143,26 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Rule>, RulesFileError> {
     Ok(rules)
 }
 
+/// How a rules file holds its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileShape {
+    /// A bare list of rules (or nothing).
+    List,
+    /// `{rules: [...]}`.
+    Wrapped,
+}
+
 /// The 1-based line where item `index` of the rules list starts (only asked on the error path).
 ///
 /// The YAML is read a second time with a visitor that stops at that item: the parser stamps the
 /// refusal with the position of the value it was reading, which is the line wanted.
-fn line_of_item(text: &str, wrapped: bool, index: usize) -> Option<usize> {
+fn line_of_item(text: &str, shape: FileShape, index: usize) -> Option<usize> {
     let locator = ListLocator { index };
-    let stopped = if wrapped {
-        serde_norway::Deserializer::from_str(text).deserialize_map(WrappedLocator(locator))
-    } else {
-        serde_norway::Deserializer::from_str(text).deserialize_seq(locator)
+    let stopped = match shape {
+        FileShape::Wrapped => {
+            serde_norway::Deserializer::from_str(text).deserialize_map(WrappedLocator(locator))
+        }
+        FileShape::List => serde_norway::Deserializer::from_str(text).deserialize_seq(locator),
     };
     stopped.err()?.location().map(|l| l.line())
 }

@@ -36,10 +36,41 @@ pub async fn decide(
     deadline: Option<Deadline>,
     started: Instant,
 ) -> Result<ThrottleResponse, DecideError> {
-    decide_leased(app, rule, key, quantity, false, deadline, started, None).await
+    decide_leased(
+        app,
+        rule,
+        key,
+        quantity,
+        LeaseAsk::NotAsked,
+        deadline,
+        started,
+        None,
+    )
+    .await
 }
 
-/// Like [`decide`], for a caller that may hold a lease (`asked`: the sluice filter says so per
+/// Whether a request's caller can hold a lease: the sluice filter says so per request (`lease`
+/// in a decision request); the rate limit service and tools cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAsk {
+    /// The caller can hold a lease: an allowed decision may carry the rule's ([`offer`]).
+    Asked,
+    /// The caller cannot hold one: no decision carries a lease.
+    NotAsked,
+}
+
+impl LeaseAsk {
+    /// From a decision request's `lease` field.
+    pub fn of(lease: bool) -> LeaseAsk {
+        if lease {
+            LeaseAsk::Asked
+        } else {
+            LeaseAsk::NotAsked
+        }
+    }
+}
+
+/// Like [`decide`], for a caller that may hold a lease (`ask`: the sluice filter says so per
 /// request). When the rule offers one ([`offer`]: enforced rules with a `lease`), an allowed
 /// request also debits a grant in the same atomic store step, and the answer carries it with
 /// `remaining` (and the rest) already excluding the granted units. `decision_id`: the caller's
@@ -50,12 +81,12 @@ pub async fn decide_leased(
     rule: &Rule,
     key: &str,
     quantity: u64,
-    asked: bool,
+    ask: LeaseAsk,
     deadline: Option<Deadline>,
     started: Instant,
     decision_id: Option<u64>,
 ) -> Result<ThrottleResponse, DecideError> {
-    let lease = offer(rule, asked);
+    let lease = offer(rule, ask == LeaseAsk::Asked);
     // The step owns what it needs: it may outlive this request (see crate::decide::call).
     let (store, owned_rule, owned_key) = (app.store.clone(), rule.clone(), key.to_owned());
     let step = async move {

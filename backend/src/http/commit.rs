@@ -82,11 +82,6 @@ pub async fn commit(
 
 fn count(metrics: &Metrics, action: &str, result: &Result<CommitOutcome, StoreError>) {
     if let Ok(o) = result {
-        metrics.commit(
-            action,
-            o.committed.refunded,
-            o.committed.overshoot,
-            o.duplicate,
-        );
+        metrics.commit(action, o);
     }
 }

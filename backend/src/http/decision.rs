@@ -15,7 +15,7 @@ use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleRe
 use super::error::ApiFailure;
 use super::input;
 use crate::deadline::{stall, Arrival, Deadline};
-use crate::decide::{decide_leased, hold_reservation};
+use crate::decide::{decide_leased, hold_reservation, LeaseAsk};
 use crate::state::App;
 
 /// Decides one request under its action's rule.
@@ -52,7 +52,7 @@ pub async fn throttle(
         rule,
         &request.key,
         request.quantity,
-        request.lease,
+        LeaseAsk::of(request.lease),
         Deadline::from_ms(
             stall::arrival(arrived, request.sent_at_ms),
             request.timeout_ms,

@@ -172,16 +172,25 @@ const PEER_KEYS: [&str; 16] = [
 /// sluice's own keys, on a descriptor only.
 const SLUICE_KEYS: [&str; 2] = ["algorithm", "capacity"];
 
+/// Which keys a map may hold besides the peer's ([`PEER_KEYS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeysAllowed {
+    /// Only the peer's (the file's root, a `rate_limit`, a `replaces` entry).
+    PeerOnly,
+    /// The peer's and sluice's own ([`SLUICE_KEYS`]): a descriptor.
+    WithSluice,
+}
+
 fn unknown_keys(
     file: &Path,
     map: &Map<String, Value>,
     at: &str,
-    sluice: bool,
+    allowed: KeysAllowed,
     errors: &mut Vec<ConfigError>,
 ) {
     for key in map.keys() {
-        let known =
-            PEER_KEYS.contains(&key.as_str()) || (sluice && SLUICE_KEYS.contains(&key.as_str()));
+        let known = PEER_KEYS.contains(&key.as_str())
+            || (allowed == KeysAllowed::WithSluice && SLUICE_KEYS.contains(&key.as_str()));
         if !known {
             let field = if at.is_empty() {
                 key.clone()
@@ -218,7 +227,7 @@ pub fn parse(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError>> {
             "expected a map with domain and descriptors",
         )]);
     };
-    unknown_keys(file, &root, "", false, &mut errors);
+    unknown_keys(file, &root, "", KeysAllowed::PeerOnly, &mut errors);
     let domain = match root.get("domain") {
         Some(v) => scalar(v).unwrap_or_default(),
         None => String::new(),
@@ -324,7 +333,7 @@ fn descriptor(
         ));
         return None;
     };
-    unknown_keys(file, map, at, true, errors);
+    unknown_keys(file, map, at, KeysAllowed::WithSluice, errors);
     let text = |key: &str, errors: &mut Vec<ConfigError>| match map.get(key) {
         None => String::new(),
         Some(v) => scalar(v).unwrap_or_else(|| {
@@ -414,7 +423,7 @@ fn rate_limit(
         ));
         return None;
     };
-    unknown_keys(file, map, at, false, errors);
+    unknown_keys(file, map, at, KeysAllowed::PeerOnly, errors);
     let unlimited = flag(file, map, "unlimited", at, errors);
     let unit_text = map.get("unit").and_then(scalar).unwrap_or_default();
     let unit = RlsUnit::parse(&unit_text);
@@ -474,7 +483,7 @@ fn rate_limit(
                     errors.push(ConfigError::new(file, field, "must be a map with name"));
                     continue;
                 };
-                unknown_keys(file, r, &field, false, errors);
+                unknown_keys(file, r, &field, KeysAllowed::PeerOnly, errors);
                 let n = r.get("name").and_then(scalar).unwrap_or_default();
                 if n.is_empty() {
                     errors.push(ConfigError::new(

@@ -59,21 +59,11 @@ pub async fn commit_one(
     let late = name.clone();
     let outcome = call::run(app, deadline, step, move |result| {
         if let Ok(o) = result {
-            metrics.commit(
-                &late,
-                o.committed.refunded,
-                o.committed.overshoot,
-                o.duplicate,
-            );
+            metrics.commit(&late, &o);
         }
     })
     .await?;
-    app.metrics.commit(
-        &name,
-        outcome.committed.refunded,
-        outcome.committed.overshoot,
-        outcome.duplicate,
-    );
+    app.metrics.commit(&name, &outcome);
     Ok(())
 }
 
