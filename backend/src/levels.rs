@@ -148,7 +148,7 @@ impl LevelsHub {
                 continue;
             }
             let set = rules.current();
-            let list: Vec<Rule> = set.rules.values().cloned().collect();
+            let list: Vec<Rule> = set.rules.values().map(|r| Rule::clone(r)).collect();
             match snapshot(store.as_ref(), &book, &list, &set.overrides, DEFAULT_LIMIT).await {
                 Ok(body) => match serde_json::to_string(&body) {
                     Ok(text) => {

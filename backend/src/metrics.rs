@@ -42,7 +42,7 @@ impl Outcome {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
     action: String,
-    algorithm: String,
+    algorithm: &'static str,
     outcome: Outcome,
 }
 
@@ -494,7 +494,7 @@ impl Metrics {
         self.decisions
             .get_or_create(&DecisionLabels {
                 action: action.to_owned(),
-                algorithm: algorithm.name().to_owned(),
+                algorithm: algorithm.name(),
                 outcome,
             })
             .inc();

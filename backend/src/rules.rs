@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use crate::store::{RuleChange, RuleSnapshot, Store, StoreError};
 
 /// Per-key overrides: action -> key -> the rule in force for that key.
-pub type Overrides = BTreeMap<String, BTreeMap<String, Rule>>;
+pub type Overrides = BTreeMap<String, BTreeMap<String, Arc<Rule>>>;
 
 /// One consistent set of rules, by action.
 #[derive(Debug, Clone, Default)]
@@ -26,8 +26,9 @@ pub struct RuleSet {
     /// The store's version of this set; `None` before any rule was ever stored, or when the set
     /// was changed locally without a confirmed reload (the next poll reloads it).
     pub version: Option<u64>,
-    /// The rules, by action name (sorted, so listings are stable).
-    pub rules: BTreeMap<String, Rule>,
+    /// The rules, by action name (sorted, so listings are stable). Shared (`Arc`): a decision
+    /// whose store step may outlive its request holds its rule without copying it.
+    pub rules: BTreeMap<String, Arc<Rule>>,
     /// Per-key overrides, by action then key; only of actions in `rules`.
     pub overrides: Overrides,
 }
@@ -38,14 +39,14 @@ impl RuleSet {
         let rules = snapshot
             .rules
             .into_iter()
-            .map(|r| (r.action().as_str().to_owned(), r))
+            .map(|r| (r.action().as_str().to_owned(), Arc::new(r)))
             .collect();
         let mut overrides = Overrides::new();
         for o in snapshot.overrides {
             overrides
                 .entry(o.rule.action().as_str().to_owned())
                 .or_default()
-                .insert(o.key, o.rule);
+                .insert(o.key, Arc::new(o.rule));
         }
         RuleSet {
             version: snapshot.version,
@@ -57,7 +58,7 @@ impl RuleSet {
     /// The rule in force for `key` under `action`: its override if it has one, else the
     /// action's rule; `None` when the action has no rule (an override never outlives its rule).
     /// Every decision path looks rules up here.
-    pub fn rule_for(&self, action: &str, key: &str) -> Option<&Rule> {
+    pub fn rule_for(&self, action: &str, key: &str) -> Option<&Arc<Rule>> {
         let rule = self.rules.get(action)?;
         Some(
             self.overrides
@@ -74,7 +75,7 @@ impl RuleSet {
             .flat_map(|by_key| {
                 by_key.iter().map(|(key, rule)| KeyOverride {
                     key: key.clone(),
-                    rule: rule.clone(),
+                    rule: Rule::clone(rule),
                 })
             })
             .collect()
@@ -85,7 +86,7 @@ impl RuleSet {
         match change {
             RuleChange::PutRule(rule) => {
                 self.rules
-                    .insert(rule.action().as_str().to_owned(), rule.clone());
+                    .insert(rule.action().as_str().to_owned(), Arc::new(rule.clone()));
             }
             RuleChange::DeleteRule(action) => {
                 self.rules.remove(action.as_str());
@@ -95,7 +96,7 @@ impl RuleSet {
                 self.overrides
                     .entry(rule.action().as_str().to_owned())
                     .or_default()
-                    .insert(key.clone(), rule.clone());
+                    .insert(key.clone(), Arc::new(rule.clone()));
             }
             RuleChange::DeleteOverride { action, key } => {
                 if let Some(by_key) = self.overrides.get_mut(action.as_str()) {
@@ -112,7 +113,7 @@ impl RuleSet {
     pub fn body(&self) -> RulesBody {
         RulesBody {
             version: self.version.unwrap_or(0),
-            rules: self.rules.values().cloned().collect(),
+            rules: self.rules.values().map(|r| Rule::clone(r)).collect(),
             overrides: self.listed_overrides(),
         }
     }

@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use sluice_core::leased::Leased;
+use sluice_core::Rule;
 
 use crate::metrics::Metrics;
 use crate::store::{AllOutcome, StoreError};
@@ -24,8 +25,8 @@ pub struct Late {
     metrics: Arc<Metrics>,
 }
 
-/// The checks of one late all-or-nothing step: (action, quantity) each.
-pub type LateChecks = Vec<(String, u64)>;
+/// The checks of one late all-or-nothing step: (rule, quantity) each.
+pub type LateChecks = Vec<(Arc<Rule>, u64)>;
 
 impl Late {
     /// Late steps counted in `metrics`.
@@ -61,16 +62,16 @@ impl Late {
                         .unrefunded(u64::try_from(outcome.unrefunded).unwrap_or(u64::MAX));
                 }
                 if outcome.denied.is_none() {
-                    for (action, quantity) in checks {
+                    for (rule, quantity) in checks {
                         if *quantity > 0 {
-                            self.debited(action, 1, *quantity);
+                            self.debited(rule.action().as_str(), 1, *quantity);
                         }
                     }
                 }
             }
             Err(e) => {
-                for (action, _) in checks {
-                    self.unknown(action, e);
+                for (rule, _) in checks {
+                    self.unknown(rule.action().as_str(), e);
                 }
             }
         }

@@ -9,7 +9,9 @@
 //! withdrawn when the caller's report names it.
 
 pub mod call;
+pub mod reservation;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_core::leased::offer;
@@ -24,13 +26,27 @@ use crate::metrics::Outcome;
 use crate::state::App;
 use crate::store::CheckRequest;
 
+pub use reservation::hold_reservation;
+
+/// One check of a request decided with others: the rule in force (shared, so that a store step
+/// that outlives its request holds it without a copy), the key and the units.
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    /// The rule in force for the key (its override, if it has one).
+    pub rule: &'a Arc<Rule>,
+    /// The key, as the caller sent it.
+    pub key: &'a str,
+    /// Units asked for (0 peeks).
+    pub quantity: u64,
+}
+
 /// Decides `quantity` units for `key` under `rule` (quantity 0 peeks: nothing changes and no
 /// activity is recorded), with no lease: what the rate limit service and every caller that
 /// cannot hold a lease get. `deadline`: the caller's, if it sent one. `started` is when the
 /// caller began on the request, for the latency the decision metric reports.
 pub async fn decide(
     app: &App,
-    rule: &Rule,
+    rule: &Arc<Rule>,
     key: &str,
     quantity: u64,
     deadline: Option<Deadline>,
@@ -78,7 +94,7 @@ impl LeaseAsk {
 #[allow(clippy::too_many_arguments)]
 pub async fn decide_leased(
     app: &App,
-    rule: &Rule,
+    rule: &Arc<Rule>,
     key: &str,
     quantity: u64,
     ask: LeaseAsk,
@@ -88,16 +104,16 @@ pub async fn decide_leased(
 ) -> Result<ThrottleResponse, DecideError> {
     let lease = offer(rule, ask == LeaseAsk::Asked);
     // The step owns what it needs: it may outlive this request (see crate::decide::call).
-    let (store, owned_rule, owned_key) = (app.store.clone(), rule.clone(), key.to_owned());
+    let (store, step_rule, owned_key) = (app.store.clone(), Arc::clone(rule), key.to_owned());
     let step = async move {
         store
-            .throttle_leased(&owned_rule, &owned_key, quantity, lease, None)
+            .throttle_leased(&step_rule, &owned_key, quantity, lease, None)
             .await
     };
     let late = Late::new(app.metrics.clone());
-    let action = rule.action().as_str().to_owned();
+    let late_rule = Arc::clone(rule);
     let leased = call::run(app, deadline, step, move |result| {
-        late.single(&action, quantity, &result)
+        late.single(late_rule.action().as_str(), quantity, &result)
     })
     .await?;
     let decision = leased.decision;
@@ -135,18 +151,19 @@ pub async fn decide_leased(
 /// consumed nothing, like a peek).
 pub async fn decide_all(
     app: &App,
-    checks: &[CheckRequest<'_>],
+    checks: &[Check<'_>],
     deadline: Option<Deadline>,
     started: Instant,
     decision_id: Option<u64>,
 ) -> Result<ThrottleAllResponse, DecideError> {
-    let owned: Vec<(Rule, String, u64)> = checks
+    // The step owns what it needs: it may outlive this request (see crate::decide::call).
+    let owned: Vec<(Arc<Rule>, String, u64)> = checks
         .iter()
-        .map(|c| (c.rule.clone(), c.key.to_owned(), c.quantity))
+        .map(|c| (Arc::clone(c.rule), c.key.to_owned(), c.quantity))
         .collect();
     let late_checks: LateChecks = checks
         .iter()
-        .map(|c| (c.rule.action().as_str().to_owned(), c.quantity))
+        .map(|c| (Arc::clone(c.rule), c.quantity))
         .collect();
     let store = app.store.clone();
     let step = async move {
@@ -220,7 +237,7 @@ pub async fn decide_all(
 /// ([`crate::grpc::rls`]) decide this way.
 pub async fn decide_checks(
     app: &App,
-    checks: &[CheckRequest<'_>],
+    checks: &[Check<'_>],
     deadline: Option<Deadline>,
     started: Instant,
 ) -> Result<Vec<ThrottleResponse>, DecideError> {
@@ -232,43 +249,6 @@ pub async fn decide_checks(
         several => Ok(decide_all(app, several, deadline, started, None)
             .await?
             .results),
-    }
-}
-
-/// After an allowed decision of a request that carried a reservation id (`reservation_id` over
-/// HTTP, `sluice_reservation` in RLS): holds the
-/// reservation as in flight for the key view ([`crate::store::DecisionStore::hold`]) before the
-/// answer goes out, so that its commit (sent only after the answer) always finds it. The
-/// decision stands whatever happens here: a reservation not held is counted in
-/// `sluice_reservations_unheld` and a store failure is said in the log (the key view then shows
-/// less in flight than there is; decisions never read it). A shadow rule's would-deny debited
-/// nothing and holds nothing, as does a quantity of 0.
-pub async fn hold_reservation(
-    app: &App,
-    rule: &Rule,
-    key: &str,
-    id: &str,
-    quantity: u64,
-    response: &ThrottleResponse,
-) {
-    if !response.allowed || response.would_deny || quantity == 0 {
-        return;
-    }
-    let action = rule.action().as_str();
-    match app
-        .store_call(app.store.hold(rule, key, id, quantity, None))
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => app.metrics.reservation_unheld(action),
-        Err(e) => {
-            app.metrics.reservation_unheld(action);
-            tracing::warn!(
-                action,
-                error = %e,
-                "an allowed reservation is not shown as in flight (the decision stands)"
-            );
-        }
     }
 }
 

@@ -94,7 +94,7 @@ pub async fn get_rule(
     rules
         .rules
         .get(action.as_str())
-        .map(|r| Json(r.clone()))
+        .map(|r| Json(Rule::clone(r)))
         .ok_or_else(|| ApiFailure::unknown_action(action.as_str()))
 }
 
@@ -218,14 +218,14 @@ pub async fn get_levels(
     };
     let set = app.rules.current();
     let rules: Vec<Rule> = match query.action.as_deref() {
-        None => set.rules.values().cloned().collect(),
+        None => set.rules.values().map(|r| Rule::clone(r)).collect(),
         Some(name) => {
             let action = path_action(name)?;
             let rule = set
                 .rules
                 .get(action.as_str())
                 .ok_or_else(|| ApiFailure::unknown_action(action.as_str()))?;
-            vec![rule.clone()]
+            vec![Rule::clone(rule)]
         }
     };
     let body = app

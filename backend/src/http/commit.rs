@@ -18,10 +18,8 @@ use sluice_core::wire::{ApiError, CommitRequest, CommitResponse};
 use super::error::ApiFailure;
 use super::input;
 use crate::deadline::{stall, Arrival, Deadline};
-use crate::decide::call;
-use crate::metrics::Metrics;
+use crate::decide::reservation::commit as commit_reservation;
 use crate::state::App;
-use crate::store::{CommitOutcome, StoreError};
 
 /// Commits a reservation's actual cost.
 #[utoipa::path(
@@ -58,30 +56,19 @@ pub async fn commit(
     };
     let arrived = stall::arrival(arrived, request.sent_at_ms);
     let deadline = Deadline::from_ms(arrived, request.timeout_ms);
-    let capacity = rule.capacity();
-    let name = action.as_str().to_owned();
-    let store = app.store.clone();
-    let (key, id, settle) = (request.key.clone(), request.id.clone(), request.commit());
-    let step_rule = rule.clone();
-    let step = async move { store.commit(&step_rule, &key, &id, settle, None).await };
-    let metrics = app.metrics.clone();
-    let late_name = name.clone();
-    let outcome = call::run(&app, deadline, step, move |result| {
-        // Done after the caller gave up: it happened all the same.
-        count(&metrics, &late_name, &result);
-    })
+    let outcome = commit_reservation(
+        &app,
+        &rule,
+        &request.key,
+        &request.id,
+        request.commit(),
+        deadline,
+    )
     .await
     .map_err(|e| ApiFailure::decide(&e))?;
-    count(&app.metrics, &name, &Ok(outcome));
     Ok(Json(CommitResponse::new(
-        capacity,
+        rule.capacity(),
         &outcome.committed,
         outcome.duplicate,
     )))
-}
-
-fn count(metrics: &Metrics, action: &str, result: &Result<CommitOutcome, StoreError>) {
-    if let Ok(o) = result {
-        metrics.commit(action, o);
-    }
 }

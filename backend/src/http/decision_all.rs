@@ -13,9 +13,8 @@ use sluice_core::wire::{ApiError, ThrottleAllRequest, ThrottleAllResponse};
 use super::error::ApiFailure;
 use super::input;
 use crate::deadline::{stall, Arrival, Deadline};
-use crate::decide::decide_all;
+use crate::decide::{decide_all, Check};
 use crate::state::App;
-use crate::store::CheckRequest;
 
 /// Decides 1 to 8 checks together: allowed only if every check allows; a denied request
 /// consumes nothing from any of its limits.
@@ -51,7 +50,7 @@ pub async fn throttle_all(
             failure.body.field = Some(format!("checks[{index}].action"));
             return Err(failure);
         };
-        checks.push(CheckRequest {
+        checks.push(Check {
             rule,
             key: &check.key,
             quantity: check.quantity,

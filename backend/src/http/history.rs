@@ -20,7 +20,12 @@ use crate::state::App;
 const READ_DEADLINE: Duration = Duration::from_secs(5);
 
 fn rules(app: &App) -> Vec<Rule> {
-    app.rules.current().rules.values().cloned().collect()
+    app.rules
+        .current()
+        .rules
+        .values()
+        .map(|r| Rule::clone(r))
+        .collect()
 }
 
 /// The value of the query parameter `name` (percent-decoded, `+` as a space), `None` when
@@ -154,7 +159,7 @@ pub async fn get_key(
         .rules
         .keys()
         .filter_map(|action| set.rule_for(action, &key))
-        .cloned()
+        .map(|r| Rule::clone(r))
         .collect();
     let mut body = app
         .store_call_within(

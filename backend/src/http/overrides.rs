@@ -91,7 +91,7 @@ pub async fn list_overrides(
                 .iter()
                 .map(|(key, rule)| KeyOverride {
                     key: key.clone(),
-                    rule: rule.clone(),
+                    rule: Rule::clone(rule),
                 })
                 .collect()
         })
@@ -129,7 +129,7 @@ pub async fn get_override(
     set.overrides
         .get(action.as_str())
         .and_then(|by_key| by_key.get(&key))
-        .map(|rule| Json(rule.clone()))
+        .map(|rule| Json(Rule::clone(rule)))
         .ok_or_else(|| no_override(&action, &key))
 }
 

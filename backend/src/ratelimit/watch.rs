@@ -157,7 +157,7 @@ pub async fn publish(
     };
     let mut changes = Vec::new();
     for rule in &loaded.rules {
-        if current.rules.get(rule.action().as_str()) != Some(rule) {
+        if current.rules.get(rule.action().as_str()).map(|r| &**r) != Some(rule) {
             changes.push(RuleChange::PutRule(rule.clone()));
         }
     }

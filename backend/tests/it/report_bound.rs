@@ -8,6 +8,7 @@
 //! recognised. Actions without a rule share one set.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_backend::history::attempts::Attempts;
@@ -60,9 +61,9 @@ pub async fn report_records_are_bounded(store: &dyn Store) {
     let rules = RuleSet {
         rules: BTreeMap::from([(
             "rb".to_owned(),
-            rule(
+            Arc::new(rule(
                 r#"{"action":"rb","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"1s"}}"#,
-            ),
+            )),
         )]),
         ..RuleSet::default()
     };

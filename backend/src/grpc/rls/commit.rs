@@ -1,8 +1,10 @@
 //! The commits an RLS request carries (sluice_core::rls_commit): an `apply_on_stream_done`
 //! descriptor with a request id commits that request's reservation, once per id, through the same
-//! store step as `POST /v1/commit` ([`crate::store::DecisionStore::commit`]) and its metrics.
+//! step as `POST /v1/commit` ([`crate::decide::reservation::commit`]) and its metrics.
 //! Without a `sluice_reserved_at_ms` entry the reservation is taken to be as old as the commit's
 //! arrival (docs/rls.md says what that gives back too much of, and when).
+
+use std::sync::Arc;
 
 use sluice_core::commit::Commit;
 use sluice_core::rls_commit::CommitMark;
@@ -12,7 +14,7 @@ use sluice_core::Rule;
 
 use super::request::Check;
 use crate::deadline::{Deadline, DecideError};
-use crate::decide::{call, hold_reservation};
+use crate::decide::reservation::{commit, hold_reservation};
 use crate::state::App;
 
 /// Commits every check that is a commit and has a rule, in order. A commit of an unknown action
@@ -20,7 +22,7 @@ use crate::state::App;
 pub async fn commit_all(
     app: &App,
     checks: &[Check],
-    rules: &[Option<&Rule>],
+    rules: &[Option<&Arc<Rule>>],
     deadline: Option<Deadline>,
 ) -> Result<(), DecideError> {
     for (check, rule) in checks.iter().zip(rules) {
@@ -36,7 +38,7 @@ pub async fn commit_all(
 /// rules too), so a commit means one thing whichever answered the reservation.
 pub async fn commit_one(
     app: &App,
-    rule: &Rule,
+    rule: &Arc<Rule>,
     key: &str,
     mark: &CommitMark,
     actual: u64,
@@ -51,19 +53,7 @@ pub async fn commit_one(
             .saturating_mul(NANOS_PER_MILLI)
             .saturating_add(NANOS_PER_MILLI - 1),
     };
-    let store = app.store.clone();
-    let (step_rule, key, id) = (rule.clone(), key.to_owned(), mark.id.clone());
-    let step = async move { store.commit(&step_rule, &key, &id, settle, None).await };
-    let metrics = app.metrics.clone();
-    let name = rule.action().as_str().to_owned();
-    let late = name.clone();
-    let outcome = call::run(app, deadline, step, move |result| {
-        if let Ok(o) = result {
-            metrics.commit(&late, &o);
-        }
-    })
-    .await?;
-    app.metrics.commit(&name, &outcome);
+    commit(app, rule, key, &mark.id, settle, deadline).await?;
     Ok(())
 }
 

@@ -27,6 +27,7 @@
 //!   status; a limit without a counter (`unlimited`, `requests_per_unit: 0`, no match) has
 //!   nothing to settle. An allowed reservation with an id is held in flight as on that path.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -46,11 +47,10 @@ use super::response::{self, Answer};
 use super::status::AnswerError;
 use crate::clock::now_ms;
 use crate::deadline::{Deadline, DecideError};
-use crate::decide::{decide, decide_checks};
+use crate::decide::{decide, decide_checks, Check};
 use crate::ratelimit::config::RlsUnit;
 use crate::ratelimit::matcher::{lookup, Level, Matched};
 use crate::state::App;
-use crate::store::CheckRequest;
 
 /// What one descriptor is, before the store is asked.
 enum Kind<'r> {
@@ -61,7 +61,7 @@ enum Kind<'r> {
     /// `requests_per_unit: 0`.
     Zero(Matched),
     /// A counted limit under a sluice rule.
-    Counted(Matched, &'r Rule),
+    Counted(Matched, &'r Arc<Rule>),
 }
 
 /// One descriptor's place in the request.
@@ -195,13 +195,13 @@ async fn decide_slots(
     deadline: Option<Deadline>,
     started: Instant,
 ) -> Result<Vec<Option<ThrottleResponse>>, DecideError> {
-    let counted: Vec<(usize, CheckRequest<'_>)> = slots
+    let counted: Vec<(usize, Check<'_>)> = slots
         .iter()
         .enumerate()
         .filter_map(|(i, s)| match &s.kind {
             Kind::Counted(m, rule) if s.marks.commit.is_none() => Some((
                 i,
-                CheckRequest {
+                Check {
                     rule,
                     key: &m.key,
                     quantity: s.quantity,
@@ -220,9 +220,9 @@ async fn decide_slots(
     let checks_only = counted.iter().any(|(_, c)| c.quantity == 0);
     // Peeks first when something may refuse without a debit: a refused request debits nothing.
     if refused_before || checks_only {
-        let peeks: Vec<CheckRequest<'_>> = counted
+        let peeks: Vec<Check<'_>> = counted
             .iter()
-            .map(|(_, c)| CheckRequest { quantity: 0, ..*c })
+            .map(|(_, c)| Check { quantity: 0, ..*c })
             .collect();
         let answers = decide_checks(app, &peeks, deadline, started).await?;
         let check_refuses = counted.iter().zip(&answers).any(|((i, c), r)| {
@@ -237,14 +237,14 @@ async fn decide_slots(
             return Ok(out);
         }
     }
-    let debits: Vec<(usize, CheckRequest<'_>)> = counted
+    let debits: Vec<(usize, Check<'_>)> = counted
         .into_iter()
         .filter(|(_, c)| c.quantity > 0)
         .collect();
     if debits.is_empty() {
         return Ok(out);
     }
-    let requests: Vec<CheckRequest<'_>> = debits.iter().map(|(_, c)| *c).collect();
+    let requests: Vec<Check<'_>> = debits.iter().map(|(_, c)| *c).collect();
     let mut answers = decide_checks(app, &requests, deadline, started).await?;
     if let ([(i, only)], [answer]) = (debits.as_slice(), answers.as_mut_slice()) {
         // A reservation is asked before the work, not paid after it: refused, it takes nothing.

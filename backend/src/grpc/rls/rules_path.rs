@@ -3,6 +3,7 @@
 //! same decision path as `POST /v1/throttle` ([`crate::decide`]). Commits (stream-done
 //! descriptors with a request id) are settled first, not decided ([`super::commit`]).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -14,9 +15,11 @@ use super::request::{checks, Check};
 use super::response::{self, Answer};
 use super::status::AnswerError;
 use crate::deadline::{Deadline, DecideError};
-use crate::decide::decide_checks;
+use crate::decide::{decide_checks, Check as DecideCheck};
 use crate::state::App;
-use crate::store::CheckRequest;
+
+/// Each check's rule in force, if its action has one.
+type Found<'r> = Option<&'r Arc<Rule>>;
 
 /// Answers `request` under the rules in force.
 pub async fn answer(
@@ -27,7 +30,7 @@ pub async fn answer(
 ) -> Result<RateLimitResponse, AnswerError> {
     let checks = checks(request).map_err(AnswerError::Invalid)?;
     let rules = app.rules.current();
-    let found: Vec<Option<&Rule>> = checks
+    let found: Vec<Found<'_>> = checks
         .iter()
         .map(|c| {
             let rule = rules.rule_for(c.action.as_str(), &c.key);
@@ -39,7 +42,7 @@ pub async fn answer(
         .collect();
     // Commits (stream-done descriptors with a request id) are settled, not decided: they
     // answer OK, and the request's checks are decided as if they were not there.
-    let (commits, found): (Vec<Option<&Rule>>, Vec<Option<&Rule>>) = checks
+    let (commits, found): (Vec<Found<'_>>, Vec<Found<'_>>) = checks
         .iter()
         .zip(found)
         .map(|(c, r)| {
@@ -72,12 +75,12 @@ pub async fn answer(
 async fn decide_known(
     app: &App,
     checks: &[Check],
-    rules: &[Option<&Rule>],
+    rules: &[Found<'_>],
     deadline: Option<Deadline>,
     started: Instant,
 ) -> Result<Vec<Option<ThrottleResponse>>, DecideError> {
     let mut answers: Vec<Option<ThrottleResponse>> = vec![None; checks.len()];
-    let known: Vec<(usize, CheckRequest<'_>)> = checks
+    let known: Vec<(usize, DecideCheck<'_>)> = checks
         .iter()
         .zip(rules)
         .enumerate()
@@ -85,7 +88,7 @@ async fn decide_known(
             rule.map(|rule| {
                 (
                     i,
-                    CheckRequest {
+                    DecideCheck {
                         rule,
                         key: &check.key,
                         quantity: check.quantity,
@@ -94,7 +97,7 @@ async fn decide_known(
             })
         })
         .collect();
-    let requests: Vec<CheckRequest<'_>> = known.iter().map(|(_, c)| *c).collect();
+    let requests: Vec<DecideCheck<'_>> = known.iter().map(|(_, c)| *c).collect();
     let decided = decide_checks(app, &requests, deadline, started).await?;
     for ((i, _), result) in known.iter().zip(decided) {
         if let Some(answer) = answers.get_mut(*i) {

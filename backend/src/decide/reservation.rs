@@ -1,0 +1,80 @@
+//! A reservation's life after its decision, the same for both ways in (`POST /v1/throttle`
+//! with a `reservation_id` then `POST /v1/commit`; the RLS front door's `sluice_reservation` and
+//! commit descriptors): held as in flight once allowed, then committed at its actual cost under
+//! its caller's deadline and counted once ([`sluice_core::commit`]).
+
+use std::sync::Arc;
+
+use sluice_core::commit::Commit;
+use sluice_core::wire::ThrottleResponse;
+use sluice_core::Rule;
+
+use super::call;
+use crate::deadline::{Deadline, DecideError};
+use crate::state::App;
+use crate::store::CommitOutcome;
+
+/// After an allowed decision of a request that carried a reservation id (`reservation_id` over
+/// HTTP, `sluice_reservation` in RLS): holds the
+/// reservation as in flight for the key view ([`crate::store::DecisionStore::hold`]) before the
+/// answer goes out, so that its commit (sent only after the answer) always finds it. The
+/// decision stands whatever happens here: a reservation not held is counted in
+/// `sluice_reservations_unheld` and a store failure is said in the log (the key view then shows
+/// less in flight than there is; decisions never read it). A shadow rule's would-deny debited
+/// nothing and holds nothing, as does a quantity of 0.
+pub async fn hold_reservation(
+    app: &App,
+    rule: &Rule,
+    key: &str,
+    id: &str,
+    quantity: u64,
+    response: &ThrottleResponse,
+) {
+    if !response.allowed || response.would_deny || quantity == 0 {
+        return;
+    }
+    let action = rule.action().as_str();
+    match app
+        .store_call(app.store.hold(rule, key, id, quantity, None))
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => app.metrics.reservation_unheld(action),
+        Err(e) => {
+            app.metrics.reservation_unheld(action);
+            tracing::warn!(
+                action,
+                error = %e,
+                "an allowed reservation is not shown as in flight (the decision stands)"
+            );
+        }
+    }
+}
+
+/// Commits reservation `id` of `key` under `rule` (`settle`: what was reserved, the actual cost,
+/// when it was reserved) as one store step under `deadline` ([`call::run`]), counted in the
+/// commit metrics; one that finishes after its caller gave up happened all the same, and is
+/// counted too.
+pub async fn commit(
+    app: &App,
+    rule: &Arc<Rule>,
+    key: &str,
+    id: &str,
+    settle: Commit,
+    deadline: Option<Deadline>,
+) -> Result<CommitOutcome, DecideError> {
+    // The step owns what it needs: it may outlive this request (see crate::decide::call).
+    let store = app.store.clone();
+    let (step_rule, key, id) = (Arc::clone(rule), key.to_owned(), id.to_owned());
+    let step = async move { store.commit(&step_rule, &key, &id, settle, None).await };
+    let metrics = app.metrics.clone();
+    let late_rule = Arc::clone(rule);
+    let outcome = call::run(app, deadline, step, move |result| {
+        if let Ok(o) = &result {
+            metrics.commit(late_rule.action().as_str(), o);
+        }
+    })
+    .await?;
+    app.metrics.commit(rule.action().as_str(), &outcome);
+    Ok(outcome)
+}
