@@ -31,7 +31,7 @@
 //! What is left: a stall shorter than [`STALL_GAP`] is not seen (its requests lose at most that
 //! much, as a busy host's would); a stall that starts while a request is being decided makes it
 //! late: a step whose answer comes after its deadline is counted as late, not decided
-//! ([`super::call`]), and a decision made just before the process stood still whose answer left
+//! ([`crate::decide::call`]), and a decision made just before the process stood still whose answer left
 //! after its sender gave up is withdrawn when the sender's report names it
 //! ([`crate::activity`], "edge"). A clock that steps while no traffic flows (the floor kept
 //! from before is then off by the step) misjudges requests read in the gate by that step until
