@@ -7,13 +7,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --locked -p sluice-filter --target wasm32-wasip1 --profile wasm-release
+# The wasm host crate (wasm/, sluice-filter-wasm) over the shared logic (filter/, sluice-filter).
+cargo build --locked -p sluice-filter-wasm --target wasm32-wasip1 --profile wasm-release
+built=target/wasm32-wasip1/wasm-release/sluice_filter_wasm.wasm
 out=target/wasm32-wasip1/wasm-release/sluice_filter.wasm
-[ -s "$out" ] || { echo "sluice: $out was not produced" >&2; exit 1; }
+[ -s "$built" ] || { echo "sluice: $built was not produced" >&2; exit 1; }
 # Drop the exports of callbacks the filter does not implement: Envoy calls only exported ones,
-# ~7.5k instructions per request saved (filter/src/exports.rs). Idempotent: a rerun with nothing
+# ~7.5k instructions per request saved (wasm/src/exports.rs). The trimmed module is the one
+# Envoy loads, under the name every config and script uses. Idempotent: a rerun with nothing
 # rebuilt rewrites the same bytes.
-cargo run --locked -q -p sluice-filter --example trim_exports -- "$out" "$out.trimmed"
+cargo run --locked -q -p sluice-filter-wasm --example trim_exports -- "$built" "$out.trimmed"
 mv "$out.trimmed" "$out"
 echo "$out ($(stat -c %s "$out") bytes)"
 cargo build --locked -q -p sluice-filter-native --release

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Formatting and lints, as the test command runs them (before any suite): rustfmt, then clippy
-# with warnings as errors over every target of the workspace natively, plus the filter for
-# wasm32-wasip1 and the dashboard for wasm32-unknown-unknown (their proxy-wasm and Leptos code
+# with warnings as errors over every target of the workspace natively, plus the filter's wasm host
+# (wasm/, with the shared logic it builds on) for wasm32-wasip1 and the dashboard for wasm32-unknown-unknown (their proxy-wasm and Leptos code
 # only exists on wasm, so a native run never sees it). The dynamic-module build (native/) is a
 # workspace member: the workspace run lints it, its bindings (native/src/abi.rs) included. unwrap/expect/panic are denied in the
 # filter and the backend outside tests (their Cargo.toml); clippy.toml allows them in tests.
@@ -34,7 +34,7 @@ done
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p sluice-filter-native --features fault-injection --all-targets --locked -- -D warnings
 cargo clippy -p sluice-core --all-targets --all-features --locked -- -D warnings
-cargo clippy -p sluice-filter --target wasm32-wasip1 --locked -- -D warnings
+cargo clippy -p sluice-filter-wasm --target wasm32-wasip1 --locked -- -D warnings
 cargo clippy -p sluice-dashboard --target wasm32-unknown-unknown --locked -- -D warnings
 # The fuzz targets (fuzz/: not a workspace member, built by cargo fuzz only in the fuzz suite near
 # the end of the test command) are type-checked here, so a change to a trait they implement (the

@@ -7,9 +7,10 @@
 //!
 //! How it fits proxy-wasm: a stream belongs to the root context that opened it (one per worker),
 //! so answers arrive at the root; [`Exchanger`] remembers which request context waits for which
-//! message id, and the root hands each answer to that context (`abi.rs` switches to it with
-//! `set_effective_context`). Envoy has no per-message timeout on a stream, so the root's tick
-//! answers overdue requests as timed out ([`Exchanger::expired`]), at most a tick late.
+//! message id, and the root hands each answer to that context (`wasm/src/abi/exchange_glue.rs`
+//! switches to it with `set_effective_context`; the native host keeps the stream on Envoy's main
+//! thread, `native/src/stream.rs`). Envoy has no per-message timeout on a stream, so the root's
+//! tick answers overdue requests as timed out ([`Exchanger::expired`]), at most a tick late.
 //!
 //! While no stream is open (before the first tick, after the backend closed it, or when
 //! [`MAX_WAITING`] requests are in flight) [`Exchanger::send`] routes the request as one unary
@@ -86,7 +87,7 @@ pub struct Waiting<W> {
     pub stream: u32,
     /// Envoy's id of the request context (for `set_effective_context`).
     pub context_id: u32,
-    /// Whoever takes the answer (the request's flow, in `abi.rs`).
+    /// Whoever takes the answer (the request's flow, in the wasm host).
     pub waiter: W,
     /// Past this time the request is answered as timed out.
     pub deadline_ns: u64,

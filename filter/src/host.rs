@@ -1,7 +1,8 @@
 //! The host trait: everything the filter needs from Envoy, so that the logic in [`crate::flow`]
-//! runs natively against a fake host in tests and against proxy-wasm hostcalls in Envoy
-//! (`abi.rs`). Every method is infallible from the flow's point of view: the wasm
-//! implementation turns host errors into "absent" or a log line, never a panic.
+//! runs natively against a fake host in tests and, in Envoy, against proxy-wasm hostcalls
+//! (`wasm/src/abi.rs`) or the dynamic module's ABI (`native/`). Every method is infallible from
+//! the flow's point of view: each host turns host errors into "absent" or a log line, never a
+//! panic.
 
 use crate::failure::Failure;
 

@@ -1,4 +1,7 @@
-//! sluice-filter: the proxy-wasm filter that puts sluice in front of an upstream, inside Envoy.
+//! sluice-filter: the sluice filter's logic, shared by its two Envoy hosts: the proxy-wasm
+//! module (`wasm/`, crate `sluice-filter-wasm`) and the Envoy dynamic module (`native/`, crate
+//! `sluice-filter-native`). Nothing here knows which host runs it (no proxy-wasm, no ABI: the
+//! same code on both targets); a change to what the filter does is made here once, for both.
 //!
 //! Per request: match a route ([`route`]), take its key (encoded and bounded by [`key`]), admit it
 //! from a lease ([`lease`]: units the backend debited in advance, spent with no callout), answer
@@ -7,8 +10,8 @@
 //! messages of [`rls_proto`]), then resume (with
 //! rate-limit headers on the response) or reply 429 ([`reply`]). What only the filter knows is
 //! counted per action and sent to the backend on a timer ([`report`]). The request flow ([`flow`])
-//! talks to Envoy only through the [`host::Host`] trait, so it is tested natively against a fake
-//! host (`fake_host`); `abi` is the thin proxy-wasm glue, compiled only for wasm32. A decision
+//! talks to Envoy only through the [`host::Host`] trait, which each host implements over its own
+//! calls, so it is tested natively against a fake host (`fake_host`). A decision
 //! that could not be made is classified once ([`failure`]), counted by reason and said in Envoy's
 //! log, at most once per 10 s per reason.
 
@@ -16,7 +19,6 @@ pub mod cache;
 pub mod config;
 pub mod cost;
 pub mod exchange;
-pub mod exports;
 pub mod failure;
 pub mod flow;
 pub mod host;
@@ -27,9 +29,6 @@ pub mod report;
 pub mod rls;
 pub mod rls_proto;
 pub mod route;
-
-#[cfg(target_arch = "wasm32")]
-mod abi;
 
 #[cfg(test)]
 mod fake_host;

@@ -1,5 +1,5 @@
 """The filter module Envoy loads exports only the proxy-wasm callbacks the filter implements
-(scripts/build-filter.sh trims the rest, filter/src/exports.rs): Envoy calls a callback only if it
+(scripts/build-filter.sh trims the rest, wasm/src/exports.rs): Envoy calls a callback only if it
 is exported, so each unused one would cost every request a call into the VM."""
 
 import stack

@@ -1,6 +1,6 @@
 //! The root context's side of `protocol: grpc_stream`: opens the worker's exchange stream,
 //! hands each answer to the request context waiting for it, and answers overdue ones as timed
-//! out (the logic, tested natively, is in [`crate::exchange`]; this is the proxy-wasm glue).
+//! out (the logic, tested natively, is in [`sluice_filter::exchange`]; this is the proxy-wasm glue).
 //!
 //! A request context is switched to with `set_effective_context` before its flow runs, so its
 //! resume or reply acts on its own HTTP stream (Envoy defers both until the VM call returns, as
@@ -15,10 +15,10 @@ use proxy_wasm::types::BufferType;
 use sluice_core::exchange::{ExchangeRequest, CALL_METHOD, SERVICE, STREAM_METHOD};
 
 use super::WasmHost;
-use crate::exchange::{Exchanger, Route, StreamHost, Waiting};
-use crate::failure::Failure;
-use crate::flow::{Flow, MAX_RESPONSE_BODY};
-use crate::host::{Counter, ExchangeCall};
+use sluice_filter::exchange::{Exchanger, Route, StreamHost, Waiting};
+use sluice_filter::failure::Failure;
+use sluice_filter::flow::{Flow, MAX_RESPONSE_BODY};
+use sluice_filter::host::{Counter, ExchangeCall};
 
 /// One worker's exchanger; the waiters are the request contexts' flows (weak: a request that
 /// went away is simply not answered).
@@ -127,7 +127,7 @@ pub fn reply_of_call(status_code: u32, response_size: usize) -> UnaryReply {
     } else {
         Vec::new()
     };
-    match crate::exchange::unary_reply(status_code, message.as_deref(), &bytes) {
+    match sluice_filter::exchange::unary_reply(status_code, message.as_deref(), &bytes) {
         Ok((status, body)) => UnaryReply::Answered(status.to_string().into_bytes(), body),
         Err(failure) => UnaryReply::Failed(failure),
     }

@@ -1,11 +1,11 @@
 //! Removes the proxy-wasm callbacks the filter does not implement from a built filter module
-//! (`sluice_filter::exports`: Envoy then skips those calls into the VM on every request).
+//! (`sluice_filter_wasm::exports`: Envoy then skips those calls into the VM on every request).
 //!
-//!     cargo run -p sluice-filter --example trim_exports -- IN.wasm OUT.wasm
+//!     cargo run -p sluice-filter-wasm --example trim_exports -- IN.wasm OUT.wasm
 
 use std::process::ExitCode;
 
-use sluice_filter::exports::{drop_exports, export_names, UNUSED_CALLBACKS};
+use sluice_filter_wasm::exports::{drop_exports, export_names, UNUSED_CALLBACKS};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

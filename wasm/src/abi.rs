@@ -1,4 +1,4 @@
-//! The proxy-wasm glue: Envoy's callbacks in, [`crate::flow::Flow`] does the work, hostcalls out.
+//! The proxy-wasm glue: Envoy's callbacks in, [`sluice_filter::flow::Flow`] does the work, hostcalls out.
 //!
 //! Hostcalls are used directly (not the SDK's trait helpers, which `unwrap` host errors): every
 //! host error becomes "absent" or is ignored, so no request can panic the VM (with
@@ -12,12 +12,12 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
 
-use crate::config::{Config, Protocol};
-use crate::failure::Failure;
-use crate::flow::{Flow, Next, MAX_RESPONSE_BODY};
-use crate::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
-use crate::report::Worker;
-use crate::rls_proto;
+use sluice_filter::config::{Config, Protocol};
+use sluice_filter::failure::Failure;
+use sluice_filter::flow::{Flow, Next, MAX_RESPONSE_BODY};
+use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
+use sluice_filter::report::Worker;
+use sluice_filter::rls_proto;
 
 mod exchange_glue;
 
@@ -40,7 +40,7 @@ fn exchange_tick(timeout_ms: u64) -> Duration {
 }
 
 /// The longest tick with cost routes (commits are sent on it).
-const COMMIT_TICK: Duration = Duration::from_millis(crate::host::COMMIT_TICK_MS);
+const COMMIT_TICK: Duration = Duration::from_millis(sluice_filter::host::COMMIT_TICK_MS);
 
 /// Metric ids, defined once per VM (Envoy shares the stats by name across workers).
 #[derive(Debug, Default, Clone)]
