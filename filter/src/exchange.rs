@@ -38,6 +38,10 @@ use sluice_core::exchange::{ExchangeReply, ExchangeRequest};
 use crate::config::Protocol;
 use crate::failure::{grpc, Failure};
 
+mod start;
+
+pub use start::{start, unary_message, ExchangeStart};
+
 /// Requests one worker may have waiting on its stream; past it, requests go as unary calls.
 pub const MAX_WAITING: usize = 4096;
 

@@ -114,6 +114,8 @@ pub struct Failure {
 pub mod grpc {
     /// OK.
     pub const OK: u32 = 0;
+    /// UNKNOWN: an answer that is neither a message nor a readable status.
+    pub const UNKNOWN: u32 = 2;
     /// DEADLINE_EXCEEDED: the call's timeout passed.
     pub const DEADLINE_EXCEEDED: u32 = 4;
     /// PERMISSION_DENIED: a gRPC request refused by `unknown_action: deny` (its HTTP 403).
@@ -128,6 +130,29 @@ pub mod grpc {
     pub const UNAVAILABLE: u32 = 14;
     /// The largest status code (UNAUTHENTICATED): codes are 0 to 16.
     pub const MAX: u32 = 16;
+
+    /// A `grpc-status` header's value as sent (decimal text); one that does not parse is
+    /// UNKNOWN. For a host that reads gRPC answers as HTTP headers (the dynamic module).
+    pub fn parse_status(value: &[u8]) -> u32 {
+        std::str::from_utf8(value)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(UNKNOWN)
+    }
+
+    /// A gRPC call's HTTP `:status` when it is not 200 and no `grpc-status` came (no gRPC
+    /// server answered): Envoy's own 504 (the call's timeout passed) is DEADLINE_EXCEEDED,
+    /// anything else (503: no upstream; or none at all) UNAVAILABLE; with what was seen, as
+    /// the call's message.
+    pub fn of_http_status(status: Option<&[u8]>) -> (u32, String) {
+        match status {
+            Some(b"504") => (DEADLINE_EXCEEDED, "HTTP 504 from Envoy".to_owned()),
+            other => {
+                let seen = other.map_or("none".into(), String::from_utf8_lossy);
+                (UNAVAILABLE, format!("HTTP status {seen}"))
+            }
+        }
+    }
 
     /// The status's name, for log lines.
     pub fn name(code: u32) -> &'static str {

@@ -15,9 +15,6 @@ use sluice_filter::failure::grpc;
 
 use crate::glue::CalloutAnswer;
 
-/// gRPC UNKNOWN: an answer that is neither a message nor a status.
-const UNKNOWN: u32 = 2;
-
 /// The 5-byte gRPC prefix (uncompressed, big-endian length) and the message.
 pub fn frame(message: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(message.len() + 5);
@@ -61,10 +58,7 @@ pub fn read(answer: &CalloutAnswer) -> Reply {
         return fail(grpc::UNAVAILABLE, "the call was reset".to_owned());
     }
     if let Some(status) = answer.header("grpc-status") {
-        let code = std::str::from_utf8(status)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(UNKNOWN);
+        let code = grpc::parse_status(status);
         let message = answer
             .header("grpc-message")
             .map(|m| String::from_utf8_lossy(m).into_owned());
@@ -78,10 +72,9 @@ pub fn read(answer: &CalloutAnswer) -> Reply {
     }
     match answer.header(":status") {
         Some(b"200") => {}
-        Some(b"504") => return fail(grpc::DEADLINE_EXCEEDED, "HTTP 504 from Envoy".to_owned()),
         other => {
-            let seen = other.map_or("none".into(), String::from_utf8_lossy);
-            return fail(grpc::UNAVAILABLE, format!("HTTP status {seen}"));
+            let (code, seen) = grpc::of_http_status(other);
+            return fail(code, seen);
         }
     }
     match unframe(&answer.body) {
@@ -90,7 +83,7 @@ pub fn read(answer: &CalloutAnswer) -> Reply {
             message: None,
             bytes: bytes.to_vec(),
         },
-        None => fail(UNKNOWN, "no message and no grpc-status".to_owned()),
+        None => fail(grpc::UNKNOWN, "no message and no grpc-status".to_owned()),
     }
 }
 

@@ -28,8 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
+use sluice_core::exchange::CALL_PATH;
 use sluice_filter::config::Config;
+use sluice_filter::exchange::{self, ExchangeStart, Route};
 use sluice_filter::failure::log::LOG_EVERY_NS;
 use sluice_filter::failure::Failure;
 use sluice_filter::host::{
@@ -319,6 +320,27 @@ impl MainHost<'_> {
     }
 }
 
+/// Reports and commits sent as exchanges go unary from the main thread (no stream is offered
+/// them, none is told of a failure); the policy is `sluice_filter::exchange::start`'s.
+impl ExchangeStart for MainHost<'_> {
+    fn offer_to_stream(&mut self, _call: &ExchangeCall) -> Option<Route> {
+        None
+    }
+    fn call_unary(&mut self, message: &[u8], timeout_ms: u64) -> Result<u32, String> {
+        let reports = self.reports;
+        let headers = grpc::headers(CALL_PATH, &reports.authority);
+        let result = self.handle.http_callout(
+            &reports.exchange_cluster,
+            &headers,
+            &grpc::frame(message),
+            timeout_ms,
+        );
+        self.start(result, true)
+    }
+    fn unary_not_started(&mut self, _failure: &Failure) {}
+    fn count_unary(&mut self) {}
+}
+
 impl Host for MainHost<'_> {
     fn now_ns(&self) -> u64 {
         now_ns()
@@ -353,20 +375,7 @@ impl Host for MainHost<'_> {
         Err("reports are not sent over RLS".to_owned())
     }
     fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
-        let message = prost::Message::encode_to_vec(&ExchangeRequest {
-            id: 0,
-            path: call.path.clone(),
-            body: call.body.clone(),
-        });
-        let headers = grpc::headers(CALL_PATH, &self.reports.authority);
-        let result = self.handle.http_callout(
-            &self.reports.exchange_cluster,
-            &headers,
-            &grpc::frame(&message),
-            call.timeout_ms,
-        );
-        self.start(result, true)
-            .map_err(|e| Failure::not_started(&e))
+        exchange::start(self, call)
     }
     fn send_reply(&mut self, _status: u16, _headers: &[(&str, &str)], _body: &[u8]) {}
     fn resume(&mut self) {}

@@ -53,9 +53,6 @@ use crate::timer::{now_ns, Alarm, Timer};
 /// count reports' timer).
 pub const STREAM_EVENT: u64 = 1;
 
-/// gRPC UNKNOWN.
-const UNKNOWN: u32 = 2;
-
 /// Envoy's stream reset reason `LocalReset` (ABI v0.2.0, `AsyncClient::StreamResetReason`): a
 /// reset Envoy made itself, not one the backend or the connection caused.
 const LOCAL_RESET: u32 = 2;
@@ -430,21 +427,18 @@ impl MainStream {
             headers
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
-                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                .map(|(_, v)| v.as_slice())
         };
         let status = if let Some(code) = value("grpc-status") {
-            Some((
-                code.trim().parse().unwrap_or(UNKNOWN),
-                value("grpc-message"),
-            ))
+            let message = value("grpc-message").map(|m| String::from_utf8_lossy(m).into_owned());
+            Some((grpc::parse_status(code), message))
         } else {
-            match value(":status").as_deref() {
-                None | Some("200") => None,
-                Some("504") => Some((
-                    grpc::DEADLINE_EXCEEDED,
-                    Some("HTTP 504 from Envoy".to_owned()),
-                )),
-                Some(other) => Some((grpc::UNAVAILABLE, Some(format!("HTTP status {other}")))),
+            match value(":status") {
+                None | Some(b"200") => None,
+                other => {
+                    let (code, seen) = grpc::of_http_status(other);
+                    Some((code, Some(seen)))
+                }
             }
         };
         if let Some(status) = status {
@@ -496,7 +490,7 @@ impl MainStream {
                 handle,
                 counters,
                 token,
-                UNKNOWN,
+                grpc::UNKNOWN,
                 Some("a compressed or oversized frame on the exchange stream".to_owned()),
             );
             handle.reset_http_stream(id);
@@ -544,7 +538,7 @@ impl MainStream {
                 Some(format!("the exchange stream was reset (reason {reason})")),
             ),
             (None, None) => (
-                UNKNOWN,
+                grpc::UNKNOWN,
                 Some("the exchange stream ended without a gRPC status".to_owned()),
             ),
         };

@@ -513,7 +513,7 @@ impl Host for WasmHost {
     }
 
     fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
-        exchange_glue::start(self, call)
+        sluice_filter::exchange::start(self, call)
     }
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {

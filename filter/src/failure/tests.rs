@@ -298,3 +298,23 @@ fn an_internal_failure_under_allow_passes_marked_and_counted() {
     }
     assert!(failure.fix(&config).contains("a bug"));
 }
+
+#[test]
+fn a_grpc_status_read_from_headers() {
+    assert_eq!(grpc::parse_status(b"12"), grpc::UNIMPLEMENTED);
+    assert_eq!(grpc::parse_status(b" 0 "), grpc::OK);
+    assert_eq!(grpc::parse_status(b"twelve"), grpc::UNKNOWN);
+    assert_eq!(grpc::parse_status(b"\xff"), grpc::UNKNOWN);
+    let timed_out = grpc::of_http_status(Some(b"504"));
+    assert_eq!(
+        timed_out,
+        (grpc::DEADLINE_EXCEEDED, "HTTP 504 from Envoy".to_owned())
+    );
+    let no_upstream = grpc::of_http_status(Some(b"503"));
+    assert_eq!(
+        no_upstream,
+        (grpc::UNAVAILABLE, "HTTP status 503".to_owned())
+    );
+    let none = grpc::of_http_status(None);
+    assert_eq!(none, (grpc::UNAVAILABLE, "HTTP status none".to_owned()));
+}

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::BufferType;
-use sluice_core::exchange::{ExchangeRequest, CALL_METHOD, SERVICE, STREAM_METHOD};
+use sluice_core::exchange::{CALL_METHOD, SERVICE, STREAM_METHOD};
 
 use super::WasmHost;
-use sluice_filter::exchange::{Exchanger, Route, StreamHost, Waiting};
+use sluice_filter::exchange::{ExchangeStart, Exchanger, Route, StreamHost, Waiting};
 use sluice_filter::failure::Failure;
 use sluice_filter::flow::{Flow, MAX_RESPONSE_BODY};
 use sluice_filter::host::{Counter, ExchangeCall};
@@ -52,18 +52,15 @@ impl StreamHost for RootStreams<'_> {
     }
 }
 
-/// Starts one exchange for the request whose host is `host`: on the worker's stream when it
-/// takes it, else as a unary `DecisionExchange/Call` (whose answer comes back to the calling
-/// context's `on_grpc_call_response`, see [`reply_of_call`]), or not at all while the stream is
-/// down for a reason that persists (`Err`: the failure mode applies at once). A unary call from
-/// a request context is counted (`sluice.exchange_unary`).
-pub fn start(host: &WasmHost, call: &ExchangeCall) -> Result<u32, Failure> {
-    let Some(config) = host.config.as_deref() else {
-        return Err(Failure::not_started("no configuration"));
-    };
-    let service = config.backend.grpc_service.as_str();
-    let now_ns = host.now();
-    if let Some(link) = host.link.as_ref() {
+/// How the proxy-wasm host starts an exchange ([`sluice_filter::exchange::start`] holds the
+/// policy): a request context offers it to the worker's stream (a root's report has no link and
+/// goes unary); a unary `DecisionExchange/Call`'s answer comes back to the calling context's
+/// `on_grpc_call_response` (see [`reply_of_call`]).
+impl ExchangeStart for WasmHost {
+    fn offer_to_stream(&mut self, call: &ExchangeCall) -> Option<Route> {
+        let service = self.config.as_deref()?.backend.grpc_service.as_str();
+        let link = self.link.as_ref()?;
+        let now_ns = self.now();
         let deadline = now_ns.saturating_add(call.timeout_ms.saturating_mul(1_000_000));
         let sent = link.exchanger.borrow_mut().send(
             &mut RootStreams { service },
@@ -78,36 +75,39 @@ pub fn start(host: &WasmHost, call: &ExchangeCall) -> Result<u32, Failure> {
             // The stream is given up: the requests waiting on it fail now, then this context
             // is made effective again for its own callout.
             for w in orphans {
-                deliver(w, Delivery::Failed(failure.clone()), host);
+                deliver(w, Delivery::Failed(failure.clone()), self);
             }
             let _ = hostcalls::set_effective_context(link.context_id);
         }
-        match sent.route {
-            Route::Stream(id) => return Ok(id),
-            Route::Fail(failure) => return Err(failure),
-            Route::Unary => host.metrics.increment(Counter::ExchangeUnary),
+        Some(sent.route)
+    }
+
+    fn call_unary(&mut self, message: &[u8], timeout_ms: u64) -> Result<u32, String> {
+        let Some(config) = self.config.as_deref() else {
+            return Err("no configuration".to_owned());
+        };
+        hostcalls::dispatch_grpc_call(
+            &config.backend.grpc_service,
+            SERVICE,
+            CALL_METHOD,
+            Vec::new(),
+            Some(message),
+            Duration::from_millis(timeout_ms),
+        )
+        .map_err(|status| format!("{status:?}"))
+    }
+
+    fn unary_not_started(&mut self, failure: &Failure) {
+        if let Some(link) = self.link.as_ref() {
+            link.exchanger
+                .borrow_mut()
+                .on_unary(Err(failure), self.now());
         }
     }
-    let message = prost::Message::encode_to_vec(&ExchangeRequest {
-        id: 0,
-        path: call.path.clone(),
-        body: call.body.clone(),
-    });
-    hostcalls::dispatch_grpc_call(
-        service,
-        SERVICE,
-        CALL_METHOD,
-        Vec::new(),
-        Some(&message),
-        Duration::from_millis(call.timeout_ms),
-    )
-    .map_err(|status| {
-        let failure = Failure::not_started(&format!("{status:?}"));
-        if let Some(link) = host.link.as_ref() {
-            link.exchanger.borrow_mut().on_unary(Err(&failure), now_ns);
-        }
-        failure
-    })
+
+    fn count_unary(&mut self) {
+        self.metrics.increment(Counter::ExchangeUnary);
+    }
 }
 
 /// What a unary exchange came back as.
