@@ -11,149 +11,109 @@ use crate::failure::Failure;
 /// goes out at most this long after its response. Both hosts tick at this period then.
 pub const COMMIT_TICK_MS: u64 = 20;
 
-/// Counters the filter keeps as Envoy stats (names in [`Counter::name`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Counter {
+/// Declares [`Counter`] from one table: each counter's doc, variant and Envoy stat name, in the
+/// order of [`Counter::ALL`] and of the ids both hosts define (`Counter::index`). A counter is
+/// added, renamed or moved in this one place; the unit test `counter_table` holds the stat
+/// names and ties every counter's index to its place.
+macro_rules! counters {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+        /// Counters the filter keeps as Envoy stats (names in [`Counter::name`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Counter {
+            $($(#[$doc])* $variant,)*
+        }
+
+        /// How many counters there are.
+        const COUNTERS: usize = [$($name),*].len();
+
+        impl Counter {
+            /// Every counter, for defining them once at start (in index order).
+            pub const ALL: [Counter; COUNTERS] = [$(Counter::$variant),*];
+
+            /// The stat name (Envoy shows it as `wasmcustom.<name>`, or
+            /// `dynamicmodulescustom.<name>` from the native build).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+counters! {
     /// The backend allowed the request (including shadow-mode would-deny).
-    Allowed,
+    Allowed => "sluice.allowed",
     /// The backend denied the request: answered 429.
-    Denied,
+    Denied => "sluice.denied",
     /// Answered 429 from the local denial cache, with no callout.
-    CachedDenials,
+    CachedDenials => "sluice.cached_denials",
     /// Shadow mode: the rule would have denied, the request passed.
-    ShadowWouldDeny,
+    ShadowWouldDeny => "sluice.shadow_would_deny",
     /// Backend failure under `failure_mode: allow`: passed.
-    FailuresAllow,
+    FailuresAllow => "sluice.failures_allow",
     /// Backend failure under `failure_mode: deny`: answered `failure_status`.
-    FailuresDeny,
+    FailuresDeny => "sluice.failures_deny",
     /// The backend has no rule for the action (404 `unknown_action`).
-    UnknownAction,
+    UnknownAction => "sluice.unknown_action",
     /// Admitted from a lease (units the backend debited in advance), with no callout.
-    LeaseHits,
+    LeaseHits => "sluice.lease_hits",
     /// Callouts started (HTTP or gRPC): with `LeaseHits`, the share of requests that asked.
-    Callouts,
+    Callouts => "sluice.callouts",
     /// Allowed answers that carried a lease, stored in the lease table.
-    LeaseGrants,
+    LeaseGrants => "sluice.lease_grants",
     /// Count reports the backend accepted (`POST /v1/report`, 2xx).
-    ReportsSent,
+    ReportsSent => "sluice.reports_sent",
     /// Count reports that failed (kept and added to the next one).
-    ReportsFailed,
+    ReportsFailed => "sluice.reports_failed",
     /// Exchange streams opened (`protocol: grpc_stream`; one per worker, again after a close).
-    ExchangeStreamsOpened,
+    ExchangeStreamsOpened => "sluice.exchange_streams_opened",
     /// Exchange streams that closed (the backend went away or restarted): its requests failed.
-    ExchangeStreamsClosed,
+    ExchangeStreamsClosed => "sluice.exchange_streams_closed",
     /// Exchanges sent as unary calls because no stream was open (or it was full).
-    ExchangeUnary,
+    ExchangeUnary => "sluice.exchange_unary",
     /// Failed decisions by reason (`failure::Reason`): the callout could not start.
-    FailuresClusterMissing,
+    FailuresClusterMissing => "sluice.failures_cluster_missing",
     /// Failed decisions: the backend could not be reached (connection refused or reset).
-    FailuresUnreachable,
+    FailuresUnreachable => "sluice.failures_unreachable",
     /// Failed decisions: the cluster does not speak the protocol.
-    FailuresWrongProtocol,
+    FailuresWrongProtocol => "sluice.failures_wrong_protocol",
     /// Failed decisions: no answer in time.
-    FailuresTimeout,
+    FailuresTimeout => "sluice.failures_timeout",
     /// Failed decisions: an answer that does not decode.
-    FailuresBadResponse,
+    FailuresBadResponse => "sluice.failures_bad_response",
     /// Failed decisions: sluice answered an error (store unavailable, deadline, ...).
-    FailuresBackendError,
+    FailuresBackendError => "sluice.failures_backend_error",
     /// Cost routes: commits the backend accepted (`POST /v1/commit`, a duplicate included).
-    CostCommits,
+    CostCommits => "sluice.cost_commits",
     /// Cost routes: commits sent again (same id) after a failed attempt.
-    CostCommitRetries,
+    CostCommitRetries => "sluice.cost_commit_retries",
     /// Cost routes: commits given up (attempts spent, refused, or the queue full): the
     /// reservation stays debited.
-    CostCommitsFailed,
+    CostCommitsFailed => "sluice.cost_commits_failed",
     /// Cost routes: a response whose actual cost was missing or not a number: the reservation
     /// stays debited, nothing is committed.
-    CostActualMissing,
+    CostActualMissing => "sluice.cost_actual_missing",
     /// Cost routes: a request that ended with its reservation unsettled (reset, or a streamed
     /// response that ended without its trailer): the reservation stays debited.
-    CostUnsettled,
+    CostUnsettled => "sluice.cost_unsettled",
     /// Leased units lost: debited by the backend, never to be spent by this Envoy (a grant that
     /// could not be stored, or arrived after its request had ended; grants or pocket units that
     /// expired unspent; a slot or pocket of another identity replaced). Added by units, when the
     /// filter notices the loss. Never on a leased hit; with `LeaseHits`, tells an operator why a
     /// leased key admitted less than its capacity.
-    LeaseUnitsLost,
+    LeaseUnitsLost => "sluice.lease_units_lost",
     /// Failed decisions: the filter itself failed (a bug caught in a host's hook, or a request's
     /// state lost): the failure mode applied, as for any other failure.
-    FailuresInternal,
+    FailuresInternal => "sluice.failures_internal",
     /// Leased units given back to the backend (`lease::returns`): units of grants that expired
     /// or could not be kept, in returns the backend accepted (a retried copy counts once here;
     /// the backend applies one grant's return once). Added by units.
-    LeaseUnitsReturned,
+    LeaseUnitsReturned => "sluice.lease_units_returned",
 }
 
 impl Counter {
-    /// Every counter, for defining them once at start.
-    pub const ALL: [Counter; 29] = [
-        Counter::Allowed,
-        Counter::Denied,
-        Counter::CachedDenials,
-        Counter::ShadowWouldDeny,
-        Counter::FailuresAllow,
-        Counter::FailuresDeny,
-        Counter::UnknownAction,
-        Counter::LeaseHits,
-        Counter::Callouts,
-        Counter::LeaseGrants,
-        Counter::ReportsSent,
-        Counter::ReportsFailed,
-        Counter::ExchangeStreamsOpened,
-        Counter::ExchangeStreamsClosed,
-        Counter::ExchangeUnary,
-        Counter::FailuresClusterMissing,
-        Counter::FailuresUnreachable,
-        Counter::FailuresWrongProtocol,
-        Counter::FailuresTimeout,
-        Counter::FailuresBadResponse,
-        Counter::FailuresBackendError,
-        Counter::CostCommits,
-        Counter::CostCommitRetries,
-        Counter::CostCommitsFailed,
-        Counter::CostActualMissing,
-        Counter::CostUnsettled,
-        Counter::LeaseUnitsLost,
-        Counter::FailuresInternal,
-        Counter::LeaseUnitsReturned,
-    ];
-
-    /// The stat name (Envoy shows it as `wasmcustom.<name>`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Counter::Allowed => "sluice.allowed",
-            Counter::Denied => "sluice.denied",
-            Counter::CachedDenials => "sluice.cached_denials",
-            Counter::ShadowWouldDeny => "sluice.shadow_would_deny",
-            Counter::FailuresAllow => "sluice.failures_allow",
-            Counter::FailuresDeny => "sluice.failures_deny",
-            Counter::UnknownAction => "sluice.unknown_action",
-            Counter::LeaseHits => "sluice.lease_hits",
-            Counter::Callouts => "sluice.callouts",
-            Counter::LeaseGrants => "sluice.lease_grants",
-            Counter::ReportsSent => "sluice.reports_sent",
-            Counter::ReportsFailed => "sluice.reports_failed",
-            Counter::ExchangeStreamsOpened => "sluice.exchange_streams_opened",
-            Counter::ExchangeStreamsClosed => "sluice.exchange_streams_closed",
-            Counter::ExchangeUnary => "sluice.exchange_unary",
-            Counter::FailuresClusterMissing => "sluice.failures_cluster_missing",
-            Counter::FailuresUnreachable => "sluice.failures_unreachable",
-            Counter::FailuresWrongProtocol => "sluice.failures_wrong_protocol",
-            Counter::FailuresTimeout => "sluice.failures_timeout",
-            Counter::FailuresBadResponse => "sluice.failures_bad_response",
-            Counter::FailuresBackendError => "sluice.failures_backend_error",
-            Counter::CostCommits => "sluice.cost_commits",
-            Counter::CostCommitRetries => "sluice.cost_commit_retries",
-            Counter::CostCommitsFailed => "sluice.cost_commits_failed",
-            Counter::CostActualMissing => "sluice.cost_actual_missing",
-            Counter::CostUnsettled => "sluice.cost_unsettled",
-            Counter::LeaseUnitsLost => "sluice.lease_units_lost",
-            Counter::FailuresInternal => "sluice.failures_internal",
-            Counter::LeaseUnitsReturned => "sluice.lease_units_returned",
-        }
-    }
-
-    /// Index into [`Counter::ALL`].
+    /// Index into [`Counter::ALL`] (the host's id table).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -297,5 +257,55 @@ pub trait Host {
     /// Default: none.
     fn response_trailer(&self, _name: &str) -> Vec<Vec<u8>> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stat names operators' dashboards and the e2e tests read, in index order: a rename
+    /// or a reorder fails here, and every counter's index is its place in `ALL` (the id each
+    /// host defined for it), so no counter can be counted under another's name.
+    #[test]
+    fn counter_table() {
+        let names: Vec<&str> = Counter::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "sluice.allowed",
+                "sluice.denied",
+                "sluice.cached_denials",
+                "sluice.shadow_would_deny",
+                "sluice.failures_allow",
+                "sluice.failures_deny",
+                "sluice.unknown_action",
+                "sluice.lease_hits",
+                "sluice.callouts",
+                "sluice.lease_grants",
+                "sluice.reports_sent",
+                "sluice.reports_failed",
+                "sluice.exchange_streams_opened",
+                "sluice.exchange_streams_closed",
+                "sluice.exchange_unary",
+                "sluice.failures_cluster_missing",
+                "sluice.failures_unreachable",
+                "sluice.failures_wrong_protocol",
+                "sluice.failures_timeout",
+                "sluice.failures_bad_response",
+                "sluice.failures_backend_error",
+                "sluice.cost_commits",
+                "sluice.cost_commit_retries",
+                "sluice.cost_commits_failed",
+                "sluice.cost_actual_missing",
+                "sluice.cost_unsettled",
+                "sluice.lease_units_lost",
+                "sluice.failures_internal",
+                "sluice.lease_units_returned",
+            ]
+        );
+        for (i, counter) in Counter::ALL.iter().enumerate() {
+            assert_eq!(counter.index(), i, "{counter:?}");
+        }
     }
 }
