@@ -432,8 +432,7 @@ impl Config {
             validate_checks(route, &at, self.backend.protocol)?;
             validate_route(route, &at)?;
             if let Some(written) = route.cost_written.take() {
-                let checks = !route.checks.is_empty();
-                route.cost = Some(written.validate(&at, self.backend.protocol, checks)?);
+                route.cost = Some(written.validate(&at, self.backend.protocol, &route.checks)?);
             }
             route.action_index = action_index(&mut self.actions, &route.action);
             for check in &mut route.checks {

@@ -23,6 +23,7 @@ use crate::cache::{self, Entry};
 use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
 use crate::failure::{self, Failure};
 use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
+use crate::lease::asking::LeaseAnswer;
 use crate::lease::{self, Lease};
 use crate::reply::{
     self, Reply, CACHE_HEADER, FAILURE_HEADER, SHADOW_HEADER, UNKNOWN_ACTION_HEADER,
@@ -110,19 +111,85 @@ struct Pending {
     token: u32,
     action: String,
     action_index: usize,
-    /// The lease identity, when the callout asked for a lease.
-    lease_identity: Option<Vec<u8>>,
     quantity: u64,
     sent_ns: u64,
-    identity: Option<Vec<u8>>,
-    /// A route with all-or-nothing checks: their actions, in order (the answer's `results` follow it).
-    all: Option<Vec<String>>,
-    /// A cost route: the key, where its actual cost comes from and the commit id the throttle
-    /// request reserved under (the reservation is `quantity`).
-    cost: Option<cost::Ask>,
+    /// What the callout asked, by kind of route.
+    asked: Asked,
     /// The decision request's id (the JSON protocols): named in the worker's next report if
     /// this request's callout fails after it was sent (`report`, "Requests given up on").
     decision_id: Option<u64>,
+}
+
+/// What a callout asked, by kind of route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Asked {
+    /// A route with one check.
+    One {
+        /// Its denial-cache identity, when the cache is on: an exact denial is remembered
+        /// under it.
+        cached_as: Option<Vec<u8>>,
+        /// What an allowed answer holds beyond the decision.
+        holds: Holds,
+    },
+    /// A route with all-or-nothing checks: their actions, in order (the answer's `results`
+    /// follow it). No lease, no denial cache, no cost.
+    All(Vec<String>),
+}
+
+/// What an allowed answer to a one-check callout holds (a cost route never leases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Holds {
+    /// The decision only.
+    Nothing,
+    /// The lease the callout asked for: its identity, the grant is stored under it.
+    Lease(Vec<u8>),
+    /// A cost route's reservation: the key, where its actual cost comes from and the commit id
+    /// the throttle request reserved under (the reservation is `quantity`).
+    Cost(cost::Ask),
+}
+
+/// How exact a decision's numbers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Numbers {
+    /// sluice's own: a denial may be cached.
+    Exact,
+    /// Estimated from a gRPC `DescriptorStatus` without sluice's metadata: not cached.
+    Estimated,
+}
+
+/// Who denied a request (a cached denial says so in `x-sluice-cache: hit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeniedBy {
+    /// The backend, just now.
+    Backend,
+    /// The denial cache, with no callout.
+    Cache,
+}
+
+impl Pending {
+    /// The actions of a route with all-or-nothing checks.
+    fn all(&self) -> Option<&[String]> {
+        match &self.asked {
+            Asked::All(actions) => Some(actions),
+            Asked::One { .. } => None,
+        }
+    }
+
+    /// What a one-check callout's allowed answer holds.
+    fn holds(&self) -> &Holds {
+        match &self.asked {
+            Asked::One { holds, .. } => holds,
+            Asked::All(_) => &Holds::Nothing,
+        }
+    }
+
+    /// The denial-cache identity of a one-check callout, when the cache is on.
+    fn cached_as(&self) -> Option<&[u8]> {
+        match &self.asked {
+            Asked::One { cached_as, .. } => cached_as.as_deref(),
+            Asked::All(_) => None,
+        }
+    }
 }
 
 thread_local! {
@@ -255,7 +322,8 @@ impl Flow {
                 host.count(Counter::CachedDenials);
                 self.worker.record(route.action_index, Event::CachedDenied);
                 // Counted down to the backend's own retry deadline, not to the end of the hold.
-                self.deny(host, &route.action, &entry.rate_limit(now), true);
+                let limit = entry.rate_limit(now);
+                self.deny(host, &route.action, &limit, DeniedBy::Cache);
                 if leasing {
                     LEASE_IDENTITY.set(id);
                 }
@@ -264,42 +332,35 @@ impl Flow {
         }
         // One grant in flight per identity: a miss that finds another's asks for itself alone.
         let asks_lease = leasing && self.asks_lease(host, route.action_index, &id, now);
-        let lease_identity = asks_lease.then(|| id.clone());
+        let holds = match &route.cost {
+            Some(c) => Holds::Cost(cost::Ask::new(&self.worker, &key, &c.actual)),
+            None if asks_lease => Holds::Lease(id.clone()),
+            None => Holds::Nothing,
+        };
         if leasing {
             LEASE_IDENTITY.set(id);
         }
-        let cost = route
-            .cost
-            .as_ref()
-            .map(|c| cost::Ask::new(&self.worker, &key, &c.actual));
-        let reservation_id = cost.as_ref().map(cost::Ask::id);
         let decision_id = config
             .backend
             .protocol
             .speaks_json()
             .then(|| self.worker.decision_id());
         let dispatched = match config.backend.protocol {
-            Protocol::Http | Protocol::GrpcStream => self.dispatch_http(
-                host,
-                &route.action,
-                key,
-                quantity,
-                asks_lease,
-                reservation_id,
-                decision_id,
-            ),
+            Protocol::Http | Protocol::GrpcStream => {
+                self.dispatch_http(host, &route.action, key, quantity, &holds, decision_id)
+            }
             Protocol::Grpc => self.dispatch_grpc(host, &route.action, &key, quantity),
         };
         let pending = Pending {
             token: 0,
             action: route.action.clone(),
             action_index: route.action_index,
-            lease_identity,
             quantity,
             sent_ns: now,
-            identity,
-            all: None,
-            cost,
+            asked: Asked::One {
+                cached_as: identity,
+                holds,
+            },
             decision_id,
         };
         self.started(host, route, dispatched, pending)
@@ -393,12 +454,9 @@ impl Flow {
             token: 0,
             action: route.action.clone(),
             action_index: route.action_index,
-            lease_identity: None,
             quantity: route.quantity,
             sent_ns: now,
-            identity: None,
-            all: Some(route.checks.iter().map(|c| c.action.clone()).collect()),
-            cost: None,
+            asked: Asked::All(route.checks.iter().map(|c| c.action.clone()).collect()),
             decision_id: Some(decision_id),
         };
         self.started(host, route, sent, pending)
@@ -427,19 +485,22 @@ impl Flow {
         host.dispatch(&call).map_err(|e| Failure::not_started(&e))
     }
 
-    /// Starts the decision callout (an exchange, or an HTTP callout); `Err` is the failure when
-    /// it could not start.
-    #[allow(clippy::too_many_arguments)]
+    /// Starts the decision callout (an exchange, or an HTTP callout): it asks for a lease, or
+    /// reserves under a commit id, as `holds` says. `Err` is the failure when it could not start.
     fn dispatch_http(
         &self,
         host: &mut dyn Host,
         action: &str,
         key: String,
         quantity: u64,
-        lease: bool,
-        reservation_id: Option<String>,
+        holds: &Holds,
         decision_id: Option<u64>,
     ) -> Result<u32, Failure> {
+        let (lease, reservation_id) = match holds {
+            Holds::Nothing => (false, None),
+            Holds::Lease(_) => (true, None),
+            Holds::Cost(ask) => (false, Some(ask.id())),
+        };
         let request = ThrottleRequest {
             action: action.to_owned(),
             key,
@@ -487,7 +548,7 @@ impl Flow {
         status: Option<&[u8]>,
         body: &[u8],
     ) {
-        let several = self.pending.as_ref().is_some_and(|p| p.all.is_some());
+        let several = self.pending.as_ref().is_some_and(|p| p.all().is_some());
         let protocol = self.config.backend.protocol;
         let answer = if several {
             classify_all(protocol, status, body)
@@ -497,7 +558,7 @@ impl Flow {
         if let (Answer::UnknownAction, Some(p)) = (&answer, self.pending.as_mut()) {
             // A route with all-or-nothing checks: the 404 names the check (`checks[i].action`), so the
             // reply names that action rather than the route's first.
-            let named = unknown_check(body).and_then(|i| p.all.as_ref()?.get(i).cloned());
+            let named = unknown_check(body).and_then(|i| p.all()?.get(i).cloned());
             if let Some(action) = named {
                 p.action = action;
             }
@@ -541,8 +602,8 @@ impl Flow {
             return;
         };
         match answer {
-            Answer::Decision(r) => self.decided(host, &pending, &r, true),
-            Answer::Estimated(r) => self.decided(host, &pending, &r, false),
+            Answer::Decision(r) => self.decided(host, &pending, &r, Numbers::Exact),
+            Answer::Estimated(r) => self.decided(host, &pending, &r, Numbers::Estimated),
             Answer::All(r) => self.decided_all(host, &pending, &r),
             Answer::UnknownAction => {
                 host.count(Counter::UnknownAction);
@@ -595,35 +656,37 @@ impl Flow {
         self.settle_on_headers(host);
     }
 
-    /// A decision; `exact` is false for one estimated without sluice's numbers (not cached).
+    /// A decision; one estimated without sluice's numbers is not cached.
     fn decided(
         &mut self,
         host: &mut dyn Host,
         pending: &Pending,
         r: &ThrottleResponse,
-        exact: bool,
+        numbers: Numbers,
     ) {
         let mut limit = RateLimit::of(r);
         if !r.allowed {
             host.count(Counter::Denied);
-            if exact {
+            if numbers == Numbers::Exact {
                 self.remember(host, pending, r);
             }
-            self.deny(host, &pending.action, &limit, false);
+            self.deny(host, &pending.action, &limit, DeniedBy::Backend);
             return;
         }
         host.count(Counter::Allowed);
         self.reserved(host, pending);
-        if let Some(id) = &pending.lease_identity {
+        if let Holds::Lease(id) = pending.holds() {
             let now = host.now_ns();
             let grant_id = self.worker.next_grant_id();
             let granted = Lease::of_answer(r, pending.sent_ns, now, grant_id);
-            self.worker.rule_leases().learn(
-                pending.action_index,
-                granted.is_some(),
-                !r.would_deny,
-                r.remaining,
-            );
+            let seen = match (&granted, r.would_deny) {
+                (Some(_), _) => LeaseAnswer::Granted,
+                (None, false) => LeaseAnswer::NoGrant {
+                    remaining: r.remaining,
+                },
+                (None, true) => LeaseAnswer::Shadow,
+            };
+            self.worker.rule_leases().learn(pending.action_index, seen);
             if let Some(granted) = granted {
                 let mut back = Vec::new();
                 let slots = self.config.lease.slots;
@@ -658,7 +721,7 @@ impl Flow {
     /// `RateLimit`, the most restrictive in `X-RateLimit-*` and `Retry-After`; a denial's
     /// problem+json names the check that denied.
     fn decided_all(&mut self, host: &mut dyn Host, pending: &Pending, r: &ThrottleAllResponse) {
-        let names = pending.all.as_deref().unwrap_or_default();
+        let names = pending.all().unwrap_or_default();
         let denied = r.denied.as_ref().map(|d| d.index);
         if r.results.len() != names.len() || denied.is_some_and(|i| i >= names.len()) {
             let at = (pending.action_index, pending.action.as_str());
@@ -696,7 +759,7 @@ impl Flow {
 
     /// Stores a denial in the cache when it is exact to answer it locally (see `cache.rs`).
     fn remember(&self, host: &mut dyn Host, pending: &Pending, r: &ThrottleResponse) {
-        let Some(id) = &pending.identity else {
+        let Some(id) = pending.cached_as() else {
             return;
         };
         // `is_exact` is true for all six algorithms: an exhaustive guard (no wildcard), so a new
@@ -710,11 +773,11 @@ impl Flow {
         }
     }
 
-    fn deny(&mut self, host: &mut dyn Host, action: &str, limit: &RateLimit, cached: bool) {
+    fn deny(&mut self, host: &mut dyn Host, action: &str, limit: &RateLimit, by: DeniedBy) {
         let rendered = headers::render(action, limit, self.config.headers);
         let mut headers: Vec<(&str, &str)> =
             rendered.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        if cached {
+        if by == DeniedBy::Cache {
             headers.push((CACHE_HEADER, "hit"));
         }
         let grpc_status = self.config.grpc_denied_status;
@@ -741,10 +804,10 @@ impl Flow {
             host.warn(&line);
         }
         let reason = failure.header.as_str();
-        let passed = self.config.failure_mode == FailureMode::Allow;
+        let mode = self.config.failure_mode;
         self.worker
-            .record(action_index, Event::failed(reason, passed));
-        if passed {
+            .record(action_index, Event::failed(reason, mode));
+        if mode == FailureMode::Allow {
             self.response_headers
                 .push((FAILURE_HEADER, reason.to_owned()));
         }

@@ -50,7 +50,7 @@ use std::hash::BuildHasher;
 use sluice_core::limits::{MAX_REPORT_ACTIONS, MAX_REPORT_GAVE_UP};
 use sluice_core::wire::{ActionCounts, FilterReport};
 
-use crate::config::Config;
+use crate::config::{Config, FailureMode};
 use crate::cost::Commits;
 use crate::failure::log::FailureLog;
 use crate::host::{Callout, Counter, ExchangeCall, Host};
@@ -109,12 +109,13 @@ pub enum Event {
 }
 
 impl Event {
-    /// The failure event for a failure reason (`x-sluice-failure`): `timeout` (HTTP 504) and
-    /// `grpc_4` (DEADLINE_EXCEEDED) are timeouts, every other reason an error.
-    pub fn failed(reason: &str, passed: bool) -> Event {
+    /// The failure event for a failure reason (`x-sluice-failure`) under the failure `mode`:
+    /// `timeout` (HTTP 504) and `grpc_4` (DEADLINE_EXCEEDED) are timeouts, every other reason
+    /// an error; `allow` passed the request unchecked.
+    pub fn failed(reason: &str, mode: FailureMode) -> Event {
         Event::Failed {
             timeout: reason == "timeout" || reason == "grpc_4",
-            passed,
+            passed: mode == FailureMode::Allow,
         }
     }
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use sluice_core::limits::{MAX_QUANTITY, MIN_RESERVATION};
 use sluice_core::FieldError;
 
-use super::{header_name, Protocol};
+use super::{header_name, Protocol, RouteCheck};
 
 /// What a request reserves: a constant, or a request header's number with a default and a cap.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -145,8 +145,14 @@ fn bounded(field: String, value: u64) -> Result<u64, FieldError> {
 }
 
 impl CostWritten {
-    /// Validates the section of the route at `at` (`routes[i]`), naming the field at fault.
-    pub fn validate(self, at: &str, protocol: Protocol, checks: bool) -> Result<Cost, FieldError> {
+    /// Validates the section of the route at `at` (`routes[i]`, with its all-or-nothing
+    /// `checks`), naming the field at fault.
+    pub fn validate(
+        self,
+        at: &str,
+        protocol: Protocol,
+        checks: &[RouteCheck],
+    ) -> Result<Cost, FieldError> {
         let here = format!("{at}.cost");
         if protocol == Protocol::Grpc {
             return Err(FieldError::new(
@@ -154,7 +160,7 @@ impl CostWritten {
                 "cost needs backend.protocol grpc_stream or http (the commit is POST /v1/commit; the filter's RLS callout cannot commit; Envoy's own ratelimit filter can, docs/rls.md)",
             ));
         }
-        if checks {
+        if !checks.is_empty() {
             return Err(FieldError::new(
                 here,
                 "a route with all-or-nothing checks cannot meter cost; give action and key",

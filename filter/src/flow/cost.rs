@@ -11,7 +11,7 @@
 
 use sluice_core::wire::CommitRequest;
 
-use super::{Flow, Pending};
+use super::{Flow, Holds, Pending};
 use crate::config::{units, Actual, Route};
 use crate::host::{Counter, Host};
 use crate::report::Worker;
@@ -78,12 +78,21 @@ fn actual_of(values: &[Vec<u8>]) -> Option<u64> {
     }
 }
 
+/// What of the response just arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrived {
+    /// Its headers.
+    Headers,
+    /// Its trailers.
+    Trailers,
+}
+
 impl Flow {
     /// The backend allowed `pending`: for a cost route, the reservation is now held (its time is
     /// the answer's arrival, at or just after the store's decision), under the commit id the
     /// throttle request carried.
     pub(super) fn reserved(&mut self, host: &mut dyn Host, pending: &Pending) {
-        let Some(ask) = &pending.cost else {
+        let Holds::Cost(ask) = pending.holds() else {
             return;
         };
         host.set_request_header(COST_ID_HEADER, &ask.id);
@@ -99,20 +108,20 @@ impl Flow {
 
     /// Response headers: a reservation whose actual cost is a response header is settled now.
     pub(super) fn settle_on_headers(&mut self, host: &mut dyn Host) {
-        self.settle_on(host, false);
+        self.settle_on(host, Arrived::Headers);
     }
 
     /// Response trailers are in: a reservation whose actual cost is a trailer is settled now.
     pub fn on_response_trailers(&mut self, host: &mut dyn Host) {
-        self.settle_on(host, true);
+        self.settle_on(host, Arrived::Trailers);
     }
 
     /// Reads the actual cost where the reservation says, if that is what just arrived (the
     /// response's trailers, or its headers) and settles it.
-    fn settle_on(&mut self, host: &mut dyn Host, trailers: bool) {
-        let values = match self.reservation.as_ref().map(|r| &r.actual) {
-            Some(Actual::Header(name)) if !trailers => host.response_header(name),
-            Some(Actual::Trailer(name)) if trailers => host.response_trailer(name),
+    fn settle_on(&mut self, host: &mut dyn Host, arrived: Arrived) {
+        let values = match (self.reservation.as_ref().map(|r| &r.actual), arrived) {
+            (Some(Actual::Header(name)), Arrived::Headers) => host.response_header(name),
+            (Some(Actual::Trailer(name)), Arrived::Trailers) => host.response_trailer(name),
             _ => return,
         };
         self.settle(host, actual_of(&values));

@@ -292,7 +292,7 @@ fn ids_given_up_on_go_out_a_report_at_a_time_keeping_both_ends() {
     for id in 0..held + 10 {
         worker.gave_up(id);
     }
-    worker.record(0, Event::failed("timeout", true));
+    worker.record(0, Event::failed("timeout", FailureMode::Allow));
     let mut root = user("root");
     let mut names = Vec::new();
     for _ in 0..MAX_GAVE_UP_HELD / MAX_REPORT_GAVE_UP {

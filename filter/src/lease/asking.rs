@@ -30,6 +30,20 @@ pub struct RuleLeases {
     by_action: Vec<Leases>,
 }
 
+/// An allowed answer to a request that asked for a lease, as [`RuleLeases::learn`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAnswer {
+    /// It carried a grant.
+    Granted,
+    /// Allowed and enforced, with no grant, `remaining` units left.
+    NoGrant {
+        /// The units the backend said are left.
+        remaining: u64,
+    },
+    /// Allowed in shadow mode (it would have denied): says nothing about the rule's leases.
+    Shadow,
+}
+
 impl RuleLeases {
     /// All unknown, for `actions` actions.
     pub fn new(actions: usize) -> RuleLeases {
@@ -43,22 +57,15 @@ impl RuleLeases {
         self.by_action.get(action_index) != Some(&Leases::Never)
     }
 
-    /// Learns from an answer to a request that asked for a lease: `granted` (it carried one),
-    /// else whether it was an allowed, enforced answer with `remaining` units left.
-    pub fn learn(
-        &mut self,
-        action_index: usize,
-        granted: bool,
-        allowed_enforced: bool,
-        remaining: u64,
-    ) {
+    /// Learns from an allowed answer to a request that asked for a lease.
+    pub fn learn(&mut self, action_index: usize, answer: LeaseAnswer) {
         let Some(seen) = self.by_action.get_mut(action_index) else {
             return;
         };
-        if granted {
-            *seen = Leases::Granted;
-        } else if allowed_enforced && remaining >= 2 {
-            *seen = Leases::Never;
+        match answer {
+            LeaseAnswer::Granted => *seen = Leases::Granted,
+            LeaseAnswer::NoGrant { remaining } if remaining >= 2 => *seen = Leases::Never,
+            LeaseAnswer::NoGrant { .. } | LeaseAnswer::Shadow => {}
         }
     }
 }

@@ -59,10 +59,10 @@ fn a_tick_sends_the_non_zero_actions_to_the_report_endpoint() {
         w.record(0, Event::Leased);
     }
     w.record(0, Event::CachedDenied);
-    w.record(0, Event::failed("timeout", true));
-    w.record(0, Event::failed("unavailable", false));
-    w.record(0, Event::failed("grpc_4", false));
-    w.record(0, Event::failed("bad_response", true));
+    w.record(0, Event::failed("timeout", FailureMode::Allow));
+    w.record(0, Event::failed("unavailable", FailureMode::Deny));
+    w.record(0, Event::failed("grpc_4", FailureMode::Deny));
+    w.record(0, Event::failed("bad_response", FailureMode::Allow));
     let mut h = root();
     w.tick(&mut h, &c);
     let call = h.effects.callouts.last().unwrap();
@@ -214,7 +214,7 @@ fn reports_can_be_turned_off_and_need_a_cluster_in_grpc_mode() {
     let c = grpc(r#""report": {"cluster": "sluice_api", "path": "/r", "period_ms": 5000},"#);
     assert_eq!(c.report.cluster.as_deref(), Some("sluice_api"));
     let w = Worker::new(&c);
-    w.record(0, Event::failed("grpc_14", true));
+    w.record(0, Event::failed("grpc_14", FailureMode::Allow));
     w.tick(&mut h, &c);
     let call = h.effects.callouts.last().unwrap();
     assert_eq!(call.cluster, "sluice_api");
