@@ -55,13 +55,15 @@ pub const REOPEN_MAX_NS: u64 = 5_000_000_000;
 /// backoff), even if it answered nothing (an idle worker).
 pub const WORKED_AFTER_NS: u64 = 10_000_000_000;
 
+/// An exchange's outcome (a reply on the stream, or a unary call's): the reply's HTTP status
+/// and body, or the failure. The flow ([`crate::flow::Flow::on_exchange_answer`]) and the
+/// count reports and commits ([`crate::report::Worker::on_exchange_report`]) take it as it is,
+/// so no host renders the status for them.
+pub type Outcome = Result<(u32, Vec<u8>), Failure>;
+
 /// A unary exchange's outcome (`DecisionExchange/Call`): the reply's HTTP status and body, or
 /// the failure, from the call's gRPC status (and grpc-message) or a reply that does not decode.
-pub fn unary_reply(
-    grpc_status: u32,
-    grpc_message: Option<&str>,
-    bytes: &[u8],
-) -> Result<(u32, Vec<u8>), Failure> {
+pub fn unary_reply(grpc_status: u32, grpc_message: Option<&str>, bytes: &[u8]) -> Outcome {
     if grpc_status != grpc::OK {
         return Err(Failure::of_grpc(
             Protocol::GrpcStream,
@@ -72,6 +74,15 @@ pub fn unary_reply(
     ExchangeReply::decode(bytes)
         .map(|r| (r.status, r.body))
         .map_err(|_| Failure::bad_response("a unary exchange reply that does not decode"))
+}
+
+/// An exchange's HTTP status as an HTTP callout's `:status` (the decision API's answers, the
+/// reports' and the commits' are read from it); `None` when the call failed (no answer).
+pub fn http_status(outcome: &Outcome) -> Option<Vec<u8>> {
+    outcome
+        .as_ref()
+        .ok()
+        .map(|(status, _)| status.to_string().into_bytes())
 }
 
 /// What the exchanger needs from the host: open a stream, send on it.

@@ -21,6 +21,7 @@ use sluice_core::Action;
 
 use crate::cache::{self, Entry};
 use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
+use crate::exchange::Outcome;
 use crate::failure::{self, Failure};
 use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
 use crate::lease::asking::LeaseAnswer;
@@ -564,6 +565,18 @@ impl Flow {
             }
         }
         self.answered(host, token, answer);
+    }
+
+    /// An exchange answered (on the worker's stream, or as a unary call): the reply is read as
+    /// an HTTP callout's answer; a failed call applies the failure mode.
+    pub fn on_exchange_answer(&mut self, host: &mut dyn Host, token: u32, outcome: Outcome) {
+        match outcome {
+            Ok((status, body)) => {
+                let status = status.to_string();
+                self.on_callout_response(host, token, Some(status.as_bytes()), &body);
+            }
+            Err(failure) => self.on_failure(host, token, failure),
+        }
     }
 
     /// The gRPC callout answered: `status` is its gRPC status (0 OK; a timeout is 4

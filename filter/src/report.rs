@@ -52,6 +52,7 @@ use sluice_core::wire::{ActionCounts, FilterReport};
 
 use crate::config::{Config, FailureMode};
 use crate::cost::Commits;
+use crate::exchange::{self, Outcome};
 use crate::failure::log::FailureLog;
 use crate::host::{Callout, Counter, ExchangeCall, Host};
 use crate::lease::asking::RuleLeases;
@@ -415,6 +416,13 @@ impl Worker {
             let status = status.unwrap_or("none");
             self.failed(host, sent, &format!("answered status {status}"));
         }
+    }
+
+    /// The answer to a report or commit sent as an exchange (`report.via_exchange`), read as
+    /// an HTTP callout's.
+    pub fn on_exchange_report(&self, host: &mut dyn Host, token: u32, outcome: &Outcome) {
+        let status = exchange::http_status(outcome);
+        self.on_report_response(host, token, status.as_deref());
     }
 
     /// A report that did not go through: it is sent again, as it is, at the next tick (its

@@ -48,8 +48,17 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A report in flight: its worker, its token, whether it went as an exchange.
-type InFlight = (Weak<WorkerBound>, u32, bool);
+/// A report in flight: its worker, its token, how it went.
+type InFlight = (Weak<WorkerBound>, u32, Via);
+
+/// How a report or commit went to the backend, which says how its answer reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// A plain HTTP callout (`report.cluster`): its `:status`.
+    Http,
+    /// A unary exchange (gRPC, framed by hand): its reply's status, or no answer.
+    Exchange,
+}
 
 /// The main thread's side of one configuration's reports.
 #[derive(Debug)]
@@ -225,21 +234,20 @@ impl Reports {
             } else {
                 state.worker().settle(&mut host, state.config());
             }
-            for (id, exchange) in std::mem::take(&mut host.sent) {
+            for (id, via) in std::mem::take(&mut host.sent) {
                 let Ok(token) = u32::try_from(id) else {
                     continue;
                 };
                 let early = locked(&self.early).remove(&id);
                 match early {
                     Some(answer) => {
-                        let status = status_of(&answer, exchange);
+                        let status = status_of(&answer, via);
                         state
                             .worker()
                             .on_report_response(&mut host, token, status.as_deref());
                     }
                     None => {
-                        locked(&self.in_flight)
-                            .insert(id, (Arc::downgrade(&worker), token, exchange));
+                        locked(&self.in_flight).insert(id, (Arc::downgrade(&worker), token, via));
                     }
                 }
             }
@@ -263,14 +271,14 @@ impl Reports {
         callout_id: u64,
         answer: CalloutAnswer,
     ) {
-        let Some((worker, token, exchange)) = locked(&self.in_flight).remove(&callout_id) else {
+        let Some((worker, token, via)) = locked(&self.in_flight).remove(&callout_id) else {
             locked(&self.early).insert(callout_id, answer);
             return;
         };
         let Some(worker) = worker.upgrade() else {
             return;
         };
-        let status = status_of(&answer, exchange);
+        let status = status_of(&answer, via);
         let state = worker.lock();
         let mut host = MainHost {
             handle,
@@ -288,16 +296,15 @@ impl Reports {
 }
 
 /// The HTTP status a report was answered with (`None`: no answer).
-fn status_of(answer: &CalloutAnswer, exchange: bool) -> Option<Vec<u8>> {
-    if exchange {
-        let reply = grpc::read(answer);
-        sluice_filter::exchange::unary_reply(reply.code, reply.message.as_deref(), &reply.bytes)
-            .ok()
-            .map(|(status, _)| status.to_string().into_bytes())
-    } else if answer.completed {
-        answer.header(":status").map(<[u8]>::to_vec)
-    } else {
-        None
+fn status_of(answer: &CalloutAnswer, via: Via) -> Option<Vec<u8>> {
+    match via {
+        Via::Exchange => {
+            let reply = grpc::read(answer);
+            let outcome = exchange::unary_reply(reply.code, reply.message.as_deref(), &reply.bytes);
+            exchange::http_status(&outcome)
+        }
+        Via::Http if answer.completed => answer.header(":status").map(<[u8]>::to_vec),
+        Via::Http => None,
     }
 }
 
@@ -307,15 +314,15 @@ struct MainHost<'a> {
     handle: ConfigHandle,
     counters: &'a [Option<usize>],
     reports: &'a Reports,
-    /// Callouts started by this turn: (id, sent as an exchange).
-    sent: Vec<(u64, bool)>,
+    /// Callouts started by this turn: (id, how).
+    sent: Vec<(u64, Via)>,
 }
 
 impl MainHost<'_> {
-    fn start(&mut self, result: Result<u64, u32>, exchange: bool) -> Result<u32, String> {
+    fn start(&mut self, result: Result<u64, u32>, via: Via) -> Result<u32, String> {
         let id = result.map_err(|code| format!("Envoy said {code}"))?;
         let token = u32::try_from(id).map_err(|_| "callout id out of range".to_owned())?;
-        self.sent.push((id, exchange));
+        self.sent.push((id, via));
         Ok(token)
     }
 }
@@ -335,7 +342,7 @@ impl ExchangeStart for MainHost<'_> {
             &grpc::frame(message),
             timeout_ms,
         );
-        self.start(result, true)
+        self.start(result, Via::Exchange)
     }
     fn unary_not_started(&mut self, _failure: &Failure) {}
     fn count_unary(&mut self) {}
@@ -369,7 +376,7 @@ impl Host for MainHost<'_> {
         let result = self
             .handle
             .http_callout(&call.cluster, &headers, &call.body, call.timeout_ms);
-        self.start(result, false)
+        self.start(result, Via::Http)
     }
     fn dispatch_grpc(&mut self, _call: &GrpcCall) -> Result<u32, String> {
         Err("reports are not sent over RLS".to_owned())

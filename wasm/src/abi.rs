@@ -21,7 +21,7 @@ use sluice_filter::rls_proto;
 
 mod exchange_glue;
 
-use exchange_glue::{ExchangeLink, SharedExchanger, UnaryReply};
+use exchange_glue::{ExchangeLink, SharedExchanger};
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -136,20 +136,14 @@ impl Context for Root {
 
     /// A count report sent as a unary exchange (`protocol: grpc_stream`).
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
-        let reply = exchange_glue::reply_of_call(status_code, response_size);
+        let outcome = exchange_glue::reply_of_call(status_code, response_size);
         let mut host = self.host();
         // A report that got through shows the backend is there (it ends the stream's down
         // state, like a probe).
-        let result = match &reply {
-            UnaryReply::Answered(..) => Ok(()),
-            UnaryReply::Failed(f) => Err(f),
-        };
-        self.exchanger.borrow_mut().on_unary(result, host.now());
-        let status = match &reply {
-            UnaryReply::Answered(status, _) => Some(status.as_slice()),
-            UnaryReply::Failed(_) => None,
-        };
-        self.worker.on_report_response(&mut host, token, status);
+        self.exchanger
+            .borrow_mut()
+            .on_unary(outcome.as_ref().map(|_| ()), host.now());
+        self.worker.on_exchange_report(&mut host, token, &outcome);
     }
 
     fn on_grpc_stream_message(&mut self, token: u32, message_size: usize) {
@@ -320,14 +314,9 @@ impl Http {
         };
         if flow.protocol() == Protocol::GrpcStream {
             // A unary exchange (the stream was down): answered like an HTTP callout.
-            let reply = exchange_glue::reply_of_call(status_code, response_size);
-            exchange_glue::note_unary(self.host.link.as_ref(), &reply, self.host.now());
-            match reply {
-                UnaryReply::Answered(status, body) => {
-                    flow.on_callout_response(&mut self.host, token, Some(&status), &body)
-                }
-                UnaryReply::Failed(failure) => flow.on_failure(&mut self.host, token, failure),
-            }
+            let outcome = exchange_glue::reply_of_call(status_code, response_size);
+            exchange_glue::note_unary(self.host.link.as_ref(), &outcome, self.host.now());
+            flow.on_exchange_answer(&mut self.host, token, outcome);
             return;
         }
         if status_code != 0 {

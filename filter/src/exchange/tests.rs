@@ -420,3 +420,9 @@ fn the_waiting_table_is_bounded_and_ids_stay_unique_when_they_wrap() {
     assert!(ex.on_message(101, &reply(first, 200, b"")).is_some());
     assert!(send(&mut ex, &mut host, "/p", vec![], 0, "w", 50).is_some());
 }
+
+#[test]
+fn an_outcomes_http_status_is_the_replys_or_none() {
+    assert_eq!(http_status(&Ok((204, Vec::new()))), Some(b"204".to_vec()));
+    assert_eq!(http_status(&Err(Failure::timed_out())), None);
+}

@@ -15,7 +15,7 @@ use proxy_wasm::types::BufferType;
 use sluice_core::exchange::{CALL_METHOD, SERVICE, STREAM_METHOD};
 
 use super::WasmHost;
-use sluice_filter::exchange::{ExchangeStart, Exchanger, Route, StreamHost, Waiting};
+use sluice_filter::exchange::{ExchangeStart, Exchanger, Outcome, Route, StreamHost, Waiting};
 use sluice_filter::failure::Failure;
 use sluice_filter::flow::{Flow, MAX_RESPONSE_BODY};
 use sluice_filter::host::{Counter, ExchangeCall};
@@ -75,7 +75,7 @@ impl ExchangeStart for WasmHost {
             // The stream is given up: the requests waiting on it fail now, then this context
             // is made effective again for its own callout.
             for w in orphans {
-                deliver(w, Delivery::Failed(failure.clone()), self);
+                deliver(w, Err(failure.clone()), self);
             }
             let _ = hostcalls::set_effective_context(link.context_id);
         }
@@ -110,39 +110,26 @@ impl ExchangeStart for WasmHost {
     }
 }
 
-/// What a unary exchange came back as.
-pub enum UnaryReply {
-    /// The backend's answer: status and body, read as an HTTP callout's.
-    Answered(Vec<u8>, Vec<u8>),
-    /// The call failed (a gRPC status other than OK, or a reply that does not decode).
-    Failed(Failure),
-}
-
-/// The answer of a unary exchange; its gRPC status and grpc-message classify a failure
+/// The outcome of a unary exchange; its gRPC status and grpc-message classify a failure
 /// (`exchange::unary_reply`).
-pub fn reply_of_call(status_code: u32, response_size: usize) -> UnaryReply {
+pub fn reply_of_call(status_code: u32, response_size: usize) -> Outcome {
     let message = (status_code != 0).then(grpc_message).flatten();
     let bytes = if status_code == 0 {
         read_buffer(response_size)
     } else {
         Vec::new()
     };
-    match sluice_filter::exchange::unary_reply(status_code, message.as_deref(), &bytes) {
-        Ok((status, body)) => UnaryReply::Answered(status.to_string().into_bytes(), body),
-        Err(failure) => UnaryReply::Failed(failure),
-    }
+    sluice_filter::exchange::unary_reply(status_code, message.as_deref(), &bytes)
 }
 
 /// Tells the worker's exchanger how a unary exchange ended (its probes end the down state).
-pub fn note_unary(link: Option<&ExchangeLink>, reply: &UnaryReply, now_ns: u64) {
+pub fn note_unary(link: Option<&ExchangeLink>, outcome: &Outcome, now_ns: u64) {
     let Some(link) = link else {
         return;
     };
-    let result = match reply {
-        UnaryReply::Answered(..) => Ok(()),
-        UnaryReply::Failed(f) => Err(f),
-    };
-    link.exchanger.borrow_mut().on_unary(result, now_ns);
+    link.exchanger
+        .borrow_mut()
+        .on_unary(outcome.as_ref().map(|_| ()), now_ns);
 }
 
 /// The grpc-message of the call or stream that just ended, if the host gives one.
@@ -198,12 +185,7 @@ pub fn on_message(
     let bytes = read_buffer(size);
     let answered = exchanger.borrow_mut().on_message(token, &bytes);
     if let Some((waiting, reply)) = answered {
-        let status = reply.status.to_string();
-        deliver(
-            waiting,
-            Delivery::Answer(status.as_bytes(), &reply.body),
-            root,
-        );
+        deliver(waiting, Ok((reply.status, reply.body)), root);
         let _ = hostcalls::set_effective_context(root_id);
     }
 }
@@ -239,21 +221,14 @@ fn deliver_all(
         return;
     }
     for w in waiting {
-        deliver(w, Delivery::Failed(failure.clone()), root);
+        deliver(w, Err(failure.clone()), root);
     }
     let _ = hostcalls::set_effective_context(root_id);
 }
 
-/// What a waiting request is handed.
-enum Delivery<'a> {
-    /// The backend's answer: status and body.
-    Answer(&'a [u8], &'a [u8]),
-    /// No answer: the failure mode applies.
-    Failed(Failure),
-}
-
-/// Runs the waiting request's flow on its own context; a request that went away is skipped.
-fn deliver(waiting: Waiting<Weak<RefCell<Flow>>>, what: Delivery<'_>, root: &WasmHost) {
+/// Runs the waiting request's flow on its own context with its answer (or, with no answer, the
+/// failure mode); a request that went away is skipped.
+fn deliver(waiting: Waiting<Weak<RefCell<Flow>>>, outcome: Outcome, root: &WasmHost) {
     let Some(flow) = waiting.waiter.upgrade() else {
         return;
     };
@@ -264,10 +239,5 @@ fn deliver(waiting: Waiting<Weak<RefCell<Flow>>>, what: Delivery<'_>, root: &Was
         return;
     };
     let mut host = root.for_request();
-    match what {
-        Delivery::Answer(status, body) => {
-            flow.on_callout_response(&mut host, waiting.id, Some(status), body)
-        }
-        Delivery::Failed(failure) => flow.on_failure(&mut host, waiting.id, failure),
-    }
+    flow.on_exchange_answer(&mut host, waiting.id, outcome);
 }
