@@ -10,11 +10,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
+use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
 
 use sluice_filter::config::{Config, Protocol};
 use sluice_filter::failure::Failure;
-use sluice_filter::flow::{Flow, Next, MAX_RESPONSE_BODY};
+use sluice_filter::flow::{Flow, Next};
 use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
 use sluice_filter::report::Worker;
 use sluice_filter::rls_proto;
@@ -88,12 +88,7 @@ struct Root {
 
 impl Root {
     fn host(&self) -> WasmHost {
-        WasmHost {
-            metrics: Rc::clone(&self.metrics),
-            request_headers: RefCell::new(None),
-            config: self.config.clone(),
-            link: None,
-        }
+        WasmHost::unlinked(&self.metrics, self.config.clone())
     }
 
     /// The exchange stream failed (could not open, or closed): counted in the worker's failure
@@ -160,11 +155,7 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = match hostcalls::get_buffer(
-            proxy_wasm::types::BufferType::PluginConfiguration,
-            0,
-            usize::MAX,
-        ) {
+        let bytes = match hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX) {
             Ok(Some(bytes)) => bytes,
             _ => {
                 log(
@@ -283,23 +274,8 @@ impl Context for Http {
         let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
             .ok()
             .flatten();
-        let body = if body_size == 0 {
-            None
-        } else {
-            hostcalls::get_buffer(
-                proxy_wasm::types::BufferType::HttpCallResponseBody,
-                0,
-                body_size.min(MAX_RESPONSE_BODY),
-            )
-            .ok()
-            .flatten()
-        };
-        flow.on_callout_response(
-            &mut self.host,
-            token,
-            status.as_deref(),
-            body.as_deref().unwrap_or_default(),
-        );
+        let body = exchange_glue::read_buffer(BufferType::HttpCallResponseBody, body_size);
+        flow.on_callout_response(&mut self.host, token, status.as_deref(), &body);
     }
 
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
@@ -325,23 +301,8 @@ impl Http {
             flow.on_failure(&mut self.host, token, failure);
             return;
         }
-        let message = if status_code != 0 || response_size == 0 {
-            None
-        } else {
-            hostcalls::get_buffer(
-                proxy_wasm::types::BufferType::GrpcReceiveBuffer,
-                0,
-                response_size.min(MAX_RESPONSE_BODY),
-            )
-            .ok()
-            .flatten()
-        };
-        flow.on_grpc_response(
-            &mut self.host,
-            token,
-            status_code,
-            message.as_deref().unwrap_or_default(),
-        );
+        let message = exchange_glue::read_buffer(BufferType::GrpcReceiveBuffer, response_size);
+        flow.on_grpc_response(&mut self.host, token, status_code, &message);
     }
 }
 
@@ -408,10 +369,15 @@ impl WasmHost {
 
     /// A host for handing a request its answer from the root (no headers read yet, no link).
     fn for_request(&self) -> WasmHost {
+        WasmHost::unlinked(&self.metrics, self.config.clone())
+    }
+
+    /// A host with no request headers read and no link to the worker's exchange stream.
+    fn unlinked(metrics: &Rc<Metrics>, config: Option<Rc<Config>>) -> WasmHost {
         WasmHost {
-            metrics: Rc::clone(&self.metrics),
+            metrics: Rc::clone(metrics),
             request_headers: RefCell::new(None),
-            config: self.config.clone(),
+            config,
             link: None,
         }
     }

@@ -180,28 +180,24 @@ fn reports_go_as_exchanges_unless_a_report_cluster_is_named() {
 /// the HTTP callout's answer with its status, a failed call applies the failure mode.
 #[test]
 fn an_exchange_outcome_is_read_as_the_http_callouts_answer() {
-    let cfg = config("grpc_stream");
-    let mut host = request("/api/x", b"ann");
-    let mut flow = Flow::new(Rc::clone(&cfg));
-    assert_eq!(flow.on_request_headers(&mut host), Next::Pause);
-    let token = host.next_token - 1;
-    flow.on_exchange_answer(&mut host, token, Ok((200, allowed(""))));
+    let answered = |outcome: Outcome| {
+        let mut host = request("/api/x", b"ann");
+        let mut flow = Flow::new(config("grpc_stream"));
+        assert_eq!(flow.on_request_headers(&mut host), Next::Pause);
+        let token = host.next_token - 1;
+        flow.on_exchange_answer(&mut host, token, outcome);
+        host
+    };
+    let host = answered(Ok((200, allowed(""))));
     assert_eq!(host.effects.resumed, 1);
     assert!(host.effects.replies.is_empty());
+    assert_eq!(host.counters.get(&Counter::Allowed), Some(&1));
 
-    let mut host = request("/api/x", b"ann");
-    let mut flow = Flow::new(Rc::clone(&cfg));
-    assert_eq!(flow.on_request_headers(&mut host), Next::Pause);
-    let token = host.next_token - 1;
-    flow.on_exchange_answer(&mut host, token, Ok((503, b"upstream reset".to_vec())));
+    let host = answered(Ok((503, b"upstream reset".to_vec())));
     assert_eq!(host.counters.get(&Counter::FailuresUnreachable), Some(&1));
     assert_eq!(host.counters.get(&Counter::FailuresAllow), Some(&1));
 
-    let mut host = request("/api/x", b"ann");
-    let mut flow = Flow::new(Rc::clone(&cfg));
-    assert_eq!(flow.on_request_headers(&mut host), Next::Pause);
-    let token = host.next_token - 1;
-    flow.on_exchange_answer(&mut host, token, Err(Failure::timed_out()));
+    let host = answered(Err(Failure::timed_out()));
     assert_eq!(host.counters.get(&Counter::FailuresTimeout), Some(&1));
     assert_eq!(host.effects.resumed, 1);
 }

@@ -115,7 +115,7 @@ impl ExchangeStart for WasmHost {
 pub fn reply_of_call(status_code: u32, response_size: usize) -> Outcome {
     let message = (status_code != 0).then(grpc_message).flatten();
     let bytes = if status_code == 0 {
-        read_buffer(response_size)
+        read_buffer(BufferType::GrpcReceiveBuffer, response_size)
     } else {
         Vec::new()
     };
@@ -137,19 +137,16 @@ pub fn grpc_message() -> Option<String> {
     hostcalls::get_grpc_status().ok().and_then(|(_, m)| m)
 }
 
-/// The gRPC message just received (bounded like a callout's body).
-fn read_buffer(size: usize) -> Vec<u8> {
+/// The first `size` bytes of a buffer the host just filled (a callout's body, a gRPC message),
+/// bounded by [`MAX_RESPONSE_BODY`]; empty when there is none or the host will not say.
+pub fn read_buffer(buffer: BufferType, size: usize) -> Vec<u8> {
     if size == 0 {
         return Vec::new();
     }
-    hostcalls::get_buffer(
-        BufferType::GrpcReceiveBuffer,
-        0,
-        size.min(MAX_RESPONSE_BODY),
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_default()
+    hostcalls::get_buffer(buffer, 0, size.min(MAX_RESPONSE_BODY))
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 /// The root's tick: open the stream if it is down (after its backoff), and answer every request
@@ -182,7 +179,7 @@ pub fn on_message(
     root: &WasmHost,
     root_id: u32,
 ) {
-    let bytes = read_buffer(size);
+    let bytes = read_buffer(BufferType::GrpcReceiveBuffer, size);
     let answered = exchanger.borrow_mut().on_message(token, &bytes);
     if let Some((waiting, reply)) = answered {
         deliver(waiting, Ok((reply.status, reply.body)), root);
