@@ -45,11 +45,11 @@ struct Queued {
     returning: Option<u64>,
 }
 
-/// A worker's commits: waiting for the next tick, and in flight by callout token.
+/// A worker's commits: waiting for the next tick, and sent (awaiting their answer) by callout token.
 #[derive(Debug, Default)]
 pub struct Commits {
     queue: VecDeque<Queued>,
-    in_flight: HashMap<u32, Queued>,
+    sent: HashMap<u32, Queued>,
     /// The next number of this worker's commit ids.
     next: u64,
     /// A commit was given up since the last one accepted (so it is logged once, not per commit).
@@ -65,9 +65,9 @@ impl Commits {
         format!("{reporter}:{}", self.next)
     }
 
-    /// Commits queued or in flight.
-    pub fn pending(&self) -> usize {
-        self.queue.len() + self.in_flight.len()
+    /// Commits queued, or sent and not yet answered.
+    pub fn queued_or_sent(&self) -> usize {
+        self.queue.len() + self.sent.len()
     }
 
     /// Queues a commit for the next tick; given up (counted) when the worker holds too many.
@@ -86,7 +86,7 @@ impl Commits {
             attempts: 0,
             returning,
         };
-        if self.pending() >= MAX_COMMITS {
+        if self.queued_or_sent() >= MAX_COMMITS {
             self.give_up(host, &q, "could not be queued (too many commits waiting)");
             return;
         }
@@ -102,7 +102,7 @@ impl Commits {
             q.request.timeout_ms = Some(COMMIT_TIMEOUT_MS);
             match start(host, config, &q.request) {
                 Ok(token) => {
-                    self.in_flight.insert(token, q);
+                    self.sent.insert(token, q);
                 }
                 Err(e) => self.retry(host, q, &format!("could not start: {e}")),
             }
@@ -112,7 +112,7 @@ impl Commits {
     /// The answer to callout `token`, if it is a commit's (`status` is `:status`; a timeout
     /// arrives as 504 or without one). `false`: not a commit's token.
     pub fn answered(&mut self, host: &mut dyn Host, token: u32, status: Option<&[u8]>) -> bool {
-        let Some(q) = self.in_flight.remove(&token) else {
+        let Some(q) = self.sent.remove(&token) else {
             return false;
         };
         let status = status.and_then(|s| std::str::from_utf8(s).ok());

@@ -666,7 +666,7 @@ impl Flow {
         for (name, value) in std::mem::take(&mut self.response_headers) {
             host.add_response_header(name, value.as_bytes());
         }
-        self.settle_on_headers(host);
+        self.commit_on_headers(host);
     }
 
     /// A decision; one estimated without sluice's numbers is not cached.

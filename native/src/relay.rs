@@ -100,7 +100,7 @@ impl Left {
     fn of(state: &LocalState, reports_on: bool, now_ns: u64) -> Left {
         let worker = state.worker();
         Left {
-            commits: worker.commits().pending() > 0,
+            commits: worker.commits().queued_or_sent() > 0,
             counts: reports_on && worker.unreported().iter().any(|c| *c != Counts::default()),
             // A held line is due at most LOG_EVERY_NS after its reason's last line: asking a copy
             // of the log for the lines due then finds every one held now.

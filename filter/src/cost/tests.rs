@@ -47,7 +47,7 @@ fn the_queue_is_bounded_and_a_commit_that_cannot_start_is_retried() {
     for i in 0..MAX_COMMITS + 3 {
         commits.push(&mut host, commit(&format!("id{i}")));
     }
-    assert_eq!(commits.pending(), MAX_COMMITS);
+    assert_eq!(commits.queued_or_sent(), MAX_COMMITS);
     assert_eq!(host.counter(Counter::CostCommitsFailed), 3);
     assert_eq!(host.effects.warnings.borrow().len(), 1, "logged once");
 
@@ -57,7 +57,7 @@ fn the_queue_is_bounded_and_a_commit_that_cannot_start_is_retried() {
     for _ in 0..COMMIT_ATTEMPTS {
         commits.send(&mut host, &cfg);
     }
-    assert_eq!(commits.pending(), 0);
+    assert_eq!(commits.queued_or_sent(), 0);
     assert_eq!(host.counter(Counter::CostCommitRetries), 3);
     assert_eq!(host.counter(Counter::CostCommitsFailed), 4);
     assert!(

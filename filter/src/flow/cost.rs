@@ -106,28 +106,28 @@ impl Flow {
         });
     }
 
-    /// Response headers: a reservation whose actual cost is a response header is settled now.
-    pub(super) fn settle_on_headers(&mut self, host: &mut dyn Host) {
-        self.settle_on(host, Arrived::Headers);
+    /// Response headers: a reservation whose actual cost is a response header is committed now.
+    pub(super) fn commit_on_headers(&mut self, host: &mut dyn Host) {
+        self.commit_on(host, Arrived::Headers);
     }
 
-    /// Response trailers are in: a reservation whose actual cost is a trailer is settled now.
+    /// Response trailers are in: a reservation whose actual cost is a trailer is committed now.
     pub fn on_response_trailers(&mut self, host: &mut dyn Host) {
-        self.settle_on(host, Arrived::Trailers);
+        self.commit_on(host, Arrived::Trailers);
     }
 
     /// Reads the actual cost where the reservation says, if that is what just arrived (the
-    /// response's trailers, or its headers) and settles it.
-    fn settle_on(&mut self, host: &mut dyn Host, arrived: Arrived) {
+    /// response's trailers, or its headers) and commits it.
+    fn commit_on(&mut self, host: &mut dyn Host, arrived: Arrived) {
         let values = match (self.reservation.as_ref().map(|r| &r.actual), arrived) {
             (Some(Actual::Header(name)), Arrived::Headers) => host.response_header(name),
             (Some(Actual::Trailer(name)), Arrived::Trailers) => host.response_trailer(name),
             _ => return,
         };
-        self.settle(host, actual_of(&values));
+        self.commit(host, actual_of(&values));
     }
 
-    /// The request is over (its context is going away): a reservation still unsettled (a reset,
+    /// The request is over (its context is going away): a reservation not yet committed (a reset,
     /// an upstream that never answered, a stream that ended without its trailer) is kept and
     /// counted.
     pub fn on_end(&mut self, host: &mut dyn Host) {
@@ -138,7 +138,7 @@ impl Flow {
 
     /// Commits the actual cost (queued on the worker, sent on its tick), or keeps the
     /// reservation when there is none.
-    fn settle(&mut self, host: &mut dyn Host, actual: Option<u64>) {
+    fn commit(&mut self, host: &mut dyn Host, actual: Option<u64>) {
         let Some(r) = self.reservation.take() else {
             return;
         };
