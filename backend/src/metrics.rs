@@ -106,19 +106,6 @@ struct ErrorLabels {
     kind: String,
 }
 
-/// The metric name suffix of a store error (`sluice_store_errors_total{kind}`).
-pub fn error_kind(error: &StoreError) -> &'static str {
-    match error {
-        StoreError::Unavailable(_) => "unavailable",
-        StoreError::Timeout(_) => "timeout",
-        StoreError::Overloaded(_) => "overloaded",
-        StoreError::Full(_) => "full",
-        StoreError::WrongType { .. } => "wrong_type",
-        StoreError::Corrupt(_) => "corrupt",
-        StoreError::Script { .. } => "script",
-    }
-}
-
 /// Every metric the service exports, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -510,7 +497,7 @@ impl Metrics {
     pub fn store_error(&self, error: &StoreError) {
         self.store_errors
             .get_or_create(&ErrorLabels {
-                kind: error_kind(error).to_owned(),
+                kind: error.metric_kind().to_owned(),
             })
             .inc();
     }

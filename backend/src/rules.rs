@@ -196,14 +196,10 @@ pub enum PollOutcome {
 
 /// Sorts a failed store call into "cannot reach" and "cannot read", so the log says which.
 fn failed(e: &StoreError) -> PollOutcome {
-    match e {
-        StoreError::Corrupt(_) | StoreError::WrongType { .. } | StoreError::Script { .. } => {
-            PollOutcome::Unreadable(e.to_string())
-        }
-        StoreError::Unavailable(_)
-        | StoreError::Timeout(_)
-        | StoreError::Overloaded(_)
-        | StoreError::Full(_) => PollOutcome::StoreDown(e.to_string()),
+    if e.is_transient() {
+        PollOutcome::StoreDown(e.to_string())
+    } else {
+        PollOutcome::Unreadable(e.to_string())
     }
 }
 

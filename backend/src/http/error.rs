@@ -105,22 +105,12 @@ impl ApiFailure {
     /// data or scripts sluice cannot use (retrying will not help, and the filter must not mistake
     /// it for an outage).
     pub fn store(e: &StoreError) -> ApiFailure {
-        let (status, code) = match e {
-            StoreError::Unavailable(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreUnavailable)
-            }
-            StoreError::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreTimeout),
-            StoreError::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Overloaded),
-            StoreError::Full(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreFull),
-            StoreError::WrongType { .. } => {
-                (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreWrongType)
-            }
-            StoreError::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::StoreCorrupt),
-            StoreError::Script { .. } => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::StoreScriptError,
-            ),
+        let status = if e.is_transient() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
         };
+        let code = e.code();
         ApiFailure::new(status, code, e.to_string())
     }
 }

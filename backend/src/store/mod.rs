@@ -4,58 +4,18 @@
 
 mod all;
 mod changes;
+mod error;
 pub mod memory;
 pub mod redis;
 
 pub use all::{AllOutcome, CheckRequest};
 pub use changes::{AuditStamp, ChangeOutcome, RuleChange};
+pub use error::StoreError;
 
 use async_trait::async_trait;
 use sluice_core::cell::CellArgs;
 use sluice_core::wire::StoreHealth;
 use sluice_core::{Action, Decision, Lease, Leased, Nanos, Rule};
-
-/// What went wrong talking to the store. A denial is never an error: it is a [`Decision`].
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The store cannot be reached or refused the command (connection refused, reset, ...).
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// The store did not answer within the configured timeout.
-    #[error("store timed out after {0} ms")]
-    Timeout(u64),
-    /// The store refused a write for lack of memory (Redis `OOM` under `maxmemory` with a policy
-    /// that cannot evict). Not an outage: the fix is sizing or the eviction policy.
-    #[error("store full: {0}")]
-    Full(String),
-    /// Too many requests are already waiting on the store; shed rather than queue.
-    #[error("store overloaded: {0} requests already in flight")]
-    Overloaded(usize),
-    /// A key holds data sluice did not write (another Redis type, or garbage).
-    #[error(
-        "key {key} holds data sluice cannot read ({detail}); delete it or pick another key prefix"
-    )]
-    WrongType {
-        /// The Redis key at fault.
-        key: String,
-        /// What the store said.
-        detail: String,
-    },
-    /// Stored data (a rule, a counter) could not be parsed.
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
-    /// The store answered, and its answer is an error of sluice's own step: a Lua script that
-    /// raised an error, was given an argument it cannot use, called a command this Redis lacks,
-    /// or returned a reply of the wrong shape. Not an outage: retrying or failing open would only
-    /// hide it, so it is a 500 naming the script, not a 503.
-    #[error("the Redis script {script} failed: {message}")]
-    Script {
-        /// The script, as in `backend/lua/<script>.lua` (`gcra`, `rules_write`, ...).
-        script: &'static str,
-        /// What Redis said.
-        message: String,
-    },
-}
 
 /// The rules as stored, with the version that identifies this exact set.
 #[derive(Debug, Clone, Default)]
