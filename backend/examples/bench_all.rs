@@ -73,11 +73,11 @@ async fn run(store: Arc<dyn Store>, rules: Arc<[Rule; 3]>, all: bool, total: usi
                                 quantity: 1,
                             },
                         ];
-                        store.throttle_all(&checks, None).await?;
+                        store.throttle_all(&checks).await?;
                     } else {
-                        store.throttle(&rules[0], user, 1, None).await?;
-                        store.throttle(&rules[1], ip, 1, None).await?;
-                        store.throttle(&rules[2], "all", 1, None).await?;
+                        store.throttle(&rules[0], user, 1).await?;
+                        store.throttle(&rules[1], ip, 1).await?;
+                        store.throttle(&rules[2], "all", 1).await?;
                     }
                 }
                 Ok::<_, sluice_backend::store::StoreError>(())

@@ -53,7 +53,7 @@ async fn run(
                 let (mut allowed, mut units) = (0u64, 0u64);
                 for i in (t..total).step_by(TASKS) {
                     let got = store
-                        .throttle_leased(&rule, &keys[i % KEYS], 1, lease, None)
+                        .throttle_leased(&rule, &keys[i % KEYS], 1, lease)
                         .await?;
                     if got.decision.allowed {
                         allowed += 1;

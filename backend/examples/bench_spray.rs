@@ -85,7 +85,7 @@ async fn child(algorithm: &str, max_keys: usize, points: &[u64]) -> Result<()> {
     let mut sprayed = 0;
     for &point in points {
         while sprayed < point {
-            store.throttle(&rule, &key(sprayed), 1, None).await?;
+            store.throttle(&rule, &key(sprayed), 1).await?;
             sprayed += 1;
         }
         let grown = rss_bytes()?.saturating_sub(base);
@@ -163,7 +163,7 @@ async fn redis_column(extra: &[&str], points: &[u64]) -> Result<Vec<Point>> {
                         if started.elapsed() > REDIS_BUDGET {
                             return Ok(i);
                         }
-                        store.throttle(&rule, &key(i), 1, None).await?;
+                        store.throttle(&rule, &key(i), 1).await?;
                     }
                     Ok::<_, sluice_backend::store::StoreError>(point)
                 })

@@ -57,7 +57,7 @@ async fn run(store: Arc<dyn Store>, rule: Arc<Rule>, total: usize, tasks: usize)
             let (store, rule, keys) = (store.clone(), rule.clone(), keys.clone());
             tokio::spawn(async move {
                 for i in (t..total).step_by(tasks) {
-                    store.throttle(&rule, &keys[i % KEYS], 1, None).await?;
+                    store.throttle(&rule, &keys[i % KEYS], 1).await?;
                 }
                 Ok::<_, sluice_backend::store::StoreError>(())
             })

@@ -22,7 +22,7 @@ use crate::history::report::UncheckedWarnings;
 use crate::history::{step_start, DeniedRecord, HistoryRecord, Tally};
 use crate::metrics::Metrics;
 use crate::rules::RuleCache;
-use crate::store::{Activity, Store, StoreError};
+use crate::store::{Activity, ActivityStore, HistoryStore, StoreError};
 
 /// Most distinct (action, key) pairs held in one batch; beyond it new keys are counted in the
 /// rates but not listed (a flood of distinct keys must not grow memory without bound).
@@ -262,9 +262,9 @@ fn bump(c: &mut Counts, allowed: bool, now_ms: u64) {
 /// write the store refuses goes back to [`ActivityBook::steps`] for the next flush (steps older
 /// than the history span are dropped and counted); refused activity and denied keys are dropped
 /// and counted in `sluice_activity_dropped_total`. Returns the first error.
-pub async fn write_flush(
+pub async fn write_flush<S: ActivityStore + HistoryStore + ?Sized>(
     book: &ActivityBook,
-    store: &dyn Store,
+    store: &S,
     metrics: &Metrics,
     flush: Flush,
     now_ms: u64,
@@ -308,9 +308,9 @@ pub async fn write_flush(
 
 /// Flushes the batch every `every` until `stop`, then once more. `rules` says which actions are
 /// in shadow mode (their denials count as allowed in the history).
-pub async fn flush_loop(
+pub async fn flush_loop<S: ActivityStore + HistoryStore + ?Sized>(
     book: Arc<ActivityBook>,
-    store: Arc<dyn Store>,
+    store: Arc<S>,
     metrics: Arc<Metrics>,
     rules: Arc<RuleCache>,
     every: Duration,
@@ -352,7 +352,6 @@ pub async fn flush_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ActivityStore;
 
     fn action(name: &str) -> Action {
         Action::parse(name).expect("valid action")

@@ -22,7 +22,7 @@ use crate::state::App;
 use crate::store::memory::sizing::BYTES_PER_KEY;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{ConnectError, RedisConfigError, RedisStore};
-use crate::store::{Store, StoreError};
+use crate::store::{HealthStore, Store, StoreError};
 use crate::wrong_listener::WrongListener;
 
 /// The listeners, bound by the caller (port 0 in tests).

@@ -11,15 +11,15 @@ use tokio::sync::watch;
 use crate::activity::ActivityBook;
 use crate::clock::now_ms;
 use crate::rules::{Overrides, RuleCache};
-use crate::store::{Activity, Store, StoreError};
+use crate::store::{Activity, ActivityStore, DecisionStore, HealthStore, StoreError};
 
 /// Keys per action when no `limit` is given.
 pub const DEFAULT_LIMIT: usize = 20;
 /// Largest `limit` accepted.
 pub const MAX_LIMIT: usize = 1000;
 
-async fn action_levels(
-    store: &dyn Store,
+async fn action_levels<S: ActivityStore + DecisionStore + ?Sized>(
+    store: &S,
     book: &ActivityBook,
     rule: &Rule,
     overrides: &Overrides,
@@ -50,8 +50,8 @@ async fn action_levels(
 
 /// Peeks each recent key under the rule in force for it: the action's rule for most, in one
 /// batch, and a key's override (a different funnel, maybe another algorithm) one key at a time.
-async fn peek_under_their_rules(
-    store: &dyn Store,
+async fn peek_under_their_rules<S: DecisionStore + ?Sized>(
+    store: &S,
     rule: &Rule,
     overrides: &Overrides,
     recent: &[Activity],
@@ -66,14 +66,14 @@ async fn peek_under_their_rules(
     let mut plain_decisions = if plain.is_empty() {
         Vec::new()
     } else {
-        store.peek_many(rule, &plain, None).await?
+        store.peek_many(rule, &plain).await?
     }
     .into_iter();
     let mut decisions = Vec::with_capacity(recent.len());
     for a in recent {
         let decision = match override_of(&a.key) {
             Some(own) => store
-                .peek_many(own, std::slice::from_ref(&a.key), None)
+                .peek_many(own, std::slice::from_ref(&a.key))
                 .await?
                 .into_iter()
                 .next(),
@@ -92,8 +92,8 @@ async fn peek_under_their_rules(
 }
 
 /// Levels of the given rules, as of now; keys with an override are read under it.
-pub async fn snapshot(
-    store: &dyn Store,
+pub async fn snapshot<S: ActivityStore + DecisionStore + HealthStore + ?Sized>(
+    store: &S,
     book: &ActivityBook,
     rules: &[Rule],
     overrides: &Overrides,
@@ -129,9 +129,9 @@ impl LevelsHub {
     }
 
     /// Recomputes and publishes a snapshot every `every` while there is a listener, until `stop`.
-    pub async fn run(
+    pub async fn run<S: ActivityStore + DecisionStore + HealthStore + ?Sized>(
         &self,
-        store: Arc<dyn Store>,
+        store: Arc<S>,
         book: Arc<ActivityBook>,
         rules: Arc<RuleCache>,
         every: Duration,

@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use sluice_core::{Algorithm, Mode};
 
-use crate::store::{CommitOutcome, Store, StoreError};
+use crate::store::{CommitOutcome, HealthStore, StoreError};
 
 /// How a decision came out, as a label value.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -133,10 +133,10 @@ pub struct Metrics {
     reports_deferred: Family<LeaseLabels, Counter>,
 }
 
-/// The store's own figures ([`Store::health`]), read at each scrape so they are never stale and
+/// The store's own figures ([`HealthStore::health`]), read at each scrape so they are never stale and
 /// cost nothing per decision: `sluice_store_evictions_total` always, `sluice_store_keys` and
 /// `sluice_store_max_keys` when the store counts its keys (the memory store).
-struct StoreCollector(Arc<dyn Store>);
+struct StoreCollector(Arc<dyn HealthStore>);
 
 impl std::fmt::Debug for StoreCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -184,7 +184,7 @@ impl Collector for StoreCollector {
 impl Metrics {
     /// Registers the metrics, with the store's own figures ([`StoreCollector`]) read from
     /// `store` at each scrape.
-    pub fn with_store(store: Arc<dyn Store>) -> Metrics {
+    pub fn with_store(store: Arc<dyn HealthStore>) -> Metrics {
         let mut metrics = Metrics::new();
         metrics
             .registry

@@ -15,7 +15,7 @@ use sluice_core::wire::{KeyOverride, RulesBody};
 use sluice_core::Rule;
 use tokio::sync::watch;
 
-use crate::store::{RuleChange, RuleSnapshot, Store, StoreError};
+use crate::store::{RuleChange, RuleSnapshot, RuleStore, StoreError};
 
 /// Per-key overrides: action -> key -> the rule in force for that key.
 pub type Overrides = BTreeMap<String, BTreeMap<String, Arc<Rule>>>;
@@ -70,15 +70,7 @@ impl RuleSet {
 
     /// Every override, sorted by action then key.
     pub fn listed_overrides(&self) -> Vec<KeyOverride> {
-        self.overrides
-            .values()
-            .flat_map(|by_key| {
-                by_key.iter().map(|(key, rule)| KeyOverride {
-                    key: key.clone(),
-                    rule: Rule::clone(rule),
-                })
-            })
-            .collect()
+        crate::store::listed_overrides(self.overrides.values())
     }
 
     /// Applies a change locally (when the reload after a write failed; the next poll reloads).
@@ -157,14 +149,14 @@ impl RuleCache {
     }
 
     /// Reloads from the store.
-    pub async fn reload(&self, store: &dyn Store) -> Result<bool, StoreError> {
+    pub async fn reload(&self, store: &dyn RuleStore) -> Result<bool, StoreError> {
         let snapshot = store.load_rules().await?;
         Ok(self.replace(RuleSet::from_snapshot(snapshot)))
     }
 
     /// After a write this replica made: reload so the cache holds the store's exact set; if the
     /// reload fails, apply the change locally with an unknown version so the next poll reloads.
-    pub async fn after_write(&self, store: &dyn Store, change: &RuleChange) {
+    pub async fn after_write(&self, store: &dyn RuleStore, change: &RuleChange) {
         if self.reload(store).await.is_err() {
             let mut set = (*self.current()).clone();
             set.apply(change);
@@ -204,7 +196,7 @@ fn failed(e: &StoreError) -> PollOutcome {
 }
 
 /// One poll: compare versions, reload on change, republish if the store lost everything.
-pub async fn poll_once(cache: &RuleCache, store: &dyn Store) -> PollOutcome {
+pub async fn poll_once(cache: &RuleCache, store: &dyn RuleStore) -> PollOutcome {
     let cached = cache.current();
     match store.rules_version().await {
         Ok(Some(v)) if cached.version == Some(v) => PollOutcome::Unchanged,
@@ -261,7 +253,7 @@ pub async fn poll_once(cache: &RuleCache, store: &dyn Store) -> PollOutcome {
 /// bookkeeping at ERROR (someone must repair it).
 pub async fn refresh_loop(
     cache: Arc<RuleCache>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn RuleStore>,
     every: Duration,
     mut stop: watch::Receiver<bool>,
     on_change: impl Fn(usize) + Send,

@@ -29,7 +29,7 @@ use crate::deadline::error::micros;
 use crate::deadline::latency::LatencyEstimate;
 use crate::deadline::{Admission, Deadline, DecideError, Miss};
 use crate::state::App;
-use crate::store::{Store, StoreError};
+use crate::store::{HealthStore, StoreError};
 
 /// Runs `step` (a decision's store step, owning what it needs) under `deadline`; `late` receives
 /// its result if it finishes after its caller gave up.
@@ -188,7 +188,12 @@ async fn timed<T>(
 }
 
 /// Sends a latency probe (a store `PING`) if one is due at `now`.
-fn probe(store: Arc<dyn Store>, latency: Arc<LatencyEstimate>, bound: Duration, now: Instant) {
+fn probe(
+    store: Arc<dyn HealthStore>,
+    latency: Arc<LatencyEstimate>,
+    bound: Duration,
+    now: Instant,
+) {
     if !latency.probe_due(now) {
         return;
     }

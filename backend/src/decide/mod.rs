@@ -107,7 +107,7 @@ pub async fn decide_leased(
     let (store, step_rule, owned_key) = (app.store.clone(), Arc::clone(rule), key.to_owned());
     let step = async move {
         store
-            .throttle_leased(&step_rule, &owned_key, quantity, lease, None)
+            .throttle_leased(&step_rule, &owned_key, quantity, lease)
             .await
     };
     let late = Late::new(app.metrics.clone());
@@ -175,7 +175,7 @@ pub async fn decide_all(
                 quantity: *quantity,
             })
             .collect();
-        store.throttle_all(&requests, None).await
+        store.throttle_all(&requests).await
     };
     let late = Late::new(app.metrics.clone());
     let outcome = call::run(app, deadline, step, move |result| {

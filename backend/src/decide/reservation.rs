@@ -16,7 +16,7 @@ use crate::store::CommitOutcome;
 
 /// After an allowed decision of a request that carried a reservation id (`reservation_id` over
 /// HTTP, `sluice_reservation` in RLS): holds the
-/// reservation as in flight for the key view ([`crate::store::DecisionStore::hold`]) before the
+/// reservation as in flight for the key view ([`crate::store::BudgetStore::hold`]) before the
 /// answer goes out, so that its commit (sent only after the answer) always finds it. The
 /// decision stands whatever happens here: a reservation not held is counted in
 /// `sluice_reservations_unheld` and a store failure is said in the log (the key view then shows
@@ -35,7 +35,7 @@ pub async fn hold_reservation(
     }
     let action = rule.action().as_str();
     match app
-        .store_call(app.store.hold(rule, key, id, quantity, None))
+        .store_call(app.store.hold(rule, key, id, quantity))
         .await
     {
         Ok(true) => {}
@@ -66,7 +66,7 @@ pub async fn commit(
     // The step owns what it needs: it may outlive this request (see crate::decide::call).
     let store = app.store.clone();
     let (step_rule, key, id) = (Arc::clone(rule), key.to_owned(), id.to_owned());
-    let step = async move { store.commit(&step_rule, &key, &id, settle, None).await };
+    let step = async move { store.commit(&step_rule, &key, &id, settle).await };
     let metrics = app.metrics.clone();
     let late_rule = Arc::clone(rule);
     let outcome = call::run(app, deadline, step, move |result| {

@@ -5,7 +5,7 @@ use sluice_core::wire::{ActionHistory, HistoryBody, HistoryRange, HISTORY_STEP_M
 use sluice_core::Rule;
 
 use super::{step_start, StoredHistory, Tally};
-use crate::store::{Store, StoreError};
+use crate::store::{HistoryStore, StoreError};
 
 /// The first step and the number of steps of `range` read at `now_ms` (the last step is the one
 /// holding `now_ms`, still filling).
@@ -55,7 +55,7 @@ pub fn assemble(
 
 /// The history of `rules` (sorted by action) over `range`, read at `now_ms`.
 pub async fn history(
-    store: &dyn Store,
+    store: &dyn HistoryStore,
     rules: &[Rule],
     range: HistoryRange,
     now_ms: u64,

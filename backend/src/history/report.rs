@@ -17,7 +17,7 @@ use super::{step_start, HistoryRecord, ReportMark, Tally};
 use crate::deadline::stall;
 use crate::metrics::{Metrics, Outcome};
 use crate::rules::RuleSet;
-use crate::store::{ActivityStore, StoreError};
+use crate::store::{HistoryStore, StoreError};
 
 /// The `action` label of counts reported for an action without a rule on this replica (no action
 /// can be named so: parentheses are not allowed in action names). Such counts reach the metrics,
@@ -182,13 +182,13 @@ pub enum IngestError {
 
 /// Validates `report` (the refusal names the field) and counts it at `now_ms`: a report with an
 /// identity once per (action, reporter, seq), through the store's atomic
-/// [`ActivityStore::apply_report`] (its history at once, the metrics when the store applied it);
+/// [`HistoryStore::apply_report`] (its history at once, the metrics when the store applied it);
 /// a report without one (an older filter) into the metrics and the pending history, every copy.
 /// Warns (rate-limited) when requests passed unchecked.
 pub async fn ingest(
     report: &FilterReport,
     sinks: Sinks<'_>,
-    store: &dyn ActivityStore,
+    store: &dyn HistoryStore,
     now_ms: u64,
     now: Instant,
 ) -> Result<Ingested, IngestError> {

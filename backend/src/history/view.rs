@@ -8,7 +8,7 @@ use sluice_core::wire::{
 };
 use sluice_core::{Decision, Nanos, Params, Rule};
 
-use crate::store::{Store, StoreError};
+use crate::store::{ActivityStore, BudgetStore, DecisionStore, HistoryStore, StoreError};
 
 /// Nanoseconds until a request of quantity 1 would pass, from a quantity-0 peek; `None` if one
 /// would pass now.
@@ -34,18 +34,21 @@ pub fn retry_after_one(params: Params, peek: &Decision) -> Option<Nanos> {
 }
 
 /// Where `key` stands under one rule, as of now.
-async fn key_state(
-    store: &dyn Store,
+async fn key_state<S>(
+    store: &S,
     rule: &Rule,
     key: &str,
     now_ms: u64,
-) -> Result<KeyActionState, StoreError> {
+) -> Result<KeyActionState, StoreError>
+where
+    S: DecisionStore + ActivityStore + HistoryStore + BudgetStore + ?Sized,
+{
     let keys = [key.to_owned()];
     let (peeks, last_seen_ms, denied, budget) = futures::future::try_join4(
-        store.peek_many(rule, &keys, None),
+        store.peek_many(rule, &keys),
         store.key_last_seen(rule.action(), key),
         store.key_denied(rule.action(), key, now_ms),
-        store.budget(rule, key, None),
+        store.budget(rule, key),
     )
     .await?;
     let mut denied_minutes: Vec<DeniedMinute> = denied
@@ -79,12 +82,15 @@ async fn key_state(
 }
 
 /// `key` under every rule (sorted by action), read at `now_ms`.
-pub async fn key_view(
-    store: &dyn Store,
+pub async fn key_view<S>(
+    store: &S,
     rules: &[Rule],
     key: &str,
     now_ms: u64,
-) -> Result<KeyView, StoreError> {
+) -> Result<KeyView, StoreError>
+where
+    S: DecisionStore + ActivityStore + HistoryStore + BudgetStore + ?Sized,
+{
     let mut actions =
         futures::future::try_join_all(rules.iter().map(|r| key_state(store, r, key, now_ms)))
             .await?;
@@ -99,7 +105,7 @@ pub async fn key_view(
 /// The keys denied most per action over the last 5 minutes at `now_ms`; actions without any
 /// denial are left out.
 pub async fn top_denied(
-    store: &dyn Store,
+    store: &dyn HistoryStore,
     rules: &[Rule],
     now_ms: u64,
 ) -> Result<TopDeniedBody, StoreError> {

@@ -96,7 +96,7 @@ pub async fn cl_throttle(
     )
     .map_err(ApiFailure::from_request_error)?;
     let decision = app
-        .store_call(app.store.cell_throttle(&request.key, args, None))
+        .store_call(app.store.cell_throttle(&request.key, args))
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     app.metrics.latency(started.elapsed().as_secs_f64());

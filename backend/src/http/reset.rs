@@ -1,7 +1,7 @@
 //! `DELETE /v1/keys?action=A&key=K`: resets one key under one action (unblocks a user limited by
 //! mistake) by removing the throttle state it holds, whatever algorithm wrote it, and its
 //! cost-budget records (a commit of a reservation from before the reset then changes nothing:
-//! `DecisionStore::reset_key`), and records the reset in the audit trail. `action=*` resets the key on every action with a rule at once (one
+//! `ResetStore::reset_key`), and records the reset in the audit trail. `action=*` resets the key on every action with a rule at once (one
 //! request, one confirmation in the dashboard), with one audit entry per action. The key travels in the query string, percent-encoded, so any key a
 //! client can send (the empty one, `/`, long ones) can be reset; `GET /v1/keys?key=K` shows the
 //! same key's standing.
@@ -86,7 +86,7 @@ pub(crate) async fn reset_one(
     key: &str,
 ) -> Result<ResetBody, ApiFailure> {
     let removed = app
-        .store_call(app.store.reset_key(&action, key, None))
+        .store_call(app.store.reset_key(&action, key))
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     // Recorded after the removal (the state and the audit trail may live on different Cluster

@@ -23,7 +23,8 @@ fn kept_cluster_debits_are_counted() {
 
 #[tokio::test]
 async fn store_figures_are_read_at_each_scrape() {
-    let store = Arc::new(MemoryStore::with_max_keys(64));
+    let clock = crate::store::ManualClock::new(1_000_000_000);
+    let store = Arc::new(MemoryStore::with_max_keys(64).with_clock(clock));
     let metrics = Metrics::with_store(store.clone());
     let text = metrics.encode();
     assert_eq!(
@@ -42,7 +43,7 @@ async fn store_figures_are_read_at_each_scrape() {
     .expect("rule");
     for i in 0..1_000 {
         store
-            .throttle(&rule, &format!("k{i}"), 1, Some(1_000_000_000))
+            .throttle(&rule, &format!("k{i}"), 1)
             .await
             .expect("memory");
     }

@@ -28,7 +28,7 @@ use super::load::{self, Loaded, MergeDomains};
 use super::matcher::Limit;
 use crate::clock::now_ms;
 use crate::rules::RuleCache;
-use crate::store::{AuditStamp, RuleChange, Store, StoreError};
+use crate::store::{AuditStamp, RuleChange, RuleStore, StoreError};
 
 /// How often the files are read: a change is in force within one poll plus one publish.
 pub const POLL: Duration = Duration::from_millis(200);
@@ -111,7 +111,7 @@ fn wire_limit(limit: &Limit) -> RatelimitLimit {
 pub async fn start(
     path: &Path,
     merge: MergeDomains,
-    store: &dyn Store,
+    store: &dyn RuleStore,
     cache: &RuleCache,
 ) -> Result<Arc<Live>, StartError> {
     let loaded = load::load(path, merge).map_err(StartError::Invalid)?;
@@ -142,7 +142,7 @@ fn owned_by(rule: &Rule, path: &Path) -> bool {
 /// Makes the store's rules what the files imply: puts each differing rule, deletes owned rules
 /// no longer implied, each audited; reloads the cache after any write. Returns how many changed.
 pub async fn publish(
-    store: &dyn Store,
+    store: &dyn RuleStore,
     cache: &RuleCache,
     path: &Path,
     loaded: &Loaded,
@@ -180,7 +180,7 @@ pub async fn publish(
 /// module docs).
 pub async fn watch_loop(
     live: Arc<Live>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn RuleStore>,
     cache: Arc<RuleCache>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -255,7 +255,7 @@ pub async fn watch_loop(
 /// Publishes; on failure logs and returns true (retry on the next poll).
 async fn publish_logged(
     live: &Live,
-    store: &dyn Store,
+    store: &dyn RuleStore,
     cache: &RuleCache,
     loaded: &Loaded,
 ) -> bool {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::DecisionStore;
-use sluice_backend::store::{CheckRequest, Store};
+use sluice_backend::store::{CheckRequest, ManualClock, Store};
 use sluice_core::all::{decide_all, Check};
 use sluice_core::{Algorithm, Mode, Rule, State};
 
@@ -37,18 +37,18 @@ fn limit_rule(action: &str, algorithm: &str, capacity: u64, mode: &str) -> Rule 
     ))
 }
 
-async fn remaining(store: &dyn Store, rule: &Rule, key: &str, at: Option<u64>) -> u64 {
-    store
-        .throttle(rule, key, 0, at)
-        .await
-        .expect("peek")
-        .remaining
+async fn remaining(store: &dyn Store, rule: &Rule, key: &str) -> u64 {
+    store.throttle(rule, key, 0).await.expect("peek").remaining
 }
 
 /// Per user 5, per IP 6, global 2 (all under one algorithm, fixed times): two requests pass,
 /// the third is denied by the global limit and the first two keep exactly 3 and 4. Each answer
 /// equals core's `decide_all` on a memory of the same history.
-pub async fn third_limit_denies_and_the_others_keep_their_counts(store: &dyn Store, tag: &str) {
+pub async fn third_limit_denies_and_the_others_keep_their_counts(
+    store: &dyn Store,
+    clock: &ManualClock,
+    tag: &str,
+) {
     for algorithm in algorithms() {
         let user = limit_rule(&format!("{tag}u-{algorithm}"), algorithm, 5, "enforce");
         let ip = limit_rule(&format!("{tag}i-{algorithm}"), algorithm, 6, "enforce");
@@ -81,9 +81,9 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(store: &dyn Sto
             })
             .collect();
         let mut states = vec![State::Fresh; 3];
-        let at = Some(T0);
+        clock.set(T0);
         for round in 0..3 {
-            let got = store.throttle_all(&checks, at).await.expect("throttle_all");
+            let got = store.throttle_all(&checks).await.expect("throttle_all");
             let want = decide_all(&core, &states, T0);
             assert_eq!(got.decisions, want.decisions, "{algorithm} round {round}");
             assert_eq!(got.denied, want.denied, "{algorithm} round {round}");
@@ -95,14 +95,10 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(store: &dyn Sto
             }
         }
         // Exact counts after the denial: 5 − 2, 6 − 2, 2 − 2.
-        assert_eq!(remaining(store, &user, "alice", at).await, 3, "{algorithm}");
-        assert_eq!(
-            remaining(store, &ip, "10.0.0.1", at).await,
-            4,
-            "{algorithm}"
-        );
-        assert_eq!(remaining(store, &global, "", at).await, 0, "{algorithm}");
-        let denied = store.throttle_all(&checks, at).await.expect("throttle_all");
+        assert_eq!(remaining(store, &user, "alice").await, 3, "{algorithm}");
+        assert_eq!(remaining(store, &ip, "10.0.0.1").await, 4, "{algorithm}");
+        assert_eq!(remaining(store, &global, "").await, 0, "{algorithm}");
+        let denied = store.throttle_all(&checks).await.expect("throttle_all");
         assert_eq!(denied.denied, Some(2), "{algorithm}");
         assert!(!denied.decisions[2].allowed);
         assert_eq!(
@@ -110,12 +106,8 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(store: &dyn Sto
             "the others answer what they have left"
         );
         assert_eq!(denied.decisions[1].remaining, 4);
-        assert_eq!(remaining(store, &user, "alice", at).await, 3, "{algorithm}");
-        assert_eq!(
-            remaining(store, &ip, "10.0.0.1", at).await,
-            4,
-            "{algorithm}"
-        );
+        assert_eq!(remaining(store, &user, "alice").await, 3, "{algorithm}");
+        assert_eq!(remaining(store, &ip, "10.0.0.1").await, 4, "{algorithm}");
         // A shadow third limit never denies: the first two are debited.
         let shadow = limit_rule(&format!("{tag}s-{algorithm}"), algorithm, 1, "shadow");
         let with_shadow = [
@@ -128,12 +120,12 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(store: &dyn Sto
             },
         ];
         let d = store
-            .throttle_all(&with_shadow, at)
+            .throttle_all(&with_shadow)
             .await
             .expect("throttle_all");
         assert_eq!(d.denied, None, "{algorithm}");
         assert!(!d.decisions[2].allowed, "the shadow rule would deny");
-        assert_eq!(remaining(store, &user, "alice", at).await, 2, "{algorithm}");
+        assert_eq!(remaining(store, &user, "alice").await, 2, "{algorithm}");
         // The same state twice: the second check sees the first one's debit (2 left, 2 + 1).
         let twice = [
             CheckRequest {
@@ -147,9 +139,9 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(store: &dyn Sto
                 quantity: 1,
             },
         ];
-        let d = store.throttle_all(&twice, at).await.expect("throttle_all");
+        let d = store.throttle_all(&twice).await.expect("throttle_all");
         assert_eq!(d.denied, Some(1), "{algorithm}");
-        assert_eq!(remaining(store, &user, "alice", at).await, 2, "{algorithm}");
+        assert_eq!(remaining(store, &user, "alice").await, 2, "{algorithm}");
     }
 }
 
@@ -195,10 +187,7 @@ pub async fn concurrent_clients_debit_exactly_the_passed(
                     ];
                     let (mut passed, mut unrefunded) = (0u64, 0usize);
                     for _ in 0..8 {
-                        let d = store
-                            .throttle_all(&checks, None)
-                            .await
-                            .expect("throttle_all");
+                        let d = store.throttle_all(&checks).await.expect("throttle_all");
                         assert_eq!(d.decisions.len(), 3);
                         if d.denied.is_none() {
                             passed += 1;
@@ -216,9 +205,9 @@ pub async fn concurrent_clients_debit_exactly_the_passed(
             unrefunded += u;
         }
         let left = [
-            remaining(store.as_ref(), &rules[0], "u", None).await,
-            remaining(store.as_ref(), &rules[1], "ip", None).await,
-            remaining(store.as_ref(), &rules[2], "", None).await,
+            remaining(store.as_ref(), &rules[0], "u").await,
+            remaining(store.as_ref(), &rules[1], "ip").await,
+            remaining(store.as_ref(), &rules[2], "").await,
         ];
         if atomic {
             assert_eq!(
@@ -250,9 +239,10 @@ pub async fn concurrent_clients_debit_exactly_the_passed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_decides_several_limits_all_or_nothing() {
-    let store = Arc::new(MemoryStore::new());
-    third_limit_denies_and_the_others_keep_their_counts(store.as_ref(), "m").await;
-    concurrent_clients_debit_exactly_the_passed(store, "m", true).await;
+    let clock = ManualClock::new(T0);
+    let at_fixed_times = MemoryStore::new().with_clock(clock.clone());
+    third_limit_denies_and_the_others_keep_their_counts(&at_fixed_times, &clock, "m").await;
+    concurrent_clients_debit_exactly_the_passed(Arc::new(MemoryStore::new()), "m", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -260,29 +250,27 @@ async fn redis_decides_several_limits_all_or_nothing_in_one_script() {
     let redis = support::RedisServer::start();
     let mut config = RedisConfig::new(RedisTarget::Single(redis.url()));
     config.timeout = Duration::from_secs(5);
-    let store = Arc::new(RedisStore::connect(config).await.expect("connect"));
-    third_limit_denies_and_the_others_keep_their_counts(store.as_ref(), "r").await;
+    let store = Arc::new(RedisStore::connect(config.clone()).await.expect("connect"));
+    let (at_fixed_times, clock) = support::redis_at_fixed_times(config, T0).await;
+    third_limit_denies_and_the_others_keep_their_counts(&at_fixed_times, &clock, "r").await;
     concurrent_clients_debit_exactly_the_passed(store.clone(), "r", true).await;
     // One script call per request: the denied ones leave no trace in the keyspace (a fresh
     // global key denied at once is not created).
     let solo = limit_rule("r-none", "gcra", 1, "enforce");
     let zero = limit_rule("r-zero", "fixed_window", 1, "enforce");
     let d = store
-        .throttle_all(
-            &[
-                CheckRequest {
-                    rule: &solo,
-                    key: "k",
-                    quantity: 1,
-                },
-                CheckRequest {
-                    rule: &zero,
-                    key: "k",
-                    quantity: 2,
-                },
-            ],
-            None,
-        )
+        .throttle_all(&[
+            CheckRequest {
+                rule: &solo,
+                key: "k",
+                quantity: 1,
+            },
+            CheckRequest {
+                rule: &zero,
+                key: "k",
+                quantity: 2,
+            },
+        ])
         .await
         .expect("throttle_all");
     assert_eq!(d.denied, Some(1));
@@ -294,9 +282,10 @@ async fn cluster_reserves_and_refunds_several_limits() {
     let cluster = support::RedisCluster::start();
     let mut config = RedisConfig::new(RedisTarget::Cluster(cluster.urls()));
     config.timeout = Duration::from_secs(5);
-    let store = Arc::new(RedisStore::connect(config).await.expect("connect"));
-    third_limit_denies_and_the_others_keep_their_counts(store.as_ref(), "c").await;
-    randomized_all_against_core(store.as_ref(), "rc", 0xc1a5, 15, false).await;
+    let store = Arc::new(RedisStore::connect(config.clone()).await.expect("connect"));
+    let (at_fixed_times, clock) = support::redis_at_fixed_times(config, T0).await;
+    third_limit_denies_and_the_others_keep_their_counts(&at_fixed_times, &clock, "c").await;
+    randomized_all_against_core(&at_fixed_times, &clock, "rc", 0xc1a5, 15, false).await;
     concurrent_clients_debit_exactly_the_passed(store.clone(), "c", false).await;
 }
 
@@ -308,6 +297,7 @@ async fn cluster_reserves_and_refunds_several_limits() {
 /// different slots, gets distinct ones.
 pub async fn randomized_all_against_core(
     store: &dyn Store,
+    clock: &ManualClock,
     tag: &str,
     seed: u64,
     sequences: usize,
@@ -395,10 +385,8 @@ pub async fn randomized_all_against_core(
                 .map(|s| states.get(s).cloned().unwrap_or_default())
                 .collect();
             let want = decide_all(&core, &before, now);
-            let got = store
-                .throttle_all(&requests, Some(now))
-                .await
-                .expect("throttle_all");
+            clock.set(now);
+            let got = store.throttle_all(&requests).await.expect("throttle_all");
             assert_eq!(
                 (got.decisions.clone(), got.denied),
                 (want.decisions.clone(), want.denied),
@@ -425,8 +413,9 @@ pub async fn randomized_all_against_core(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_matches_core_on_random_requests() {
-    let store = MemoryStore::new();
-    randomized_all_against_core(&store, "rm", 0x5eed, 40, true).await;
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::new().with_clock(clock.clone());
+    randomized_all_against_core(&store, &clock, "rm", 0x5eed, 40, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,8 +423,8 @@ async fn redis_script_matches_core_on_random_requests() {
     let redis = support::RedisServer::start();
     let mut config = RedisConfig::new(RedisTarget::Single(redis.url()));
     config.timeout = Duration::from_secs(5);
-    let store = RedisStore::connect(config).await.expect("connect");
-    randomized_all_against_core(&store, "rr", 0x5eed, 40, true).await;
+    let (store, clock) = support::redis_at_fixed_times(config, T0).await;
+    randomized_all_against_core(&store, &clock, "rr", 0x5eed, 40, true).await;
 }
 
 /// The Cluster's refund (`throttle_refund.lua`) is a compare-and-set on a real redis-server: it

@@ -4,11 +4,12 @@
 //! core's on the state core's own transitions reached, so the Lua twin (prelude.lua's window_of:
 //! its own arithmetic for offsets, the boundaries core passes for named zones) and core agree at
 //! the edges.
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
-use sluice_backend::store::Store;
+use sluice_backend::store::{ManualClock, Store};
 use sluice_core::commit::{commit, Commit};
 use sluice_core::{Limit, Nanos, Params, Rule, State};
 
@@ -58,7 +59,7 @@ fn times() -> Vec<Nanos> {
     out
 }
 
-async fn agrees_with_core(store: &dyn Store) {
+async fn agrees_with_core(store: &dyn Store, clock: &ManualClock) {
     for (unit, zone) in [
         ("month", "UTC"),
         ("month", "+08:00"),
@@ -79,7 +80,8 @@ async fn agrees_with_core(store: &dyn Store) {
         for (i, t) in times().into_iter().enumerate() {
             let q = [2, 3, 1, 4][i % 4];
             let (want, next) = params.decide(&state, t, q);
-            let got = store.throttle(&r, "k", q, Some(t)).await.expect("throttle");
+            clock.set(t);
+            let got = store.throttle(&r, "k", q).await.expect("throttle");
             assert_eq!(got, want, "{unit} {zone} step {i} ({})", store.kind());
             state = next;
             if i % 3 == 0 && want.allowed {
@@ -90,10 +92,8 @@ async fn agrees_with_core(store: &dyn Store) {
                 };
                 let (done, next) = commit(&params, &state, t + MS, c);
                 let id = format!("r{i}");
-                let got = store
-                    .commit(&r, "k", &id, c, Some(t + MS))
-                    .await
-                    .expect("commit");
+                clock.set(t + MS);
+                let got = store.commit(&r, "k", &id, c).await.expect("commit");
                 assert_eq!(
                     got.committed,
                     done,
@@ -110,62 +110,48 @@ async fn agrees_with_core(store: &dyn Store) {
 
 /// A month's budget resets on the 1st: the last second of February denies, March's first allows
 /// the whole budget again, and reports a reset 31 days away.
-async fn a_month_resets_on_the_first(store: &dyn Store) {
+async fn a_month_resets_on_the_first(store: &dyn Store, clock: &ManualClock) {
     let r = rule(
         r#"{"action":"cal-budget","algorithm":"fixed_window","capacity":1000000,"calendar":{"unit":"month"}}"#,
     );
     let feb = MAR_2027 - S;
-    let d = store
-        .throttle(&r, "t", 999_999, Some(feb))
-        .await
-        .expect("throttle");
+    clock.set(feb);
+    let d = store.throttle(&r, "t", 999_999).await.expect("throttle");
     assert!(d.allowed);
     assert_eq!(d.reset_after, S);
-    let d = store
-        .throttle(&r, "t", 2, Some(feb))
-        .await
-        .expect("throttle");
+    clock.set(feb);
+    let d = store.throttle(&r, "t", 2).await.expect("throttle");
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(S));
-    let d = store
-        .throttle(&r, "t", 1_000_000, Some(MAR_2027))
-        .await
-        .expect("throttle");
+    clock.set(MAR_2027);
+    let d = store.throttle(&r, "t", 1_000_000).await.expect("throttle");
     assert!(d.allowed, "{}", store.kind());
     assert_eq!(d.reset_after, 31 * 24 * H);
 }
 
 /// A Paris month and a Paris day across the spring change: the budget resets at local midnight
 /// (22:00Z on March 31, CEST), and the day of the change is 23 hours long.
-async fn a_paris_month_resets_at_local_midnight(store: &dyn Store) {
+async fn a_paris_month_resets_at_local_midnight(store: &dyn Store, clock: &ManualClock) {
     let month = rule(
         r#"{"action":"cal-paris","algorithm":"fixed_window","capacity":1000,"calendar":{"unit":"month","zone":"Europe/Paris"}}"#,
     );
-    let d = store
-        .throttle(&month, "t", 1000, Some(PARIS_APR_1 - S))
-        .await
-        .expect("throttle");
+    clock.set(PARIS_APR_1 - S);
+    let d = store.throttle(&month, "t", 1000).await.expect("throttle");
     assert!(d.allowed);
     assert_eq!(d.reset_after, S, "{}", store.kind());
-    let d = store
-        .throttle(&month, "t", 1, Some(PARIS_APR_1 - 1))
-        .await
-        .expect("throttle");
+    clock.set(PARIS_APR_1 - 1);
+    let d = store.throttle(&month, "t", 1).await.expect("throttle");
     assert_eq!((d.allowed, d.retry_after), (false, Some(1)));
-    let d = store
-        .throttle(&month, "t", 1000, Some(PARIS_APR_1))
-        .await
-        .expect("throttle");
+    clock.set(PARIS_APR_1);
+    let d = store.throttle(&month, "t", 1000).await.expect("throttle");
     assert!(d.allowed, "{}", store.kind());
     // April is 30 days, all in CEST.
     assert_eq!(d.reset_after, 30 * 24 * H);
     let day = rule(
         r#"{"action":"cal-paris-day","algorithm":"fixed_window","capacity":5,"calendar":{"unit":"day","zone":"Europe/Paris"}}"#,
     );
-    let d = store
-        .throttle(&day, "t", 1, Some(PARIS_MAR_29))
-        .await
-        .expect("throttle");
+    clock.set(PARIS_MAR_29);
+    let d = store.throttle(&day, "t", 1).await.expect("throttle");
     assert_eq!(d.reset_after, 23 * H, "{}", store.kind());
 }
 
@@ -179,7 +165,7 @@ async fn named_zone_on_the_real_clock(store: &dyn Store) {
         panic!("fixed_window");
     };
     let before = sluice_backend::clock::now_ns();
-    let d = store.throttle(&r, "k", 1, None).await.expect("throttle");
+    let d = store.throttle(&r, "k", 1).await.expect("throttle");
     let after = sluice_backend::clock::now_ns();
     assert!(d.allowed && d.remaining == 4, "{d:?}");
     let end = p.bounds(before).1;
@@ -191,16 +177,28 @@ async fn named_zone_on_the_real_clock(store: &dyn Store) {
     );
 }
 
-async fn whole(store: &dyn Store) {
-    agrees_with_core(store).await;
-    a_month_resets_on_the_first(store).await;
-    a_paris_month_resets_at_local_midnight(store).await;
-    named_zone_on_the_real_clock(store).await;
+/// The cases at fixed times on `store` (deciding at `clock`), then on the store's own clock on
+/// `real` (the same store without a clock of the test's).
+async fn whole(store: &dyn Store, clock: &ManualClock, real: &dyn Store) {
+    agrees_with_core(store, clock).await;
+    a_month_resets_on_the_first(store, clock).await;
+    a_paris_month_resets_at_local_midnight(store, clock).await;
+    named_zone_on_the_real_clock(real).await;
 }
 
 #[tokio::test]
 async fn memory_calendar_windows_agree_with_core() {
-    whole(&MemoryStore::new()).await;
+    let clock = ManualClock::new(0);
+    let store = MemoryStore::new().with_clock(clock.clone());
+    whole(&store, &clock, &MemoryStore::new()).await;
+}
+
+/// Two connections to one Redis: one passing the test's clock to the scripts, one leaving them
+/// Redis `TIME`.
+async fn both_clocks(config: RedisConfig) -> (RedisStore, Arc<ManualClock>, RedisStore) {
+    let (fixed, clock) = crate::support::redis_at_fixed_times(config.clone(), 0).await;
+    let real = RedisStore::connect(config).await.expect("connect");
+    (fixed, clock, real)
 }
 
 #[tokio::test]
@@ -208,8 +206,8 @@ async fn redis_calendar_windows_agree_with_core() {
     let server = RedisServer::start();
     let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
     config.timeout = Duration::from_secs(5);
-    let store = RedisStore::connect(config).await.expect("connect");
-    whole(&store).await;
+    let (store, clock, real) = both_clocks(config).await;
+    whole(&store, &clock, &real).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,8 +215,8 @@ async fn cluster_calendar_windows_agree_with_core() {
     let cluster = RedisCluster::start();
     let mut config = RedisConfig::new(RedisTarget::Cluster(cluster.urls()));
     config.timeout = Duration::from_secs(5);
-    let store = RedisStore::connect(config).await.expect("connect");
-    whole(&store).await;
+    let (store, clock, real) = both_clocks(config).await;
+    whole(&store, &clock, &real).await;
 }
 
 /// The script of a named zone's window, called as the store calls it but with the backend's clock

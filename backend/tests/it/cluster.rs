@@ -10,7 +10,7 @@ use std::time::Duration;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::DecisionStore;
 use sluice_backend::store::RuleStore;
-use sluice_backend::store::{Store, StoreError};
+use sluice_backend::store::{HealthStore, ManualClock, StoreError};
 use store_suite::*;
 use support::RedisCluster;
 
@@ -19,10 +19,12 @@ async fn cluster_passes_the_conformance_suite() {
     let cluster = RedisCluster::start();
     let mut config = RedisConfig::new(RedisTarget::Cluster(cluster.urls()));
     config.timeout = Duration::from_secs(5);
+    let clock = ManualClock::new(B);
     let store = Arc::new(
         RedisStore::connect(config)
             .await
-            .expect("connect to the test cluster"),
+            .expect("connect to the test cluster")
+            .with_clock(clock.clone()),
     );
     assert_eq!(store.kind(), "redis-cluster");
     store.ping().await.expect("ping");
@@ -32,7 +34,7 @@ async fn cluster_passes_the_conformance_suite() {
         None,
         "an empty cluster has no version"
     );
-    whole_suite(store.clone(), 0xc1).await;
+    whole_suite(store.clone(), &clock, 0xc1).await;
 
     // Keys really are spread over the masters (hash tags per (action, subject), not one slot).
     let holding = cluster
@@ -49,12 +51,12 @@ async fn cluster_passes_the_conformance_suite() {
         node.cli(&["-c", "LPUSH", "sluice:{w:bad}:gcra", "x"]);
     }
     assert!(matches!(
-        err(store.throttle(&r, "bad", 1, None).await),
+        err(store.throttle(&r, "bad", 1).await),
         StoreError::WrongType { .. }
     ));
     assert!(
         store
-            .throttle(&r, "good", 1, None)
+            .throttle(&r, "good", 1)
             .await
             .expect("a good key works")
             .allowed

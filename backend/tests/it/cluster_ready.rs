@@ -6,7 +6,7 @@ use crate::support;
 use std::time::Duration;
 
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
-use sluice_backend::store::{Store, StoreError};
+use sluice_backend::store::{HealthStore, StoreError};
 use support::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use sluice_backend::store::redis::{
 };
 use sluice_backend::store::DecisionStore;
 use sluice_backend::store::RuleStore;
-use sluice_backend::store::{Store, StoreError};
+use sluice_backend::store::{HealthStore, ManualClock, Store, StoreError};
 use store_suite::*;
 use support::RedisServer;
 
@@ -28,6 +28,8 @@ async fn redis_store(server: &RedisServer) -> RedisStore {
         .expect("connect to the test redis-server")
 }
 
+/// A case run on each store; `clocked`: each store decides at the time of a manual clock the
+/// case sets (it starts at [`B`]).
 macro_rules! both_stores {
     ($case:ident, $memory:ident, $redis:ident) => {
         #[tokio::test]
@@ -41,21 +43,36 @@ macro_rules! both_stores {
             $case(&redis_store(&server).await).await;
         }
     };
+    (clocked $case:ident, $memory:ident, $redis:ident) => {
+        #[tokio::test]
+        async fn $memory() {
+            let clock = ManualClock::new(B);
+            $case(&MemoryStore::new().with_clock(clock.clone()), &clock).await;
+        }
+
+        #[tokio::test]
+        async fn $redis() {
+            let server = RedisServer::start();
+            let clock = ManualClock::new(B);
+            let store = redis_store(&server).await.with_clock(clock.clone());
+            $case(&store, &clock).await;
+        }
+    };
 }
 
-both_stores!(tables, memory_tables, redis_tables);
+both_stores!(clocked tables, memory_tables, redis_tables);
 both_stores!(
-    cell_sequences,
+    clocked cell_sequences,
     memory_cell_sequences_match_redis_cell,
     redis_cell_sequences_match_redis_cell
 );
 both_stores!(
-    awkward_subjects_are_independent,
+    clocked awkward_subjects_are_independent,
     memory_awkward_subjects_are_independent,
     redis_awkward_subjects_are_independent
 );
 both_stores!(
-    peek_many_reports_without_writing,
+    clocked peek_many_reports_without_writing,
     memory_peek_many_reports_without_writing,
     redis_peek_many_reports_without_writing
 );
@@ -64,10 +81,10 @@ both_stores!(
     memory_rules_round_trip,
     redis_rules_round_trip
 );
-both_stores!(budget_figures, memory_budget_figures, redis_budget_figures);
-both_stores!(budget_reset, memory_budget_reset, redis_budget_reset);
+both_stores!(clocked budget_figures, memory_budget_figures, redis_budget_figures);
+both_stores!(clocked budget_reset, memory_budget_reset, redis_budget_reset);
 both_stores!(
-    budget_debt,
+    clocked budget_debt,
     memory_budget_debt_is_carried,
     redis_budget_debt_is_carried
 );
@@ -77,20 +94,20 @@ both_stores!(
     redis_activity_round_trip
 );
 
-both_stores!(commit_tables, memory_commit_tables, redis_commit_tables);
+both_stores!(clocked commit_tables, memory_commit_tables, redis_commit_tables);
 
-async fn commit_randomized(store: &dyn Store) {
-    commit_randomized_against_core(store, 0xc0, 40).await;
+async fn commit_randomized(store: &dyn Store, clock: &ManualClock) {
+    commit_randomized_against_core(store, clock, 0xc0, 40).await;
 }
 both_stores!(
-    commit_randomized,
+    clocked commit_randomized,
     memory_commit_matches_core_on_random_sequences,
     redis_commit_lua_matches_core_on_random_sequences
 );
 
 /// Seed and size of the randomized comparison; override with SLUICE_CONFORMANCE_SEED and
 /// SLUICE_CONFORMANCE_SEQUENCES to explore further.
-async fn randomized(store: &dyn Store) {
+async fn randomized(store: &dyn Store, clock: &ManualClock) {
     let env = |name: &str, default: u64| {
         std::env::var(name)
             .ok()
@@ -100,6 +117,7 @@ async fn randomized(store: &dyn Store) {
     let sequences = env("SLUICE_CONFORMANCE_SEQUENCES", 60) as usize;
     randomized_against_core(
         store,
+        clock,
         env("SLUICE_CONFORMANCE_SEED", 0x5111ce),
         sequences,
         40,
@@ -107,20 +125,24 @@ async fn randomized(store: &dyn Store) {
     .await;
 }
 both_stores!(
-    randomized,
+    clocked randomized,
     memory_matches_core_on_random_sequences,
     redis_lua_matches_core_on_random_sequences
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_concurrency_admits_exactly_the_bound() {
-    concurrency_admits_exactly_the_bound(Arc::new(MemoryStore::new())).await;
+    let clock = ManualClock::new(B);
+    let store = MemoryStore::new().with_clock(clock.clone());
+    concurrency_admits_exactly_the_bound(Arc::new(store), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_concurrency_admits_exactly_the_bound() {
     let server = RedisServer::start();
-    concurrency_admits_exactly_the_bound(Arc::new(redis_store(&server).await)).await;
+    let clock = ManualClock::new(B);
+    let store = redis_store(&server).await.with_clock(clock.clone());
+    concurrency_admits_exactly_the_bound(Arc::new(store), &clock).await;
 }
 
 #[tokio::test]
@@ -173,7 +195,7 @@ async fn redis_wrong_type_is_a_clear_error_and_the_next_request_works() {
         (&gcra, "garbage", "sluice:{w:garbage}:gcra"),
         (&leaky, "garbage", "sluice:{w:garbage}:leaky_bucket"),
     ] {
-        match err(store.throttle(rule, key, 1, None).await) {
+        match err(store.throttle(rule, key, 1).await) {
             StoreError::WrongType { key, detail } => {
                 assert_eq!(key, redis_key);
                 assert!(detail.contains("WRONGTYPE"), "{detail}");
@@ -182,7 +204,7 @@ async fn redis_wrong_type_is_a_clear_error_and_the_next_request_works() {
         }
         assert!(
             store
-                .throttle(rule, "good", 1, None)
+                .throttle(rule, "good", 1)
                 .await
                 .expect("a good key still works")
                 .allowed
@@ -191,7 +213,7 @@ async fn redis_wrong_type_is_a_clear_error_and_the_next_request_works() {
     let cell = sluice_core::cell::CellArgs::new(1, 1, 1, 1).expect("args");
     server.cli(&["HSET", "sluice:cell:{c}", "a", "b"]);
     assert!(matches!(
-        err(store.cell_throttle("c", cell, None).await),
+        err(store.cell_throttle("c", cell).await),
         StoreError::WrongType { .. }
     ));
     store.ping().await.expect("the server is still up");
@@ -219,7 +241,7 @@ async fn redis_commands_beyond_max_in_flight_are_shed_at_once() {
     let r = rule(
         r#"{"action":"o","algorithm":"gcra","capacity":100,"rate":{"count":1,"period":"1s"}}"#,
     );
-    let results = futures::future::join_all((0..8).map(|_| store.throttle(&r, "k", 1, None))).await;
+    let results = futures::future::join_all((0..8).map(|_| store.throttle(&r, "k", 1))).await;
     let shed = results
         .iter()
         .filter(|r| matches!(r, Err(StoreError::Overloaded(1))))
@@ -257,7 +279,7 @@ async fn redis_slow_server_times_out() {
     let mut saw_timeout = false;
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < deadline {
-        match store.throttle(&r, "k", 0, None).await {
+        match store.throttle(&r, "k", 0).await {
             Err(StoreError::Timeout(200)) => {
                 saw_timeout = true;
                 break;
@@ -273,11 +295,13 @@ async fn redis_slow_server_times_out() {
 
 #[tokio::test]
 async fn memory_idle_keys_are_evicted() {
-    let store = MemoryStore::new();
+    let clock = ManualClock::new(B);
+    let store = MemoryStore::new().with_clock(clock.clone());
     let r = rule(r#"{"action":"e","algorithm":"fixed_window","capacity":5,"window":"1s"}"#);
     for i in 0..5_000u64 {
+        clock.set(B + i);
         store
-            .throttle(&r, &format!("k{i}"), 1, Some(B + i))
+            .throttle(&r, &format!("k{i}"), 1)
             .await
             .expect("memory");
     }
@@ -288,13 +312,9 @@ async fn memory_idle_keys_are_evicted() {
     );
     // Much later, traffic on other keys sweeps the idle ones away shard by shard.
     for i in 0..20_000u64 {
+        clock.set(B + 3_600 * 1_000_000_000 + i);
         store
-            .throttle(
-                &r,
-                &format!("new{}", i % 10),
-                1,
-                Some(B + 3_600 * 1_000_000_000 + i),
-            )
+            .throttle(&r, &format!("new{}", i % 10), 1)
             .await
             .expect("memory");
     }
@@ -381,33 +401,35 @@ async fn a_script_failing_inside_redis_is_a_script_error_naming_it_not_an_outage
     // redis.call('TIME') and fails inside Redis ("ERR Unknown Redis command called from script").
     let server = RedisServer::start_with(&["--rename-command", "TIME", ""]);
     let store = redis_store(&server).await;
+    let fixed_time = redis_store(&server)
+        .await
+        .with_clock(ManualClock::new(1_700_000_000_000_000_000));
     store.ping().await.expect("the server answers");
     for r in one_rule_per_algorithm() {
         let algorithm = r.algorithm().name();
-        match store.throttle(&r, "k", 1, None).await {
+        match store.throttle(&r, "k", 1).await {
             Err(StoreError::Script { script, message }) => {
                 assert_eq!(script, algorithm);
                 assert!(message.contains("Unknown Redis command"), "{message}");
             }
             other => panic!("{algorithm}: expected a script error, got {other:?}"),
         }
-        match store.peek_many(&r, &["k".to_owned()], None).await {
+        match store.peek_many(&r, &["k".to_owned()]).await {
             Err(StoreError::Script { script, .. }) => assert_eq!(script, algorithm),
             other => panic!("{algorithm} peek: expected a script error, got {other:?}"),
         }
         // At a given time the script does not call TIME, and the same server answers: the
         // connection was never the problem.
-        let at = Some(1_700_000_000_000_000_000);
         assert!(
-            store
-                .throttle(&r, "k", 1, at)
+            fixed_time
+                .throttle(&r, "k", 1)
                 .await
                 .expect("fixed time")
                 .allowed
         );
     }
     let err = store
-        .throttle(&one_rule_per_algorithm()[0], "k", 1, None)
+        .throttle(&one_rule_per_algorithm()[0], "k", 1)
         .await
         .expect_err("still failing");
     assert_eq!(

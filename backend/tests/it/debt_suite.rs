@@ -6,7 +6,7 @@
 //! paid the debt back. Every commit's answer is also core's on the state core reached (the Lua
 //! twin held to `sluice_core::commit`).
 
-use sluice_backend::store::Store;
+use sluice_backend::store::{ManualClock, Store};
 use sluice_core::budget::debt;
 use sluice_core::commit::{commit, Commit, Committed};
 use sluice_core::{Nanos, Rule, State};
@@ -16,26 +16,22 @@ use crate::store_suite::{rule, ALGORITHMS, B};
 const MS: u64 = 1_000_000;
 
 /// The key's (remaining, debt) at `at`, as the key view reads them.
-async fn standing(store: &dyn Store, r: &Rule, at: Nanos) -> (u64, u64) {
-    let peeks = store
-        .peek_many(r, &["k".to_owned()], Some(at))
-        .await
-        .expect("peek");
+async fn standing(store: &dyn Store, clock: &ManualClock, r: &Rule, at: Nanos) -> (u64, u64) {
+    clock.set(at);
+    let peeks = store.peek_many(r, &["k".to_owned()]).await.expect("peek");
     (peeks[0].remaining, debt(&r.params(), &peeks[0]))
 }
 
 /// Whether a request of `q` on the key is allowed at `at` (a denial writes nothing).
-async fn admits(store: &dyn Store, r: &Rule, q: u64, at: Nanos) -> bool {
-    store
-        .throttle(r, "k", q, Some(at))
-        .await
-        .expect("throttle")
-        .allowed
+async fn admits(store: &dyn Store, clock: &ManualClock, r: &Rule, q: u64, at: Nanos) -> bool {
+    clock.set(at);
+    store.throttle(r, "k", q).await.expect("throttle").allowed
 }
 
 /// Commits `c` under `id` at `at`, checks the answer is core's on `state`, and moves `state` on.
 async fn settle(
     store: &dyn Store,
+    clock: &ManualClock,
     r: &Rule,
     id: &str,
     c: Commit,
@@ -43,10 +39,11 @@ async fn settle(
     state: &mut State,
 ) -> Committed {
     let (want, next) = commit(&r.params(), state, at, c);
+    clock.set(at);
     if let Some(next) = next {
         *state = next;
     }
-    let got = store.commit(r, "k", id, c, Some(at)).await.expect("commit");
+    let got = store.commit(r, "k", id, c).await.expect("commit");
     assert!(!got.duplicate, "{id} ({})", store.kind());
     assert_eq!(
         got.committed,
@@ -62,7 +59,7 @@ async fn settle(
 /// then 16 commits of 30 give 320 back. 769 units used: exactly 231 are left (dropping the 89 as
 /// overshoot used to leave 320). Then a reservation of those 231 uses 300: 69 owed, nothing left
 /// until the limit has paid them back (a meter after 69 units' drain, a window at its end).
-pub async fn budget_debt(store: &dyn Store) {
+pub async fn budget_debt(store: &dyn Store, clock: &ManualClock) {
     for algorithm in ALGORITHMS {
         let meter = matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket");
         let limit = if meter {
@@ -79,10 +76,10 @@ pub async fn budget_debt(store: &dyn Store) {
         let t = B + 1_500 * MS;
         let mut state = State::Fresh;
         for _ in 0..20 {
-            assert!(admits(store, &r, 50, t).await, "{name}");
+            assert!(admits(store, clock, &r, 50, t).await, "{name}");
             state = params.decide(&state, t, 50).1;
         }
-        assert_eq!(standing(store, &r, t).await, (0, 0), "{name}: full");
+        assert_eq!(standing(store, clock, &r, t).await, (0, 0), "{name}: full");
         let actuals = [80u64, 75, 70, 64].into_iter().chain([30; 16]);
         let mut used = 0;
         let mut overshoot = 0;
@@ -92,61 +89,75 @@ pub async fn budget_debt(store: &dyn Store) {
                 actual,
                 reserved_at: t,
             };
-            let done = settle(store, &r, &format!("w1-{i}"), c, t, &mut state).await;
+            let done = settle(store, clock, &r, &format!("w1-{i}"), c, t, &mut state).await;
             used += actual;
             overshoot += done.overshoot;
         }
         assert_eq!((used, overshoot), (769, 89), "{name}");
         assert_eq!(
-            standing(store, &r, t).await,
+            standing(store, clock, &r, t).await,
             (231, 0),
             "{name}: budget − used"
         );
         // The next decisions see the same: 232 refused, 231 admitted, then nothing is left.
-        assert!(!admits(store, &r, 232, t).await, "{name}");
-        assert!(admits(store, &r, 231, t).await, "{name}");
+        assert!(!admits(store, clock, &r, 232, t).await, "{name}");
+        assert!(admits(store, clock, &r, 231, t).await, "{name}");
         state = params.decide(&state, t, 231).1;
-        assert_eq!(standing(store, &r, t).await, (0, 0), "{name}");
+        assert_eq!(standing(store, clock, &r, t).await, (0, 0), "{name}");
         // That reservation uses 300: 69 beyond the budget, carried as debt.
         let c = Commit {
             reserved: 231,
             actual: 300,
             reserved_at: t,
         };
-        let done = settle(store, &r, "w2", c, t, &mut state).await;
+        let done = settle(store, clock, &r, "w2", c, t, &mut state).await;
         assert_eq!(
             (done.debited, done.overshoot, done.level),
             (69, 69, 1069.0),
             "{name}"
         );
-        assert_eq!(standing(store, &r, t).await, (0, 69), "{name}: in debt");
-        assert!(!admits(store, &r, 1, t).await, "{name}: nothing left");
+        assert_eq!(
+            standing(store, clock, &r, t).await,
+            (0, 69),
+            "{name}: in debt"
+        );
+        assert!(
+            !admits(store, clock, &r, 1, t).await,
+            "{name}: nothing left"
+        );
         // A retry changes nothing; the budget record sums the overshoot.
-        let again = store
-            .commit(&r, "k", "w2", c, Some(t))
-            .await
-            .expect("retry");
+        clock.set(t);
+        let again = store.commit(&r, "k", "w2", c).await.expect("retry");
         assert!(again.duplicate, "{name}");
         assert_eq!(
-            standing(store, &r, t).await,
+            standing(store, clock, &r, t).await,
             (0, 69),
             "{name}: after a retry"
         );
-        let figures = store.budget(&r, "k", Some(t)).await.expect("budget");
+        clock.set(t);
+        let figures = store.budget(&r, "k").await.expect("budget");
         assert_eq!((figures.overshoot, figures.debited), (158, 158), "{name}");
         // Paid back.
         if meter {
             // 60 ms per unit: 69 units drain in 4,140 ms; one more unit's drain for a request.
             let paid = t + 4_140 * MS;
-            assert_eq!(standing(store, &r, paid - MS).await, (0, 1), "{name}");
-            assert_eq!(standing(store, &r, paid).await, (0, 0), "{name}");
-            assert!(!admits(store, &r, 1, paid).await, "{name}");
-            assert_eq!(standing(store, &r, paid + 60 * MS).await, (1, 0), "{name}");
-            assert!(admits(store, &r, 1, paid + 60 * MS).await, "{name}");
+            assert_eq!(
+                standing(store, clock, &r, paid - MS).await,
+                (0, 1),
+                "{name}"
+            );
+            assert_eq!(standing(store, clock, &r, paid).await, (0, 0), "{name}");
+            assert!(!admits(store, clock, &r, 1, paid).await, "{name}");
+            assert_eq!(
+                standing(store, clock, &r, paid + 60 * MS).await,
+                (1, 0),
+                "{name}"
+            );
+            assert!(admits(store, clock, &r, 1, paid + 60 * MS).await, "{name}");
         } else {
             let minute = B + 60_000 * MS;
             assert_eq!(
-                standing(store, &r, minute - MS).await,
+                standing(store, clock, &r, minute - MS).await,
                 (0, 69),
                 "{name}: owed until the window ends"
             );
@@ -157,9 +168,13 @@ pub async fn budget_debt(store: &dyn Store) {
                 // Half the next window: 1,069 × 1/2 still weighs (534.5, counted as 535).
                 _ => (minute + 30_000 * MS, (465, 0)),
             };
-            assert_eq!(standing(store, &r, at).await, want, "{name}: paid back");
-            assert!(admits(store, &r, want.0, at).await, "{name}");
-            assert!(!admits(store, &r, 1, at).await, "{name}");
+            assert_eq!(
+                standing(store, clock, &r, at).await,
+                want,
+                "{name}: paid back"
+            );
+            assert!(admits(store, clock, &r, want.0, at).await, "{name}");
+            assert!(!admits(store, clock, &r, 1, at).await, "{name}");
         }
     }
 }

@@ -12,8 +12,7 @@ use sluice_backend::history::{
 };
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
-use sluice_backend::store::ActivityStore;
-use sluice_backend::store::{Activity, Store};
+use sluice_backend::store::{Activity, HistoryStore, Store};
 use sluice_core::wire::HISTORY_STEP_MS;
 use sluice_core::Action;
 

@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 
-use sluice_backend::store::DecisionStore;
+use sluice_backend::store::{DecisionStore, ManualClock};
 use sluice_backend::StoreChoice;
 use sluice_core::algorithms::gcra::{self, GcraState};
 use sluice_core::cell::CellArgs;
@@ -246,9 +246,11 @@ async fn redis_cell_path_matches_core_across_redis_cells_range() {
     let server = support::RedisServer::start();
     let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
     config.timeout = Duration::from_secs(5);
+    let clock = ManualClock::new(0);
     let store = RedisStore::connect(config)
         .await
-        .expect("connect to the test redis-server");
+        .expect("connect to the test redis-server")
+        .with_clock(clock.clone());
     let mut rng = StdRng::seed_from_u64(0xce11);
     // 2024-01-01, where absolute times are far beyond 2^53 ns.
     let start: u64 = 1_704_067_200_000_000_000;
@@ -278,8 +280,9 @@ async fn redis_cell_path_matches_core_across_redis_cells_range() {
             };
             let args = CellArgs::new(max_burst, count, period, quantity).expect("valid");
             let (want, next) = gcra::decide(p, state, now, quantity);
+            clock.set(now);
             let got = store
-                .cell_throttle(&key, args, Some(now))
+                .cell_throttle(&key, args)
                 .await
                 .expect("store answers");
             assert_eq!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sluice_backend::store::memory::sizing::BYTES_PER_KEY;
 use sluice_backend::store::memory::MemoryStore;
-use sluice_backend::store::Store;
+use sluice_backend::store::{HealthStore, ManualClock};
 use sluice_backend::{Config, StoreChoice};
 use sluice_core::{Algorithm, Nanos, Rule};
 
@@ -46,21 +46,22 @@ fn rules() -> Vec<Rule> {
 
 #[tokio::test]
 async fn a_million_key_spray_stays_within_the_bound_and_hammered_keys_stay_exact() {
-    let store = MemoryStore::with_max_keys(MAX_KEYS);
+    let clock = ManualClock::new(B);
+    let store = MemoryStore::with_max_keys(MAX_KEYS).with_clock(clock.clone());
     let rules = rules();
     let mut admitted = vec![0u64; rules.len()];
     for i in 0..SPRAY {
         // One simulated microsecond per sprayed key: the whole spray is one second.
-        let at = Some(B + i * 1_000);
+        clock.set(B + i * 1_000);
         let rule = &rules[(i % rules.len() as u64) as usize];
         store
-            .throttle(rule, &format!("spray-{i}"), 1, at)
+            .throttle(rule, &format!("spray-{i}"), 1)
             .await
             .expect("memory");
         if i % 1_000 == 0 {
             // Each victim is hammered throughout, once per thousand sprayed keys.
             for (n, rule) in rules.iter().enumerate() {
-                let d = store.throttle(rule, "victim", 1, at).await.expect("memory");
+                let d = store.throttle(rule, "victim", 1).await.expect("memory");
                 admitted[n] += u64::from(d.allowed);
             }
             assert!(store.state_count() <= MAX_KEYS);
@@ -128,17 +129,16 @@ async fn memory_store_rss_child() {
         println!("not measured: run by memory_store_rss_stays_under_the_bound in its own process");
         return;
     }
-    let store = MemoryStore::with_max_keys(RSS_MAX_KEYS);
+    let clock = ManualClock::new(B);
+    let store = MemoryStore::with_max_keys(RSS_MAX_KEYS).with_clock(clock.clone());
     let rules = rules();
     let base = rss_bytes();
     let mut most = 0;
     for i in 0..SPRAY {
         let rule = &rules[(i % rules.len() as u64) as usize];
         let key = format!("user-{i:08}");
-        store
-            .throttle(rule, &key, 1, Some(B + i * 1_000))
-            .await
-            .expect("memory");
+        clock.set(B + i * 1_000);
+        store.throttle(rule, &key, 1).await.expect("memory");
         if (i + 1) % 250_000 == 0 {
             let grown = rss_bytes().saturating_sub(base);
             most = most.max(grown);

@@ -19,7 +19,7 @@ use sluice_backend::store::redis::{
 use sluice_backend::store::ActivityStore;
 use sluice_backend::store::DecisionStore;
 use sluice_backend::store::RuleStore;
-use sluice_backend::store::{Activity, Store, StoreError};
+use sluice_backend::store::{Activity, HealthStore, StoreError};
 use sluice_core::cell::CellArgs;
 use sluice_core::{Action, Rule};
 
@@ -53,7 +53,7 @@ struct Sprayed {
 /// Decides one request for each of `count` fresh keys `<tag>-<i>`, 256 at a time.
 async fn spray(store: &RedisStore, rule: &Rule, tag: &str, from: u64, count: u64) -> Sprayed {
     let answers: Vec<_> = stream::iter(from..from + count)
-        .map(|i| async move { store.throttle(rule, &format!("{tag}-{i}"), 1, None).await })
+        .map(|i| async move { store.throttle(rule, &format!("{tag}-{i}"), 1).await })
         .buffer_unordered(256)
         .collect()
         .await;
@@ -115,7 +115,7 @@ impl Victim {
     /// One more attempt; returns whether it was allowed.
     async fn try_once(&mut self, store: &RedisStore) -> bool {
         let d = store
-            .throttle(&self.rule, &self.key, 1, None)
+            .throttle(&self.rule, &self.key, 1)
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", self.rule.action().as_str()));
         self.allowed += u64::from(d.allowed);
@@ -131,7 +131,7 @@ struct SprayOutcome {
     rules: usize,
     /// Keys Redis evicted (`INFO stats`).
     evicted: u64,
-    /// `Store::health()` read right after the spray.
+    /// `HealthStore::health()` read right after the spray.
     health: sluice_core::wire::StoreHealth,
 }
 
@@ -311,7 +311,7 @@ async fn noeviction_warns_and_a_full_redis_answers_store_full() {
     // Redis well below what it holds so that "full" is not a matter of a few bytes.
     redis.cli(&["CONFIG", "SET", "maxmemory", "1mb"]);
     // A fresh key: refused. The limited key: still denied, as before.
-    match store.throttle(&spray_rule, "fresh", 1, None).await {
+    match store.throttle(&spray_rule, "fresh", 1).await {
         Err(StoreError::Full(_)) => {}
         other => panic!("expected store_full, got {other:?}"),
     }
@@ -374,15 +374,12 @@ async fn every_key_but_the_rules_hash_carries_a_ttl() {
         let rule = rule(&format!("ttl-{algorithm}"), algorithm, 3);
         store.put_rule(&rule).await.expect("put rule");
         for key in ["short", &"long{braced}".repeat(20)] {
-            let d = store.throttle(&rule, key, 1, None).await.expect("decide");
+            let d = store.throttle(&rule, key, 1).await.expect("decide");
             assert!(d.allowed);
         }
     }
     let cell = CellArgs::new(15, 30, 60, 1).expect("cell args");
-    store
-        .cell_throttle("cell-key", cell, None)
-        .await
-        .expect("cell");
+    store.cell_throttle("cell-key", cell).await.expect("cell");
     let action = Action::parse("ttl-gcra").expect("action");
     store
         .record_activity(&[Activity {
@@ -519,13 +516,7 @@ async fn a_refused_config_get_is_a_warning_not_a_failure() {
     );
     let rule = rule("works", "gcra", 1);
     store.put_rule(&rule).await.expect("put rule");
-    assert!(
-        store
-            .throttle(&rule, "k", 1, None)
-            .await
-            .expect("decide")
-            .allowed
-    );
+    assert!(store.throttle(&rule, "k", 1).await.expect("decide").allowed);
 
     let acl = RedisServer::start();
     acl.cli(&[
@@ -536,13 +527,7 @@ async fn a_refused_config_get_is_a_warning_not_a_failure() {
     let warnings = store.health().warnings;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("was refused: NOPERM"), "{warnings:?}");
-    assert!(
-        store
-            .throttle(&rule, "k", 1, None)
-            .await
-            .expect("decide")
-            .allowed
-    );
+    assert!(store.throttle(&rule, "k", 1).await.expect("decide").allowed);
 }
 
 /// On a Cluster every master is read; a warning names the masters it applies to.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use sluice_backend::store::redis::{
     ConnectError, RedisConfig, RedisField, RedisStore, RedisTarget, SentinelTarget,
 };
-use sluice_backend::store::{DecisionStore, Store, StoreError};
+use sluice_backend::store::{DecisionStore, HealthStore, ManualClock, StoreError};
 use store_suite::*;
 use support::{free_port, RedisServer};
 
@@ -170,7 +170,7 @@ async fn until_decided(
 ) -> Duration {
     let start = Instant::now();
     loop {
-        match store.throttle(r, key, 1, None).await {
+        match store.throttle(r, key, 1).await {
             Ok(_) => {
                 let took = start.elapsed();
                 assert!(
@@ -197,7 +197,12 @@ async fn until_decided(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_store_passes_the_conformance_suite() {
     let (_master, _replica, sentinel) = start_set(5_000);
-    let store = Arc::new(store_on(&sentinel, Duration::from_secs(5)).await);
+    let clock = ManualClock::new(B);
+    let store = Arc::new(
+        store_on(&sentinel, Duration::from_secs(5))
+            .await
+            .with_clock(clock.clone()),
+    );
     assert_eq!(
         store.kind(),
         "redis",
@@ -210,7 +215,7 @@ async fn sentinel_store_passes_the_conformance_suite() {
         health.warnings.iter().any(|w| w.contains("maxmemory is 0")),
         "{health:?}"
     );
-    whole_suite(store.clone(), 0x5e).await;
+    whole_suite(store.clone(), &clock, 0x5e).await;
 }
 
 /// The bound: the sentinel's down-after, then 2 s for the vote, the promotion and the store's
@@ -224,7 +229,7 @@ async fn sentinel_store_follows_the_master_when_it_is_killed() {
     let store = store_on(&sentinel, Duration::from_millis(200)).await;
     let r = rule(r#"{"action":"fo","algorithm":"fixed_window","capacity":1000,"window":"1h"}"#);
     let before = store
-        .throttle(&r, "k", 1, None)
+        .throttle(&r, "k", 1)
         .await
         .expect("decided on the master");
     assert!(before.allowed);
@@ -240,7 +245,7 @@ async fn sentinel_store_follows_the_master_when_it_is_killed() {
         "decided again {took:?} after the master was killed (down-after {DOWN_AFTER_MS} ms, bound {bound:?})"
     );
     // Decisions go to the promoted replica: its own copy of the key holds every debit since.
-    let after = store.throttle(&r, "k", 1, None).await.expect("decided");
+    let after = store.throttle(&r, "k", 1).await.expect("decided");
     assert!(after.allowed);
     let count = replica.cli(&["GET", "sluice:{fo:k}:fixed_window"]);
     assert!(
@@ -258,7 +263,7 @@ async fn sentinel_store_leaves_a_demoted_master() {
     let r = rule(
         r#"{"action":"demote","algorithm":"gcra","capacity":100,"rate":{"count":1,"period":"1s"}}"#,
     );
-    store.throttle(&r, "k", 1, None).await.expect("decided");
+    store.throttle(&r, "k", 1).await.expect("decided");
 
     let said = sentinel.cli(&["SENTINEL", "FAILOVER", MASTER]);
     assert!(said.contains("OK"), "SENTINEL FAILOVER: {said}");
@@ -273,7 +278,7 @@ async fn sentinel_store_leaves_a_demoted_master() {
     // Every later write lands on the new master.
     for i in 0..20 {
         store
-            .throttle(&r, &format!("after-{i}"), 1, None)
+            .throttle(&r, &format!("after-{i}"), 1)
             .await
             .expect("decided on the new master");
     }
@@ -348,13 +353,7 @@ async fn sentinel_and_master_passwords() {
     let r = rule(
         r#"{"action":"auth","algorithm":"gcra","capacity":2,"rate":{"count":1,"period":"1h"}}"#,
     );
-    assert!(
-        store
-            .throttle(&r, "k", 1, None)
-            .await
-            .expect("decided")
-            .allowed
-    );
+    assert!(store.throttle(&r, "k", 1).await.expect("decided").allowed);
     assert_eq!(
         store.master(),
         Some(format!("{MASTER} at 127.0.0.1:{}", master.port))

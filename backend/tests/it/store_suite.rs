@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sluice_backend::store::{Activity, Store, StoreError};
+use sluice_backend::store::{Activity, ManualClock, Store, StoreError};
 use sluice_core::cell::CellArgs;
 use sluice_core::{Action, Decision, Lease, LeaseGrant, Nanos, Rule, Span, State};
 
@@ -26,12 +26,10 @@ fn action(name: &str) -> Action {
 /// One table row: at, quantity → allowed, remaining, retry_after, reset_after, level.
 type Row = (Nanos, u64, bool, u64, Option<u64>, u64, f64);
 
-async fn check_table(store: &dyn Store, rule: &Rule, key: &str, rows: &[Row]) {
+async fn check_table(store: &dyn Store, clock: &ManualClock, rule: &Rule, key: &str, rows: &[Row]) {
     for (i, &(at, q, allowed, remaining, retry, reset, level)) in rows.iter().enumerate() {
-        let d = store
-            .throttle(rule, key, q, Some(at))
-            .await
-            .expect("store answers");
+        clock.set(at);
+        let d = store.throttle(rule, key, q).await.expect("store answers");
         let got = (
             d.allowed,
             d.remaining,
@@ -62,10 +60,17 @@ pub fn lease(max: u64, ttl: &str) -> Lease {
 /// One leased row: at, quantity → allowed, remaining, granted (units, ttl ms).
 type LeaseRow = (Nanos, u64, bool, u64, Option<(u64, u64)>);
 
-async fn check_lease_table(store: &dyn Store, rule: &Rule, l: Lease, rows: &[LeaseRow]) {
+async fn check_lease_table(
+    store: &dyn Store,
+    clock: &ManualClock,
+    rule: &Rule,
+    l: Lease,
+    rows: &[LeaseRow],
+) {
     for (i, &(at, q, allowed, remaining, grant)) in rows.iter().enumerate() {
+        clock.set(at);
         let got = store
-            .throttle_leased(rule, "k", q, Some(l), Some(at))
+            .throttle_leased(rule, "k", q, Some(l))
             .await
             .expect("store answers");
         assert_eq!(
@@ -85,13 +90,14 @@ async fn check_lease_table(store: &dyn Store, rule: &Rule, l: Lease, rows: &[Lea
 
 /// Leases on every algorithm: half of what is left after the request, at most max, debited in
 /// the same step; fixed_window grants end with the window.
-pub async fn lease_tables(store: &dyn Store) {
+pub async fn lease_tables(store: &dyn Store, clock: &ManualClock) {
     for algorithm in ["gcra", "leaky_bucket", "token_bucket"] {
         let r = rule(&format!(
             r#"{{"action":"l-{algorithm}","algorithm":"{algorithm}","capacity":10,"rate":{{"count":1,"period":"1s"}}}}"#
         ));
         check_lease_table(
             store,
+            clock,
             &r,
             lease(64, "1s"),
             &[
@@ -109,6 +115,7 @@ pub async fn lease_tables(store: &dyn Store) {
         rule(r#"{"action":"l-fixed","algorithm":"fixed_window","capacity":100,"window":"60s"}"#);
     check_lease_table(
         store,
+        clock,
         &r,
         lease(64, "1s"),
         &[
@@ -122,6 +129,7 @@ pub async fn lease_tables(store: &dyn Store) {
     let r = rule(r#"{"action":"l-log","algorithm":"sliding_log","capacity":10,"window":"1s"}"#);
     check_lease_table(
         store,
+        clock,
         &r,
         lease(3, "250ms"),
         &[
@@ -134,12 +142,11 @@ pub async fn lease_tables(store: &dyn Store) {
     .await;
     let r =
         rule(r#"{"action":"l-window","algorithm":"sliding_window","capacity":100,"window":"1s"}"#);
-    store
-        .throttle(&r, "k", 40, Some(B + S))
-        .await
-        .expect("store answers");
+    clock.set(B + S);
+    store.throttle(&r, "k", 40).await.expect("store answers");
     check_lease_table(
         store,
+        clock,
         &r,
         lease(64, "1s"),
         &[
@@ -154,7 +161,7 @@ pub async fn lease_tables(store: &dyn Store) {
 /// fixed_window over 30 and 365 days (envoyproxy/ratelimit's month and year), epoch-aligned, at
 /// fixed times around a window edge: the reset in ns passes 2^53 for a year (the script returns
 /// it as an exact decimal string), and a reset under 1 ms exercises the string's leading zeros.
-pub async fn long_fixed_window_tables(store: &dyn Store) {
+pub async fn long_fixed_window_tables(store: &dyn Store, clock: &ManualClock) {
     // 2026-12-03T00:00Z = 693 × 30 days; 2026-12-18T00:00Z = 57 × 365 days.
     for (days, edge_s) in [(30u64, 1_796_256_000u64), (365, 1_797_552_000)] {
         let w = days * 86_400 * S;
@@ -164,6 +171,7 @@ pub async fn long_fixed_window_tables(store: &dyn Store) {
         ));
         check_table(
             store,
+            clock,
             &r,
             "k",
             &[
@@ -191,6 +199,7 @@ pub async fn long_fixed_window_tables(store: &dyn Store) {
         ));
         check_lease_table(
             store,
+            clock,
             &r,
             lease(64, "1s"),
             &[
@@ -204,15 +213,16 @@ pub async fn long_fixed_window_tables(store: &dyn Store) {
 }
 
 /// Hand-computed tables for every algorithm (see each row's comment for the arithmetic).
-pub async fn tables(store: &dyn Store) {
-    lease_tables(store).await;
-    long_fixed_window_tables(store).await;
+pub async fn tables(store: &dyn Store, clock: &ManualClock) {
+    lease_tables(store, clock).await;
+    long_fixed_window_tables(store, clock).await;
     // gcra: capacity 3, T = 1 s, tolerance 3 s.
     let r = rule(
         r#"{"action":"t-gcra","algorithm":"gcra","capacity":3,"rate":{"count":1,"period":"1s"}}"#,
     );
     check_table(
         store,
+        clock,
         &r,
         "k",
         &[
@@ -235,6 +245,7 @@ pub async fn tables(store: &dyn Store) {
     );
     check_table(
         store,
+        clock,
         &r,
         "k",
         &[
@@ -255,6 +266,7 @@ pub async fn tables(store: &dyn Store) {
     );
     check_table(
         store,
+        clock,
         &r,
         "k",
         &[
@@ -271,6 +283,7 @@ pub async fn tables(store: &dyn Store) {
     let r = rule(r#"{"action":"t-fixed","algorithm":"fixed_window","capacity":2,"window":"60s"}"#);
     check_table(
         store,
+        clock,
         &r,
         "k",
         &[
@@ -289,6 +302,7 @@ pub async fn tables(store: &dyn Store) {
     let r = rule(r#"{"action":"t-log","algorithm":"sliding_log","capacity":2,"window":"1s"}"#);
     check_table(
         store,
+        clock,
         &r,
         "k",
         &[
@@ -309,6 +323,7 @@ pub async fn tables(store: &dyn Store) {
         rule(r#"{"action":"t-window","algorithm":"sliding_window","capacity":10,"window":"1s"}"#);
     check_table(
         store,
+        clock,
         &r,
         "k",
         &[
@@ -326,7 +341,7 @@ pub async fn tables(store: &dyn Store) {
 }
 
 /// The redis-cell sequences of issue 2, calls 3 ms apart.
-pub async fn cell_sequences(store: &dyn Store) {
+pub async fn cell_sequences(store: &dyn Store, clock: &ManualClock) {
     let mut at = B;
     let mut call = |key: &'static str, burst, count, period, q| {
         at += 3 * MS;
@@ -354,10 +369,8 @@ pub async fn cell_sequences(store: &dyn Store) {
     expect.push((call("m", 0, 30, 60, 1), [0, 1, 0, -1, 2]));
     expect.push((call("m", 0, 30, 60, 1), [1, 1, 0, 2, 2]));
     for (i, ((key, args, at), want)) in expect.into_iter().enumerate() {
-        let d = store
-            .cell_throttle(key, args, Some(at))
-            .await
-            .expect("store answers");
+        clock.set(at);
+        let d = store.cell_throttle(key, args).await.expect("store answers");
         if want[0] != 9 {
             assert_eq!(
                 args.reply(&d),
@@ -416,7 +429,13 @@ pub const ALGORITHMS: [&str; 6] = [
 /// Random sequences where the store's decision must equal core's transition step by step:
 /// quantity 0, quantities above the capacity, time going backwards, long idles, huge times; half
 /// the steps with a lease, whose grant must equal core's too.
-pub async fn randomized_against_core(store: &dyn Store, seed: u64, sequences: usize, steps: usize) {
+pub async fn randomized_against_core(
+    store: &dyn Store,
+    clock: &ManualClock,
+    seed: u64,
+    sequences: usize,
+    steps: usize,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
     for (a, algorithm) in ALGORITHMS.iter().enumerate() {
         let mut grants = 0;
@@ -471,13 +490,15 @@ pub async fn randomized_against_core(store: &dyn Store, seed: u64, sequences: us
                 shown_since_write = shown_since_write.max(now);
                 let (mut want, mut change) = params.decide_leased(&state, now, q, lease);
                 let got = if lease.is_some() {
+                    clock.set(now);
                     store
-                        .throttle_leased(&rule, "subject", q, lease, Some(now))
+                        .throttle_leased(&rule, "subject", q, lease)
                         .await
                         .expect("store answers")
                 } else {
+                    clock.set(now);
                     let decision = store
-                        .throttle(&rule, "subject", q, Some(now))
+                        .throttle(&rule, "subject", q)
                         .await
                         .expect("store answers");
                     sluice_core::Leased::plain(decision)
@@ -511,24 +532,24 @@ pub async fn randomized_against_core(store: &dyn Store, seed: u64, sequences: us
 /// Every conformance check of this suite on one store, for the stores that are not run one check
 /// per test in conformance.rs (a Redis Cluster, a Sentinel-managed Redis): one place lists them,
 /// so a check added to the suite reaches every topology. `seed` varies the random sequences.
-pub async fn whole_suite(store: Arc<dyn Store>, seed: u64) {
-    tables(store.as_ref()).await;
-    cell_sequences(store.as_ref()).await;
-    awkward_subjects_are_independent(store.as_ref()).await;
-    peek_many_reports_without_writing(store.as_ref()).await;
+pub async fn whole_suite(store: Arc<dyn Store>, clock: &ManualClock, seed: u64) {
+    tables(store.as_ref(), clock).await;
+    cell_sequences(store.as_ref(), clock).await;
+    awkward_subjects_are_independent(store.as_ref(), clock).await;
+    peek_many_reports_without_writing(store.as_ref(), clock).await;
     rules_round_trip(store.as_ref()).await;
     activity_round_trip(store.as_ref()).await;
-    randomized_against_core(store.as_ref(), seed, 20, 30).await;
-    concurrency_admits_exactly_the_bound(store.clone()).await;
-    commit_tables(store.as_ref()).await;
-    commit_randomized_against_core(store.as_ref(), seed ^ 0xc0, 10).await;
-    budget_figures(store.as_ref()).await;
-    budget_reset(store.as_ref()).await;
-    crate::debt_suite::budget_debt(store.as_ref()).await;
+    randomized_against_core(store.as_ref(), clock, seed, 20, 30).await;
+    concurrency_admits_exactly_the_bound(store.clone(), clock).await;
+    commit_tables(store.as_ref(), clock).await;
+    commit_randomized_against_core(store.as_ref(), clock, seed ^ 0xc0, 10).await;
+    budget_figures(store.as_ref(), clock).await;
+    budget_reset(store.as_ref(), clock).await;
+    crate::debt_suite::budget_debt(store.as_ref(), clock).await;
 }
 
 /// 64 concurrent requests on one key at one instant admit exactly the capacity, per algorithm.
-pub async fn concurrency_admits_exactly_the_bound(store: Arc<dyn Store>) {
+pub async fn concurrency_admits_exactly_the_bound(store: Arc<dyn Store>, clock: &ManualClock) {
     for algorithm in ALGORITHMS {
         let limit = if algorithm.ends_with("window") || algorithm == "sliding_log" {
             r#""window":"60s""#
@@ -538,10 +559,11 @@ pub async fn concurrency_admits_exactly_the_bound(store: Arc<dyn Store>) {
         let rule = Arc::new(rule(&format!(
             r#"{{"action":"c-{algorithm}","algorithm":"{algorithm}","capacity":10,{limit}}}"#
         )));
+        clock.set(B + 7 * MS);
         let tasks: Vec<_> = (0..64)
             .map(|_| {
                 let (store, rule) = (store.clone(), rule.clone());
-                tokio::spawn(async move { store.throttle(&rule, "hot", 1, Some(B + 7 * MS)).await })
+                tokio::spawn(async move { store.throttle(&rule, "hot", 1).await })
             })
             .collect();
         let mut allowed = 0;
@@ -559,7 +581,7 @@ pub async fn concurrency_admits_exactly_the_bound(store: Arc<dyn Store>) {
                 let (store, rule) = (store.clone(), rule.clone());
                 tokio::spawn(async move {
                     store
-                        .throttle_leased(&rule, "leased", 1, Some(lease(4, "1s")), Some(B + 7 * MS))
+                        .throttle_leased(&rule, "leased", 1, Some(lease(4, "1s")))
                         .await
                 })
             })
@@ -584,7 +606,7 @@ pub async fn concurrency_admits_exactly_the_bound(store: Arc<dyn Store>) {
 }
 
 /// Long, non-ASCII, brace-holding, digest-like and empty subjects are limited, each on its own.
-pub async fn awkward_subjects_are_independent(store: &dyn Store) {
+pub async fn awkward_subjects_are_independent(store: &dyn Store, clock: &ManualClock) {
     let long = "x".repeat(10 * 1024);
     let mut long2 = long.clone();
     long2.push('y');
@@ -613,8 +635,9 @@ pub async fn awkward_subjects_are_independent(store: &dyn Store) {
         ));
         for (i, subject) in subjects.iter().enumerate() {
             for n in 0..3 {
+                clock.set(B + MS);
                 let d = store
-                    .throttle(&rule, subject, 1, Some(B + MS))
+                    .throttle(&rule, subject, 1)
                     .await
                     .expect("store answers");
                 assert_eq!(
@@ -629,20 +652,16 @@ pub async fn awkward_subjects_are_independent(store: &dyn Store) {
 }
 
 /// Peeks report levels and change nothing.
-pub async fn peek_many_reports_without_writing(store: &dyn Store) {
+pub async fn peek_many_reports_without_writing(store: &dyn Store, clock: &ManualClock) {
     let rule = rule(
         r#"{"action":"peek","algorithm":"leaky_bucket","capacity":4,"rate":{"count":1,"period":"1s"}}"#,
     );
-    store
-        .throttle(&rule, "a", 2, Some(B))
-        .await
-        .expect("store answers");
+    clock.set(B);
+    store.throttle(&rule, "a", 2).await.expect("store answers");
     let keys = vec!["a".to_string(), "b".to_string()];
     for _ in 0..2 {
-        let levels = store
-            .peek_many(&rule, &keys, Some(B + 500 * MS))
-            .await
-            .expect("store answers");
+        clock.set(B + 500 * MS);
+        let levels = store.peek_many(&rule, &keys).await.expect("store answers");
         let got: Vec<(f64, u64)> = levels
             .iter()
             .map(|d: &Decision| (d.level, d.remaining))
@@ -650,7 +669,7 @@ pub async fn peek_many_reports_without_writing(store: &dyn Store) {
         assert_eq!(got, vec![(1.5, 2), (0.0, 4)], "{}", store.kind());
     }
     assert!(store
-        .peek_many(&rule, &[], None)
+        .peek_many(&rule, &[])
         .await
         .expect("store answers")
         .is_empty());
@@ -757,11 +776,11 @@ fn moved(o: &sluice_backend::store::CommitOutcome) -> (u64, u64, u64) {
     (c.refunded, c.debited, c.overshoot)
 }
 
-/// Commits at fixed times on every algorithm (`DecisionStore::commit`): a refund right after the
+/// Commits at fixed times on every algorithm (`BudgetStore::commit`): a refund right after the
 /// reservation gives back the difference, a debit past the capacity is overshoot, a retried id
 /// changes nothing and answers the first numbers, and each answer is core's
 /// (`sluice_core::commit::commit`) on the state the store holds.
-pub async fn commit_tables(store: &dyn Store) {
+pub async fn commit_tables(store: &dyn Store, clock: &ManualClock) {
     use sluice_core::commit::{commit, Commit};
     for algorithm in ALGORITHMS {
         let limit = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
@@ -774,32 +793,24 @@ pub async fn commit_tables(store: &dyn Store) {
         ));
         let params = r.params();
         let t = B + 1_500 * MS;
-        assert!(
-            store
-                .throttle(&r, "k", 8, Some(t))
-                .await
-                .expect("reserve")
-                .allowed
-        );
+        clock.set(t);
+        assert!(store.throttle(&r, "k", 8).await.expect("reserve").allowed);
         let c = Commit {
             reserved: 8,
             actual: 3,
             reserved_at: t,
         };
-        let got = store
-            .commit(&r, "k", "req-1", c, Some(t))
-            .await
-            .expect("commit");
+        clock.set(t);
+        let got = store.commit(&r, "k", "req-1", c).await.expect("commit");
         assert!(!got.duplicate, "{algorithm}");
         assert_eq!(moved(&got), (5, 0, 0), "{algorithm} ({})", store.kind());
         assert_eq!(got.committed.level, 3.0, "{algorithm} ({})", store.kind());
-        let peek = store.throttle(&r, "k", 0, Some(t)).await.expect("peek");
+        clock.set(t);
+        let peek = store.throttle(&r, "k", 0).await.expect("peek");
         assert_eq!(peek.remaining, 7, "{algorithm} ({})", store.kind());
+        clock.set(t);
         // The same id again: nothing changes, the first numbers come back.
-        let again = store
-            .commit(&r, "k", "req-1", c, Some(t))
-            .await
-            .expect("retry");
+        let again = store.commit(&r, "k", "req-1", c).await.expect("retry");
         assert!(again.duplicate, "{algorithm} ({})", store.kind());
         assert_eq!(
             again.committed,
@@ -807,7 +818,8 @@ pub async fn commit_tables(store: &dyn Store) {
             "{algorithm} ({})",
             store.kind()
         );
-        let peek = store.throttle(&r, "k", 0, Some(t)).await.expect("peek");
+        clock.set(t);
+        let peek = store.throttle(&r, "k", 0).await.expect("peek");
         assert_eq!(peek.remaining, 7, "{algorithm}: a retry refunded again");
         // A debit beyond the capacity: never denied; the rest is overshoot, carried as debt.
         let big = Commit {
@@ -815,16 +827,12 @@ pub async fn commit_tables(store: &dyn Store) {
             actual: 10,
             reserved_at: t,
         };
-        let got = store
-            .commit(&r, "k", "req-2", big, Some(t))
-            .await
-            .expect("debit");
+        clock.set(t);
+        let got = store.commit(&r, "k", "req-2", big).await.expect("debit");
         assert_eq!(moved(&got), (0, 9, 2), "{algorithm} ({})", store.kind());
         assert_eq!(got.committed.level, 12.0, "{algorithm} ({})", store.kind());
-        let again = store
-            .commit(&r, "k", "req-2", big, Some(t))
-            .await
-            .expect("retry");
+        clock.set(t);
+        let again = store.commit(&r, "k", "req-2", big).await.expect("retry");
         assert!(again.duplicate);
         assert_eq!(
             again.committed.debited, 9,
@@ -832,8 +840,9 @@ pub async fn commit_tables(store: &dyn Store) {
         );
         // Each id is per (action, key): the same id on another key is a commit of its own.
         let fresh = commit(&params, &State::Fresh, t, c).0;
+        clock.set(t);
         let other = store
-            .commit(&r, "other", "req-1", c, Some(t))
+            .commit(&r, "other", "req-1", c)
             .await
             .expect("other key");
         assert_eq!(
@@ -847,7 +856,12 @@ pub async fn commit_tables(store: &dyn Store) {
 /// Random interleavings of reservations (throttle calls) and commits of them, some retried,
 /// where every commit's answer must equal core's commit on the state core's own transitions
 /// reached: the Lua twin and the memory store held to `sluice_core::commit` step by step.
-pub async fn commit_randomized_against_core(store: &dyn Store, seed: u64, sequences: usize) {
+pub async fn commit_randomized_against_core(
+    store: &dyn Store,
+    clock: &ManualClock,
+    seed: u64,
+    sequences: usize,
+) {
     use sluice_core::commit::{commit, Commit, COMMIT_ID_TTL_MS};
     let mut rng = StdRng::seed_from_u64(seed);
     for (a, algorithm) in ALGORITHMS.iter().enumerate() {
@@ -878,10 +892,8 @@ pub async fn commit_randomized_against_core(store: &dyn Store, seed: u64, sequen
                     0 | 1 => {
                         let q = rng.random_range(1..=cap);
                         let (want, change) = params.decide_change(&state, now, q);
-                        let got = store
-                            .throttle(&rule, "s", q, Some(now))
-                            .await
-                            .expect("reserve");
+                        clock.set(now);
+                        let got = store.throttle(&rule, "s", q).await.expect("reserve");
                         assert_eq!(got, want, "{what} q {q}");
                         if let Some(next) = change {
                             state = next;
@@ -897,10 +909,8 @@ pub async fn commit_randomized_against_core(store: &dyn Store, seed: u64, sequen
                         let Some((id, c, first, _)) = last.clone() else {
                             continue;
                         };
-                        let got = store
-                            .commit(&rule, "s", &id, c, Some(now))
-                            .await
-                            .expect("retry");
+                        clock.set(now);
+                        let got = store.commit(&rule, "s", &id, c).await.expect("retry");
                         let zero = Commit {
                             reserved: 0,
                             actual: 0,
@@ -932,10 +942,8 @@ pub async fn commit_randomized_against_core(store: &dyn Store, seed: u64, sequen
                         };
                         let id = format!("r-{step}");
                         let (want, change) = commit(&params, &state, now, c);
-                        let got = store
-                            .commit(&rule, "s", &id, c, Some(now))
-                            .await
-                            .expect("commit");
+                        clock.set(now);
+                        let got = store.commit(&rule, "s", &id, c).await.expect("commit");
                         assert!(!got.duplicate, "{what}");
                         assert_eq!(got.committed, want, "{what} commit {c:?}");
                         if let Some(next) = change {
@@ -973,7 +981,7 @@ fn budget_rule(prefix: &str, algorithm: &str) -> (Rule, u64) {
 /// after the commit holds nothing) or the in-flight bound; a commit's debit beyond its
 /// reservation summed with its overshoot until the budget's end (a meter's: until its debt has
 /// drained too); other keys untouched.
-pub async fn budget_figures(store: &dyn Store) {
+pub async fn budget_figures(store: &dyn Store, clock: &ManualClock) {
     use sluice_core::budget::budget_until_ms;
     use sluice_core::commit::Commit;
     use sluice_core::limits::RESERVATION_IN_FLIGHT_MS;
@@ -983,23 +991,27 @@ pub async fn budget_figures(store: &dyn Store) {
         let (big, small) = (capacity / 2, capacity / 5);
         let t = B + 1_500 * MS;
         let t_ms = t / MS;
-        let at = |ms: u64| Some(ms * MS);
         let budget = |key: &'static str, ms: u64| {
             let r = r.clone();
-            async move { store.budget(&r, key, at(ms)).await.expect("budget") }
+            async move {
+                clock.set(ms * MS);
+                store.budget(&r, key).await.expect("budget")
+            }
         };
         let name = format!("{algorithm} ({})", store.kind());
         assert_eq!(budget("k", t_ms).await, KeyBudget::default(), "{name}");
         for (id, units) in [("r1", big), ("r2", small)] {
+            clock.set(t);
             assert!(
                 store
-                    .throttle(&r, "k", units, Some(t))
+                    .throttle(&r, "k", units)
                     .await
                     .expect("reserve")
                     .allowed
             );
+            clock.set(t);
             assert!(
-                store.hold(&r, "k", id, units, Some(t)).await.expect("hold"),
+                store.hold(&r, "k", id, units).await.expect("hold"),
                 "{name}"
             );
         }
@@ -1020,10 +1032,8 @@ pub async fn budget_figures(store: &dyn Store) {
             actual: big + capacity / 2,
             reserved_at: t,
         };
-        let done = store
-            .commit(&r, "k", "r1", c, Some(t))
-            .await
-            .expect("commit");
+        clock.set(t);
+        let done = store.commit(&r, "k", "r1", c).await.expect("commit");
         let (debited, overshoot) = (capacity / 2, capacity / 2 - (capacity - big - small));
         assert_eq!(
             (done.committed.debited, done.committed.overshoot),
@@ -1053,16 +1063,12 @@ pub async fn budget_figures(store: &dyn Store) {
         };
         assert_eq!(budget("k", t_ms + 1).await, want, "{name}");
         // A retry of the commit removes nothing twice and adds nothing; a late hold holds nothing.
-        let again = store
-            .commit(&r, "k", "r1", c, Some(t + MS))
-            .await
-            .expect("retry");
+        clock.set(t + MS);
+        let again = store.commit(&r, "k", "r1", c).await.expect("retry");
         assert!(again.duplicate, "{name}");
+        clock.set(t + MS);
         assert!(
-            !store
-                .hold(&r, "k", "r1", big, Some(t + MS))
-                .await
-                .expect("hold"),
+            !store.hold(&r, "k", "r1", big).await.expect("hold"),
             "{name}"
         );
         assert_eq!(budget("k", t_ms + 2).await, want, "{name}");
@@ -1084,8 +1090,9 @@ pub async fn budget_figures(store: &dyn Store) {
             actual: 1,
             reserved_at: t,
         };
+        clock.set(t + 2 * MS);
         store
-            .commit(&r, "k", "never-held", plain, Some(t + 2 * MS))
+            .commit(&r, "k", "never-held", plain)
             .await
             .expect("commit");
         assert_eq!(
@@ -1101,7 +1108,7 @@ pub async fn budget_figures(store: &dyn Store) {
 /// reset (held at the reset or not) changes nothing: it gives back no units of the reservations
 /// made since, debits nothing into the new budget, and a retry of it is a duplicate. A
 /// reservation made after the reset commits as usual.
-pub async fn budget_reset(store: &dyn Store) {
+pub async fn budget_reset(store: &dyn Store, clock: &ManualClock) {
     use sluice_core::commit::Commit;
     use sluice_core::wire::KeyBudget;
     for algorithm in ALGORITHMS {
@@ -1112,23 +1119,25 @@ pub async fn budget_reset(store: &dyn Store) {
         let reserve = |key: &'static str, units: u64, at: Nanos| {
             let r = r.clone();
             async move {
-                let d = store
-                    .throttle(&r, key, units, Some(at))
-                    .await
-                    .expect("reserve");
+                clock.set(at);
+                let d = store.throttle(&r, key, units).await.expect("reserve");
                 assert!(d.allowed, "reserve {units}");
             }
         };
         let budget = |at: Nanos| {
             let r = r.clone();
-            async move { store.budget(&r, "k", Some(at)).await.expect("budget") }
+            async move {
+                clock.set(at);
+                store.budget(&r, "k").await.expect("budget")
+            }
         };
         // The levels of the reset key and of a twin that saw only what came after the reset.
         let levels = |at: Nanos| {
             let r = r.clone();
             async move {
                 let keys = ["k".to_owned(), "twin".to_owned()];
-                let peeks = store.peek_many(&r, &keys, Some(at)).await.expect("peek");
+                clock.set(at);
+                let peeks = store.peek_many(&r, &keys).await.expect("peek");
                 (peeks[0].level, peeks[1].level)
             }
         };
@@ -1136,7 +1145,8 @@ pub async fn budget_reset(store: &dyn Store) {
         // its reservation (r0) in the overshoot figures.
         for (id, units) in [("r1", big), ("r2", small)] {
             reserve("k", units, t).await;
-            assert!(store.hold(&r, "k", id, units, Some(t)).await.expect("hold"));
+            clock.set(t);
+            assert!(store.hold(&r, "k", id, units).await.expect("hold"));
         }
         reserve("k", small, t).await;
         let over = Commit {
@@ -1144,10 +1154,8 @@ pub async fn budget_reset(store: &dyn Store) {
             actual: capacity / 5,
             reserved_at: t,
         };
-        store
-            .commit(&r, "k", "r0", over, Some(t))
-            .await
-            .expect("commit");
+        clock.set(t);
+        store.commit(&r, "k", "r0", over).await.expect("commit");
         let before = budget(t).await;
         assert_eq!(
             (before.reservations_in_flight, before.debited),
@@ -1155,10 +1163,8 @@ pub async fn budget_reset(store: &dyn Store) {
             "{name}"
         );
 
-        let removed = store
-            .reset_key(r.action(), "k", Some(t + 10 * MS))
-            .await
-            .expect("reset");
+        clock.set(t + 10 * MS);
+        let removed = store.reset_key(r.action(), "k").await.expect("reset");
         assert_eq!(removed, vec![r.algorithm()], "{name}");
         assert_eq!(
             budget(t + 10 * MS).await,
@@ -1170,10 +1176,8 @@ pub async fn budget_reset(store: &dyn Store) {
         let t4 = t + 20 * MS;
         reserve("k", big, t4).await;
         reserve("twin", big, t4).await;
-        assert!(store
-            .hold(&r, "k", "r4", big, Some(t4))
-            .await
-            .expect("hold"));
+        clock.set(t4);
+        assert!(store.hold(&r, "k", "r4", big).await.expect("hold"));
         let now = t + 30 * MS;
         // Commits of the reservations made before the reset change nothing, held or not, under
         // or over their reservation.
@@ -1183,10 +1187,8 @@ pub async fn budget_reset(store: &dyn Store) {
                 actual,
                 reserved_at: t,
             };
-            let done = store
-                .commit(&r, "k", id, c, Some(now))
-                .await
-                .expect("commit");
+            clock.set(now);
+            let done = store.commit(&r, "k", id, c).await.expect("commit");
             assert!(!done.duplicate, "{name}: {id}");
             assert_eq!(
                 (
@@ -1199,10 +1201,8 @@ pub async fn budget_reset(store: &dyn Store) {
             );
             let (k, twin) = levels(now).await;
             assert_eq!(k, twin, "{name}: {id} left r4's units");
-            let again = store
-                .commit(&r, "k", id, c, Some(now))
-                .await
-                .expect("retry");
+            clock.set(now);
+            let again = store.commit(&r, "k", id, c).await.expect("retry");
             assert!(again.duplicate, "{name}: a retry of {id}");
         }
         let b = budget(now).await;
@@ -1222,15 +1222,11 @@ pub async fn budget_reset(store: &dyn Store) {
             actual: small,
             reserved_at: t4,
         };
-        let done = store
-            .commit(&r, "k", "r4", c, Some(now))
-            .await
-            .expect("commit");
+        clock.set(now);
+        let done = store.commit(&r, "k", "r4", c).await.expect("commit");
         assert_eq!(done.committed.refunded, big - small, "{name}: r4");
-        store
-            .commit(&r, "twin", "r4", c, Some(now))
-            .await
-            .expect("commit");
+        clock.set(now);
+        store.commit(&r, "twin", "r4", c).await.expect("commit");
         let (k, twin) = levels(now).await;
         assert_eq!(k, twin, "{name}");
         assert_eq!(budget(now).await, KeyBudget::default(), "{name}");

@@ -9,7 +9,22 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use sluice_backend::store::redis::{RedisConfig, RedisStore};
+use sluice_backend::store::ManualClock;
+
+/// A connection to the Redis of `config` whose scripts decide at the time of a manual clock the
+/// test sets (starting at `at` ns), instead of Redis `TIME`.
+pub async fn redis_at_fixed_times(config: RedisConfig, at: u64) -> (RedisStore, Arc<ManualClock>) {
+    let clock = ManualClock::new(at);
+    let store = RedisStore::connect(config)
+        .await
+        .expect("connect to the test Redis")
+        .with_clock(clock.clone());
+    (store, clock)
+}
 
 /// A free TCP port on 127.0.0.1 (bound then released; good enough for tests).
 pub fn free_port() -> u16 {

@@ -81,7 +81,7 @@ pub async fn settle_reservation(
         reserved_at: crate::clock::now_ms().saturating_mul(NANOS_PER_MILLI),
     };
     if let Err(e) = app
-        .store_call(app.store.commit(rule, key, id, nothing, None))
+        .store_call(app.store.commit(rule, key, id, nothing))
         .await
     {
         tracing::warn!(

@@ -4,9 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use async_trait::async_trait;
 use sluice_core::Action;
 
-use crate::store::Activity;
+use super::MemoryStore;
+use crate::store::{Activity, ActivityStore, StoreError};
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Counts {
@@ -97,4 +99,24 @@ fn sort_newest_first(rows: &mut [(String, Counts)]) {
             .cmp(&a.1.last_seen_ms)
             .then_with(|| b.0.cmp(&a.0))
     });
+}
+
+#[async_trait]
+impl ActivityStore for MemoryStore {
+    async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError> {
+        self.activity.record(batch);
+        Ok(())
+    }
+
+    async fn recent_activity(
+        &self,
+        action: &Action,
+        limit: usize,
+    ) -> Result<Vec<Activity>, StoreError> {
+        Ok(self.activity.recent(action, limit))
+    }
+
+    async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.activity.last_seen(action, key))
+    }
 }

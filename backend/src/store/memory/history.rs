@@ -4,8 +4,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
+use async_trait::async_trait;
 use sluice_core::wire::{HISTORY_SPAN_MS, HISTORY_STEP_MS};
 use sluice_core::Action;
+
+use super::MemoryStore;
+use crate::store::{HistoryStore, StoreError};
 
 use crate::history::marks::{member, ReportApplied, ReporterMarks};
 use crate::history::{
@@ -240,6 +244,55 @@ impl HistoryLog {
             sums.into_iter().map(|(k, n)| (k.to_owned(), n)).collect(),
             limit,
         )
+    }
+}
+
+#[async_trait]
+impl HistoryStore for MemoryStore {
+    async fn record_history(&self, batch: &[HistoryRecord]) -> Result<(), StoreError> {
+        self.history.record(batch);
+        Ok(())
+    }
+
+    async fn apply_report(
+        &self,
+        mark: &ReportMark,
+        record: &HistoryRecord,
+    ) -> Result<ReportApplied, StoreError> {
+        Ok(self.history.apply_report(mark, record))
+    }
+
+    async fn read_history(
+        &self,
+        action: &Action,
+        first_step_ms: u64,
+        steps: usize,
+        now_ms: u64,
+    ) -> Result<StoredHistory, StoreError> {
+        Ok(self.history.read(action, first_step_ms, steps, now_ms))
+    }
+
+    async fn record_denied(&self, batch: &[DeniedRecord]) -> Result<(), StoreError> {
+        self.history.record_denied(batch);
+        Ok(())
+    }
+
+    async fn top_denied(
+        &self,
+        action: &Action,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        Ok(self.history.top_denied(action, now_ms, limit))
+    }
+
+    async fn key_denied(
+        &self,
+        action: &Action,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, u64)>, StoreError> {
+        Ok(self.history.key_denied(action, key, now_ms))
     }
 }
 

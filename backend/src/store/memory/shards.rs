@@ -130,7 +130,20 @@ impl ShardedStates {
         quantity: u64,
         lease: Option<Lease>,
     ) -> Leased {
-        let leased = self.decide_locked(name, params, now, quantity, lease);
+        let leased = {
+            let mut shard = self.lock(self.shard_index(name));
+            shard.maybe_sweep(now);
+            let fresh = State::Fresh;
+            let current = shard.table.get(name).map_or(&fresh, |entry| &entry.state);
+            let (leased, change) = params.decide_leased(current, now, quantity, lease);
+            if let Some(next) = change {
+                let expires_at = now.saturating_add(params.idle_ttl_ns());
+                let worth = Worth::after(&params, &leased.decision, now);
+                shard.table.put(name, next, expires_at, worth, now);
+            }
+            leased
+        };
+        // The shard's lock is released first: the visit may sweep that shard too.
         self.visit_next(now);
         leased
     }
@@ -144,28 +157,6 @@ impl ShardedStates {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().maybe_sweep(now),
             Err(TryLockError::WouldBlock) => {}
         }
-    }
-
-    fn decide_locked(
-        &self,
-        name: &str,
-        params: Params,
-        now: Nanos,
-        quantity: u64,
-        lease: Option<Lease>,
-    ) -> Leased {
-        let index = (self.hasher.hash_one(name) % self.shards.len() as u64) as usize;
-        let mut shard = self.lock(index);
-        shard.maybe_sweep(now);
-        let fresh = State::Fresh;
-        let current = shard.table.get(name).map_or(&fresh, |entry| &entry.state);
-        let (leased, change) = params.decide_leased(current, now, quantity, lease);
-        if let Some(next) = change {
-            let expires_at = now.saturating_add(params.idle_ttl_ns());
-            let worth = Worth::after(&params, &leased.decision, now);
-            shard.table.put(name, next, expires_at, worth, now);
-        }
-        leased
     }
 
     /// Decides all-or-nothing checks ([`decide_all`]) in one atomic step: every shard

@@ -31,6 +31,7 @@
 use redis::{RedisResult, Script, Value};
 use sluice_core::Params;
 
+use super::decision::Step;
 use super::errors::Call;
 use super::scripts::{algorithm_args, leased};
 use super::RedisStore;
@@ -168,7 +169,7 @@ impl RedisStore {
             .iter()
             .map(|c| self.keys.state(c.rule.action(), c.rule.algorithm(), c.key))
             .collect();
-        if !self.cluster {
+        if !self.conn.is_cluster() {
             let params: Vec<Params> = checks.iter().map(|c| c.rule.params()).collect();
             let reply = self.run_all(&keys, checks, "all", at).await?;
             return parse(&reply, &params).map(|(outcome, _)| outcome);
@@ -310,7 +311,9 @@ impl RedisStore {
                 if j == denied {
                     Ok(decision)
                 } else {
-                    crate::store::DecisionStore::throttle(self, c.rule, c.key, 0, at).await
+                    let key = self.keys.state(c.rule.action(), c.rule.algorithm(), c.key);
+                    let peek = Step::peek(c.rule.params(), at);
+                    Ok(self.decide(&key, peek).await?.decision)
                 }
             }))
             .await?;

@@ -86,6 +86,12 @@ fn is_script_failure(error: &RedisError) -> bool {
     }
 }
 
+/// Parses a whole number Redis holds under `key`; anything else is [`StoreError::Corrupt`].
+pub(crate) fn parse_u64(text: &str, key: &str) -> Result<u64, StoreError> {
+    text.parse()
+        .map_err(|_| StoreError::Corrupt(format!("{key} holds {text:?}, not a whole number")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

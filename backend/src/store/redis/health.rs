@@ -1,6 +1,6 @@
 //! The Redis store's health: Redis's memory settings and eviction count, read at connect and
 //! every [`HEALTH_INTERVAL`] by a task the store owns, kept as a snapshot so that
-//! `Store::health()` (read by `/readyz` and every levels snapshot) costs no round trip.
+//! `HealthStore::health()` (read by `/readyz` and every levels snapshot) costs no round trip.
 //!
 //! Each reading asks every node that holds data (the one node, or every Cluster master) for
 //! `CONFIG GET maxmemory*` and `INFO stats`; [`super::sizing`] judges the answers. A warning is
@@ -10,13 +10,17 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{RedisError, RedisResult, Value};
 use sluice_core::wire::StoreHealth;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::conn::Conn;
+use super::errors::Call;
 use super::sizing::{self, NodeReading};
+use super::topology::Conn;
+use super::RedisStore;
+use crate::store::{HealthStore, StoreError};
 
 /// How often the memory settings are read again after connect.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
@@ -256,6 +260,44 @@ fn name_value_pairs(value: &Value) -> Option<Vec<(String, String)>> {
             .map(|(k, v)| Some((text(k)?, text(v)?)))
             .collect(),
         _ => None,
+    }
+}
+
+/// The store's kind, ping, health and master.
+#[async_trait]
+impl HealthStore for RedisStore {
+    fn kind(&self) -> &'static str {
+        self.conn.kind()
+    }
+
+    /// On a Cluster, every slot range's master must answer (see `topology/cluster.rs`);
+    /// elsewhere, a PING to the one node.
+    async fn ping(&self) -> Result<(), StoreError> {
+        if let Some(ready) = self.conn.cluster_ready(self.timeout).await {
+            return ready;
+        }
+        let mut conn = self.conn.clone();
+        let _: String = self
+            .bounded(
+                "PING",
+                Call::Command,
+                redis::cmd("PING").query_async(&mut conn),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The last reading of Redis's memory settings (no round trip: see
+    /// [`RedisStore::refresh_health`]).
+    fn health(&self) -> StoreHealth {
+        self.health.get()
+    }
+
+    /// With Sentinel, the master the sentinels name now (no round trip).
+    fn master(&self) -> Option<String> {
+        self.conn
+            .sentinel_master()
+            .map(|(name, address)| format!("{name} at {address}"))
     }
 }
 

@@ -21,11 +21,13 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
 use futures::future::try_join_all;
 use redis::{Script, ScriptInvocation};
 use sluice_core::wire::HISTORY_STEP_MS;
 use sluice_core::Action;
 
+use super::errors::parse_u64;
 use super::errors::Call;
 use super::RedisStore;
 use crate::history::marks::{member, ReportApplied};
@@ -35,7 +37,7 @@ use crate::history::{
     ReportMark, StoredHistory, Tally, DENIED_KEEP, DENIED_TTL_MS, HISTORY_TTL_MS,
     LAST_SEEN_SPAN_MS, REPORT_MARK_TTL_MS,
 };
-use crate::store::StoreError;
+use crate::store::{HistoryStore, StoreError};
 use sluice_core::limits::{MAX_REPORTERS_PER_ACTION, REPORT_MARK_SETTLE_MS};
 
 /// The keys and scripts of history and top denied.
@@ -122,32 +124,7 @@ fn parse_counts(text: &str, key: &str) -> Result<Tally, StoreError> {
     Ok(Tally::from_values(counts))
 }
 
-fn parse_u64(text: &str, key: &str) -> Result<u64, StoreError> {
-    text.parse()
-        .map_err(|_| StoreError::Corrupt(format!("{key} holds {text:?}, not a whole number")))
-}
-
 impl RedisStore {
-    /// See [`crate::store::ActivityStore::record_history`]: one script per record, pipelined under one
-    /// permit and one timeout.
-    pub(super) async fn history_record(&self, batch: &[HistoryRecord]) -> Result<(), StoreError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let calls = batch.iter().map(|r| {
-            let mut conn = self.conn.clone();
-            let invocation = self.record_invocation(r);
-            async move { invocation.invoke_async::<i64>(&mut conn).await }
-        });
-        self.bounded(
-            "history",
-            Call::Script("history_record"),
-            try_join_all(calls),
-        )
-        .await
-        .map(|_| ())
-    }
-
     /// `history_record.lua` for one record (its two keys and ten arguments).
     fn record_invocation(&self, r: &HistoryRecord) -> ScriptInvocation<'_> {
         self.record_invocation_in(&self.history.history_tag(&r.action), r)
@@ -170,13 +147,36 @@ impl RedisStore {
         }
         invocation
     }
+}
 
-    /// See [`crate::store::ActivityStore::apply_report`]: `history_record.lua` with the action's
+#[async_trait]
+impl HistoryStore for RedisStore {
+    /// See [`crate::store::HistoryStore::record_history`]: one script per record, pipelined under one
+    /// permit and one timeout.
+    async fn record_history(&self, batch: &[HistoryRecord]) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let calls = batch.iter().map(|r| {
+            let mut conn = self.conn.clone();
+            let invocation = self.record_invocation(r);
+            async move { invocation.invoke_async::<i64>(&mut conn).await }
+        });
+        self.bounded(
+            "history",
+            Call::Script("history_record"),
+            try_join_all(calls),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// See [`crate::store::HistoryStore::apply_report`]: `history_record.lua` with the action's
     /// marks (hash and zset) as its third and fourth keys, in the action's slot, so the check,
     /// the bound, the raise and the add are one step. A shared mark (an action without a rule)
     /// lives in the shared tag, and so do the record's keys then: its record adds nothing, so
     /// they are never written.
-    pub(super) async fn history_apply_report(
+    async fn apply_report(
         &self,
         mark: &ReportMark,
         record: &HistoryRecord,
@@ -216,8 +216,8 @@ impl RedisStore {
         }
     }
 
-    /// See [`crate::store::ActivityStore::read_history`]: one script.
-    pub(super) async fn history_read(
+    /// See [`crate::store::HistoryStore::read_history`]: one script.
+    async fn read_history(
         &self,
         action: &Action,
         first_step_ms: u64,
@@ -263,8 +263,8 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// See [`crate::store::ActivityStore::record_denied`]: one script per (action, bucket).
-    pub(super) async fn denied_record(&self, batch: &[DeniedRecord]) -> Result<(), StoreError> {
+    /// See [`crate::store::HistoryStore::record_denied`]: one script per (action, bucket).
+    async fn record_denied(&self, batch: &[DeniedRecord]) -> Result<(), StoreError> {
         let mut by_bucket: BTreeMap<(&Action, u64), Vec<&DeniedRecord>> = BTreeMap::new();
         for r in batch.iter().filter(|r| r.denied > 0) {
             by_bucket
@@ -292,8 +292,8 @@ impl RedisStore {
             .map(|_| ())
     }
 
-    /// See [`crate::store::ActivityStore::top_denied`]: one script over the buckets.
-    pub(super) async fn denied_top(
+    /// See [`crate::store::HistoryStore::top_denied`]: one script over the buckets.
+    async fn top_denied(
         &self,
         action: &Action,
         now_ms: u64,
@@ -328,8 +328,8 @@ impl RedisStore {
         Ok(rank_denied(rows, limit))
     }
 
-    /// See [`crate::store::ActivityStore::key_denied`]: one script over the action's buckets.
-    pub(super) async fn denied_key(
+    /// See [`crate::store::HistoryStore::key_denied`]: one script over the action's buckets.
+    async fn key_denied(
         &self,
         action: &Action,
         key: &str,
@@ -362,32 +362,5 @@ impl RedisStore {
             }
         }
         Ok(out)
-    }
-
-    /// See [`crate::store::ActivityStore::key_last_seen`]: the key's score in the action's recent zset.
-    pub(super) async fn key_seen(
-        &self,
-        action: &Action,
-        key: &str,
-    ) -> Result<Option<u64>, StoreError> {
-        let [recent, _] = self.keys.activity(action);
-        let mut conn = self.conn.clone();
-        let score: Option<String> = self
-            .bounded(
-                &recent,
-                Call::Command,
-                redis::cmd("ZSCORE")
-                    .arg(&recent)
-                    .arg(key)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        score
-            .map(|s| {
-                s.parse::<f64>()
-                    .map(|ms| ms as u64)
-                    .map_err(|_| StoreError::Corrupt(format!("{recent}: score {s:?}")))
-            })
-            .transpose()
     }
 }

@@ -1,28 +1,36 @@
-//! Overrides, the audit trail and key resets in Redis. Overrides and the audit list share the
-//! rules' hash tag, so a change, its version bump and its audit entry are one script in one slot:
+//! Rules, overrides and the audit trail in Redis ([`RuleStore`]). The rules live in one hash,
+//! action -> rule JSON, with the version in its field [`VERSION_FIELD`]. Overrides and the audit
+//! list share the rules' hash tag, so a change, its version bump and its audit entry are one
+//! script in one slot:
 //!
 //! - overrides of an action: hash `{<prefix>:rules}:overrides:<action>`, key -> rule JSON;
 //! - the audit trail: list `{<prefix>:rules}:audit`, newest first, trimmed to
 //!   [`AUDIT_KEEP`] by the script that adds to it.
 //!
-//! Neither carries a TTL (like the rules hash): a `volatile-*` eviction policy never evicts them.
-//! A reset deletes the key's state keys (one per algorithm, one slot) in one script.
+//! None carries a TTL: a `volatile-*` eviction policy never evicts them.
 
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+use async_trait::async_trait;
 use redis::Script;
 use sluice_core::limits::{AUDIT_KEEP, MAX_OVERRIDES_PER_ACTION};
 use sluice_core::wire::{AuditEntry, KeyOverride};
-use sluice_core::{Action, Algorithm, Nanos, Rule};
+use sluice_core::{Action, Rule};
 
 use super::errors::Call;
 use super::RedisStore;
-use crate::store::{AuditStamp, ChangeOutcome, RuleChange, StoreError};
+use crate::store::{AuditStamp, ChangeOutcome, RuleChange, RuleSnapshot, RuleStore, StoreError};
+
+/// The field of the rules hash that holds the rules version. Kept inside the hash (not in a key
+/// of its own) so that losing the hash, by a stray `DEL` or eviction, loses the version too: the
+/// replicas then see no version and publish their cached rules again. No action can be named so
+/// (actions are `[A-Za-z0-9_.:-]`).
+pub const VERSION_FIELD: &str = "#version";
 
 struct ChangeScripts {
     change: Script,
     audit: Script,
-    reset: Script,
 }
 
 /// Built once per process (computing their SHA1s); sent to Redis on first use.
@@ -31,7 +39,6 @@ fn scripts() -> &'static ChangeScripts {
     SCRIPTS.get_or_init(|| ChangeScripts {
         change: Script::new(include_str!("../../../lua/rules_change.lua")),
         audit: Script::new(include_str!("../../../lua/audit_record.lua")),
-        reset: super::scripts::with_now_ms(include_str!("../../../lua/state_reset.lua")),
     })
 }
 
@@ -50,7 +57,7 @@ fn parse_rule(json: &str, what: &str) -> Result<Rule, StoreError> {
 }
 
 /// Reads the flat `{action, key, rule JSON, ...}` list `rules_load.lua` returns.
-pub(super) fn parse_overrides(flat: &[String], hash: &str) -> Result<Vec<KeyOverride>, StoreError> {
+fn parse_overrides(flat: &[String], hash: &str) -> Result<Vec<KeyOverride>, StoreError> {
     flat.chunks(3)
         .map(|row| {
             let [action, key, json] = row else {
@@ -74,9 +81,9 @@ pub(super) fn parse_overrides(flat: &[String], hash: &str) -> Result<Vec<KeyOver
         .collect()
 }
 
-impl RedisStore {
-    /// See [`crate::store::RuleStore::change_rules`].
-    pub(super) async fn rules_change(
+#[async_trait]
+impl RuleStore for RedisStore {
+    async fn change_rules(
         &self,
         change: &RuleChange,
         audit: Option<&AuditStamp>,
@@ -129,8 +136,7 @@ impl RedisStore {
         }
     }
 
-    /// See [`crate::store::RuleStore::record_audit`].
-    pub(super) async fn audit_record(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+    async fn record_audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
         let [hash, _] = self.keys.rules();
         let key = audit_key(&hash);
         let json = serde_json::to_string(entry)
@@ -151,8 +157,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// See [`crate::store::RuleStore::read_audit`].
-    pub(super) async fn audit_read(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+    async fn read_audit(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -180,47 +185,73 @@ impl RedisStore {
             .collect()
     }
 
-    /// See [`crate::store::DecisionStore::reset_key`].
-    pub(super) async fn state_reset(
-        &self,
-        action: &Action,
-        key: &str,
-        at: Option<Nanos>,
-    ) -> Result<Vec<Algorithm>, StoreError> {
-        let keys: Vec<String> = Algorithm::ALL
-            .iter()
-            .map(|&algorithm| self.keys.state(action, algorithm, key))
-            .collect();
-        let first = keys.first().cloned().unwrap_or_default();
+    async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
+        let [hash, legacy_version_key] = self.keys.rules();
         let mut conn = self.conn.clone();
-        let mut invocation = scripts().reset.prepare_invoke();
-        for k in &keys {
-            invocation.key(k);
-        }
-        // The marks that make a later commit of a reservation from before the reset change
-        // nothing live as long as a commit id's own mark.
-        invocation
-            .arg(super::commit_inflight::now_arg(at))
-            .arg(sluice_core::commit::COMMIT_ID_TTL_MS);
-        let removed: Vec<i64> = self
+        let (version, flat, flat_overrides): (Option<String>, Vec<String>, Vec<String>) = self
             .bounded(
-                &first,
-                Call::Script("state_reset"),
-                invocation.invoke_async(&mut conn),
+                &hash,
+                Call::Script("rules_load"),
+                self.scripts
+                    .rules_load
+                    .key(&hash)
+                    .key(&legacy_version_key)
+                    .invoke_async(&mut conn),
             )
             .await?;
-        removed
-            .iter()
-            .map(|&i| {
-                usize::try_from(i)
-                    .ok()
-                    .and_then(|i| i.checked_sub(1))
-                    .and_then(|i| Algorithm::ALL.get(i).copied())
-                    .ok_or_else(|| StoreError::Script {
-                        script: "state_reset",
-                        message: format!("returned the index {i}"),
-                    })
-            })
-            .collect()
+        let version = version.map(|v| parse_version(&v, &hash)).transpose()?;
+        let mut rules = BTreeMap::new();
+        for pair in flat.chunks(2) {
+            let [action, json] = pair else {
+                return Err(StoreError::Corrupt(format!("{hash}: odd HGETALL reply")));
+            };
+            if action == VERSION_FIELD {
+                continue;
+            }
+            let rule = Rule::from_json_str(json)
+                .map_err(|e| StoreError::Corrupt(format!("rule {action:?} in {hash}: {e}")))?;
+            rules.insert(action.clone(), rule);
+        }
+        Ok(RuleSnapshot {
+            version,
+            rules: rules.into_values().collect(),
+            overrides: parse_overrides(&flat_overrides, &hash)?,
+        })
     }
+    async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
+        let [hash, _] = self.keys.rules();
+        let json = rule.to_json().to_string();
+        let mut conn = self.conn.clone();
+        let mut invocation = self.scripts.rules_write.key(&hash);
+        invocation.arg("put").arg(rule.action().as_str()).arg(json);
+        self.bounded(
+            &hash,
+            Call::Script("rules_write"),
+            invocation.invoke_async(&mut conn),
+        )
+        .await
+    }
+    async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
+        let [hash, _] = self.keys.rules();
+        let mut conn = self.conn.clone();
+        let version: Option<String> = self
+            .bounded(
+                &hash,
+                Call::Command,
+                redis::cmd("HGET")
+                    .arg(&hash)
+                    .arg(VERSION_FIELD)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        version.map(|v| parse_version(&v, &hash)).transpose()
+    }
+}
+
+/// Parses the rules version held in the field [`VERSION_FIELD`] of the rules hash `hash`.
+fn parse_version(text: &str, hash: &str) -> Result<u64, StoreError> {
+    text.parse().map_err(|_| {
+        let shown: String = text.chars().take(40).collect();
+        StoreError::Corrupt(format!("the rules version (field {VERSION_FIELD} of {hash}) holds {shown:?}, not a whole number"))
+    })
 }

@@ -30,7 +30,7 @@ use redis::{
 };
 use tokio::sync::{watch, Mutex};
 
-use super::config::SentinelTarget;
+use super::super::config::SentinelTarget;
 
 /// Pause between two questions to the sentinels while no usable master is found.
 pub const RETRY_EVERY: Duration = Duration::from_millis(100);

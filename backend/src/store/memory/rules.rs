@@ -1,56 +1,61 @@
-//! The memory store's admin changes: overrides beside the rules and the audit trail as a ring
-//! buffer of the newest [`AUDIT_KEEP`] entries, all under the rules lock, so a change, its
-//! version bump and its audit entry are one step.
+//! The memory store's rules ([`RuleStore`]): the rules by action, overrides beside them and the
+//! audit trail as a ring buffer of the newest [`AUDIT_KEEP`] entries, all under one lock, so a
+//! change, its version bump and its audit entry are one step.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use async_trait::async_trait;
 use sluice_core::limits::{AUDIT_KEEP, MAX_OVERRIDES_PER_ACTION};
-use sluice_core::wire::{AuditEntry, KeyOverride};
+use sluice_core::wire::AuditEntry;
 use sluice_core::{Action, Rule};
 
-use super::Rules;
-use crate::store::{AuditStamp, ChangeOutcome, RuleChange};
+use super::MemoryStore;
+use crate::store::{
+    listed_overrides, AuditStamp, ChangeOutcome, RuleChange, RuleSnapshot, RuleStore, StoreError,
+};
+
+/// The rules and what goes with them, behind one lock.
+#[derive(Default)]
+pub(super) struct RuleBook(Mutex<Rules>);
+
+impl RuleBook {
+    fn lock(&self) -> MutexGuard<'_, Rules> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Default)]
+struct Rules {
+    by_action: BTreeMap<Action, Rule>,
+    version: u64,
+    overrides: Overrides,
+    audit: AuditRing,
+}
 
 /// Overrides by action, then key.
-pub(super) type Overrides = BTreeMap<Action, BTreeMap<String, Rule>>;
+type Overrides = BTreeMap<Action, BTreeMap<String, Rule>>;
 
 /// The newest audit entries, newest at the front.
 #[derive(Debug, Default)]
-pub(super) struct AuditRing(VecDeque<AuditEntry>);
+struct AuditRing(VecDeque<AuditEntry>);
 
 impl AuditRing {
     /// Adds `entry` as the newest, dropping the oldest beyond [`AUDIT_KEEP`].
-    pub(super) fn push(&mut self, entry: AuditEntry) {
+    fn push(&mut self, entry: AuditEntry) {
         self.0.push_front(entry);
         self.0.truncate(AUDIT_KEEP);
     }
 
     /// The newest `limit` entries, newest first.
-    pub(super) fn newest(&self, limit: usize) -> Vec<AuditEntry> {
+    fn newest(&self, limit: usize) -> Vec<AuditEntry> {
         self.0.iter().take(limit).cloned().collect()
     }
 }
 
-/// Every override, sorted by action then key.
-pub(super) fn listed(overrides: &Overrides) -> Vec<KeyOverride> {
-    overrides
-        .values()
-        .flat_map(|by_key| {
-            by_key.iter().map(|(key, rule)| KeyOverride {
-                key: key.clone(),
-                rule: rule.clone(),
-            })
-        })
-        .collect()
-}
-
 impl Rules {
     /// Applies `change` (see [`crate::store::RuleStore::change_rules`]).
-    pub(super) fn apply(
-        &mut self,
-        change: &RuleChange,
-        audit: Option<&AuditStamp>,
-    ) -> ChangeOutcome {
+    fn apply(&mut self, change: &RuleChange, audit: Option<&AuditStamp>) -> ChangeOutcome {
         let before = match change {
             RuleChange::PutRule(rule) => self.by_action.insert(rule.action().clone(), rule.clone()),
             RuleChange::DeleteRule(action) => {
@@ -95,5 +100,45 @@ impl Rules {
             version: self.version,
             before,
         }
+    }
+}
+
+#[async_trait]
+impl RuleStore for MemoryStore {
+    async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
+        let rules = self.rules.lock();
+        Ok(RuleSnapshot {
+            version: Some(rules.version),
+            rules: rules.by_action.values().cloned().collect(),
+            overrides: listed_overrides(rules.overrides.values()),
+        })
+    }
+
+    async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
+        let mut rules = self.rules.lock();
+        rules.by_action.insert(rule.action().clone(), rule.clone());
+        rules.version += 1;
+        Ok(rules.version)
+    }
+
+    async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
+        Ok(Some(self.rules.lock().version))
+    }
+
+    async fn change_rules(
+        &self,
+        change: &RuleChange,
+        audit: Option<&AuditStamp>,
+    ) -> Result<ChangeOutcome, StoreError> {
+        Ok(self.rules.lock().apply(change, audit))
+    }
+
+    async fn record_audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        self.rules.lock().audit.push(entry.clone());
+        Ok(())
+    }
+
+    async fn read_audit(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(self.rules.lock().audit.newest(limit))
     }
 }

@@ -1,4 +1,4 @@
-//! Commits in the memory store: core's own [`sluice_core::commit::commit`] under the key's shard
+//! Cost budgets and key resets in the memory store ([`BudgetStore`], [`ResetStore`]). Commits: core's own [`sluice_core::commit::commit`] under the key's shard
 //! lock, and the request ids already committed, so that a retried commit changes nothing; and the
 //! keys' cost-budget records ([`sluice_core::budget`]), which a commit settles in the same call;
 //! and key resets, which remove the state and the record in one step with the marks that make a
@@ -21,9 +21,12 @@ use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::KeyBudget;
 use sluice_core::{Action, Algorithm, Nanos, Params, Rule};
 
+use async_trait::async_trait;
+
 use super::shards::ShardedStates;
 use super::slot::rule_slot;
-use crate::store::CommitOutcome;
+use super::MemoryStore;
+use crate::store::{BudgetStore, CommitOutcome, ResetStore, StoreError};
 
 /// Most request ids remembered at once.
 pub(crate) const MAX_MARKS: usize = 100_000;
@@ -220,5 +223,37 @@ impl CommitMarks {
             }
         }
         Some(f(budgets.entry(name.to_owned()).or_default()))
+    }
+}
+
+#[async_trait]
+impl BudgetStore for MemoryStore {
+    async fn hold(&self, rule: &Rule, key: &str, id: &str, units: u64) -> Result<bool, StoreError> {
+        Ok(self.commits.hold(rule, key, id, units, self.now()))
+    }
+
+    async fn commit(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        commit: Commit,
+    ) -> Result<CommitOutcome, StoreError> {
+        let now = self.now();
+        Ok(self
+            .commits
+            .commit(&self.states, rule, key, id, commit, now))
+    }
+
+    async fn budget(&self, rule: &Rule, key: &str) -> Result<KeyBudget, StoreError> {
+        Ok(self.commits.budget(rule, key, self.now()))
+    }
+}
+
+#[async_trait]
+impl ResetStore for MemoryStore {
+    async fn reset_key(&self, action: &Action, key: &str) -> Result<Vec<Algorithm>, StoreError> {
+        let now = self.now();
+        Ok(self.commits.reset(&self.states, action, key, now))
     }
 }

@@ -1,6 +1,7 @@
-//! One connection type over a single node (auto-reconnecting `ConnectionManager`, or the master
-//! a set of sentinels names: [`SentinelConn`]) or a Cluster (`cluster_async`), so every command
-//! is written once. All are cheap to clone and multiplexed: concurrent commands are pipelined on
+//! The Redis deployments (topologies) behind one connection type: a single node
+//! (auto-reconnecting `ConnectionManager`, here), the master a set of sentinels names
+//! ([`SentinelConn`], `sentinel.rs`) or a Cluster (`cluster_async`, with its readiness check in
+//! `cluster.rs`), so every command is written once. All are cheap to clone and multiplexed: concurrent commands are pipelined on
 //! the wire. A Sentinel-managed Redis is a single node to the rest of the store (same scripts,
 //! same single-node code paths: only the Cluster is told apart).
 
@@ -11,9 +12,15 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use super::ready::ClusterReady;
-use super::sentinel::SentinelConn;
-use super::RedisTarget;
+mod cluster;
+mod sentinel;
+
+pub use self::sentinel::RETRY_EVERY as SENTINEL_RETRY_EVERY;
+
+use self::cluster::ClusterReady;
+use self::sentinel::SentinelConn;
+use super::config::RedisTarget;
+use crate::store::StoreError;
 
 /// A connection to any deployment.
 #[derive(Clone)]
@@ -21,7 +28,7 @@ pub(crate) enum Conn {
     /// One node, `redis://host:port/db`.
     Single(ConnectionManager),
     /// A Redis Cluster, and what its readiness check needs (direct connections to its masters:
-    /// see `ready.rs`).
+    /// see `cluster.rs`).
     Cluster(ClusterConnection, ClusterReady),
     /// The master a set of sentinels names now (one node, followed across failovers).
     Sentinel(SentinelConn),
@@ -96,6 +103,34 @@ impl Conn {
         match self {
             Conn::Sentinel(c) => Some(c.master()),
             _ => None,
+        }
+    }
+}
+
+impl Conn {
+    /// A short name for logs and `/readyz`: "redis" (one node, with or without Sentinel) or
+    /// "redis-cluster".
+    pub(crate) fn kind(&self) -> &'static str {
+        if self.is_cluster() {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+
+    /// Whether this is a Cluster, whose checks of one request live in different slots (see
+    /// `all.rs`); a Sentinel-managed Redis is one node.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(..))
+    }
+
+    /// On a Cluster, whether every slot range's master answers (see `cluster.rs`: a plain PING
+    /// through the cluster client skips a master it lost); `None` elsewhere, where a PING to the
+    /// one node tells.
+    pub(crate) async fn cluster_ready(&self, timeout: Duration) -> Option<Result<(), StoreError>> {
+        match self {
+            Conn::Cluster(cluster, ready) => Some(ready.check(cluster, timeout).await),
+            Conn::Single(_) | Conn::Sentinel(_) => None,
         }
     }
 }

@@ -1,0 +1,118 @@
+//! Recent activity in Redis: per action, a zset of keys by last seen (ms) and a hash of their
+//! counts, `activity_record.lua` keeping the newest [`ACTIVITY_KEEP`] with a TTL of
+//! [`ACTIVITY_TTL_MS`], so a key spray cannot grow them.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use sluice_core::Action;
+
+use super::errors::{parse_u64, Call};
+use super::RedisStore;
+use crate::store::{Activity, ActivityStore, StoreError, ACTIVITY_KEEP};
+
+/// Activity of an action vanishes after this long without traffic. Activity keys carry a TTL like
+/// throttle state, so a `volatile-*` policy may evict them (the dashboard's recent keys of that
+/// action start over; decisions are unaffected); there is one pair per action, each bounded to
+/// [`ACTIVITY_KEEP`] keys.
+pub const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+#[async_trait]
+impl ActivityStore for RedisStore {
+    async fn record_activity(&self, batch: &[Activity]) -> Result<(), StoreError> {
+        let mut by_action: BTreeMap<&Action, Vec<&Activity>> = BTreeMap::new();
+        for item in batch {
+            by_action.entry(&item.action).or_default().push(item);
+        }
+        let calls = by_action.into_iter().map(|(action, items)| {
+            let [recent, counts] = self.keys.activity(action);
+            let mut conn = self.conn.clone();
+            async move {
+                let mut invocation = self.scripts.activity_record.key(&recent);
+                invocation
+                    .key(&counts)
+                    .arg(ACTIVITY_KEEP)
+                    .arg(ACTIVITY_TTL_MS);
+                for item in items {
+                    invocation
+                        .arg(&item.key)
+                        .arg(item.last_seen_ms)
+                        .arg(item.allowed)
+                        .arg(item.denied);
+                }
+                invocation.invoke_async::<i64>(&mut conn).await
+            }
+        });
+        self.bounded(
+            "activity",
+            Call::Script("activity_record"),
+            try_join_all(calls),
+        )
+        .await
+        .map(|_| ())
+    }
+    async fn recent_activity(
+        &self,
+        action: &Action,
+        limit: usize,
+    ) -> Result<Vec<Activity>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let [recent, counts] = self.keys.activity(action);
+        let mut conn = self.conn.clone();
+        let flat: Vec<String> = self
+            .bounded(
+                &recent,
+                Call::Script("activity_recent"),
+                self.scripts
+                    .activity_recent
+                    .key(&recent)
+                    .key(&counts)
+                    .arg(limit)
+                    .invoke_async(&mut conn),
+            )
+            .await?;
+        flat.chunks(4)
+            .map(|row| {
+                let [key, last, allowed, denied] = row else {
+                    return Err(StoreError::Corrupt(format!("{recent}: short activity row")));
+                };
+                let last_seen_ms = last
+                    .parse::<f64>()
+                    .map_err(|_| StoreError::Corrupt(format!("{recent}: score {last:?}")))?;
+                Ok(Activity {
+                    action: action.clone(),
+                    key: key.clone(),
+                    last_seen_ms: last_seen_ms as u64,
+                    allowed: parse_u64(allowed, &counts)?,
+                    denied: parse_u64(denied, &counts)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The key's score in the action's recent zset.
+    async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError> {
+        let [recent, _] = self.keys.activity(action);
+        let mut conn = self.conn.clone();
+        let score: Option<String> = self
+            .bounded(
+                &recent,
+                Call::Command,
+                redis::cmd("ZSCORE")
+                    .arg(&recent)
+                    .arg(key)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        score
+            .map(|s| {
+                s.parse::<f64>()
+                    .map(|ms| ms as u64)
+                    .map_err(|_| StoreError::Corrupt(format!("{recent}: score {s:?}")))
+            })
+            .transpose()
+    }
+}
