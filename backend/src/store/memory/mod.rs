@@ -8,7 +8,7 @@
 //!
 //! The map is bounded (`--max-keys`, default from [`sizing`]): a flood of fresh keys cannot
 //! exhaust memory, and a full map never refuses a request nor lets one through undecided. It
-//! evicts instead, where the least is lost ([`worth`]): keys already back to fresh first, then the
+//! evicts instead, where the least is lost (`worth.rs`): keys already back to fresh first, then the
 //! lowest level. An evicted key restarts fresh, as after a restart: at worst one extra burst for
 //! that key, while every key still held, the hammered ones above all, is limited exactly.
 //!
