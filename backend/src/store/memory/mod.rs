@@ -120,3 +120,19 @@ impl MemoryStore {
         self.clock.now()
     }
 }
+
+/// What the state map's unit tests share: fixed times and rules' parameters from JSON.
+#[cfg(test)]
+mod testing {
+    use sluice_core::{Nanos, Params, Rule};
+
+    /// One second.
+    pub(super) const S: Nanos = 1_000_000_000;
+    /// A multiple of 60 s: a window starts here.
+    pub(super) const T0: Nanos = 1_700_000_040 * S;
+
+    /// The parameters of the rule `json`.
+    pub(super) fn params(json: &str) -> Params {
+        Rule::from_json_str(json).expect("valid rule").params()
+    }
+}

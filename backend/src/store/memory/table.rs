@@ -334,15 +334,9 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::memory::testing::{params, S, T0};
     use sluice_core::algorithms::sliding_log::SlidingLogState;
-    use sluice_core::{Params, Rule};
-
-    const S: Nanos = 1_000_000_000;
-    const T0: Nanos = 1_700_000_040 * S; // a multiple of 60 s: a window starts here
-
-    fn params(json: &str) -> Params {
-        Rule::from_json_str(json).expect("valid rule").params()
-    }
+    use sluice_core::Params;
 
     fn window() -> Params {
         params(r#"{"action":"a","algorithm":"fixed_window","capacity":100,"window":"60s"}"#)

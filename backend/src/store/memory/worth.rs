@@ -81,14 +81,8 @@ impl Worth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::{Rule, State};
-
-    const S: Nanos = 1_000_000_000;
-    const T0: Nanos = 1_700_000_040 * S; // a multiple of 60 s: a window starts here
-
-    fn params(json: &str) -> Params {
-        Rule::from_json_str(json).expect("valid rule").params()
-    }
+    use crate::store::memory::testing::{params, S, T0};
+    use sluice_core::State;
 
     /// Admits `n` requests at `at` from fresh; the worth of the resulting state.
     fn admitted(p: &Params, n: u64, at: Nanos) -> Worth {
