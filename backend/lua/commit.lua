@@ -9,7 +9,7 @@
 -- meter's most level in ns, a window's most count, a sliding log's most entries): a debit that
 -- does not fit is carried as debt, the level above the capacity, up to it.
 -- KEYS[3], KEYS[4]: the key's budget record (sluice_core::budget), in the same hash tag: the
--- reservations in flight (`<state key>:inflight`, id -> 'units:recorded_at_ms', budget_hold.lua)
+-- reservations in flight (`<state key>:inflight`, id -> 'units:recorded_at_ms', budget_record.lua)
 -- and the debits beyond reservations (`<state key>:overshoot`: 'overshoot', 'debited', 'until'
 -- ms). A first commit removes its id from the first and adds a debit to the second.
 -- KEYS[5]: the key's latest reset time in ms, `<state key>:reset` (written by state_reset.lua,

@@ -398,7 +398,7 @@ impl Metrics {
     }
 
     /// Counts one allowed reservation of `action` that is not shown as in flight.
-    pub fn reservation_unheld(&self, action: &str) {
+    pub fn reservation_not_recorded(&self, action: &str) {
         self.reservations_unheld
             .get_or_create(&LeaseLabels {
                 action: action.to_owned(),

@@ -20,7 +20,7 @@
 //!   ([`before_reset`]): the key is as if never seen.
 //!
 //! The memory store keeps this record; the Redis store keeps the same in two hashes next to the
-//! state (`commit.lua` and `budget_hold.lua` are its twins, held to it by the store suite).
+//! state (`commit.lua` and `budget_record.lua` are its twins, held to it by the store suite).
 //! Times are store times in whole milliseconds.
 
 use std::collections::HashMap;
@@ -128,18 +128,6 @@ impl BudgetRecord {
         self.overshoot += committed.overshoot;
         self.debited += committed.debited;
         self.until_ms = self.until_ms.max(until_ms);
-    }
-
-    /// The old name of [`BudgetRecord::record_reservation`], kept only until
-    /// backend/src/store/memory/commit.rs calls the new one (issue 29).
-    pub fn hold(&mut self, id: &str, units: u64, now_ms: u64) -> bool {
-        self.record_reservation(id, units, now_ms)
-    }
-
-    /// The old name of [`BudgetRecord::record_commit`], kept only until
-    /// backend/src/store/memory/commit.rs calls the new one (issue 29).
-    pub fn settle(&mut self, id: &str, committed: &Committed, until_ms: u64, now_ms: u64) {
-        self.record_commit(id, committed, until_ms, now_ms);
     }
 
     /// The figures at `now_ms`.

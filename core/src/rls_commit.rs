@@ -167,14 +167,6 @@ pub fn split_budget_entries<'a>(
     ))
 }
 
-/// The old name of [`BudgetEntries`], kept only until backend/src (grpc/rls, ratelimit) uses the
-/// new one (issue 29).
-pub type Marks = BudgetEntries;
-/// The old name of [`CommitEntries`], kept only until backend/src/grpc/rls uses the new one.
-pub type CommitMark = CommitEntries;
-/// The old name of [`split_budget_entries`], kept only until backend/src/grpc/rls uses the new one.
-pub use split_budget_entries as split_marks;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ use crate::metrics::Outcome;
 use crate::state::App;
 use crate::store::CheckRequest;
 
-pub use reservation::hold_reservation;
+pub use reservation::record_reservation;
 
 /// One check of a request decided with others: the rule in force (shared, so that a store step
 /// that outlives its request holds it without a copy), the key and the units.

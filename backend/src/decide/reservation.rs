@@ -1,6 +1,6 @@
 //! A reservation's life after its decision, the same for both ways in (`POST /v1/throttle`
 //! with a `reservation_id` then `POST /v1/commit`; the RLS front door's `sluice_reservation` and
-//! commit descriptors): held as in flight once allowed, then committed at its actual cost under
+//! commit descriptors): recorded as in flight once allowed, then committed at its actual cost under
 //! its caller's deadline and counted once ([`sluice_core::commit`]).
 
 use std::sync::Arc;
@@ -16,13 +16,13 @@ use crate::store::CommitOutcome;
 
 /// After an allowed decision of a request that carried a reservation id (`reservation_id` over
 /// HTTP, `sluice_reservation` in RLS): holds the
-/// reservation as in flight for the key view ([`crate::store::BudgetStore::hold`]) before the
+/// reservation as in flight for the key view ([`crate::store::BudgetStore::record_reservation`]) before the
 /// answer goes out, so that its commit (sent only after the answer) always finds it. The
-/// decision stands whatever happens here: a reservation not held is counted in
+/// decision stands whatever happens here: a reservation not recorded is counted in
 /// `sluice_reservations_unheld` and a store failure is said in the log (the key view then shows
 /// less in flight than there is; decisions never read it). A shadow rule's would-deny debited
 /// nothing and holds nothing, as does a quantity of 0.
-pub async fn hold_reservation(
+pub async fn record_reservation(
     app: &App,
     rule: &Rule,
     key: &str,
@@ -35,13 +35,13 @@ pub async fn hold_reservation(
     }
     let action = rule.action().as_str();
     match app
-        .store_call(app.store.hold(rule, key, id, quantity))
+        .store_call(app.store.record_reservation(rule, key, id, quantity))
         .await
     {
         Ok(true) => {}
-        Ok(false) => app.metrics.reservation_unheld(action),
+        Ok(false) => app.metrics.reservation_not_recorded(action),
         Err(e) => {
-            app.metrics.reservation_unheld(action);
+            app.metrics.reservation_not_recorded(action);
             tracing::warn!(
                 action,
                 error = %e,
@@ -51,7 +51,7 @@ pub async fn hold_reservation(
     }
 }
 
-/// Commits reservation `id` of `key` under `rule` (`settle`: what was reserved, the actual cost,
+/// Commits reservation `id` of `key` under `rule` (`commit_of`: what was reserved, the actual cost,
 /// when it was reserved) as one store step under `deadline` ([`call::run`]), counted in the
 /// commit metrics; one that finishes after its caller gave up happened all the same, and is
 /// counted too.
@@ -60,13 +60,13 @@ pub async fn commit(
     rule: &Arc<Rule>,
     key: &str,
     id: &str,
-    settle: Commit,
+    commit_of: Commit,
     deadline: Option<Deadline>,
 ) -> Result<CommitOutcome, DecideError> {
     // The step owns what it needs: it may outlive this request (see crate::decide::call).
     let store = app.store.clone();
     let (step_rule, key, id) = (Arc::clone(rule), key.to_owned(), id.to_owned());
-    let step = async move { store.commit(&step_rule, &key, &id, settle).await };
+    let step = async move { store.commit(&step_rule, &key, &id, commit_of).await };
     let metrics = app.metrics.clone();
     let late_rule = Arc::clone(rule);
     let outcome = call::run(app, deadline, step, move |result| {

@@ -1,4 +1,4 @@
-//! `POST /v1/commit`: settles a reservation once the request's actual cost is known
+//! `POST /v1/commit`: commits a reservation once the request's actual cost is known
 //! ([`sluice_core::commit`]): refunds what is surely still held of reserved − actual, debits
 //! actual − reserved (never denied; the part that does not fit is overshoot), once per request
 //! id. Under the request's `timeout_ms` like a throttle ([`crate::deadline`]): a commit that

@@ -15,7 +15,7 @@ use sluice_core::wire::{ApiError, ClThrottleRequest, ThrottleRequest, ThrottleRe
 use super::error::ApiFailure;
 use super::input;
 use crate::deadline::{stall, Arrival, Deadline};
-use crate::decide::{decide_leased, hold_reservation, LeaseAsk};
+use crate::decide::{decide_leased, record_reservation, LeaseAsk};
 use crate::state::App;
 
 /// Decides one request under its action's rule.
@@ -63,7 +63,7 @@ pub async fn throttle(
     .await
     .map_err(|e| ApiFailure::decide(&e))?;
     if let Some(id) = &request.reservation_id {
-        hold_reservation(&app, rule, &request.key, id, request.quantity, &response).await;
+        record_reservation(&app, rule, &request.key, id, request.quantity, &response).await;
     }
     Ok(Json(response))
 }

@@ -1,4 +1,4 @@
-//! Cost budgets ([`sluice_core::budget`]): reservations held in flight, the commits that settle
+//! Cost budgets ([`sluice_core::budget`]): reservations recorded in flight, the commits that end
 //! them, and each key's budget figures for the key view.
 
 use async_trait::async_trait;
@@ -11,25 +11,31 @@ use super::StoreError;
 /// Reservations and commits, at the store's time (see [`super::DecisionStore`]).
 #[async_trait]
 pub trait BudgetStore: Send + Sync + 'static {
-    /// Holds an allowed reservation of `units` for `key` under `rule` as in flight under `id` (its
+    /// Records an allowed reservation of `units` for `key` under `rule` as in flight under `id` (its
     /// commit's id, checked by callers with [`sluice_core::commit::check_id`]), until
     /// [`BudgetStore::commit`] of that id removes it or
     /// [`sluice_core::limits::RESERVATION_IN_FLIGHT_MS`] passes ([`sluice_core::budget`]). Only
     /// for throttle requests that carry a `reservation_id`, after their allowed decision: the
-    /// plain throttle path never calls it. Returns false when not held (the key already holds
+    /// plain throttle path never calls it. Returns false when not recorded (the key already holds
     /// [`sluice_core::limits::MAX_IN_FLIGHT_PER_KEY`] live ones, or the commit already came).
-    async fn hold(&self, rule: &Rule, key: &str, id: &str, units: u64) -> Result<bool, StoreError>;
+    async fn record_reservation(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        units: u64,
+    ) -> Result<bool, StoreError>;
 
-    /// Settles a reservation of `key` under `rule` ([`sluice_core::commit`]): gives back what is
+    /// Commits a reservation of `key` under `rule` ([`sluice_core::commit`]): gives back what is
     /// surely still held of reserved − actual, debits actual − reserved without a check, in one
-    /// atomic step with the mark of `id` (checked by callers with
+    /// atomic step with the commit receipt of `id` (checked by callers with
     /// [`sluice_core::commit::check_id`]): a commit whose id this key already committed within
     /// [`sluice_core::commit::COMMIT_ID_TTL_MS`] changes nothing and answers the first one's
-    /// numbers ([`CommitOutcome::duplicate`]). A first commit also settles the key's budget
-    /// record in the same step: the reservation held under `id` is no longer in flight, and a
+    /// numbers ([`CommitOutcome::duplicate`]). A first commit also updates the key's budget
+    /// record in the same step: the reservation recorded under `id` is no longer in flight, and a
     /// debit adds to the key's overshoot figures ([`sluice_core::budget`]).
     /// A reservation from before the key's latest reset ([`super::ResetStore::reset_key`])
-    /// changes nothing: it answers zeros, not as a duplicate, and marks `id` so a retry is one.
+    /// changes nothing: it answers zeros, not as a duplicate, and writes the receipt of `id` so a retry is one.
     async fn commit(
         &self,
         rule: &Rule,

@@ -1011,7 +1011,10 @@ pub async fn budget_figures(store: &dyn Store, clock: &ManualClock) {
             );
             clock.set(t);
             assert!(
-                store.hold(&r, "k", id, units).await.expect("hold"),
+                store
+                    .record_reservation(&r, "k", id, units)
+                    .await
+                    .expect("hold"),
                 "{name}"
             );
         }
@@ -1068,7 +1071,10 @@ pub async fn budget_figures(store: &dyn Store, clock: &ManualClock) {
         assert!(again.duplicate, "{name}");
         clock.set(t + MS);
         assert!(
-            !store.hold(&r, "k", "r1", big).await.expect("hold"),
+            !store
+                .record_reservation(&r, "k", "r1", big)
+                .await
+                .expect("hold"),
             "{name}"
         );
         assert_eq!(budget("k", t_ms + 2).await, want, "{name}");
@@ -1146,7 +1152,10 @@ pub async fn budget_reset(store: &dyn Store, clock: &ManualClock) {
         for (id, units) in [("r1", big), ("r2", small)] {
             reserve("k", units, t).await;
             clock.set(t);
-            assert!(store.hold(&r, "k", id, units).await.expect("hold"));
+            assert!(store
+                .record_reservation(&r, "k", id, units)
+                .await
+                .expect("hold"));
         }
         reserve("k", small, t).await;
         let over = Commit {
@@ -1177,7 +1186,10 @@ pub async fn budget_reset(store: &dyn Store, clock: &ManualClock) {
         reserve("k", big, t4).await;
         reserve("twin", big, t4).await;
         clock.set(t4);
-        assert!(store.hold(&r, "k", "r4", big).await.expect("hold"));
+        assert!(store
+            .record_reservation(&r, "k", "r4", big)
+            .await
+            .expect("hold"));
         let now = t + 30 * MS;
         // Commits of the reservations made before the reset change nothing, held or not, under
         // or over their reservation.

@@ -7,14 +7,14 @@
 use std::sync::Arc;
 
 use sluice_core::commit::Commit;
-use sluice_core::rls_commit::CommitMark;
+use sluice_core::rls_commit::CommitEntries;
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::Rule;
 
 use super::request::Check;
 use crate::deadline::{Deadline, DecideError};
-use crate::decide::reservation::{commit, hold_reservation};
+use crate::decide::reservation::{commit, record_reservation};
 use crate::state::App;
 
 /// Commits every check that is a commit and has a rule, in order. A commit of an unknown action
@@ -26,8 +26,8 @@ pub async fn commit_all(
     deadline: Option<Deadline>,
 ) -> Result<(), DecideError> {
     for (check, rule) in checks.iter().zip(rules) {
-        if let (Some(mark), Some(rule)) = (&check.commit, rule) {
-            commit_one(app, rule, &check.key, mark, check.quantity, deadline).await?;
+        if let (Some(entries), Some(rule)) = (&check.commit, rule) {
+            commit_one(app, rule, &check.key, entries, check.quantity, deadline).await?;
         }
     }
     Ok(())
@@ -40,30 +40,30 @@ pub async fn commit_one(
     app: &App,
     rule: &Arc<Rule>,
     key: &str,
-    mark: &CommitMark,
+    entries: &CommitEntries,
     actual: u64,
     deadline: Option<Deadline>,
 ) -> Result<(), DecideError> {
-    let reserved_at_ms = mark.reserved_at_ms.unwrap_or_else(crate::clock::now_ms);
-    let settle = Commit {
-        reserved: mark.reserved,
+    let reserved_at_ms = entries.reserved_at_ms.unwrap_or_else(crate::clock::now_ms);
+    let commit_of = Commit {
+        reserved: entries.reserved,
         actual,
         // The end of its millisecond, as `POST /v1/commit` (CommitRequest::commit).
         reserved_at: reserved_at_ms
             .saturating_mul(NANOS_PER_MILLI)
             .saturating_add(NANOS_PER_MILLI - 1),
     };
-    commit(app, rule, key, &mark.id, settle, deadline).await?;
+    commit(app, rule, key, &entries.id, commit_of, deadline).await?;
     Ok(())
 }
 
 /// After an allowed request, each of its reservations that carries an id (`sluice_reservation`):
-/// one that debited is held in flight until its commit ([`hold_reservation`]); one that a shadow
+/// one that debited is recorded in flight until its commit ([`record_reservation`]); one that a shadow
 /// rule (or a quota-mode limit) would have refused debited nothing, so its commit must change
 /// nothing either: its id is committed at once at 0 of 0, and the stream-done commit of that id
 /// is then a duplicate. Without this, that commit would give back units other requests hold, or
 /// debit a cost that enforcement would never have admitted. Both RLS configurations call this.
-pub async fn settle_reservation(
+pub async fn commit_reservation(
     app: &App,
     rule: &Rule,
     key: &str,
@@ -72,7 +72,7 @@ pub async fn settle_reservation(
     answer: &ThrottleResponse,
 ) {
     if !answer.would_deny || quantity == 0 {
-        hold_reservation(app, rule, key, id, quantity, answer).await;
+        record_reservation(app, rule, key, id, quantity, answer).await;
         return;
     }
     let nothing = Commit {
@@ -87,7 +87,7 @@ pub async fn settle_reservation(
         tracing::warn!(
             action = rule.action().as_str(),
             error = %e,
-            "a would-deny reservation could not be voided: its commit will settle as if it had debited"
+            "a would-deny reservation could not be voided: its commit will count as if it had debited"
         );
     }
 }

@@ -20,12 +20,12 @@
 //!   left (a response's token count, debited when the stream is done) takes what is left, so
 //!   the next check refuses, as the peer's overshooting counter does. A reservation (a
 //!   descriptor marked `sluice_reservation`) is no such debit: refused, it takes nothing.
-//! - Reserve, then commit (sluice_core::rls_commit, docs/rls.md): sluice's marks are taken off
-//!   before the match ([`super::marks`]), so a marked descriptor matches the limit
-//!   its unmarked entries match. A commit is settled on that limit's counter by the sluice-rules
+//! - Reserve, then commit (sluice_core::rls_commit, docs/rls.md): sluice's budget entries are
+//!   taken off before the match ([`super::budget_entries`]), so a descriptor with them matches
+//!   the limit its other entries match. A commit is committed on that limit's counter by the sluice-rules
 //!   path's own step ([`super::commit::commit_one`]) and answers OK with an empty
 //!   status; a limit without a counter (`unlimited`, `requests_per_unit: 0`, no match) has
-//!   nothing to settle. An allowed reservation with an id is held in flight as on that path.
+//!   nothing to commit. An allowed reservation with an id is held in flight as on that path.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,12 +35,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf as pb;
-use sluice_core::rls_commit::Marks;
+use sluice_core::rls_commit::BudgetEntries;
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
-use super::commit::{commit_one, settle_reservation};
-use super::marks::strip;
+use super::budget_entries::strip;
+use super::commit::{commit_one, commit_reservation};
 use super::peer_metadata;
 use super::request::{check_shape, hits_as_sent};
 use super::response::{self, Answer};
@@ -68,8 +68,8 @@ enum Kind<'r> {
 struct Slot<'r> {
     kind: Kind<'r>,
     quantity: u64,
-    /// Sluice's marks, taken off before the match: a commit is settled, not decided.
-    marks: Marks,
+    /// Sluice's budget entries, taken off before the match: a commit is committed, not decided.
+    entries: BudgetEntries,
 }
 
 /// The hits of each descriptor as the peer counts them (a descriptor's `hits_addend` of 0 checks
@@ -121,14 +121,14 @@ pub async fn answer(
     started: Instant,
 ) -> Result<RateLimitResponse, AnswerError> {
     let hits = hits(request).map_err(AnswerError::Invalid)?;
-    let (stripped, marks) = strip(request).map_err(AnswerError::Invalid)?;
+    let (stripped, entries) = strip(request).map_err(AnswerError::Invalid)?;
     tracing::debug!(domain = %request.domain, ?hits, descriptors = ?request.descriptors, "ratelimit config request");
     let rules = app.rules.current();
     let slots: Vec<Slot<'_>> = matches(level, &stripped)
         .into_iter()
         .zip(hits)
-        .zip(marks)
-        .map(|((m, quantity), marks)| {
+        .zip(entries)
+        .map(|((m, quantity), entries)| {
             let kind = match m {
                 None => Kind::None,
                 Some(m) => match (m.limit.per_unit(), m.limit.action.as_deref()) {
@@ -149,14 +149,14 @@ pub async fn answer(
             Slot {
                 kind,
                 quantity,
-                marks,
+                entries,
             }
         })
         .collect();
     // Commits first, as on the sluice-rules path: their hits are the actual cost.
     for slot in &slots {
-        if let (Some(mark), Kind::Counted(m, rule)) = (&slot.marks.commit, &slot.kind) {
-            commit_one(app, rule, &m.key, mark, slot.quantity, deadline)
+        if let (Some(commit), Kind::Counted(m, rule)) = (&slot.entries.commit, &slot.kind) {
+            commit_one(app, rule, &m.key, commit, slot.quantity, deadline)
                 .await
                 .map_err(AnswerError::Decide)?;
         }
@@ -166,20 +166,20 @@ pub async fn answer(
         .map_err(AnswerError::Decide)?;
     let response = respond(request, &slots, &decided, now_ms());
     if response.overall_code == Code::Ok as i32 {
-        settle_reservations(app, &slots, &decided).await;
+        commit_reservations(app, &slots, &decided).await;
     }
     Ok(response)
 }
 
 /// Settles each reservation that carries an id, as the sluice-rules path does
-/// ([`settle_reservation`]: held in flight until its commit, or voided when shadow or quota mode
+/// ([`commit_reservation`]: held in flight until its commit, or voided when shadow or quota mode
 /// would have refused it).
-async fn settle_reservations(app: &App, slots: &[Slot<'_>], decided: &[Option<ThrottleResponse>]) {
+async fn commit_reservations(app: &App, slots: &[Slot<'_>], decided: &[Option<ThrottleResponse>]) {
     for (slot, answer) in slots.iter().zip(decided) {
         if let (Some(id), Kind::Counted(m, rule), Some(answer)) =
-            (&slot.marks.reservation, &slot.kind, answer)
+            (&slot.entries.reservation, &slot.kind, answer)
         {
-            settle_reservation(app, rule, &m.key, id, slot.quantity, answer).await;
+            commit_reservation(app, rule, &m.key, id, slot.quantity, answer).await;
         }
     }
 }
@@ -199,7 +199,7 @@ async fn decide_slots(
         .iter()
         .enumerate()
         .filter_map(|(i, s)| match &s.kind {
-            Kind::Counted(m, rule) if s.marks.commit.is_none() => Some((
+            Kind::Counted(m, rule) if s.entries.commit.is_none() => Some((
                 i,
                 Check {
                     rule,
@@ -216,7 +216,7 @@ async fn decide_slots(
     }
     let refused_before = slots
         .iter()
-        .any(|s| s.marks.commit.is_none() && matches!(&s.kind, Kind::Zero(m) if enforced(m)));
+        .any(|s| s.entries.commit.is_none() && matches!(&s.kind, Kind::Zero(m) if enforced(m)));
     let checks_only = counted.iter().any(|(_, c)| c.quantity == 0);
     // Peeks first when something may refuse without a debit: a refused request debits nothing.
     if refused_before || checks_only {
@@ -248,7 +248,9 @@ async fn decide_slots(
     let mut answers = decide_checks(app, &requests, deadline, started).await?;
     if let ([(i, only)], [answer]) = (debits.as_slice(), answers.as_mut_slice()) {
         // A reservation is asked before the work, not paid after it: refused, it takes nothing.
-        let reservation = slots.get(*i).is_some_and(|s| s.marks.reservation.is_some());
+        let reservation = slots
+            .get(*i)
+            .is_some_and(|s| s.entries.reservation.is_some());
         let short = !answer.allowed
             && !reservation
             && answer.remaining > 0
@@ -311,8 +313,8 @@ fn respond(
     let (mut refused, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
     let mut passed_metadata = Vec::new();
     for (slot, answer) in slots.iter().zip(decided) {
-        if slot.marks.commit.is_some() {
-            // A commit is settled, never decided: OK, as on the sluice-rules path.
+        if slot.entries.commit.is_some() {
+            // A commit is committed, never decided: OK, as on the sluice-rules path.
             statuses.push(DescriptorStatus {
                 code: Code::Ok as i32,
                 ..DescriptorStatus::default()

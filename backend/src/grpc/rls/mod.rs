@@ -12,12 +12,12 @@
 //! - [`request`]: the checks every request passes, hits, and the sluice-rules mapping.
 //! - [`response`]: statuses, headers and dynamic metadata.
 //! - [`commit`]: descriptors that commit a reservation (reserve, then commit), for both paths.
-//! - [`marks`]: a request with sluice's marks taken off (the ratelimit-config path).
+//! - [`budget_entries`]: a request with sluice's budget entries taken off (the ratelimit-config path).
 //! - [`status`]: failures as gRPC statuses.
 
+pub mod budget_entries;
 pub mod commit;
 pub mod config_path;
-pub mod marks;
 pub mod peer_metadata;
 pub mod request;
 pub mod response;

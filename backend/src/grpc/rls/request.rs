@@ -5,7 +5,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_core::descriptor::to_check;
 use sluice_core::limits::MAX_QUANTITY;
-use sluice_core::rls_commit::{split_marks, CommitMark};
+use sluice_core::rls_commit::{split_budget_entries, CommitEntries};
 use sluice_core::{Action, FieldError};
 
 /// Most descriptors one request may carry.
@@ -21,10 +21,10 @@ pub struct Check {
     /// Units this descriptor costs: its `hits_addend` if set, else the request's; 0 means 1.
     /// For a commit: the actual cost, 0 included.
     pub quantity: u64,
-    /// Set when the descriptor commits a reservation (sluice_core::rls_commit's marks).
-    pub commit: Option<CommitMark>,
+    /// Set when the descriptor commits a reservation (sluice_core::rls_commit's budget entries).
+    pub commit: Option<CommitEntries>,
     /// Set when the descriptor reserves under a request id (`sluice_reservation`): allowed, it
-    /// is held as in flight until that id's commit.
+    /// is recorded as in flight until that id's commit.
     pub reservation: Option<String>,
 }
 
@@ -96,9 +96,9 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
                 .iter()
                 .map(|e| (e.key.as_str(), e.value.as_str()))
                 .collect();
-            let (marks, entries) = split_marks(index, &entries)?;
+            let (found, entries) = split_budget_entries(index, &entries)?;
             let (action, key) = to_check(index, entries)?;
-            let (reservation, commit) = (marks.reservation, marks.commit);
+            let (reservation, commit) = (found.reservation, found.commit);
             // A commit's hits are its actual cost, which may be 0; a check's 0 means 1.
             let quantity = if commit.is_some() {
                 quantity

@@ -1,7 +1,7 @@
 //! The sluice-rules mapping of the RLS front door: each descriptor is a check of the sluice rule
 //! its first entry names ([`super::request::checks`], core's one mapping), decided through the
 //! same decision path as `POST /v1/throttle` ([`crate::decide`]). Commits (stream-done
-//! descriptors with a request id) are settled first, not decided ([`super::commit`]).
+//! descriptors with a request id) are committed first, not decided ([`super::commit`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::Rule;
 
-use super::commit::{commit_all, settle_reservation};
+use super::commit::{commit_all, commit_reservation};
 use super::request::{checks, Check};
 use super::response::{self, Answer};
 use super::status::AnswerError;
@@ -40,7 +40,7 @@ pub async fn answer(
             rule
         })
         .collect();
-    // Commits (stream-done descriptors with a request id) are settled, not decided: they
+    // Commits (stream-done descriptors with a request id) are committed, not decided: they
     // answer OK, and the request's checks are decided as if they were not there.
     let (commits, found): (Vec<Found<'_>>, Vec<Found<'_>>) = checks
         .iter()
@@ -104,7 +104,7 @@ async fn decide_known(
             *answer = Some(result);
         }
     }
-    // Reservations with an id (`sluice_reservation`) are held as in flight, once allowed (a
+    // Reservations with an id (`sluice_reservation`) are recorded as in flight, once allowed (a
     // denied all-or-nothing request allowed none of its checks: their answers are peeks).
     let all_allowed = answers.iter().flatten().all(|a| a.allowed);
     for (i, one) in &known {
@@ -113,7 +113,7 @@ async fn decide_known(
             continue;
         };
         if all_allowed {
-            settle_reservation(app, one.rule, one.key, id, one.quantity, answer).await;
+            commit_reservation(app, one.rule, one.key, id, one.quantity, answer).await;
         }
     }
     Ok(answers)

@@ -1,10 +1,10 @@
 //! Cost budgets and key resets in the memory store ([`BudgetStore`], [`ResetStore`]). Commits: core's own [`sluice_core::commit::commit`] under the key's shard
 //! lock, and the request ids already committed, so that a retried commit changes nothing; and the
-//! keys' cost-budget records ([`sluice_core::budget`]), which a commit settles in the same call;
-//! and key resets, which remove the state and the record in one step with the marks that make a
+//! keys' cost-budget records ([`sluice_core::budget`]), which a commit updates in the same call;
+//! and key resets, which remove the state and the record in one step with the receipts that make a
 //! later commit of a reservation from before the reset change nothing.
 //!
-//! The ids live in one bounded map (at most [`MAX_MARKS`]), each for
+//! The ids live in one bounded map (at most [`MAX_RECEIPTS`]), each for
 //! [`COMMIT_ID_TTL_MS`] of store time; expired ones are dropped when the map is full, and if it
 //! is still full the one closest to expiry goes (a retry of that commit would then apply again:
 //! the cost of a bound on memory, as with the state map's evictions). The map's lock is held
@@ -29,12 +29,12 @@ use super::MemoryStore;
 use crate::store::{BudgetStore, CommitOutcome, ResetStore, StoreError};
 
 /// Most request ids remembered at once.
-pub(crate) const MAX_MARKS: usize = 100_000;
+pub(crate) const MAX_RECEIPTS: usize = 100_000;
 
-/// What the marks map remembers under a state name and an id (or, for [`Mark::ResetAt`], the
+/// What the receipts map remembers under a state name and an id (or, for [`Receipt::ResetAt`], the
 /// state name alone: an id is never empty).
 #[derive(Debug, Clone, Copy)]
-enum Mark {
+enum Receipt {
     /// The id's first commit did this: a retry answers it and changes nothing.
     Committed(Committed),
     /// The id was in flight when the key was reset: its commit changes nothing.
@@ -45,40 +45,45 @@ enum Mark {
 }
 
 /// Request ids already committed or dropped by a reset, and key resets: state name + id →
-/// (expiry, [`Mark`]); and per state name the cost-budget record ([`BudgetRecord`]: reservations
-/// in flight, debits beyond them), at most [`MAX_MARKS`] names (spent records go first; past
+/// (expiry, [`Receipt`]); and per state name the cost-budget record ([`BudgetRecord`]: reservations
+/// in flight, debits beyond them), at most [`MAX_RECEIPTS`] names (spent records go first; past
 /// that a new key's record is not kept: the view then shows zeros for it, decisions never read
 /// it).
 #[derive(Default)]
-pub(crate) struct CommitMarks {
-    marks: Mutex<HashMap<String, (Nanos, Mark)>>,
+pub(crate) struct CommitReceipts {
+    receipts: Mutex<HashMap<String, (Nanos, Receipt)>>,
     budgets: Mutex<HashMap<String, BudgetRecord>>,
 }
 
-/// The marks map's key of `id` under the state `name` (`id` empty: the key's reset time).
-fn mark_key(name: &str, id: &str) -> String {
+/// The receipts map's key of `id` under the state `name` (`id` empty: the key's reset time).
+fn receipt_key(name: &str, id: &str) -> String {
     format!("{name}\u{0}{id}")
 }
 
-/// Remembers `mark` under `key` for [`COMMIT_ID_TTL_MS`] from `now`, within [`MAX_MARKS`].
-fn remember(marks: &mut HashMap<String, (Nanos, Mark)>, key: String, mark: Mark, now: Nanos) {
-    if marks.len() >= MAX_MARKS {
-        marks.retain(|_, (expires, _)| *expires > now);
+/// Remembers `receipt` under `key` for [`COMMIT_ID_TTL_MS`] from `now`, within [`MAX_RECEIPTS`].
+fn remember(
+    receipts: &mut HashMap<String, (Nanos, Receipt)>,
+    key: String,
+    receipt: Receipt,
+    now: Nanos,
+) {
+    if receipts.len() >= MAX_RECEIPTS {
+        receipts.retain(|_, (expires, _)| *expires > now);
     }
-    if marks.len() >= MAX_MARKS {
-        if let Some(oldest) = marks
+    if receipts.len() >= MAX_RECEIPTS {
+        if let Some(oldest) = receipts
             .iter()
             .min_by_key(|(_, (expires, _))| *expires)
             .map(|(k, _)| k.clone())
         {
-            marks.remove(&oldest);
+            receipts.remove(&oldest);
         }
     }
     let expires = now.saturating_add(COMMIT_ID_TTL_MS * NANOS_PER_MILLI);
-    marks.insert(key, (expires, mark));
+    receipts.insert(key, (expires, receipt));
 }
 
-impl CommitMarks {
+impl CommitReceipts {
     /// Commits `c` for `key` under `rule` at `now`, once per `id`; a reservation from before
     /// the key's reset changes nothing ([`before_reset`]).
     pub(crate) fn commit(
@@ -92,10 +97,10 @@ impl CommitMarks {
     ) -> CommitOutcome {
         let params: Params = rule.params();
         let name = rule_slot(rule.action(), rule.algorithm(), key);
-        let mark = mark_key(&name, id);
-        let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
+        let receipt = receipt_key(&name, id);
+        let mut receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
         let live = |k: &str| {
-            marks
+            receipts
                 .get(k)
                 .filter(|(expires, _)| *expires > now)
                 .map(|(_, m)| *m)
@@ -106,8 +111,8 @@ impl CommitMarks {
             actual: 0,
             ..c
         };
-        let stale = match live(&mark) {
-            Some(Mark::Committed(first)) => {
+        let stale = match live(&receipt) {
+            Some(Receipt::Committed(first)) => {
                 let peek = states.update(&name, params, now, |state| {
                     (commit(&params, state, now, nothing).0, None)
                 });
@@ -120,10 +125,10 @@ impl CommitMarks {
                     duplicate: true,
                 };
             }
-            Some(Mark::Reset) => true,
-            Some(Mark::ResetAt(_)) | None => {
-                let reset_ms = match live(&mark_key(&name, "")) {
-                    Some(Mark::ResetAt(ms)) => Some(ms),
+            Some(Receipt::Reset) => true,
+            Some(Receipt::ResetAt(_)) | None => {
+                let reset_ms = match live(&receipt_key(&name, "")) {
+                    Some(Receipt::ResetAt(ms)) => Some(ms),
                     _ => None,
                 };
                 before_reset(c.reserved_at, reset_ms)
@@ -135,9 +140,9 @@ impl CommitMarks {
             let until_ms = budget_until_ms(&params, next.as_ref().unwrap_or(state), now);
             ((committed, until_ms), next)
         });
-        remember(&mut marks, mark, Mark::Committed(committed), now);
+        remember(&mut receipts, receipt, Receipt::Committed(committed), now);
         self.with_budget(&name, now, |b| {
-            b.settle(id, &committed, until_ms, now / NANOS_PER_MILLI);
+            b.record_commit(id, &committed, until_ms, now / NANOS_PER_MILLI);
         });
         CommitOutcome {
             committed,
@@ -145,7 +150,7 @@ impl CommitMarks {
         }
     }
 
-    /// Resets `key` under `action` at `now`, in one step under the marks' lock: removes its
+    /// Resets `key` under `action` at `now`, in one step under the receipts' lock: removes its
     /// throttle state of every algorithm (through `states`) and its budget records, marks every
     /// reservation the records held in flight as dropped by the reset, and remembers the reset's
     /// time, so that a commit of a reservation from before it changes nothing. Returns the
@@ -157,7 +162,7 @@ impl CommitMarks {
         key: &str,
         now: Nanos,
     ) -> Vec<Algorithm> {
-        let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
         let mut removed = Vec::new();
         for algorithm in Algorithm::ALL {
             let name = rule_slot(action, algorithm, key);
@@ -170,31 +175,40 @@ impl CommitMarks {
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&name);
             for id in record.iter().flat_map(BudgetRecord::in_flight_ids) {
-                remember(&mut marks, mark_key(&name, id), Mark::Reset, now);
+                remember(&mut receipts, receipt_key(&name, id), Receipt::Reset, now);
             }
-            let reset_at = Mark::ResetAt(now / NANOS_PER_MILLI);
-            remember(&mut marks, mark_key(&name, ""), reset_at, now);
+            let reset_at = Receipt::ResetAt(now / NANOS_PER_MILLI);
+            remember(&mut receipts, receipt_key(&name, ""), reset_at, now);
         }
         removed
     }
 }
 
-impl CommitMarks {
+impl CommitReceipts {
     /// Holds an allowed reservation of `units` for `key` under `rule` as in flight, unless its
     /// commit already came or a reset dropped it (then there is nothing left in flight). False
-    /// when not held.
-    pub(crate) fn hold(&self, rule: &Rule, key: &str, id: &str, units: u64, now: Nanos) -> bool {
+    /// when not recorded.
+    pub(crate) fn record_reservation(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        units: u64,
+        now: Nanos,
+    ) -> bool {
         let name = rule_slot(rule.action(), rule.algorithm(), key);
-        // The marks' lock first, as in a commit: a commit of this id cannot land in between.
-        let marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
-        let settled = marks
-            .get(&mark_key(&name, id))
+        // The receipts' lock first, as in a commit: a commit of this id cannot land in between.
+        let receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
+        let committed = receipts
+            .get(&receipt_key(&name, id))
             .is_some_and(|(expires, _)| *expires > now);
-        if settled {
+        if committed {
             return false;
         }
-        self.with_budget(&name, now, |b| b.hold(id, units, now / NANOS_PER_MILLI))
-            .unwrap_or(false)
+        self.with_budget(&name, now, |b| {
+            b.record_reservation(id, units, now / NANOS_PER_MILLI)
+        })
+        .unwrap_or(false)
     }
     /// `key`'s budget figures under `rule` at `now`.
     pub(crate) fn budget(&self, rule: &Rule, key: &str, now: Nanos) -> KeyBudget {
@@ -215,10 +229,10 @@ impl CommitMarks {
         f: impl FnOnce(&mut BudgetRecord) -> T,
     ) -> Option<T> {
         let mut budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
-        if !budgets.contains_key(name) && budgets.len() >= MAX_MARKS {
+        if !budgets.contains_key(name) && budgets.len() >= MAX_RECEIPTS {
             let now_ms = now / NANOS_PER_MILLI;
             budgets.retain(|_, b| !b.is_spent(now_ms));
-            if budgets.len() >= MAX_MARKS {
+            if budgets.len() >= MAX_RECEIPTS {
                 return None;
             }
         }
@@ -228,8 +242,16 @@ impl CommitMarks {
 
 #[async_trait]
 impl BudgetStore for MemoryStore {
-    async fn hold(&self, rule: &Rule, key: &str, id: &str, units: u64) -> Result<bool, StoreError> {
-        Ok(self.commits.hold(rule, key, id, units, self.now()))
+    async fn record_reservation(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        units: u64,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .commits
+            .record_reservation(rule, key, id, units, self.now()))
     }
 
     async fn commit(

@@ -45,7 +45,7 @@ const SHARDS: usize = 64;
 pub struct MemoryStore {
     states: ShardedStates,
     /// Request ids already committed and budget records (see `budget.rs`).
-    commits: budget::CommitMarks,
+    commits: budget::CommitReceipts,
     rules: rules::RuleBook,
     activity: ActivityLog,
     history: HistoryLog,
@@ -70,7 +70,7 @@ impl MemoryStore {
     pub fn with_max_keys(max_keys: usize) -> MemoryStore {
         MemoryStore {
             states: ShardedStates::new(SHARDS, max_keys),
-            commits: budget::CommitMarks::default(),
+            commits: budget::CommitReceipts::default(),
             rules: rules::RuleBook::default(),
             activity: ActivityLog::new(ACTIVITY_KEEP),
             history: HistoryLog::default(),

@@ -1,21 +1,22 @@
 //! Cost budgets in Redis ([`BudgetStore`]).
 //!
 //! Commits: one call of `commit.lua`, the twin of [`sluice_core::commit::commit`], on the key's
-//! throttle state and the mark of the request id, `<state key>:commit:<id>`. The mark shares the
-//! state's hash tag, so both live in one Cluster slot and one script call settles the
-//! reservation and marks it, atomically: a retry finds the mark (kept [`COMMIT_ID_TTL_MS`]) and
-//! changes nothing. The same call settles the key's budget record: the reservation is no longer
+//! throttle state and the commit receipt of the request id, `<state key>:commit:<id>`. The
+//! receipt shares the state's hash tag, so both live in one Cluster slot and one script call
+//! commits the reservation and writes its receipt, atomically: a retry finds the receipt (kept
+//! [`COMMIT_ID_TTL_MS`]) and changes nothing. The same call updates the key's budget record: the
+//! reservation is no longer
 //! in flight, a debit adds to the overshoot. A debit that does not fit is carried as debt in the
 //! state itself (up to core's `carry_bound`, passed to the script), and a meter's state then
 //! lives as long as its debt takes to drain.
 //!
 //! The key's cost-budget record ([`sluice_core::budget`]): two hashes next to the throttle
-//! state, in its hash tag (one Cluster slot with the state and the commit markers):
-//! `<state key>:inflight` (reservations in flight, id → `units:held_at_ms`, written by
-//! `budget_hold.lua`) and `<state key>:overshoot` (debits beyond reservations, written by
+//! state, in its hash tag (one Cluster slot with the state and the commit receipts):
+//! `<state key>:inflight` (reservations in flight, id → `units:recorded_at_ms`, written by
+//! `budget_record.lua`) and `<state key>:overshoot` (debits beyond reservations, written by
 //! `commit.lua` in the commit's own call). Read by `budget_read.lua` for the key view.
 //!
-//! Holding costs one more call, made only for throttle requests that carry a `reservation_id`:
+//! Recording a reservation costs one more call, made only for throttle requests that carry a `reservation_id`:
 //! the plain throttle path never runs it.
 
 use std::sync::LazyLock;
@@ -33,8 +34,8 @@ use super::scripts::{algorithm_args, with_now_ms};
 use super::RedisStore;
 use crate::store::{BudgetStore, CommitOutcome, StoreError};
 
-static HOLD: LazyLock<Script> =
-    LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_hold.lua")));
+static RECORD: LazyLock<Script> =
+    LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_record.lua")));
 static READ: LazyLock<Script> =
     LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_read.lua")));
 
@@ -65,10 +66,16 @@ pub(crate) fn now_arg(at: Option<Nanos>) -> String {
 
 #[async_trait]
 impl BudgetStore for RedisStore {
-    async fn hold(&self, rule: &Rule, key: &str, id: &str, units: u64) -> Result<bool, StoreError> {
+    async fn record_reservation(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        units: u64,
+    ) -> Result<bool, StoreError> {
         let state = self.keys.state(rule.action(), rule.algorithm(), key);
-        let held = in_flight_key(&state);
-        let mut invocation = HOLD.key(&held);
+        let record = in_flight_key(&state);
+        let mut invocation = RECORD.key(&record);
         invocation
             .key(format!("{state}:commit:{id}"))
             .arg(now_arg(self.at()))
@@ -80,8 +87,8 @@ impl BudgetStore for RedisStore {
         let mut conn = self.conn.clone();
         let reply: i64 = self
             .bounded(
-                &held,
-                Call::Script("budget_hold"),
+                &record,
+                Call::Script("budget_record"),
                 invocation.invoke_async(&mut conn),
             )
             .await?;
@@ -96,13 +103,13 @@ impl BudgetStore for RedisStore {
         c: Commit,
     ) -> Result<CommitOutcome, StoreError> {
         let state = self.keys.state(rule.action(), rule.algorithm(), key);
-        let mark = format!("{state}:commit:{id}");
+        let receipt = format!("{state}:commit:{id}");
         let params = rule.params();
         let reply = self
             .bounded(
                 &state,
                 Call::Script("commit"),
-                self.invoke_commit(&state, &mark, id, params, c, self.at()),
+                self.invoke_commit(&state, &receipt, id, params, c, self.at()),
             )
             .await?;
         outcome(params, &reply)
@@ -110,8 +117,8 @@ impl BudgetStore for RedisStore {
 
     async fn budget(&self, rule: &Rule, key: &str) -> Result<KeyBudget, StoreError> {
         let state = self.keys.state(rule.action(), rule.algorithm(), key);
-        let held = in_flight_key(&state);
-        let mut invocation = READ.key(&held);
+        let record = in_flight_key(&state);
+        let mut invocation = READ.key(&record);
         invocation
             .key(overshoot_key(&state))
             .arg(now_arg(self.at()))
@@ -119,7 +126,7 @@ impl BudgetStore for RedisStore {
         let mut conn = self.conn.clone();
         let reply: Vec<i64> = self
             .bounded(
-                &held,
+                &record,
                 Call::Script("budget_read"),
                 invocation.invoke_async(&mut conn),
             )
@@ -129,11 +136,11 @@ impl BudgetStore for RedisStore {
 }
 
 impl RedisStore {
-    /// `commit.lua` on `state` and `mark`, with the budget record's keys.
+    /// `commit.lua` on `state` and `receipt`, with the budget record's keys.
     async fn invoke_commit(
         &self,
         state: &str,
-        mark: &str,
+        receipt: &str,
         id: &str,
         params: Params,
         c: Commit,
@@ -141,7 +148,7 @@ impl RedisStore {
     ) -> RedisResult<Vec<i64>> {
         let mut conn = self.conn.clone();
         let mut invocation = self.scripts.commit.key(state);
-        invocation.key(mark);
+        invocation.key(receipt);
         // The key's budget record, settled in the same call (sluice_core::budget).
         invocation.key(in_flight_key(state));
         invocation.key(overshoot_key(state));

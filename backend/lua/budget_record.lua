@@ -1,4 +1,4 @@
--- budget_hold: records an allowed reservation as in flight in the key's budget record
+-- budget_record: records an allowed reservation as in flight in the key's budget record
 -- (sluice_core::budget::BudgetRecord::record_reservation), called only for a throttle request that
 -- carried a reservation_id, after its allowed decision.
 -- KEYS[1]: the budget record's reservations in flight, `<state key>:inflight` (a hash

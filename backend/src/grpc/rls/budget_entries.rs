@@ -1,22 +1,23 @@
-//! A request's descriptors with sluice's marks taken off ([`sluice_core::rls_commit::split_marks`]),
-//! for the envoyproxy/ratelimit-compatible path: that path matches a descriptor's whole entry
-//! list against the peer's tree, so the marks must be gone before the match, exactly as the
-//! sluice-rules path takes them off before its mapping. A request without marks is passed on
-//! untouched (borrowed), so it is answered exactly as before reserve/commit existed.
+//! A request's descriptors with sluice's budget entries taken off
+//! ([`sluice_core::rls_commit::split_budget_entries`]), for the envoyproxy/ratelimit-compatible
+//! path: that path matches a descriptor's whole entry list against the peer's tree, so the budget
+//! entries must be gone before the match, exactly as the sluice-rules path takes them off before
+//! its mapping. A request without budget entries is passed on untouched (borrowed), so it is
+//! answered exactly as before reserve/commit existed.
 
 use std::borrow::Cow;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use sluice_core::rls_commit::{split_marks, Marks};
+use sluice_core::rls_commit::{split_budget_entries, BudgetEntries};
 use sluice_core::FieldError;
 
-/// The request without marks, and each descriptor's marks in order. Bad marks are refused as
-/// the sluice-rules path refuses them (`descriptors[i].entries`).
+/// The request without budget entries, and each descriptor's budget entries in order. Bad ones
+/// are refused as the sluice-rules path refuses them (`descriptors[i].entries`).
 pub fn strip(
     request: &RateLimitRequest,
-) -> Result<(Cow<'_, RateLimitRequest>, Vec<Marks>), FieldError> {
-    let mut marks = Vec::with_capacity(request.descriptors.len());
+) -> Result<(Cow<'_, RateLimitRequest>, Vec<BudgetEntries>), FieldError> {
+    let mut found_entries = Vec::with_capacity(request.descriptors.len());
     let mut rests = Vec::with_capacity(request.descriptors.len());
     for (index, descriptor) in request.descriptors.iter().enumerate() {
         let entries: Vec<(&str, &str)> = descriptor
@@ -24,8 +25,8 @@ pub fn strip(
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()))
             .collect();
-        let (found, rest) = split_marks(index, &entries)?;
-        rests.push((found != Marks::default()).then(|| {
+        let (found, rest) = split_budget_entries(index, &entries)?;
+        rests.push((found != BudgetEntries::default()).then(|| {
             rest.into_iter()
                 .map(|(key, value)| Entry {
                     key: key.to_owned(),
@@ -33,10 +34,10 @@ pub fn strip(
                 })
                 .collect::<Vec<_>>()
         }));
-        marks.push(found);
+        found_entries.push(found);
     }
     if rests.iter().all(Option::is_none) {
-        return Ok((Cow::Borrowed(request), marks));
+        return Ok((Cow::Borrowed(request), found_entries));
     }
     let mut stripped = request.clone();
     for (descriptor, rest) in stripped.descriptors.iter_mut().zip(rests) {
@@ -44,7 +45,7 @@ pub fn strip(
             descriptor.entries = entries;
         }
     }
-    Ok((Cow::Owned(stripped), marks))
+    Ok((Cow::Owned(stripped), found_entries))
 }
 
 #[cfg(test)]
@@ -55,9 +56,9 @@ mod tests {
     #[test]
     fn marks_come_off_and_a_request_without_them_is_untouched() {
         let plain = request(vec![descriptor(&[("tokens", "alice")], Some(5))], 0);
-        let (same, marks) = strip(&plain).unwrap();
+        let (same, found) = strip(&plain).unwrap();
         assert!(matches!(same, Cow::Borrowed(_)));
-        assert_eq!(marks, vec![Marks::default()]);
+        assert_eq!(found, vec![BudgetEntries::default()]);
         let marked = request(
             vec![
                 descriptor(
@@ -75,14 +76,14 @@ mod tests {
             ],
             0,
         );
-        let (stripped, marks) = strip(&marked).unwrap();
+        let (stripped, found) = strip(&marked).unwrap();
         assert_eq!(stripped.descriptors[0], plain.descriptors[0]);
         assert_eq!(
             stripped.descriptors[1].entries,
             plain.descriptors[0].entries
         );
-        assert_eq!(marks[0].reservation.as_deref(), Some("r1"));
-        assert_eq!(marks[1].commit.as_ref().map(|c| c.reserved), Some(5));
+        assert_eq!(found[0].reservation.as_deref(), Some("r1"));
+        assert_eq!(found[1].commit.as_ref().map(|c| c.reserved), Some(5));
         let bad = request(
             vec![descriptor(
                 &[
