@@ -7,13 +7,14 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::panic)]
 
-use crate::abi::FilterHandle;
+use crate::copied::Pseudo;
+use crate::envoy::Envoy;
 
 /// The request header naming the fault.
 pub const FAULT_HEADER: &str = "x-sluice-fault";
 
-fn asks(filter: &FilterHandle, fault: &[u8]) -> bool {
-    let snapshot = filter.request_headers(false);
+fn asks(envoy: &impl Envoy, fault: &[u8]) -> bool {
+    let snapshot = envoy.request_headers(Pseudo::Skipped);
     let mut found = false;
     snapshot.each(FAULT_HEADER, &mut |v| found |= v == fault);
     snapshot.recycle();
@@ -21,15 +22,15 @@ fn asks(filter: &FilterHandle, fault: &[u8]) -> bool {
 }
 
 /// Panics in the request-headers hook when the request asks for it.
-pub fn at_request(filter: &FilterHandle) {
-    if asks(filter, b"panic-request") {
+pub fn at_request(envoy: &impl Envoy) {
+    if asks(envoy, b"panic-request") {
         panic!("sluice fault injection: panic-request");
     }
 }
 
 /// Panics when the request's answer arrives, when the request asks for it.
-pub fn at_answer(filter: &FilterHandle) {
-    if asks(filter, b"panic-answer") {
+pub fn at_answer(envoy: &impl Envoy) {
+    if asks(envoy, b"panic-answer") {
         panic!("sluice fault injection: panic-answer");
     }
 }

@@ -1,202 +1,76 @@
-//! The dynamic-module host: Envoy's hooks (from `abi.rs`) in, [`Flow`] does the work, the
-//! [`Host`] trait out over the ABI's callbacks. The same flow, configuration, answers, headers
-//! and 429 body as the proxy-wasm build; this file is what differs per host.
+//! The dynamic-module host: Envoy's hooks (from `hooks.rs`) in, [`Flow`] does the work, the
+//! [`Host`] trait out over Envoy's callbacks ([`Envoy`]). The same flow, configuration, answers,
+//! headers and 429 body as the proxy-wasm build; this module is what differs per host.
 //!
-//! Threads: a configuration ([`NativeConfig`]) is made on Envoy's main thread and shared by every
-//! worker; each worker thread keeps its own [`LocalState`] (the configuration as the flow holds
-//! it, `report::Worker`'s counts, lease pockets and failure log, and its requests' flows), as the
+//! - `config`: the configuration ([`NativeConfig`]), each worker's state for it, and its
+//!   main-thread hooks;
+//! - `host`: [`NativeHost`], the flow's `Host` for one request;
+//! - here: a request's hooks ([`NativeFilter`]), each returning what Envoy is to do after it
+//!   ([`After`]).
+//!
+//! Threads: a configuration is made on Envoy's main thread and shared by every worker; each
+//! worker thread keeps its own [`LocalState`] (the configuration as the flow holds it,
+//! `report::Worker`'s counts, lease pockets and failure log, and its requests' flows), as the
 //! wasm build keeps one per root context. The main thread reaches a worker's state only for its
 //! count reports (`relay.rs`), under the worker's own lock. Every hook that ran a request's flow
 //! pokes the reports' timer after it (`Reports::poke`: the flow may have left a count, a commit
 //! or a held failure line for the main thread's turn; one atomic load when a turn is already
 //! asked for), so that the timer sleeps while no request comes.
+//!
+//! [`Flow`]: sluice_filter::flow::Flow
+//! [`LocalState`]: crate::abi::LocalState
 
 #![forbid(unsafe_code)]
 
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
-use sluice_filter::config::{Config, FailureMode, Match, Protocol};
-use sluice_filter::exchange::Route;
+use sluice_filter::config::Protocol;
 use sluice_filter::failure::{self, Failure};
 use sluice_filter::flow::Next;
-use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
-use sluice_filter::rls_proto;
+use sluice_filter::host::Host;
 use sluice_filter::route::{self, RequestLine};
 
-use crate::abi::{
-    self, ConfigHandle, FilterHandle, FlowRef, HeaderSnapshot, Level, LocalState, WorkerBound,
-};
+use crate::abi::{FlowRef, Level, WorkerBound};
+use crate::envoy::Envoy;
 use crate::grpc;
-use crate::relay::Reports;
-use crate::shared::{self, SharedStore};
-use crate::stream::{self, Delivery, Mailbox, MainStream};
+use crate::stream::Delivery;
+
+mod config;
+#[cfg(test)]
+mod fake;
+mod host;
+#[cfg(test)]
+mod tests;
+
+pub use crate::copied::CalloutAnswer;
+pub use config::{
+    config_new, on_config_callout_done, on_config_scheduled, on_config_stream_data,
+    on_config_stream_end, on_config_stream_headers, on_config_stream_turn, parse_config,
+    NativeConfig,
+};
+pub use host::NativeHost;
+
+use config::{local, Common};
+use host::Kind;
 
 /// The longest callout answer read (the decision API's own body limit).
 pub const MAX_ANSWER: usize = sluice_filter::flow::MAX_RESPONSE_BODY;
 
-/// Configurations a worker thread remembers (older ones, replaced by a reload, are dropped).
-const MAX_LOCALS: usize = 16;
-
-/// A callout's answer, copied out of Envoy's buffers.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CalloutAnswer {
-    /// Whether the callout completed (false: reset, or over the buffer limit).
-    pub completed: bool,
-    /// Response headers, `:status` included.
-    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
-    /// The body (bounded by [`MAX_ANSWER`]).
-    pub body: Vec<u8>,
-}
-
-impl CalloutAnswer {
-    /// The first value of a header.
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, v)| v.as_slice())
-    }
-}
-
-/// One filter configuration, shared by every worker.
-#[derive(Debug)]
-pub struct NativeConfig {
-    common: Arc<Common>,
-    handle: ConfigHandle,
-}
-
-impl Drop for NativeConfig {
-    fn drop(&mut self) {
-        self.common.reports.stop();
-        if let Some(stream) = &self.common.stream {
-            stream.stop();
-        }
-    }
-}
-
-/// What every request reads from its configuration (one `Arc` clone per request).
-#[derive(Debug)]
-struct Common {
-    id: u64,
-    config: Config,
-    /// A route matches every request (its `match` is empty): the route check before the flow
-    /// would find one every time, so it is skipped.
-    catch_all: bool,
-    counters: Vec<Option<usize>>,
-    reports: Reports,
-    /// `grpc_stream` over the main thread's exchange stream (`stream.rs`); `None`: unary calls.
-    stream: Option<MainStream>,
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// `on_http_filter_config_new`: parses the JSON configuration (the wasm filter's, unchanged);
-/// `None` refuses it after logging the field at fault.
-pub fn config_new(handle: ConfigHandle, name: &[u8], json: &[u8]) -> Option<NativeConfig> {
-    let config = match parse_config(json) {
-        Ok(config) => config,
-        Err(line) => {
-            abi::log(Level::Error, &line);
-            return None;
-        }
-    };
-    if config.failure_mode == FailureMode::Deny {
-        FAIL_CLOSED_STATUS.store(u32::from(config.failure_status), Ordering::Relaxed);
-    }
-    let counters: Vec<Option<usize>> = Counter::ALL
-        .iter()
-        .map(|c| handle.define_counter(c.name()))
-        .collect();
-    let reports = Reports::new(handle.scheduler(), &config);
-    let stream = if stream::wanted(name, &config) {
-        handle
-            .scheduler()
-            .map(|scheduler| MainStream::new(scheduler, &config))
-    } else {
-        None
-    };
-    abi::log(
-        Level::Info,
-        &format!(
-            "sluice: native filter '{}' configured (ABI {}): {} routes, protocol {:?}{}",
-            String::from_utf8_lossy(name),
-            abi::ABI_VERSION,
-            config.routes.len(),
-            config.backend.protocol,
-            if stream.is_some() {
-                " (the main thread's exchange stream)"
-            } else {
-                ""
-            }
-        ),
-    );
-    Some(NativeConfig {
-        common: Arc::new(Common {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            catch_all: config.routes.iter().any(|r| r.matcher == Match::default()),
-            config,
-            counters,
-            reports,
-            stream,
-        }),
-        handle,
-    })
-}
-
-/// The `filter_config` string as a configuration, or the line Envoy's log gets for a refusal
-/// (the wasm build's words: `sluice: bad plugin configuration: <field>: <reason>`).
-pub fn parse_config(json: &[u8]) -> Result<Config, String> {
-    Config::from_json(json).map_err(|e| format!("sluice: bad plugin configuration: {e}"))
-}
-
-/// A worker's state, shared with the main thread for its reports.
-pub type SharedLocal = Arc<WorkerBound>;
-
 thread_local! {
-    static LOCALS: RefCell<Vec<(u64, SharedLocal)>> = const { RefCell::new(Vec::new()) };
     /// The worker's request-line buffers, reused by each request (taken while one is read).
     static SPARE_LINE: Cell<RequestLine> = const {
         Cell::new(RequestLine { method: Vec::new(), path: Vec::new() })
     };
 }
 
-fn local(common: &Common) -> SharedLocal {
-    LOCALS.with(|locals| {
-        let mut locals = locals.borrow_mut();
-        if let Some((_, l)) = locals.iter().find(|(id, _)| *id == common.id) {
-            return Arc::clone(l);
-        }
-        if locals.len() >= MAX_LOCALS {
-            locals.remove(0);
-        }
-        let l = Arc::new(WorkerBound::new(LocalState::new(&common.config)));
-        common.reports.register(&l);
-        locals.push((common.id, Arc::clone(&l)));
-        l
-    })
-}
-
-/// What a callout was for, to read its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// The decision API over HTTP.
-    Http,
-    /// RLS `ShouldRateLimit` (gRPC unary).
-    Rls,
-    /// `DecisionExchange/Call` (gRPC unary).
-    Exchange,
-}
-
 /// What a hook leaves for Envoy to do once the worker's lock is released and the hook's borrow
-/// of the filter has ended: resuming the request or answering it. Envoy may run this filter's
-/// other hooks inside either call (a route Envoy answers itself, a redirect, no healthy
-/// upstream: the router's local reply runs the response hooks at once), and those hooks take
-/// the worker's lock, so neither may run while it is held (issue 28 0a: a worker and then the
-/// main thread blocked for good).
+/// of the filter has ended ([`perform`]): resuming the request or answering it. Envoy may run
+/// this filter's other hooks inside either call (a route Envoy answers itself, a redirect, no
+/// healthy upstream: the router's local reply runs the response hooks at once), and those hooks
+/// take the worker's lock, so neither may run while it is held (issue 28 0a: a worker and then
+/// the main thread blocked for good).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum After {
     /// `continue_decoding`: the request goes on to the next filter.
@@ -205,56 +79,37 @@ pub enum After {
     Reply(u16, Vec<(String, String)>, Vec<u8>),
 }
 
-/// [`Host`] over the ABI's callbacks, for one request.
-#[derive(Debug)]
-pub struct NativeHost {
-    filter: FilterHandle,
-    common: Arc<Common>,
-    store: &'static SharedStore,
-    /// The other request headers, read at once when the first is asked for and kept while the
-    /// filter does not change them.
-    headers: RefCell<Option<HeaderSnapshot>>,
-    /// Callouts started, by token, awaiting their answers.
-    callouts: Vec<(u32, Kind)>,
-    /// Inside `on_request_headers`: a resume then is a "continue" return instead.
-    in_headers: bool,
-    /// Where the main thread's exchange stream hands this request its answers (made at its
-    /// first exchange on the stream).
-    mailbox: Option<Arc<Mailbox>>,
-    resumed_in_headers: bool,
-    /// The request is stopped for its decision (neither resumed nor answered yet): its body and
-    /// trailers are held.
-    paused: bool,
-    /// What the flow asked of Envoy during this hook, done by `abi.rs` after it (see [`After`]).
-    after: Option<After>,
+/// Where a request that could not be decided is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// In its request-headers hook: the hook's return stops it or lets it through.
+    InRequestHeaders,
+    /// Later (an answer's hook): only a request still stopped for its decision is resumed or
+    /// answered, through an [`After`].
+    Later,
 }
 
 /// One request: its host, and (once a route matched) its worker's state and the slot of its
 /// flow there. A request no route matches takes no lock and makes no flow.
 #[derive(Debug)]
-pub struct NativeFilter {
-    host: NativeHost,
-    local: Option<SharedLocal>,
+pub struct NativeFilter<E: Envoy> {
+    host: NativeHost<E>,
+    local: Option<Arc<WorkerBound>>,
     slot: Option<usize>,
 }
 
 /// `on_http_filter_new`.
-pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
-    NativeFilter {
-        host: NativeHost {
-            filter,
-            common: Arc::clone(&config.common),
-            store: shared::store(),
-            headers: RefCell::new(None),
-            callouts: Vec::new(),
-            in_headers: false,
-            resumed_in_headers: false,
-            paused: false,
-            mailbox: None,
-            after: None,
-        },
-        local: None,
-        slot: None,
+pub fn filter_new<E: Envoy>(config: &NativeConfig, envoy: E) -> NativeFilter<E> {
+    NativeFilter::new(&config.common, envoy)
+}
+
+impl<E: Envoy> NativeFilter<E> {
+    fn new(common: &Arc<Common>, envoy: E) -> NativeFilter<E> {
+        NativeFilter {
+            host: NativeHost::new(envoy, Arc::clone(common)),
+            local: None,
+            slot: None,
+        }
     }
 }
 
@@ -262,7 +117,7 @@ pub fn filter_new(config: &NativeConfig, filter: FilterHandle) -> NativeFilter {
 /// end hook runs first (a cost reservation still unsettled is kept and counted in
 /// `sluice.cost_unsettled`; Envoy's side of the filter is still alive during this hook), then the
 /// flow is dropped (callouts still in flight are cancelled by Envoy).
-pub fn filter_destroy(filter: NativeFilter) {
+pub fn filter_destroy<E: Envoy>(filter: NativeFilter<E>) {
     let NativeFilter {
         mut host,
         local,
@@ -278,9 +133,9 @@ pub fn filter_destroy(filter: NativeFilter) {
 /// `on_request_headers`: `true` stops the request (a callout, or a reply to send: the
 /// [`After`], done by the caller once this returns). A request no route matches is let through
 /// here, before any lock or flow (the flow would find the same).
-pub fn on_request_headers(f: &mut NativeFilter) -> (bool, Option<After>) {
+pub fn on_request_headers<E: Envoy>(f: &mut NativeFilter<E>) -> (bool, Option<After>) {
     #[cfg(feature = "fault-injection")]
-    crate::fault::at_request(&f.host.filter);
+    crate::fault::at_request(&f.host.envoy);
     // The request line is read once, for this route check and the flow, into the worker's
     // reused buffers.
     let mut line = SPARE_LINE.take();
@@ -289,13 +144,13 @@ pub fn on_request_headers(f: &mut NativeFilter) -> (bool, Option<After>) {
     SPARE_LINE.set(line);
     match stop {
         Some(stop) => (stop, f.host.after.take()),
-        None => undecided(f, "on_request_headers", true),
+        None => undecided(f, "on_request_headers", When::InRequestHeaders),
     }
 }
 
 /// Runs the flow's request-headers step: whether to stop, `None` when the request's flow is lost
 /// (then nothing decided it: the caller applies the failure mode).
-fn request_line(f: &mut NativeFilter, line: &RequestLine) -> Option<bool> {
+fn request_line<E: Envoy>(f: &mut NativeFilter<E>, line: &RequestLine) -> Option<bool> {
     let common = Arc::clone(&f.host.common);
     if !common.catch_all && route::find_at(&common.config.routes, line, &f.host).is_none() {
         return Some(false);
@@ -324,9 +179,14 @@ fn request_line(f: &mut NativeFilter, line: &RequestLine) -> Option<bool> {
 /// Unless it was already answered or resumed, the configured failure mode applies, as for a
 /// backend failure (`sluice.failures_internal`, a warn line at most once per 10 s per worker,
 /// `x-sluice-failure: internal`): `deny` answers `failure_status`, never "continue" (issue 28
-/// item 2). `sync`: inside the request-headers hook (the `bool` says whether to stop there).
+/// item 2). In the request-headers hook the `bool` says whether to stop there.
 /// The request's flow is dropped (its state is whatever the failure left); later hooks skip it.
-pub fn undecided(f: &mut NativeFilter, hook: &str, sync: bool) -> (bool, Option<After>) {
+pub fn undecided<E: Envoy>(
+    f: &mut NativeFilter<E>,
+    hook: &str,
+    when: When,
+) -> (bool, Option<After>) {
+    let sync = when == When::InRequestHeaders;
     if !sync && !f.host.paused {
         return (false, None);
     }
@@ -344,7 +204,7 @@ pub fn undecided(f: &mut NativeFilter, hook: &str, sync: bool) -> (bool, Option<
         .request(&failure, now, &common.config);
     drop(state);
     if let Some(line) = line {
-        abi::log(Level::Warn, &line);
+        f.host.envoy.log(Level::Warn, &line);
     }
     let host = &mut f.host;
     host.after = None;
@@ -366,11 +226,16 @@ static FAIL_CLOSED_STATUS: AtomicU32 = AtomicU32::new(0);
 
 /// A request with no filter of ours (Envoy could not make one, or a panic left none to ask):
 /// denied with a `deny` configuration's `failure_status` when any configuration fails closed,
-/// else passed on; logged either way (no stat: Envoy gives no configuration to count it on).
-pub fn undecided_without_filter(hook: &str, sync: bool) -> (bool, Option<After>) {
+/// else passed on; logged (through `envoy`) either way (no stat: Envoy gives no configuration to
+/// count it on).
+pub fn undecided_without_filter<E: Envoy>(
+    envoy: &E,
+    hook: &str,
+    when: When,
+) -> (bool, Option<After>) {
     let failure = Failure::internal(hook);
     let status = u16::try_from(FAIL_CLOSED_STATUS.load(Ordering::Relaxed)).unwrap_or(0);
-    abi::log(
+    envoy.log(
         Level::Error,
         &format!(
             "sluice: {} with no filter state; {}",
@@ -379,7 +244,7 @@ pub fn undecided_without_filter(hook: &str, sync: bool) -> (bool, Option<After>)
         ),
     );
     if status == 0 {
-        return (false, (!sync).then_some(After::Resume));
+        return (false, (when == When::Later).then_some(After::Resume));
     }
     let body = sluice_filter::reply::problem(
         status,
@@ -401,13 +266,30 @@ pub fn undecided_without_filter(hook: &str, sync: bool) -> (bool, Option<After>)
     (true, Some(After::Reply(status, headers, body)))
 }
 
+/// Does what a hook left for Envoy ([`After`]): called by the hook after its borrow of the
+/// filter ended and the worker's lock was released, since Envoy may run this filter's other
+/// hooks inside these calls.
+pub fn perform<E: Envoy>(envoy: &E, after: Option<After>) {
+    match after {
+        None => {}
+        Some(After::Resume) => envoy.continue_decoding(),
+        Some(After::Reply(status, headers, body)) => {
+            let headers: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            envoy.send_response(status, &headers, &body);
+        }
+    }
+}
+
 /// Whether the request waits for its decision (its body and trailers are held meanwhile).
-pub fn decision_pending(f: &NativeFilter) -> bool {
+pub fn decision_pending<E: Envoy>(f: &NativeFilter<E>) -> bool {
     f.host.paused
 }
 
 /// `on_response_headers`: the rate-limit headers.
-pub fn on_response_headers(f: &mut NativeFilter) -> Option<After> {
+pub fn on_response_headers<E: Envoy>(f: &mut NativeFilter<E>) -> Option<After> {
     let (Some(local), Some(slot)) = (&f.local, f.slot) else {
         return None;
     };
@@ -421,7 +303,7 @@ pub fn on_response_headers(f: &mut NativeFilter) -> Option<After> {
 }
 
 /// `on_response_trailers`: a cost route whose actual cost is a trailer settles.
-pub fn on_response_trailers(f: &mut NativeFilter) -> Option<After> {
+pub fn on_response_trailers<E: Envoy>(f: &mut NativeFilter<E>) -> Option<After> {
     let (Some(local), Some(slot)) = (&f.local, f.slot) else {
         return None;
     };
@@ -435,15 +317,15 @@ pub fn on_response_trailers(f: &mut NativeFilter) -> Option<After> {
 }
 
 /// A decision callout answered: what Envoy is to do with the request, once this returns.
-pub fn on_callout_done(
-    f: &mut NativeFilter,
+pub fn on_callout_done<E: Envoy>(
+    f: &mut NativeFilter<E>,
     callout_id: u64,
     answer: CalloutAnswer,
 ) -> Option<After> {
     #[cfg(feature = "fault-injection")]
-    crate::fault::at_answer(&f.host.filter);
+    crate::fault::at_answer(&f.host.envoy);
     if f.local.is_none() || f.slot.is_none() {
-        return undecided(f, "http_callout_done", false).1;
+        return undecided(f, "http_callout_done", When::Later).1;
     }
     let (Some(local), Some(slot)) = (&f.local, f.slot) else {
         return None;
@@ -451,7 +333,7 @@ pub fn on_callout_done(
     let mut state = local.lock();
     let Some(mut flow) = state.flow(slot) else {
         drop(state);
-        return undecided(f, "http_callout_done", false).1;
+        return undecided(f, "http_callout_done", When::Later).1;
     };
     deliver(&mut flow, &mut f.host, callout_id, answer);
     deliver_early(&mut flow, &mut f.host);
@@ -460,10 +342,10 @@ pub fn on_callout_done(
     f.host.after.take()
 }
 
-/// Answers Envoy gave inside their own `http_callout` (see `abi::FilterHandle::take_early`).
-fn deliver_early(flow: &mut FlowRef<'_>, host: &mut NativeHost) {
+/// Answers Envoy gave inside their own `http_callout` (see `Envoy::take_early`).
+fn deliver_early<E: Envoy>(flow: &mut FlowRef<'_>, host: &mut NativeHost<E>) {
     loop {
-        let early = host.filter.take_early();
+        let early = host.envoy.take_early();
         if early.is_empty() {
             return;
         }
@@ -473,7 +355,12 @@ fn deliver_early(flow: &mut FlowRef<'_>, host: &mut NativeHost) {
     }
 }
 
-fn deliver(flow: &mut FlowRef<'_>, host: &mut NativeHost, callout_id: u64, answer: CalloutAnswer) {
+fn deliver<E: Envoy>(
+    flow: &mut FlowRef<'_>,
+    host: &mut NativeHost<E>,
+    callout_id: u64,
+    answer: CalloutAnswer,
+) {
     let Ok(token) = u32::try_from(callout_id) else {
         return;
     };
@@ -523,16 +410,16 @@ fn deliver(flow: &mut FlowRef<'_>, host: &mut NativeHost, callout_id: u64, answe
 
 /// `on_http_filter_scheduled`: answers the main thread's exchange stream handed to this request;
 /// what Envoy is to do with the request, once this returns.
-pub fn on_scheduled(f: &mut NativeFilter, _event_id: u64) -> Option<After> {
+pub fn on_scheduled<E: Envoy>(f: &mut NativeFilter<E>, _event_id: u64) -> Option<After> {
     let mailbox = f.host.mailbox.clone()?;
     let deliveries = mailbox.take();
     if deliveries.is_empty() {
         return None;
     }
     #[cfg(feature = "fault-injection")]
-    crate::fault::at_answer(&f.host.filter);
+    crate::fault::at_answer(&f.host.envoy);
     if f.local.is_none() || f.slot.is_none() {
-        return undecided(f, "http_filter_scheduled", false).1;
+        return undecided(f, "http_filter_scheduled", When::Later).1;
     }
     let (Some(local), Some(slot)) = (&f.local, f.slot) else {
         return None;
@@ -540,7 +427,7 @@ pub fn on_scheduled(f: &mut NativeFilter, _event_id: u64) -> Option<After> {
     let mut state = local.lock();
     let Some(mut flow) = state.flow(slot) else {
         drop(state);
-        return undecided(f, "http_filter_scheduled", false).1;
+        return undecided(f, "http_filter_scheduled", When::Later).1;
     };
     let host = &mut f.host;
     for (token, delivery) in deliveries {
@@ -556,278 +443,4 @@ pub fn on_scheduled(f: &mut NativeFilter, _event_id: u64) -> Option<After> {
     drop(state);
     f.host.common.reports.poke();
     f.host.after.take()
-}
-
-/// The exchange stream's turn on the main thread.
-pub fn on_config_stream_turn(config: &NativeConfig) {
-    if let Some(stream) = &config.common.stream {
-        stream.turn(config.handle, &config.common.counters);
-    }
-}
-
-/// The exchange stream's response headers or trailers (main thread).
-pub fn on_config_stream_headers(config: &NativeConfig, id: u64, headers: &[(Vec<u8>, Vec<u8>)]) {
-    if let Some(stream) = &config.common.stream {
-        stream.on_headers(id, headers);
-    }
-}
-
-/// Data on the exchange stream (main thread).
-pub fn on_config_stream_data(config: &NativeConfig, id: u64, bytes: &[u8]) {
-    if let Some(stream) = &config.common.stream {
-        stream.on_data(config.handle, &config.common.counters, id, bytes);
-    }
-}
-
-/// The exchange stream ended: completed, or reset with Envoy's reason (main thread).
-pub fn on_config_stream_end(config: &NativeConfig, id: u64, reset: Option<u32>) {
-    if let Some(stream) = &config.common.stream {
-        stream.on_end(config.handle, &config.common.counters, id, reset);
-    }
-}
-
-/// The main thread's turn (the report timer): every worker's report.
-pub fn on_config_scheduled(config: &NativeConfig) {
-    config
-        .common
-        .reports
-        .tick(config.handle, &config.common.counters);
-}
-
-/// A report callout answered (main thread).
-pub fn on_config_callout_done(config: &NativeConfig, callout_id: u64, answer: CalloutAnswer) {
-    config
-        .common
-        .reports
-        .on_answer(config.handle, &config.common.counters, callout_id, answer);
-}
-
-/// The name of a callout init result (`envoy_dynamic_module_type_http_callout_init_result`).
-fn init_result(code: u32) -> String {
-    match code {
-        1 => "MissingRequiredHeaders".to_owned(),
-        2 => "ClusterNotFound".to_owned(),
-        3 => "DuplicateCalloutId".to_owned(),
-        4 => "CannotCreateRequest".to_owned(),
-        n => format!("init result {n}"),
-    }
-}
-
-impl Drop for NativeHost {
-    fn drop(&mut self) {
-        self.forget_headers();
-    }
-}
-
-impl NativeHost {
-    /// Sends the exchange on the main thread's stream when the configuration has one (`None`:
-    /// it has not, or no scheduler could be made for this request: a unary call then).
-    fn exchange_on_stream(&mut self, call: &ExchangeCall) -> Option<Route> {
-        let common = Arc::clone(&self.common);
-        let stream = common.stream.as_ref()?;
-        if self.mailbox.is_none() {
-            self.mailbox = Some(Mailbox::new(self.filter.scheduler()?));
-        }
-        let mailbox = self.mailbox.as_ref()?;
-        let now = self.now_ns();
-        let deadline = now.saturating_add(call.timeout_ms.saturating_mul(1_000_000));
-        Some(stream.send(&call.path, call.body.clone(), mailbox, deadline, now))
-    }
-
-    /// Drops the header snapshot (the filter changed the headers, or the request is done),
-    /// giving its buffers to the worker's next snapshot.
-    fn forget_headers(&mut self) {
-        if let Some(snapshot) = self.headers.get_mut().take() {
-            snapshot.recycle();
-        }
-    }
-
-    fn start(
-        &mut self,
-        kind: Kind,
-        cluster: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-        timeout_ms: u64,
-    ) -> Result<u32, String> {
-        let id = self
-            .filter
-            .http_callout(cluster, headers, body, timeout_ms)
-            .map_err(init_result)?;
-        let token = u32::try_from(id).map_err(|_| "callout id out of range".to_owned())?;
-        self.callouts.push((token, kind));
-        Ok(token)
-    }
-}
-
-impl Host for NativeHost {
-    fn now_ns(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    fn each_request_header(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
-        match name {
-            // Envoy's `request.path` / `request.method` attributes: no lookup by name.
-            ":path" => self.filter.request_line_part(false, each),
-            ":method" => self.filter.request_line_part(true, each),
-            _ => {
-                // Pseudo-headers are copied only once one is asked for (seldom: a key source
-                // naming `:authority`, say).
-                let pseudo = name.starts_with(':');
-                let mut headers = self.headers.borrow_mut();
-                if pseudo && headers.as_ref().is_some_and(|h| !h.has_pseudo()) {
-                    if let Some(old) = headers.take() {
-                        old.recycle();
-                    }
-                }
-                headers
-                    .get_or_insert_with(|| self.filter.request_headers(pseudo))
-                    .each(name, each);
-            }
-        }
-    }
-
-    fn client_address(&self) -> Option<Vec<u8>> {
-        self.filter.source_address()
-    }
-
-    fn shared_get(&self, key: &str) -> Option<Vec<u8>> {
-        self.store.get(key).map(|(v, _)| v)
-    }
-
-    fn shared_set(&mut self, key: &str, value: &[u8]) {
-        self.store.set(key, value)
-    }
-
-    fn shared_get_versioned(&self, key: &str) -> Option<(Vec<u8>, u32)> {
-        self.store.get(key)
-    }
-
-    fn shared_set_if(&mut self, key: &str, value: &[u8], version: u32) -> Result<(), CasError> {
-        self.store.set_if(key, value, version)
-    }
-
-    fn dispatch(&mut self, call: &Callout) -> Result<u32, String> {
-        let headers: Vec<(&str, &str)> =
-            call.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        self.start(
-            Kind::Http,
-            &call.cluster,
-            &headers,
-            &call.body,
-            call.timeout_ms,
-        )
-    }
-
-    fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String> {
-        let path = format!("/{}/{}", rls_proto::SERVICE, rls_proto::METHOD);
-        let common = Arc::clone(&self.common);
-        let headers = grpc::headers(&path, &common.config.backend.authority);
-        let body = grpc::frame(&call.message);
-        self.start(
-            Kind::Rls,
-            &common.config.backend.cluster,
-            &headers,
-            &body,
-            call.timeout_ms,
-        )
-    }
-
-    fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
-        if let Some(route) = self.exchange_on_stream(call) {
-            match route {
-                Route::Stream(id) => return Ok(id),
-                Route::Fail(failure) => return Err(failure),
-                Route::Unary => {}
-            }
-        }
-        let message = prost::Message::encode_to_vec(&ExchangeRequest {
-            id: 0,
-            path: call.path.clone(),
-            body: call.body.clone(),
-        });
-        let common = Arc::clone(&self.common);
-        let headers = grpc::headers(CALL_PATH, &common.config.backend.authority);
-        let body = grpc::frame(&message);
-        self.count(Counter::ExchangeUnary);
-        self.start(
-            Kind::Exchange,
-            &common.config.backend.cluster,
-            &headers,
-            &body,
-            call.timeout_ms,
-        )
-        .map_err(|e| {
-            let failure = Failure::not_started(&e);
-            if let Some(stream) = &common.stream {
-                stream.on_unary(Err(&failure), self.now_ns());
-            }
-            failure
-        })
-    }
-
-    fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
-        self.paused = false;
-        let headers = headers
-            .iter()
-            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-            .collect();
-        self.after = Some(After::Reply(status, headers, body.to_vec()));
-    }
-
-    fn resume(&mut self) {
-        self.paused = false;
-        if self.in_headers {
-            self.resumed_in_headers = true;
-        } else {
-            self.after = Some(After::Resume);
-        }
-    }
-
-    fn set_request_header(&mut self, name: &str, value: &str) {
-        self.forget_headers();
-        self.filter.set_request_header(name, value);
-    }
-
-    fn remove_request_header(&mut self, name: &str) {
-        // Skipped when the headers, already read, do not have it (the usual case: a client
-        // seldom sends `x-sluice-*`): removing an absent header changes nothing.
-        if let Some(headers) = self.headers.get_mut() {
-            if (headers.has_pseudo() || !name.starts_with(':')) && !headers.has(name) {
-                return;
-            }
-        }
-        self.forget_headers();
-        self.filter.remove_request_header(name);
-    }
-
-    fn add_response_header(&mut self, name: &str, value: &[u8]) {
-        self.filter.add_response_header(name, value);
-    }
-
-    fn count(&mut self, counter: Counter) {
-        if let Some(Some(id)) = self.common.counters.get(counter.index()) {
-            self.filter.increment(*id);
-        }
-    }
-
-    fn count_by(&mut self, counter: Counter, n: u64) {
-        if let Some(Some(id)) = self.common.counters.get(counter.index()) {
-            self.filter.increment_by(*id, n);
-        }
-    }
-
-    fn warn(&self, message: &str) {
-        abi::log(Level::Warn, message);
-    }
-
-    fn response_header(&self, name: &str) -> Vec<Vec<u8>> {
-        self.filter.response_values(false, name)
-    }
-
-    fn response_trailer(&self, name: &str) -> Vec<Vec<u8>> {
-        self.filter.response_values(true, name)
-    }
 }

@@ -13,7 +13,7 @@
 
 use sluice_filter::failure::grpc;
 
-use crate::glue::CalloutAnswer;
+use crate::copied::CalloutAnswer;
 
 /// The 5-byte gRPC prefix (uncompressed, big-endian length) and the message.
 pub fn frame(message: &[u8]) -> Vec<u8> {

@@ -39,7 +39,7 @@ use sluice_filter::host::{
 use sluice_filter::report::Counts;
 
 use crate::abi::{self, ConfigHandle, Level, LocalState, Scheduler, WorkerBound};
-use crate::glue::{CalloutAnswer, SharedLocal};
+use crate::copied::CalloutAnswer;
 use crate::grpc;
 use crate::shared;
 use crate::timer::{now_ns, Alarm, Timer};
@@ -58,6 +58,15 @@ enum Via {
     Http,
     /// A unary exchange (gRPC, framed by hand): its reply's status, or no answer.
     Exchange,
+}
+
+/// Whether reports are sent (else counts are never taken out of the table: not work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reporting {
+    /// `report.cluster` or `report.via_exchange`: counts go out.
+    On,
+    /// No reports: the turn only carries commits, lease expiries and held lines.
+    Off,
 }
 
 /// The main thread's side of one configuration's reports.
@@ -79,8 +88,8 @@ pub struct Reports {
     timer: Mutex<Option<Timer>>,
     /// Asks the timer for a turn (`None`: no timer, nothing ticks).
     alarm: Option<Alarm>,
-    /// Reports are sent (else counts are never taken out of the table: not work).
-    reports_on: bool,
+    /// Whether reports are sent.
+    reporting: Reporting,
 }
 
 /// What a worker leaves for a later turn, read under its lock after its turn (or an answer).
@@ -97,11 +106,12 @@ struct Left {
 }
 
 impl Left {
-    fn of(state: &LocalState, reports_on: bool, now_ns: u64) -> Left {
+    fn of(state: &LocalState, reporting: Reporting, now_ns: u64) -> Left {
         let worker = state.worker();
         Left {
             commits: worker.commits().queued_or_sent() > 0,
-            counts: reports_on && worker.unreported().iter().any(|c| *c != Counts::default()),
+            counts: reporting == Reporting::On
+                && worker.unreported().iter().any(|c| *c != Counts::default()),
             // A held line is due at most LOG_EVERY_NS after its reason's last line: asking a copy
             // of the log for the lines due then finds every one held now.
             held_lines: !worker
@@ -170,7 +180,11 @@ impl Reports {
             early: Mutex::new(HashMap::new()),
             timer: Mutex::new(timer),
             alarm,
-            reports_on,
+            reporting: if reports_on {
+                Reporting::On
+            } else {
+                Reporting::Off
+            },
         }
     }
 
@@ -201,7 +215,7 @@ impl Reports {
     }
 
     /// A worker starts using this configuration.
-    pub fn register(&self, worker: &SharedLocal) {
+    pub fn register(&self, worker: &Arc<WorkerBound>) {
         let mut workers = locked(&self.workers);
         workers.retain(|w| w.strong_count() > 0);
         workers.push(Arc::downgrade(worker));
@@ -216,7 +230,7 @@ impl Reports {
             self.next_report_ns
                 .store(now.saturating_add(self.report_period_ns), Ordering::Relaxed);
         }
-        let workers: Vec<SharedLocal> = locked(&self.workers)
+        let workers: Vec<Arc<WorkerBound>> = locked(&self.workers)
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
@@ -251,7 +265,7 @@ impl Reports {
                     }
                 }
             }
-            let this = Left::of(&state, self.reports_on, now);
+            let this = Left::of(&state, self.reporting, now);
             left.commits |= this.commits;
             left.counts |= this.counts;
             left.held_lines |= this.held_lines;
@@ -291,7 +305,7 @@ impl Reports {
             .on_report_response(&mut host, token, status.as_deref());
         // A failed report or commit is sent again at a later turn.
         let now = now_ns();
-        self.ask(Left::of(&state, self.reports_on, now), now);
+        self.ask(Left::of(&state, self.reporting, now), now);
     }
 }
 

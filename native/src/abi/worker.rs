@@ -160,4 +160,11 @@ impl WorkerBound {
     pub fn lock(&self) -> MutexGuard<'_, LocalState> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Whether some thread (this one included) holds the lock now (the glue's tests: nothing is
+    /// handed to Envoy while it is held).
+    #[cfg(test)]
+    pub fn is_locked(&self) -> bool {
+        matches!(self.0.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+    }
 }

@@ -1,0 +1,506 @@
+//! The ground floor: Envoy's dynamic-module ABI as Envoy 1.40 speaks it (ABI `v0.2.0`): the
+//! `repr(C)` types, the constants, the `extern "C"` declarations of the callbacks the module
+//! calls (checked against the loading process by [`missing_callbacks`]), the log callback, and
+//! the readers that copy Envoy's buffers. The names, signatures and semantics are Envoy's
+//! (`source/extensions/dynamic_modules/abi/abi.h`); Envoy's Rust SDK is not a published crate.
+//!
+//! Imports nothing of the crate but [`crate::copied`] (plain data): the handles (`handle.rs`)
+//! sit on this, the glue on them, the exported hooks (`hooks.rs`) on top.
+
+use std::ffi::c_void;
+use std::os::raw::c_char;
+
+use crate::copied::CalloutAnswer;
+
+/// The ABI version this module is built for, reported from `envoy_dynamic_module_on_program_init`
+/// (Envoy 1.40 logs "Dynamic module ABI version v0.2.0 matched.").
+pub const ABI_VERSION: &str = "v0.2.0";
+/// [`ABI_VERSION`], NUL-terminated, as `on_program_init` returns it.
+pub const ABI_VERSION_C: &[u8] = b"v0.2.0\0";
+
+/// A buffer owned by Envoy (`envoy_dynamic_module_type_envoy_buffer`), valid during the call
+/// that handed it over (a hook's argument) or filled it (a callback's out-parameter). Neither
+/// `Copy` nor `Clone`, and never stored: [`EnvoyBuffer::bytes`] borrows from it, so the borrow
+/// ends before that call does.
+#[repr(C)]
+pub struct EnvoyBuffer {
+    ptr: *const c_char,
+    length: usize,
+}
+
+impl EnvoyBuffer {
+    /// An empty buffer for Envoy to fill (an out-parameter).
+    pub fn empty() -> Self {
+        EnvoyBuffer {
+            ptr: std::ptr::null(),
+            length: 0,
+        }
+    }
+
+    /// The bytes, borrowed for no longer than the buffer (empty for a null pointer).
+    pub fn bytes(&self) -> &[u8] {
+        raw_slice(self.ptr, self.length)
+    }
+
+    /// The bytes copied, at most `limit` of them.
+    pub fn to_vec_up_to(&self, limit: usize) -> Vec<u8> {
+        raw_slice(self.ptr, self.length.min(limit)).to_vec()
+    }
+
+    /// Its length (what Envoy says it holds).
+    pub fn len(&self) -> usize {
+        self.length
+    }
+}
+
+/// A header owned by Envoy (`envoy_dynamic_module_type_envoy_http_header`): as
+/// [`EnvoyBuffer`], valid during the call that handed it over or filled it, never stored past it.
+#[repr(C)]
+pub struct EnvoyHeader {
+    key_ptr: *const c_char,
+    key_length: usize,
+    value_ptr: *const c_char,
+    value_length: usize,
+}
+
+impl EnvoyHeader {
+    /// An empty header for Envoy to fill (an out-array's slot).
+    pub fn empty() -> Self {
+        EnvoyHeader {
+            key_ptr: std::ptr::null(),
+            key_length: 0,
+            value_ptr: std::ptr::null(),
+            value_length: 0,
+        }
+    }
+
+    /// The name, borrowed for no longer than the header.
+    pub fn name(&self) -> &[u8] {
+        raw_slice(self.key_ptr, self.key_length)
+    }
+
+    /// The value, borrowed for no longer than the header.
+    pub fn value(&self) -> &[u8] {
+        raw_slice(self.value_ptr, self.value_length)
+    }
+
+    /// Name and value lengths together.
+    pub fn size(&self) -> usize {
+        self.key_length.saturating_add(self.value_length)
+    }
+}
+
+/// `ptr..ptr + length` as a slice, for the private readers above: the caller ties the lifetime
+/// to a borrow of the Envoy value holding the pointer.
+fn raw_slice<'b>(ptr: *const c_char, length: usize) -> &'b [u8] {
+    if ptr.is_null() || length == 0 {
+        return &[];
+    }
+    // SAFETY: the pointer comes from an `EnvoyBuffer`/`EnvoyHeader` that Envoy filled or handed
+    // over for the current call, valid for `length` bytes until that call returns; both readers
+    // return the slice with the lifetime of their `&self`, which cannot outlive that call (the
+    // values are not `Copy`, not `Clone`, and never stored).
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), length) }
+}
+
+/// A buffer owned by the module (`envoy_dynamic_module_type_module_buffer`): Envoy copies it
+/// during the call it is passed to.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ModuleBuffer {
+    ptr: *const c_char,
+    length: usize,
+}
+
+/// A header owned by the module (`envoy_dynamic_module_type_module_http_header`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ModuleHeader {
+    key_ptr: *const c_char,
+    key_length: usize,
+    value_ptr: *const c_char,
+    value_length: usize,
+}
+
+/// `bytes` as a module buffer (valid while `bytes` is).
+pub fn module_buffer(bytes: &[u8]) -> ModuleBuffer {
+    ModuleBuffer {
+        ptr: bytes.as_ptr().cast(),
+        length: bytes.len(),
+    }
+}
+
+/// A null module buffer (for `set_header`: removes the header).
+pub fn null_buffer() -> ModuleBuffer {
+    ModuleBuffer {
+        ptr: std::ptr::null(),
+        length: 0,
+    }
+}
+
+/// `headers` as module headers (valid while `headers` is).
+pub fn module_headers(headers: &[(&str, &str)]) -> Vec<ModuleHeader> {
+    headers
+        .iter()
+        .map(|(k, v)| ModuleHeader {
+            key_ptr: k.as_ptr().cast(),
+            key_length: k.len(),
+            value_ptr: v.as_ptr().cast(),
+            value_length: v.len(),
+        })
+        .collect()
+}
+
+// `envoy_dynamic_module_type_http_header_type`.
+pub const REQUEST_HEADER: u32 = 0;
+pub const RESPONSE_HEADER: u32 = 2;
+pub const RESPONSE_TRAILER: u32 = 3;
+// `envoy_dynamic_module_type_log_level`.
+const LOG_INFO: u32 = 2;
+const LOG_WARN: u32 = 3;
+const LOG_ERROR: u32 = 4;
+// `envoy_dynamic_module_type_attribute_id_RequestPath` (`request.path`, the whole `:path`) and
+// `_RequestMethod` (`request.method`).
+pub const ATTRIBUTE_REQUEST_PATH: u32 = 0;
+pub const ATTRIBUTE_REQUEST_METHOD: u32 = 4;
+// `envoy_dynamic_module_type_attribute_id_SourceAddress` (`source.address`, `ip:port`).
+pub const ATTRIBUTE_SOURCE_ADDRESS: u32 = 24;
+// `envoy_dynamic_module_type_on_http_filter_*_status`.
+pub const CONTINUE: u32 = 0;
+pub const STOP_ITERATION: u32 = 1;
+// `envoy_dynamic_module_type_on_http_filter_request_body_status_StopIterationAndWatermark`
+// (Envoy's `FilterDataStatus::StopIterationAndWatermark`): the body waits in Envoy with flow
+// control (reads paused past the buffer limit) instead of failing the request with 413 once it
+// passes the limit, as `StopIterationAndBuffer` does.
+pub const STOP_ITERATION_AND_WATERMARK: u32 = 2;
+// `envoy_dynamic_module_type_http_callout_init_result` / `_http_callout_result`.
+pub const CALLOUT_INIT_SUCCESS: u32 = 0;
+const CALLOUT_SUCCESS: u32 = 0;
+
+extern "C" {
+    pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
+    pub fn envoy_dynamic_module_callback_http_get_headers_size(
+        filter: *mut c_void,
+        header_type: u32,
+    ) -> usize;
+    pub fn envoy_dynamic_module_callback_http_get_headers(
+        filter: *mut c_void,
+        header_type: u32,
+        result: *mut EnvoyHeader,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_get_header(
+        filter: *mut c_void,
+        header_type: u32,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+        index: usize,
+        optional_size: *mut usize,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_set_header(
+        filter: *mut c_void,
+        header_type: u32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_add_header(
+        filter: *mut c_void,
+        header_type: u32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_send_response(
+        filter: *mut c_void,
+        status: u32,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        details: ModuleBuffer,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: *mut c_void);
+    pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+        filter: *mut c_void,
+        attribute: u32,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_filter_http_callout(
+        filter: *mut c_void,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        filter: *mut c_void,
+        id: usize,
+        tag_values: *mut ModuleBuffer,
+        tag_values_size: usize,
+        value: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        config: *mut c_void,
+        name: ModuleBuffer,
+        tag_keys: *mut ModuleBuffer,
+        tag_keys_size: usize,
+        id: *mut usize,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: *mut c_void,
+        id: usize,
+        tag_values: *mut ModuleBuffer,
+        tag_values_size: usize,
+        value: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        config: *mut c_void,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        config: *mut c_void,
+    ) -> *mut c_void;
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        scheduler: *mut c_void,
+        event_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
+        scheduler: *mut c_void,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_config_start_http_stream(
+        config: *mut c_void,
+        stream_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        end_stream: bool,
+        timeout_ms: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_stream_send_data(
+        config: *mut c_void,
+        stream_id: u64,
+        data: ModuleBuffer,
+        end_stream: bool,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_filter_config_reset_http_stream(
+        config: *mut c_void,
+        stream_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(
+        filter: *mut c_void,
+    ) -> *mut c_void;
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        scheduler: *mut c_void,
+        event_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+/// Every callback the module calls: all must be exported by the Envoy that loads it (each was
+/// checked against Envoy 1.40's `nm -D`).
+const CALLBACKS: [&[u8]; 23] = [
+    b"envoy_dynamic_module_callback_log\0",
+    b"envoy_dynamic_module_callback_http_get_header\0",
+    b"envoy_dynamic_module_callback_http_get_headers_size\0",
+    b"envoy_dynamic_module_callback_http_get_headers\0",
+    b"envoy_dynamic_module_callback_http_set_header\0",
+    b"envoy_dynamic_module_callback_http_add_header\0",
+    b"envoy_dynamic_module_callback_http_send_response\0",
+    b"envoy_dynamic_module_callback_http_filter_continue_decoding\0",
+    b"envoy_dynamic_module_callback_http_filter_get_attribute_string\0",
+    b"envoy_dynamic_module_callback_http_filter_http_callout\0",
+    b"envoy_dynamic_module_callback_http_filter_increment_counter\0",
+    b"envoy_dynamic_module_callback_http_filter_config_define_counter\0",
+    b"envoy_dynamic_module_callback_http_filter_config_increment_counter\0",
+    b"envoy_dynamic_module_callback_http_filter_config_http_callout\0",
+    b"envoy_dynamic_module_callback_http_filter_config_scheduler_new\0",
+    b"envoy_dynamic_module_callback_http_filter_config_scheduler_commit\0",
+    b"envoy_dynamic_module_callback_http_filter_config_scheduler_delete\0",
+    // The exchange stream on the main thread (`stream.rs`).
+    b"envoy_dynamic_module_callback_http_filter_config_start_http_stream\0",
+    b"envoy_dynamic_module_callback_http_filter_config_stream_send_data\0",
+    b"envoy_dynamic_module_callback_http_filter_config_reset_http_stream\0",
+    b"envoy_dynamic_module_callback_http_filter_scheduler_new\0",
+    b"envoy_dynamic_module_callback_http_filter_scheduler_commit\0",
+    b"envoy_dynamic_module_callback_http_filter_scheduler_delete\0",
+];
+
+/// The callbacks this module needs that the process does not export (empty when the loading
+/// Envoy speaks our ABI). Looked up with `dlsym(RTLD_DEFAULT, …)`.
+pub fn missing_callbacks() -> Vec<String> {
+    CALLBACKS
+        .iter()
+        .filter(|name| {
+            // SAFETY: `name` is a NUL-terminated static string; RTLD_DEFAULT is the null handle
+            // on glibc; dlsym only looks the name up.
+            unsafe { dlsym(std::ptr::null_mut(), name.as_ptr().cast()) }.is_null()
+        })
+        .map(|name| String::from_utf8_lossy(&name[..name.len() - 1]).into_owned())
+        .collect()
+}
+
+/// Log levels the filter uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Info.
+    Info,
+    /// Warning.
+    Warn,
+    /// Error.
+    Error,
+}
+
+/// Writes one line to Envoy's log (the `dynamic_modules` logger).
+pub fn log(level: Level, message: &str) {
+    let level = match level {
+        Level::Info => LOG_INFO,
+        Level::Warn => LOG_WARN,
+        Level::Error => LOG_ERROR,
+    };
+    // SAFETY: the log callback takes no Envoy object; the buffer is valid for the call and Envoy
+    // copies it.
+    unsafe { envoy_dynamic_module_callback_log(level, module_buffer(message.as_bytes())) }
+}
+
+/// `size` Envoy headers (or chunks) at `ptr` as a slice for `read` (nothing for a null pointer);
+/// the slice does not outlive `read`.
+fn with_array<T, R>(ptr: *const T, size: usize, read: impl FnOnce(&[T]) -> R) -> R {
+    if ptr.is_null() || size == 0 {
+        return read(&[]);
+    }
+    // SAFETY: Envoy passes `size` values at `ptr`, valid for the hook that handed them over; the
+    // hook calls this during that call and `read` cannot keep the slice (its lifetime is the
+    // closure's argument's).
+    read(unsafe { std::slice::from_raw_parts(ptr, size) })
+}
+
+/// Copies Envoy's header array (a hook's argument).
+pub fn envoy_headers(headers: *const EnvoyHeader, size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    with_array(headers, size, |headers| {
+        headers
+            .iter()
+            .map(|h| (h.name().to_vec(), h.value().to_vec()))
+            .collect()
+    })
+}
+
+/// Copies Envoy's chunks (a hook's argument) into one buffer.
+pub fn envoy_chunks(chunks: *const EnvoyBuffer, size: usize) -> Vec<u8> {
+    with_array(chunks, size, |chunks| {
+        let mut out = Vec::with_capacity(chunks.iter().map(EnvoyBuffer::len).sum());
+        for c in chunks {
+            out.extend_from_slice(c.bytes());
+        }
+        out
+    })
+}
+
+/// Reads a callout's answer (a hook's arguments): its headers and body chunks, copied (the body
+/// bounded by `limit`).
+pub fn callout_answer(
+    result: u32,
+    headers: *const EnvoyHeader,
+    headers_size: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_size: usize,
+    limit: usize,
+) -> CalloutAnswer {
+    let mut answer = CalloutAnswer {
+        completed: result == CALLOUT_SUCCESS,
+        headers: envoy_headers(headers, headers_size),
+        body: Vec::new(),
+    };
+    with_array(chunks, chunks_size, |chunks| {
+        for c in chunks {
+            let room = limit.saturating_sub(answer.body.len());
+            answer.body.extend_from_slice(&c.to_vec_up_to(room));
+        }
+    });
+    answer
+}
+
+/// The scheduler callbacks, for the unit-test binary only: the glue's tests run generic code
+/// whose stream path names a scheduler (`FilterScheduler`, the stream's `Scheduler`), though no
+/// test makes one (the fake Envoy has none), and a test executable, unlike the module, may not
+/// leave a symbol undefined. Never called: each aborts.
+#[cfg(test)]
+mod unit_test_symbols {
+    use std::ffi::c_void;
+
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        _scheduler: *mut c_void,
+        _event_id: u64,
+    ) {
+        std::process::abort()
+    }
+
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_delete(
+        _scheduler: *mut c_void,
+    ) {
+        std::process::abort()
+    }
+
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        _scheduler: *mut c_void,
+        _event_id: u64,
+    ) {
+        std::process::abort()
+    }
+
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
+        _scheduler: *mut c_void,
+    ) {
+        std::process::abort()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Outside Envoy no callback exists: the load-time check names every one (in Envoy 1.40
+    /// none is missing, which the e2e tests show by loading the module at all).
+    #[test]
+    fn the_load_check_names_every_missing_callback() {
+        let missing = missing_callbacks();
+        assert_eq!(missing.len(), CALLBACKS.len());
+        assert!(missing.contains(&"envoy_dynamic_module_callback_http_send_response".to_owned()));
+        assert!(missing
+            .iter()
+            .all(|m| m.starts_with("envoy_dynamic_module_callback_")));
+    }
+
+    /// A callout's answer is copied out, its body bounded by the limit.
+    #[test]
+    fn an_answer_is_copied_and_its_body_bounded() {
+        let (name, value, body) = (b":status", b"200", b"0123456789");
+        let header = EnvoyHeader {
+            key_ptr: name.as_ptr().cast(),
+            key_length: name.len(),
+            value_ptr: value.as_ptr().cast(),
+            value_length: value.len(),
+        };
+        let chunk = |bytes: &[u8]| EnvoyBuffer {
+            ptr: bytes.as_ptr().cast(),
+            length: bytes.len(),
+        };
+        let chunks = [chunk(&body[..4]), chunk(&body[4..])];
+        let answer = callout_answer(0, &header, 1, chunks.as_ptr(), 2, 6);
+        assert!(answer.completed);
+        assert_eq!(answer.header(":status"), Some(&b"200"[..]));
+        assert_eq!(answer.body, b"012345");
+        let failed = callout_answer(1, std::ptr::null(), 0, std::ptr::null(), 0, 6);
+        assert_eq!(failed, CalloutAnswer::default());
+        assert_eq!(envoy_chunks(chunks.as_ptr(), 2), body);
+    }
+}
