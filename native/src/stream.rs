@@ -39,15 +39,20 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use sluice_core::exchange::STREAM_PATH;
 use sluice_filter::config::{Config, Protocol};
-use sluice_filter::exchange::{Exchanger, Route, StreamHost, Waiting, REOPEN_MAX_NS};
+use sluice_filter::exchange::{Exchanger, Route, Waiting};
 use sluice_filter::failure::log::FailureLog;
 use sluice_filter::failure::{grpc, Failure};
 use sluice_filter::host::Counter;
 
 use crate::abi::{self, ConfigHandle, FilterScheduler, Level, Scheduler};
 use crate::timer::{now_ns, Alarm, Timer};
+
+mod pace;
+mod wire;
+
+use pace::{next_turn, reopen_pause, Link};
+use wire::{split_frames, Opener, Queue};
 
 /// The configuration scheduler's event for the stream's turn on the main thread (0 is the
 /// count reports' timer).
@@ -56,9 +61,6 @@ pub const STREAM_EVENT: u64 = 1;
 /// Envoy's stream reset reason `LocalReset` (ABI v0.2.0, `AsyncClient::StreamResetReason`): a
 /// reset Envoy made itself, not one the backend or the connection caused.
 const LOCAL_RESET: u32 = 2;
-
-/// The longest reply frame read (a longer one is a protocol error: the stream is reset).
-const MAX_FRAME: usize = sluice_filter::flow::MAX_RESPONSE_BODY + 1024;
 
 /// Whether `grpc_stream` decisions go over the main thread's stream when the filter's name does
 /// not say (`filter_name` ending in `/stream` or `/unary`). The stream is the default: in one
@@ -84,43 +86,13 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// How long a stream that just failed waits before it is reopened, from the exchanger's
-/// backoff before and after the failure: `Exchanger` reopens after the backoff it had (reset to
-/// 100 ms first if the stream worked) and doubles it up to `REOPEN_MAX_NS`, so below the cap the
-/// pause is half the new backoff, and at the cap (never reached from a reset) it is the old one.
-/// Held to `Exchanger` by a test; were it ever wrong, a turn that finds the reopen not yet due
-/// polls every tick instead ([`next_turn`]).
-fn reopen_pause(before_ns: u64, after_ns: u64) -> u64 {
-    if after_ns < REOPEN_MAX_NS {
-        after_ns / 2
-    } else {
-        before_ns
-    }
-}
-
-/// When the stream's next turn is due, after a turn (or a close) at `now_ns` left `waiting`
-/// decisions on it and the stream `open` or not: while decisions wait, one tick later (each
-/// armed its own deadline when sent; this keeps the check going for those still waiting); a
-/// closed stream at its reopen time `reopen_at_ns` if still ahead, else one tick later (not due
-/// yet for a reason not known here); nothing otherwise (`None`: the main thread sleeps).
-fn next_turn(
-    open: bool,
-    waiting: usize,
-    reopen_at_ns: u64,
-    now_ns: u64,
-    tick_ns: u64,
-) -> Option<u64> {
-    let poll = now_ns.saturating_add(tick_ns);
-    let deadlines = (waiting > 0).then_some(poll);
-    let reopen = (!open).then_some(if reopen_at_ns > now_ns {
-        reopen_at_ns
-    } else {
-        poll
-    });
-    match (deadlines, reopen) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// Whether a stream's close is said in Envoy's log as the failure log's warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Note {
+    /// The failure log's warning line (at most one per reason per 10 s), with the fix.
+    Warn,
+    /// No warning: Envoy closed the stream itself (said at info level before).
+    Quiet,
 }
 
 /// What a waiting request is handed.
@@ -180,63 +152,6 @@ struct State {
     /// The stream's failures (refused, closed), logged as the wasm build's root logs its
     /// stream's: one line per reason per 10 s, with the fix.
     log: FailureLog,
-}
-
-/// Frames appended by a worker (`Exchanger::send` writes through this).
-struct Queue<'a> {
-    outbox: &'a mut Vec<u8>,
-    token: &'a mut Option<u32>,
-}
-
-impl StreamHost for Queue<'_> {
-    fn open_stream(&mut self) -> Result<u32, String> {
-        Err("streams open on the main thread".to_owned())
-    }
-
-    fn send_message(&mut self, token: u32, message: &[u8]) -> Result<(), String> {
-        if *self.token != Some(token) {
-            self.outbox.clear();
-            *self.token = Some(token);
-        }
-        let len = u32::try_from(message.len()).map_err(|_| "message too long".to_owned())?;
-        self.outbox.push(0);
-        self.outbox.extend_from_slice(&len.to_be_bytes());
-        self.outbox.extend_from_slice(message);
-        Ok(())
-    }
-}
-
-/// Opens the stream (main thread, from `Exchanger::ensure_open`).
-struct Opener<'a> {
-    handle: ConfigHandle,
-    cluster: &'a str,
-    authority: &'a str,
-}
-
-impl StreamHost for Opener<'_> {
-    fn open_stream(&mut self) -> Result<u32, String> {
-        let headers = [
-            (":method", "POST"),
-            (":path", STREAM_PATH),
-            (":authority", self.authority),
-            ("content-type", "application/grpc"),
-            ("te", "trailers"),
-        ];
-        let id = self
-            .handle
-            .start_http_stream(self.cluster, &headers, 0)
-            .map_err(|code| match code {
-                1 => "MissingRequiredHeaders".to_owned(),
-                2 => "ClusterNotFound".to_owned(),
-                4 => "CannotCreateRequest".to_owned(),
-                n => format!("init result {n}"),
-            })?;
-        u32::try_from(id).map_err(|_| "stream id out of range".to_owned())
-    }
-
-    fn send_message(&mut self, _token: u32, _message: &[u8]) -> Result<(), String> {
-        Err("frames go through the outbox".to_owned())
-    }
 }
 
 /// One configuration's exchange stream, shared by its workers and the main thread.
@@ -390,8 +305,12 @@ impl MainStream {
                 }
             };
             // The next turn, if anything is left for one (under the lock: see `timer.rs`).
-            let open = st.ex.token().is_some();
-            match next_turn(open, st.ex.waiting(), st.reopen_at_ns, now, self.tick_ns) {
+            let link = if st.ex.token().is_some() {
+                Link::Open
+            } else {
+                Link::Closed
+            };
+            match next_turn(link, st.ex.waiting(), st.reopen_at_ns, now, self.tick_ns) {
                 Some(at) => self.alarm.arm_at(at),
                 None => self.alarm.disarm(),
             }
@@ -528,7 +447,14 @@ impl MainStream {
                 ),
             );
             let message = Some("Envoy closed the exchange stream".to_owned());
-            self.close(handle, counters, token, grpc::UNAVAILABLE, message, false);
+            self.close(
+                handle,
+                counters,
+                token,
+                grpc::UNAVAILABLE,
+                message,
+                Note::Quiet,
+            );
             return;
         }
         let (code, message) = match (seen, reset) {
@@ -555,10 +481,10 @@ impl MainStream {
         code: u32,
         message: Option<String>,
     ) {
-        self.close(handle, counters, token, code, message, true);
+        self.close(handle, counters, token, code, message, Note::Warn);
     }
 
-    /// [`Self::end`], with the failure log's warning only when `warn`.
+    /// [`Self::end`], with the failure log's warning only when `note` says [`Note::Warn`].
     fn close(
         &self,
         handle: ConfigHandle,
@@ -566,7 +492,7 @@ impl MainStream {
         token: u32,
         code: u32,
         message: Option<String>,
-        warn: bool,
+        note: Note,
     ) {
         let now = now_ns();
         let closed = {
@@ -587,7 +513,7 @@ impl MainStream {
         };
         if closed.current {
             count(handle, counters, Counter::ExchangeStreamsClosed);
-            if warn {
+            if note == Note::Warn {
                 self.note(&closed.failure, now);
             }
         }
@@ -601,26 +527,6 @@ impl MainStream {
             abi::log(Level::Warn, &line);
         }
     }
-}
-
-/// The whole gRPC messages at the start of `bytes`, and the bytes after them (a frame not yet
-/// whole); `None` for the rest when a frame is compressed or longer than [`MAX_FRAME`] (the
-/// stream cannot be read past it).
-fn split_frames(bytes: &[u8]) -> (Vec<&[u8]>, Option<&[u8]>) {
-    let mut messages = Vec::new();
-    let mut at: usize = 0;
-    while let Some(&[flag, a, b, c, d]) = bytes.get(at..at.saturating_add(5)) {
-        let len = usize::try_from(u32::from_be_bytes([a, b, c, d])).unwrap_or(usize::MAX);
-        if flag != 0 || len > MAX_FRAME {
-            return (messages, None);
-        }
-        let Some(message) = bytes.get(at + 5..at + 5 + len) else {
-            break;
-        };
-        messages.push(message);
-        at += 5 + len;
-    }
-    (messages, bytes.get(at..))
 }
 
 fn fail_all(waiting: Vec<Waiter>, failure: &Failure) {
@@ -638,143 +544,6 @@ fn count(handle: ConfigHandle, counters: &[Option<usize>], counter: Counter) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frame(message: &[u8]) -> Vec<u8> {
-        let mut out = vec![0];
-        out.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
-        out.extend_from_slice(message);
-        out
-    }
-
-    #[test]
-    fn frames_split_whole_messages_and_keep_a_partial_one() {
-        let mut bytes = frame(b"one");
-        bytes.extend(frame(b""));
-        bytes.extend(frame(b"three"));
-        let partial = frame(b"four");
-        bytes.extend_from_slice(&partial[..6]);
-        let (messages, rest) = split_frames(&bytes);
-        assert_eq!(messages, vec![&b"one"[..], b"", b"three"]);
-        assert_eq!(rest, Some(&partial[..6]));
-        // The rest, completed, is the next message.
-        let mut next = rest.unwrap().to_vec();
-        next.extend_from_slice(&partial[6..]);
-        assert_eq!(split_frames(&next), (vec![&b"four"[..]], Some(&b""[..])));
-        // A header cut short is kept too.
-        assert_eq!(split_frames(&[0, 0]), (vec![], Some(&[0u8, 0][..])));
-    }
-
-    #[test]
-    fn a_compressed_or_oversized_frame_cannot_be_read_past() {
-        let mut compressed = frame(b"x");
-        compressed[0] = 1;
-        assert_eq!(split_frames(&compressed).1, None);
-        let mut bytes = frame(b"ok");
-        bytes.extend_from_slice(&[0, 0xff, 0xff, 0xff, 0xff]);
-        let (messages, rest) = split_frames(&bytes);
-        assert_eq!((messages, rest), (vec![&b"ok"[..]], None));
-    }
-
-    /// A stream host that opens when told to, and counts the attempts.
-    struct Door {
-        opens: bool,
-        attempts: u32,
-    }
-
-    impl StreamHost for Door {
-        fn open_stream(&mut self) -> Result<u32, String> {
-            self.attempts += 1;
-            if self.opens {
-                Ok(7)
-            } else {
-                Err("ClusterNotFound".to_owned())
-            }
-        }
-        fn send_message(&mut self, _token: u32, _message: &[u8]) -> Result<(), String> {
-            Ok(())
-        }
-    }
-
-    const MS: u64 = 1_000_000;
-
-    /// `reopen_pause` names the exact time `Exchanger` next tries to open: not a ns before
-    /// (the turn then would find nothing to do), not after (the reopen would be late). Through
-    /// refusals up to the 5 s cap and beyond, and a close after a stream that worked.
-    #[test]
-    fn the_reopen_time_is_when_the_exchanger_next_tries() {
-        let mut ex: Exchanger<()> = Exchanger::default();
-        let mut door = Door {
-            opens: false,
-            attempts: 0,
-        };
-        let mut now = 1_000 * MS;
-        let mut pauses = Vec::new();
-        for _ in 0..9 {
-            let before = ex.backoff_ns();
-            assert!(ex.ensure_open(&mut door, now).is_some());
-            // The turn's way: the pause is the backoff the refusal waited with.
-            let at = now + before;
-            assert_eq!(reopen_pause(before, ex.backoff_ns()), before);
-            let attempts = door.attempts;
-            assert!(ex.ensure_open(&mut door, at - 1).is_none());
-            assert_eq!(door.attempts, attempts, "not due a ns early");
-            pauses.push((at - now) / MS);
-            now = at;
-        }
-        assert_eq!(pauses, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
-        // It opens at the time named, and a close of a stream that did not work waits the
-        // current backoff (5 s: the cap).
-        door.opens = true;
-        assert!(ex.ensure_open(&mut door, now).is_none());
-        assert_eq!(ex.token(), Some(7));
-        now += MS;
-        let before = ex.backoff_ns();
-        let closed = ex.on_close(7, 14, None, now);
-        assert!(closed.current);
-        let pause = reopen_pause(before, ex.backoff_ns());
-        assert_eq!(pause, 5000 * MS);
-        let attempts = door.attempts;
-        assert!(ex.ensure_open(&mut door, now + pause - 1).is_none());
-        assert_eq!(door.attempts, attempts);
-        assert!(ex.ensure_open(&mut door, now + pause).is_none());
-        assert_eq!(door.attempts, attempts + 1);
-        assert_eq!(ex.token(), Some(7));
-        // A stream that lived past WORKED_AFTER_NS worked: its close waits 100 ms again.
-        now += pause + sluice_filter::exchange::WORKED_AFTER_NS;
-        let before = ex.backoff_ns();
-        assert!(ex.on_close(7, 14, None, now).current);
-        let pause = reopen_pause(before, ex.backoff_ns());
-        assert_eq!(pause, 100 * MS);
-        let attempts = door.attempts;
-        assert!(ex.ensure_open(&mut door, now + pause - 1).is_none());
-        assert_eq!(door.attempts, attempts);
-        assert!(ex.ensure_open(&mut door, now + pause).is_none());
-        assert_eq!(door.attempts, attempts + 1);
-    }
-
-    #[test]
-    fn a_turn_is_asked_for_only_when_there_is_work() {
-        let now = 50_000 * MS;
-        let tick = 6 * MS;
-        // Open, nothing waiting: idle, no turn at all.
-        assert_eq!(next_turn(true, 0, 0, now, tick), None);
-        assert_eq!(next_turn(true, 0, now + 500 * MS, now, tick), None);
-        // Decisions waiting: their deadlines are checked every tick.
-        assert_eq!(next_turn(true, 3, 0, now, tick), Some(now + tick));
-        // Closed: at its reopen time; one tick on when that is not known or already past.
-        assert_eq!(
-            next_turn(false, 0, now + 400 * MS, now, tick),
-            Some(now + 400 * MS)
-        );
-        assert_eq!(next_turn(false, 0, now, now, tick), Some(now + tick));
-        assert_eq!(next_turn(false, 0, 0, now, tick), Some(now + tick));
-        // Both: the earlier.
-        assert_eq!(
-            next_turn(false, 1, now + 400 * MS, now, tick),
-            Some(now + tick)
-        );
-        assert_eq!(next_turn(false, 1, now + MS, now, tick), Some(now + MS));
-    }
 
     #[test]
     fn the_stream_is_the_grpc_stream_default_and_the_filter_name_picks() {

@@ -35,7 +35,15 @@ fn request(common: &Arc<Common>, user: &str) -> (NativeFilter<FakeEnvoy>, FakeEn
     (NativeFilter::new(common, envoy.clone()), envoy)
 }
 
-fn decision(allowed: bool) -> Vec<u8> {
+/// What the backend decided.
+#[derive(Clone, Copy, PartialEq)]
+enum Verdict {
+    Allowed,
+    Denied,
+}
+
+fn decision(verdict: Verdict) -> Vec<u8> {
+    let allowed = verdict == Verdict::Allowed;
     format!(
         r#"{{"allowed": {allowed}, "algorithm": "gcra", "mode": "enforce",
         "remaining": {rem}, "retry_after_ms": {retry}, "reset_after_ms": 60000, "level": 3.0,
@@ -78,7 +86,7 @@ fn an_allowed_decision_resumes_the_request_and_adds_the_headers() {
         .headers
         .contains(&(":path".to_owned(), "/v1/throttle".to_owned())));
     assert!(String::from_utf8_lossy(&call.body).contains("allowed-user"));
-    let after = on_callout_done(&mut f, call.id, answer("200", decision(true)));
+    let after = on_callout_done(&mut f, call.id, answer("200", decision(Verdict::Allowed)));
     assert_eq!(after, Some(After::Resume));
     assert!(!decision_pending(&f));
     assert_eq!(
@@ -103,7 +111,7 @@ fn a_denied_decision_answers_429_with_a_problem_body() {
     let (mut f, envoy) = request(&common, "denied-user");
     assert_eq!(on_request_headers(&mut f), (true, None));
     let id = last_callout(&envoy);
-    let after = on_callout_done(&mut f, id, answer("200", decision(false)));
+    let after = on_callout_done(&mut f, id, answer("200", decision(Verdict::Denied)));
     let Some(After::Reply(status, headers, body)) = after.clone() else {
         panic!("a reply, not {after:?}");
     };
@@ -135,22 +143,22 @@ fn pending_callouts_are_answered_later_each_to_its_request() {
     assert_ne!(first.slot, second.slot);
     // An answer for a callout the request did not start (or already answered) changes nothing.
     assert_eq!(
-        on_callout_done(&mut first, 9_999, answer("200", decision(true))),
+        on_callout_done(&mut first, 9_999, answer("200", decision(Verdict::Allowed))),
         None
     );
     assert!(decision_pending(&first));
     let id = last_callout(&second_envoy);
-    let after = on_callout_done(&mut second, id, answer("200", decision(false)));
+    let after = on_callout_done(&mut second, id, answer("200", decision(Verdict::Denied)));
     assert!(matches!(after, Some(After::Reply(429, _, _))));
     assert!(decision_pending(&first));
     let id = last_callout(&first_envoy);
     assert_eq!(
-        on_callout_done(&mut first, id, answer("200", decision(true))),
+        on_callout_done(&mut first, id, answer("200", decision(Verdict::Allowed))),
         Some(After::Resume)
     );
     // The same answer again: already delivered, nothing to do.
     assert_eq!(
-        on_callout_done(&mut first, id, answer("200", decision(true))),
+        on_callout_done(&mut first, id, answer("200", decision(Verdict::Allowed))),
         None
     );
 }
@@ -253,7 +261,7 @@ fn envoy_is_asked_to_resume_or_answer_only_with_the_lock_released() {
     let local = f.local.clone().unwrap();
     envoy.record().watch = Some(Arc::clone(&local));
     let id = last_callout(&envoy);
-    let after = on_callout_done(&mut f, id, answer("200", decision(true)));
+    let after = on_callout_done(&mut f, id, answer("200", decision(Verdict::Allowed)));
     // Nothing was handed to Envoy inside the hook's work, with the lock held.
     assert!(envoy.record().locked_when_handed.is_empty());
     assert!(!local.is_locked());
@@ -274,7 +282,7 @@ fn envoy_is_asked_to_resume_or_answer_only_with_the_lock_released() {
 fn an_answer_inside_the_request_headers_is_a_continue_return() {
     let common = common("allow");
     let (mut f, envoy) = request(&common, "answered-at-once");
-    envoy.record().answer_at_once = Some(answer("200", decision(true)));
+    envoy.record().answer_at_once = Some(answer("200", decision(Verdict::Allowed)));
     assert_eq!(on_request_headers(&mut f), (false, None));
     assert!(!decision_pending(&f));
     assert_eq!(envoy.counter(Counter::Allowed), 1);
