@@ -3,8 +3,9 @@
 # with warnings as errors over every target of the workspace natively, plus the filter's wasm host
 # (wasm/, with the shared logic it builds on) for wasm32-wasip1 and the dashboard for wasm32-unknown-unknown (their proxy-wasm and Leptos code
 # only exists on wasm, so a native run never sees it). The dynamic-module build (native/) is a
-# workspace member: the workspace run lints it, its bindings (native/src/abi/, native/src/hooks.rs) included. unwrap/expect/panic are denied in the
-# filter and the backend outside tests (their Cargo.toml); clippy.toml allows them in tests.
+# workspace member: the workspace run lints it, its bindings (native/src/abi/, native/src/hooks.rs)
+# included. unwrap/expect/panic are denied in the filter and the backend outside tests (their
+# Cargo.toml); clippy.toml allows them in tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
