@@ -25,6 +25,38 @@ thread_local! {
     static EARLY: RefCell<Vec<(u64, CalloutAnswer)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Starts a callout through `call` (the filter's or the configuration's `http_callout`), handed
+/// Envoy's views of `cluster`, `headers` and `body` (valid during `call`) and the id to fill: the
+/// id, or Envoy's init result's number.
+#[inline]
+fn start_callout(
+    cluster: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    call: impl FnOnce(
+        &mut u64,
+        ffi::ModuleBuffer,
+        *mut ffi::ModuleHeader,
+        usize,
+        ffi::ModuleBuffer,
+    ) -> u32,
+) -> Result<u64, u32> {
+    let mut headers = ffi::module_headers(headers);
+    let mut id = 0u64;
+    let result = call(
+        &mut id,
+        ffi::module_buffer(cluster.as_bytes()),
+        headers.as_mut_ptr(),
+        headers.len(),
+        ffi::module_buffer(body),
+    );
+    if result == ffi::CALLOUT_INIT_SUCCESS {
+        Ok(id)
+    } else {
+        Err(result)
+    }
+}
+
 /// Which part of the request line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinePart {
@@ -111,26 +143,20 @@ impl ConfigHandle {
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u64, u32> {
-        let mut headers = ffi::module_headers(headers);
-        let mut id = 0u64;
-        // SAFETY: the config pointer is live (`from_envoy`); cluster, headers and body are valid
-        // for the call and Envoy copies them; `id` is ours.
-        let result = unsafe {
-            ffi::envoy_dynamic_module_callback_http_filter_config_http_callout(
-                self.0,
-                &mut id,
-                ffi::module_buffer(cluster.as_bytes()),
-                headers.as_mut_ptr(),
-                headers.len(),
-                ffi::module_buffer(body),
-                timeout_ms,
-            )
-        };
-        if result == ffi::CALLOUT_INIT_SUCCESS {
-            Ok(id)
-        } else {
-            Err(result)
-        }
+        start_callout(
+            cluster,
+            headers,
+            body,
+            |id, cluster, headers, size, body| {
+                // SAFETY: the config pointer is live (`from_envoy`); the buffers and the header
+                // array are valid for the call and Envoy copies them; `id` is ours.
+                unsafe {
+                    ffi::envoy_dynamic_module_callback_http_filter_config_http_callout(
+                        self.0, id, cluster, headers, size, body, timeout_ms,
+                    )
+                }
+            },
+        )
     }
 
     /// A scheduler posting events to the main thread (`on_http_filter_config_scheduled`).
@@ -479,26 +505,20 @@ impl FilterHandle {
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u64, u32> {
-        let mut headers = ffi::module_headers(headers);
-        let mut id = 0u64;
-        // SAFETY: live filter pointer (`from_envoy`), on its worker; Envoy copies cluster,
-        // headers and body; `id` is ours.
-        let result = unsafe {
-            ffi::envoy_dynamic_module_callback_http_filter_http_callout(
-                self.0,
-                &mut id,
-                ffi::module_buffer(cluster.as_bytes()),
-                headers.as_mut_ptr(),
-                headers.len(),
-                ffi::module_buffer(body),
-                timeout_ms,
-            )
-        };
-        if result == ffi::CALLOUT_INIT_SUCCESS {
-            Ok(id)
-        } else {
-            Err(result)
-        }
+        start_callout(
+            cluster,
+            headers,
+            body,
+            |id, cluster, headers, size, body| {
+                // SAFETY: live filter pointer (`from_envoy`), on its worker; the buffers and the
+                // header array are valid for the call and Envoy copies them; `id` is ours.
+                unsafe {
+                    ffi::envoy_dynamic_module_callback_http_filter_http_callout(
+                        self.0, id, cluster, headers, size, body, timeout_ms,
+                    )
+                }
+            },
+        )
     }
 
     /// Adds one to a counter defined by the configuration.
