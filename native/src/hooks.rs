@@ -72,7 +72,9 @@ fn guarded<T>(hook: &str, fallback: T, body: impl FnOnce() -> T) -> T {
 }
 
 /// Runs `body` with the module's configuration behind Envoy's config module pointer, borrowed
-/// for the call only (`None`: a null pointer).
+/// for the call only (`None`: a null pointer). Like `with_filter` and `handle`, private to this
+/// module and called only with the running hook's own arguments, as Envoy passed them: that is
+/// the contract their `unsafe` blocks rely on.
 fn with_config<T>(ptr: *const c_void, body: impl FnOnce(&NativeConfig) -> T) -> Option<T> {
     // SAFETY: a non-null pointer is one `config_new` returned (a leaked `Box<NativeConfig>`),
     // live until `config_destroy`, which Envoy calls after every other hook of the configuration;
@@ -348,14 +350,17 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     chunks_size: usize,
 ) {
     guarded("http_callout_done", (), || {
-        let answer = ffi::callout_answer(
-            result,
-            headers,
-            headers_size,
-            chunks,
-            chunks_size,
-            glue::MAX_ANSWER,
-        );
+        // SAFETY: the arrays and their sizes are this hook's arguments, valid during it.
+        let answer = unsafe {
+            ffi::callout_answer(
+                result,
+                headers,
+                headers_size,
+                chunks,
+                chunks_size,
+                glue::MAX_ANSWER,
+            )
+        };
         if handle::is_active(filter_envoy) {
             // Inside this filter's own hook (its `http_callout` answered at once): the hook's
             // work takes it over (`FilterHandle::take_early`); no second `&mut` to the filter.
@@ -475,14 +480,17 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
     chunks_size: usize,
 ) {
     guarded("config_http_callout_done", (), || {
-        let answer = ffi::callout_answer(
-            result,
-            headers,
-            headers_size,
-            chunks,
-            chunks_size,
-            glue::MAX_ANSWER,
-        );
+        // SAFETY: the arrays and their sizes are this hook's arguments, valid during it.
+        let answer = unsafe {
+            ffi::callout_answer(
+                result,
+                headers,
+                headers_size,
+                chunks,
+                chunks_size,
+                glue::MAX_ANSWER,
+            )
+        };
         with_config(config, |config| {
             glue::on_config_callout_done(config, callout_id, answer)
         });
@@ -500,7 +508,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers
     _end_stream: bool,
 ) {
     guarded("config_http_stream_headers", (), || {
-        let headers = ffi::envoy_headers(headers, headers_size);
+        // SAFETY: the array and its size are this hook's arguments, valid during it.
+        let headers = unsafe { ffi::envoy_headers(headers, headers_size) };
         with_config(config, |config| {
             glue::on_config_stream_headers(config, stream_id, &headers)
         });
@@ -518,7 +527,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
     _end_stream: bool,
 ) {
     guarded("config_http_stream_data", (), || {
-        let bytes = ffi::envoy_chunks(chunks, chunks_size);
+        // SAFETY: the array and its size are this hook's arguments, valid during it.
+        let bytes = unsafe { ffi::envoy_chunks(chunks, chunks_size) };
         with_config(config, |config| {
             glue::on_config_stream_data(config, stream_id, &bytes)
         });
@@ -535,7 +545,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailer
     trailers_size: usize,
 ) {
     guarded("config_http_stream_trailers", (), || {
-        let trailers = ffi::envoy_headers(trailers, trailers_size);
+        // SAFETY: the array and its size are this hook's arguments, valid during it.
+        let trailers = unsafe { ffi::envoy_headers(trailers, trailers_size) };
         with_config(config, |config| {
             glue::on_config_stream_headers(config, stream_id, &trailers)
         });

@@ -39,12 +39,15 @@ impl EnvoyBuffer {
 
     /// The bytes, borrowed for no longer than the buffer (empty for a null pointer).
     pub fn bytes(&self) -> &[u8] {
-        raw_slice(self.ptr, self.length)
+        // SAFETY: Envoy filled or handed over this buffer for the current call (its fields are
+        // private: nothing else makes one but `empty`, null); the slice lives as long as `self`.
+        unsafe { raw_slice(self, self.ptr, self.length) }
     }
 
     /// The bytes copied, at most `limit` of them.
     pub fn to_vec_up_to(&self, limit: usize) -> Vec<u8> {
-        raw_slice(self.ptr, self.length.min(limit)).to_vec()
+        // SAFETY: as `bytes`; at most `length` bytes are read.
+        unsafe { raw_slice(self, self.ptr, self.length.min(limit)) }.to_vec()
     }
 
     /// Its length (what Envoy says it holds).
@@ -76,12 +79,14 @@ impl EnvoyHeader {
 
     /// The name, borrowed for no longer than the header.
     pub fn name(&self) -> &[u8] {
-        raw_slice(self.key_ptr, self.key_length)
+        // SAFETY: as `EnvoyBuffer::bytes`: Envoy's header for the current call.
+        unsafe { raw_slice(self, self.key_ptr, self.key_length) }
     }
 
     /// The value, borrowed for no longer than the header.
     pub fn value(&self) -> &[u8] {
-        raw_slice(self.value_ptr, self.value_length)
+        // SAFETY: as `EnvoyBuffer::bytes`: Envoy's header for the current call.
+        unsafe { raw_slice(self, self.value_ptr, self.value_length) }
     }
 
     /// Name and value lengths together.
@@ -90,16 +95,19 @@ impl EnvoyHeader {
     }
 }
 
-/// `ptr..ptr + length` as a slice, for the private readers above: the caller ties the lifetime
-/// to a borrow of the Envoy value holding the pointer.
-fn raw_slice<'b>(ptr: *const c_char, length: usize) -> &'b [u8] {
+/// `ptr..ptr + length` as a slice borrowed for as long as `_owner` (the Envoy value holding the
+/// pointer); empty for a null pointer.
+///
+/// # Safety
+///
+/// A non-null `ptr` is valid for `length` bytes for as long as `_owner` is borrowed: it comes
+/// from an `EnvoyBuffer`/`EnvoyHeader` that Envoy filled or handed over for the current call,
+/// which is not `Copy`, not `Clone` and never stored past that call.
+unsafe fn raw_slice<T>(_owner: &T, ptr: *const c_char, length: usize) -> &[u8] {
     if ptr.is_null() || length == 0 {
         return &[];
     }
-    // SAFETY: the pointer comes from an `EnvoyBuffer`/`EnvoyHeader` that Envoy filled or handed
-    // over for the current call, valid for `length` bytes until that call returns; both readers
-    // return the slice with the lifetime of their `&self`, which cannot outlive that call (the
-    // values are not `Copy`, not `Clone`, and never stored).
+    // SAFETY: the caller's contract above.
     unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), length) }
 }
 
@@ -368,42 +376,63 @@ pub fn log(level: Level, message: &str) {
     unsafe { envoy_dynamic_module_callback_log(level, module_buffer(message.as_bytes())) }
 }
 
-/// `size` Envoy headers (or chunks) at `ptr` as a slice for `read` (nothing for a null pointer);
-/// the slice does not outlive `read`.
-fn with_array<T, R>(ptr: *const T, size: usize, read: impl FnOnce(&[T]) -> R) -> R {
+/// `size` Envoy headers (or chunks) at `ptr` as a slice for `read` (nothing for a null
+/// pointer); the slice does not outlive `read` (its lifetime is the closure argument's).
+///
+/// # Safety
+///
+/// A non-null `ptr` points to `size` values Envoy handed to the running hook, valid until it
+/// returns (this is called during that hook).
+unsafe fn with_array<T, R>(ptr: *const T, size: usize, read: impl FnOnce(&[T]) -> R) -> R {
     if ptr.is_null() || size == 0 {
         return read(&[]);
     }
-    // SAFETY: Envoy passes `size` values at `ptr`, valid for the hook that handed them over; the
-    // hook calls this during that call and `read` cannot keep the slice (its lifetime is the
-    // closure's argument's).
+    // SAFETY: the caller's contract above.
     read(unsafe { std::slice::from_raw_parts(ptr, size) })
 }
 
 /// Copies Envoy's header array (a hook's argument).
-pub fn envoy_headers(headers: *const EnvoyHeader, size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-    with_array(headers, size, |headers| {
-        headers
-            .iter()
-            .map(|h| (h.name().to_vec(), h.value().to_vec()))
-            .collect()
-    })
+///
+/// # Safety
+///
+/// As [`with_array`]: `headers` and `size` are what Envoy handed to the running hook.
+pub unsafe fn envoy_headers(headers: *const EnvoyHeader, size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        with_array(headers, size, |headers| {
+            headers
+                .iter()
+                .map(|h| (h.name().to_vec(), h.value().to_vec()))
+                .collect()
+        })
+    }
 }
 
 /// Copies Envoy's chunks (a hook's argument) into one buffer.
-pub fn envoy_chunks(chunks: *const EnvoyBuffer, size: usize) -> Vec<u8> {
-    with_array(chunks, size, |chunks| {
-        let mut out = Vec::with_capacity(chunks.iter().map(EnvoyBuffer::len).sum());
-        for c in chunks {
-            out.extend_from_slice(c.bytes());
-        }
-        out
-    })
+///
+/// # Safety
+///
+/// As [`with_array`]: `chunks` and `size` are what Envoy handed to the running hook.
+pub unsafe fn envoy_chunks(chunks: *const EnvoyBuffer, size: usize) -> Vec<u8> {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        with_array(chunks, size, |chunks| {
+            let mut out = Vec::with_capacity(chunks.iter().map(EnvoyBuffer::len).sum());
+            for c in chunks {
+                out.extend_from_slice(c.bytes());
+            }
+            out
+        })
+    }
 }
 
 /// Reads a callout's answer (a hook's arguments): its headers and body chunks, copied (the body
 /// bounded by `limit`).
-pub fn callout_answer(
+///
+/// # Safety
+///
+/// As [`with_array`]: both arrays and their sizes are what Envoy handed to the running hook.
+pub unsafe fn callout_answer(
     result: u32,
     headers: *const EnvoyHeader,
     headers_size: usize,
@@ -413,22 +442,22 @@ pub fn callout_answer(
 ) -> CalloutAnswer {
     let mut answer = CalloutAnswer {
         completed: result == CALLOUT_SUCCESS,
-        headers: envoy_headers(headers, headers_size),
+        // SAFETY: the caller's contract above.
+        headers: unsafe { envoy_headers(headers, headers_size) },
         body: Vec::new(),
     };
-    with_array(chunks, chunks_size, |chunks| {
-        for c in chunks {
-            let room = limit.saturating_sub(answer.body.len());
-            answer.body.extend_from_slice(&c.to_vec_up_to(room));
-        }
-    });
+    // SAFETY: the caller's contract above.
+    unsafe {
+        with_array(chunks, chunks_size, |chunks| {
+            for c in chunks {
+                let room = limit.saturating_sub(answer.body.len());
+                answer.body.extend_from_slice(&c.to_vec_up_to(room));
+            }
+        });
+    }
     answer
 }
 
-/// The scheduler callbacks, for the unit-test binary only: the glue's tests run generic code
-/// whose stream path names a scheduler (`FilterScheduler`, the stream's `Scheduler`), though no
-/// test makes one (the fake Envoy has none), and a test executable, unlike the module, may not
-/// leave a symbol undefined. Never called: each aborts.
 #[cfg(test)]
 mod unit_test_symbols {
     use std::ffi::c_void;
@@ -495,12 +524,15 @@ mod tests {
             length: bytes.len(),
         };
         let chunks = [chunk(&body[..4]), chunk(&body[4..])];
-        let answer = callout_answer(0, &header, 1, chunks.as_ptr(), 2, 6);
+        // SAFETY: the arrays are ours, live for the calls.
+        let answer = unsafe { callout_answer(0, &header, 1, chunks.as_ptr(), 2, 6) };
         assert!(answer.completed);
         assert_eq!(answer.header(":status"), Some(&b"200"[..]));
         assert_eq!(answer.body, b"012345");
-        let failed = callout_answer(1, std::ptr::null(), 0, std::ptr::null(), 0, 6);
+        // SAFETY: null arrays are read as empty.
+        let failed = unsafe { callout_answer(1, std::ptr::null(), 0, std::ptr::null(), 0, 6) };
         assert_eq!(failed, CalloutAnswer::default());
-        assert_eq!(envoy_chunks(chunks.as_ptr(), 2), body);
+        // SAFETY: as above.
+        assert_eq!(unsafe { envoy_chunks(chunks.as_ptr(), 2) }, body);
     }
 }
