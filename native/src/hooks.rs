@@ -1,7 +1,8 @@
 //! The top floor: the event hooks Envoy calls (`envoy_dynamic_module_on_*`), exported from the
-//! module. Each turns Envoy's pointers into the glue's values (a handle, the module's filter or
-//! configuration borrowed for the hook's call only, copied headers and answers) and runs the
-//! glue's work under `catch_unwind`: a panic is logged and the hook answers "continue" (or, for a
+//! module: a request's here, the configuration's in `hooks/config.rs`. Each turns Envoy's
+//! pointers into the glue's values (a handle, the module's filter or configuration borrowed for
+//! the hook's call only, copied headers and answers) and runs the glue's work under
+//! `catch_unwind`: a panic is logged and the hook answers "continue" (or, for a
 //! request that waits, its failure mode applies), never unwinding into Envoy. Hooks with an
 //! empty body (nothing that could panic) are the exception.
 //!
@@ -10,19 +11,19 @@
 //! `unsafe`: the pointer casts to the module's own objects, each with its invariant.
 
 use std::ffi::c_void;
-use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::ffi::{
-    self, EnvoyBuffer, EnvoyHeader, ABI_VERSION, ABI_VERSION_C, CONTINUE, STOP_ITERATION,
-    STOP_ITERATION_AND_WATERMARK,
+    self, EnvoyBuffer, EnvoyHeader, CONTINUE, STOP_ITERATION, STOP_ITERATION_AND_WATERMARK,
 };
-use crate::abi::handle::{self, ConfigHandle, FilterHandle};
+use crate::abi::handle::{self, FilterHandle};
 use crate::abi::{log, Level};
 use crate::glue::{self, After, NativeConfig, NativeFilter, When};
 
 /// The module's filter of one request, over the real bindings.
 type Filter = NativeFilter<FilterHandle>;
+
+mod config;
 
 /// Runs a hook body, `None` after a panic (logged).
 fn caught<T>(hook: &str, body: impl FnOnce() -> T) -> Option<T> {
@@ -107,74 +108,6 @@ fn handle(filter_envoy: *mut c_void) -> FilterHandle {
 // ---------------------------------------------------------------------------------------------
 // Event hooks.
 // ---------------------------------------------------------------------------------------------
-
-/// Load time: refuse (null) when the process lacks a callback we call; else our ABI version.
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
-    guarded("program_init", std::ptr::null(), || {
-        let missing = ffi::missing_callbacks();
-        if missing.is_empty() {
-            ABI_VERSION_C.as_ptr().cast()
-        } else {
-            // No logging callback can be trusted here: say it on stderr, and refuse.
-            eprintln!(
-                "sluice: this Envoy lacks the dynamic-module callbacks {} (the module is built \
-                 for ABI {ABI_VERSION}, Envoy 1.40/1.41): not loaded",
-                missing.join(", ")
-            );
-            std::ptr::null()
-        }
-    })
-}
-
-/// A filter configuration: the JSON string the wasm filter gets; null refuses it.
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
-    config_envoy: *mut c_void,
-    name: EnvoyBuffer,
-    config: EnvoyBuffer,
-) -> *const c_void {
-    guarded("http_filter_config_new", std::ptr::null(), || {
-        // SAFETY: Envoy's pointer for the configuration being made; the handle lives in the
-        // `NativeConfig` made here, which `config_destroy` drops, and is used on the main thread.
-        let handle = unsafe { ConfigHandle::from_envoy(config_envoy) };
-        match glue::config_new(handle, name.bytes(), config.bytes()) {
-            Some(config) => Box::into_raw(Box::new(config)).cast_const().cast(),
-            None => std::ptr::null(),
-        }
-    })
-}
-
-/// A configuration goes away (after every filter made from it).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *mut c_void) {
-    guarded("http_filter_config_destroy", (), || {
-        if !config.is_null() {
-            // SAFETY: `config_new` leaked this Box; Envoy destroys it once, after every other
-            // hook of the configuration.
-            drop(unsafe { Box::from_raw(config.cast::<NativeConfig>()) });
-        }
-    })
-}
-
-/// Per-route configuration is not supported: refused (null).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
-    _name: EnvoyBuffer,
-    _config: EnvoyBuffer,
-) -> *const c_void {
-    guarded("per_route_config_new", std::ptr::null(), || {
-        log(
-            Level::Error,
-            "sluice: per-route configuration is not supported; configure routes in the filter's JSON",
-        );
-        std::ptr::null()
-    })
-}
-
-/// Never called (no per-route configuration is ever made).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_destroy(_c: *mut c_void) {}
 
 /// A request's filter.
 #[no_mangle]
@@ -465,138 +398,4 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
     _reset_imminent: bool,
 ) -> u32 {
     CONTINUE
-}
-
-/// A report callout (made from the main thread) answered.
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
-    _config_envoy: *mut c_void,
-    config: *const c_void,
-    callout_id: u64,
-    result: u32,
-    headers: *const EnvoyHeader,
-    headers_size: usize,
-    chunks: *const EnvoyBuffer,
-    chunks_size: usize,
-) {
-    guarded("config_http_callout_done", (), || {
-        // SAFETY: the arrays and their sizes are this hook's arguments, valid during it.
-        let answer = unsafe {
-            ffi::callout_answer(
-                result,
-                headers,
-                headers_size,
-                chunks,
-                chunks_size,
-                glue::MAX_ANSWER,
-            )
-        };
-        with_config(config, |config| {
-            glue::on_config_callout_done(config, callout_id, answer)
-        });
-    })
-}
-
-/// The exchange stream's response headers (main thread).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers(
-    _e: *mut c_void,
-    config: *const c_void,
-    stream_id: u64,
-    headers: *const EnvoyHeader,
-    headers_size: usize,
-    _end_stream: bool,
-) {
-    guarded("config_http_stream_headers", (), || {
-        // SAFETY: the array and its size are this hook's arguments, valid during it.
-        let headers = unsafe { ffi::envoy_headers(headers, headers_size) };
-        with_config(config, |config| {
-            glue::on_config_stream_headers(config, stream_id, &headers)
-        });
-    })
-}
-
-/// Data on the exchange stream: reply frames (main thread).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
-    _e: *mut c_void,
-    config: *const c_void,
-    stream_id: u64,
-    chunks: *const EnvoyBuffer,
-    chunks_size: usize,
-    _end_stream: bool,
-) {
-    guarded("config_http_stream_data", (), || {
-        // SAFETY: the array and its size are this hook's arguments, valid during it.
-        let bytes = unsafe { ffi::envoy_chunks(chunks, chunks_size) };
-        with_config(config, |config| {
-            glue::on_config_stream_data(config, stream_id, &bytes)
-        });
-    })
-}
-
-/// The exchange stream's trailers: its gRPC status (main thread).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailers(
-    _e: *mut c_void,
-    config: *const c_void,
-    stream_id: u64,
-    trailers: *const EnvoyHeader,
-    trailers_size: usize,
-) {
-    guarded("config_http_stream_trailers", (), || {
-        // SAFETY: the array and its size are this hook's arguments, valid during it.
-        let trailers = unsafe { ffi::envoy_headers(trailers, trailers_size) };
-        with_config(config, |config| {
-            glue::on_config_stream_headers(config, stream_id, &trailers)
-        });
-    })
-}
-
-/// The exchange stream ended (main thread).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complete(
-    _e: *mut c_void,
-    config: *const c_void,
-    stream_id: u64,
-) {
-    guarded("config_http_stream_complete", (), || {
-        with_config(config, |config| {
-            glue::on_config_stream_end(config, stream_id, None)
-        });
-    })
-}
-
-/// The exchange stream was reset (main thread).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
-    _e: *mut c_void,
-    config: *const c_void,
-    stream_id: u64,
-    reason: u32,
-) {
-    guarded("config_http_stream_reset", (), || {
-        with_config(config, |config| {
-            glue::on_config_stream_end(config, stream_id, Some(reason))
-        });
-    })
-}
-
-/// The main thread's turn: send the reports the workers queued (event 0), or the exchange
-/// stream's turn (`stream::STREAM_EVENT`).
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
-    _config_envoy: *mut c_void,
-    config: *const c_void,
-    event_id: u64,
-) {
-    guarded("config_scheduled", (), || {
-        with_config(config, |config| {
-            if event_id == crate::stream::STREAM_EVENT {
-                glue::on_config_stream_turn(config);
-            } else {
-                glue::on_config_scheduled(config);
-            }
-        });
-    })
 }
