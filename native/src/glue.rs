@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use sluice_filter::config::Protocol;
+use sluice_filter::exchange;
 use sluice_filter::failure::{self, Failure};
 use sluice_filter::flow::Next;
 use sluice_filter::host::Host;
@@ -35,7 +36,6 @@ use sluice_filter::route::{self, RequestLine};
 use crate::abi::{FlowRef, Level, WorkerBound};
 use crate::envoy::Envoy;
 use crate::grpc;
-use crate::stream::Delivery;
 
 mod config;
 #[cfg(test)]
@@ -389,21 +389,11 @@ fn deliver<E: Envoy>(
         }
         Kind::Exchange => {
             let reply = grpc::read(&answer);
-            let result = sluice_filter::exchange::unary_reply(
-                reply.code,
-                reply.message.as_deref(),
-                &reply.bytes,
-            );
+            let outcome = exchange::unary_reply(reply.code, reply.message.as_deref(), &reply.bytes);
             if let Some(stream) = &host.common.stream {
-                stream.on_unary(result.as_ref().map(|_| ()), host.now_ns());
+                stream.on_unary(outcome.as_ref().map(|_| ()), host.now_ns());
             }
-            match result {
-                Ok((status, body)) => {
-                    let status = status.to_string();
-                    flow.on_callout_response(host, token, Some(status.as_bytes()), &body);
-                }
-                Err(failure) => flow.on_failure(host, token, failure),
-            }
+            flow.on_exchange_answer(host, token, outcome);
         }
     }
 }
@@ -430,14 +420,8 @@ pub fn on_scheduled<E: Envoy>(f: &mut NativeFilter<E>, _event_id: u64) -> Option
         return undecided(f, "http_filter_scheduled", When::Later).1;
     };
     let host = &mut f.host;
-    for (token, delivery) in deliveries {
-        match delivery {
-            Delivery::Answer(status, body) => {
-                let status = status.to_string();
-                flow.on_callout_response(host, token, Some(status.as_bytes()), &body);
-            }
-            Delivery::Failed(failure) => flow.on_failure(host, token, failure),
-        }
+    for (token, outcome) in deliveries {
+        flow.on_exchange_answer(host, token, outcome);
     }
     deliver_early(&mut flow, host);
     drop(state);

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sluice_filter::config::{Config, Protocol};
-use sluice_filter::exchange::{Exchanger, Route, Waiting};
+use sluice_filter::exchange::{Exchanger, Outcome, Route, Waiting};
 use sluice_filter::failure::log::FailureLog;
 use sluice_filter::failure::{grpc, Failure};
 use sluice_filter::host::Counter;
@@ -95,20 +95,11 @@ enum Note {
     Quiet,
 }
 
-/// What a waiting request is handed.
-#[derive(Debug)]
-pub enum Delivery {
-    /// The decision route's status and body.
-    Answer(u32, Vec<u8>),
-    /// No answer (timeout, the stream closed): the failure mode applies.
-    Failed(Failure),
-}
-
 /// One request's way back from the main thread: its deliveries and its own scheduler.
 #[derive(Debug)]
 pub struct Mailbox {
     scheduler: FilterScheduler,
-    inbox: Mutex<Vec<(u32, Delivery)>>,
+    inbox: Mutex<Vec<(u32, Outcome)>>,
 }
 
 impl Mailbox {
@@ -120,14 +111,15 @@ impl Mailbox {
         })
     }
 
-    /// Hands `what` for message `id` to the request (any thread).
-    fn post(&self, id: u32, what: Delivery) {
+    /// Hands `what` for message `id` to the request (any thread): the decision route's status
+    /// and body, or the failure that applies (timeout, the stream closed).
+    fn post(&self, id: u32, what: Outcome) {
         locked(&self.inbox).push((id, what));
         self.scheduler.commit(u64::from(id));
     }
 
     /// What arrived (the request's worker, in `on_http_filter_scheduled`).
-    pub fn take(&self) -> Vec<(u32, Delivery)> {
+    pub fn take(&self) -> Vec<(u32, Outcome)> {
         std::mem::take(&mut *locked(&self.inbox))
     }
 }
@@ -400,7 +392,7 @@ impl MainStream {
         for (waiting, reply) in answered {
             waiting
                 .waiter
-                .post(waiting.id, Delivery::Answer(reply.status, reply.body));
+                .post(waiting.id, Ok((reply.status, reply.body)));
         }
         if bad {
             // Closed (and said) before the reset, so that a reset callback Envoy makes from inside
@@ -531,7 +523,7 @@ impl MainStream {
 
 fn fail_all(waiting: Vec<Waiter>, failure: &Failure) {
     for w in waiting {
-        w.waiter.post(w.id, Delivery::Failed(failure.clone()));
+        w.waiter.post(w.id, Err(failure.clone()));
     }
 }
 

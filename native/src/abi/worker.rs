@@ -16,6 +16,7 @@ use std::rc::Rc;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sluice_filter::config::Config;
+use sluice_filter::exchange::Outcome;
 use sluice_filter::failure::Failure;
 use sluice_filter::flow::{Flow, Next};
 use sluice_filter::host::Host;
@@ -126,6 +127,11 @@ impl FlowRef<'_> {
     /// `Flow::on_grpc_response`.
     pub fn on_grpc_response(&mut self, host: &mut dyn Host, token: u32, status: u32, body: &[u8]) {
         self.0.on_grpc_response(host, token, status, body);
+    }
+
+    /// `Flow::on_exchange_answer`.
+    pub fn on_exchange_answer(&mut self, host: &mut dyn Host, token: u32, outcome: Outcome) {
+        self.0.on_exchange_answer(host, token, outcome);
     }
 
     /// `Flow::on_failure`.

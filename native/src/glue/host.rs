@@ -8,8 +8,8 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use sluice_core::exchange::{ExchangeRequest, CALL_PATH};
-use sluice_filter::exchange::Route;
+use sluice_core::exchange::CALL_PATH;
+use sluice_filter::exchange::{self, ExchangeStart, Route};
 use sluice_filter::failure::Failure;
 use sluice_filter::host::{Callout, CasError, Counter, ExchangeCall, GrpcCall, Host};
 use sluice_filter::rls_proto;
@@ -132,6 +132,41 @@ impl<E: Envoy> Drop for NativeHost<E> {
     }
 }
 
+/// How an exchange starts is the filter library's policy (`exchange::start`); what is native
+/// is where it goes: the main thread's stream, else a unary `DecisionExchange/Call` over the
+/// request's HTTP callout (gRPC framed by hand).
+impl<E: Envoy> ExchangeStart for NativeHost<E> {
+    fn offer_to_stream(&mut self, call: &ExchangeCall) -> Option<Route> {
+        // Without the main thread's stream (`filter_name` ending in `/unary`, or no scheduler for
+        // this request) the exchange goes unary and is counted as one (`exchange_unary`), as a
+        // stream that declined it.
+        Some(self.exchange_on_stream(call).unwrap_or(Route::Unary))
+    }
+
+    fn call_unary(&mut self, message: &[u8], timeout_ms: u64) -> Result<u32, String> {
+        let common = Arc::clone(&self.common);
+        let headers = grpc::headers(CALL_PATH, &common.config.backend.authority);
+        let body = grpc::frame(message);
+        self.start(
+            Kind::Exchange,
+            &common.config.backend.cluster,
+            &headers,
+            &body,
+            timeout_ms,
+        )
+    }
+
+    fn unary_not_started(&mut self, failure: &Failure) {
+        if let Some(stream) = &self.common.stream {
+            stream.on_unary(Err(failure), self.now_ns());
+        }
+    }
+
+    fn count_unary(&mut self) {
+        self.count(Counter::ExchangeUnary);
+    }
+}
+
 impl<E: Envoy> Host for NativeHost<E> {
     fn now_ns(&self) -> u64 {
         self.envoy.now_ns()
@@ -210,36 +245,7 @@ impl<E: Envoy> Host for NativeHost<E> {
     }
 
     fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
-        if let Some(route) = self.exchange_on_stream(call) {
-            match route {
-                Route::Stream(id) => return Ok(id),
-                Route::Fail(failure) => return Err(failure),
-                Route::Unary => {}
-            }
-        }
-        let message = prost::Message::encode_to_vec(&ExchangeRequest {
-            id: 0,
-            path: call.path.clone(),
-            body: call.body.clone(),
-        });
-        let common = Arc::clone(&self.common);
-        let headers = grpc::headers(CALL_PATH, &common.config.backend.authority);
-        let body = grpc::frame(&message);
-        self.count(Counter::ExchangeUnary);
-        self.start(
-            Kind::Exchange,
-            &common.config.backend.cluster,
-            &headers,
-            &body,
-            call.timeout_ms,
-        )
-        .map_err(|e| {
-            let failure = Failure::not_started(&e);
-            if let Some(stream) = &common.stream {
-                stream.on_unary(Err(&failure), self.now_ns());
-            }
-            failure
-        })
+        exchange::start(self, call)
     }
 
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {

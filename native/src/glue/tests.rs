@@ -316,3 +316,39 @@ fn an_unmatched_request_passes_untouched() {
     assert!(envoy.record().callouts.is_empty());
     assert_eq!(on_response_headers(&mut f), None);
 }
+
+/// `grpc_stream` without the main thread's stream (`filter_name` ending in `/unary`): the
+/// exchange goes as a unary `DecisionExchange/Call` over the HTTP callout, counted as one; its
+/// failure (a trailers-only `grpc-status`) applies the failure mode.
+#[test]
+fn an_exchange_without_the_stream_goes_unary_and_is_counted() {
+    let json = br#"{"backend": {"protocol": "grpc_stream", "cluster": "sluice_grpc", "authority": "sluice", "timeout_ms": 30},
+        "failure_mode": "deny", "failure_status": 503, "lease": {"enabled": false},
+        "routes": [{"action": "reply", "match": {"path_prefix": "/api/"},
+                     "key": {"source": "header", "name": "x-user"}}]}"#;
+    let config = parse_config(json).unwrap();
+    let counters = (0..Counter::ALL.len()).map(Some).collect();
+    let reports = Reports::new(None, &config);
+    let common = Arc::new(Common::new(config, counters, reports, None));
+    let (mut f, envoy) = request(&common, "unary-exchange");
+    assert_eq!(on_request_headers(&mut f), (true, None));
+    assert_eq!(envoy.counter(Counter::ExchangeUnary), 1);
+    let call = envoy.record().callouts[0].clone();
+    assert_eq!(call.cluster, "sluice_grpc");
+    assert!(call.headers.contains(&(
+        ":path".to_owned(),
+        sluice_core::exchange::CALL_PATH.to_owned()
+    )));
+    assert_eq!(call.body.first(), Some(&0), "one uncompressed gRPC frame");
+    let unavailable = CalloutAnswer {
+        completed: true,
+        headers: vec![
+            (b":status".to_vec(), b"200".to_vec()),
+            (b"grpc-status".to_vec(), b"14".to_vec()),
+        ],
+        body: Vec::new(),
+    };
+    let after = on_callout_done(&mut f, call.id, unavailable);
+    assert!(matches!(after, Some(After::Reply(503, _, _))), "{after:?}");
+    assert_eq!(envoy.counter(Counter::FailuresDeny), 1);
+}
