@@ -22,6 +22,7 @@ use sluice_core::Action;
 use crate::cache::{self, Entry};
 use crate::config::{Config, FailureMode, Protocol, Route, UnknownAction};
 use crate::exchange::Outcome;
+use crate::failure::mode::When;
 use crate::failure::{self, Failure};
 use crate::host::{Callout, Counter, ExchangeCall, GrpcCall, Host};
 use crate::lease::asking::LeaseAnswer;
@@ -418,7 +419,7 @@ impl Flow {
             }
             Err(failure) => {
                 let at = (route.action_index, route.action.as_str());
-                self.fail(host, at, &failure, true)
+                self.fail(host, at, &failure, When::InRequestHeaders)
             }
         }
     }
@@ -648,7 +649,7 @@ impl Flow {
                     self.worker.gave_up(id);
                 }
                 let at = (pending.action_index, pending.action.as_str());
-                let _ = self.fail(host, at, &failure, false);
+                let _ = self.fail(host, at, &failure, When::Later);
             }
         }
     }
@@ -739,7 +740,7 @@ impl Flow {
         if r.results.len() != names.len() || denied.is_some_and(|i| i >= names.len()) {
             let at = (pending.action_index, pending.action.as_str());
             let failure = Failure::bad_response("results that do not match the route's checks");
-            let _ = self.fail(host, at, &failure, false);
+            let _ = self.fail(host, at, &failure, When::Later);
             return;
         }
         let policies: Vec<(&str, RateLimit)> = names
@@ -798,15 +799,15 @@ impl Flow {
     }
 
     /// The backend could not decide: apply the failure mode, count the failure by reason and
-    /// log it (at most one line per reason per 10 s on this worker, `failure::log`). `sync` is
-    /// true inside the request-headers callback (answer with [`Next`]), false after a callout
-    /// (resume or reply).
+    /// log it (at most one line per reason per 10 s on this worker, `failure::log`). `when`: inside
+    /// the request-headers callback (answer with [`Next`]), or later, after a callout (resume or
+    /// reply).
     fn fail(
         &mut self,
         host: &mut dyn Host,
         (action_index, action): (usize, &str),
         failure: &Failure,
-        sync: bool,
+        when: When,
     ) -> Next {
         host.count(failure.reason.counter());
         let line = self
@@ -824,7 +825,7 @@ impl Flow {
             self.response_headers
                 .push((FAILURE_HEADER, reason.to_owned()));
         }
-        failure::mode::apply(&self.config, host, action, failure, sync)
+        failure::mode::apply(&self.config, host, action, failure, when)
     }
 }
 

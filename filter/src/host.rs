@@ -195,7 +195,7 @@ pub trait Host {
     /// Calls `each` with every value of a request header, in order (not at all when absent).
     /// Values are raw bytes, borrowed from the host for the call: the hot path (routes, keys)
     /// reads headers with no allocation (a leased hit is a few k instructions in all, and each
-    /// allocation and free costs ~0.2k; docs/filter.md).
+    /// allocation and free costs ~0.2k; benches/envoy/results/callgrind.md).
     fn each_request_header(&self, name: &str, each: &mut dyn FnMut(&[u8]));
     /// Every value of a request header, in order (empty when absent), copied: for the paths that
     /// keep them (a cost route's reserve header).

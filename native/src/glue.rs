@@ -79,15 +79,10 @@ pub enum After {
     Reply(u16, Vec<(String, String)>, Vec<u8>),
 }
 
-/// Where a request that could not be decided is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
-    /// In its request-headers hook: the hook's return stops it or lets it through.
-    InRequestHeaders,
-    /// Later (an answer's hook): only a request still stopped for its decision is resumed or
-    /// answered, through an [`After`].
-    Later,
-}
+/// Where a request that could not be decided is (the filter library's, shared with the wasm
+/// host's flow): later, only a request still stopped for its decision is resumed or answered,
+/// through an [`After`].
+pub use sluice_filter::failure::mode::When;
 
 /// One request: its host, and (once a route matched) its worker's state and the slot of its
 /// flow there. A request no route matches takes no lock and makes no flow.
@@ -211,7 +206,7 @@ pub fn undecided<E: Envoy>(
     host.in_headers = sync;
     host.resumed_in_headers = false;
     host.count(failure.reason.counter());
-    let next = failure::mode::apply(&common.config, host, "", &failure, sync);
+    let next = failure::mode::apply(&common.config, host, "", &failure, when);
     host.in_headers = false;
     host.paused = false;
     let stop = matches!(next, Next::Pause) && !host.resumed_in_headers;

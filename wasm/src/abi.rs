@@ -396,7 +396,7 @@ impl Host for WasmHost {
         // Every header, pseudo-headers (`:method`, `:path`) included, comes from the whole map,
         // fetched once per request and kept: each hostcall that returns bytes costs Envoy a call
         // back into the VM's allocator, so one map read is cheaper than even two single-value
-        // reads (callgrind: ~19k fewer Envoy instructions per allowed request; docs/filter.md).
+        // reads (callgrind: ~19k fewer Envoy instructions per allowed request; benches/envoy/results/callgrind.md).
         let mut cache = self.request_headers.borrow_mut();
         if cache.is_none() {
             // Kept only when read: after a failed read, removals still go to the host.

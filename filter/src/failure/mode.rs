@@ -9,9 +9,19 @@ use crate::reply::{self, Reply, FAILURE_HEADER};
 
 use super::Failure;
 
+/// Where a request that could not be decided is, which says how it goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// In its request-headers hook: the hook's return ([`Next`]) stops it or lets it through.
+    InRequestHeaders,
+    /// Later (an answer's hook): a request still stopped for its decision is resumed or
+    /// answered through the host.
+    Later,
+}
+
 /// Applies the failure mode to an undecided request of `action` (empty when the failure came
 /// before a route was known). `allow`: `x-sluice-failure` on the request, counted as passed
-/// unchecked, resumed (or `Next::Continue` when `sync`, inside the request-headers hook);
+/// unchecked, resumed (or `Next::Continue` in the request-headers hook);
 /// `deny`: `failure_status` with a problem body naming the reason. The caller counts the reason
 /// and logs it; the flow also adds the header to the response.
 pub fn apply(
@@ -19,14 +29,14 @@ pub fn apply(
     host: &mut dyn Host,
     action: &str,
     failure: &Failure,
-    sync: bool,
+    when: When,
 ) -> Next {
     let reason = failure.header.as_str();
     match config.failure_mode {
         FailureMode::Allow => {
             host.count(Counter::FailuresAllow);
             host.set_request_header(FAILURE_HEADER, reason);
-            if sync {
+            if when == When::InRequestHeaders {
                 return Next::Continue;
             }
             host.resume();

@@ -3,6 +3,7 @@
 use std::rc::Rc;
 
 use super::log::{FailureLog, LOG_EVERY_NS};
+use super::mode::When;
 use super::*;
 use crate::exchange::unary_reply;
 use crate::fake_host::FakeHost;
@@ -258,10 +259,10 @@ fn an_internal_failure_under_deny_answers_failure_status_and_never_continues() {
     let failure = Failure::internal("on_request_headers");
     assert_eq!(failure.reason, Reason::Internal);
     assert_eq!(failure.header, "internal");
-    for sync in [true, false] {
+    for when in [When::InRequestHeaders, When::Later] {
         let mut host = FakeHost::request("GET", "/x");
-        let next = mode::apply(&config, &mut host, "", &failure, sync);
-        assert_eq!(next, Next::Pause, "deny stops the request (sync {sync})");
+        let next = mode::apply(&config, &mut host, "", &failure, when);
+        assert_eq!(next, Next::Pause, "deny stops the request ({when:?})");
         assert_eq!(host.effects.resumed, 0);
         let reply = &host.effects.replies[0];
         assert_eq!(reply.0, config.failure_status);
@@ -279,12 +280,12 @@ fn an_internal_failure_under_allow_passes_marked_and_counted() {
     let failure = Failure::internal("http_callout_done");
     let mut host = FakeHost::request("GET", "/x");
     assert_eq!(
-        mode::apply(&config, &mut host, "", &failure, true),
+        mode::apply(&config, &mut host, "", &failure, When::InRequestHeaders),
         Next::Continue
     );
     let mut later = FakeHost::request("GET", "/x");
     assert_eq!(
-        mode::apply(&config, &mut later, "", &failure, false),
+        mode::apply(&config, &mut later, "", &failure, When::Later),
         Next::Pause
     );
     assert_eq!(later.effects.resumed, 1, "resumed after a callout");

@@ -4,7 +4,7 @@
 //! # Why
 //!
 //! A take from the shared table is one `get_shared_data` and one check-and-set `set_shared_data`
-//! (~20k Envoy instructions of the ~97k a leased admission costs, docs/filter.md). When a take
+//! (~20k Envoy instructions of the ~97k a leased admission costs, benches/envoy/results/callgrind.md). When a take
 //! succeeds and the lease still has plenty live, the same check-and-set also takes a small
 //! [`chunk`] for this worker: the shared entry is debited for `quantity + chunk` exactly once, and
 //! the chunk's units belong to this worker alone from then on. Its next admissions of that
