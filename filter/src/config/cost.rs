@@ -7,7 +7,8 @@ use serde::Deserialize;
 use sluice_core::limits::{MAX_QUANTITY, MIN_RESERVATION};
 use sluice_core::FieldError;
 
-use super::{header_name, Protocol, RouteCheck};
+use super::validate::header_name;
+use super::{Protocol, RouteCheck};
 
 /// What a request reserves: a constant, or a request header's number with a default and a cap.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

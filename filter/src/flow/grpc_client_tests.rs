@@ -4,6 +4,7 @@
 //! that answers: a denial, a cached denial, an all-or-nothing denial, `failure_mode: deny`,
 //! `unknown_action: deny`. An allowed gRPC request resumes as any other.
 
+use crate::reply::CACHE_HEADER;
 use std::rc::Rc;
 
 use super::*;

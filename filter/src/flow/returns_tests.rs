@@ -3,6 +3,7 @@
 //! expires with units left goes back on the tick as a commit of that grant, a retried return
 //! keeps its id and counts once, and each grant leaves the table once whoever sweeps it.
 
+use crate::lease::Lease;
 use std::rc::Rc;
 
 use sluice_core::wire::{CommitRequest, ThrottleRequest};

@@ -2,6 +2,7 @@
 //! exchange carrying exactly the HTTP callout's path and JSON, and its answer (status and body,
 //! as the backend's decision routes answer) is read exactly as an HTTP callout's.
 
+use crate::exchange::Outcome;
 use std::rc::Rc;
 
 use sluice_core::wire::{FilterReport, ThrottleAllRequest, ThrottleRequest};

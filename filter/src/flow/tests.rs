@@ -1,6 +1,7 @@
 //! The request flow against a fake host: every path ends in resume or reply, with the right headers,
 //! counters and cache effects.
 
+use crate::config::FailureMode;
 use std::rc::Rc;
 
 use super::*;
