@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use sluice_core::Action;
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// Recent traffic of one key, as one replica's batch holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

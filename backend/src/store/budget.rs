@@ -6,7 +6,7 @@ use sluice_core::commit::{Commit, Committed};
 use sluice_core::wire::KeyBudget;
 use sluice_core::Rule;
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// Reservations and commits, at the store's time (see [`super::DecisionStore`]).
 #[async_trait]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sluice_core::wire::{AuditEntry, AuditKind};
 use sluice_core::{Action, Rule};
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// One change to the rules.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use sluice_core::cell::CellArgs;
 use sluice_core::{Decision, Lease, Leased, Rule};
 
-use super::{AllOutcome, CheckRequest, StoreError};
+use super::all::{AllOutcome, CheckRequest};
+use super::error::StoreError;
 
 /// Decisions at the store's time: its [`super::Clock`] (the system clock for memory, Redis
 /// `TIME` for Redis in production; a manual clock in tests).

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use sluice_core::wire::StoreHealth;
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// For `/readyz`, the latency probe and the store metrics.
 #[async_trait]

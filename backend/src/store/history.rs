@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use sluice_core::Action;
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::history::marks::ReportApplied;
 use crate::history::{DeniedRecord, HistoryRecord, ReportMark, StoredHistory};
 

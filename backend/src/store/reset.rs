@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use sluice_core::{Action, Algorithm};
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// Resets a key, at the store's time (see [`super::DecisionStore`]).
 #[async_trait]

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use sluice_core::wire::{AuditEntry, KeyOverride};
 use sluice_core::{Action, Rule};
 
-use super::{AuditStamp, ChangeOutcome, RuleChange, StoreError};
+use super::changes::{AuditStamp, ChangeOutcome, RuleChange};
+use super::error::StoreError;
 
 /// The rules as stored, with the version that identifies this exact set.
 #[derive(Debug, Clone, Default)]
