@@ -4,7 +4,7 @@
 //! commits the meters never admitted more than the bound (capacity + elapsed / T + overshoot).
 
 use proptest::prelude::*;
-use sluice_core::commit::{commit, Commit};
+use sluice_core::commit::{commit, Commit, Committed};
 use sluice_core::{MeterParams, Params, State, WindowParams};
 
 const MS: u64 = 1_000_000;
@@ -19,6 +19,15 @@ fn window(window_ms: u64, capacity: u64) -> WindowParams {
         capacity,
         calendar: None,
     }
+}
+
+/// The three meters on the same parameters.
+fn meters(m: MeterParams) -> [Params; 3] {
+    [
+        Params::Gcra(m),
+        Params::LeakyBucket(m),
+        Params::TokenBucket(m),
+    ]
 }
 
 fn all_params() -> Vec<Params> {
@@ -144,11 +153,7 @@ fn meters_give_back_only_what_has_not_leaked_since_the_reservation() {
     let (done, _) = commit(&p, &s, 1_010_000, c(10, 0, 1_000_000));
     assert_eq!(done.refunded, 0);
     // Half way: 5 units' worth has leaked, 5 are still owed.
-    for p in [
-        Params::Gcra(meter(1000, 10)),
-        Params::LeakyBucket(meter(1000, 10)),
-        Params::TokenBucket(meter(1000, 10)),
-    ] {
+    for p in meters(meter(1000, 10)) {
         let s = reserve(&p, &State::Fresh, 1_000_000, 10);
         let (done, _) = commit(&p, &s, 1_005_000, c(10, 0, 1_000_000));
         assert_eq!(done.refunded, 5, "{p:?}");
@@ -162,11 +167,7 @@ fn meters_give_back_only_what_has_not_leaked_since_the_reservation() {
 fn the_actual_cost_s_drain_time_is_a_grace_period() {
     // 10 reserved at 0, 5 used: the emptier meter (5 units) cannot run dry for 5 units' time,
     // so a commit within it gives back all 5; 2 units' time later, 2 fewer.
-    for p in [
-        Params::Gcra(meter(1000, 10)),
-        Params::LeakyBucket(meter(1000, 10)),
-        Params::TokenBucket(meter(1000, 10)),
-    ] {
+    for p in meters(meter(1000, 10)) {
         let s = reserve(&p, &State::Fresh, 1_000_000, 10);
         let (done, _) = commit(&p, &s, 1_004_999, c(10, 5, 1_000_000));
         assert_eq!(done.refunded, 5, "{p:?}");
@@ -257,45 +258,68 @@ fn tight_steps() -> impl Strategy<Value = Vec<Step>> {
     )
 }
 
+/// What a random history did to a meter.
+struct Replayed {
+    /// (time, units really used, an admission?) per entry: each admitted reservation at its
+    /// time (less what its commit refunded), each debit at its commit's time.
+    used: Vec<(u64, u64, bool)>,
+    /// (reserved, actual, result) per commit made.
+    commits: Vec<(u64, u64, Committed)>,
+    /// The overshoot of all commits summed.
+    overshoot: u64,
+}
+
+/// Plays `steps` on `p` from a fresh state at 1 ms: a reservation is kept when admitted; a
+/// commit settles the last open reservation, if any.
+fn replay(p: &Params, steps: Vec<Step>) -> Replayed {
+    let mut state = State::Fresh;
+    let mut now = 1_000_000u64;
+    let mut out = Replayed {
+        used: Vec::new(),
+        commits: Vec::new(),
+        overshoot: 0,
+    };
+    let mut open: Option<(usize, u64)> = None;
+    for step in steps {
+        match step {
+            Step::Reserve { dt, q } => {
+                now += dt;
+                let (d, next) = p.decide(&state, now, q);
+                if d.allowed && q > 0 {
+                    state = next;
+                    out.used.push((now, q, true));
+                    open = Some((out.used.len() - 1, q));
+                }
+            }
+            Step::Commit { dt, actual } => {
+                now += dt;
+                if let Some((i, reserved)) = open.take() {
+                    let (done, next) = commit(p, &state, now, c(reserved, actual, out.used[i].0));
+                    if let Some(next) = next {
+                        state = next;
+                    }
+                    out.overshoot += done.overshoot;
+                    // Refunded units leave the reservation; debited ones count at commit.
+                    out.used[i].1 -= done.refunded;
+                    if done.debited > 0 {
+                        out.used.push((now, done.debited, false));
+                    }
+                    out.commits.push((reserved, actual, done));
+                }
+            }
+        }
+    }
+    out
+}
+
 proptest! {
     /// Meters, with debt carried: over any span that ends with an admission, the units really
     /// used (each reservation at its actual cost, each debit at its commit) satisfy
     /// T × used ≤ T × capacity + span: nothing a commit debited is ever handed out again.
     #[test]
     fn meters_never_admit_units_already_spent(steps in tight_steps(), which in 0usize..3) {
-        let m = meter(100, 10);
-        let p = [Params::Gcra(m), Params::LeakyBucket(m), Params::TokenBucket(m)][which];
-        let mut state = State::Fresh;
-        let mut now = 1_000_000u64;
-        // (time, units really used, an admission?) per entry.
-        let mut used: Vec<(u64, u64, bool)> = Vec::new();
-        let mut open: Option<(usize, u64)> = None;
-        for step in steps {
-            match step {
-                Step::Reserve { dt, q } => {
-                    now += dt;
-                    let (d, next) = p.decide(&state, now, q);
-                    if d.allowed && q > 0 {
-                        state = next;
-                        used.push((now, q, true));
-                        open = Some((used.len() - 1, q));
-                    }
-                }
-                Step::Commit { dt, actual } => {
-                    now += dt;
-                    if let Some((i, reserved)) = open.take() {
-                        let (done, next) = commit(&p, &state, now, c(reserved, actual, used[i].0));
-                        if let Some(next) = next {
-                            state = next;
-                        }
-                        used[i].1 -= done.refunded;
-                        if done.debited > 0 {
-                            used.push((now, done.debited, false));
-                        }
-                    }
-                }
-            }
-        }
+        let p = meters(meter(100, 10))[which];
+        let Replayed { used, .. } = replay(&p, steps);
         for i in 0..used.len() {
             let mut total = 0;
             for j in i..used.len() {
@@ -316,43 +340,11 @@ proptest! {
     /// (t_j − t_i) + T × overshoot so far: the bound of the module docs.
     #[test]
     fn meters_hold_the_bound(steps in steps(), which in 0usize..3) {
-        let m = meter(100, 10);
-        let p = [Params::Gcra(m), Params::LeakyBucket(m), Params::TokenBucket(m)][which];
-        let mut state = State::Fresh;
-        let mut now = 1_000_000u64;
-        // (time, units really used) per admission; the last reservation's index.
-        let mut used: Vec<(u64, u64)> = Vec::new();
-        let mut open: Option<(usize, u64)> = None;
-        let mut overshoot = 0u64;
-        for step in steps {
-            match step {
-                Step::Reserve { dt, q } => {
-                    now += dt;
-                    let (d, next) = p.decide(&state, now, q);
-                    if d.allowed && q > 0 {
-                        state = next;
-                        used.push((now, q));
-                        open = Some((used.len() - 1, q));
-                    }
-                }
-                Step::Commit { dt, actual } => {
-                    now += dt;
-                    if let Some((i, reserved)) = open.take() {
-                        let (done, next) = commit(&p, &state, now, c(reserved, actual, used[i].0));
-                        prop_assert!(done.refunded <= reserved.saturating_sub(actual));
-                        prop_assert_eq!(done.debited, actual.saturating_sub(reserved));
-                        if let Some(next) = next {
-                            state = next;
-                        }
-                        overshoot += done.overshoot;
-                        // Refunded units leave the reservation; debited ones count at commit.
-                        used[i].1 -= done.refunded;
-                        if done.debited > 0 {
-                            used.push((now, done.debited));
-                        }
-                    }
-                }
-            }
+        let p = meters(meter(100, 10))[which];
+        let Replayed { used, commits, overshoot } = replay(&p, steps);
+        for (reserved, actual, done) in commits {
+            prop_assert!(done.refunded <= reserved.saturating_sub(actual));
+            prop_assert_eq!(done.debited, actual.saturating_sub(reserved));
         }
         for i in 0..used.len() {
             let mut total = 0;
