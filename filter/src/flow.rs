@@ -543,6 +543,9 @@ mod answer;
 mod cost;
 
 #[cfg(test)]
+mod test_support;
+
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]

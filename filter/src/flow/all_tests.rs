@@ -7,8 +7,7 @@ use std::rc::Rc;
 use super::*;
 use crate::fake_host::FakeHost;
 
-const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
+use super::test_support::T0;
 
 fn config() -> Rc<Config> {
     let json = r#"{"backend": {"protocol": "http", "cluster": "sluice_backend", "authority": "sluice"},

@@ -12,8 +12,7 @@ use crate::cost::COMMIT_PATH;
 use crate::fake_host::FakeHost;
 use crate::report::Worker;
 
-const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
+use super::test_support::{MS, T0};
 
 fn config(protocol: &str, actual: &str) -> Rc<Config> {
     let json = format!(

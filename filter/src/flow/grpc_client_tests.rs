@@ -11,8 +11,7 @@ use super::*;
 use crate::fake_host::FakeHost;
 use crate::reply::{GRPC_PUSHBACK_HEADER, GRPC_STATUS_HEADER};
 
-const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
+use super::test_support::T0;
 
 fn config(extra: &str) -> Rc<Config> {
     let json = format!(

@@ -12,8 +12,7 @@ use crate::fake_host::FakeHost;
 use crate::rls::GRPC_OK;
 use crate::rls_proto::{self, Code, DescriptorStatus, RateLimitRequest, RateLimitResponse};
 
-const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
+use super::test_support::{ended_once, MS, T0};
 
 fn config_with(protocol: &str, extra: &str) -> Rc<Config> {
     let json = format!(
@@ -105,13 +104,6 @@ fn run(flow: &mut Flow, host: &mut FakeHost, answer: Option<(u32, &[u8])>) -> Ne
     }
     flow.on_response_headers(host);
     next
-}
-
-fn ended_once(host: &FakeHost, next: Next) {
-    let ends = host.effects.resumed as usize
-        + host.effects.replies.len()
-        + usize::from(next == Next::Continue);
-    assert_eq!(ends, 1, "{:?}", host.effects);
 }
 
 #[test]

@@ -8,19 +8,16 @@ use super::*;
 use crate::fake_host::FakeHost;
 use crate::report::Counts;
 
-const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
+use super::test_support::{http_config, MS, T0};
 
 fn config(extra: &str) -> Rc<Config> {
-    let json = format!(
-        r#"{{"backend": {{"protocol": "http", "cluster": "sluice_backend", "authority": "sluice", "timeout_ms": 30}},
-        {extra}
-        "routes": [{{"action": "reply", "match": {{"path_prefix": "/api/"}},
-                     "key": {{"source": "header", "name": "x-user"}}}},
-                   {{"action": "reply", "match": {{"path_prefix": "/bulk/"}}, "quantity": 5,
-                     "key": {{"source": "header", "name": "x-user"}}}}]}}"#
-    );
-    Rc::new(Config::from_json(json.as_bytes()).unwrap())
+    http_config(
+        extra,
+        r#"[{"action": "reply", "match": {"path_prefix": "/api/"},
+             "key": {"source": "header", "name": "x-user"}},
+            {"action": "reply", "match": {"path_prefix": "/bulk/"}, "quantity": 5,
+             "key": {"source": "header", "name": "x-user"}}]"#,
+    )
 }
 
 /// An answer with `remaining` 2, capacity 100, and a lease of `units` for `ttl_ms` if given.

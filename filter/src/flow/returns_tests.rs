@@ -13,8 +13,7 @@ use crate::cost::COMMIT_PATH;
 use crate::fake_host::FakeHost;
 use crate::lease::returns::commit_id;
 
-const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
+use super::test_support::{MS, T0};
 /// The callout timeout of [`config`]: how long a mark of a grant in flight lives.
 const TIMEOUT_MS: u64 = 30;
 

@@ -10,8 +10,7 @@ use sluice_core::wire::{FilterReport, ThrottleAllRequest, ThrottleRequest};
 use super::*;
 use crate::fake_host::FakeHost;
 
-const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
+use super::test_support::{MS, T0};
 
 fn config(protocol: &str) -> Rc<Config> {
     let json = format!(

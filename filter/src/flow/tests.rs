@@ -8,17 +8,14 @@ use super::*;
 use crate::fake_host::FakeHost;
 use sluice_core::wire::FilterReport;
 
-const MS: u64 = sluice_core::time::NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
+use super::test_support::{ended_once, http_config, MS, T0};
 
 fn config(extra: &str) -> Rc<Config> {
-    let json = format!(
-        r#"{{"backend": {{"protocol": "http", "cluster": "sluice_backend", "authority": "sluice", "timeout_ms": 30}},
-        {extra}
-        "routes": [{{"action": "reply", "match": {{"path_prefix": "/api/"}},
-                     "key": {{"source": "header", "name": "x-user"}}}}]}}"#
-    );
-    Rc::new(Config::from_json(json.as_bytes()).unwrap())
+    http_config(
+        extra,
+        r#"[{"action": "reply", "match": {"path_prefix": "/api/"},
+             "key": {"source": "header", "name": "x-user"}}]"#,
+    )
 }
 
 fn user(name: &str) -> FakeHost {
@@ -50,14 +47,6 @@ fn run(flow: &mut Flow, host: &mut FakeHost, answer: Option<(&[u8], &[u8])>) -> 
     }
     flow.on_response_headers(host);
     next
-}
-
-/// Every path ends in exactly one resume or reply, or continues synchronously.
-fn ended_once(host: &FakeHost, next: Next) {
-    let ends = host.effects.resumed as usize
-        + host.effects.replies.len()
-        + usize::from(next == Next::Continue);
-    assert_eq!(ends, 1, "{:?}", host.effects);
 }
 
 #[test]
