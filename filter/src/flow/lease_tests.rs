@@ -70,6 +70,13 @@ fn request(
     }
 }
 
+/// Alice's first request on `/api/x` at `T0`, allowed with a lease of `units` for `ttl_ms`: its host.
+fn granted(cfg: &Rc<Config>, worker: &Rc<Worker>, units: u64, ttl_ms: u64) -> FakeHost {
+    let body = answer(true, Some((units, ttl_ms)), "");
+    let reply = Some((&b"200"[..], body));
+    request(cfg, worker, &start(), "/api/x", b"alice", T0, reply).host
+}
+
 fn remaining(run: &Run) -> Option<String> {
     run.host.response_header("x-ratelimit-remaining")
 }
@@ -139,8 +146,7 @@ fn a_grant_admits_the_next_requests_without_callouts_and_headers_count_down() {
 fn an_expired_lease_sends_the_next_request_to_the_backend() {
     let cfg = config("");
     let w = Rc::new(Worker::new(&cfg));
-    let granted = Some((&b"200"[..], answer(true, Some((50, 200)), "")));
-    let h = request(&cfg, &w, &start(), "/api/x", b"alice", T0, granted).host;
+    let h = granted(&cfg, &w, 50, 200);
     let run = request(&cfg, &w, &h, "/api/x", b"alice", T0 + 199 * MS, None);
     assert!(!run.called_out);
     let run = request(&cfg, &w, &run.host, "/api/x", b"alice", T0 + 200 * MS, None);
@@ -151,8 +157,7 @@ fn an_expired_lease_sends_the_next_request_to_the_backend() {
 fn a_route_with_quantity_takes_that_many_units() {
     let cfg = config("");
     let w = Rc::new(Worker::new(&cfg));
-    let granted = Some((&b"200"[..], answer(true, Some((12, 1000)), "")));
-    let h = request(&cfg, &w, &start(), "/api/x", b"alice", T0, granted).host;
+    let h = granted(&cfg, &w, 12, 1000);
     let run = request(&cfg, &w, &h, "/bulk/x", b"alice", T0 + MS, None);
     assert!(!run.called_out);
     assert_eq!(remaining(&run).as_deref(), Some("9"), "2 + 12 − 5");
@@ -169,8 +174,7 @@ fn with_the_backend_down_a_live_lease_is_spent_then_the_failure_mode_applies() {
     for (mode, extra) in [("allow", ""), ("deny", r#""failure_mode": "deny","#)] {
         let cfg = config(extra);
         let w = Rc::new(Worker::new(&cfg));
-        let granted = Some((&b"200"[..], answer(true, Some((2, 1000)), "")));
-        let mut h = request(&cfg, &w, &start(), "/api/x", b"alice", T0, granted).host;
+        let mut h = granted(&cfg, &w, 2, 1000);
         // The backend is gone: connections refused (503 from Envoy).
         let down = || Some((&b"503"[..], b"upstream connect error".to_vec()));
         for i in 0..2 {
@@ -228,16 +232,7 @@ fn denials_shadow_rules_and_grpc_never_make_a_lease() {
     }
     // gRPC: the request does not ask, and a lease left in shared data (by an HTTP plugin of the
     // same VM) is not spent by it either: gRPC callouts have no leases.
-    let http = request(
-        &cfg,
-        &w,
-        &start(),
-        "/api/x",
-        b"alice",
-        T0,
-        Some((b"200", answer(true, Some((5, 1000)), ""))),
-    )
-    .host;
+    let http = granted(&cfg, &w, 5, 1000);
     let grpc = Rc::new(
         Config::from_json(
             br#"{"backend": {"cluster": "rls", "protocol": "grpc"},
@@ -255,16 +250,7 @@ fn denials_shadow_rules_and_grpc_never_make_a_lease() {
 fn leases_off_means_no_table_reads_and_no_spending() {
     let cfg = config(r#""lease": {"enabled": false}, "denial_cache": {"enabled": false},"#);
     let w = Rc::new(Worker::new(&cfg));
-    let h = request(
-        &cfg,
-        &w,
-        &start(),
-        "/api/x",
-        b"alice",
-        T0,
-        Some((b"200", answer(true, Some((5, 1000)), ""))),
-    )
-    .host;
+    let h = granted(&cfg, &w, 5, 1000);
     assert!(
         h.shared.is_empty(),
         "a grant the filter did not ask for is ignored"
@@ -280,16 +266,7 @@ fn a_lease_is_taken_before_the_denial_cache_is_asked() {
     // the leased units were debited, so they are still spent.
     let cfg = config("");
     let w = Rc::new(Worker::new(&cfg));
-    let h = request(
-        &cfg,
-        &w,
-        &start(),
-        "/api/x",
-        b"alice",
-        T0,
-        Some((b"200", answer(true, Some((1, 1000)), ""))),
-    )
-    .host;
+    let h = granted(&cfg, &w, 1, 1000);
     let denied = request(
         &cfg,
         &w,
