@@ -392,6 +392,9 @@ pub fn decode(bytes: &[u8]) -> Option<(Lease, &[u8])> {
 }
 
 #[cfg(test)]
+mod test_support;
+
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]

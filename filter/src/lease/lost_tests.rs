@@ -6,23 +6,14 @@ use std::cell::RefCell;
 
 use super::pocket::Pockets;
 use super::table;
+use super::test_support::{granted_for, host, id, MS, SLOTS, T0};
 use super::*;
 use crate::fake_host::FakeHost;
 use crate::host::Counter;
 
-const MS: u64 = NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
-const SLOTS: u64 = 65_536;
-
 /// A lease of `units` granted by a callout sent at `sent`, ttl 1 s.
 fn granted(units: u64, sent: u64) -> Lease {
-    let answer: ThrottleResponse = serde_json::from_str(&format!(
-        r#"{{"allowed": true, "algorithm": "gcra", "mode": "enforce", "capacity": 1000,
-        "remaining": 40, "retry_after_ms": null, "reset_after_ms": 6000, "level": 60.0,
-        "window_ms": 10000, "lease": {{"units": {units}, "ttl_ms": 1000}}}}"#
-    ))
-    .unwrap();
-    Lease::of_answer(&answer, sent, sent + 2 * MS, sent).unwrap()
+    granted_for(units, sent, 1000)
 }
 
 thread_local! {
@@ -63,16 +54,6 @@ fn returned_for(who: &[u8]) -> u64 {
             .map(|r| r.grant.units)
             .sum()
     })
-}
-
-fn id(key: &str) -> Vec<u8> {
-    identity("reply", key)
-}
-
-fn host() -> FakeHost {
-    let mut h = FakeHost::request("GET", "/");
-    h.now = T0;
-    h
 }
 
 fn lost(h: &FakeHost) -> u64 {

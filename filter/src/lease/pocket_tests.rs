@@ -4,24 +4,9 @@
 
 use super::pocket::{chunk, set_of, Pockets, MAX_POCKETS, MAX_POCKET_UNITS, SETS, WAYS};
 use super::table::{self, pocket_hash, slot_keys};
+use super::test_support::{granted_for, host, id, store, MS, SLOTS, T0};
 use super::*;
 use crate::fake_host::FakeHost;
-
-const MS: u64 = NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
-const SLOTS: u64 = 65_536;
-
-/// A lease of `units` granted by a callout sent at `sent` with `ttl_ms`; the backend's
-/// `remaining` is 40.
-fn granted_for(units: u64, sent: u64, ttl_ms: u64) -> Lease {
-    let answer: ThrottleResponse = serde_json::from_str(&format!(
-        r#"{{"allowed": true, "algorithm": "gcra", "mode": "enforce", "capacity": 1000,
-        "remaining": 40, "retry_after_ms": null, "reset_after_ms": 6000, "level": 60.0,
-        "window_ms": 10000, "lease": {{"units": {units}, "ttl_ms": {ttl_ms}}}}}"#
-    ))
-    .unwrap();
-    Lease::of_answer(&answer, sent, sent + 2 * MS, sent).unwrap()
-}
 
 /// A take whose returns are not looked at (`returns_tests` looks at them).
 fn spend(
@@ -35,23 +20,8 @@ fn spend(
     table::spend(h, pockets, identity, slots, quantity, now, &mut Vec::new())
 }
 
-/// A store whose returns are not looked at.
-fn store(h: &mut FakeHost, identity: &[u8], slots: u64, granted: &Lease, now: u64) -> bool {
-    table::store(h, identity, slots, granted, now, &mut Vec::new())
-}
-
 fn granted(units: u64, sent: u64) -> Lease {
     granted_for(units, sent, 1000)
-}
-
-fn id(key: &str) -> Vec<u8> {
-    identity("reply", key)
-}
-
-fn host() -> FakeHost {
-    let mut h = FakeHost::request("GET", "/");
-    h.now = T0;
-    h
 }
 
 /// Shared-data hostcalls so far: reads and writes.

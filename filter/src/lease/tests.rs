@@ -3,6 +3,7 @@
 
 use super::pocket::Pockets;
 use super::table::{self, slot_keys, MAX_CAS_TRIES};
+use super::test_support::{host, id, store, MS, SLOTS, T0};
 use super::*;
 use crate::fake_host::FakeHost;
 use crate::host::Host;
@@ -28,15 +29,6 @@ fn spend(
     )
 }
 
-/// A store whose returns are not looked at (`returns_tests` looks at them).
-fn store(h: &mut FakeHost, identity: &[u8], slots: u64, granted: &Lease, now: u64) -> bool {
-    table::store(h, identity, slots, granted, now, &mut Vec::new())
-}
-
-const MS: u64 = NANOS_PER_MILLI;
-const T0: u64 = 1_700_000_000_000 * MS;
-const SLOTS: u64 = 65_536;
-
 fn answer(allowed: bool, lease: Option<(u64, u64)>, extra: &str) -> ThrottleResponse {
     let lease = lease.map_or("null".to_owned(), |(units, ttl_ms)| {
         format!(r#"{{"units": {units}, "ttl_ms": {ttl_ms}}}"#)
@@ -59,16 +51,6 @@ fn granted(units: u64, sent: u64) -> Lease {
         sent,
     )
     .unwrap()
-}
-
-fn id(key: &str) -> Vec<u8> {
-    identity("reply", key)
-}
-
-fn host() -> FakeHost {
-    let mut h = FakeHost::request("GET", "/");
-    h.now = T0;
-    h
 }
 
 fn stored(h: &FakeHost, identity: &[u8]) -> Option<Lease> {
