@@ -117,6 +117,15 @@ impl FakeHost {
         self.shared.insert(key.to_owned(), value.to_vec());
         self.versions.insert(key.to_owned(), self.last_version);
     }
+
+    /// The token of a call that starts (the next in order), or the dispatch error set.
+    fn start_call(&mut self) -> Result<u32, String> {
+        if let Some(e) = &self.dispatch_error {
+            return Err(e.clone());
+        }
+        self.next_token += 1;
+        Ok(self.next_token - 1)
+    }
 }
 
 /// Every value of `name` in `pairs`, in order.
@@ -180,31 +189,22 @@ impl Host for FakeHost {
         Ok(())
     }
     fn dispatch(&mut self, call: &Callout) -> Result<u32, String> {
-        if let Some(e) = &self.dispatch_error {
-            return Err(e.clone());
-        }
+        let token = self.start_call()?;
         self.effects.callouts.push(call.clone());
-        self.next_token += 1;
-        Ok(self.next_token - 1)
+        Ok(token)
     }
     fn dispatch_grpc(&mut self, call: &GrpcCall) -> Result<u32, String> {
-        if let Some(e) = &self.dispatch_error {
-            return Err(e.clone());
-        }
+        let token = self.start_call()?;
         self.effects.grpc_calls.push(call.clone());
-        self.next_token += 1;
-        Ok(self.next_token - 1)
+        Ok(token)
     }
     fn exchange(&mut self, call: &ExchangeCall) -> Result<u32, Failure> {
         if let Some(f) = &self.exchange_failure {
             return Err(f.clone());
         }
-        if let Some(e) = &self.dispatch_error {
-            return Err(Failure::not_started(e));
-        }
+        let token = self.start_call().map_err(|e| Failure::not_started(&e))?;
         self.effects.exchanges.push(call.clone());
-        self.next_token += 1;
-        Ok(self.next_token - 1)
+        Ok(token)
     }
     fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
         let headers = headers
