@@ -35,6 +35,13 @@ fn decision(allowed: bool, algorithm: &str, retry_ms: Option<u64>, extra: &str) 
     .into_bytes()
 }
 
+/// The next request of `name` on the VM of `h` (shared data and counters carry over), at `now`.
+fn again(h: &FakeHost, name: &[u8], now: u64) -> FakeHost {
+    let mut next = h.next_request("POST", "/api/reply").header("x-user", name);
+    next.now = now;
+    next
+}
+
 /// Runs one request through request headers, the callout answer (if any) and response headers.
 fn run(flow: &mut Flow, host: &mut FakeHost, answer: Option<(&[u8], &[u8])>) -> Next {
     let next = flow.on_request_headers(host);
@@ -371,10 +378,7 @@ fn a_denial_is_answered_from_the_cache_until_it_expires() {
     assert_eq!(h.effects.callouts.len(), 1);
 
     // 100 ms later: answered locally, no callout, cache header, counter.
-    let mut h2 = h
-        .next_request("POST", "/api/reply")
-        .header("x-user", b"alice");
-    h2.now = T0 + 100 * MS;
+    let mut h2 = again(&h, b"alice", T0 + 100 * MS);
     let next = run(&mut Flow::new(Rc::clone(&cfg)), &mut h2, None);
     ended_once(&h2, next);
     assert!(h2.effects.callouts.is_empty());
@@ -384,10 +388,7 @@ fn a_denial_is_answered_from_the_cache_until_it_expires() {
     assert_eq!(h2.counter(Counter::CachedDenials), 1);
 
     // Another user is not affected.
-    let mut h3 = h
-        .next_request("POST", "/api/reply")
-        .header("x-user", b"bob");
-    h3.now = T0 + 100 * MS;
+    let mut h3 = again(&h, b"bob", T0 + 100 * MS);
     assert_eq!(
         Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h3),
         Next::Pause
@@ -395,10 +396,7 @@ fn a_denial_is_answered_from_the_cache_until_it_expires() {
     assert_eq!(h3.effects.callouts.len(), 1);
 
     // At sent + 499 ms (retry rounded up to 500 ms, minus 1 ms) the backend is asked again.
-    let mut h4 = h
-        .next_request("POST", "/api/reply")
-        .header("x-user", b"alice");
-    h4.now = T0 + 499 * MS;
+    let mut h4 = again(&h, b"alice", T0 + 499 * MS);
     assert_eq!(
         Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h4),
         Next::Pause
@@ -440,16 +438,10 @@ fn max_ttl_bounds_a_long_denial() {
         &mut h,
         Some((b"200", &decision(false, "fixed_window", Some(60_000), ""))),
     );
-    let mut h2 = h
-        .next_request("POST", "/api/reply")
-        .header("x-user", b"alice");
-    h2.now = T0 + 199 * MS;
+    let mut h2 = again(&h, b"alice", T0 + 199 * MS);
     Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h2);
     assert!(h2.effects.callouts.is_empty());
-    let mut h3 = h
-        .next_request("POST", "/api/reply")
-        .header("x-user", b"alice");
-    h3.now = T0 + 200 * MS;
+    let mut h3 = again(&h, b"alice", T0 + 200 * MS);
     Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h3);
     assert_eq!(h3.effects.callouts.len(), 1);
 }
@@ -481,10 +473,7 @@ fn a_cached_denial_gives_the_same_wait_as_the_backend() {
     flow.on_callout_response(&mut h, token, Some(b"200"), &body);
     assert_eq!(h.reply_header("retry-after").as_deref(), Some("60"));
 
-    let mut h2 = h
-        .next_request("POST", "/api/reply")
-        .header("x-user", b"alice");
-    h2.now = T0 + 102 * MS;
+    let mut h2 = again(&h, b"alice", T0 + 102 * MS);
     let next = run(&mut Flow::new(Rc::clone(&cfg)), &mut h2, None);
     ended_once(&h2, next);
     assert_eq!(h2.reply_header("x-sluice-cache").as_deref(), Some("hit"));
@@ -506,11 +495,8 @@ fn a_cached_denial_gives_the_same_wait_as_the_backend() {
         .unwrap()
         .contains("retry after 60 s"));
 
-    // Late in the hold, still the backend's deadline.
-    let mut h3 = h
-        .next_request("POST", "/api/reply")
-        .header("x-user", b"alice");
-    h3.now = T0 + 999 * MS; // the hold ends at sent + max_ttl_ms = T0 + 1000 ms
+    // Late in the hold (it ends at sent + max_ttl_ms = T0 + 1000 ms), still the backend's deadline.
+    let mut h3 = again(&h, b"alice", T0 + 999 * MS);
     run(&mut Flow::new(Rc::clone(&cfg)), &mut h3, None);
     assert_eq!(h3.reply_header("x-sluice-cache").as_deref(), Some("hit"));
     assert_eq!(h3.reply_header("retry-after").as_deref(), Some("60"));
