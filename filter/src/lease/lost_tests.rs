@@ -42,6 +42,11 @@ fn store(h: &mut FakeHost, identity: &[u8], slots: u64, granted: &Lease, now: u6
     stored
 }
 
+/// Stores a grant of `units` sent at `sent` when its answer came, 2 ms later.
+fn grant(h: &mut FakeHost, identity: &[u8], units: u64, sent: u64) -> bool {
+    store(h, identity, SLOTS, &granted(units, sent), sent + 2 * MS)
+}
+
 /// Units given back so far by the running test's takes and stores, and for whom.
 fn returned() -> u64 {
     BACK.with_borrow(|b| b.iter().map(|r| r.grant.units).sum())
@@ -75,14 +80,8 @@ fn a_grant_not_live_yet_survives_a_take_and_a_store_by_a_worker_with_an_older_cl
     // left at T0 + 10 ms and its grant was stored. Worker 1's take (and its own store) at the
     // older time must keep that grant: it used to be dropped, a whole grant lost.
     let (mut h, a) = (host(), id("alice"));
-    assert!(store(&mut h, &a, SLOTS, &granted(3, T0), T0 + 2 * MS));
-    assert!(store(
-        &mut h,
-        &a,
-        SLOTS,
-        &granted(9, T0 + 10 * MS),
-        T0 + 12 * MS
-    ));
+    assert!(grant(&mut h, &a, 3, T0));
+    assert!(grant(&mut h, &a, 9, T0 + 10 * MS));
     let mut p = Pockets::default();
     assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 5 * MS).is_some());
     assert!(store(
@@ -109,7 +108,7 @@ fn a_grant_not_live_yet_survives_a_take_and_a_store_by_a_worker_with_an_older_cl
 fn expired_units_are_given_back_once_when_a_take_or_a_store_drops_them() {
     let (mut h, a) = (host(), id("alice"));
     let mut p = Pockets::default();
-    assert!(store(&mut h, &a, SLOTS, &granted(5, T0), T0 + 2 * MS));
+    assert!(grant(&mut h, &a, 5, T0));
     assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 10 * MS).is_some());
     // Expired with 4 left: the failed take writes the entry without them and gives them back.
     assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 1000 * MS).is_none());
@@ -123,25 +122,13 @@ fn expired_units_are_given_back_once_when_a_take_or_a_store_drops_them() {
 
     // A store that absorbs over an expired grant gives back what it had left.
     let b = id("bob");
-    assert!(store(&mut h, &b, SLOTS, &granted(6, T0), T0 + 2 * MS));
-    assert!(store(
-        &mut h,
-        &b,
-        SLOTS,
-        &granted(2, T0 + 2000 * MS),
-        T0 + 2002 * MS
-    ));
+    assert!(grant(&mut h, &b, 6, T0));
+    assert!(grant(&mut h, &b, 2, T0 + 2000 * MS));
     assert_eq!(returned_for(&b), 6);
     // A take that succeeds from a live grant gives back the expired one beside it.
     let c = id("carol");
-    assert!(store(&mut h, &c, SLOTS, &granted(7, T0), T0 + 2 * MS));
-    assert!(store(
-        &mut h,
-        &c,
-        SLOTS,
-        &granted(3, T0 + 900 * MS),
-        T0 + 902 * MS
-    ));
+    assert!(grant(&mut h, &c, 7, T0));
+    assert!(grant(&mut h, &c, 3, T0 + 900 * MS));
     assert!(spend(&mut h, &mut p, &c, SLOTS, 1, T0 + 1500 * MS).is_some());
     assert_eq!(returned_for(&c), 7);
     assert_eq!(drain(&mut h, &mut p, &c, T0 + 1500 * MS), 2);
@@ -152,7 +139,7 @@ fn expired_units_are_given_back_once_when_a_take_or_a_store_drops_them() {
 fn a_grant_that_cannot_be_stored_is_given_back_whole() {
     let (mut h, a) = (host(), id("alice"));
     h.refuse_writes = true;
-    assert!(!store(&mut h, &a, SLOTS, &granted(8, T0), T0 + 2 * MS));
+    assert!(!grant(&mut h, &a, 8, T0));
     assert_eq!((returned_for(&a), lost(&h)), (8, 0));
 }
 
@@ -174,17 +161,11 @@ fn a_pocket_that_expires_unspent_is_counted_lost_when_the_worker_next_refills_it
     // pocket, are expired: the take from the second grant counts both.
     let (mut h, a) = (host(), id("alice"));
     let mut p = Pockets::default();
-    assert!(store(&mut h, &a, SLOTS, &granted(64, T0), T0 + 2 * MS));
+    assert!(grant(&mut h, &a, 64, T0));
     assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 10 * MS).is_some());
     let pocketed = p.units(table::pocket_hash(&a), &a, T0 + 10 * MS);
     assert!(pocketed > 0);
-    assert!(store(
-        &mut h,
-        &a,
-        SLOTS,
-        &granted(40, T0 + 900 * MS),
-        T0 + 902 * MS
-    ));
+    assert!(grant(&mut h, &a, 40, T0 + 900 * MS));
     assert_eq!(lost(&h), 0);
     assert!(spend(&mut h, &mut p, &a, SLOTS, 1, T0 + 1500 * MS).is_some());
     // 64 granted, 1 admitted: the entry's units go back, the pocket's are lost.

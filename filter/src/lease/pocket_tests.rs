@@ -24,6 +24,11 @@ fn granted(units: u64, sent: u64) -> Lease {
     granted_for(units, sent, 1000)
 }
 
+/// One worker's start: a host at `T0`, an empty pocket table, and alice's identity.
+fn alice() -> (FakeHost, Pockets, Vec<u8>) {
+    (host(), Pockets::default(), id("alice"))
+}
+
 /// Shared-data hostcalls so far: reads and writes.
 fn calls(h: &FakeHost) -> u32 {
     h.shared_reads.get() + h.shared_writes
@@ -98,9 +103,7 @@ fn taken_units_live_only_while_every_grant_they_came_from_does() {
 
 #[test]
 fn admissions_from_a_pocket_cost_no_hostcall() {
-    let mut h = host();
-    let mut p = Pockets::default();
-    let me = id("alice");
+    let (mut h, mut p, me) = alice();
     assert!(store(&mut h, &me, SLOTS, &granted(64, T0), T0));
     let now = T0 + MS;
     let before = calls(&h);
@@ -136,9 +139,7 @@ fn admissions_from_a_pocket_cost_no_hostcall() {
 
 #[test]
 fn a_lease_of_64_costs_well_under_one_hostcall_per_admission() {
-    let mut h = host();
-    let mut p = Pockets::default();
-    let me = id("alice");
+    let (mut h, mut p, me) = alice();
     store(&mut h, &me, SLOTS, &granted(64, T0), T0);
     let before = calls(&h);
     let mut admitted = 0;
@@ -154,9 +155,7 @@ fn a_lease_of_64_costs_well_under_one_hostcall_per_admission() {
 
 #[test]
 fn small_leases_never_pocket() {
-    let mut h = host();
-    let mut p = Pockets::default();
-    let me = id("alice");
+    let (mut h, mut p, me) = alice();
     store(&mut h, &me, SLOTS, &granted(16, T0), T0);
     for left in (0..16).rev() {
         let before = calls(&h);
@@ -269,9 +268,7 @@ fn two_workers_never_spend_a_unit_twice_nor_more_than_granted() {
 
 #[test]
 fn a_pocket_expires_at_exactly_its_grants_until() {
-    let mut h = host();
-    let mut p = Pockets::default();
-    let me = id("alice");
+    let (mut h, mut p, me) = alice();
     let hash = pocket_hash(&me);
     store(&mut h, &me, SLOTS, &granted(64, T0), T0);
     let until = T0 + 1000 * MS;
@@ -296,9 +293,7 @@ fn a_pocket_expires_at_exactly_its_grants_until() {
 fn a_pocket_drawn_from_two_grants_ends_with_the_earlier() {
     // 10 units until T0 + 1 s and 100 until T0 + 1.5 s: the take spends the older first, so the
     // chunk (16 of the 109 left) is 9 older and 7 newer units, living until T0 + 1 s.
-    let mut h = host();
-    let mut p = Pockets::default();
-    let me = id("alice");
+    let (mut h, mut p, me) = alice();
     store(&mut h, &me, SLOTS, &granted(10, T0), T0);
     let later = T0 + 500 * MS;
     store(&mut h, &me, SLOTS, &granted(100, later), later);
@@ -311,9 +306,7 @@ fn a_pocket_drawn_from_two_grants_ends_with_the_earlier() {
 
 #[test]
 fn a_chunk_added_to_older_pocket_units_keeps_the_earlier_end() {
-    let mut h = host();
-    let mut p = Pockets::default();
-    let me = id("alice");
+    let (mut h, mut p, me) = alice();
     let hash = pocket_hash(&me);
     // 20 units until T0 + 1 s: the first take pockets 4 of the 19 left.
     store(&mut h, &me, SLOTS, &granted(20, T0), T0);
@@ -337,9 +330,7 @@ fn a_chunk_added_to_older_pocket_units_keeps_the_earlier_end() {
 
 #[test]
 fn a_pocket_too_small_for_the_quantity_is_kept_and_topped_up_within_its_bound() {
-    let mut h = host();
-    let mut p = Pockets::default();
-    let me = id("alice");
+    let (mut h, mut p, me) = alice();
     let hash = pocket_hash(&me);
     store(&mut h, &me, SLOTS, &granted(1000, T0), T0);
     assert!(spend(&mut h, &mut p, &me, SLOTS, 1, T0).is_some());
@@ -370,9 +361,7 @@ fn a_pocket_too_small_for_the_quantity_is_kept_and_topped_up_within_its_bound() 
 fn pocket_headers_count_shared_units_as_last_seen_that_are_still_live() {
     // Two shared grants: 40 units until T0 + 1 s, 40 until T0 + 1.2 s. After the first take
     // (chunk 16, all from the older grant) the shared entry keeps 23 older and 40 newer units.
-    let mut h = host();
-    let mut p = Pockets::default();
-    let me = id("alice");
+    let (mut h, mut p, me) = alice();
     store(&mut h, &me, SLOTS, &granted(40, T0), T0);
     let later = T0 + 200 * MS;
     store(&mut h, &me, SLOTS, &granted(40, later), later);
