@@ -58,17 +58,29 @@ fn c(reserved: u64, actual: u64, reserved_at: u64) -> Commit {
     }
 }
 
+/// Reserves `reserved` from a fresh state at `now` and commits `actual` at once: the commit and
+/// the state it left, if it changed.
+fn committed_at_once(
+    p: &Params,
+    now: u64,
+    reserved: u64,
+    actual: u64,
+) -> (Committed, Option<State>) {
+    let s = reserve(p, &State::Fresh, now, reserved);
+    commit(p, &s, now, c(reserved, actual, now))
+}
+
+/// What a commit moved: (refunded, debited, overshoot).
+fn moved(done: &Committed) -> (u64, u64, u64) {
+    (done.refunded, done.debited, done.overshoot)
+}
+
 #[test]
 fn a_refund_right_after_the_reservation_gives_back_the_difference_everywhere() {
     let now = 5_000 * MS;
     for p in all_params() {
-        let s = reserve(&p, &State::Fresh, now, 8);
-        let (done, next) = commit(&p, &s, now, c(8, 3, now));
-        assert_eq!(
-            (done.refunded, done.debited, done.overshoot),
-            (5, 0, 0),
-            "{p:?}"
-        );
+        let (done, next) = committed_at_once(&p, now, 8, 3);
+        assert_eq!(moved(&done), (5, 0, 0), "{p:?}");
         let next = next.expect("changed");
         assert_eq!(p.decide(&next, now, 0).0.remaining, 7, "{p:?}");
         // Exactly what a reservation of 3 would have left.
@@ -95,13 +107,8 @@ fn actual_equal_to_reserved_changes_nothing() {
 fn a_debit_is_never_denied_and_what_does_not_fit_is_overshoot_carried_as_debt() {
     let now = 5_000 * MS;
     for p in all_params() {
-        let s = reserve(&p, &State::Fresh, now, 8);
-        let (done, next) = commit(&p, &s, now, c(8, 13, now));
-        assert_eq!(
-            (done.refunded, done.debited, done.overshoot),
-            (0, 5, 3),
-            "{p:?}"
-        );
+        let (done, next) = committed_at_once(&p, now, 8, 13);
+        assert_eq!(moved(&done), (0, 5, 3), "{p:?}");
         let next = next.expect("changed");
         let d = p.decide(&next, now, 0).0;
         assert_eq!(d.remaining, 0, "{p:?}");
