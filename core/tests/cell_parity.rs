@@ -72,21 +72,13 @@ fn k_15_30_60_burst_then_limit_then_quantity_5() {
 fn j_15_30_60_quantity_5_then_peek() {
     let mut clock = Cell::new();
     let mut j = GcraState::default();
-    assert_eq!(
-        clock.throttle(&mut j, (15, 30, 60, 5)),
-        [0, 16, 11, -1, 10],
-        "1st"
-    );
-    assert_eq!(
-        clock.throttle(&mut j, (15, 30, 60, 5)),
-        [0, 16, 6, -1, 20],
-        "2nd"
-    );
-    assert_eq!(
-        clock.throttle(&mut j, (15, 30, 60, 5)),
-        [0, 16, 1, -1, 30],
-        "3rd"
-    );
+    for (want, call) in [
+        ([0, 16, 11, -1, 10], "1st"),
+        ([0, 16, 6, -1, 20], "2nd"),
+        ([0, 16, 1, -1, 30], "3rd"),
+    ] {
+        assert_eq!(clock.throttle(&mut j, (15, 30, 60, 5)), want, "{call}");
+    }
     let before = j;
     assert_eq!(
         clock.throttle(&mut j, (15, 30, 60, 5)),
@@ -106,16 +98,9 @@ fn j_15_30_60_quantity_5_then_peek() {
 fn m_0_30_60_single_slot() {
     let mut clock = Cell::new();
     let mut m = GcraState::default();
-    assert_eq!(
-        clock.throttle(&mut m, (0, 30, 60, 1)),
-        [0, 1, 0, -1, 2],
-        "1st"
-    );
-    assert_eq!(
-        clock.throttle(&mut m, (0, 30, 60, 1)),
-        [1, 1, 0, 2, 2],
-        "2nd"
-    );
+    for (want, call) in [([0, 1, 0, -1, 2], "1st"), ([1, 1, 0, 2, 2], "2nd")] {
+        assert_eq!(clock.throttle(&mut m, (0, 30, 60, 1)), want, "{call}");
+    }
 }
 
 /// The whole table on one timeline, in the order of the issue, as one redis-cell would see it.

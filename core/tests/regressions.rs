@@ -9,6 +9,12 @@
 use sluice_core::algorithms::{gcra, leaky_bucket, token_bucket};
 use sluice_core::{Algorithm, Limit, Mode, Params, Rate, Rule, Span, State};
 
+/// The meter of the clock-step-back regressions: 2 requests, one per 1000 ns.
+const STEPPED_BACK: sluice_core::MeterParams = sluice_core::MeterParams {
+    interval: 1000,
+    capacity: 2,
+};
+
 fn rule_params(algorithm: Algorithm) -> Params {
     let limit = if algorithm.uses_rate() {
         Limit::Rate(Rate {
@@ -60,10 +66,7 @@ fn peeking_under_a_changed_algorithm_keeps_the_stored_state() {
 /// request was still denied at now + retry_after.
 #[test]
 fn leaky_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
-    let p = sluice_core::MeterParams {
-        interval: 1000,
-        capacity: 2,
-    };
+    let p = STEPPED_BACK;
     let (_, full) = leaky_bucket::decide(p, leaky_bucket::LeakyState::default(), 10_000, 2);
     // 1000 ns earlier than the last admission: nothing has leaked, one request is 1000 too much.
     let (d, _) = leaky_bucket::decide(p, full, 9_000, 1);
@@ -75,10 +78,7 @@ fn leaky_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() 
 /// Same for reset_after: the funnel is empty at last + level, not at now + level.
 #[test]
 fn leaky_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
-    let p = sluice_core::MeterParams {
-        interval: 1000,
-        capacity: 2,
-    };
+    let p = STEPPED_BACK;
     let (_, full) = leaky_bucket::decide(p, leaky_bucket::LeakyState::default(), 10_000, 2);
     let (d, _) = leaky_bucket::decide(p, full, 9_000, 0);
     assert_eq!(d.reset_after, 3_000);
@@ -89,10 +89,7 @@ fn leaky_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() 
 /// token_bucket, the same clock-step-back fix for retry_after.
 #[test]
 fn token_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
-    let p = sluice_core::MeterParams {
-        interval: 1000,
-        capacity: 2,
-    };
+    let p = STEPPED_BACK;
     let (_, empty) = token_bucket::decide(p, token_bucket::TokenState::full(p), 10_000, 2);
     let (d, _) = token_bucket::decide(p, empty, 9_000, 1);
     assert_eq!(d.retry_after, Some(2_000));
@@ -103,10 +100,7 @@ fn token_bucket_retry_after_waits_for_the_clock_to_catch_up_after_a_step_back() 
 /// token_bucket, the same clock-step-back fix for reset_after.
 #[test]
 fn token_bucket_reset_after_waits_for_the_clock_to_catch_up_after_a_step_back() {
-    let p = sluice_core::MeterParams {
-        interval: 1000,
-        capacity: 2,
-    };
+    let p = STEPPED_BACK;
     let (_, empty) = token_bucket::decide(p, token_bucket::TokenState::full(p), 10_000, 2);
     let (d, _) = token_bucket::decide(p, empty, 9_000, 0);
     assert_eq!(d.reset_after, 3_000);
