@@ -35,6 +35,13 @@ fn decision(allowed: bool, algorithm: &str, retry_ms: Option<u64>, extra: &str) 
     .into_bytes()
 }
 
+/// Alice's request run to its end, its callout answered 200 with `body`: its host.
+fn alice_answered(cfg: &Rc<Config>, body: &[u8]) -> FakeHost {
+    let mut h = user("alice");
+    run(&mut Flow::new(Rc::clone(cfg)), &mut h, Some((b"200", body)));
+    h
+}
+
 /// The next request of `name` on the VM of `h` (shared data and counters carry over), at `now`.
 fn again(h: &FakeHost, name: &[u8], now: u64) -> FakeHost {
     let mut next = h.next_request("POST", "/api/reply").header("x-user", name);
@@ -369,12 +376,7 @@ fn a_stray_callout_token_is_ignored() {
 #[test]
 fn a_denial_is_answered_from_the_cache_until_it_expires() {
     let cfg = config("");
-    let mut h = user("alice");
-    run(
-        &mut Flow::new(Rc::clone(&cfg)),
-        &mut h,
-        Some((b"200", &decision(false, "gcra", Some(500), ""))),
-    );
+    let h = alice_answered(&cfg, &decision(false, "gcra", Some(500), ""));
     assert_eq!(h.effects.callouts.len(), 1);
 
     // 100 ms later: answered locally, no callout, cache header, counter.
@@ -407,22 +409,12 @@ fn a_denial_is_answered_from_the_cache_until_it_expires() {
 #[test]
 fn the_cache_is_skipped_when_disabled_or_without_retry_time() {
     let cfg = config(r#""denial_cache": {"enabled": false},"#);
-    let mut h = user("alice");
-    run(
-        &mut Flow::new(Rc::clone(&cfg)),
-        &mut h,
-        Some((b"200", &decision(false, "gcra", Some(5000), ""))),
-    );
+    let h = alice_answered(&cfg, &decision(false, "gcra", Some(5000), ""));
     // Only the lease entry's mark (a grant was asked for), no cached denial.
     assert!(h.shared.keys().all(|k| k.starts_with("sluice.lease.")));
 
     let cfg = config("");
-    let mut h = user("alice");
-    run(
-        &mut Flow::new(Rc::clone(&cfg)),
-        &mut h,
-        Some((b"200", &decision(false, "gcra", None, ""))),
-    );
+    let h = alice_answered(&cfg, &decision(false, "gcra", None, ""));
     assert!(
         h.shared.keys().all(|k| k.starts_with("sluice.lease.")),
         "a request that can never pass has no retry time to cache"
@@ -432,12 +424,7 @@ fn the_cache_is_skipped_when_disabled_or_without_retry_time() {
 #[test]
 fn max_ttl_bounds_a_long_denial() {
     let cfg = config(r#""denial_cache": {"max_ttl_ms": 200},"#);
-    let mut h = user("alice");
-    run(
-        &mut Flow::new(Rc::clone(&cfg)),
-        &mut h,
-        Some((b"200", &decision(false, "fixed_window", Some(60_000), ""))),
-    );
+    let h = alice_answered(&cfg, &decision(false, "fixed_window", Some(60_000), ""));
     let mut h2 = again(&h, b"alice", T0 + 199 * MS);
     Flow::new(Rc::clone(&cfg)).on_request_headers(&mut h2);
     assert!(h2.effects.callouts.is_empty());
