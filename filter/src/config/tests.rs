@@ -4,6 +4,13 @@ fn parse(json: &str) -> Result<Config, FieldError> {
     Config::from_json(json.as_bytes())
 }
 
+/// A config of the backend object `backend` and one route keyed by the path.
+fn with_backend(backend: &str) -> Result<Config, FieldError> {
+    parse(&format!(
+        r#"{{"backend": {backend}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
+    ))
+}
+
 const MINIMAL: &str = r#"{"backend": {"cluster": "sluice_backend"},
     "routes": [{"action": "reply", "key": {"source": "header", "name": "X-User"}}]}"#;
 
@@ -115,11 +122,7 @@ fn bad_fields_are_named() {
 
 #[test]
 fn protocol_grpc_names_the_cluster_in_a_grpc_service() {
-    let c = parse(
-        r#"{"backend": {"cluster": "sluice_rls", "protocol": "grpc"},
-        "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
-    )
-    .unwrap();
+    let c = with_backend(r#"{"cluster": "sluice_rls", "protocol": "grpc"}"#).unwrap();
     assert_eq!(c.backend.protocol, Protocol::Grpc);
     // GrpcService { envoy_grpc (1) { cluster_name (1), authority (2) } }
     let mut want = vec![0x0a, 2 + 10 + 2 + 14, 0x0a, 10];
@@ -131,11 +134,7 @@ fn protocol_grpc_names_the_cluster_in_a_grpc_service() {
 
 #[test]
 fn bad_protocols_and_long_grpc_names_are_refused() {
-    let err = parse(
-        r#"{"backend": {"cluster": "c", "protocol": "h3"},
-        "routes": [{"action": "a", "key": {"source": "path"}}]}"#,
-    )
-    .unwrap_err();
+    let err = with_backend(r#"{"cluster": "c", "protocol": "h3"}"#).unwrap_err();
     assert_eq!(err.field, "backend.protocol", "{err}");
     assert!(
         err.reason.contains("`http`, `grpc`, `grpc_stream`"),
@@ -156,21 +155,14 @@ fn bad_protocols_and_long_grpc_names_are_refused() {
             format!(r#"{{"cluster": "{long}", "protocol": "grpc_stream"}}"#),
         ),
     ] {
-        let json = format!(
-            r#"{{"backend": {backend}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
-        );
-        assert_eq!(parse(&json).unwrap_err().field, field);
+        assert_eq!(with_backend(&backend).unwrap_err().field, field);
     }
     // The same names are fine over HTTP.
-    let json = format!(
-        r#"{{"backend": {{"cluster": "{long}", "protocol": "http"}}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
-    );
-    assert!(parse(&json).is_ok());
+    let http = format!(r#"{{"cluster": "{long}", "protocol": "http"}}"#);
+    assert!(with_backend(&http).is_ok());
     let mid = "é".repeat(MAX_GRPC_NAME / 2);
-    let json = format!(
-        r#"{{"backend": {{"cluster": "{mid}", "authority": "{mid}", "protocol": "grpc"}}, "routes": [{{"action": "a", "key": {{"source": "path"}}}}]}}"#
-    );
-    let c = parse(&json).unwrap();
+    let backend = format!(r#"{{"cluster": "{mid}", "authority": "{mid}", "protocol": "grpc"}}"#);
+    let c = with_backend(&backend).unwrap();
     assert!(c.backend.grpc_service.contains(&mid));
 }
 
