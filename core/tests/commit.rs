@@ -70,6 +70,11 @@ fn committed_at_once(
     commit(p, &s, now, c(reserved, actual, now))
 }
 
+/// What committing `c` at `now` over `state` gives back.
+fn refunded(p: &Params, state: &State, now: u64, c: Commit) -> u64 {
+    commit(p, state, now, c).0.refunded
+}
+
 /// What a commit moved: (refunded, debited, overshoot).
 fn moved(done: &Committed) -> (u64, u64, u64) {
     (done.refunded, done.debited, done.overshoot)
@@ -157,16 +162,13 @@ fn meters_give_back_only_what_has_not_leaked_since_the_reservation() {
     let p = Params::Gcra(meter(1000, 10));
     let s = reserve(&p, &State::Fresh, 1_000_000, 10);
     let s = reserve(&p, &s, 1_010_000, 10);
-    let (done, _) = commit(&p, &s, 1_010_000, c(10, 0, 1_000_000));
-    assert_eq!(done.refunded, 0);
+    assert_eq!(refunded(&p, &s, 1_010_000, c(10, 0, 1_000_000)), 0);
     // Half way: 5 units' worth has leaked, 5 are still owed.
     for p in meters(meter(1000, 10)) {
         let s = reserve(&p, &State::Fresh, 1_000_000, 10);
-        let (done, _) = commit(&p, &s, 1_005_000, c(10, 0, 1_000_000));
-        assert_eq!(done.refunded, 5, "{p:?}");
+        assert_eq!(refunded(&p, &s, 1_005_000, c(10, 0, 1_000_000)), 5, "{p:?}");
         // 4.5 units leaked: ⌈4.5⌉ = 5 are no longer surely owed.
-        let (done, _) = commit(&p, &s, 1_004_500, c(10, 0, 1_000_000));
-        assert_eq!(done.refunded, 5, "{p:?}");
+        assert_eq!(refunded(&p, &s, 1_004_500, c(10, 0, 1_000_000)), 5, "{p:?}");
     }
 }
 
@@ -176,13 +178,10 @@ fn the_actual_cost_s_drain_time_is_a_grace_period() {
     // so a commit within it gives back all 5; 2 units' time later, 2 fewer.
     for p in meters(meter(1000, 10)) {
         let s = reserve(&p, &State::Fresh, 1_000_000, 10);
-        let (done, _) = commit(&p, &s, 1_004_999, c(10, 5, 1_000_000));
-        assert_eq!(done.refunded, 5, "{p:?}");
-        let (done, _) = commit(&p, &s, 1_007_000, c(10, 5, 1_000_000));
-        assert_eq!(done.refunded, 3, "{p:?}");
+        assert_eq!(refunded(&p, &s, 1_004_999, c(10, 5, 1_000_000)), 5, "{p:?}");
+        assert_eq!(refunded(&p, &s, 1_007_000, c(10, 5, 1_000_000)), 3, "{p:?}");
         // Never more than the level holds.
-        let (done, _) = commit(&p, &s, 1_009_500, c(10, 5, 1_000_000));
-        assert_eq!(done.refunded, 0, "{p:?}");
+        assert_eq!(refunded(&p, &s, 1_009_500, c(10, 5, 1_000_000)), 0, "{p:?}");
     }
 }
 
@@ -194,15 +193,21 @@ fn windows_refund_only_within_the_reservation_s_window() {
     ] {
         let s = reserve(&p, &State::Fresh, 1_900 * MS, 8);
         // Same window: refunded.
-        let (done, _) = commit(&p, &s, 1_999 * MS, c(8, 2, 1_900 * MS));
-        assert_eq!(done.refunded, 6, "{p:?}");
+        assert_eq!(
+            refunded(&p, &s, 1_999 * MS, c(8, 2, 1_900 * MS)),
+            6,
+            "{p:?}"
+        );
         // The next window: nothing to give back.
         let (done, next) = commit(&p, &s, 2_000 * MS, c(8, 2, 1_900 * MS));
         assert_eq!((done.refunded, next), (0, None), "{p:?}");
         // Another request's count in the new window is not refundable by an old reservation.
         let s2 = reserve(&p, &s, 2_100 * MS, 1);
-        let (done, _) = commit(&p, &s2, 2_200 * MS, c(8, 0, 1_900 * MS));
-        assert_eq!(done.refunded, 0, "{p:?}");
+        assert_eq!(
+            refunded(&p, &s2, 2_200 * MS, c(8, 0, 1_900 * MS)),
+            0,
+            "{p:?}"
+        );
     }
 }
 
@@ -221,19 +226,16 @@ fn sliding_log_never_removes_a_later_request_s_entries() {
     let times: Vec<u64> = log.entries.iter().map(|t| t / MS).collect();
     assert_eq!(times, [100, 100, 100, 200, 300, 300]);
     // The request of 100 ms refunds 5 but holds only 3 entries at or before its time.
-    let (done, _) = commit(&p, &s, 400 * MS, c(5, 0, 100 * MS));
-    assert_eq!(done.refunded, 3);
+    assert_eq!(refunded(&p, &s, 400 * MS, c(5, 0, 100 * MS)), 3);
     // Expired entries are not refundable.
-    let (done, _) = commit(&p, &s, 1_150 * MS, c(3, 0, 100 * MS));
-    assert_eq!(done.refunded, 0);
+    assert_eq!(refunded(&p, &s, 1_150 * MS, c(3, 0, 100 * MS)), 0);
 }
 
 #[test]
 fn a_refund_is_bounded_by_the_capacity() {
     let p = Params::TokenBucket(meter(1000, 10));
     let s = reserve(&p, &State::Fresh, MS, 10);
-    let (done, _) = commit(&p, &s, MS, c(1_000_000_000, 0, MS));
-    assert_eq!(done.refunded, 10);
+    assert_eq!(refunded(&p, &s, MS, c(1_000_000_000, 0, MS)), 10);
 }
 
 /// One step of a random history: a reservation, or a commit of the previous reservation.
