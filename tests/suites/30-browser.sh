@@ -3,12 +3,7 @@
 # tests/browser with node's test runner: a real redis-server, sluice and Envoy on free loopback ports,
 # Debian Chromium driven by playwright-core. Screenshots: artifacts/screenshots/*.png; server
 # logs: artifacts/browser-logs/.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-export PATH="$HOME/.cargo/bin:$PATH"
-source scripts/suite-lib.sh
-suite_init "$0"
-suite_need cargo "install Rust (https://rustup.rs)"
+source "$(dirname "$0")/lib/cargo-suite.bash"
 
 suite_install 40-dashboard.sh "the dashboard's tools (node 20+, trunk, wasm-bindgen, wasm-opt, chromium, playwright-core)"
 bash scripts/build-dashboard.sh

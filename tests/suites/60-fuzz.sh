@@ -3,12 +3,7 @@
 # The toolchain is stable; RUSTC_BOOTSTRAP lets cargo-fuzz pass its sanitizer flags.
 # No cargo-fuzz, or a target list that cannot be read or misses a target of fuzz/fuzz_targets/,
 # fails the suite: it never passes having fuzzed nothing.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-export PATH="$HOME/.cargo/bin:$PATH"
-source scripts/suite-lib.sh
-suite_init "$0"
-suite_need cargo "install Rust (https://rustup.rs)"
+source "$(dirname "$0")/lib/cargo-suite.bash"
 cargo fuzz --version >/dev/null 2>&1 || suite_install 50-cargo-fuzz.sh cargo-fuzz
 cargo fuzz --version >/dev/null 2>&1 || suite_cannot_run cargo-fuzz "'cargo fuzz --version' fails after scripts/install/50-cargo-fuzz.sh"
 cd fuzz
