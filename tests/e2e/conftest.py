@@ -65,10 +65,7 @@ def backend(tmp, redis):
 
 @pytest.fixture(scope="session")
 def upstream():
-    server, port = stack.start_upstream()
-    yield port
-    server.shutdown()
-    server.server_close()
+    yield from stack.running_upstream()
 
 
 TIMEOUT_MS = 250

@@ -70,10 +70,7 @@ class _Server(ThreadingHTTPServer):
 
 
 def start_upstream():
-    server = _Server(("127.0.0.1", 0), _UsageUpstream)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, server.server_address[1]
+    return stack.serve_http(_UsageUpstream, _Server)
 
 
 def start_envoy(tmp, backend, upstream_port, edit=None):

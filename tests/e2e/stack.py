@@ -258,22 +258,49 @@ class _UpstreamServer(ThreadingHTTPServer):
     request_queue_size = 1024
 
 
-def start_upstream():
-    """A tiny upstream in a thread: 200 with the path and headers it received."""
-    server = _UpstreamServer(("127.0.0.1", 0), _Upstream)
+def serve_http(handler, server_class=_UpstreamServer):
+    """Serves `handler` (a BaseHTTPRequestHandler) from a thread on a free loopback port, one
+    thread a connection. Returns (server, port); `server.shutdown()` stops it."""
+    server = server_class(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     return server, server.server_address[1]
 
 
+def start_upstream():
+    """A tiny upstream in a thread: 200 with the path and headers it received."""
+    return serve_http(_Upstream)
+
+
+def running_upstream():
+    """For a pytest fixture (`yield from`): `start_upstream`'s port, then the server shut down
+    and closed."""
+    server, port = start_upstream()
+    yield port
+    server.shutdown()
+    server.server_close()
+
+
 def start_black_hole():
     """A TCP server that accepts connections and never answers: a backend slower than any
     timeout. Returns (socket, port); close the socket to stop it."""
+    held = []
+
+    def hold(conn):
+        held.append(conn)
+        if len(held) > 1000:
+            held.pop(0).close()
+
+    return serve_tcp(hold)
+
+
+def serve_tcp(on_connection):
+    """A TCP listener on a free loopback port whose thread hands every accepted connection to
+    `on_connection(conn)` until the listener is closed. Returns (socket, port)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
-    held = []
 
     def accept():
         while True:
@@ -281,9 +308,7 @@ def start_black_hole():
                 conn, _ = listener.accept()
             except OSError:
                 return
-            held.append(conn)
-            if len(held) > 1000:
-                held.pop(0).close()
+            on_connection(conn)
 
     threading.Thread(target=accept, daemon=True).start()
     return listener, listener.getsockname()[1]

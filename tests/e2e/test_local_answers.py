@@ -54,21 +54,12 @@ def rule(action, capacity):
 def start_resetter():
     """A TCP server that resets every connection it accepts (SO_LINGER 0, then close): an upstream
     that fails mid-deploy. Returns (socket, port); close the socket to stop it."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
 
-    def accept():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            conn.close()
+    def reset(conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
 
-    threading.Thread(target=accept, daemon=True).start()
-    return listener, listener.getsockname()[1]
+    return stack.serve_tcp(reset)
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,4 @@ def redis(tmp):
 
 @pytest.fixture(scope="session")
 def upstream():
-    server, port = stack.start_upstream()
-    yield port
-    server.shutdown()
-    server.server_close()
+    yield from stack.running_upstream()
