@@ -223,15 +223,7 @@ pub fn key_query(typed: &str) -> Result<String, &'static str> {
 /// (as `encodeURIComponent` would), so any key, `&`, `#`, `%` and non-ASCII included, arrives
 /// whole.
 pub fn key_url(key: &str) -> String {
-    let mut url = String::from("/v1/keys?key=");
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            url.push(b as char);
-        } else {
-            url += &format!("%{b:02X}");
-        }
-    }
-    url
+    format!("/v1/keys?key={}", crate::overrides::percent_encode(key))
 }
 
 #[cfg(test)]

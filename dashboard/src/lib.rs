@@ -50,5 +50,22 @@ pub mod store_health;
 pub mod sustained;
 pub mod whatif;
 
+/// What the models' unit tests share: the wire bodies they start from, parsed from JSON text.
+#[cfg(test)]
+mod test_support {
+    use sluice_core::wire::RulesBody;
+    use sluice_core::Rule;
+
+    /// A `GET /v1/rules` body from its JSON.
+    pub fn body(json: &str) -> RulesBody {
+        serde_json::from_str(json).unwrap()
+    }
+
+    /// One rule from its JSON.
+    pub fn rule(json: &str) -> Rule {
+        serde_json::from_str(json).unwrap()
+    }
+}
+
 #[cfg(target_arch = "wasm32")]
 pub mod app;

@@ -116,14 +116,7 @@ pub fn remove(body: &mut RulesBody, action: &str, key: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn body(json: &str) -> RulesBody {
-        serde_json::from_str(json).unwrap()
-    }
-
-    fn rule(json: &str) -> Rule {
-        serde_json::from_str(json).unwrap()
-    }
+    use crate::test_support::{body, rule};
 
     const BODY: &str = r#"{"version": 4, "rules": [
         {"action": "reply", "algorithm": "gcra", "capacity": 16, "rate": {"count": 30, "period": "60s"}},

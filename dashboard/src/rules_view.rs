@@ -110,14 +110,7 @@ pub fn delete_question(overrides: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn body(json: &str) -> RulesBody {
-        serde_json::from_str(json).unwrap()
-    }
-
-    fn rule(json: &str) -> Rule {
-        serde_json::from_str(json).unwrap()
-    }
+    use crate::test_support::{body, rule};
 
     #[test]
     fn rows_read_as_an_operator_would_say_them() {
