@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +25,8 @@ import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from stack import demo_env  # noqa: E402  (the e2e suite's helper: one home for it)
 README = (ROOT / "README.md").read_text()
 # The first build compiles trunk, the wasm-bindgen CLI and the whole workspace in release.
 BUILD_TIMEOUT_S = int(os.environ.get("SLUICE_COMPOSE_BUILD_TIMEOUT", "2700"))
@@ -39,15 +42,6 @@ def readme_command(pattern):
 UP = readme_command(r"SLUICE_ADMIN_TOKEN=\S+ docker compose up --build")
 DOWN = readme_command(r"docker compose down")
 TOKEN = re.match(r"SLUICE_ADMIN_TOKEN=(\S+) ", UP).group(1)
-
-
-def demo_env():
-    values = {}
-    for line in (ROOT / "demo" / "demo.env").read_text().splitlines():
-        if re.match(r"^[A-Z_][A-Z0-9_]*=", line):
-            name, value = line.split("=", 1)
-            values[name] = value
-    return values
 
 
 ENV = demo_env()

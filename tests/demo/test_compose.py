@@ -11,22 +11,16 @@ Envoy config the image renders passes the real Envoy's `--mode validate`.
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from stack import demo_env  # noqa: E402  (the e2e suite's helper: one home for it)
 COMPOSE = (ROOT / "docker-compose.yml").read_text()
 DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
 DEMO = (ROOT / "scripts" / "demo.sh").read_text()
 README = (ROOT / "README.md").read_text()
-
-
-def demo_env():
-    values = {}
-    for line in (ROOT / "demo" / "demo.env").read_text().splitlines():
-        if re.match(r"^[A-Z_][A-Z0-9_]*=", line):
-            name, value = line.split("=", 1)
-            values[name] = value
-    return values
 
 
 def services():

@@ -6,6 +6,7 @@ and stopped by PID."""
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import string
@@ -209,6 +210,14 @@ class Backend:
 
 
 
+def stop_all(*processes):
+    """Stops each of `processes` in order (Envoy, backend, redis-server...), passing over a None
+    (one that never started)."""
+    for process in processes:
+        if process is not None:
+            process.stop()
+
+
 @contextlib.contextmanager
 def rls_stack(tmp, envoy_config, upstream_port, listeners, backend_args=(), rules=()):
     """A redis-server, a backend serving Envoy's RLS on its gRPC listener (a 1 s Redis timeout:
@@ -226,10 +235,7 @@ def rls_stack(tmp, envoy_config, upstream_port, listeners, backend_args=(), rule
                                           "RLS_TIMEOUT": "1s"}, listeners).start()
         yield envoy, backend
     finally:
-        if envoy:
-            envoy.stop()
-        backend.stop()
-        redis.stop()
+        stop_all(envoy, backend, redis)
 
 class _Upstream(BaseHTTPRequestHandler):
     def log_message(self, *args):
@@ -480,3 +486,25 @@ class Envoy:
                     name = "wasmcustom." + name[len(STAT_PREFIX) + 1:]
                 out[name] = int(value)
         return out
+
+
+def history_totals(body):
+    """A `GET /v1/history` body's totals summed over every action: {total name: sum}, the
+    integer totals only."""
+    sums = {}
+    for a in body["actions"]:
+        for name, n in a["totals"].items():
+            if isinstance(n, int):
+                sums[name] = sums.get(name, 0) + n
+    return sums
+
+
+def demo_env():
+    """demo/demo.env's assignments (the demo's and the compose stack's ports and settings):
+    {name: value}, comments and blank lines left out."""
+    values = {}
+    for line in (ROOT / "demo" / "demo.env").read_text().splitlines():
+        if re.match(r"^[A-Z_][A-Z0-9_]*=", line):
+            name, value = line.split("=", 1)
+            values[name] = value
+    return values

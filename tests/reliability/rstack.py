@@ -135,6 +135,15 @@ class Backend(stack.Backend):
                              json={"action": action, "key": key, "quantity": quantity}, timeout=timeout)
 
 
+def running_backend(tmp, redis, *rules):
+    """For a pytest fixture (`yield from`): a backend on `redis` with `rules` put, then stopped."""
+    b = Backend(tmp, redis.url).start()
+    for rule in rules:
+        b.put_rule(rule)
+    yield b
+    b.stop()
+
+
 @dataclass
 class Answer:
     """One request of a load run."""

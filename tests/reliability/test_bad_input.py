@@ -18,10 +18,7 @@ TEN_KB = "k" * 10240
 
 @pytest.fixture(scope="module")
 def backend(tmp, redis):
-    b = rstack.Backend(tmp, redis.url).start()
-    b.put_rule(RULE)
-    yield b
-    b.stop()
+    yield from rstack.running_backend(tmp, redis, RULE)
 
 
 def rule(**overrides):

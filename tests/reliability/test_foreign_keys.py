@@ -46,11 +46,8 @@ def garbage(redis, key, kind, field):
 
 @pytest.fixture(scope="module")
 def backend(tmp, redis):
-    b = rstack.Backend(tmp, redis.url).start()
-    for algo, extra in RULES.items():
-        b.put_rule({"action": f"fk_{algo}", "algorithm": algo, "capacity": 3, **extra})
-    yield b
-    b.stop()
+    rules = [{"action": f"fk_{algo}", "algorithm": algo, "capacity": 3, **extra} for algo, extra in RULES.items()]
+    yield from rstack.running_backend(tmp, redis, *rules)
 
 
 def state_key(action, subject, algorithm):

@@ -23,10 +23,7 @@ OUTAGE_S = 1.5
 
 @pytest.fixture(scope="module")
 def backend(tmp, redis):
-    b = rstack.Backend(tmp, redis.url).start()
-    b.put_rule(RULE)
-    yield b
-    b.stop()
+    yield from rstack.running_backend(tmp, redis, RULE)
 
 
 @pytest.fixture(scope="module")

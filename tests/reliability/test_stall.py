@@ -55,10 +55,7 @@ def rig(tmp, upstream):
                             [LISTENER, "LISTEN_CLOSED_PORT"]).start()
         yield backend, envoy
     finally:
-        if envoy:
-            envoy.stop()
-        backend.stop()
-        redis.stop()
+        stack.stop_all(envoy, backend, redis)
 
 
 class Clients:
@@ -118,12 +115,7 @@ class Clients:
 def history(backend):
     """The history's totals over the last hour, summed over every action."""
     body = backend.admin("GET", "/v1/history?range=1h").json()
-    sums = {}
-    for a in body["actions"]:
-        for name, n in a["totals"].items():
-            if isinstance(n, int):
-                sums[name] = sums.get(name, 0) + n
-    return sums
+    return stack.history_totals(body)
 
 
 def failures_allow(envoy):
