@@ -317,12 +317,13 @@ impl MainStream {
         fail_all(expired, &Failure::timed_out());
         if let Some((token, bytes)) = frames {
             if !handle.stream_send_data(u64::from(token), &bytes) {
-                self.end(
+                self.close(
                     handle,
                     counters,
                     token,
                     grpc::UNAVAILABLE,
                     Some("sending on the exchange stream failed".to_owned()),
+                    Note::Warn,
                 );
             }
         }
@@ -397,12 +398,13 @@ impl MainStream {
         if bad {
             // Closed (and said) before the reset, so that a reset callback Envoy makes from inside
             // `reset_http_stream` finds the stream over and is not taken for Envoy's own close.
-            self.end(
+            self.close(
                 handle,
                 counters,
                 token,
                 grpc::UNKNOWN,
                 Some("a compressed or oversized frame on the exchange stream".to_owned()),
+                Note::Warn,
             );
             handle.reset_http_stream(id);
         }
@@ -460,23 +462,11 @@ impl MainStream {
                 Some("the exchange stream ended without a gRPC status".to_owned()),
             ),
         };
-        self.end(handle, counters, token, code, message);
-    }
-
-    /// Stream `token` is over: its waiters fail now; the current stream reopens after backoff;
-    /// Envoy's log says why (the failure log's line).
-    fn end(
-        &self,
-        handle: ConfigHandle,
-        counters: &[Option<usize>],
-        token: u32,
-        code: u32,
-        message: Option<String>,
-    ) {
         self.close(handle, counters, token, code, message, Note::Warn);
     }
 
-    /// [`Self::end`], with the failure log's warning only when `note` says [`Note::Warn`].
+    /// Stream `token` is over: its waiters fail now; the current stream reopens after backoff;
+    /// Envoy's log says why (the failure log's line) when `note` is [`Note::Warn`].
     fn close(
         &self,
         handle: ConfigHandle,
