@@ -37,6 +37,16 @@ STAT_PREFIX = {"wasm": "wasmcustom", "native": "dynamicmodulescustom"}[FILTER_BU
 TOKEN = "e2e-admin-token-0123456789abcdef"
 
 
+# Every algorithm's limit fields at one an hour (no refill within a test), in the order the
+# reliability suite puts them: a rule is {"action", "algorithm", "capacity", **HOURLY_LIMITS[algorithm]}.
+HOURLY_LIMITS = {
+    "gcra": {"rate": {"count": 1, "period": "1h"}},
+    "leaky_bucket": {"rate": {"count": 1, "period": "1h"}},
+    "token_bucket": {"rate": {"count": 1, "period": "1h"}},
+    "fixed_window": {"window": "1h"},
+    "sliding_window": {"window": "1h"},
+    "sliding_log": {"window": "1h"},
+}
 _issued_ports = set()
 
 

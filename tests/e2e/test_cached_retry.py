@@ -10,14 +10,7 @@ import pytest
 
 import stack
 
-RULES = {
-    "gcra": {"rate": {"count": 1, "period": "1h"}},
-    "leaky_bucket": {"rate": {"count": 1, "period": "1h"}},
-    "token_bucket": {"rate": {"count": 1, "period": "1h"}},
-    "fixed_window": {"window": "1h"},
-    "sliding_log": {"window": "1h"},
-    "sliding_window": {"window": "1h"},
-}
+RULES = stack.HOURLY_LIMITS
 CAPACITY = 2
 
 

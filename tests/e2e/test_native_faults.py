@@ -50,11 +50,16 @@ def counters(envoy):
     return {k: s.get(f"wasmcustom.sluice.{k}", 0) for k in ("failures_deny", "failures_allow", "failures_internal")}
 
 
+def faulted(envoy, listener, fault):
+    """A request of a fresh user on `listener` that asks the test build for `fault`."""
+    return requests.get(envoy.url(listener) + "/up/x",
+                        headers={"x-user": f"fault-{uuid.uuid4().hex[:8]}", "x-sluice-fault": fault}, timeout=5)
+
+
 @pytest.mark.parametrize("fault", ["panic-request", "panic-answer"])
 def test_a_panic_under_deny_denies(fault_envoy, fault):
     before = counters(fault_envoy)
-    r = requests.get(fault_envoy.url("LISTEN_STREAM_PORT") + "/up/x",
-                     headers={"x-user": f"fault-{uuid.uuid4().hex[:8]}", "x-sluice-fault": fault}, timeout=5)
+    r = faulted(fault_envoy, "LISTEN_STREAM_PORT", fault)
     assert r.status_code == 503, (r.status_code, r.text[:200])
     assert r.headers["x-sluice-failure"] == "internal"
     assert r.json()["status"] == 503
@@ -70,8 +75,7 @@ def test_a_panic_under_deny_denies(fault_envoy, fault):
 @pytest.mark.parametrize("fault", ["panic-request", "panic-answer"])
 def test_a_panic_under_allow_passes_counted_unchecked(fault_envoy, fault):
     before = counters(fault_envoy)
-    r = requests.get(fault_envoy.url("LISTEN_HTTP_PORT") + "/up/x",
-                     headers={"x-user": f"fault-{uuid.uuid4().hex[:8]}", "x-sluice-fault": fault}, timeout=5)
+    r = faulted(fault_envoy, "LISTEN_HTTP_PORT", fault)
     assert r.status_code == 200, (r.status_code, r.text[:200])
     assert r.json()["headers"]["x-sluice-failure"] == "internal", "the upstream is told"
     after = counters(fault_envoy)

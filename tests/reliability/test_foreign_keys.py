@@ -11,14 +11,7 @@ import requests
 import rstack
 import stack
 
-RULES = {
-    "gcra": {"rate": {"count": 1, "period": "1h"}},
-    "leaky_bucket": {"rate": {"count": 1, "period": "1h"}},
-    "token_bucket": {"rate": {"count": 1, "period": "1h"}},
-    "fixed_window": {"window": "1h"},
-    "sliding_window": {"window": "1h"},
-    "sliding_log": {"window": "1h"},
-}
+RULES = stack.HOURLY_LIMITS
 # What each algorithm keeps (keys.rs and backend/lua/*.lua), and a field it reads.
 KIND = {"gcra": "string", "fixed_window": "hash", "sliding_log": "list", "sliding_window": "hash",
         "leaky_bucket": "hash", "token_bucket": "hash"}
