@@ -29,13 +29,17 @@ class RlsBackend(stack.Backend):
     every stack.Backend), whose name this class kept from when that listener was off by default."""
 
 
+def grpc_envoy(tmp, rls_port, upstream):
+    """An Envoy (not started) on e2e_grpc.yaml: the filter's unary gRPC protocol to `rls_port`."""
+    return stack.Envoy(tmp, "e2e_grpc.yaml",
+                       {"RLS_PORT": rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
+                       ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"])
+
 @pytest.fixture(scope="module")
 def grpc_stack(tmp, upstream):
     redis, redis_port = stack.start_redis(tmp)
     backend = RlsBackend(tmp, redis_port).start()
-    grpc = stack.Envoy(tmp, "e2e_grpc.yaml",
-                       {"RLS_PORT": backend.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
-                       ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
+    grpc = grpc_envoy(tmp, backend.rls_port, upstream).start()
     http = stack.Envoy(tmp, "e2e.yaml",
                        {"BACKEND_PORT": backend.decision_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS},
                        ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
@@ -48,9 +52,7 @@ def grpc_stack(tmp, upstream):
 @pytest.fixture(scope="module")
 def down_envoy(tmp, upstream):
     """The gRPC config pointed at a port nothing listens on: the backend is down."""
-    e = stack.Envoy(tmp, "e2e_grpc.yaml",
-                    {"RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
-                    ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
+    e = grpc_envoy(tmp, stack.free_port(), upstream).start()
     yield e
     e.stop()
 
@@ -165,9 +167,7 @@ def test_a_backend_stopped_mid_run_fails_open_then_recovers(tmp, upstream):
     """The RLS listener going away after the filter has an HTTP/2 connection to it."""
     redis, redis_port = stack.start_redis(tmp)
     b = RlsBackend(tmp, redis_port).start()
-    e = stack.Envoy(tmp, "e2e_grpc.yaml",
-                    {"RLS_PORT": b.rls_port, "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
-                    ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]).start()
+    e = grpc_envoy(tmp, b.rls_port, upstream).start()
     try:
         b.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 100, "rate": HOUR})
         who = user()
@@ -190,9 +190,7 @@ def test_a_backend_stopped_mid_run_fails_open_then_recovers(tmp, upstream):
 def test_an_unknown_grpc_cluster_fails_at_dispatch_and_the_vm_lives_on(tmp, upstream):
     """proxy-wasm's SDK panics (killing the VM) on some hostcall statuses; an unknown cluster
     must come back as a dispatch failure instead, request after request."""
-    e = stack.Envoy(tmp, "e2e_grpc.yaml",
-                    {"RLS_PORT": stack.free_port(), "UPSTREAM_PORT": upstream, "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": "grpc"},
-                    ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"])
+    e = grpc_envoy(tmp, stack.free_port(), upstream)
     e.config.write_text(e.config.read_text().replace('"cluster": "sluice_rls"', '"cluster": "no_such_cluster"'))
     e.start()
     try:
