@@ -9,6 +9,7 @@ envoy/e2e_grpc.yaml is rendered with PROTOCOL grpc_stream; a second Envoy from e
 same backend gives the HTTP callout to compare with."""
 
 import concurrent.futures
+import contextlib
 import os
 import re
 import signal
@@ -189,12 +190,22 @@ def test_a_body_sent_while_the_decision_is_pending_does_not_pass_the_request(str
     assert b'"path"' not in answer, "the upstream answered"
 
 
-def test_a_restarted_backend_gets_a_new_stream(tmp, upstream):
+@contextlib.contextmanager
+def limited_stream(tmp, upstream):
+    """A redis-server, an RlsBackend with e2e_limited at 100 an hour, and a stream_envoy to it:
+    yields (backend, envoy), then stops all three."""
     redis, redis_port = stack.start_redis(tmp)
     b = RlsBackend(tmp, redis_port).start()
     e = stream_envoy(tmp, b.rls_port, upstream).start()
     try:
         b.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 100, "rate": HOUR})
+        yield b, e
+    finally:
+        stack.stop_all(e, b, redis)
+
+
+def test_a_restarted_backend_gets_a_new_stream(tmp, upstream):
+    with limited_stream(tmp, upstream) as (b, e):
         who = user()
         r = get(e, "/limited/z", who)
         assert r.status_code == 200 and "x-sluice-failure" not in r.headers
@@ -236,28 +247,16 @@ def test_a_restarted_backend_gets_a_new_stream(tmp, upstream):
             assert "x-sluice-failure" not in get(e, "/limited/z", who).headers
         assert stat(e, "cluster.sluice_rls.upstream_rq_total") - before <= 2
         assert stat(e, "sluice.exchange_streams_opened") > opened
-    finally:
-        e.stop()
-        b.stop()
-        redis.stop()
 
 
 def test_stopping_envoy_while_the_backend_is_up_logs_no_failure(tmp, upstream):
     # At shutdown Envoy resets the exchange stream itself (the native build's reset reason
     # LocalReset) before the filter's configuration goes: that is no failure of the backend, and a
     # warning at every deploy would teach operators to ignore the real ones.
-    redis, redis_port = stack.start_redis(tmp)
-    b = RlsBackend(tmp, redis_port).start()
-    e = stream_envoy(tmp, b.rls_port, upstream).start()
-    try:
-        b.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 100, "rate": HOUR})
+    with limited_stream(tmp, upstream) as (b, e):
         r = get(e, "/limited/z", user())
         assert r.status_code == 200 and "x-sluice-failure" not in r.headers, r.headers
         stack.wait_until(lambda: stat(e, "sluice.exchange_streams_opened") >= 2, "streams opened")
-    finally:
-        e.stop()
-        b.stop()
-        redis.stop()
     failures = [line for line in log_of(e).splitlines() if "sluice: " in line and "[warning]" in line]
     assert not failures, failures
 
