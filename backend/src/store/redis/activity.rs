@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use futures::future::try_join_all;
 use sluice_core::Action;
 
 use super::errors::{parse_u64, Call};
@@ -44,13 +43,7 @@ impl ActivityStore for RedisStore {
                 invocation.invoke_async::<i64>(&mut conn).await
             }
         });
-        self.bounded(
-            "activity",
-            Call::Script("activity_record"),
-            try_join_all(calls),
-        )
-        .await
-        .map(|_| ())
+        self.batch("activity", "activity_record", calls).await
     }
     async fn recent_activity(
         &self,

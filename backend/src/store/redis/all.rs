@@ -327,20 +327,13 @@ impl RedisStore {
     /// Puts one reserved key back if it still holds what the reservation left; false when
     /// another request changed it since (nothing written).
     async fn refund(&self, s: &Snapshot) -> Result<bool, StoreError> {
-        let mut conn = self.conn.clone();
         let mut invocation = self.scripts.throttle_refund.key(&s.key);
         invocation
             .arg(&s.existed)
             .arg(&s.before)
             .arg(&s.ttl)
             .arg(&s.after);
-        let done: i64 = self
-            .bounded(
-                &s.key,
-                Call::Script("throttle_refund"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let done: i64 = self.script(&s.key, "throttle_refund", &invocation).await?;
         Ok(done == 1)
     }
 }

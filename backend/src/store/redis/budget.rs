@@ -84,14 +84,7 @@ impl BudgetStore for RedisStore {
             .arg(RESERVATION_IN_FLIGHT_MS)
             .arg(MAX_IN_FLIGHT_PER_KEY)
             .arg(RESERVATION_IN_FLIGHT_MS + GC_SLACK_MS);
-        let mut conn = self.conn.clone();
-        let reply: i64 = self
-            .bounded(
-                &record,
-                Call::Script("budget_record"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let reply: i64 = self.script(&record, "budget_record", &invocation).await?;
         Ok(reply == 1)
     }
 
@@ -123,14 +116,7 @@ impl BudgetStore for RedisStore {
             .key(overshoot_key(&state))
             .arg(now_arg(self.at()))
             .arg(RESERVATION_IN_FLIGHT_MS);
-        let mut conn = self.conn.clone();
-        let reply: Vec<i64> = self
-            .bounded(
-                &record,
-                Call::Script("budget_read"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let reply: Vec<i64> = self.script(&record, "budget_read", &invocation).await?;
         figures(&reply)
     }
 }

@@ -22,13 +22,11 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use futures::future::try_join_all;
 use redis::{Script, ScriptInvocation};
 use sluice_core::wire::HISTORY_STEP_MS;
 use sluice_core::Action;
 
 use super::errors::parse_u64;
-use super::errors::Call;
 use super::RedisStore;
 use crate::history::marks::{member, ReportApplied};
 use crate::history::report::UNKNOWN_ACTION_LABEL;
@@ -162,13 +160,7 @@ impl HistoryStore for RedisStore {
             let invocation = self.record_invocation(r);
             async move { invocation.invoke_async::<i64>(&mut conn).await }
         });
-        self.bounded(
-            "history",
-            Call::Script("history_record"),
-            try_join_all(calls),
-        )
-        .await
-        .map(|_| ())
+        self.batch("history", "history_record", calls).await
     }
 
     /// See [`crate::store::HistoryStore::apply_report`]: `history_record.lua` with the action's
@@ -197,14 +189,7 @@ impl HistoryStore for RedisStore {
             .arg(mark.now_ms)
             .arg(MAX_REPORTERS_PER_ACTION)
             .arg(REPORT_MARK_SETTLE_MS);
-        let mut conn = self.conn.clone();
-        let (code, dropped): (i64, u64) = self
-            .bounded(
-                &seqs,
-                Call::Script("history_record"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let (code, dropped): (i64, u64) = self.script(&seqs, "history_record", &invocation).await?;
         match code {
             1 => Ok(ReportApplied::Applied { dropped }),
             0 => Ok(ReportApplied::Copy),
@@ -236,14 +221,8 @@ impl HistoryStore for RedisStore {
             invocation.key(self.history.block(action, *b));
         }
         invocation.key(&seen);
-        let mut conn = self.conn.clone();
-        let (last, held): (String, Vec<Vec<String>>) = self
-            .bounded(
-                &seen,
-                Call::Script("history_read"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let (last, held): (String, Vec<Vec<String>>) =
+            self.script(&seen, "history_read", &invocation).await?;
         let mut out = StoredHistory {
             steps: Vec::new(),
             last_seen_ms: last_seen_within_span(parse_u64(&last, &seen)?, now_ms),
@@ -287,9 +266,7 @@ impl HistoryStore for RedisStore {
             }
             async move { invocation.invoke_async::<i64>(&mut conn).await }
         });
-        self.bounded("denied", Call::Script("denied_record"), try_join_all(calls))
-            .await
-            .map(|_| ())
+        self.batch("denied", "denied_record", calls).await
     }
 
     /// See [`crate::store::HistoryStore::top_denied`]: one script over the buckets.
@@ -308,14 +285,7 @@ impl HistoryStore for RedisStore {
         for k in &keys {
             invocation.key(k);
         }
-        let mut conn = self.conn.clone();
-        let flat: Vec<String> = self
-            .bounded(
-                &first,
-                Call::Script("denied_top"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let flat: Vec<String> = self.script(&first, "denied_top", &invocation).await?;
         let mut rows = Vec::with_capacity(flat.len() / 2);
         for pair in flat.chunks(2) {
             let [key, n] = pair else {
@@ -346,14 +316,7 @@ impl HistoryStore for RedisStore {
             invocation.key(k);
         }
         invocation.arg(key);
-        let mut conn = self.conn.clone();
-        let counts: Vec<String> = self
-            .bounded(
-                &first,
-                Call::Script("denied_key"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let counts: Vec<String> = self.script(&first, "denied_key", &invocation).await?;
         let mut out = Vec::new();
         for (bucket, n) in buckets.iter().zip(&counts) {
             let n = parse_u64(n, &first)?;

@@ -30,7 +30,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::RedisResult;
+use futures::future::try_join_all;
+use redis::{FromRedisValue, RedisResult, ScriptInvocation};
 use sluice_core::wire::StoreHealth;
 use sluice_core::Nanos;
 use tokio::sync::Semaphore;
@@ -148,6 +149,40 @@ impl RedisStore {
     /// given a clock.
     fn at(&self) -> Option<Nanos> {
         self.clock.as_ref().map(|clock| clock.now())
+    }
+
+    /// Runs one script invocation on its own handle of the connection, bounded
+    /// ([`Self::bounded`]): `key` names the key in a WRONGTYPE error, `name` the script.
+    async fn script<T>(
+        &self,
+        key: &str,
+        name: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, StoreError>
+    where
+        T: FromRedisValue + Send,
+    {
+        let mut conn = self.conn.clone();
+        self.bounded(key, Call::Script(name), invocation.invoke_async(&mut conn))
+            .await
+    }
+
+    /// Runs a batch of script calls (one a record) together under one bound
+    /// ([`Self::bounded`]); their replies are not needed. `key` names the batch in a WRONGTYPE
+    /// error, `name` the script.
+    async fn batch<I, F, T>(
+        &self,
+        key: &str,
+        name: &'static str,
+        calls: I,
+    ) -> Result<(), StoreError>
+    where
+        I: IntoIterator<Item = F>,
+        F: Future<Output = RedisResult<T>>,
+    {
+        self.bounded(key, Call::Script(name), try_join_all(calls))
+            .await
+            .map(|_| ())
     }
 
     /// Runs one bounded unit of work: a permit taken without waiting, then the timeout. `key`

@@ -9,7 +9,6 @@ use redis::Script;
 use sluice_core::{Action, Algorithm};
 
 use super::budget::now_arg;
-use super::errors::Call;
 use super::scripts::with_now_ms;
 use super::RedisStore;
 use crate::store::{ResetStore, StoreError};
@@ -25,7 +24,6 @@ impl ResetStore for RedisStore {
             .map(|&algorithm| self.keys.state(action, algorithm, key))
             .collect();
         let first = keys.first().cloned().unwrap_or_default();
-        let mut conn = self.conn.clone();
         let mut invocation = RESET.prepare_invoke();
         for k in &keys {
             invocation.key(k);
@@ -35,13 +33,7 @@ impl ResetStore for RedisStore {
         invocation
             .arg(now_arg(self.at()))
             .arg(sluice_core::commit::COMMIT_ID_TTL_MS);
-        let removed: Vec<i64> = self
-            .bounded(
-                &first,
-                Call::Script("state_reset"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let removed: Vec<i64> = self.script(&first, "state_reset", &invocation).await?;
         removed
             .iter()
             .map(|&i| {

@@ -96,7 +96,6 @@ impl RuleStore for RedisStore {
             RuleChange::DeleteOverride { .. } => ("del_override", String::new()),
         };
         let head = audit.map(|a| a.json_head(change)).transpose()?;
-        let mut conn = self.conn.clone();
         let mut invocation = scripts().change.key(&hash);
         invocation
             .key(overrides_key(&hash, change.action()))
@@ -108,13 +107,7 @@ impl RuleStore for RedisStore {
             .arg(head.unwrap_or_default())
             .arg(AUDIT_KEEP)
             .arg(MAX_OVERRIDES_PER_ACTION);
-        let reply: Vec<Option<String>> = self
-            .bounded(
-                &hash,
-                Call::Script("rules_change"),
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+        let reply: Vec<Option<String>> = self.script(&hash, "rules_change", &invocation).await?;
         match reply.as_slice() {
             [Some(status), Some(version), before] if status == "ok" => {
                 let version = version.parse().map_err(|_| {
@@ -221,15 +214,9 @@ impl RuleStore for RedisStore {
     async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
         let [hash, _] = self.keys.rules();
         let json = rule.to_json().to_string();
-        let mut conn = self.conn.clone();
         let mut invocation = self.scripts.rules_write.key(&hash);
         invocation.arg("put").arg(rule.action().as_str()).arg(json);
-        self.bounded(
-            &hash,
-            Call::Script("rules_write"),
-            invocation.invoke_async(&mut conn),
-        )
-        .await
+        self.script(&hash, "rules_write", &invocation).await
     }
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
         let [hash, _] = self.keys.rules();
