@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use sluice_core::Action;
 
-use super::errors::{parse_u64, Call};
+use super::errors::parse_u64;
 use super::RedisStore;
 use crate::store::{Activity, ActivityStore, StoreError, ACTIVITY_KEEP};
 
@@ -54,17 +54,15 @@ impl ActivityStore for RedisStore {
             return Ok(Vec::new());
         }
         let [recent, counts] = self.keys.activity(action);
-        let mut conn = self.conn.clone();
         let flat: Vec<String> = self
-            .bounded(
+            .script(
                 &recent,
-                Call::Script("activity_recent"),
+                "activity_recent",
                 self.scripts
                     .activity_recent
                     .key(&recent)
                     .key(&counts)
-                    .arg(limit)
-                    .invoke_async(&mut conn),
+                    .arg(limit),
             )
             .await?;
         flat.chunks(4)
@@ -89,16 +87,8 @@ impl ActivityStore for RedisStore {
     /// The key's score in the action's recent zset.
     async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError> {
         let [recent, _] = self.keys.activity(action);
-        let mut conn = self.conn.clone();
         let score: Option<String> = self
-            .bounded(
-                &recent,
-                Call::Command,
-                redis::cmd("ZSCORE")
-                    .arg(&recent)
-                    .arg(key)
-                    .query_async(&mut conn),
-            )
+            .command(&recent, redis::cmd("ZSCORE").arg(&recent).arg(key))
             .await?;
         score
             .map(|s| {

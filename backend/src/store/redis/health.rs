@@ -16,7 +16,6 @@ use redis::{RedisError, RedisResult, Value};
 use sluice_core::wire::StoreHealth;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::errors::Call;
 use super::sizing::{self, NodeReading};
 use super::topology::Conn;
 use super::RedisStore;
@@ -276,14 +275,7 @@ impl HealthStore for RedisStore {
         if let Some(ready) = self.conn.cluster_ready(self.timeout).await {
             return ready;
         }
-        let mut conn = self.conn.clone();
-        let _: String = self
-            .bounded(
-                "PING",
-                Call::Command,
-                redis::cmd("PING").query_async(&mut conn),
-            )
-            .await?;
+        let _: String = self.command("PING", &redis::cmd("PING")).await?;
         Ok(())
     }
 

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::try_join_all;
-use redis::{FromRedisValue, RedisResult, ScriptInvocation};
+use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 use sluice_core::wire::StoreHealth;
 use sluice_core::Nanos;
 use tokio::sync::Semaphore;
@@ -164,6 +164,17 @@ impl RedisStore {
     {
         let mut conn = self.conn.clone();
         self.bounded(key, Call::Script(name), invocation.invoke_async(&mut conn))
+            .await
+    }
+
+    /// Runs one plain command (PING, HGET) on its own handle of the connection, bounded
+    /// ([`Self::bounded`]): `key` names the key in a WRONGTYPE error.
+    async fn command<T>(&self, key: &str, cmd: &Cmd) -> Result<T, StoreError>
+    where
+        T: FromRedisValue + Send,
+    {
+        let mut conn = self.conn.clone();
+        self.bounded(key, Call::Command, cmd.query_async(&mut conn))
             .await
     }
 

@@ -18,7 +18,6 @@ use sluice_core::limits::{AUDIT_KEEP, MAX_OVERRIDES_PER_ACTION};
 use sluice_core::wire::{AuditEntry, KeyOverride};
 use sluice_core::{Action, Rule};
 
-use super::errors::Call;
 use super::RedisStore;
 use crate::store::{AuditStamp, ChangeOutcome, RuleChange, RuleSnapshot, RuleStore, StoreError};
 
@@ -134,17 +133,11 @@ impl RuleStore for RedisStore {
         let key = audit_key(&hash);
         let json = serde_json::to_string(entry)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode an audit entry: {e}")))?;
-        let mut conn = self.conn.clone();
         let _: i64 = self
-            .bounded(
+            .script(
                 &key,
-                Call::Script("audit_record"),
-                scripts()
-                    .audit
-                    .key(&key)
-                    .arg(json)
-                    .arg(AUDIT_KEEP)
-                    .invoke_async(&mut conn),
+                "audit_record",
+                scripts().audit.key(&key).arg(json).arg(AUDIT_KEEP),
             )
             .await?;
         Ok(())
@@ -156,18 +149,9 @@ impl RuleStore for RedisStore {
         }
         let [hash, _] = self.keys.rules();
         let key = audit_key(&hash);
-        let mut conn = self.conn.clone();
         let last = isize::try_from(limit.min(AUDIT_KEEP)).unwrap_or(isize::MAX) - 1;
         let texts: Vec<String> = self
-            .bounded(
-                &key,
-                Call::Command,
-                redis::cmd("LRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(last)
-                    .query_async(&mut conn),
-            )
+            .command(&key, redis::cmd("LRANGE").arg(&key).arg(0).arg(last))
             .await?;
         texts
             .iter()
@@ -180,16 +164,11 @@ impl RuleStore for RedisStore {
 
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
         let [hash, legacy_version_key] = self.keys.rules();
-        let mut conn = self.conn.clone();
         let (version, flat, flat_overrides): (Option<String>, Vec<String>, Vec<String>) = self
-            .bounded(
+            .script(
                 &hash,
-                Call::Script("rules_load"),
-                self.scripts
-                    .rules_load
-                    .key(&hash)
-                    .key(&legacy_version_key)
-                    .invoke_async(&mut conn),
+                "rules_load",
+                self.scripts.rules_load.key(&hash).key(&legacy_version_key),
             )
             .await?;
         let version = version.map(|v| parse_version(&v, &hash)).transpose()?;
@@ -220,16 +199,8 @@ impl RuleStore for RedisStore {
     }
     async fn rules_version(&self) -> Result<Option<u64>, StoreError> {
         let [hash, _] = self.keys.rules();
-        let mut conn = self.conn.clone();
         let version: Option<String> = self
-            .bounded(
-                &hash,
-                Call::Command,
-                redis::cmd("HGET")
-                    .arg(&hash)
-                    .arg(VERSION_FIELD)
-                    .query_async(&mut conn),
-            )
+            .command(&hash, redis::cmd("HGET").arg(&hash).arg(VERSION_FIELD))
             .await?;
         version.map(|v| parse_version(&v, &hash)).transpose()
     }
