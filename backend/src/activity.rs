@@ -316,8 +316,7 @@ pub async fn flush_loop<S: ActivityStore + HistoryStore + ?Sized>(
     every: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut ticker = tokio::time::interval(every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = crate::clock::ticker(every);
     let mut failing = false;
     loop {
         let stopping = tokio::select! {

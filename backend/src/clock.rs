@@ -5,7 +5,8 @@
 //! source and rounds the same way. A clock before 1970 reads as 0 and one past the year 2554
 //! saturates, instead of failing a request. Elapsed time (timeouts, rates) uses
 //! [`std::time::Instant`], which is monotonic; this module is only for times that leave the
-//! process (stored activity, session expiry, decision times on the memory store).
+//! process (stored activity, session expiry, decision times on the memory store), and for the
+//! one way the background loops tick ([`ticker`]).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,6 +35,15 @@ pub fn now_secs() -> u64 {
     since_epoch().as_secs()
 }
 
+/// The ticker of a background loop (flushes, polls, heartbeats): its first tick at once, then one
+/// every `every`; a tick missed under load is delayed rather than fired in a burst
+/// ([`tokio::time::MissedTickBehavior::Delay`]). Elapsed time, not the wall clock.
+pub fn ticker(every: Duration) -> tokio::time::Interval {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +58,15 @@ mod tests {
         assert!(ns / 1_000_000_000 - s < 5);
         // After 2020-01-01: the clock is really read, not a zero.
         assert!(s > 1_577_836_800);
+    }
+
+    #[tokio::test]
+    async fn a_ticker_ticks_every_period_and_delays_a_missed_tick() {
+        let ticker = ticker(Duration::from_millis(250));
+        assert_eq!(ticker.period(), Duration::from_millis(250));
+        assert_eq!(
+            ticker.missed_tick_behavior(),
+            tokio::time::MissedTickBehavior::Delay
+        );
     }
 }

@@ -137,8 +137,7 @@ impl LevelsHub {
         every: Duration,
         mut stop: watch::Receiver<bool>,
     ) {
-        let mut ticker = tokio::time::interval(every);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticker = crate::clock::ticker(every);
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}

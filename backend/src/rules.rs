@@ -258,8 +258,7 @@ pub async fn refresh_loop(
     mut stop: watch::Receiver<bool>,
     on_change: impl Fn(usize) + Send,
 ) {
-    let mut ticker = tokio::time::interval(every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = crate::clock::ticker(every);
     // The trouble last logged: None, or the outcome that started it.
     let mut trouble: Option<PollOutcome> = None;
     loop {

@@ -39,9 +39,8 @@ pub async fn events(
                     .data(&*text)
             })
         });
-    let mut every = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
     // After a stall, one beat, not the missed ones in a burst.
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let every = crate::clock::ticker(Duration::from_millis(HEARTBEAT_MS));
     let heartbeat = IntervalStream::new(every).map(|_| {
         let beat = Heartbeat { at_ms: now_ms() };
         let data = serde_json::to_string(&beat).unwrap_or_else(|_| "{}".into());

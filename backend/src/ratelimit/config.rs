@@ -202,6 +202,24 @@ fn unknown_keys(
     }
 }
 
+/// `value` as a map (a descriptor, a `rate_limit`), its unknown keys pushed as errors; `None`
+/// when it is not a map, with `not_a_map` pushed as the error at `at`.
+fn checked_map<'v>(
+    file: &Path,
+    value: &'v Value,
+    at: &str,
+    not_a_map: &str,
+    allowed: KeysAllowed,
+    errors: &mut Vec<ConfigError>,
+) -> Option<&'v Map<String, Value>> {
+    let Value::Object(map) = value else {
+        errors.push(ConfigError::new(file, at, not_a_map));
+        return None;
+    };
+    unknown_keys(file, map, at, allowed, errors);
+    Some(map)
+}
+
 /// Parses and validates one file's text; `file` only names it in errors. Every refusal is
 /// returned.
 pub fn parse(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError>> {
@@ -325,15 +343,14 @@ fn descriptor(
     at: &str,
     errors: &mut Vec<ConfigError>,
 ) -> Option<Descriptor> {
-    let Value::Object(map) = item else {
-        errors.push(ConfigError::new(
-            file,
-            at,
-            "must be a map (key, value, rate_limit, descriptors, ...)",
-        ));
-        return None;
-    };
-    unknown_keys(file, map, at, KeysAllowed::WithSluice, errors);
+    let map = checked_map(
+        file,
+        item,
+        at,
+        "must be a map (key, value, rate_limit, descriptors, ...)",
+        KeysAllowed::WithSluice,
+        errors,
+    )?;
     let text = |key: &str, errors: &mut Vec<ConfigError>| match map.get(key) {
         None => String::new(),
         Some(v) => scalar(v).unwrap_or_else(|| {
@@ -415,15 +432,14 @@ fn rate_limit(
     at: &str,
     errors: &mut Vec<ConfigError>,
 ) -> Option<RateLimit> {
-    let Value::Object(map) = v else {
-        errors.push(ConfigError::new(
-            file,
-            at,
-            "must be a map (unit, requests_per_unit, ...)",
-        ));
-        return None;
-    };
-    unknown_keys(file, map, at, KeysAllowed::PeerOnly, errors);
+    let map = checked_map(
+        file,
+        v,
+        at,
+        "must be a map (unit, requests_per_unit, ...)",
+        KeysAllowed::PeerOnly,
+        errors,
+    )?;
     let unlimited = flag(file, map, "unlimited", at, errors);
     let unit_text = map.get("unit").and_then(scalar).unwrap_or_default();
     let unit = RlsUnit::parse(&unit_text);

@@ -184,8 +184,7 @@ pub async fn watch_loop(
     cache: Arc<RuleCache>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut ticker = tokio::time::interval(POLL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = crate::clock::ticker(POLL);
     // The digest last refused, so one bad edit is reported once; and whether the last good
     // configuration still waits to be published (the store was down).
     let mut refused: Option<[u8; 32]> = None;

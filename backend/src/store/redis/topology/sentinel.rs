@@ -206,8 +206,7 @@ fn trouble(e: &RedisError) -> Option<Trouble> {
 /// Asks the sentinels every [`CHECK_EVERY`] whether the master changed; ends with the store (the
 /// last [`SentinelConn`] dropped).
 async fn check_periodically(shared: Weak<Shared>) {
-    let mut every = tokio::time::interval(CHECK_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut every = crate::clock::ticker(CHECK_EVERY);
     every.tick().await;
     loop {
         every.tick().await;
