@@ -351,10 +351,7 @@ pub async fn flush_loop<S: ActivityStore + HistoryStore + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn action(name: &str) -> Action {
-        Action::parse(name).expect("valid action")
-    }
+    use crate::test_support::action;
 
     #[test]
     fn a_batch_sums_per_key_and_empties_on_take() {

@@ -32,5 +32,8 @@ pub mod state;
 pub mod store;
 pub mod wrong_listener;
 
+#[cfg(test)]
+mod test_support;
+
 pub use app::{run, Listeners, RunError};
 pub use config::{Config, StoreChoice};

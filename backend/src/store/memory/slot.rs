@@ -42,10 +42,7 @@ fn algorithm_tag(algorithm: Algorithm) -> char {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn action(text: &str) -> Action {
-        Action::parse(text).expect("valid action")
-    }
+    use crate::test_support::action;
 
     #[test]
     fn names_never_collide_across_actions_keys_algorithms_or_cells() {

@@ -80,10 +80,7 @@ pub(crate) fn stored_subject(subject: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn action(s: &str) -> Action {
-        Action::parse(s).expect("valid action")
-    }
+    use crate::test_support::action;
 
     #[test]
     fn short_subjects_are_verbatim_and_tagged() {
