@@ -11,9 +11,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sluice_backend::store::memory::MemoryStore;
-use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::{CheckRequest, Store};
 use sluice_core::Rule;
 
@@ -25,6 +24,9 @@ const TASKS: usize = 32;
 #[path = "../tests/it/support.rs"]
 mod support;
 use support::RedisServer;
+
+mod bench_common;
+use bench_common::{first_arg_or, patient_redis_store, usec_per_call};
 
 fn rule(json: &str) -> Result<Rule> {
     Ok(Rule::from_json_str(json)?)
@@ -90,39 +92,20 @@ async fn run(store: Arc<dyn Store>, rules: Arc<[Rule; 3]>, all: bool, total: usi
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
-fn usec_per_evalsha(server: &RedisServer) -> Result<f64> {
-    let info = server.cli(&["INFO", "commandstats"]);
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .context("no cmdstat_evalsha in INFO commandstats")?;
-    let field = line
-        .split([':', ','])
-        .find_map(|f| f.strip_prefix("usec_per_call="))
-        .context("usec_per_call")?;
-    Ok(field.parse()?)
-}
-
 /// (requests per second, Redis µs per request) on a fresh redis-server.
 async fn redis_row(rules: Arc<[Rule; 3]>, all: bool, total: usize) -> Result<(f64, f64)> {
     let server = RedisServer::start();
-    let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
-    config.timeout = std::time::Duration::from_secs(2);
-    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(config).await?);
+    let store = patient_redis_store(&server).await?;
     run(store.clone(), rules.clone(), all, 1_000).await?; // load the scripts
     server.cli(&["CONFIG", "RESETSTAT"]);
     let rate = run(store, rules, all, total).await?;
     let calls = if all { 1.0 } else { 3.0 };
-    Ok((rate, usec_per_evalsha(&server)? * calls))
+    Ok((rate, usec_per_call(&server, "evalsha")? * calls))
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let total: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(100_000);
+    let total = first_arg_or(100_000)?;
     println!("{total} requests of three limits (gcra per user, sliding_window per IP, fixed_window global), {TASKS} tasks");
     println!(
         "{:<16} {:>16} {:>16} {:>14} {:>14} {:>12} {:>12}",

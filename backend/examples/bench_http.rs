@@ -24,6 +24,9 @@ const KEYS: usize = 1000;
 // The tests' redis-server launcher (which may panic, as test code does: see its header).
 #[path = "../tests/it/support.rs"]
 mod support;
+
+mod bench_common;
+use bench_common::ALGORITHMS;
 use support::RedisServer;
 
 struct Server {
@@ -103,15 +106,6 @@ impl Server {
         let _ = self.handle.await;
     }
 }
-
-const ALGORITHMS: [&str; 6] = [
-    "fixed_window",
-    "sliding_log",
-    "sliding_window",
-    "leaky_bucket",
-    "gcra",
-    "token_bucket",
-];
 
 struct Figures {
     per_s: f64,

@@ -9,9 +9,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sluice_backend::store::memory::MemoryStore;
-use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::Store;
 use sluice_core::{Algorithm, Lease, Rule, Span};
 
@@ -25,17 +24,8 @@ const TASKS: usize = 32;
 mod support;
 use support::RedisServer;
 
-fn rule_for(algorithm: &str) -> Result<Rule> {
-    let limit = if algorithm.contains("window") || algorithm == "sliding_log" {
-        r#""window":"1s""#
-    } else {
-        r#""rate":{"count":10000,"period":"1s"}"#
-    };
-    let json = format!(
-        r#"{{"action":"bench-{algorithm}","algorithm":"{algorithm}","capacity":10000,{limit}}}"#
-    );
-    Ok(Rule::from_json_str(&json)?)
-}
+mod bench_common;
+use bench_common::{first_arg_or, patient_redis_store, rule_for, usec_per_call};
 
 /// Runs `total` decisions; returns (decisions per second, units debited per allowed call).
 async fn run(
@@ -74,38 +64,18 @@ async fn run(
     Ok((rate, units as f64 / allowed.max(1) as f64))
 }
 
-fn usec_per_evalsha(server: &RedisServer) -> Result<f64> {
-    let info = server.cli(&["INFO", "commandstats"]);
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .context("no cmdstat_evalsha in INFO commandstats")?;
-    let field = line
-        .split([':', ','])
-        .find_map(|f| f.strip_prefix("usec_per_call="))
-        .context("usec_per_call")?;
-    Ok(field.parse()?)
-}
-
 async fn redis_row(rule: Arc<Rule>, lease: Option<Lease>, total: usize) -> Result<(f64, f64)> {
     let server = RedisServer::start();
-    let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
-    // A loaded machine must not turn a slow answer into a failed run.
-    config.timeout = std::time::Duration::from_secs(2);
-    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(config).await?);
+    let store = patient_redis_store(&server).await?;
     run(store.clone(), rule.clone(), lease, total / 10).await?; // warm up, load the script
     server.cli(&["CONFIG", "RESETSTAT"]);
     let (_, units) = run(store, rule, lease, total).await?;
-    Ok((usec_per_evalsha(&server)?, units))
+    Ok((usec_per_call(&server, "evalsha")?, units))
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let total: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(200_000);
+    let total = first_arg_or(200_000)?;
     let lease = Lease {
         max: 64,
         ttl: Span::parse("1s")?,
@@ -124,7 +94,7 @@ async fn main() -> Result<()> {
         "units/call"
     );
     for algorithm in Algorithm::ALL.map(Algorithm::name) {
-        let rule = Arc::new(rule_for(algorithm)?);
+        let rule = Arc::new(rule_for(algorithm, 10_000)?);
         let memory = || -> Arc<dyn Store> { Arc::new(MemoryStore::new()) };
         let (plain, _) = run(memory(), rule.clone(), None, total).await?;
         let (leased, units) = run(memory(), rule.clone(), Some(lease), total).await?;

@@ -25,6 +25,9 @@ use sluice_core::Rule;
 // The tests' redis-server launcher (which may panic, as test code does: see its header).
 #[path = "../tests/it/support.rs"]
 mod support;
+
+mod bench_common;
+use bench_common::ALGORITHMS;
 use support::RedisServer;
 
 /// The issue's spray: a sliding_window rule with a 1 h window (nothing expires during the run).
@@ -278,14 +281,7 @@ async fn main() -> Result<()> {
          ({PER_ALGORITHM_KEYS} keys), and per key of the bound with --max-keys {per_bound} \
          ({PER_ALGORITHM_KEYS} keys sprayed); --max-keys counts {BYTES_PER_KEY} bytes per key:"
     );
-    for algorithm in [
-        "fixed_window",
-        "sliding_log",
-        "sliding_window",
-        "leaky_bucket",
-        "gcra",
-        "token_bucket",
-    ] {
+    for algorithm in ALGORITHMS {
         let column = memory_column(algorithm, 0, &[PER_ALGORITHM_KEYS])?;
         let unbounded = column.last().context("one point")?;
         let column = memory_column(algorithm, per_bound as usize, &[PER_ALGORITHM_KEYS])?;

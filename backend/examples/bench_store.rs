@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::Store;
@@ -22,31 +22,8 @@ const KEYS: usize = 1_000;
 mod support;
 use support::RedisServer;
 
-/// usec_per_call of one command from the server's `INFO commandstats`.
-fn usec_per_call(server: &RedisServer, command: &str) -> Result<f64> {
-    let info = server.cli(&["INFO", "commandstats"]);
-    let line = info
-        .lines()
-        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
-        .with_context(|| format!("no cmdstat_{command} in INFO commandstats"))?;
-    let field = line
-        .split([':', ','])
-        .find_map(|f| f.strip_prefix("usec_per_call="))
-        .context("usec_per_call")?;
-    Ok(field.parse()?)
-}
-
-fn rule_for(algorithm: &str) -> Result<Rule> {
-    let limit = if algorithm.contains("window") || algorithm == "sliding_log" {
-        r#""window":"1s""#
-    } else {
-        r#""rate":{"count":100,"period":"1s"}"#
-    };
-    let json = format!(
-        r#"{{"action":"bench-{algorithm}","algorithm":"{algorithm}","capacity":100,{limit}}}"#
-    );
-    Ok(Rule::from_json_str(&json)?)
-}
+mod bench_common;
+use bench_common::{rule_for, usec_per_call};
 
 /// Runs `total` decisions over `tasks` concurrent tasks; returns decisions per second.
 async fn run(store: Arc<dyn Store>, rule: Arc<Rule>, total: usize, tasks: usize) -> Result<f64> {
@@ -126,7 +103,7 @@ async fn main() -> Result<()> {
         "sliding_log",
         "sliding_window",
     ] {
-        let rule = Arc::new(rule_for(algorithm)?);
+        let rule = Arc::new(rule_for(algorithm, 100)?);
         let memory_rate = run(memory.clone(), rule.clone(), total, tasks).await?;
         server.cli(&["CONFIG", "RESETSTAT"]);
         let redis_rate = run(redis.clone(), rule, total, tasks).await?;
