@@ -24,10 +24,8 @@ const KEYS: usize = 1000;
 // The tests' redis-server launcher (which may panic, as test code does: see its header).
 #[path = "../tests/it/support.rs"]
 mod support;
-
-mod bench_common;
-use bench_common::ALGORITHMS;
 use support::RedisServer;
+use support::ALGORITHMS;
 
 struct Server {
     decision: String,

@@ -25,10 +25,8 @@ use sluice_core::Rule;
 // The tests' redis-server launcher (which may panic, as test code does: see its header).
 #[path = "../tests/it/support.rs"]
 mod support;
-
-mod bench_common;
-use bench_common::ALGORITHMS;
 use support::RedisServer;
+use support::ALGORITHMS;
 
 /// The spray: a sliding_window rule with a 1 h window (nothing expires during the run).
 const SPRAY_ALGORITHM: &str = "sliding_window";

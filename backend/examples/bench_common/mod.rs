@@ -13,16 +13,6 @@ use sluice_core::Rule;
 
 use crate::support::RedisServer;
 
-/// The six algorithm names, in the order the HTTP and spray benchmarks print them.
-pub const ALGORITHMS: [&str; 6] = [
-    "fixed_window",
-    "sliding_log",
-    "sliding_window",
-    "leaky_bucket",
-    "gcra",
-    "token_bucket",
-];
-
 /// The command line's first argument as a number, or `default` when there is none.
 pub fn first_arg_or(default: usize) -> Result<usize> {
     Ok(std::env::args()

@@ -385,13 +385,7 @@ async fn levels_show_recent_keys_with_their_levels_and_rates() {
 #[tokio::test]
 async fn the_dashboard_page_explains_how_to_build_it_with_security_headers() {
     let s = Sluice::start(StoreChoice::Memory).await;
-    let r = s
-        .http
-        .get(format!("{}/", s.admin))
-        .send()
-        .await
-        .expect("get /");
-    assert_eq!(r.status().as_u16(), 200);
+    let r = crate::harness::get_with_status(&s.http, format!("{}/", s.admin), 200).await;
     let headers = r.headers().clone();
     let csp = headers
         .get("content-security-policy")
@@ -415,22 +409,10 @@ async fn the_dashboard_page_explains_how_to_build_it_with_security_headers() {
     let page = r.text().await.expect("text");
     assert!(page.contains("scripts/build-dashboard.sh"), "{page}");
     // Security headers on API answers too (401 included).
-    let r = s
-        .http
-        .get(format!("{}/v1/rules", s.admin))
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(r.status().as_u16(), 401);
+    let r = crate::harness::get_with_status(&s.http, format!("{}/v1/rules", s.admin), 401).await;
     assert!(r.headers().get("x-frame-options").is_some());
     // Unknown API paths are JSON 404s, not the dashboard.
-    let r = s
-        .http
-        .get(format!("{}/v1/nothing", s.admin))
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(r.status().as_u16(), 404);
+    let r = crate::harness::get_with_status(&s.http, format!("{}/v1/nothing", s.admin), 404).await;
     assert_eq!(r.json::<Value>().await.expect("json")["error"], "not_found");
     s.stop().await;
 }
@@ -450,13 +432,7 @@ async fn a_built_dashboard_is_served_with_its_inline_loader_hashed_into_the_csp(
     let mut config = Config::new(StoreChoice::Memory, TOKEN);
     config.dashboard_dir = Some(dir.clone());
     let s = Sluice::start_with(config).await;
-    let r = s
-        .http
-        .get(format!("{}/", s.admin))
-        .send()
-        .await
-        .expect("get /");
-    assert_eq!(r.status().as_u16(), 200);
+    let r = crate::harness::get_with_status(&s.http, format!("{}/", s.admin), 200).await;
     let csp = r
         .headers()
         .get("content-security-policy")
@@ -466,13 +442,7 @@ async fn a_built_dashboard_is_served_with_its_inline_loader_hashed_into_the_csp(
     assert!(csp.contains("'sha256-"), "{csp}");
     assert!(!csp.contains("script-src 'self' 'unsafe-inline'"));
     assert!(r.text().await.expect("text").contains(loader));
-    let js = s
-        .http
-        .get(format!("{}/app.js", s.admin))
-        .send()
-        .await
-        .expect("get js");
-    assert_eq!(js.status().as_u16(), 200);
+    let js = crate::harness::get_with_status(&s.http, format!("{}/app.js", s.admin), 200).await;
     assert!(js
         .headers()
         .get("content-type")
@@ -480,13 +450,8 @@ async fn a_built_dashboard_is_served_with_its_inline_loader_hashed_into_the_csp(
         .unwrap_or_default()
         .contains("javascript"));
     // Client-side routes fall back to index.html, with the same policy.
-    let deep = s
-        .http
-        .get(format!("{}/rules/post", s.admin))
-        .send()
-        .await
-        .expect("get deep");
-    assert_eq!(deep.status().as_u16(), 200);
+    let deep =
+        crate::harness::get_with_status(&s.http, format!("{}/rules/post", s.admin), 200).await;
     assert_eq!(
         deep.headers()
             .get("content-security-policy")

@@ -170,15 +170,8 @@ async fn refusals_name_the_field(rig: &Rig) {
 }
 
 async fn openapi_lists_commit(rig: &Rig) {
-    let doc: Value = rig
-        .http
-        .get(format!("{}/v1/openapi.json", rig.admin))
-        .send()
-        .await
-        .expect("openapi")
-        .json()
-        .await
-        .expect("json");
+    let doc: Value =
+        crate::harness::get_json(&rig.http, format!("{}/v1/openapi.json", rig.admin)).await;
     assert!(doc["paths"]["/v1/commit"]["post"].is_object(), "{doc}");
     assert!(doc["components"]["schemas"]["CommitRequest"].is_object());
     assert!(doc["components"]["schemas"]["CommitResponse"].is_object());
@@ -193,16 +186,8 @@ async fn openapi_lists_commit(rig: &Rig) {
 
 /// The key view's `budget` of `key` under `action` (`GET /v1/keys`).
 async fn key_budget(rig: &Rig, key: &str, action: &str) -> Value {
-    let view: Value = rig
-        .http
-        .get(format!("{}/v1/keys?key={key}", rig.admin))
-        .bearer_auth(crate::harness::TOKEN)
-        .send()
-        .await
-        .expect("keys")
-        .json()
-        .await
-        .expect("json");
+    let view: Value =
+        crate::harness::admin_get_json(&rig.http, format!("{}/v1/keys?key={key}", rig.admin)).await;
     let actions = view["actions"].as_array().expect("actions").clone();
     let state = actions.into_iter().find(|a| a["action"] == action);
     state.expect("the action")["budget"].clone()

@@ -373,26 +373,19 @@ async fn bad_settings_are_refused_before_any_connection_naming_the_field() {
 
 /// A rule of each algorithm, named after it.
 fn one_rule_per_algorithm() -> Vec<sluice_core::Rule> {
-    [
-        "gcra",
-        "leaky_bucket",
-        "token_bucket",
-        "fixed_window",
-        "sliding_log",
-        "sliding_window",
-    ]
-    .iter()
-    .map(|a| {
-        let limit = if matches!(*a, "gcra" | "leaky_bucket" | "token_bucket") {
-            r#""rate":{"count":1,"period":"1s"}"#
-        } else {
-            r#""window":"1s""#
-        };
-        rule(&format!(
-            r#"{{"action":"{a}","algorithm":"{a}","capacity":5,{limit}}}"#
-        ))
-    })
-    .collect()
+    crate::store_suite::ALGORITHMS
+        .iter()
+        .map(|a| {
+            let limit = if matches!(*a, "gcra" | "leaky_bucket" | "token_bucket") {
+                r#""rate":{"count":1,"period":"1s"}"#
+            } else {
+                r#""window":"1s""#
+            };
+            rule(&format!(
+                r#"{{"action":"{a}","algorithm":"{a}","capacity":5,{limit}}}"#
+            ))
+        })
+        .collect()
 }
 
 #[tokio::test]

@@ -103,13 +103,7 @@ async fn a_half_sent_request_is_cut_off_on_both_listeners_and_requests_keep_work
         let mut slow = TcpStream::connect(host_port(base)).await.expect("connect");
         slow.write_all(b"GET /healthz HT").await.expect("write");
         // Meanwhile a normal request is answered at once.
-        let r = s
-            .http
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .expect("healthz");
-        assert_eq!(r.status().as_u16(), 200);
+        crate::harness::get_with_status(&s.http, format!("{base}/healthz"), 200).await;
         let (_, closed) = read_until_closed(&mut slow, TIMEOUT + SLACK).await;
         let took = started.elapsed();
         assert!(

@@ -285,12 +285,41 @@ pub fn long_rule(action: &str, algorithm: &str, capacity: u64) -> Value {
     }
 }
 
-/// The six algorithm names.
-pub const ALGORITHMS: [&str; 6] = [
-    "fixed_window",
-    "sliding_log",
-    "sliding_window",
-    "leaky_bucket",
-    "gcra",
-    "token_bucket",
-];
+/// `GET url` without a token (either listener): the body as JSON. For the health, readiness and
+/// OpenAPI documents most tests read.
+pub async fn get_json(http: &reqwest::Client, url: String) -> Value {
+    http.get(url)
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// `GET url` with the admin token: the body as JSON.
+pub async fn admin_get_json(http: &reqwest::Client, url: String) -> Value {
+    http.get(url)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// `GET url` without a token; asserts the answer's status and hands the response back for its
+/// headers and body.
+pub async fn get_with_status(
+    http: &reqwest::Client,
+    url: String,
+    status: u16,
+) -> reqwest::Response {
+    let r = http.get(url).send().await.expect("GET");
+    assert_eq!(r.status().as_u16(), status);
+    r
+}
+
+/// The six algorithm names (one list for the tests and the benchmarks).
+pub use crate::support::ALGORITHMS;

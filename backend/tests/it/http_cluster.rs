@@ -15,15 +15,8 @@ async fn two_replicas_on_a_redis_cluster_share_rules_state_and_levels() {
     let cluster = support::RedisCluster::start();
     let a = Sluice::start(harness::cluster(cluster.urls())).await;
     let b = Sluice::start(harness::cluster(cluster.urls())).await;
-    let ready: serde_json::Value = a
-        .http
-        .get(format!("{}/readyz", a.decision))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let ready: serde_json::Value =
+        crate::harness::get_json(&a.http, format!("{}/readyz", a.decision)).await;
     assert_eq!(ready["store"], "redis-cluster");
 
     assert_eq!(

@@ -232,13 +232,8 @@ async fn the_decision_listener_serves_no_admin_route() {
         assert_eq!(body["error"], "not_found");
     }
     // A known path with the wrong method is a JSON 405.
-    let r = s
-        .http
-        .get(format!("{}/v1/throttle", s.decision))
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(r.status().as_u16(), 405);
+    let r =
+        crate::harness::get_with_status(&s.http, format!("{}/v1/throttle", s.decision), 405).await;
     assert_eq!(
         r.json::<Value>().await.expect("json")["error"],
         "method_not_allowed"
@@ -334,34 +329,12 @@ async fn metrics_have_the_promised_families_and_never_the_key() {
 async fn probes_and_the_openapi_document_are_on_both_listeners() {
     let s = started().await;
     for base in [&s.decision, &s.admin] {
-        let health: Value = s
-            .http
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .expect("healthz")
-            .json()
-            .await
-            .expect("json");
+        let health: Value = crate::harness::get_json(&s.http, format!("{base}/healthz")).await;
         assert_eq!(health["status"], "ok");
-        let ready = s
-            .http
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .expect("readyz");
-        assert_eq!(ready.status().as_u16(), 200);
+        let ready = crate::harness::get_with_status(&s.http, format!("{base}/readyz"), 200).await;
         let ready: Value = ready.json().await.expect("json");
         assert_eq!(ready["store"], "memory");
-        let doc: Value = s
-            .http
-            .get(format!("{base}/v1/openapi.json"))
-            .send()
-            .await
-            .expect("openapi")
-            .json()
-            .await
-            .expect("json");
+        let doc: Value = crate::harness::get_json(&s.http, format!("{base}/v1/openapi.json")).await;
         assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
         for path in [
             "/v1/throttle",
@@ -396,15 +369,8 @@ async fn probes_and_the_openapi_document_are_on_both_listeners() {
 #[tokio::test]
 async fn the_openapi_schemas_list_exactly_the_fields_the_wire_types_send() {
     let s = started().await;
-    let doc: Value = s
-        .http
-        .get(format!("{}/v1/openapi.json", s.decision))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let doc: Value =
+        crate::harness::get_json(&s.http, format!("{}/v1/openapi.json", s.decision)).await;
     let props = |name: &str| -> Vec<String> {
         let mut v: Vec<String> = doc["components"]["schemas"][name]["properties"]
             .as_object()

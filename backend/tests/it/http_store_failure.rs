@@ -34,13 +34,7 @@ async fn a_redis_outage_is_a_quick_503_and_a_restart_gets_the_rules_back() {
         took < Duration::from_secs(3),
         "a store failure must answer quickly; took {took:?}"
     );
-    let ready = s
-        .http
-        .get(format!("{}/readyz", s.decision))
-        .send()
-        .await
-        .expect("readyz");
-    assert_eq!(ready.status().as_u16(), 503);
+    crate::harness::get_with_status(&s.http, format!("{}/readyz", s.decision), 503).await;
     let metrics = s.metrics().await;
     let errors: u64 = metrics
         .lines()

@@ -201,15 +201,8 @@ async fn the_bound_and_its_evictions_show_in_metrics_readyz_and_levels() {
         .put_rule(json!({"action": "spray", "algorithm": "gcra", "capacity": 2, "rate": {"count": 2, "period": "1h"}}))
         .await;
     assert_eq!(status, 200);
-    let ready: serde_json::Value = sluice
-        .http
-        .get(format!("{}/readyz", sluice.admin))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let ready: serde_json::Value =
+        crate::harness::get_json(&sluice.http, format!("{}/readyz", sluice.admin)).await;
     assert_eq!(ready["warnings"], json!([]), "{ready}");
 
     for i in 0..500 {
@@ -235,15 +228,8 @@ async fn the_bound_and_its_evictions_show_in_metrics_readyz_and_levels() {
     assert_eq!(sample("sluice_store_keys"), 64);
     assert_eq!(sample("sluice_store_evictions_total"), 500 - 64);
 
-    let ready: serde_json::Value = sluice
-        .http
-        .get(format!("{}/readyz", sluice.admin))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let ready: serde_json::Value =
+        crate::harness::get_json(&sluice.http, format!("{}/readyz", sluice.admin)).await;
     let warning = ready["warnings"][0].as_str().unwrap_or_default();
     assert!(warning.contains("--max-keys"), "{ready}");
 

@@ -257,15 +257,7 @@ async fn noeviction_warns_and_a_full_redis_answers_store_full() {
     );
 
     let s = Sluice::start(harness::redis(&redis.url())).await;
-    let ready: Value = s
-        .http
-        .get(format!("{}/readyz", s.decision))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let ready: Value = crate::harness::get_json(&s.http, format!("{}/readyz", s.decision)).await;
     assert_eq!(ready["status"], "ready", "{ready}");
     assert!(
         ready["warnings"]
@@ -354,13 +346,7 @@ async fn noeviction_warns_and_a_full_redis_answers_store_full() {
         "{metrics}"
     );
     // Still ready: Redis answers; the warning says why decisions fail.
-    let ready = s
-        .http
-        .get(format!("{}/readyz", s.decision))
-        .send()
-        .await
-        .expect("readyz");
-    assert_eq!(ready.status().as_u16(), 200);
+    crate::harness::get_with_status(&s.http, format!("{}/readyz", s.decision), 200).await;
     s.stop().await;
 }
 

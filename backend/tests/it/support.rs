@@ -26,6 +26,17 @@ pub async fn redis_at_fixed_times(config: RedisConfig, at: u64) -> (RedisStore, 
     (store, clock)
 }
 
+/// The six algorithm names, in core's documentation order (`Algorithm::ALL`), for the tests and
+/// the benchmarks that cover every algorithm.
+pub const ALGORITHMS: [&str; 6] = [
+    "fixed_window",
+    "sliding_log",
+    "sliding_window",
+    "leaky_bucket",
+    "gcra",
+    "token_bucket",
+];
+
 /// A free TCP port on 127.0.0.1 (bound then released; good enough for tests).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -209,4 +220,10 @@ pub fn capture_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sy
         }
     });
     log
+}
+
+#[test]
+fn the_algorithm_names_are_cores_in_its_order() {
+    let core = sluice_core::Algorithm::ALL.map(sluice_core::Algorithm::name);
+    assert_eq!(ALGORITHMS, core);
 }
