@@ -485,29 +485,25 @@ async fn the_cluster_refund_restores_only_an_untouched_key() {
     let before = dump(&mut conn).await;
     hset(&mut conn, 2).await;
     let after = dump(&mut conn).await;
+    // The refund of the one unit reserved at `before` and left at `after`, as the store sends it.
+    let refund_k = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let mut invocation = refund.key("k");
+        invocation.arg("1").arg(&before).arg("600000").arg(&after);
+        async move {
+            invocation
+                .invoke_async::<i64>(&mut conn)
+                .await
+                .expect("refund")
+        }
+    };
     // Another request took one more (count 3): no refund, nothing written.
     hset(&mut conn, 3).await;
-    let done: i64 = refund
-        .key("k")
-        .arg("1")
-        .arg(&before)
-        .arg("600000")
-        .arg(&after)
-        .invoke_async(&mut conn)
-        .await
-        .expect("refund");
+    let done = refund_k(&mut conn).await;
     assert_eq!((done, count(&mut conn).await), (0, Some(3)));
     // Untouched since the reservation: restored to count 1, TTL kept.
     hset(&mut conn, 2).await;
-    let done: i64 = refund
-        .key("k")
-        .arg("1")
-        .arg(&before)
-        .arg("600000")
-        .arg(&after)
-        .invoke_async(&mut conn)
-        .await
-        .expect("refund");
+    let done = refund_k(&mut conn).await;
     assert_eq!((done, count(&mut conn).await), (1, Some(1)));
     let ttl: i64 = redis::cmd("PTTL")
         .arg("k")

@@ -439,6 +439,30 @@ impl Running {
         self.stderr.lock().expect("lock").clone()
     }
 
+    /// The binary on `redis` with the two rules of `rules_file(name)`; returns it and the file.
+    async fn on_redis_with_rules_file(
+        redis: &support::RedisServer,
+        name: &str,
+    ) -> (Running, std::path::PathBuf) {
+        let rules = rules_file(name);
+        let running = Running::start(&[
+            "--redis-url",
+            &redis.url(),
+            "--rules",
+            rules.to_str().expect("utf-8"),
+        ])
+        .await;
+        (running, rules)
+    }
+
+    /// Waits until the binary's log holds `line` (see `time_until`).
+    async fn until_logged(&self, within: Duration, line: &str) {
+        time_until(within, &format!("the log line {line:?}"), || {
+            self.stderr().contains(line)
+        })
+        .await;
+    }
+
     async fn throttle(&self, action: &str, key: &str) -> (u16, serde_json::Value) {
         let r = harness::client()
             .post(format!("http://{}/v1/throttle", self.decision))
@@ -472,14 +496,12 @@ impl Drop for Running {
 }
 
 fn rules_file(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("sluice-hardening-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let path = dir.join("rules.yaml");
-    std::fs::write(
-        &path,
+    let (_, path) = support::write_temp_file(
+        "sluice-hardening",
+        &format!("-{name}"),
+        "rules.yaml",
         "rules:\n  - action: post\n    algorithm: gcra\n    capacity: 5\n    rate: { count: 1, period: 1h }\n  - action: login\n    algorithm: sliding_log\n    capacity: 3\n    window: 1h\n",
-    )
-    .expect("write rules");
+    );
     path
 }
 
@@ -498,14 +520,7 @@ async fn time_until(within: Duration, what: &str, mut check: impl FnMut() -> boo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rules_key_deleted_alone_is_republished_within_a_second() {
     let redis = support::RedisServer::start();
-    let rules = rules_file("deleted");
-    let sluice = Running::start(&[
-        "--redis-url",
-        &redis.url(),
-        "--rules",
-        rules.to_str().expect("utf-8"),
-    ])
-    .await;
+    let (sluice, rules) = Running::on_redis_with_rules_file(&redis, "deleted").await;
     let hkeys = || {
         let mut keys: Vec<String> = redis
             .cli(&["HKEYS", "{sluice:rules}"])
@@ -529,12 +544,12 @@ async fn the_rules_key_deleted_alone_is_republished_within_a_second() {
         took < Duration::from_millis(1500),
         "republished after {took:?} (poll every 250 ms; bound ~1 s)"
     );
-    time_until(Duration::from_secs(2), "the republish log line", || {
-        sluice
-            .stderr()
-            .contains("publishing this replica's 2 cached rules again")
-    })
-    .await;
+    sluice
+        .until_logged(
+            Duration::from_secs(2),
+            "publishing this replica's 2 cached rules again",
+        )
+        .await;
     // Decisions never lost their rules, and a replica started now finds them in the store.
     assert_eq!(sluice.throttle("post", "u").await.0, 200);
     let other = Sluice::start(harness::redis(&redis.url())).await;
@@ -560,25 +575,15 @@ async fn the_rules_key_deleted_alone_is_republished_within_a_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rules_version_that_is_not_a_number_is_reported_as_unreadable() {
     let redis = support::RedisServer::start();
-    let rules = rules_file("corrupt");
-    let sluice = Running::start(&[
-        "--redis-url",
-        &redis.url(),
-        "--rules",
-        rules.to_str().expect("utf-8"),
-    ])
-    .await;
+    let (sluice, rules) = Running::on_redis_with_rules_file(&redis, "corrupt").await;
+    let new_rule = serde_json::json!({"action": "new", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}});
     redis.cli(&["HSET", "{sluice:rules}", "#version", "not-a-number"]);
-    time_until(
-        Duration::from_secs(3),
-        "the unreadable-rules log line",
-        || {
-            sluice
-                .stderr()
-                .contains("the rules in the store cannot be read")
-        },
-    )
-    .await;
+    sluice
+        .until_logged(
+            Duration::from_secs(3),
+            "the rules in the store cannot be read",
+        )
+        .await;
     let log = sluice.stderr();
     assert!(
         log.contains("not-a-number"),
@@ -590,9 +595,7 @@ async fn a_rules_version_that_is_not_a_number_is_reported_as_unreadable() {
     );
     // Decisions keep the cached rules; a rule write is refused clearly, naming the key.
     assert_eq!(sluice.throttle("post", "u").await.0, 200);
-    let (status, body) = sluice
-        .put_rule(serde_json::json!({"action": "new", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}))
-        .await;
+    let (status, body) = sluice.put_rule(new_rule.clone()).await;
     assert_eq!(
         (status, body["error"].as_str()),
         (500, Some("store_wrong_type")),
@@ -607,19 +610,13 @@ async fn a_rules_version_that_is_not_a_number_is_reported_as_unreadable() {
     );
     // Repaired: the log says so and writes work again.
     redis.cli(&["HSET", "{sluice:rules}", "#version", "41"]);
-    time_until(
-        Duration::from_secs(3),
-        "the readable-again log line",
-        || {
-            sluice
-                .stderr()
-                .contains("the rules in the store are readable again")
-        },
-    )
-    .await;
-    let (status, body) = sluice
-        .put_rule(serde_json::json!({"action": "new", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}))
+    sluice
+        .until_logged(
+            Duration::from_secs(3),
+            "the rules in the store are readable again",
+        )
         .await;
+    let (status, body) = sluice.put_rule(new_rule.clone()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         redis.cli(&["HGET", "{sluice:rules}", "#version"]).trim(),

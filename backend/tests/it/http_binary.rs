@@ -108,14 +108,12 @@ impl Drop for Running {
 
 #[tokio::test]
 async fn the_binary_imports_rules_prints_a_token_once_and_stops_on_sigterm() {
-    let dir = std::env::temp_dir().join(format!("sluice-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let rules = dir.join("rules.yaml");
-    std::fs::write(
-        &rules,
+    let (dir, rules) = support::write_temp_file(
+        "sluice-bin",
+        "",
+        "rules.yaml",
         "rules:\n  - action: post\n    algorithm: gcra\n    capacity: 5\n    rate: { count: 10, period: 1m }\n  - action: login\n    algorithm: sliding_log\n    capacity: 5\n    window: 1m\n",
-    )
-    .expect("write rules");
+    );
     let (dport, aport) = (support::free_port(), support::free_port());
     let decision = format!("127.0.0.1:{dport}");
     let admin = format!("127.0.0.1:{aport}");
@@ -208,15 +206,13 @@ async fn the_binary_imports_rules_prints_a_token_once_and_stops_on_sigterm() {
 
 #[test]
 fn a_bad_rules_file_stops_the_start_naming_the_rule_and_field() {
-    let dir = std::env::temp_dir().join(format!("sluice-badrules-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let rules = dir.join("rules.json");
-    std::fs::write(
-        &rules,
+    let (dir, rules) = support::write_temp_file(
+        "sluice-badrules",
+        "",
+        "rules.json",
         r#"[{"action": "ok", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1s"}},
             {"action": "broken", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "fortnight"}}]"#,
-    )
-    .expect("write");
+    );
     let mut sluice = Running::start(&[
         "--decision-listen",
         &format!("127.0.0.1:{}", support::free_port()),

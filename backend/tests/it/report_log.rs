@@ -12,14 +12,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 #[tokio::test]
 async fn passed_unchecked_is_a_warning_once_per_action_per_ten_seconds() {
-    let dir = std::env::temp_dir().join(format!("sluice-report-log-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let rules = dir.join("rules.yaml");
-    std::fs::write(
-        &rules,
+    let (dir, rules) = support::write_temp_file(
+        "sluice-report-log",
+        "",
+        "rules.yaml",
         "- {action: post, algorithm: gcra, capacity: 5, rate: {count: 5, period: 1m}}\n",
-    )
-    .expect("rules file");
+    );
     let (decision, admin) = (support::free_port(), support::free_port());
     let mut child = Command::new(BIN)
         .args(["--decision-listen", &format!("127.0.0.1:{decision}")])

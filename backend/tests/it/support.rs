@@ -198,6 +198,16 @@ impl RedisCluster {
     }
 }
 
+/// Writes `text` to `file` in a fresh folder `<temp>/<folder>-<this process's id><suffix>`
+/// (a test's rules file for the binary); returns (folder, file). The caller removes the folder.
+pub fn write_temp_file(folder: &str, suffix: &str, file: &str, text: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("{folder}-{}{suffix}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(file);
+    std::fs::write(&path, text).expect("write the temp file");
+    (dir, path)
+}
+
 /// Collects a child's stderr into a shared string as it arrives (for tests that read a server's
 /// log while it runs). Takes the child's piped stderr.
 pub fn capture_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
