@@ -15,7 +15,7 @@
 use crate::harness;
 use crate::support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -321,14 +321,7 @@ async fn slow_clients_past_the_descriptor_limit_are_shed_and_the_listener_recove
          --grpc-listen off --admin-token {} --header-read-timeout-ms 500",
         harness::TOKEN
     );
-    let mut child = Command::new("sh")
-        .args(["-c", &script])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sluice");
-    let log = support::capture_stderr(&mut child);
+    let (mut child, log) = support::spawn_logged(Command::new("sh").args(["-c", &script]));
     let http = harness::client();
     let deadline = Instant::now() + Duration::from_secs(15);
     while !matches!(http.get(format!("http://127.0.0.1:{dport}/healthz")).send().await, Ok(r) if r.status().is_success())
@@ -390,24 +383,20 @@ impl Running {
     async fn start(args: &[&str]) -> Running {
         let decision = format!("127.0.0.1:{}", support::free_port());
         let admin = format!("127.0.0.1:{}", support::free_port());
-        let mut child = Command::new(BIN)
-            .args([
-                "--decision-listen",
-                &decision,
-                "--admin-listen",
-                &admin,
-                "--grpc-listen",
-                "off",
-                "--admin-token",
-                harness::TOKEN,
-            ])
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn sluice");
-        let stderr = support::capture_stderr(&mut child);
+        let (child, stderr) = support::spawn_logged(
+            Command::new(BIN)
+                .args([
+                    "--decision-listen",
+                    &decision,
+                    "--admin-listen",
+                    &admin,
+                    "--grpc-listen",
+                    "off",
+                    "--admin-token",
+                    harness::TOKEN,
+                ])
+                .args(args),
+        );
         let running = Running {
             child,
             stderr,

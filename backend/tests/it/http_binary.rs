@@ -5,7 +5,7 @@
 
 use crate::support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -66,16 +66,12 @@ impl Running {
         if !names_grpc {
             command.env("SLUICE_GRPC_LISTEN", "off");
         }
-        let mut child = command
-            .args(args)
-            .env_remove("SLUICE_RLS_LISTEN")
-            .env_remove("SLUICE_ADMIN_TOKEN")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn sluice");
-        let stderr = support::capture_stderr(&mut child);
+        let (child, stderr) = support::spawn_logged(
+            command
+                .args(args)
+                .env_remove("SLUICE_RLS_LISTEN")
+                .env_remove("SLUICE_ADMIN_TOKEN"),
+        );
         Running { child, stderr }
     }
 

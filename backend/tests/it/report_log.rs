@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -19,19 +19,15 @@ async fn passed_unchecked_is_a_warning_once_per_action_per_ten_seconds() {
         "- {action: post, algorithm: gcra, capacity: 5, rate: {count: 5, period: 1m}}\n",
     );
     let (decision, admin) = (support::free_port(), support::free_port());
-    let mut child = Command::new(BIN)
-        .args(["--decision-listen", &format!("127.0.0.1:{decision}")])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-        .args(["--grpc-listen", "off"])
-        .args(["--admin-token", "report-log-token-0123456789"])
-        .arg("--rules")
-        .arg(&rules)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sluice");
-    let stderr = support::capture_stderr(&mut child);
+    let (mut child, stderr) = support::spawn_logged(
+        Command::new(BIN)
+            .args(["--decision-listen", &format!("127.0.0.1:{decision}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(["--grpc-listen", "off"])
+            .args(["--admin-token", "report-log-token-0123456789"])
+            .arg("--rules")
+            .arg(&rules),
+    );
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()

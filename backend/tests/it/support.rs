@@ -208,6 +208,19 @@ pub fn write_temp_file(folder: &str, suffix: &str, file: &str, text: &str) -> (P
     (dir, path)
 }
 
+/// Spawns `command` with `RUST_LOG=info`, stdout dropped and stderr collected as it arrives
+/// (see `capture_stderr`): for tests that read the sluice binary's log lines.
+pub fn spawn_logged(command: &mut Command) -> (Child, std::sync::Arc<std::sync::Mutex<String>>) {
+    let mut child = command
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice");
+    let log = capture_stderr(&mut child);
+    (child, log)
+}
+
 /// Collects a child's stderr into a shared string as it arrives (for tests that read a server's
 /// log while it runs). Takes the child's piped stderr.
 pub fn capture_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
