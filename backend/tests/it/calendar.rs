@@ -201,22 +201,24 @@ async fn both_clocks(config: RedisConfig) -> (RedisStore, Arc<ManualClock>, Redi
     (fixed, clock, real)
 }
 
-#[tokio::test]
-async fn redis_calendar_windows_agree_with_core() {
-    let server = RedisServer::start();
-    let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
+/// The whole calendar suite on `target`, with a 5 s store timeout.
+async fn whole_on(target: RedisTarget) {
+    let mut config = RedisConfig::new(target);
     config.timeout = Duration::from_secs(5);
     let (store, clock, real) = both_clocks(config).await;
     whole(&store, &clock, &real).await;
 }
 
+#[tokio::test]
+async fn redis_calendar_windows_agree_with_core() {
+    let server = RedisServer::start();
+    whole_on(RedisTarget::Single(server.url())).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_calendar_windows_agree_with_core() {
     let cluster = RedisCluster::start();
-    let mut config = RedisConfig::new(RedisTarget::Cluster(cluster.urls()));
-    config.timeout = Duration::from_secs(5);
-    let (store, clock, real) = both_clocks(config).await;
-    whole(&store, &clock, &real).await;
+    whole_on(RedisTarget::Cluster(cluster.urls())).await;
 }
 
 /// The script of a named zone's window, called as the store calls it but with the backend's clock

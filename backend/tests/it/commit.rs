@@ -30,24 +30,7 @@ fn commit_body(action: &str, key: &str, reserved: u64, actual: u64, id: &str, at
 
 /// `POST /v1/commit` through the exchange's unary `Call` (answered by the decision router).
 async fn over_exchange(rig: &Rig, body: &Value) -> (u32, Value) {
-    let mut grpc = tonic::client::Grpc::new(rig.client.clone());
-    grpc.ready().await.expect("ready");
-    let request = ExchangeRequest {
-        id: 1,
-        path: "/v1/commit".to_owned(),
-        body: body.to_string().into_bytes(),
-    };
-    let reply: ExchangeReply = grpc
-        .unary(
-            tonic::Request::new(request),
-            PathAndQuery::from_static(CALL_PATH),
-            ExchangeCodec::<ExchangeRequest, ExchangeReply>::default(),
-        )
-        .await
-        .expect("call")
-        .into_inner();
-    let value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
-    (reply.status, value)
+    exchange_call(rig, 1, "/v1/commit", body).await
 }
 
 fn counter(metrics: &str, name: &str, action: Option<&str>) -> u64 {
@@ -281,10 +264,15 @@ async fn in_flight_until_committed(rig: &Rig) {
 
 /// A decision-API call through the exchange's unary `Call` at `path`.
 async fn over_exchange_at(rig: &Rig, path: &str, body: &Value) -> (u32, Value) {
+    exchange_call(rig, 2, path, body).await
+}
+
+/// One unary `Call` of the exchange: request `id` for `path` with `body`; (status, JSON body).
+async fn exchange_call(rig: &Rig, id: u64, path: &str, body: &Value) -> (u32, Value) {
     let mut grpc = tonic::client::Grpc::new(rig.client.clone());
     grpc.ready().await.expect("ready");
     let request = ExchangeRequest {
-        id: 2,
+        id,
         path: path.to_owned(),
         body: body.to_string().into_bytes(),
     };
