@@ -26,9 +26,7 @@ async fn call(
     if let Some(body) = body {
         req = req.json(&body);
     }
-    let r = req.send().await.expect("admin call");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    crate::harness::status_and_json(req.send().await.expect("admin call")).await
 }
 
 async fn audit(s: &Sluice, query: &str) -> Vec<(String, String, Option<String>, String)> {

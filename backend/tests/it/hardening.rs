@@ -453,27 +453,29 @@ impl Running {
     }
 
     async fn throttle(&self, action: &str, key: &str) -> (u16, serde_json::Value) {
-        let r = harness::client()
-            .post(format!("http://{}/v1/throttle", self.decision))
-            .json(&serde_json::json!({"action": action, "key": key}))
-            .send()
-            .await
-            .expect("throttle");
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or_default())
+        harness::status_and_json(
+            harness::client()
+                .post(format!("http://{}/v1/throttle", self.decision))
+                .json(&serde_json::json!({"action": action, "key": key}))
+                .send()
+                .await
+                .expect("throttle"),
+        )
+        .await
     }
 
     async fn put_rule(&self, rule: serde_json::Value) -> (u16, serde_json::Value) {
         let action = rule["action"].as_str().expect("action").to_owned();
-        let r = harness::client()
-            .put(format!("http://{}/v1/rules/{action}", self.admin))
-            .bearer_auth(harness::TOKEN)
-            .json(&rule)
-            .send()
-            .await
-            .expect("put rule");
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or_default())
+        harness::status_and_json(
+            harness::client()
+                .put(format!("http://{}/v1/rules/{action}", self.admin))
+                .bearer_auth(harness::TOKEN)
+                .json(&rule)
+                .send()
+                .await
+                .expect("put rule"),
+        )
+        .await
     }
 }
 

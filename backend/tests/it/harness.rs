@@ -147,15 +147,15 @@ impl Sluice {
 
     /// POST a JSON body to the decision listener.
     pub async fn post_decision(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.decision))
-            .json(&body)
-            .send()
-            .await
-            .expect("decision request");
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        status_and_json(
+            self.http
+                .post(format!("{}{path}", self.decision))
+                .json(&body)
+                .send()
+                .await
+                .expect("decision request"),
+        )
+        .await
     }
 
     /// POST raw bytes to the decision listener.
@@ -176,25 +176,25 @@ impl Sluice {
             .as_str()
             .expect("rule has an action")
             .to_owned();
-        let r = self
-            .admin_req(reqwest::Method::PUT, &format!("/v1/rules/{action}"))
-            .json(&rule)
-            .send()
-            .await
-            .expect("put rule");
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        status_and_json(
+            self.admin_req(reqwest::Method::PUT, &format!("/v1/rules/{action}"))
+                .json(&rule)
+                .send()
+                .await
+                .expect("put rule"),
+        )
+        .await
     }
 
     /// `GET` an admin path with the token, as JSON.
     pub async fn admin_get(&self, path: &str) -> (u16, Value) {
-        let r = self
-            .admin_req(reqwest::Method::GET, path)
-            .send()
-            .await
-            .expect("admin get");
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        status_and_json(
+            self.admin_req(reqwest::Method::GET, path)
+                .send()
+                .await
+                .expect("admin get"),
+        )
+        .await
     }
 
     /// The text of `/metrics` on the decision listener.
@@ -245,15 +245,15 @@ pub async fn post_bytes(
     url: String,
     body: impl Into<reqwest::Body>,
 ) -> (u16, Value) {
-    let r = http
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("decision request");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    status_and_json(
+        http.post(url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("decision request"),
+    )
+    .await
 }
 
 /// Polls `check` every 25 ms until it returns Some, or panics after `within`.
@@ -283,6 +283,12 @@ pub fn long_rule(action: &str, algorithm: &str, capacity: u64) -> Value {
             json!({"action": action, "algorithm": algorithm, "capacity": capacity, "window": "7d"})
         }
     }
+}
+
+/// An answer's status and its body as JSON (`null` when it has none).
+pub async fn status_and_json(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 /// `GET url` without a token (either listener): the body as JSON. For the health, readiness and

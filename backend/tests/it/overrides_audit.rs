@@ -34,9 +34,7 @@ async fn call(s: &Sluice, method: Method, path: &str, body: Option<Value>) -> (u
     if let Some(body) = body {
         req = req.json(&body);
     }
-    let r = req.send().await.expect("admin call");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    crate::harness::status_and_json(req.send().await.expect("admin call")).await
 }
 
 fn override_path(action: &str, key: &str) -> String {
