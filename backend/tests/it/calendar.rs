@@ -247,6 +247,18 @@ async fn a_named_zone_tolerates_a_window_of_clock_skew_and_refuses_more() {
     // Redis at 00:30 local on the 23-hour day; the backend's clock around it.
     let redis_now = PARIS_MAR_29 + H / 2;
     let want = r.params().decide(&State::Fresh, redis_now, 1).0;
+    // The script called on `key` as the store calls it, the backend's clock at `backend_now`.
+    let call = |key: String, backend_now: u64| {
+        let mut invocation = script.key(key);
+        invocation
+            .arg(redis_now.to_string())
+            .arg("1")
+            .arg("600000")
+            .arg(cal.script_arg(backend_now))
+            .arg("5")
+            .arg("0");
+        invocation
+    };
     for (i, backend_now) in [
         redis_now,
         redis_now - H,      // the backend an hour behind: still the day before
@@ -257,14 +269,7 @@ async fn a_named_zone_tolerates_a_window_of_clock_skew_and_refuses_more() {
     .into_iter()
     .enumerate()
     {
-        let reply: Vec<redis::Value> = script
-            .key(format!("k{i}"))
-            .arg(redis_now.to_string())
-            .arg("1")
-            .arg("600000")
-            .arg(cal.script_arg(backend_now))
-            .arg("5")
-            .arg("0")
+        let reply: Vec<redis::Value> = call(format!("k{i}"), backend_now)
             .invoke_async(&mut conn)
             .await
             .unwrap_or_else(|e| panic!("skew {i}: {e}"));
@@ -276,14 +281,7 @@ async fn a_named_zone_tolerates_a_window_of_clock_skew_and_refuses_more() {
         assert_eq!(reset, want.reset_after.to_string(), "skew {i}");
     }
     for backend_now in [redis_now + 3 * 24 * H, redis_now - 2 * 24 * H] {
-        let err = script
-            .key("far")
-            .arg(redis_now.to_string())
-            .arg("1")
-            .arg("600000")
-            .arg(cal.script_arg(backend_now))
-            .arg("5")
-            .arg("0")
+        let err = call("far".to_owned(), backend_now)
             .invoke_async::<Vec<redis::Value>>(&mut conn)
             .await
             .expect_err("no window for Redis's time");

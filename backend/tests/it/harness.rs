@@ -294,19 +294,16 @@ pub async fn status_and_json(r: reqwest::Response) -> (u16, Value) {
 /// `GET url` without a token (either listener): the body as JSON. For the health, readiness and
 /// OpenAPI documents most tests read.
 pub async fn get_json(http: &reqwest::Client, url: String) -> Value {
-    http.get(url)
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json")
+    json_of(http.get(url)).await
 }
 
 /// `GET url` with the admin token: the body as JSON.
 pub async fn admin_get_json(http: &reqwest::Client, url: String) -> Value {
-    http.get(url)
-        .bearer_auth(TOKEN)
+    json_of(http.get(url).bearer_auth(TOKEN)).await
+}
+
+async fn json_of(request: reqwest::RequestBuilder) -> Value {
+    request
         .send()
         .await
         .expect("GET")
