@@ -158,6 +158,20 @@ impl Sluice {
         .await
     }
 
+    /// `POST /v1/report` with `report` (a filter's report); asserts the 204 and hands the answer
+    /// back.
+    pub async fn post_report(&self, report: &Value) -> reqwest::Response {
+        let r = self
+            .http
+            .post(format!("{}/v1/report", self.decision))
+            .json(report)
+            .send()
+            .await
+            .expect("report");
+        assert_eq!(r.status().as_u16(), 204);
+        r
+    }
+
     /// POST raw bytes to the decision listener.
     pub async fn post_raw(&self, path: &str, body: &'static [u8]) -> (u16, Value) {
         post_bytes(&self.http, format!("{}{path}", self.decision), body).await

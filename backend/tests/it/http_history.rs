@@ -90,14 +90,7 @@ async fn the_views_add_up(s: &Sluice) {
     ], "reporter": "worker-0", "seq": 1});
     // Sent twice, as a filter does when the first answer was lost: the copy counts nowhere.
     for _ in 0..2 {
-        let r = s
-            .http
-            .post(format!("{}/v1/report", s.decision))
-            .json(&report)
-            .send()
-            .await
-            .expect("report");
-        assert_eq!(r.status().as_u16(), 204);
+        let r = s.post_report(&report).await;
         assert_eq!(r.text().await.expect("body"), "");
     }
 
@@ -522,14 +515,7 @@ async fn a_report_withdraws_what_its_sender_gave_up_on(s: &Sluice) {
         {"action": "dry", "failed_timeout": 1, "passed_unchecked": 1}
     ], "reporter": "worker-7", "seq": 1, "gave_up": [11, 14, 22, 999]});
     for _ in 0..2 {
-        let r = s
-            .http
-            .post(format!("{}/v1/report", s.decision))
-            .json(&report)
-            .send()
-            .await
-            .expect("report");
-        assert_eq!(r.status().as_u16(), 204);
+        s.post_report(&report).await;
     }
     let m = s.metrics().await;
     for (series, want) in [
