@@ -65,26 +65,15 @@ async fn every_protected_route_needs_the_token() {
 #[tokio::test]
 async fn a_session_cookie_opens_the_admin_api_until_logout() {
     let s = Sluice::start(StoreChoice::Memory).await;
-    let login = |token: &'static str| {
-        s.http
-            .post(format!("{}/v1/session", s.admin))
-            .json(&json!({"token": token}))
-            .send()
-    };
-    let wrong = login("not-the-token").await.expect("login");
+    let login = |token: &'static str| s.post_session(json!({"token": token}));
+    let wrong = login("not-the-token").await;
     assert_eq!(wrong.status().as_u16(), 401);
     assert!(wrong.headers().get("set-cookie").is_none());
-    let bad = s
-        .http
-        .post(format!("{}/v1/session", s.admin))
-        .json(&json!({"tok": TOKEN}))
-        .send()
-        .await
-        .expect("login");
+    let bad = s.post_session(json!({"tok": TOKEN})).await;
     assert_eq!(bad.status().as_u16(), 400);
     assert_eq!(bad.json::<Value>().await.expect("json")["field"], "tok");
 
-    let ok = login(TOKEN).await.expect("login");
+    let ok = login(TOKEN).await;
     assert_eq!(ok.status().as_u16(), 204);
     let cookie = ok
         .headers()

@@ -172,6 +172,16 @@ impl Sluice {
         r
     }
 
+    /// `POST /v1/session` on the admin listener (a dashboard login) with `body`.
+    pub async fn post_session(&self, body: Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}/v1/session", self.admin))
+            .json(&body)
+            .send()
+            .await
+            .expect("login")
+    }
+
     /// POST raw bytes to the decision listener.
     pub async fn post_raw(&self, path: &str, body: &'static [u8]) -> (u16, Value) {
         post_bytes(&self.http, format!("{}{path}", self.decision), body).await

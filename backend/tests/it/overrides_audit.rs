@@ -59,13 +59,7 @@ async fn version(s: &Sluice) -> u64 {
 
 /// A dashboard login on `s`: the `sluice_session` cookie's value.
 async fn login(s: &Sluice) -> String {
-    let r = s
-        .http
-        .post(format!("{}/v1/session", s.admin))
-        .json(&json!({"token": TOKEN}))
-        .send()
-        .await
-        .expect("login");
+    let r = s.post_session(json!({"token": TOKEN})).await;
     assert_eq!(r.status().as_u16(), 204);
     let cookie = r
         .headers()
