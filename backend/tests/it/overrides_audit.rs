@@ -420,8 +420,6 @@ async fn the_audit_trail_keeps_the_newest_thousand() {
 /// capacity, every other key the rule's, and deleting the override gives the key the rule back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rate_limit_service_applies_overrides() {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -465,16 +463,10 @@ async fn the_rate_limit_service_applies_overrides() {
         let mut client = client.clone();
         let request = RateLimitRequest {
             domain: "edge".into(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: [("generic_key", RULE), ("user", user)]
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).to_owned(),
-                        value: (*v).to_owned(),
-                    })
-                    .collect(),
-                ..RateLimitDescriptor::default()
-            }],
+            descriptors: vec![crate::rls::descriptor(&[
+                ("generic_key", RULE),
+                ("user", user),
+            ])],
             hits_addend: 0,
         };
         async move {
