@@ -13,7 +13,10 @@
 //! that key, while every key still held, the hammered ones above all, is limited exactly.
 //!
 //! One file per concern: `decision.rs`, `budget.rs` (and the reset), `rules.rs`, `activity.rs`,
-//! `history.rs`, `health.rs`; the state map in `shards.rs`, `table.rs`, `worth.rs`.
+//! `history.rs`, `health.rs`; the state map in `shards.rs`, `table.rs`, `worth.rs`. What a concern
+//! keeps (the activity and history logs, the commit receipts, the rule book) is in its
+//! `<concern>/state.rs`, which this file holds and which never imports the store: the concern's
+//! trait file imports both, so no two files import each other.
 
 mod activity;
 mod budget;
@@ -31,8 +34,8 @@ use std::sync::Arc;
 
 use sluice_core::Nanos;
 
-use self::activity::ActivityLog;
-use self::history::HistoryLog;
+use self::activity::state::ActivityLog;
+use self::history::state::HistoryLog;
 use self::shards::ShardedStates;
 use super::{Clock, SystemClock};
 
@@ -45,8 +48,8 @@ const SHARDS: usize = 64;
 pub struct MemoryStore {
     states: ShardedStates,
     /// Request ids already committed and budget records (see `budget.rs`).
-    commits: budget::CommitReceipts,
-    rules: rules::RuleBook,
+    commits: budget::state::CommitReceipts,
+    rules: rules::state::RuleBook,
     activity: ActivityLog,
     history: HistoryLog,
     clock: Arc<dyn Clock>,
@@ -70,8 +73,8 @@ impl MemoryStore {
     pub fn with_max_keys(max_keys: usize) -> MemoryStore {
         MemoryStore {
             states: ShardedStates::new(SHARDS, max_keys),
-            commits: budget::CommitReceipts::default(),
-            rules: rules::RuleBook::default(),
+            commits: budget::state::CommitReceipts::default(),
+            rules: rules::state::RuleBook::default(),
             activity: ActivityLog::new(ACTIVITY_KEEP),
             history: HistoryLog::default(),
             clock: Arc::new(SystemClock),

@@ -1,0 +1,227 @@
+//! The memory store's budget state ([`CommitReceipts`]), apart from the trait that serves it
+//! (`../budget.rs`), so that `mod.rs` holds it without importing the trait's file.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use sluice_core::budget::{before_reset, budget_until_ms, BudgetRecord};
+use sluice_core::commit::{commit, Commit, Committed, COMMIT_ID_TTL_MS};
+use sluice_core::time::NANOS_PER_MILLI;
+use sluice_core::wire::KeyBudget;
+use sluice_core::{Action, Algorithm, Nanos, Params, Rule};
+
+use super::super::shards::ShardedStates;
+use super::super::slot::rule_slot;
+use crate::store::CommitOutcome;
+
+/// Most request ids remembered at once.
+pub(crate) const MAX_RECEIPTS: usize = 100_000;
+
+/// What the receipts map remembers under a state name and an id (or, for [`Receipt::ResetAt`], the
+/// state name alone: an id is never empty).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Receipt {
+    /// The id's first commit did this: a retry answers it and changes nothing.
+    Committed(Committed),
+    /// The id was in flight when the key was reset: its commit changes nothing.
+    Reset,
+    /// The key was reset at this store millisecond: a commit of a reservation decided at or
+    /// before it changes nothing ([`before_reset`]).
+    ResetAt(u64),
+}
+
+/// Request ids already committed or dropped by a reset, and key resets: state name + id →
+/// (expiry, [`Receipt`]); and per state name the cost-budget record ([`BudgetRecord`]: reservations
+/// in flight, debits beyond them), at most [`MAX_RECEIPTS`] names (spent records go first; past
+/// that a new key's record is not kept: the view then shows zeros for it, decisions never read
+/// it).
+#[derive(Default)]
+pub(crate) struct CommitReceipts {
+    pub(crate) receipts: Mutex<HashMap<String, (Nanos, Receipt)>>,
+    pub(crate) budgets: Mutex<HashMap<String, BudgetRecord>>,
+}
+
+/// The receipts map's key of `id` under the state `name` (`id` empty: the key's reset time).
+pub(crate) fn receipt_key(name: &str, id: &str) -> String {
+    format!("{name}\u{0}{id}")
+}
+
+/// Remembers `receipt` under `key` for [`COMMIT_ID_TTL_MS`] from `now`, within [`MAX_RECEIPTS`].
+pub(crate) fn remember(
+    receipts: &mut HashMap<String, (Nanos, Receipt)>,
+    key: String,
+    receipt: Receipt,
+    now: Nanos,
+) {
+    if receipts.len() >= MAX_RECEIPTS {
+        receipts.retain(|_, (expires, _)| *expires > now);
+    }
+    if receipts.len() >= MAX_RECEIPTS {
+        if let Some(oldest) = receipts
+            .iter()
+            .min_by_key(|(_, (expires, _))| *expires)
+            .map(|(k, _)| k.clone())
+        {
+            receipts.remove(&oldest);
+        }
+    }
+    let expires = now.saturating_add(COMMIT_ID_TTL_MS * NANOS_PER_MILLI);
+    receipts.insert(key, (expires, receipt));
+}
+
+impl CommitReceipts {
+    /// Commits `c` for `key` under `rule` at `now`, once per `id`; a reservation from before
+    /// the key's reset changes nothing ([`before_reset`]).
+    pub(crate) fn commit(
+        &self,
+        states: &ShardedStates,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        c: Commit,
+        now: Nanos,
+    ) -> CommitOutcome {
+        let params: Params = rule.params();
+        let name = rule_slot(rule.action(), rule.algorithm(), key);
+        let receipt = receipt_key(&name, id);
+        let mut receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
+        let live = |k: &str| {
+            receipts
+                .get(k)
+                .filter(|(expires, _)| *expires > now)
+                .map(|(_, m)| *m)
+        };
+        // Today's level, nothing changed: a commit of nothing.
+        let nothing = Commit {
+            reserved: 0,
+            actual: 0,
+            ..c
+        };
+        let stale = match live(&receipt) {
+            Some(Receipt::Committed(first)) => {
+                let peek = states.update(&name, params, now, |state| {
+                    (commit(&params, state, now, nothing).0, None)
+                });
+                let committed = Committed {
+                    level: peek.level,
+                    ..first
+                };
+                return CommitOutcome {
+                    committed,
+                    duplicate: true,
+                };
+            }
+            Some(Receipt::Reset) => true,
+            Some(Receipt::ResetAt(_)) | None => {
+                let reset_ms = match live(&receipt_key(&name, "")) {
+                    Some(Receipt::ResetAt(ms)) => Some(ms),
+                    _ => None,
+                };
+                before_reset(c.reserved_at, reset_ms)
+            }
+        };
+        let applied = if stale { nothing } else { c };
+        let (committed, until_ms) = states.update(&name, params, now, |state| {
+            let (committed, next) = commit(&params, state, now, applied);
+            let until_ms = budget_until_ms(&params, next.as_ref().unwrap_or(state), now);
+            ((committed, until_ms), next)
+        });
+        remember(&mut receipts, receipt, Receipt::Committed(committed), now);
+        self.with_budget(&name, now, |b| {
+            b.record_commit(id, &committed, until_ms, now / NANOS_PER_MILLI);
+        });
+        CommitOutcome {
+            committed,
+            duplicate: false,
+        }
+    }
+
+    /// Resets `key` under `action` at `now`, in one step under the receipts' lock: removes its
+    /// throttle state of every algorithm (through `states`) and its budget records, marks every
+    /// reservation the records held in flight as dropped by the reset, and remembers the reset's
+    /// time, so that a commit of a reservation from before it changes nothing. Returns the
+    /// algorithms whose state was there.
+    pub(crate) fn reset(
+        &self,
+        states: &ShardedStates,
+        action: &Action,
+        key: &str,
+        now: Nanos,
+    ) -> Vec<Algorithm> {
+        let mut receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut removed = Vec::new();
+        for algorithm in Algorithm::ALL {
+            let name = rule_slot(action, algorithm, key);
+            if states.remove(&name, now) {
+                removed.push(algorithm);
+            }
+            let record = self
+                .budgets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&name);
+            for id in record.iter().flat_map(BudgetRecord::in_flight_ids) {
+                remember(&mut receipts, receipt_key(&name, id), Receipt::Reset, now);
+            }
+            let reset_at = Receipt::ResetAt(now / NANOS_PER_MILLI);
+            remember(&mut receipts, receipt_key(&name, ""), reset_at, now);
+        }
+        removed
+    }
+}
+
+impl CommitReceipts {
+    /// Holds an allowed reservation of `units` for `key` under `rule` as in flight, unless its
+    /// commit already came or a reset dropped it (then there is nothing left in flight). False
+    /// when not recorded.
+    pub(crate) fn record_reservation(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        units: u64,
+        now: Nanos,
+    ) -> bool {
+        let name = rule_slot(rule.action(), rule.algorithm(), key);
+        // The receipts' lock first, as in a commit: a commit of this id cannot land in between.
+        let receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
+        let committed = receipts
+            .get(&receipt_key(&name, id))
+            .is_some_and(|(expires, _)| *expires > now);
+        if committed {
+            return false;
+        }
+        self.with_budget(&name, now, |b| {
+            b.record_reservation(id, units, now / NANOS_PER_MILLI)
+        })
+        .unwrap_or(false)
+    }
+    /// `key`'s budget figures under `rule` at `now`.
+    pub(crate) fn budget(&self, rule: &Rule, key: &str, now: Nanos) -> KeyBudget {
+        let name = rule_slot(rule.action(), rule.algorithm(), key);
+        let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        budgets
+            .get(&name)
+            .map(|b| b.figures(now / NANOS_PER_MILLI))
+            .unwrap_or_default()
+    }
+
+    /// Runs `f` on the record of `name` (made when missing, if there is room); `None` when there
+    /// was no room.
+    pub(crate) fn with_budget<T>(
+        &self,
+        name: &str,
+        now: Nanos,
+        f: impl FnOnce(&mut BudgetRecord) -> T,
+    ) -> Option<T> {
+        let mut budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        if !budgets.contains_key(name) && budgets.len() >= MAX_RECEIPTS {
+            let now_ms = now / NANOS_PER_MILLI;
+            budgets.retain(|_, b| !b.is_spent(now_ms));
+            if budgets.len() >= MAX_RECEIPTS {
+                return None;
+            }
+        }
+        Some(f(budgets.entry(name.to_owned()).or_default()))
+    }
+}
