@@ -8,14 +8,9 @@ use async_trait::async_trait;
 use sluice_core::Action;
 
 use super::errors::parse_u64;
+use super::keys::ACTIVITY_TTL_MS;
 use super::RedisStore;
 use crate::store::{Activity, ActivityStore, StoreError, ACTIVITY_KEEP};
-
-/// Activity of an action vanishes after this long without traffic. Activity keys carry a TTL like
-/// throttle state, so a `volatile-*` policy may evict them (the dashboard's recent keys of that
-/// action start over; decisions are unaffected); there is one pair per action, each bounded to
-/// [`ACTIVITY_KEEP`] keys.
-pub const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 #[async_trait]
 impl ActivityStore for RedisStore {

@@ -28,7 +28,7 @@
 //! - a failure (timeout, node down) after some reservations leaves them debited (the request is
 //!   answered with the error; the filter applies its failure mode).
 
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Value};
 use sluice_core::Params;
 
 use super::decision::Step;
@@ -36,46 +36,6 @@ use super::errors::Call;
 use super::scripts::{algorithm_args, leased};
 use super::RedisStore;
 use crate::store::{AllOutcome, CheckRequest, StoreError};
-
-const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
-const DRIVER: &str = include_str!("../../../lua/throttle_all.lua");
-
-/// `throttle_all.lua` with the six algorithm scripts wrapped as its step functions.
-pub(crate) fn throttle_all_script() -> Script {
-    let steps = [
-        ("gcra", include_str!("../../../lua/gcra.lua")),
-        (
-            "leaky_bucket",
-            include_str!("../../../lua/leaky_bucket.lua"),
-        ),
-        (
-            "token_bucket",
-            include_str!("../../../lua/token_bucket.lua"),
-        ),
-        (
-            "fixed_window",
-            include_str!("../../../lua/fixed_window.lua"),
-        ),
-        ("sliding_log", include_str!("../../../lua/sliding_log.lua")),
-        (
-            "sliding_window",
-            include_str!("../../../lua/sliding_window.lua"),
-        ),
-    ];
-    let mut source = String::from("local STEPS = {}\n");
-    for (name, body) in steps {
-        source.push_str(&format!(
-            "STEPS['{name}'] = function(KEYS, ARGV)\n{PRELUDE}\n{body}\nend\n"
-        ));
-    }
-    source.push_str(DRIVER);
-    Script::new(&source)
-}
-
-/// `throttle_refund.lua`.
-pub(crate) fn throttle_refund_script() -> Script {
-    Script::new(include_str!("../../../lua/throttle_refund.lua"))
-}
 
 /// What one reservation left, to refund it: key, existed before, DUMP before, PTTL before, DUMP
 /// after.

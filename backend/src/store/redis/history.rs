@@ -22,81 +22,22 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use redis::{Script, ScriptInvocation};
+use redis::ScriptInvocation;
+use sluice_core::limits::{MAX_REPORTERS_PER_ACTION, REPORT_MARK_SETTLE_MS};
 use sluice_core::wire::HISTORY_STEP_MS;
 use sluice_core::Action;
 
 use super::errors::parse_u64;
 use super::RedisStore;
 use crate::history::marks::{member, ReportApplied};
-use crate::history::report::UNKNOWN_ACTION_LABEL;
 use crate::history::{
     denied_bucket, denied_buckets, last_seen_within_span, rank_denied, DeniedRecord, HistoryRecord,
     ReportMark, StoredHistory, Tally, DENIED_KEEP, DENIED_TTL_MS, HISTORY_TTL_MS,
     LAST_SEEN_SPAN_MS, REPORT_MARK_TTL_MS,
 };
 use crate::store::{HistoryStore, StoreError};
-use sluice_core::limits::{MAX_REPORTERS_PER_ACTION, REPORT_MARK_SETTLE_MS};
 
-/// The keys and scripts of history and top denied.
-pub(crate) struct HistoryKeys {
-    prefix: String,
-    record: Script,
-    read: Script,
-    denied_record: Script,
-    denied_top: Script,
-    denied_key: Script,
-}
-
-impl HistoryKeys {
-    /// Keys under `prefix` (checked at connect: no `{` or `}`).
-    pub(crate) fn new(prefix: &str) -> HistoryKeys {
-        HistoryKeys {
-            prefix: prefix.to_owned(),
-            record: Script::new(include_str!("../../../lua/history_record.lua")),
-            read: Script::new(include_str!("../../../lua/history_read.lua")),
-            denied_record: Script::new(include_str!("../../../lua/denied_record.lua")),
-            denied_top: Script::new(include_str!("../../../lua/denied_top.lua")),
-            denied_key: Script::new(include_str!("../../../lua/denied_key.lua")),
-        }
-    }
-
-    fn history_tag(&self, action: &Action) -> String {
-        format!("{{{}:history:{}}}", self.prefix, action.as_str())
-    }
-
-    /// The hash tag of a report mark's set: the action's history tag, or (`shared`: an action
-    /// without a rule) the one tag all such actions share.
-    fn marks_tag(&self, action: &Action, shared: bool) -> String {
-        if shared {
-            format!("{{{}:history:{UNKNOWN_ACTION_LABEL}}}", self.prefix)
-        } else {
-            self.history_tag(action)
-        }
-    }
-
-    /// The hash of the 10-minute block starting at `block_ms`.
-    pub(crate) fn block(&self, action: &Action, block_ms: u64) -> String {
-        format!("{}:{block_ms}", self.history_tag(action))
-    }
-
-    /// The last-seen key of an action.
-    pub(crate) fn seen(&self, action: &Action) -> String {
-        format!("{}:seen", self.history_tag(action))
-    }
-
-    /// The report marks of an action (or of the shared set): the hash of seqs and the zset of
-    /// times, in one slot.
-    pub(crate) fn report_marks(&self, action: &Action, shared: bool) -> (String, String) {
-        let tag = self.marks_tag(action, shared);
-        (format!("{tag}:reporters"), format!("{tag}:reporters:at"))
-    }
-
-    /// The zset of one top-denied bucket.
-    pub(crate) fn denied(&self, action: &Action, bucket_ms: u64) -> String {
-        format!("{{{}:denied:{}}}:{bucket_ms}", self.prefix, action.as_str())
-    }
-}
+pub(super) mod keys;
 
 /// Width of one stored history block: 60 steps.
 const BLOCK_MS: u64 = 60 * HISTORY_STEP_MS;

@@ -77,6 +77,18 @@ pub(crate) fn stored_subject(subject: &str) -> Cow<'_, str> {
     }
 }
 
+/// Activity of an action vanishes after this long without traffic. Activity keys carry a TTL like
+/// throttle state, so a `volatile-*` policy may evict them (the dashboard's recent keys of that
+/// action start over; decisions are unaffected); there is one pair per action, each bounded to
+/// [`ACTIVITY_KEEP`] keys.
+pub const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The field of the rules hash that holds the rules version. Kept inside the hash (not in a key
+/// of its own) so that losing the hash, by a stray `DEL` or eviction, loses the version too: the
+/// replicas then see no version and publish their cached rules again. No action can be named so
+/// (actions are `[A-Za-z0-9_.:-]`).
+pub const VERSION_FIELD: &str = "#version";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,21 +37,21 @@ use sluice_core::Nanos;
 use tokio::sync::Semaphore;
 
 use self::errors::Call;
-use self::health::Health;
+use self::health::state::Health;
 use self::keys::KeyLayout;
 use self::scripts::Scripts;
 use self::topology::Conn;
 use super::{Clock, StoreError};
 
-pub use self::activity::ACTIVITY_TTL_MS;
 pub use self::config::{
     RedisConfig, RedisConfigError, RedisField, RedisTarget, SentinelTarget, DEFAULT_KEY_PREFIX,
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_SENTINEL_PORT, DEFAULT_TIMEOUT_MS, MAX_IN_FLIGHT,
     MAX_TIMEOUT_MS,
 };
-pub use self::health::HEALTH_INTERVAL;
+pub use self::health::state::HEALTH_INTERVAL;
+pub use self::keys::ACTIVITY_TTL_MS;
 pub use self::keys::MAX_RAW_SUBJECT;
-pub use self::rules::VERSION_FIELD;
+pub use self::keys::VERSION_FIELD;
 pub use self::sizing::RECOMMENDED_POLICY;
 pub use self::topology::SENTINEL_RETRY_EVERY;
 pub use super::ACTIVITY_KEEP;
@@ -83,7 +83,7 @@ pub struct RedisStore {
     /// Redis's memory settings and evictions, read in the background (see `health.rs`).
     health: Health,
     /// History and top-denied keys and scripts (see `history.rs`).
-    history: history::HistoryKeys,
+    history: history::keys::HistoryKeys,
     /// The time decisions are made at: `None`, Redis `TIME` read by each script (production);
     /// a clock for tests that hold the store to fixed times ([`RedisStore::with_clock`]).
     clock: Option<Arc<dyn Clock>>,
@@ -121,7 +121,7 @@ impl RedisStore {
         Ok(RedisStore {
             conn,
             keys: KeyLayout::new(&config.key_prefix),
-            history: history::HistoryKeys::new(&config.key_prefix),
+            history: history::keys::HistoryKeys::new(&config.key_prefix),
             scripts: Scripts::new(),
             permits: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,

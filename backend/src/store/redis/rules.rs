@@ -18,14 +18,9 @@ use sluice_core::limits::{AUDIT_KEEP, MAX_OVERRIDES_PER_ACTION};
 use sluice_core::wire::{AuditEntry, KeyOverride};
 use sluice_core::{Action, Rule};
 
+use super::keys::VERSION_FIELD;
 use super::RedisStore;
 use crate::store::{AuditStamp, ChangeOutcome, RuleChange, RuleSnapshot, RuleStore, StoreError};
-
-/// The field of the rules hash that holds the rules version. Kept inside the hash (not in a key
-/// of its own) so that losing the hash, by a stray `DEL` or eviction, loses the version too: the
-/// replicas then see no version and publish their cached rules again. No action can be named so
-/// (actions are `[A-Za-z0-9_.:-]`).
-pub const VERSION_FIELD: &str = "#version";
 
 struct ChangeScripts {
     change: Script,

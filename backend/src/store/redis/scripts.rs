@@ -64,8 +64,8 @@ impl Scripts {
             rules_load: Script::new(include_str!("../../../lua/rules_load.lua")),
             activity_record: Script::new(include_str!("../../../lua/activity_record.lua")),
             activity_recent: Script::new(include_str!("../../../lua/activity_recent.lua")),
-            throttle_all: super::all::throttle_all_script(),
-            throttle_refund: super::all::throttle_refund_script(),
+            throttle_all: throttle_all_script(),
+            throttle_refund: throttle_refund_script(),
             commit: with_prelude(include_str!("../../../lua/commit.lua")),
         }
     }
@@ -200,4 +200,43 @@ fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreError> {
         reset_after,
         level,
     })
+}
+
+const ALL_DRIVER: &str = include_str!("../../../lua/throttle_all.lua");
+
+/// `throttle_all.lua` with the six algorithm scripts wrapped as its step functions.
+pub(crate) fn throttle_all_script() -> Script {
+    let steps = [
+        ("gcra", include_str!("../../../lua/gcra.lua")),
+        (
+            "leaky_bucket",
+            include_str!("../../../lua/leaky_bucket.lua"),
+        ),
+        (
+            "token_bucket",
+            include_str!("../../../lua/token_bucket.lua"),
+        ),
+        (
+            "fixed_window",
+            include_str!("../../../lua/fixed_window.lua"),
+        ),
+        ("sliding_log", include_str!("../../../lua/sliding_log.lua")),
+        (
+            "sliding_window",
+            include_str!("../../../lua/sliding_window.lua"),
+        ),
+    ];
+    let mut source = String::from("local STEPS = {}\n");
+    for (name, body) in steps {
+        source.push_str(&format!(
+            "STEPS['{name}'] = function(KEYS, ARGV)\n{PRELUDE}\n{body}\nend\n"
+        ));
+    }
+    source.push_str(ALL_DRIVER);
+    Script::new(&source)
+}
+
+/// `throttle_refund.lua`.
+pub(crate) fn throttle_refund_script() -> Script {
+    Script::new(include_str!("../../../lua/throttle_refund.lua"))
 }
