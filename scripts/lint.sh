@@ -24,6 +24,9 @@ fi
 # Every relative link of the Markdown (a file, and a heading within it) exists: docs move.
 python3 scripts/check-doc-links.py . >/dev/null || { python3 scripts/check-doc-links.py . >&2; exit 1; }
 
+# The backend has no import circle wider than a file (docs/architecture.md, its floors).
+python3 scripts/import-circles.py backend/src --none >/dev/null || { python3 scripts/import-circles.py backend/src -v >&2; exit 1; }
+
 cargo fmt --all --check
 # The native build's `unsafe` lives in its bindings only: native/src/abi/ (ffi.rs: the ABI's
 # declarations and buffer readers; handle.rs: the handles over its callbacks; worker.rs:
