@@ -26,7 +26,8 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from stack import free_port, history_totals, pause  # noqa: E402  (the e2e suite's helper: one home for it)
+from stack import free_port, pause  # noqa: E402
+from stack import history_totals as summed_totals  # noqa: E402  (the e2e suite's helper: one home for it)
 TOKEN = "demo-test-token"
 
 
@@ -268,7 +269,7 @@ def history_sums(demo):
     """The history's totals over the last hour, summed over every action."""
     body = requests.get(f"http://127.0.0.1:{demo['admin']}/v1/history?range=1h",
                         headers={"authorization": f"Bearer {TOKEN}"}, timeout=5).json()
-    return history_totals(body)
+    return summed_totals(body)
 
 
 def top_denied_keys(demo):
