@@ -14,6 +14,7 @@ use std::time::Instant;
 use anyhow::Result;
 use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::{CheckRequest, Store};
+use sluice_core::all::Part;
 use sluice_core::Rule;
 
 /// Distinct users the requests are spread over (round robin).
@@ -63,16 +64,19 @@ async fn run(store: Arc<dyn Store>, rules: Arc<[Rule; 3]>, all: bool, total: usi
                                 rule: &rules[0],
                                 key: user,
                                 quantity: 1,
+                                part: Part::AllOrNothing,
                             },
                             CheckRequest {
                                 rule: &rules[1],
                                 key: ip,
                                 quantity: 1,
+                                part: Part::AllOrNothing,
                             },
                             CheckRequest {
                                 rule: &rules[2],
                                 key: "all",
                                 quantity: 1,
+                                part: Part::AllOrNothing,
                             },
                         ];
                         store.throttle_all(&checks).await?;

@@ -11,8 +11,10 @@
 -- 'probe' (Redis Cluster: decide, answer, and put every key back: nothing changes) or 'reserve'
 -- (Redis Cluster: one check per call; the reply also carries, per key, its DUMP and PTTL before
 -- and its DUMP after, for a later refund by throttle_refund.lua).
--- Then per check: algorithm name, '1' if the rule is enforced else '0', argc, then the argc
--- arguments of the single-check script (scripts.rs algorithm_args, lease max always '0').
+-- Then per check: algorithm name, '1' if the rule is enforced, '0' if not, 's' if the check is
+-- counted on its own (sluice_core::all::Part::OnItsOwn: never denies the request; denied, it
+-- takes what is left of its limit), argc, then the argc arguments of the single-check script
+-- (scripts.rs algorithm_args, lease max always '0').
 --
 -- Checks run in order, each on what the earlier ones left. At the first check an enforced rule
 -- denies, every key an earlier check may have written is put back as it was (RESTORE of its
@@ -37,7 +39,12 @@ for i = 1, n do
   if args[1] == '' then
     args[1] = now
   end
-  checks[i] = { algorithm = ARGV[pos], enforce = ARGV[pos + 1] == '1', args = args }
+  checks[i] = {
+    algorithm = ARGV[pos],
+    enforce = ARGV[pos + 1] == '1',
+    own = ARGV[pos + 1] == 's',
+    args = args,
+  }
   pos = pos + 3 + argc
 end
 
@@ -84,18 +91,19 @@ local function restore()
   end
 end
 
-local function run(i, peek)
+-- quantity: nil for the check's own, else the units to ask instead (0 peeks).
+local function run(i, quantity)
   local c = checks[i]
   local args = c.args
-  if peek then
+  if quantity ~= nil then
     args = {}
     for j, v in ipairs(c.args) do
       args[j] = v
     end
-    args[2] = '0'
+    args[2] = tostring(quantity)
     args[6] = '0'
     if c.algorithm == 'gcra' then
-      args[8] = '0'
+      args[8] = string.format('%.0f', tonumber(args[4]) * quantity)
     end
   end
   local step = STEPS[c.algorithm]
@@ -118,12 +126,22 @@ local replies = {}
 local denied = 0
 for i = 1, n do
   snapshot(i)
-  local reply = run(i, false)
+  local reply = run(i, nil)
   if reply.err then
     return reply
   end
   replies[i] = reply
-  if reply[1] == 0 and checks[i].enforce then
+  if reply[1] == 0 and checks[i].own then
+    -- Counted on its own: a quantity that does not fit takes what is left (its reply stays the
+    -- denial).
+    local rest = tonumber(reply[2])
+    if rest > 0 and tonumber(checks[i].args[2]) > 0 then
+      local taken = run(i, rest)
+      if taken.err then
+        return taken
+      end
+    end
+  elseif reply[1] == 0 and checks[i].enforce then
     denied = i
     break
   end
@@ -132,7 +150,7 @@ if denied > 0 then
   restore()
   for i = 1, n do
     if i ~= denied then
-      local reply = run(i, true)
+      local reply = run(i, 0)
       if reply.err then
         return reply
       end

@@ -175,6 +175,7 @@ pub async fn run(
         )),
         stopping: stop_rx.clone(),
         ratelimit: ratelimit.clone(),
+        ratelimit_semantics: config.ratelimit_semantics,
     });
 
     let intervals = config.intervals;

@@ -156,6 +156,14 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_RATELIMIT_MERGE_DOMAINS")]
     pub ratelimit_merge_domains: bool,
 
+    /// With --ratelimit-config: whose answers its domains give. `peer` (the default):
+    /// envoyproxy/ratelimit's, answer for answer; `sluice`: sluice's stricter ones; or a
+    /// comma-separated list of them: strict_counting, refuse_limit_overrides,
+    /// own_rules_for_unknown_domains (docs/rls.md "Whose semantics"). A file's top-level
+    /// `sluice_semantics` wins for its domain.
+    #[arg(long, env = "SLUICE_RATELIMIT_SEMANTICS", value_name = "SEMANTICS", default_value = "peer", value_parser = crate::ratelimit::semantics::Semantics::parse)]
+    pub ratelimit_semantics: crate::ratelimit::semantics::Semantics,
+
     /// A tool instead of the service.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -361,6 +369,7 @@ impl Cli {
         config.import_rules = import_rules;
         config.ratelimit_config = self.ratelimit_config;
         config.ratelimit_merge_domains = self.ratelimit_merge_domains;
+        config.ratelimit_semantics = self.ratelimit_semantics;
         config.dashboard_dir = dashboard_dir;
         config.header_read_timeout = Duration::from_millis(self.header_read_timeout_ms);
         Ok(config)

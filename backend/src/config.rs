@@ -84,6 +84,9 @@ pub struct Config {
     /// `--ratelimit-merge-domains`: several files may hold one domain (the peer's
     /// `MERGE_DOMAIN_CONFIG`).
     pub ratelimit_merge_domains: bool,
+    /// `--ratelimit-semantics`: whose answers the configuration's domains give
+    /// ([`crate::ratelimit::semantics`]); the peer's by default.
+    pub ratelimit_semantics: crate::ratelimit::semantics::Semantics,
 }
 
 impl Config {
@@ -101,6 +104,7 @@ impl Config {
             max_keys: None,
             ratelimit_config: None,
             ratelimit_merge_domains: false,
+            ratelimit_semantics: crate::ratelimit::semantics::Semantics::PEER,
         }
     }
 }

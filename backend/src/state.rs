@@ -43,6 +43,9 @@ pub struct App {
     pub stopping: watch::Receiver<bool>,
     /// The envoyproxy/ratelimit configuration in force (`--ratelimit-config`), if any.
     pub ratelimit: Option<Arc<Live>>,
+    /// `--ratelimit-semantics`: whose answers the ratelimit configuration's domains give, where
+    /// a file does not say (`sluice_semantics`).
+    pub ratelimit_semantics: crate::ratelimit::semantics::Semantics,
 }
 
 impl App {

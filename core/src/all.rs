@@ -6,7 +6,10 @@
 //! an enforced rule denies decides the answer; then no state changes at all, and every other
 //! check's result is a peek (quantity 0) of the unchanged state, so the limit headers show what
 //! each limit really has left. A shadow rule's would-deny never denies (it is reported in its
-//! result, as for one check). No leases: a lease is spent by one filter for one key, and
+//! result, as for one check). A check [`Part::OnItsOwn`] is counted on its own, as
+//! envoyproxy/ratelimit counts each descriptor of a request: it never denies the request, and a
+//! quantity that does not fit takes what is left (the peer's counter goes past the limit; see
+//! docs/rls.md, "Whose semantics"). No leases: a lease is spent by one filter for one key, and
 //! granting units of several limits at once would tie them to a request set nobody tracks.
 //!
 //! This is the reference the stores are held to: the memory store runs it under every involved
@@ -29,6 +32,21 @@ pub struct Check {
     /// Index of the state this check reads and writes in the `states` slice: checks naming the
     /// same (action, algorithm, key) share one slot.
     pub slot: usize,
+    /// How the check takes part in its request.
+    pub part: Part,
+}
+
+/// How a check takes part in its request: all or nothing with the others (sluice's own
+/// semantics), or on its own (envoyproxy/ratelimit's, where every descriptor is counted whatever
+/// the others answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Part {
+    /// An enforced rule's denial denies the request, and then nothing changes anywhere.
+    #[default]
+    AllOrNothing,
+    /// Never denies the request; denied, it debits what is left of its limit (nothing when
+    /// nothing is left), so that a debit too large for what is left still fills the limit.
+    OnItsOwn,
 }
 
 /// What [`decide_all`] decided.
@@ -63,8 +81,16 @@ pub fn decide_all(checks: &[Check], states: &[State], now: Nanos) -> AllDecision
             .get(check.slot)
             .and_then(Option::as_ref)
             .unwrap_or_else(|| original(check.slot));
-        let (decision, change) = check.params.decide_change(current, now, check.quantity);
-        if !decision.allowed && check.enforce {
+        let (decision, mut change) = check.params.decide_change(current, now, check.quantity);
+        if !decision.allowed && check.part == Part::OnItsOwn {
+            // Takes what is left: the limit is full after it, as the peer's counter is past it.
+            if decision.remaining > 0 && check.quantity > 0 {
+                change = check
+                    .params
+                    .decide_change(current, now, decision.remaining)
+                    .1;
+            }
+        } else if !decision.allowed && check.enforce {
             let decisions = checks
                 .iter()
                 .enumerate()

@@ -9,7 +9,7 @@
 
 use proptest::prelude::*;
 use serde_json::json;
-use sluice_core::all::{decide_all, Check};
+use sluice_core::all::{decide_all, Check, Part};
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::{Algorithm, Params, Rule, State};
 
@@ -44,18 +44,21 @@ fn the_third_limit_denying_leaves_the_first_two_untouched() {
                 enforce: true,
                 quantity: 1,
                 slot: 0,
+                part: Part::AllOrNothing,
             },
             Check {
                 params: p,
                 enforce: true,
                 quantity: 1,
                 slot: 1,
+                part: Part::AllOrNothing,
             },
             Check {
                 params: tight,
                 enforce: true,
                 quantity: 1,
                 slot: 2,
+                part: Part::AllOrNothing,
             },
         ];
         let mut states = vec![State::Fresh, State::Fresh, State::Fresh];
@@ -95,12 +98,14 @@ fn two_checks_on_one_slot_see_each_other() {
             enforce: true,
             quantity: 2,
             slot: 0,
+            part: Part::AllOrNothing,
         },
         Check {
             params: p,
             enforce: true,
             quantity: 2,
             slot: 0,
+            part: Part::AllOrNothing,
         },
     ];
     let d = decide_all(&checks, &[State::Fresh], T0);
@@ -111,6 +116,7 @@ fn two_checks_on_one_slot_see_each_other() {
         enforce: true,
         quantity: 1,
         slot: 0,
+        part: Part::AllOrNothing,
     }; 3];
     let d = decide_all(&one, &[State::Fresh], T0);
     assert!(d.allowed());
@@ -144,7 +150,7 @@ proptest! {
         for s in steps {
             now += s.dt_ms * MS;
             let checks: Vec<Check> = s.checks.iter().map(|&(slot, quantity, enforce)| Check {
-                params: slots[slot], enforce, quantity, slot,
+                params: slots[slot], enforce, quantity, slot, part: Part::AllOrNothing,
             }).collect();
             let d = decide_all(&checks, &states, now);
             // The reference: one by one on a copy.
@@ -186,5 +192,63 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn a_check_on_its_own_never_denies_the_request_and_takes_what_is_left() {
+    for algorithm in algorithms() {
+        let p = params(algorithm, 3);
+        let own = |quantity, slot| Check {
+            params: p,
+            enforce: true,
+            quantity,
+            slot,
+            part: Part::OnItsOwn,
+        };
+        // 2 of 3 on slot 0; then 5 asked of slot 0 (1 left) and 1 of slot 1.
+        let states = vec![State::Fresh; 2];
+        let first = decide_all(&[own(2, 0)], &states, T0);
+        let after: Vec<State> = vec![first.changes[0].clone().expect("debited"), State::Fresh];
+        let d = decide_all(&[own(5, 0), own(1, 1)], &after, T0);
+        assert!(
+            d.allowed(),
+            "{algorithm}: counted on its own, it never denies the request"
+        );
+        assert!(!d.decisions[0].allowed, "{algorithm}: 5 do not fit in 1");
+        assert!(
+            d.decisions[1].allowed,
+            "{algorithm}: the other check is counted"
+        );
+        let full = d.changes[0].clone().expect("what was left is taken");
+        assert_eq!(
+            p.decide_change(&full, T0, 0).0.remaining,
+            0,
+            "{algorithm}: full after it"
+        );
+        assert!(
+            d.changes[1].is_some(),
+            "{algorithm}: the other check debited"
+        );
+        // All or nothing, the same denial changes nothing anywhere.
+        let strict = Check {
+            part: Part::AllOrNothing,
+            ..own(5, 0)
+        };
+        let d = decide_all(
+            &[
+                strict,
+                Check {
+                    part: Part::AllOrNothing,
+                    ..own(1, 1)
+                },
+            ],
+            &after,
+            T0,
+        );
+        assert!(
+            !d.allowed() && d.changes.iter().all(Option::is_none),
+            "{algorithm}"
+        );
     }
 }

@@ -14,6 +14,7 @@ pub mod reservation;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_core::all::Part;
 use sluice_core::leased::offer;
 use sluice_core::wire::{DeniedCheck, ThrottleAllResponse, ThrottleResponse};
 use sluice_core::Rule;
@@ -38,6 +39,9 @@ pub struct Check<'a> {
     pub key: &'a str,
     /// Units asked for (0 peeks).
     pub quantity: u64,
+    /// All or nothing with the request's other checks, or counted on its own (the
+    /// envoyproxy/ratelimit semantics of a ratelimit-config domain).
+    pub part: Part,
 }
 
 /// Decides `quantity` units for `key` under `rule` (quantity 0 peeks: nothing changes and no
@@ -157,9 +161,9 @@ pub async fn decide_all(
     decision_id: Option<u64>,
 ) -> Result<ThrottleAllResponse, DecideError> {
     // The step owns what it needs: it may outlive this request (see crate::decide::call).
-    let owned: Vec<(Arc<Rule>, String, u64)> = checks
+    let owned: Vec<(Arc<Rule>, String, u64, Part)> = checks
         .iter()
-        .map(|c| (Arc::clone(c.rule), c.key.to_owned(), c.quantity))
+        .map(|c| (Arc::clone(c.rule), c.key.to_owned(), c.quantity, c.part))
         .collect();
     let late_checks: LateChecks = checks
         .iter()
@@ -169,10 +173,11 @@ pub async fn decide_all(
     let step = async move {
         let requests: Vec<CheckRequest<'_>> = owned
             .iter()
-            .map(|(rule, key, quantity)| CheckRequest {
+            .map(|(rule, key, quantity, part)| CheckRequest {
                 rule,
                 key,
                 quantity: *quantity,
+                part: *part,
             })
             .collect();
         store.throttle_all(&requests).await
@@ -233,7 +238,8 @@ pub async fn decide_all(
 
 /// Decides `checks` as one request, one answer per check in order: a single check is one
 /// decision ([`decide`], exactly as `POST /v1/throttle`), several are all or nothing
-/// ([`decide_all`], as `POST /v1/throttle/all`). Both descriptor mappings of the RLS front door
+/// ([`decide_all`], as `POST /v1/throttle/all`), and checks counted on their own
+/// ([`Part::OnItsOwn`]) are one store step too. Both descriptor mappings of the RLS front door
 /// ([`crate::grpc::rls`]) decide this way.
 pub async fn decide_checks(
     app: &App,
@@ -243,7 +249,7 @@ pub async fn decide_checks(
 ) -> Result<Vec<ThrottleResponse>, DecideError> {
     match checks {
         [] => Ok(Vec::new()),
-        [one] => Ok(vec![
+        [one] if one.part == Part::AllOrNothing => Ok(vec![
             decide(app, one.rule, one.key, one.quantity, deadline, started).await?,
         ]),
         several => Ok(decide_all(app, several, deadline, started, None)

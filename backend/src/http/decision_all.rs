@@ -54,6 +54,7 @@ pub async fn throttle_all(
             rule,
             key: &check.key,
             quantity: check.quantity,
+            part: sluice_core::all::Part::AllOrNothing,
         });
     }
     let arrived = stall::arrival(arrived, request.sent_at_ms);

@@ -16,6 +16,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use serde_json::{Map, Value};
 use sluice_core::Algorithm;
 
+use super::semantics::Semantics;
+
+/// The top-level key of a file that says whose answers its domain gives (sluice's own key; the
+/// peer would refuse it).
+pub const SEMANTICS_KEY: &str = "sluice_semantics";
+
 /// A limit's length, as the peer names it (any `RateLimitResponse.RateLimit.Unit` but UNKNOWN,
 /// case-insensitive, as the peer reads it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +132,8 @@ pub struct DomainFile {
     pub domain: String,
     /// `descriptors`.
     pub descriptors: Vec<Descriptor>,
+    /// `sluice_semantics` (sluice's own key): whose answers this domain gives, if the file says.
+    pub semantics: Option<Semantics>,
 }
 
 /// Parses and validates one file's text; `file` only names it in errors. Every refusal is
@@ -153,7 +161,25 @@ pub fn parse(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError>> {
             "expected a map with domain and descriptors",
         )]);
     };
-    unknown_keys(file, &root, "", KeysAllowed::PeerOnly, &mut errors);
+    let mut peer_root = root.clone();
+    let semantics = peer_root.remove(SEMANTICS_KEY).and_then(|v| {
+        match scalar(&v).map(|text| Semantics::parse(&text)) {
+            Some(Ok(s)) => Some(s),
+            Some(Err(e)) => {
+                errors.push(ConfigError::new(file, SEMANTICS_KEY, e));
+                None
+            }
+            None => {
+                errors.push(ConfigError::new(
+                    file,
+                    SEMANTICS_KEY,
+                    "must be a string: peer, sluice, or a comma-separated list of points",
+                ));
+                None
+            }
+        }
+    });
+    unknown_keys(file, &peer_root, "", KeysAllowed::PeerOnly, &mut errors);
     let domain = match root.get("domain") {
         Some(v) => scalar(v).unwrap_or_default(),
         None => String::new(),
@@ -171,6 +197,7 @@ pub fn parse(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError>> {
             file: file.to_owned(),
             domain,
             descriptors,
+            semantics,
         })
     } else {
         Err(errors)

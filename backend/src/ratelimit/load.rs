@@ -13,6 +13,7 @@ use sluice_core::Rule;
 
 use super::config::{self, ConfigError};
 use super::matcher::{Level, Limit};
+use super::semantics::Semantics;
 use super::translate::translate;
 
 /// A whole configuration, ready to serve.
@@ -28,6 +29,16 @@ pub struct Loaded {
     pub files: Vec<PathBuf>,
     /// A digest of the files' names and contents: what the watcher compares.
     pub fingerprint: [u8; 32],
+    /// The domains whose file says whose answers they give (`sluice_semantics`).
+    pub semantics: HashMap<String, Semantics>,
+}
+
+impl Loaded {
+    /// Whose answers `domain` gives: its file's `sluice_semantics`, else `default` (the
+    /// `--ratelimit-semantics` setting).
+    pub fn semantics_of(&self, domain: &str, default: Semantics) -> Semantics {
+        self.semantics.get(domain).copied().unwrap_or(default)
+    }
 }
 
 /// The files under `path` (itself, if a file), sorted; refused when none can be read.
@@ -153,6 +164,19 @@ pub fn build(files: &[(PathBuf, String)], merge: MergeDomains) -> Result<Loaded,
         owners
             .entry(parsed.domain.clone())
             .or_insert_with(|| file.clone());
+        if let Some(semantics) = parsed.semantics {
+            match loaded.semantics.insert(parsed.domain.clone(), semantics) {
+                Some(other) if other != semantics => errors.push(ConfigError::new(
+                    file,
+                    super::config::SEMANTICS_KEY,
+                    format!(
+                        "'{semantics}' for domain '{}', which another file sets to '{other}'",
+                        parsed.domain
+                    ),
+                )),
+                _ => {}
+            }
+        }
         match translate(&parsed) {
             Ok(t) => {
                 loaded.rules.extend(t.rules);

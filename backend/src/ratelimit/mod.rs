@@ -10,12 +10,14 @@
 //! - [`watch`]: the configuration in force, its rules in the store, reload on change.
 //! - [`owned`]: the admin API refuses to edit what a file owns.
 //! - [`check`]: `sluice rules check PATH`, for CI.
+//! - [`semantics`]: whose answers a domain gives (the peer's, or sluice's point by point).
 
 pub mod check;
 pub mod config;
 pub mod load;
 pub mod matcher;
 pub mod owned;
+pub mod semantics;
 pub mod translate;
 pub mod watch;
 

@@ -2,7 +2,7 @@
 //! and what it answers. Both stores resolve each check to a state name (memory slot, Redis key);
 //! checks naming the same state share one slot of the core decision.
 
-use sluice_core::all::Check;
+use sluice_core::all::{Check, Part};
 use sluice_core::{Decision, Mode, Rule};
 
 /// One check as the store receives it: the rule that applies to the key (overrides already
@@ -15,6 +15,9 @@ pub struct CheckRequest<'a> {
     pub key: &'a str,
     /// Units asked for; 0 peeks.
     pub quantity: u64,
+    /// All or nothing with the request's other checks, or counted on its own
+    /// (envoyproxy/ratelimit's semantics).
+    pub part: Part,
 }
 
 /// A store's answer to an all-or-nothing request.
@@ -53,6 +56,7 @@ pub(crate) fn plan(
                 enforce: c.rule.mode() == Mode::Enforce,
                 quantity: c.quantity,
                 slot,
+                part: c.part,
             }
         })
         .collect();

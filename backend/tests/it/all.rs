@@ -16,7 +16,7 @@ use sluice_backend::store::memory::MemoryStore;
 use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::DecisionStore;
 use sluice_backend::store::{CheckRequest, ManualClock, Store};
-use sluice_core::all::{decide_all, Check};
+use sluice_core::all::{decide_all, Check, Part};
 use sluice_core::{Algorithm, Mode, Rule, State};
 
 /// Every algorithm's JSON name, from core's list.
@@ -58,16 +58,19 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(
                 rule: &user,
                 key: "alice",
                 quantity: 1,
+                part: Part::AllOrNothing,
             },
             CheckRequest {
                 rule: &ip,
                 key: "10.0.0.1",
                 quantity: 1,
+                part: Part::AllOrNothing,
             },
             CheckRequest {
                 rule: &global,
                 key: "",
                 quantity: 1,
+                part: Part::AllOrNothing,
             },
         ];
         let core: Vec<Check> = checks
@@ -78,6 +81,7 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(
                 enforce: c.rule.mode() == Mode::Enforce,
                 quantity: c.quantity,
                 slot,
+                part: Part::AllOrNothing,
             })
             .collect();
         let mut states = vec![State::Fresh; 3];
@@ -117,6 +121,7 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(
                 rule: &shadow,
                 key: "",
                 quantity: 2,
+                part: Part::AllOrNothing,
             },
         ];
         let d = store
@@ -132,11 +137,13 @@ pub async fn third_limit_denies_and_the_others_keep_their_counts(
                 rule: &user,
                 key: "alice",
                 quantity: 2,
+                part: Part::AllOrNothing,
             },
             CheckRequest {
                 rule: &user,
                 key: "alice",
                 quantity: 1,
+                part: Part::AllOrNothing,
             },
         ];
         let d = store.throttle_all(&twice).await.expect("throttle_all");
@@ -173,16 +180,19 @@ pub async fn concurrent_clients_debit_exactly_the_passed(
                             rule: &rules[0],
                             key: "u",
                             quantity: 1,
+                            part: Part::AllOrNothing,
                         },
                         CheckRequest {
                             rule: &rules[1],
                             key: "ip",
                             quantity: 1,
+                            part: Part::AllOrNothing,
                         },
                         CheckRequest {
                             rule: &rules[2],
                             key: "",
                             quantity: 1,
+                            part: Part::AllOrNothing,
                         },
                     ];
                     let (mut passed, mut unrefunded) = (0u64, 0usize);
@@ -264,11 +274,13 @@ async fn redis_decides_several_limits_all_or_nothing_in_one_script() {
                 rule: &solo,
                 key: "k",
                 quantity: 1,
+                part: Part::AllOrNothing,
             },
             CheckRequest {
                 rule: &zero,
                 key: "k",
                 quantity: 2,
+                part: Part::AllOrNothing,
             },
         ])
         .await
@@ -361,6 +373,7 @@ pub async fn randomized_all_against_core(
                     rule: &rules[*r],
                     key,
                     quantity,
+                    part: Part::AllOrNothing,
                 })
                 .collect();
             let mut slots: Vec<(usize, String)> = Vec::new();
@@ -377,6 +390,7 @@ pub async fn randomized_all_against_core(
                         enforce: rules[pick.0].mode() == Mode::Enforce,
                         quantity,
                         slot,
+                        part: Part::AllOrNothing,
                     }
                 })
                 .collect();

@@ -42,6 +42,7 @@ mod lease;
 mod overrides_audit;
 mod ratelimit_budget;
 mod ratelimit_config;
+mod ratelimit_peer;
 mod redis_sizing;
 mod report_bound;
 mod report_log;

@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{value::Kind, UInt64Value};
 use serde_json::Value;
+use sluice_backend::ratelimit::semantics::Semantics;
 use sluice_backend::{Config, StoreChoice};
 use tonic::transport::Channel;
 
@@ -72,9 +73,12 @@ fn config_dir(name: &str, text: &str) -> PathBuf {
     dir
 }
 
+/// Under sluice's semantics (`--ratelimit-semantics sluice`): the peer's are tested in
+/// ratelimit_peer.rs.
 async fn start(dir: &Path) -> Rig {
     let mut config = Config::new(StoreChoice::Memory, TOKEN);
     config.ratelimit_config = Some(dir.to_owned());
+    config.ratelimit_semantics = Semantics::SLUICE;
     Rig::start_with(config).await
 }
 

@@ -8,18 +8,21 @@
 //!   `limit_remaining` 2^32-1; no limit is OK with an empty status.
 //! - Hits: the descriptor's `hits_addend` when set (0 checks without debiting), else the
 //!   request's, 0 meaning 1.
-//! - A check without debit (hits 0) is over when nothing is left (the peer lets one more pass at
-//!   exactly the limit; sluice's counters never pass the limit, so "nothing left" is the same
-//!   point).
-//! - `requests_per_unit: 0` is always over. `shadow_mode` is never over (its status is OK).
-//!   `quota_mode` descriptors are over one by one, but the request only when all of them are.
-//! - The debits are sluice's all-or-nothing step ([`crate::decide::decide_all`]): a request one
-//!   descriptor refuses debits none (the peer counts every descriptor of a refused request);
-//!   a check-only descriptor or a `requests_per_unit: 0` that refuses is decided before any
-//!   debit. One exception keeps the token-quota pattern honest: a lone debit larger than what is
-//!   left (a response's token count, debited when the stream is done) takes what is left, so
-//!   the next check refuses, as the peer's overshooting counter does. A reservation (a
-//!   descriptor marked `sluice_reservation`) is no such debit: refused, it takes nothing.
+//! - `requests_per_unit: 0` is always over (a check without debit too, where the peer passes
+//!   one that comes before any debit in the window). `shadow_mode` is never over (its status is
+//!   OK). `quota_mode` descriptors are over one by one, but the request only when all of them are.
+//! - A descriptor's own `limit` (a per-request override) is used as the peer uses it
+//!   ([`super::peer_counting::override_limit`]), unless the domain's semantics refuse it.
+//! - Whose arithmetic ([`crate::ratelimit::semantics`]): the peer's by default
+//!   ([`super::peer_counting`]: every descriptor counted on its own, counters past the limit, a
+//!   check over only when the counter is past it); under `strict_counting`, sluice's
+//!   all-or-nothing step ([`crate::decide::decide_all`]): a request one descriptor refuses
+//!   debits none, a check without debit is over when nothing is left, and a check-only
+//!   descriptor or a `requests_per_unit: 0` that refuses is decided before any debit. One
+//!   exception there keeps the token-quota pattern honest: a lone debit larger than what is left
+//!   (a response's token count, debited when the stream is done) takes what is left, so the
+//!   next check refuses. A reservation (a descriptor marked `sluice_reservation`) is no such
+//!   debit in either: refused, it takes nothing.
 //! - Reserve, then commit (sluice_core::rls_commit, docs/rls.md): sluice's budget entries are
 //!   taken off before the match ([`super::budget_entries`]), so a descriptor with them matches
 //!   the limit its other entries match. A commit is committed on that limit's counter by the sluice-rules
@@ -35,25 +38,28 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf as pb;
+use sluice_core::all::Part;
 use sluice_core::rls_commit::BudgetEntries;
 use sluice_core::wire::ThrottleResponse;
 use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
 use super::budget_entries::strip;
 use super::commit::{commit_one, commit_reservation};
+use super::peer_counting::{self, override_limit, Counted};
 use super::peer_metadata;
-use super::request::{check_shape, hits_as_sent};
+use super::request::{check_shape, hits_as_sent, refuse_limit_override};
 use super::response::{self, Answer};
 use super::status::AnswerError;
 use crate::clock::now_ms;
 use crate::deadline::{Deadline, DecideError};
-use crate::decide::{decide, decide_checks, Check};
+use crate::decide::{decide_checks, Check};
 use crate::ratelimit::config::RlsUnit;
 use crate::ratelimit::matcher::{lookup, Level, Matched};
+use crate::ratelimit::semantics::{Point, Semantics};
 use crate::state::App;
 
 /// What one descriptor is, before the store is asked.
-enum Kind<'r> {
+enum Kind {
     /// No limit (none matched, or replaced, or its rule is not in the cache yet).
     None,
     /// `unlimited: true`.
@@ -61,27 +67,53 @@ enum Kind<'r> {
     /// `requests_per_unit: 0`.
     Zero(Matched),
     /// A counted limit under a sluice rule.
-    Counted(Matched, &'r Arc<Rule>),
+    Counted(Matched, Arc<Rule>),
 }
 
 /// One descriptor's place in the request.
-struct Slot<'r> {
-    kind: Kind<'r>,
+struct Slot {
+    kind: Kind,
     quantity: u64,
     /// Sluice's budget entries, taken off before the match: a commit is committed, not decided.
     entries: BudgetEntries,
 }
 
 /// The hits of each descriptor as the peer counts them (a descriptor's `hits_addend` of 0 checks
-/// without debiting), after the checks sluice's RLS makes on every request.
-pub fn hits(request: &RateLimitRequest) -> Result<Vec<u64>, FieldError> {
+/// without debiting), after the checks sluice's RLS makes on every request (and, under
+/// `refuse_limit_overrides`, no descriptor's own `limit`).
+pub fn hits(request: &RateLimitRequest, semantics: Semantics) -> Result<Vec<u64>, FieldError> {
     check_shape(request)?;
     request
         .descriptors
         .iter()
         .enumerate()
-        .map(|(i, d)| hits_as_sent(i, d, request.hits_addend))
+        .map(|(i, d)| {
+            if semantics.has(Point::RefuseLimitOverrides) {
+                refuse_limit_override(i, d)?;
+            }
+            hits_as_sent(i, d, request.hits_addend)
+        })
         .collect()
+}
+
+/// The answer for a domain that is in no file, as the peer gives it: every descriptor OK with
+/// no limit (the request's shape still checked).
+pub fn unknown_domain(request: &RateLimitRequest) -> Result<RateLimitResponse, AnswerError> {
+    check_shape(request).map_err(AnswerError::Invalid)?;
+    let mut dynamic = response::metadata(&[]);
+    peer_metadata::add_peer_fields(&mut dynamic, request, &[]);
+    Ok(RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: vec![
+            DescriptorStatus {
+                code: Code::Ok as i32,
+                ..DescriptorStatus::default()
+            };
+            request.descriptors.len()
+        ],
+        dynamic_metadata: Some(dynamic),
+        ..RateLimitResponse::default()
+    })
 }
 
 /// The limits of a request's descriptors under a domain's `level`, `replaces` applied.
@@ -116,26 +148,34 @@ pub fn matches(level: &Level, request: &RateLimitRequest) -> Vec<Option<Matched>
 pub async fn answer(
     app: &App,
     level: &Level,
+    semantics: Semantics,
     request: &RateLimitRequest,
     deadline: Option<Deadline>,
     started: Instant,
 ) -> Result<RateLimitResponse, AnswerError> {
-    let hits = hits(request).map_err(AnswerError::Invalid)?;
+    let hits = hits(request, semantics).map_err(AnswerError::Invalid)?;
     let (stripped, entries) = strip(request).map_err(AnswerError::Invalid)?;
     tracing::debug!(domain = %request.domain, ?hits, descriptors = ?request.descriptors, "ratelimit config request");
+    let mut overrides = Vec::with_capacity(request.descriptors.len());
+    for (i, d) in stripped.descriptors.iter().enumerate() {
+        overrides.push(override_limit(&request.domain, i, d).map_err(AnswerError::Invalid)?);
+    }
     let rules = app.rules.current();
-    let slots: Vec<Slot<'_>> = matches(level, &stripped)
+    let slots: Vec<Slot> = matches(level, &stripped)
         .into_iter()
+        .zip(overrides)
         .zip(hits)
         .zip(entries)
-        .map(|((m, quantity), entries)| {
-            let kind = match m {
-                None => Kind::None,
-                Some(m) => match (m.limit.per_unit(), m.limit.action.as_deref()) {
+        .map(|(((m, own), quantity), entries)| {
+            let kind = match (m, own) {
+                (_, Some((m, Some(rule)))) => Kind::Counted(m, rule),
+                (_, Some((m, None))) => Kind::Zero(m),
+                (None, None) => Kind::None,
+                (Some(m), None) => match (m.limit.per_unit(), m.limit.action.as_deref()) {
                     (None, _) => Kind::Unlimited,
                     (Some((_, 0)), _) => Kind::Zero(m),
                     (Some(_), Some(action)) => match rules.rule_for(action, &m.key) {
-                        Some(rule) => Kind::Counted(m, rule),
+                        Some(rule) => Kind::Counted(m, Arc::clone(rule)),
                         None => {
                             // Its rule is not in the store (yet): answered as no limit, and
                             // counted as a descriptor without a rule is.
@@ -161,10 +201,14 @@ pub async fn answer(
                 .map_err(AnswerError::Decide)?;
         }
     }
-    let decided = decide_slots(app, &slots, deadline, started)
-        .await
-        .map_err(AnswerError::Decide)?;
-    let response = respond(request, &slots, &decided, now_ms());
+    let strict = semantics.has(Point::StrictCounting);
+    let decided = if strict {
+        decide_slots(app, &slots, deadline, started).await
+    } else {
+        count_as_peer(app, &slots, deadline, started).await
+    }
+    .map_err(AnswerError::Decide)?;
+    let response = respond(request, &slots, &decided, now_ms(), semantics);
     if response.overall_code == Code::Ok as i32 {
         commit_reservations(app, &slots, &decided).await;
     }
@@ -174,7 +218,7 @@ pub async fn answer(
 /// Settles each reservation that carries an id, as the sluice-rules path does
 /// ([`commit_reservation`]: held in flight until its commit, or voided when shadow or quota mode
 /// would have refused it).
-async fn commit_reservations(app: &App, slots: &[Slot<'_>], decided: &[Option<ThrottleResponse>]) {
+async fn commit_reservations(app: &App, slots: &[Slot], decided: &[Option<ThrottleResponse>]) {
     for (slot, answer) in slots.iter().zip(decided) {
         if let (Some(id), Kind::Counted(m, rule), Some(answer)) =
             (&slot.entries.reservation, &slot.kind, answer)
@@ -184,6 +228,37 @@ async fn commit_reservations(app: &App, slots: &[Slot<'_>], decided: &[Option<Th
     }
 }
 
+/// The store's answers under the peer's arithmetic ([`peer_counting`]), one per slot (`None`
+/// where no rule is counted).
+async fn count_as_peer(
+    app: &App,
+    slots: &[Slot],
+    deadline: Option<Deadline>,
+    started: Instant,
+) -> Result<Vec<Option<ThrottleResponse>>, DecideError> {
+    let mut at = Vec::new();
+    let mut items = Vec::new();
+    for (i, s) in slots.iter().enumerate() {
+        if let (Kind::Counted(m, rule), None) = (&s.kind, &s.entries.commit) {
+            at.push(i);
+            items.push(Counted {
+                rule,
+                key: &m.key,
+                quantity: s.quantity,
+                reservation: s.entries.reservation.is_some(),
+            });
+        }
+    }
+    let mut out: Vec<Option<ThrottleResponse>> = vec![None; slots.len()];
+    for (i, answer) in at
+        .into_iter()
+        .zip(peer_counting::count(app, &items, deadline, started).await?)
+    {
+        out[i] = Some(answer);
+    }
+    Ok(out)
+}
+
 fn enforced(m: &Matched) -> bool {
     !m.limit.shadow_mode && !m.limit.quota_mode
 }
@@ -191,7 +266,7 @@ fn enforced(m: &Matched) -> bool {
 /// The store's answers, one per slot (`None` where no rule is counted).
 async fn decide_slots(
     app: &App,
-    slots: &[Slot<'_>],
+    slots: &[Slot],
     deadline: Option<Deadline>,
     started: Instant,
 ) -> Result<Vec<Option<ThrottleResponse>>, DecideError> {
@@ -205,6 +280,7 @@ async fn decide_slots(
                     rule,
                     key: &m.key,
                     quantity: s.quantity,
+                    part: Part::AllOrNothing,
                 },
             )),
             _ => None,
@@ -244,20 +320,21 @@ async fn decide_slots(
     if debits.is_empty() {
         return Ok(out);
     }
-    let requests: Vec<Check<'_>> = debits.iter().map(|(_, c)| *c).collect();
-    let mut answers = decide_checks(app, &requests, deadline, started).await?;
-    if let ([(i, only)], [answer]) = (debits.as_slice(), answers.as_mut_slice()) {
-        // A reservation is asked before the work, not paid after it: refused, it takes nothing.
+    let mut requests: Vec<Check<'_>> = debits.iter().map(|(_, c)| *c).collect();
+    if let ([(i, _)], [only]) = (debits.as_slice(), requests.as_mut_slice()) {
+        // A lone debit that does not fit takes what is left, in the same step; a reservation
+        // is asked before the work, not paid after it: refused, it takes nothing.
         let reservation = slots
             .get(*i)
             .is_some_and(|s| s.entries.reservation.is_some());
-        let short = !answer.allowed
-            && !reservation
-            && answer.remaining > 0
-            && answer.remaining < only.quantity;
-        if short && only.rule.mode() == Mode::Enforce {
-            let rest = answer.remaining;
-            decide(app, only.rule, only.key, rest, deadline, started).await?;
+        if !reservation && only.rule.mode() == Mode::Enforce {
+            only.part = Part::OnItsOwn;
+        }
+    }
+    let mut answers = decide_checks(app, &requests, deadline, started).await?;
+    for (c, answer) in requests.iter().zip(answers.iter_mut()) {
+        if c.part == Part::OnItsOwn && !answer.allowed {
+            // It took what was left.
             answer.remaining = 0;
         }
     }
@@ -305,10 +382,12 @@ fn status(m: &Matched, code: Code, remaining: u64, reset_after: pb::Duration) ->
 /// the peer's `domain`, `descriptors`, `hitsAddend` and the passed descriptors' `metadata`).
 fn respond(
     request: &RateLimitRequest,
-    slots: &[Slot<'_>],
+    slots: &[Slot],
     decided: &[Option<ThrottleResponse>],
     now_ms: u64,
+    semantics: Semantics,
 ) -> RateLimitResponse {
+    let strict = semantics.has(Point::StrictCounting);
     let mut statuses = Vec::with_capacity(slots.len());
     let (mut refused, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
     let mut passed_metadata = Vec::new();
@@ -341,10 +420,18 @@ fn respond(
             }
             (Kind::Zero(m), _) => {
                 let unit_ms = m.limit.per_unit().map_or(1_000, |(u, _)| u.millis());
-                (m, true, m.limit.shadow_mode, 0, reset(unit_ms, now_ms))
+                // The peer passes a check without debit on a limit of 0 (its counter is not
+                // over 0); sluice, strict, calls it over.
+                let is_over = strict || slot.quantity > 0;
+                (m, is_over, m.limit.shadow_mode, 0, reset(unit_ms, now_ms))
             }
             (Kind::Counted(m, rule), Some(r)) => {
-                let is_over = over(slot.quantity, r);
+                // The peer's answers are already the peer's ([`peer_counting`]).
+                let is_over = if strict {
+                    over(slot.quantity, r)
+                } else {
+                    !r.allowed || r.would_deny
+                };
                 let reset_after = match (rule.algorithm(), m.limit.per_unit()) {
                     (Algorithm::FixedWindow, Some((unit, _))) => reset(unit.millis(), now_ms),
                     _ => response::duration_of_ms(r.reset_after_ms),
@@ -523,12 +610,15 @@ mod tests {
             ],
             0,
         );
-        assert_eq!(hits(&r).expect("valid"), vec![1, 0, 7]);
+        assert_eq!(hits(&r, Semantics::PEER).expect("valid"), vec![1, 0, 7]);
         let r = request(vec![descriptor(&[("a", "1")], None)], 3);
-        assert_eq!(hits(&r).expect("valid"), vec![3]);
+        assert_eq!(hits(&r, Semantics::PEER).expect("valid"), vec![3]);
         let mut r = request(vec![descriptor(&[("a", "1")], None)], 0);
         r.domain.clear();
-        assert_eq!(hits(&r).expect_err("empty").field, "domain");
+        assert_eq!(
+            hits(&r, Semantics::PEER).expect_err("empty").field,
+            "domain"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!   mapping, [`sluice_core::descriptor`]).
 //! - [`config_path`]: a domain of `--ratelimit-config` answered as envoyproxy/ratelimit answers
 //!   it (the configuration itself is [`crate::ratelimit`]); [`peer_metadata`]: that peer's
-//!   response metadata.
+//!   response metadata; [`peer_counting`]: that peer's arithmetic (its semantics, the default).
 //! - [`request`]: the checks every request passes, hits, and the sluice-rules mapping.
 //! - [`response`]: statuses, headers and dynamic metadata.
 //! - [`commit`]: descriptors that commit a reservation (reserve, then commit), for both paths.
@@ -18,6 +18,7 @@
 pub mod budget_entries;
 pub mod commit;
 pub mod config_path;
+pub mod peer_counting;
 pub mod peer_metadata;
 pub mod request;
 pub mod response;

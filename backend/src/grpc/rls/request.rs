@@ -49,9 +49,25 @@ pub fn check_shape(request: &RateLimitRequest) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// Refuses descriptor `index`'s own `limit` (a per-request override), where limits are sluice
+/// rules or the files' (the sluice-rules path, and a ratelimit-config domain under
+/// `refuse_limit_overrides`).
+pub fn refuse_limit_override(
+    index: usize,
+    descriptor: &RateLimitDescriptor,
+) -> Result<(), FieldError> {
+    if descriptor.limit.is_some() {
+        return Err(FieldError::new(
+            format!("descriptors[{index}].limit"),
+            "per-descriptor limit overrides are not supported: limits are sluice rules (admin API, rules file) or the ratelimit config",
+        ));
+    }
+    Ok(())
+}
+
 /// Descriptor `index`'s hits as Envoy sent them: its own `hits_addend` when set (0 included),
 /// else the request's with 0 meaning 1; at most [`MAX_QUANTITY`]. Refuses what sluice never
-/// does: negative hits and per-descriptor limit overrides.
+/// does: negative hits.
 pub fn hits_as_sent(
     index: usize,
     descriptor: &RateLimitDescriptor,
@@ -61,12 +77,6 @@ pub fn hits_as_sent(
         return Err(FieldError::new(
             format!("descriptors[{index}].is_negative_hits"),
             "sluice never returns quota (a denied request consumes nothing already)",
-        ));
-    }
-    if descriptor.limit.is_some() {
-        return Err(FieldError::new(
-            format!("descriptors[{index}].limit"),
-            "per-descriptor limit overrides are not supported: limits are sluice rules (admin API, rules file) or the ratelimit config",
         ));
     }
     let (hits, field) = match &descriptor.hits_addend {
@@ -90,6 +100,7 @@ pub fn checks(request: &RateLimitRequest) -> Result<Vec<Check>, FieldError> {
         .iter()
         .enumerate()
         .map(|(index, descriptor)| {
+            refuse_limit_override(index, descriptor)?;
             let quantity = hits_as_sent(index, descriptor, request.hits_addend)?;
             let entries: Vec<(&str, &str)> = descriptor
                 .entries

@@ -92,6 +92,7 @@ async fn decide_known(
                         rule,
                         key: &check.key,
                         quantity: check.quantity,
+                        part: sluice_core::all::Part::AllOrNothing,
                     },
                 )
             })

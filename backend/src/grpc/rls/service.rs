@@ -1,6 +1,8 @@
 //! The RLS front door: `ShouldRateLimit` answered by one of the two descriptor mappings, chosen
 //! by the request's domain: a domain of `--ratelimit-config` as envoyproxy/ratelimit answers it
-//! ([`super::config_path`]), any other under sluice's rules ([`super::rules_path`]). Both
+//! ([`super::config_path`], with the domain's semantics), any other under sluice's rules
+//! ([`super::rules_path`]); with `--ratelimit-config` under the peer's semantics, a domain in no
+//! file is OK as the peer answers it, unless `own_rules_for_unknown_domains`. Both
 //! decide through the same decision path as `POST /v1/throttle` ([`crate::decide`]), under the
 //! caller's `grpc-timeout` when it sends one (Envoy's ratelimit filter does when its `timeout` is
 //! set): the same deadline as a decision request's `timeout_ms` ([`crate::deadline`]), and
@@ -17,6 +19,7 @@ use tonic::{Request, Response, Status};
 use super::status::store_status;
 use super::{config_path, rules_path};
 use crate::deadline::{parse_grpc_timeout, Deadline};
+use crate::ratelimit::semantics::Point;
 use crate::state::App;
 use crate::store::StoreError;
 
@@ -76,14 +79,20 @@ impl RateLimitService for Rls {
         let deadline = deadline(request.metadata(), started);
         let request = request.into_inner();
         let configured = self.app.ratelimit.as_ref().map(|live| live.current());
-        let level = configured
-            .as_ref()
-            .and_then(|loaded| loaded.domains.get(&request.domain));
         let app = &self.app;
         let work = async {
-            match level {
-                Some(level) => config_path::answer(app, level, &request, deadline, started).await,
-                None => rules_path::answer(app, &request, deadline, started).await,
+            let Some(loaded) = configured.as_ref() else {
+                return rules_path::answer(app, &request, deadline, started).await;
+            };
+            let semantics = loaded.semantics_of(&request.domain, app.ratelimit_semantics);
+            match loaded.domains.get(&request.domain) {
+                Some(level) => {
+                    config_path::answer(app, level, semantics, &request, deadline, started).await
+                }
+                None if semantics.has(Point::OwnRulesForUnknownDomains) => {
+                    rules_path::answer(app, &request, deadline, started).await
+                }
+                None => config_path::unknown_domain(&request),
             }
         };
         match tokio::time::timeout(self.call_deadline, work).await {

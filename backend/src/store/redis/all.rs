@@ -29,6 +29,7 @@
 //!   answered with the error; the filter applies its failure mode).
 
 use redis::{RedisResult, Value};
+use sluice_core::all::Part;
 use sluice_core::Params;
 
 use super::decision::Step;
@@ -171,10 +172,10 @@ impl RedisStore {
             let args = algorithm_args(c.rule.params(), c.quantity, None, at);
             invocation
                 .arg(c.rule.algorithm().name())
-                .arg(if c.rule.mode() == sluice_core::Mode::Enforce {
-                    "1"
-                } else {
-                    "0"
+                .arg(match (c.part, c.rule.mode()) {
+                    (Part::OnItsOwn, _) => "s",
+                    (Part::AllOrNothing, sluice_core::Mode::Enforce) => "1",
+                    (Part::AllOrNothing, _) => "0",
                 })
                 .arg(args.len());
             for a in args {

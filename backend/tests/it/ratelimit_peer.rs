@@ -1,0 +1,288 @@
+//! `--ratelimit-config` under the peer's semantics (the default): envoyproxy/ratelimit's answers,
+//! request for request, for the sequences of its integration scripts (token quota, quota mode
+//! across two services, the multi-service token quota) and each point where sluice's own
+//! semantics differ (a refused request's other descriptors, an oversized debit, a check at
+//! exactly the limit, a limit of 0, a descriptor's own `limit`, an unknown domain), on memory, a
+//! real redis-server and a real 3-master Redis Cluster. Units are days, so no window edge falls
+//! inside a test (except at midnight UTC).
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use sluice_backend::{Config, StoreChoice};
+use tonic::transport::Channel;
+
+use crate::grpc_rig::GrpcRig;
+use crate::harness::{cluster, redis, TOKEN};
+use crate::support::{RedisCluster, RedisServer};
+
+type Rig = GrpcRig<RateLimitServiceClient<Channel>>;
+
+use Code::{Ok as OK, OverLimit as OVER};
+
+/// The peer's example services (examples/ratelimit/config/example.yaml), per day, and limits for
+/// the other points.
+const CONFIG: &str = "\
+domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+    metadata:
+      service_with_quota:
+        name: service_1
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 2}
+    metadata:
+      service_with_quota:
+        name: service_2
+  - key: tokens
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: budget
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: blocked
+    rate_limit: {unit: day, requests_per_unit: 0}
+";
+
+async fn start(store: StoreChoice, name: &str) -> Rig {
+    let dir = std::env::temp_dir().join(format!("sluice-it-rlp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.yaml"), CONFIG).unwrap();
+    let mut config = Config::new(store, TOKEN);
+    config.ratelimit_config = Some(dir);
+    Rig::start_with(config).await
+}
+
+fn d(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        hits_addend: hits.map(|value| UInt64Value { value }),
+        ..crate::rls::descriptor(entries)
+    }
+}
+
+async fn ask_in(
+    rig: &Rig,
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> RateLimitResponse {
+    let mut rls = rig.client.clone();
+    let request = RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: 0,
+    };
+    rls.should_rate_limit(request).await.unwrap().into_inner()
+}
+
+async fn ask(rig: &Rig, descriptors: Vec<RateLimitDescriptor>) -> RateLimitResponse {
+    ask_in(rig, "rl", descriptors).await
+}
+
+/// The overall code, and each status's code and limit_remaining.
+fn answer(r: &RateLimitResponse) -> (Code, Vec<(Code, u32)>) {
+    let code = |c: i32| Code::try_from(c).unwrap();
+    (
+        code(r.overall_code),
+        r.statuses
+            .iter()
+            .map(|s| (code(s.code), s.limit_remaining))
+            .collect(),
+    )
+}
+
+/// The `metadata.service_with_quota.name` of the answer's dynamic metadata (the service Envoy's
+/// header mutation picks in the peer's example), if any.
+fn service_with_quota(r: &RateLimitResponse) -> Option<String> {
+    let field = |s: &envoy_types::pb::google::protobuf::Struct, k: &str| s.fields.get(k).cloned();
+    let meta = r.dynamic_metadata.as_ref()?;
+    let Some(Kind::StructValue(m)) = field(meta, "metadata")?.kind else {
+        return None;
+    };
+    let Some(Kind::StructValue(s)) = field(&m, "service_with_quota")?.kind else {
+        return None;
+    };
+    match field(&s, "name")?.kind {
+        Some(Kind::StringValue(name)) => Some(name),
+        _ => None,
+    }
+}
+
+async fn sequences(rig: &Rig) {
+    // token-quota.sh: a check (hits 0) on the request, a debit of 1 when the stream is done; 2
+    // per day admits 3: the third check finds the counter at exactly 2, which is not over.
+    let check = || vec![d(&[("tokens", "t")], Some(0))];
+    let debit = || vec![d(&[("tokens", "t")], Some(1))];
+    for (n, left) in [(1, 2), (2, 1), (3, 0)] {
+        assert_eq!(
+            answer(&ask(rig, check()).await),
+            (OK, vec![(OK, left)]),
+            "check {n}"
+        );
+        ask(rig, debit()).await;
+    }
+    assert_eq!(
+        answer(&ask(rig, check()).await),
+        (OVER, vec![(OVER, 0)]),
+        "check 4"
+    );
+
+    // multiservice-tokenquota.sh: both services checked (quota mode, hits 0); the answer's
+    // metadata names the service with quota; the debit goes to that service. Requests 1-5 are
+    // served (two by service_1, three by service_2), the 6th is refused.
+    let services = || {
+        vec![
+            d(&[("service", "service_1")], Some(0)),
+            d(&[("service", "service_2")], Some(0)),
+        ]
+    };
+    for (n, want) in [
+        (1, "service_1"),
+        (2, "service_1"),
+        (3, "service_2"),
+        (4, "service_2"),
+        (5, "service_2"),
+    ] {
+        let r = ask(rig, services()).await;
+        assert_eq!(r.overall_code, OK as i32, "request {n}: {r:?}");
+        assert_eq!(service_with_quota(&r).as_deref(), Some(want), "request {n}");
+        ask(rig, vec![d(&[("service", want)], Some(1))]).await;
+    }
+    let r = ask(rig, services()).await;
+    assert_eq!(answer(&r), (OVER, vec![(OVER, 0), (OVER, 0)]), "request 6");
+}
+
+async fn points(rig: &Rig) {
+    // A refused request's other descriptors are counted: the nested limit (2) refuses the
+    // third request, and to_number (3) counts it anyway, so the fourth finds it over.
+    let marketing = || d(&[("message_type", "marketing"), ("to_number", "206")], None);
+    let number = || d(&[("to_number", "206")], None);
+    assert_eq!(
+        answer(&ask(rig, vec![marketing(), number()]).await),
+        (OK, vec![(OK, 1), (OK, 2)])
+    );
+    assert_eq!(
+        answer(&ask(rig, vec![marketing(), number()]).await),
+        (OK, vec![(OK, 0), (OK, 1)])
+    );
+    assert_eq!(
+        answer(&ask(rig, vec![marketing(), number()]).await),
+        (OVER, vec![(OVER, 0), (OK, 0)])
+    );
+    assert_eq!(
+        answer(&ask(rig, vec![number()]).await),
+        (OVER, vec![(OVER, 0)])
+    );
+
+    // An oversized debit takes the counter past the limit: 8 of 10, then 5 is over, and after it
+    // even a check without debit is over (the counter is past 10, not at it).
+    let budget = |hits| vec![d(&[("budget", "b")], Some(hits))];
+    assert_eq!(answer(&ask(rig, budget(8)).await), (OK, vec![(OK, 2)]));
+    assert_eq!(answer(&ask(rig, budget(5)).await), (OVER, vec![(OVER, 0)]));
+    assert_eq!(answer(&ask(rig, budget(0)).await), (OVER, vec![(OVER, 0)]));
+    // A debit far larger than the limit is over too, and no panic or wrap.
+    assert_eq!(answer(&ask(rig, budget(1_000_000_000)).await).0, OVER);
+
+    // A limit of 0: a check without debit passes (nothing counted is over 0), a hit is over.
+    assert_eq!(
+        answer(&ask(rig, vec![d(&[("blocked", "x")], Some(0))]).await),
+        (OK, vec![(OK, 0)])
+    );
+    assert_eq!(
+        answer(&ask(rig, vec![d(&[("blocked", "x")], None)]).await),
+        (OVER, vec![(OVER, 0)])
+    );
+
+    // A descriptor's own limit is used: 2 per day on entries no file limit matches.
+    let own = || RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit: 2,
+            unit: 4, // DAY
+        }),
+        ..d(&[("anything", "a")], None)
+    };
+    let r = ask(rig, vec![own()]).await;
+    assert_eq!(answer(&r), (OK, vec![(OK, 1)]));
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit),
+        Some(2)
+    );
+    assert_eq!(answer(&ask(rig, vec![own()]).await), (OK, vec![(OK, 0)]));
+    assert_eq!(
+        answer(&ask(rig, vec![own()]).await),
+        (OVER, vec![(OVER, 0)])
+    );
+    // An override with no unit is refused, naming the field.
+    let mut rls = rig.client.clone();
+    let bad = RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit: 2,
+            unit: 0,
+        }),
+        ..d(&[("anything", "a")], None)
+    };
+    let e = rls
+        .should_rate_limit(RateLimitRequest {
+            domain: "rl".into(),
+            descriptors: vec![bad],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().starts_with("descriptors[0].limit.unit"),
+        "{}",
+        e.message()
+    );
+
+    // A domain in no file is OK, every descriptor without a limit.
+    let r = ask_in(
+        rig,
+        "nowhere",
+        vec![d(&[("a", "1")], None), d(&[("b", "2")], None)],
+    )
+    .await;
+    assert_eq!(answer(&r), (OK, vec![(OK, 0), (OK, 0)]));
+    assert!(r.statuses.iter().all(|s| s.current_limit.is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peers_answers_on_memory() {
+    let rig = start(StoreChoice::Memory, "memory").await;
+    sequences(&rig).await;
+    points(&rig).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peers_answers_on_redis() {
+    let server = RedisServer::start();
+    let rig = start(redis(&server.url()), "redis").await;
+    sequences(&rig).await;
+    points(&rig).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peers_answers_on_a_redis_cluster() {
+    let redis_cluster = RedisCluster::start();
+    let rig = start(cluster(redis_cluster.urls()), "cluster").await;
+    sequences(&rig).await;
+    points(&rig).await;
+}
