@@ -286,3 +286,149 @@ async fn the_peers_answers_on_a_redis_cluster() {
     sequences(&rig).await;
     points(&rig).await;
 }
+
+/// The same sequences under sluice's semantics, with the answers docs/rls.md ("Whose
+/// semantics") documents: counters stop at the limit, so each service serves exactly its limit.
+async fn strict_sequences(rig: &Rig, domain: &str) {
+    let check = || vec![d(&[("tokens", "t")], Some(0))];
+    let debit = || vec![d(&[("tokens", "t")], Some(1))];
+    for (n, left) in [(1, 2), (2, 1)] {
+        assert_eq!(
+            answer(&ask_in(rig, domain, check()).await),
+            (OK, vec![(OK, left)]),
+            "check {n}"
+        );
+        ask_in(rig, domain, debit()).await;
+    }
+    // At exactly the limit nothing is left: over (the peer passes a third).
+    assert_eq!(
+        answer(&ask_in(rig, domain, check()).await),
+        (OVER, vec![(OVER, 0)]),
+        "check 3"
+    );
+
+    let services = || {
+        vec![
+            d(&[("service", "service_1")], Some(0)),
+            d(&[("service", "service_2")], Some(0)),
+        ]
+    };
+    for (n, want) in [(1, "service_1"), (2, "service_2"), (3, "service_2")] {
+        let r = ask_in(rig, domain, services()).await;
+        assert_eq!(r.overall_code, OK as i32, "request {n}: {r:?}");
+        assert_eq!(service_with_quota(&r).as_deref(), Some(want), "request {n}");
+        ask_in(rig, domain, vec![d(&[("service", want)], Some(1))]).await;
+    }
+    assert_eq!(
+        answer(&ask_in(rig, domain, services()).await).0,
+        OVER,
+        "request 4"
+    );
+
+    // A refused request debits none of its descriptors: to_number keeps its third unit.
+    let marketing = || d(&[("message_type", "marketing"), ("to_number", "206")], None);
+    let number = || d(&[("to_number", "206")], None);
+    for _ in 0..2 {
+        assert_eq!(
+            answer(&ask_in(rig, domain, vec![marketing(), number()]).await).0,
+            OK
+        );
+    }
+    assert_eq!(
+        answer(&ask_in(rig, domain, vec![marketing(), number()]).await).0,
+        OVER
+    );
+    assert_eq!(
+        answer(&ask_in(rig, domain, vec![number()]).await),
+        (OK, vec![(OK, 0)])
+    );
+
+    // A lone oversized debit takes what is left: the counter stops at 10.
+    let budget = |hits| vec![d(&[("budget", "b")], Some(hits))];
+    assert_eq!(
+        answer(&ask_in(rig, domain, budget(8)).await),
+        (OK, vec![(OK, 2)])
+    );
+    assert_eq!(
+        answer(&ask_in(rig, domain, budget(5)).await),
+        (OVER, vec![(OVER, 0)])
+    );
+    assert_eq!(
+        answer(&ask_in(rig, domain, budget(0)).await),
+        (OVER, vec![(OVER, 0)])
+    );
+}
+
+/// A configuration whose file says `sluice_semantics: sluice` for its domain, beside one that
+/// does not (the peer's, the default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_semantics_by_name_in_a_file_and_point_by_point() {
+    let dir = std::env::temp_dir().join(format!("sluice-it-rlp-named-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let strict = CONFIG.replace("domain: rl\n", "domain: strict\nsluice_semantics: sluice\n");
+    std::fs::write(dir.join("strict.yaml"), strict).unwrap();
+    std::fs::write(dir.join("peer.yaml"), CONFIG).unwrap();
+    let mut config = Config::new(StoreChoice::Memory, TOKEN);
+    config.ratelimit_config = Some(dir.clone());
+    let rig = Rig::start_with(config).await;
+    strict_sequences(&rig, "strict").await;
+    sequences(&rig).await;
+
+    // Point by point from the setting: overrides refused, unknown domains to sluice's rules.
+    let mut config = Config::new(StoreChoice::Memory, TOKEN);
+    config.ratelimit_config = Some(dir.clone());
+    config.ratelimit_semantics = sluice_backend::ratelimit::semantics::Semantics::parse(
+        "refuse_limit_overrides,own_rules_for_unknown_domains",
+    )
+    .unwrap();
+    let rig = Rig::start_with(config).await;
+    let own = RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit: 2,
+            unit: 4,
+        }),
+        ..d(&[("tokens", "a")], None)
+    };
+    let mut rls = rig.client.clone();
+    let e = rls
+        .should_rate_limit(RateLimitRequest {
+            domain: "rl".into(),
+            descriptors: vec![own],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().starts_with("descriptors[0].limit"),
+        "{}",
+        e.message()
+    );
+    // A domain in no file goes to sluice's rules: its first entry names the action `a`, 1 per
+    // hour, so a request is soon over (the peer would answer OK to every one).
+    let put = rig
+        .http
+        .put(format!("{}/v1/rules/a", rig.admin))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"action": "a", "algorithm": "fixed_window", "capacity": 1, "window": "1h"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{put:?}");
+    // The rule comes into force within the rules' refresh; until then no limit applies.
+    crate::harness::eventually(
+        std::time::Duration::from_secs(5),
+        "the rule in force",
+        || async {
+            let r = ask_in(&rig, "nowhere", vec![d(&[("a", "1")], None)]).await;
+            (r.overall_code == OVER as i32).then_some(())
+        },
+    )
+    .await;
+    // Still the peer's counting on the domain: the token quota admits 3.
+    sequences(&rig).await;
+    // And the strict file keeps its own.
+    strict_sequences(&rig, "strict").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
