@@ -45,7 +45,7 @@ use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
 use super::budget_entries::strip;
 use super::commit::{commit_one, commit_reservation};
-use super::peer_counting::{self, override_limit, Counted};
+use super::peer_counting::{self, override_limit, Counted, OwnLimit};
 use super::peer_metadata;
 use super::request::{check_shape, hits_as_sent, refuse_limit_override};
 use super::response::{self, Answer};
@@ -168,8 +168,20 @@ pub async fn answer(
         .zip(entries)
         .map(|(((m, own), quantity), entries)| {
             let kind = match (m, own) {
-                (_, Some((m, Some(rule)))) => Kind::Counted(m, rule),
-                (_, Some((m, None))) => Kind::Zero(m),
+                (
+                    _,
+                    Some(OwnLimit {
+                        matched,
+                        rule: Some(rule),
+                    }),
+                ) => Kind::Counted(matched, rule),
+                (
+                    _,
+                    Some(OwnLimit {
+                        matched,
+                        rule: None,
+                    }),
+                ) => Kind::Zero(matched),
                 (None, None) => Kind::None,
                 (Some(m), None) => match (m.limit.per_unit(), m.limit.action.as_deref()) {
                     (None, _) => Kind::Unlimited,

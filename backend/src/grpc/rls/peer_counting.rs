@@ -131,6 +131,14 @@ fn as_peer(mut r: ThrottleResponse, capacity: u64) -> ThrottleResponse {
     r
 }
 
+/// A descriptor's own limit, as a matched limit and its rule (`None` for a limit of 0).
+pub struct OwnLimit {
+    /// The limit, keyed by the descriptor's entries.
+    pub matched: Matched,
+    /// Its rule; `None` for `requests_per_unit: 0` (always over, nothing counted).
+    pub rule: Option<Arc<Rule>>,
+}
+
 /// The limit a descriptor's own `limit` sets (the peer's per-request override, used only under a
 /// domain of the configuration): a fixed window of `requests_per_unit` per `unit`, counted per
 /// domain, unit and entries (as the peer keys it: its `requests_per_unit` is not part of the
@@ -140,7 +148,7 @@ pub fn override_limit(
     domain: &str,
     index: usize,
     descriptor: &RateLimitDescriptor,
-) -> Result<Option<(Matched, Option<Arc<Rule>>)>, FieldError> {
+) -> Result<Option<OwnLimit>, FieldError> {
     let Some(o) = &descriptor.limit else {
         return Ok(None);
     };
@@ -200,13 +208,13 @@ pub fn override_limit(
         algorithm: Algorithm::FixedWindow,
         path,
     });
-    Ok(Some((
-        Matched {
+    Ok(Some(OwnLimit {
+        matched: Matched {
             limit,
             key: sluice_core::descriptor::join(&refs),
         },
         rule,
-    )))
+    }))
 }
 
 #[cfg(test)]
