@@ -122,6 +122,33 @@ local function run(i, quantity)
   return reply
 end
 
+-- What is left of check i's limit after its denial `reply`: the reply's remaining, except for
+-- gcra, whose script leaves that slot 0 (Rust derives it from the exact ahead time): there
+-- floor((tolerance - ahead) / T), exact while the times stay below 2^53 ns (else 0: nothing
+-- taken).
+local function rest_of(c, reply)
+  if c.algorithm ~= 'gcra' then
+    return tonumber(reply[2])
+  end
+  local tol, ahead, t = tostring(c.args[7]), tostring(reply[4]), tostring(c.args[4])
+  if #tol > 15 or #ahead > 15 or #t > 15 then
+    return 0
+  end
+  local x = tonumber(tol) - tonumber(ahead)
+  local T = tonumber(t)
+  if x <= 0 or T <= 0 then
+    return 0
+  end
+  local q = math.floor(x / T)
+  while q > 0 and q * T > x do
+    q = q - 1
+  end
+  while (q + 1) * T <= x do
+    q = q + 1
+  end
+  return q
+end
+
 local replies = {}
 local denied = 0
 for i = 1, n do
@@ -134,7 +161,7 @@ for i = 1, n do
   if reply[1] == 0 and checks[i].own then
     -- Counted on its own: a quantity that does not fit takes what is left (its reply stays the
     -- denial).
-    local rest = tonumber(reply[2])
+    local rest = rest_of(checks[i], reply)
     if rest > 0 and tonumber(checks[i].args[2]) > 0 then
       local taken = run(i, rest)
       if taken.err then

@@ -302,7 +302,8 @@ async fn cluster_reserves_and_refunds_several_limits() {
 }
 
 /// Random requests of 2 to 4 checks under rules of random algorithms, capacities, spans and
-/// modes, at fixed times (forward, repeated, sometimes a little back), with quantities from 0 to
+/// modes, some checks counted on their own (Part::OnItsOwn), at fixed times (forward, repeated,
+/// sometimes a little back), with quantities from 0 to
 /// beyond the capacity: every answer (each decision, exactly, and which check denied) equals
 /// core's `decide_all` on states kept beside it. With `duplicates`, checks may name the same
 /// rule and key (the second sees the first one's debit); the Cluster, which decides checks in
@@ -366,21 +367,35 @@ pub async fn randomized_all_against_core(
                     _ => 1,
                 })
                 .collect();
+            // Some checks counted on their own (the peer's semantics): never denying the request,
+            // taking what is left when they do not fit.
+            let parts: Vec<Part> = picks
+                .iter()
+                .map(|_| {
+                    if rng.random_bool(0.3) {
+                        Part::OnItsOwn
+                    } else {
+                        Part::AllOrNothing
+                    }
+                })
+                .collect();
             let requests: Vec<CheckRequest<'_>> = picks
                 .iter()
                 .zip(&quantities)
-                .map(|((r, key), &quantity)| CheckRequest {
+                .zip(&parts)
+                .map(|(((r, key), &quantity), &part)| CheckRequest {
                     rule: &rules[*r],
                     key,
                     quantity,
-                    part: Part::AllOrNothing,
+                    part,
                 })
                 .collect();
             let mut slots: Vec<(usize, String)> = Vec::new();
             let core: Vec<Check> = picks
                 .iter()
                 .zip(&quantities)
-                .map(|(pick, &quantity)| {
+                .zip(&parts)
+                .map(|((pick, &quantity), &part)| {
                     let slot = slots.iter().position(|s| s == pick).unwrap_or_else(|| {
                         slots.push(pick.clone());
                         slots.len() - 1
@@ -390,7 +405,7 @@ pub async fn randomized_all_against_core(
                         enforce: rules[pick.0].mode() == Mode::Enforce,
                         quantity,
                         slot,
-                        part: Part::AllOrNothing,
+                        part,
                     }
                 })
                 .collect();
