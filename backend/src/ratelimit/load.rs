@@ -278,4 +278,27 @@ mod tests {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn a_merged_domain_takes_one_semantics() {
+        let body = "descriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n";
+        let other = "descriptors:\n  - key: j\n    rate_limit: {unit: day, requests_per_unit: 1}\n";
+        let a = file(
+            "a.yaml",
+            &format!("domain: d\nsluice_semantics: sluice\n{body}"),
+        );
+        let b = file(
+            "b.yaml",
+            &format!("domain: d\nsluice_semantics: peer\n{other}"),
+        );
+        let e = build(&[a.clone(), b], MergeDomains(true)).expect_err("two semantics");
+        assert!(e[0].to_string().starts_with("b.yaml: sluice_semantics: 'peer' for domain 'd', which another file sets to 'sluice'"), "{e:?}");
+        let same = file("c.yaml", &format!("domain: d\n{other}"));
+        let loaded = build(&[a, same], MergeDomains(true)).expect("one says, the other is silent");
+        assert_eq!(loaded.semantics_of("d", Semantics::PEER), Semantics::SLUICE);
+        assert_eq!(
+            loaded.semantics_of("elsewhere", Semantics::PEER),
+            Semantics::PEER
+        );
+    }
 }

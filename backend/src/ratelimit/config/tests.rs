@@ -112,3 +112,35 @@ fn the_algorithm_extension_needs_a_per_unit_rate_limit() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_files_sluice_semantics_is_read_and_a_bad_one_names_the_field() {
+    let body = "descriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n";
+    let f = parse_text(&format!("domain: d\nsluice_semantics: sluice\n{body}")).expect("parses");
+    assert_eq!(f.semantics, Some(Semantics::SLUICE));
+    let f = parse_text(&format!("domain: d\n{body}")).expect("parses");
+    assert_eq!(f.semantics, None, "the peer's by default");
+    let f = parse_text(&format!(
+        "domain: d\nsluice_semantics: strict_counting\n{body}"
+    ))
+    .expect("parses");
+    assert_eq!(f.semantics, Semantics::parse("strict_counting").ok());
+    let e = parse_text(&format!("domain: d\nsluice_semantics: strictest\n{body}")).unwrap_err();
+    assert!(
+        e[0].starts_with("c.yaml: sluice_semantics: unknown point 'strictest'"),
+        "{e:?}"
+    );
+    let e = parse_text(&format!("domain: d\nsluice_semantics: [sluice]\n{body}")).unwrap_err();
+    assert!(
+        e[0].starts_with("c.yaml: sluice_semantics: must be a string"),
+        "{e:?}"
+    );
+    // Sluice's key only at the top: inside a descriptor it is unknown, as to the peer.
+    let e = parse_text("domain: d\ndescriptors:\n  - key: k\n    sluice_semantics: sluice\n")
+        .unwrap_err();
+    assert!(
+        e.iter()
+            .any(|e| e.contains("descriptors[0].sluice_semantics: unknown key")),
+        "{e:?}"
+    );
+}
