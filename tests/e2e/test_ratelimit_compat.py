@@ -121,7 +121,8 @@ def test_the_token_quota_pattern(compat):
     assert get(envoy, "/tokens", {"x-user-id": user, "x-tokens": "60"}).status_code == 200
     # The debit lands when the stream is done (Envoy sends it after the response).
     stack.wait_until(lambda: remaining(check()) == 40, "60 tokens debited", timeout=5)
-    # 40 left: the check passes; the stream uses 60, more than is left, and takes what is left.
+    # 40 left: the check passes; the stream uses 60, more than is left: the counter goes past
+    # the limit (the peer's semantics, the default), so the next check is over.
     assert get(envoy, "/tokens", {"x-user-id": user, "x-tokens": "60"}).status_code == 200
     stack.wait_until(lambda: check().status_code == 429, "the quota spent", timeout=5)
     assert get(envoy, "/tokens", {"x-user-id": uid(), "x-tokens": "0"}).status_code == 200
