@@ -1,10 +1,12 @@
 //! The peer's response metadata (`RESPONSE_DYNAMIC_METADATA=true` there; always here): the
-//! request's `domain`, its `descriptors` (`entries` as `key=value`, `hitsAddend` when set), the
+//! request's `domain`, its `descriptors` (`entries` as `key=value`, `hitsAddend` and `limit`
+//! when set), the
 //! request's `hitsAddend` when not 0, and `metadata`: the configured `metadata` of every
 //! descriptor that passed, merged (the first value of a key wins; maps merge recursively), as
 //! its `ratelimitToMetadata` builds them. Envoy stores the struct as the filter's dynamic
 //! metadata, beside sluice's own `sluice` list.
 
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::{self as pb, value::Kind};
 use serde_json::{Map, Value};
@@ -43,6 +45,19 @@ pub fn add_peer_fields(
             );
             if let Some(h) = &d.hits_addend {
                 fields.insert("hitsAddend".to_owned(), number(h.value));
+            }
+            if let Some(limit) = &d.limit {
+                // The peer writes Go's text form of the override (whose spacing Go varies on
+                // purpose); this is its stable shape.
+                let unit = RateLimitUnit::try_from(limit.unit)
+                    .map_or_else(|_| limit.unit.to_string(), |u| u.as_str_name().to_owned());
+                fields.insert(
+                    "limit".to_owned(),
+                    text(&format!(
+                        "requests_per_unit:{} unit:{unit}",
+                        limit.requests_per_unit
+                    )),
+                );
             }
             pb::Value {
                 kind: Some(Kind::StructValue(pb::Struct { fields })),
