@@ -224,6 +224,9 @@ async fn points(rig: &Rig) {
             .map(|l| l.requests_per_unit),
         Some(2)
     );
+    // The peer's metadata names the override on its descriptor.
+    let meta = format!("{:?}", r.dynamic_metadata);
+    assert!(meta.contains("requests_per_unit:2 unit:DAY"), "{meta}");
     assert_eq!(answer(&ask(rig, vec![own()]).await), (OK, vec![(OK, 0)]));
     assert_eq!(
         answer(&ask(rig, vec![own()]).await),
