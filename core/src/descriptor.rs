@@ -32,6 +32,15 @@ pub const GENERIC_KEY: &str = "generic_key";
 /// The entry key the filter uses for the subject when it sends its own checks as descriptors.
 pub const SUBJECT_KEY: &str = "key";
 
+/// The `domain` of every request the sluice filter sends to the rate limit service: always
+/// answered by sluice's rules, even beside an envoyproxy/ratelimit configuration whose
+/// semantics answer other unknown domains OK (else every `grpc` callout would pass unchecked).
+pub const FILTER_DOMAIN: &str = "sluice";
+
+/// The dynamic metadata key the rate limit service lists sluice's answers under (one
+/// `ThrottleResponse` or null per descriptor, in order).
+pub const METADATA_KEY: &str = "sluice";
+
 /// Most entries one descriptor may carry.
 pub const MAX_ENTRIES: usize = 16;
 

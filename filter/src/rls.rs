@@ -22,11 +22,11 @@ use crate::rls_proto::{
 };
 
 /// The `domain` of every request the filter sends (sluice's rules are global; the backend
-/// requires it non-empty, as Envoy does).
-pub const DOMAIN: &str = "sluice";
+/// requires it non-empty, as Envoy does, and answers it by sluice's rules always).
+pub use sluice_core::descriptor::FILTER_DOMAIN as DOMAIN;
 
 /// The dynamic metadata key the backend lists its answers under.
-pub const METADATA_KEY: &str = "sluice";
+pub use sluice_core::descriptor::METADATA_KEY;
 
 /// gRPC status OK.
 pub const GRPC_OK: u32 = 0;

@@ -377,6 +377,10 @@ async fn sluice_semantics_by_name_in_a_file_and_point_by_point() {
     let rig = Rig::start_with(config).await;
     strict_sequences(&rig, "strict").await;
     sequences(&rig).await;
+    // The sluice filter's own domain (its `grpc` callouts) is sluice's rules even under the
+    // peer's semantics: never the OK of an unknown domain.
+    put_rule_a(&rig).await;
+    over_soon(&rig, sluice_core::descriptor::FILTER_DOMAIN).await;
 
     // Point by point from the setting: overrides refused, unknown domains to sluice's rules.
     let mut config = Config::new(StoreChoice::Memory, TOKEN);
@@ -410,6 +414,17 @@ async fn sluice_semantics_by_name_in_a_file_and_point_by_point() {
     );
     // A domain in no file goes to sluice's rules: its first entry names the action `a`, 1 per
     // hour, so a request is soon over (the peer would answer OK to every one).
+    put_rule_a(&rig).await;
+    over_soon(&rig, "nowhere").await;
+    // Still the peer's counting on the domain: the token quota admits 3.
+    sequences(&rig).await;
+    // And the strict file keeps its own.
+    strict_sequences(&rig, "strict").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Puts the sluice rule `a`: 1 per hour.
+async fn put_rule_a(rig: &Rig) {
     let put = rig
         .http
         .put(format!("{}/v1/rules/a", rig.admin))
@@ -419,19 +434,18 @@ async fn sluice_semantics_by_name_in_a_file_and_point_by_point() {
         .await
         .unwrap();
     assert!(put.status().is_success(), "{put:?}");
-    // The rule comes into force within the rules' refresh; until then no limit applies.
+}
+
+/// A descriptor naming the action `a` in `domain` is over within the rules' refresh: the domain
+/// is answered by sluice's rules (the peer's unknown domain would be OK every time).
+async fn over_soon(rig: &Rig, domain: &str) {
     crate::harness::eventually(
         std::time::Duration::from_secs(5),
         "the rule in force",
         || async {
-            let r = ask_in(&rig, "nowhere", vec![d(&[("a", "1")], None)]).await;
+            let r = ask_in(rig, domain, vec![d(&[("a", "1")], None)]).await;
             (r.overall_code == OVER as i32).then_some(())
         },
     )
     .await;
-    // Still the peer's counting on the domain: the token quota admits 3.
-    sequences(&rig).await;
-    // And the strict file keeps its own.
-    strict_sequences(&rig, "strict").await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -16,7 +16,7 @@ use sluice_core::wire::ThrottleResponse;
 use sluice_core::Action;
 
 /// The dynamic metadata key under which each descriptor's answer is listed.
-pub const METADATA_KEY: &str = "sluice";
+pub use sluice_core::descriptor::METADATA_KEY;
 
 /// The header a shadow rule's would-be denial adds.
 pub const SHADOW_HEADER: &str = "x-sluice-shadow";

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluice_core::descriptor::FILTER_DOMAIN;
 use sluice_core::limits::MAX_DECISION_TIMEOUT_MS;
 use tonic::{Request, Response, Status};
 
@@ -89,7 +90,10 @@ impl RateLimitService for Rls {
                 Some(level) => {
                     config_path::answer(app, level, semantics, &request, deadline, started).await
                 }
-                None if semantics.has(Point::OwnRulesForUnknownDomains) => {
+                // The sluice filter's own domain is sluice's, whatever the semantics.
+                None if semantics.has(Point::OwnRulesForUnknownDomains)
+                    || request.domain == FILTER_DOMAIN =>
+                {
                     rules_path::answer(app, &request, deadline, started).await
                 }
                 None => config_path::unknown_domain(&request),
