@@ -36,6 +36,26 @@ pub struct Check {
     pub part: Part,
 }
 
+impl Check {
+    /// The parameters the check is counted with: its rule's, with one unit more for
+    /// [`Part::PastTheLimit`].
+    pub fn counted_params(&self) -> Params {
+        match self.part {
+            Part::PastTheLimit => self.params.one_past(),
+            Part::AllOrNothing | Part::OnItsOwn => self.params,
+        }
+    }
+
+    /// What the check would answer for quantity 0 on `state` (nothing changes).
+    pub fn peek(&self, state: &State, now: Nanos) -> Decision {
+        let d = self.counted_params().decide_change(state, now, 0).0;
+        match self.part {
+            Part::PastTheLimit => peer_view(d, self.params.capacity(), 0),
+            Part::AllOrNothing | Part::OnItsOwn => d,
+        }
+    }
+}
+
 /// How a check takes part in its request: all or nothing with the others (sluice's own
 /// semantics), or on its own (envoyproxy/ratelimit's, where every descriptor is counted whatever
 /// the others answer).
@@ -47,6 +67,30 @@ pub enum Part {
     /// Never denies the request; denied, it debits what is left of its limit (nothing when
     /// nothing is left), so that a debit too large for what is left still fills the limit.
     OnItsOwn,
+    /// envoyproxy/ratelimit's counting: on its own, with room for one unit past the capacity
+    /// (the peer's counter passes its limit, and past it only that it is past changes a later
+    /// answer, so the counter is kept at most one past), and decided as the peer decides: over
+    /// when the counter after it is past the capacity ([`peer_view`]).
+    PastTheLimit,
+}
+
+/// A decision made with one unit of room past `capacity` ([`Part::PastTheLimit`]), as
+/// envoyproxy/ratelimit answers it: allowed only when the counter after it is within the
+/// capacity, with one unit less remaining; otherwise over with nothing remaining, to retry when
+/// the key resets (never, for more units than the capacity).
+pub fn peer_view(d: Decision, capacity: u64, quantity: u64) -> Decision {
+    let within = d.allowed && d.remaining > 0;
+    Decision {
+        allowed: within,
+        capacity,
+        remaining: if within { d.remaining - 1 } else { 0 },
+        retry_after: match (within, quantity > capacity) {
+            (true, _) | (false, true) => None,
+            (false, false) => d.retry_after.or(Some(d.reset_after)),
+        },
+        level: d.level,
+        reset_after: d.reset_after,
+    }
 }
 
 /// What [`decide_all`] decided.
@@ -81,16 +125,19 @@ pub fn decide_all(checks: &[Check], states: &[State], now: Nanos) -> AllDecision
             .get(check.slot)
             .and_then(Option::as_ref)
             .unwrap_or_else(|| original(check.slot));
-        let (decision, mut change) = check.params.decide_change(current, now, check.quantity);
-        if !decision.allowed && check.part == Part::OnItsOwn {
-            // Takes what is left: the limit is full after it, as the peer's counter is past it.
+        let params = check.counted_params();
+        let (mut decision, mut change) = params.decide_change(current, now, check.quantity);
+        if !decision.allowed && check.part != Part::AllOrNothing {
+            // Takes what is left: the limit is full after it.
             if decision.remaining > 0 && check.quantity > 0 {
-                change = check
-                    .params
-                    .decide_change(current, now, decision.remaining)
-                    .1;
+                change = params.decide_change(current, now, decision.remaining).1;
             }
-        } else if !decision.allowed && check.enforce {
+        }
+        if check.part == Part::PastTheLimit {
+            decision = peer_view(decision, check.params.capacity(), check.quantity);
+        }
+        // A check on its own never denies the request.
+        if check.part == Part::AllOrNothing && !decision.allowed && check.enforce {
             let decisions = checks
                 .iter()
                 .enumerate()
@@ -98,7 +145,7 @@ pub fn decide_all(checks: &[Check], states: &[State], now: Nanos) -> AllDecision
                     if i == index {
                         decision
                     } else {
-                        c.params.decide_change(original(c.slot), now, 0).0
+                        c.peek(original(c.slot), now)
                     }
                 })
                 .collect();

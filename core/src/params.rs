@@ -81,6 +81,27 @@ pub enum Params {
 }
 
 impl Params {
+    /// The same limit with room for one more unit: where envoyproxy/ratelimit's counter, which
+    /// passes its limit, is kept one past it ([`crate::all::Part::PastTheLimit`]).
+    pub fn one_past(self) -> Params {
+        let window = |w: WindowParams| WindowParams {
+            capacity: w.capacity.saturating_add(1),
+            ..w
+        };
+        let meter = |m: MeterParams| MeterParams {
+            capacity: m.capacity.saturating_add(1),
+            ..m
+        };
+        match self {
+            Params::FixedWindow(w) => Params::FixedWindow(window(w)),
+            Params::SlidingLog(w) => Params::SlidingLog(window(w)),
+            Params::SlidingWindow(w) => Params::SlidingWindow(window(w)),
+            Params::LeakyBucket(m) => Params::LeakyBucket(meter(m)),
+            Params::Gcra(m) => Params::Gcra(meter(m)),
+            Params::TokenBucket(m) => Params::TokenBucket(meter(m)),
+        }
+    }
+
     /// Parameters for an algorithm with its capacity and limit; `None` when the limit kind does
     /// not fit the algorithm (a rate for a window algorithm, or the reverse).
     pub fn from_parts(algorithm: Algorithm, capacity: u64, limit: Limit) -> Option<Params> {

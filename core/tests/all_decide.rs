@@ -252,3 +252,78 @@ fn a_check_on_its_own_never_denies_the_request_and_takes_what_is_left() {
         );
     }
 }
+
+/// envoyproxy/ratelimit's counting, for every algorithm: a limit of 2 admits 2, a check without
+/// debit at exactly 2 passes with nothing remaining, the third unit is over (and counted: a
+/// later check is over too), and an oversized debit fills the limit past it.
+#[test]
+fn past_the_limit_counts_as_the_peer_does() {
+    use sluice_core::all::peer_view;
+    for algorithm in algorithms() {
+        let p = params(algorithm, 2);
+        let peer = |quantity| Check {
+            params: p,
+            enforce: true,
+            quantity,
+            slot: 0,
+            part: Part::PastTheLimit,
+        };
+        let mut state = vec![State::Fresh];
+        let mut step = |quantity: u64| {
+            let d = decide_all(&[peer(quantity)], &state, T0);
+            assert!(d.allowed(), "{algorithm}: never denies the request");
+            if let Some(next) = d.changes[0].clone() {
+                state[0] = next;
+            }
+            let one = d.decisions[0];
+            (one.allowed, one.remaining, one.capacity)
+        };
+        assert_eq!(step(1), (true, 1, 2), "{algorithm}: 1 of 2");
+        assert_eq!(step(1), (true, 0, 2), "{algorithm}: 2 of 2");
+        assert_eq!(
+            step(0),
+            (true, 0, 2),
+            "{algorithm}: a check at exactly the limit passes"
+        );
+        assert_eq!(step(1), (false, 0, 2), "{algorithm}: the third is over");
+        assert_eq!(
+            step(0),
+            (false, 0, 2),
+            "{algorithm}: and counted: a check is over now"
+        );
+        // From fresh, a debit of 5 on a limit of 2: over, and the counter is past the limit.
+        let mut fresh = vec![State::Fresh];
+        let d = decide_all(&[peer(5)], &fresh, T0);
+        assert!(
+            !d.decisions[0].allowed && d.decisions[0].retry_after.is_none(),
+            "{algorithm}: never fits"
+        );
+        fresh[0] = d.changes[0].clone().expect("takes what is left");
+        let again = decide_all(&[peer(0)], &fresh, T0);
+        assert!(
+            !again.decisions[0].allowed,
+            "{algorithm}: past the limit after it"
+        );
+    }
+    // The view itself: one unit kept back, the capacity reported as the limit.
+    let d = sluice_core::Decision {
+        allowed: true,
+        capacity: 3,
+        remaining: 1,
+        retry_after: None,
+        reset_after: 5,
+        level: 2.0,
+    };
+    let v = peer_view(d, 2, 1);
+    assert!(v.allowed && v.remaining == 0 && v.capacity == 2);
+    let past = peer_view(
+        sluice_core::Decision {
+            remaining: 0,
+            level: 3.0,
+            ..d
+        },
+        2,
+        1,
+    );
+    assert!(!past.allowed && past.retry_after == Some(5));
+}

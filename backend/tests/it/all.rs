@@ -302,7 +302,7 @@ async fn cluster_reserves_and_refunds_several_limits() {
 }
 
 /// Random requests of 2 to 4 checks under rules of random algorithms, capacities, spans and
-/// modes, some checks counted on their own (Part::OnItsOwn), at fixed times (forward, repeated,
+/// modes, some checks counted on their own (Part::OnItsOwn, Part::PastTheLimit), at fixed times (forward, repeated,
 /// sometimes a little back), with quantities from 0 to
 /// beyond the capacity: every answer (each decision, exactly, and which check denied) equals
 /// core's `decide_all` on states kept beside it. With `duplicates`, checks may name the same
@@ -371,12 +371,10 @@ pub async fn randomized_all_against_core(
             // taking what is left when they do not fit.
             let parts: Vec<Part> = picks
                 .iter()
-                .map(|_| {
-                    if rng.random_bool(0.3) {
-                        Part::OnItsOwn
-                    } else {
-                        Part::AllOrNothing
-                    }
+                .map(|_| match rng.random_range(0..10) {
+                    0..=1 => Part::OnItsOwn,
+                    2..=3 => Part::PastTheLimit,
+                    _ => Part::AllOrNothing,
                 })
                 .collect();
             let requests: Vec<CheckRequest<'_>> = picks

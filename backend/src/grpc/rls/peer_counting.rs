@@ -9,10 +9,10 @@
 //! saturated one unit past the limit, exactly:
 //!
 //! - each descriptor is decided under its rule with one more unit of capacity, counted on its own
-//!   ([`Part::OnItsOwn`]: it never refuses the others, and a debit that does not fit takes what
-//!   is left, filling the counter to limit + 1), all in one store step;
-//! - the peer's answer is then: over when the step refused or left nothing (the counter is past
-//!   the limit), else OK with `limit_remaining` one less than the step's.
+//!   ([`Part::PastTheLimit`]: it never refuses the others, and a debit that does not fit takes
+//!   what is left, filling the counter to limit + 1), all in one store step;
+//! - its answer is the peer's ([`sluice_core::all::peer_view`]): over when the counter is past
+//!   the limit, else OK with `limit_remaining` one less than the step's.
 //!
 //! A reservation (`sluice_reservation`, sluice's own entry) is not the peer's: it stays all or
 //! nothing under its own capacity, so one that does not fit takes nothing.
@@ -47,88 +47,29 @@ pub struct Counted<'a> {
     pub reservation: bool,
 }
 
-/// `rule` with one more unit of capacity: room for the counter one past the limit. The rule
-/// itself when it cannot grow (already at core's largest capacity).
-fn one_past(rule: &Arc<Rule>) -> Arc<Rule> {
-    Rule::new(
-        rule.action().as_str(),
-        rule.algorithm(),
-        rule.capacity().saturating_add(1),
-        rule.limit(),
-        rule.mode(),
-        rule.description(),
-    )
-    .map(Arc::new)
-    .unwrap_or_else(|_| Arc::clone(rule))
-}
-
-/// Counts `items` as the peer does, in one store step; one answer per item, in the peer's terms
-/// (see the module docs): `allowed` false (or `would_deny` for a rule that never refuses) when
-/// over, `remaining` the peer's `limit_remaining`, `capacity` the limit.
+/// Counts `items` as the peer does, in one store step ([`Part::PastTheLimit`]); one answer
+/// per item, in the peer's terms: `allowed` false (or `would_deny` for a rule that never
+/// refuses) when over, `remaining` the peer's `limit_remaining`.
 pub async fn count(
     app: &App,
     items: &[Counted<'_>],
     deadline: Option<Deadline>,
     started: Instant,
 ) -> Result<Vec<ThrottleResponse>, DecideError> {
-    let grown: Vec<Arc<Rule>> = items
-        .iter()
-        .map(|c| {
-            if c.reservation {
-                Arc::clone(c.rule)
-            } else {
-                one_past(c.rule)
-            }
-        })
-        .collect();
     let checks: Vec<Check<'_>> = items
         .iter()
-        .zip(&grown)
-        .map(|(c, rule)| Check {
-            rule,
+        .map(|c| Check {
+            rule: c.rule,
             key: c.key,
             quantity: c.quantity,
             part: if c.reservation {
                 Part::AllOrNothing
             } else {
-                Part::OnItsOwn
+                Part::PastTheLimit
             },
         })
         .collect();
-    let answers = decide_checks(app, &checks, deadline, started).await?;
-    Ok(items
-        .iter()
-        .zip(answers)
-        .map(|(c, r)| {
-            if c.reservation {
-                r
-            } else {
-                as_peer(r, c.rule.capacity())
-            }
-        })
-        .collect())
-}
-
-/// A step's answer under one more unit of capacity, as the peer answers for a limit of
-/// `capacity`.
-fn as_peer(mut r: ThrottleResponse, capacity: u64) -> ThrottleResponse {
-    let fitted = r.allowed && !r.would_deny;
-    let over = !fitted || r.remaining == 0;
-    r.capacity = capacity;
-    if over {
-        r.remaining = 0;
-        if r.retry_after_ms.is_none() {
-            r.retry_after_ms = Some(r.reset_after_ms);
-        }
-        if r.mode == Mode::Enforce {
-            r.allowed = false;
-        } else {
-            r.would_deny = true;
-        }
-    } else {
-        r.remaining -= 1;
-    }
-    r
+    decide_checks(app, &checks, deadline, started).await
 }
 
 /// A descriptor's own limit, as a matched limit and its rule (`None` for a limit of 0).
@@ -215,40 +156,4 @@ pub fn override_limit(
         },
         rule,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_core::Decision;
-
-    fn answer(allowed: bool, remaining: u64, mode: Mode) -> ThrottleResponse {
-        let d = Decision {
-            allowed,
-            capacity: 3,
-            remaining,
-            retry_after: None,
-            reset_after: 5_000_000_000,
-            level: (3 - remaining) as f64,
-        };
-        ThrottleResponse::new(Algorithm::FixedWindow, mode, 60_000_000_000, &d)
-    }
-
-    #[test]
-    fn one_unit_past_the_limit_is_over_and_a_fit_keeps_one_back() {
-        // A limit of 2, counted with capacity 3.
-        let ok = as_peer(answer(true, 2, Mode::Enforce), 2);
-        assert!(ok.allowed && ok.remaining == 1 && ok.capacity == 2);
-        // Exactly at the limit: OK, nothing left (the peer's counter is not over).
-        let at = as_peer(answer(true, 1, Mode::Enforce), 2);
-        assert!(at.allowed && at.remaining == 0);
-        // One past: over.
-        let past = as_peer(answer(true, 0, Mode::Enforce), 2);
-        assert!(!past.allowed && past.remaining == 0 && past.retry_after_ms == Some(5_000));
-        let refused = as_peer(answer(false, 0, Mode::Enforce), 2);
-        assert!(!refused.allowed);
-        // A rule that never refuses says it would have.
-        let shadow = as_peer(answer(true, 0, Mode::Shadow), 2);
-        assert!(shadow.allowed && shadow.would_deny);
-    }
 }

@@ -201,8 +201,11 @@ impl ShardedStates {
             else {
                 continue;
             };
-            let expires_at = now.saturating_add(check.params.idle_ttl_ns());
-            let worth = Worth::after(&check.params, decision, now);
+            // The parameters it was counted with: one unit more for a peer's counter, whose
+            // state may stay busy one unit longer.
+            let params = check.counted_params();
+            let expires_at = now.saturating_add(params.idle_ttl_ns());
+            let worth = Worth::after(&params, decision, now);
             if let Some(guard) = guards.get_mut(guard_at(shard)) {
                 guard.table.put(name, next.clone(), expires_at, worth, now);
             }

@@ -29,7 +29,7 @@
 //!   answered with the error; the filter applies its failure mode).
 
 use redis::{RedisResult, Value};
-use sluice_core::all::Part;
+use sluice_core::all::{peer_view, Part};
 use sluice_core::Params;
 
 use super::decision::Step;
@@ -118,6 +118,37 @@ fn parse(reply: &Value, params: &[Params]) -> Result<(AllOutcome, Vec<Snapshot>)
     ))
 }
 
+/// The parameters `check` is counted with (one unit more for [`Part::PastTheLimit`]).
+fn counted(check: &CheckRequest<'_>) -> Params {
+    match check.part {
+        Part::PastTheLimit => check.rule.params().one_past(),
+        Part::AllOrNothing | Part::OnItsOwn => check.rule.params(),
+    }
+}
+
+/// `check`'s decision for `quantity` as its part tells it (the peer's view for
+/// [`Part::PastTheLimit`]).
+fn told(
+    check: &CheckRequest<'_>,
+    quantity: u64,
+    d: sluice_core::Decision,
+) -> sluice_core::Decision {
+    match check.part {
+        Part::PastTheLimit => peer_view(d, check.rule.params().capacity(), quantity),
+        Part::AllOrNothing | Part::OnItsOwn => d,
+    }
+}
+
+/// `outcome`'s decisions as each check's part tells them (after a denial, the others' are
+/// peeks, of quantity 0).
+fn told_all(checks: &[CheckRequest<'_>], mut outcome: AllOutcome) -> AllOutcome {
+    for (i, (c, d)) in checks.iter().zip(outcome.decisions.iter_mut()).enumerate() {
+        let peeked = outcome.denied.is_some_and(|j| j != i);
+        *d = told(c, if peeked { 0 } else { c.quantity }, *d);
+    }
+    outcome
+}
+
 impl RedisStore {
     /// The all-or-nothing decision: one script call on a single node, reserve and refund on a
     /// Cluster (see the module docs).
@@ -131,9 +162,9 @@ impl RedisStore {
             .map(|c| self.keys.state(c.rule.action(), c.rule.algorithm(), c.key))
             .collect();
         if !self.conn.is_cluster() {
-            let params: Vec<Params> = checks.iter().map(|c| c.rule.params()).collect();
+            let params: Vec<Params> = checks.iter().map(counted).collect();
             let reply = self.run_all(&keys, checks, "all", at).await?;
-            return parse(&reply, &params).map(|(outcome, _)| outcome);
+            return parse(&reply, &params).map(|(outcome, _)| told_all(checks, outcome));
         }
         self.reserve_each(&keys, checks, at).await
     }
@@ -169,11 +200,11 @@ impl RedisStore {
         }
         invocation.arg(checks.len()).arg(mode);
         for c in checks {
-            let args = algorithm_args(c.rule.params(), c.quantity, None, at);
+            let args = algorithm_args(counted(c), c.quantity, None, at);
             invocation
                 .arg(c.rule.algorithm().name())
                 .arg(match (c.part, c.rule.mode()) {
-                    (Part::OnItsOwn, _) => "s",
+                    (Part::OnItsOwn | Part::PastTheLimit, _) => "s",
                     (Part::AllOrNothing, sluice_core::Mode::Enforce) => "1",
                     (Part::AllOrNothing, _) => "0",
                 })
@@ -204,7 +235,8 @@ impl RedisStore {
         .await?;
         let mut headroom = Vec::with_capacity(checks.len());
         for (i, (reply, check)) in probes.iter().zip(checks).enumerate() {
-            let (outcome, _) = parse(reply, &[check.rule.params()])?;
+            let (outcome, _) = parse(reply, &[counted(check)])?;
+            let outcome = told_all(std::slice::from_ref(check), outcome);
             let Some(&decision) = outcome.decisions.first() else {
                 return Err(corrupt("no decision"));
             };
@@ -230,7 +262,8 @@ impl RedisStore {
                     at,
                 )
                 .await?;
-            let (outcome, snapshots) = parse(&reply, &[check.rule.params()])?;
+            let (outcome, snapshots) = parse(&reply, &[counted(check)])?;
+            let outcome = told_all(std::slice::from_ref(check), outcome);
             let Some(&decision) = outcome.decisions.first() else {
                 return Err(corrupt("no decision"));
             };
@@ -273,8 +306,8 @@ impl RedisStore {
                     Ok(decision)
                 } else {
                     let key = self.keys.state(c.rule.action(), c.rule.algorithm(), c.key);
-                    let peek = Step::peek(c.rule.params(), at);
-                    Ok(self.decide(&key, peek).await?.decision)
+                    let peek = Step::peek(counted(c), at);
+                    Ok(told(c, 0, self.decide(&key, peek).await?.decision))
                 }
             }))
             .await?;
