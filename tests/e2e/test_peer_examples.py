@@ -66,6 +66,34 @@ def test_the_peer_files_are_unchanged():
         assert hashlib.sha256((PEER / name).read_bytes()).hexdigest() == digest, f"peer_example/{name} was edited"
 
 
+def test_the_namespace_reaches_nothing_outside(tmp_path, redis):
+    """What the peer's configuration runs in: only lo, the two names from the hosts file, no
+    other name resolved (no nameserver is reachable), and a port open on the machine's loopback
+    (the session's redis-server) closed from inside."""
+    ns = netns.Netns(tmp_path, {"ratelimit": RATELIMIT_ADDR, "envoy-mock": MOCK_ADDR}).start()
+    try:
+        def run(*args):
+            return subprocess.run(ns.command(args), capture_output=True, text=True, timeout=30)
+
+        assert run("getent", "hosts", "ratelimit").stdout.split() == [RATELIMIT_ADDR, "ratelimit"]
+        assert run("getent", "hosts", "envoy-mock").stdout.split() == [MOCK_ADDR, "envoy-mock"]
+        assert run("getent", "hosts", "github.com").returncode != 0
+        assert stack.port_open(redis), "the session's redis-server, seen from the machine"
+        with ns.inside():
+            assert not stack.port_open(redis), "the machine's loopback reached from the namespace"
+        assert stack.port_open(redis), "the test's thread back in the machine's namespace"
+    finally:
+        ns.stop()
+
+
+def test_a_missing_tool_fails_naming_it(tmp_path, monkeypatch):
+    """Without what the namespace needs, the tests fail (never skip), naming it."""
+    real = shutil.which
+    monkeypatch.setattr(netns.shutil, "which", lambda tool: None if tool == "nsenter" else real(tool))
+    with pytest.raises(netns.NetnsUnavailable, match="missing nsenter"):
+        netns.Netns(tmp_path, {}).start()
+
+
 class PeerStack:
     """The peer's integration-test stack in a fresh network namespace: a store, sluice serving the
     RLS at ratelimit:8081, the mock Envoy (envoy-mock:9999 and :10001) and the proxy Envoy
