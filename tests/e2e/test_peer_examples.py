@@ -42,8 +42,9 @@ MARGIN_S = 5.0
 # both Envoys share one network namespace here, where hot restart's abstract sockets would collide.
 ENVOY_FLAGS = ["--concurrency", "1", "--mode", "serve", "--log-level", "info", "--disable-hot-restart"]
 CLUSTER_PORTS = (7000, 7001, 7002)
-# The sequences today's sluice answers differently (docs/rls.md, "What differs, and why"): only
-# a wrong answer (an AssertionError) is the expected failure; anything else fails the test.
+# The sequences sluice answered differently from the peer before issue 30 (its own semantics were
+# the default then): only a wrong answer (an AssertionError) is the expected failure; anything
+# else fails the test. Removed once the peer's semantics are sluice's default.
 XFAIL_SEMANTICS = pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 30 semantics, lead's change")
 
 # These Envoys never load the sluice filter (Envoy's own ratelimit filter asks sluice's RLS): the
