@@ -42,10 +42,9 @@ MARGIN_S = 5.0
 # both Envoys share one network namespace here, where hot restart's abstract sockets would collide.
 ENVOY_FLAGS = ["--concurrency", "1", "--mode", "serve", "--log-level", "info", "--disable-hot-restart"]
 CLUSTER_PORTS = (7000, 7001, 7002)
-# The sequences sluice answered differently from the peer before issue 30 (its own semantics were
-# the default then): only a wrong answer (an AssertionError) is the expected failure; anything
-# else fails the test. Removed once the peer's semantics are sluice's default.
-XFAIL_SEMANTICS = pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 30 semantics, lead's change")
+# sluice's own semantics, by name (docs/rls.md, "Whose semantics"): the same files, the same
+# sequences, the answers documented there.
+SLUICE_SEMANTICS = ["--ratelimit-semantics", "sluice"]
 
 # These Envoys never load the sluice filter (Envoy's own ratelimit filter asks sluice's RLS): the
 # native pass would run the same thing twice (tests/e2e/conftest.py decides that from configs of
@@ -100,9 +99,10 @@ class PeerStack:
     RLS at ratelimit:8081, the mock Envoy (envoy-mock:9999 and :10001) and the proxy Envoy
     (0.0.0.0:8888). Processes are stopped by PID in reverse order, the namespace last."""
 
-    def __init__(self, tmp, store):
+    def __init__(self, tmp, store, sluice_args=()):
         self.tmp = tmp
         self.store = store
+        self.sluice_args = list(sluice_args)
         self.procs = []
         self.ns = None
         self.baseline = {}
@@ -127,7 +127,7 @@ class PeerStack:
         sluice = self.run("sluice", [stack.SLUICE, "--ratelimit-config", config,
                                      "--grpc-listen", f"{RATELIMIT_ADDR}:8081",
                                      "--decision-listen", "127.0.0.1:8080", "--admin-listen", "127.0.0.1:9000",
-                                     "--admin-token", stack.TOKEN, *store_args])
+                                     "--admin-token", stack.TOKEN, *store_args, *self.sluice_args])
         self.wait(lambda: requests.get(f"{SLUICE_ADMIN}/readyz", timeout=1).status_code == 200, "sluice", sluice)
         mock = self.run("envoy-mock", [stack.ENVOY, "--service-node", "mock", "--service-cluster", "mock",
                                        "--config-path", PEER / "envoy" / "mock.yaml", "--config-yaml",
@@ -234,17 +234,17 @@ ATTEMPTS = 3
 WARM_UP = [{"foo": f"peer-warmup-{i}", "bar": "warmup", **({"baz": "warmup"} if i % 2 else {})} for i in range(12)]
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
-def play(request, tmp_path):
-    """`play(sequence)`: runs `sequence(stack)` on a fresh PeerStack of this store, again on a
-    fresh one when a call of the proxy to sluice went undecided (see ATTEMPTS)."""
+def player(store, tmp_path, sluice_args=()):
+    """`play(sequence)`: runs `sequence(stack)` on a fresh PeerStack of `store` (sluice started
+    with `sluice_args`), again on a fresh one when a call of the proxy to sluice went undecided
+    (see ATTEMPTS)."""
 
     def run(sequence):
         undecided = None
         for attempt in range(1, ATTEMPTS + 1):
             tmp = tmp_path / f"attempt-{attempt}"
             tmp.mkdir()
-            s = PeerStack(tmp, request.param)
+            s = PeerStack(tmp, store, sluice_args)
             failure = None
             try:
                 s.start()
@@ -260,11 +260,26 @@ def play(request, tmp_path):
                 if failure is not None:
                     raise failure
                 return
-            print(f"attempt {attempt} on {request.param}: calls not answered within Envoy's 20 ms, "
+            print(f"attempt {attempt} on {store}: calls not answered within Envoy's 20 ms, "
                   f"{undecided}; playing again on a fresh stack")
         pytest.fail(f"{ATTEMPTS} attempts, each with calls sluice did not answer in time: {undecided}")
 
     return run
+
+
+STORES = ["memory", "redis", "cluster"]
+
+
+@pytest.fixture(params=STORES)
+def play(request, tmp_path):
+    """The peer's semantics (sluice's default)."""
+    return player(request.param, tmp_path)
+
+
+@pytest.fixture(params=STORES)
+def play_sluice(request, tmp_path):
+    """sluice's semantics (--ratelimit-semantics sluice)."""
+    return player(request.param, tmp_path, SLUICE_SEMANTICS)
 
 
 def within_one_minute():
@@ -331,20 +346,33 @@ def test_trigger_shadow_mode_key(play):
 
 def test_value_included_in_stats_key_when_unspecified(play):
     """value-included-in-stats-key-when-unspecified.sh: (unspec, unspecified_value), 2 a minute,
-    detailed_metric: 200, 200, 429. Its second half reads the peer's statsd over-limit counter for
-    the key with the value (unspec_unspecified_value); sluice has no statsd: its Prometheus
-    counter of refusals for that limit is read instead (sluice counts per limit, not per value)."""
+    detailed_metric: 200, 200, 429. (Its second half reads the peer's statsd: the next test.)"""
     def sequence(peer):
         start = within_one_minute()
         got = answers(peer, "/unspec", {"unspec": "unspecified_value"}, 3)
         same_minute(start)
         assert [r.status_code for r in got] == [200, 200, 429]
         assert [remaining(r) for r in got] == ["1", "0", "0"]
+
+    play(sequence)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="under the peer's semantics sluice_decisions_total counts the refused request as allowed")
+def test_value_included_in_stats_key_when_unspecified_counts_the_refusal(play):
+    """The script's second half: the peer's statsd over-limit counter for the key with its value
+    (unspec_unspecified_value) is 1. sluice has no statsd and counts per limit, not per value: its
+    Prometheus count of refusals for that limit is read instead."""
+    def sequence(peer):
+        start = within_one_minute()
+        got = answers(peer, "/unspec", {"unspec": "unspecified_value"}, 3)
+        same_minute(start)
+        assert [r.status_code for r in got] == [200, 200, 429]
         with peer.ns.inside():
             metrics = requests.get("http://127.0.0.1:8080/metrics", timeout=5).text
-        denied = [l for l in metrics.splitlines()
-                  if l.startswith("sluice_decisions_total{") and 'action="rl:rl.unspec"' in l and 'outcome="denied"' in l]
-        assert sum(float(l.rsplit(" ", 1)[1]) for l in denied) == 1, denied
+        counted = {l.split('outcome="')[1].split('"')[0]: float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines()
+                   if l.startswith("sluice_decisions_total{") and 'action="rl:rl.unspec"' in l}
+        assert counted == {"allowed": 2, "denied": 1}, counted
 
     play(sequence)
 
@@ -435,7 +463,6 @@ def sequence_with_debits(s, path, n):
     return got
 
 
-@XFAIL_SEMANTICS
 def test_token_quota(play):
     """token-quota.sh: /tokenquota checks (service, service_2) with hits_addend 0 on the request
     and debits 1 when the stream is done (apply_on_stream_done); 2 a minute. The peer refuses a
@@ -451,7 +478,6 @@ def test_token_quota(play):
     play(sequence)
 
 
-@XFAIL_SEMANTICS
 def test_multiservice_tokenquota(play):
     """multiservice-tokenquota.sh: /multiservice-tokenquota checks (service, service_1) and
     (service, service_2) with hits_addend 0; the service whose quota passed is named in the
@@ -510,3 +536,43 @@ def test_readme_full_test_environment(play):
         same_minute(start)
 
     play(sequence)
+
+
+def test_token_quota_under_sluice_semantics(play_sluice):
+    """token-quota.sh with sluice's semantics: a check at exactly the limit is over (nothing is
+    left), so 2 a minute admits 2."""
+    def sequence(peer):
+        start = within_one_minute()
+        got = sequence_with_debits(peer, "/tokenquota", 3)
+        same_minute(start)
+        assert [(r.status_code, remaining(r)) for r in got] == [(200, "2"), (200, "1"), (429, "0")]
+
+    play_sluice(sequence)
+
+
+def test_multiservice_tokenquota_under_sluice_semantics(play_sluice):
+    """multiservice-tokenquota.sh with sluice's semantics: service_1's check is over once its one
+    request is debited, so the second request goes to service_2, which serves two; the 4th is
+    refused."""
+    def sequence(peer):
+        start = within_one_minute()
+        got = sequence_with_debits(peer, "/multiservice-tokenquota", 4)
+        same_minute(start)
+        assert [(r.status_code, r.text) for r in got] == [
+            (200, "Hello World from Service 1")] + [(200, "Hello World from Service 2")] * 2 + [(429, "")]
+
+    play_sluice(sequence)
+
+
+def test_quota_and_replaces_under_sluice_semantics(play_sluice):
+    """quota.sh and replaces.sh give the peer's statuses under sluice's semantics too (a refused
+    request's other descriptors are not counted, which none of their later requests reads)."""
+    def sequence(peer):
+        start = within_one_minute()
+        quota = [r.status_code for r in answers(peer, "/quota", {}, 3)]
+        replaced = [peer.get(path, headers).status_code for path, headers, _ in REPLACES]
+        same_minute(start)
+        assert quota == [200, 200, 429]
+        assert replaced == [want for _, _, want in REPLACES]
+
+    play_sluice(sequence)

@@ -23,7 +23,7 @@ import requests
 
 import rls_wire
 import stack
-from test_peer_examples import PEER, XFAIL_SEMANTICS
+from test_peer_examples import PEER, SLUICE_SEMANTICS
 
 MAX_UINT32 = 4294967295
 UNIT_SECONDS = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400}
@@ -55,12 +55,13 @@ _counter = iter(range(10**6))
 
 @pytest.fixture(params=["memory", "redis"])
 def rls(request, tmp_path):
-    """`rls(*blocks)`: a fresh sluice serving those configuration blocks (one file each), its own
+    """`rls(*blocks, args=())`: a fresh sluice serving those configuration blocks (one file each) with
+    `args` (SLUICE_SEMANTICS, say), its own
     keys (on the session's redis-server, under a key prefix of its own); returns a
     rls_wire.Client. Each is stopped at the end of the test."""
     procs, clients = [], []
 
-    def start(*blocks):
+    def start(*blocks, args=()):
         n = next(_counter)
         config = tmp_path / f"config-{n}"
         config.mkdir()
@@ -69,7 +70,7 @@ def rls(request, tmp_path):
         grpc_port, admin_port = stack.free_port(), stack.free_port()
         args = [stack.SLUICE, "--ratelimit-config", str(config), "--grpc-listen", f"127.0.0.1:{grpc_port}",
                 "--decision-listen", f"127.0.0.1:{stack.free_port()}", "--admin-listen", f"127.0.0.1:{admin_port}",
-                "--admin-token", stack.TOKEN]
+                "--admin-token", stack.TOKEN, *args]
         if request.param == "redis":
             redis_port = request.getfixturevalue("redis")
             args += ["--redis-url", f"redis://127.0.0.1:{redis_port}/", "--redis-timeout-ms", "1000",
@@ -159,7 +160,6 @@ def test_example_2_nested_descriptors_and_several_in_one_request(rls):
     in_one_window("DAY", sequence, tries=1)
 
 
-@XFAIL_SEMANTICS
 def test_example_2_a_refused_request_counts_its_other_descriptors(rls):
     """The peer increments every descriptor of a request, refused or not: after 5 admitted
     requests, the 6th (refused by the 5 a day) leaves the 100 a day at 94."""
@@ -169,6 +169,19 @@ def test_example_2_a_refused_request_counts_its_other_descriptors(rls):
         for _ in range(5):
             answer(client, "messaging", MARKETING, NUMBER)
         assert answer(client, "messaging", MARKETING, NUMBER)[1][1] == ok(HUNDRED_A_DAY, 94)
+
+    in_one_window("DAY", sequence, tries=1)
+
+
+def test_example_2_under_sluice_semantics_a_refused_request_counts_nothing(rls):
+    """sluice's semantics: the refused 6th request leaves the 100 a day where the 5th left it."""
+    client = rls(*EXAMPLES[2], args=SLUICE_SEMANTICS)
+
+    def sequence():
+        for _ in range(5):
+            answer(client, "messaging", MARKETING, NUMBER)
+        assert answer(client, "messaging", MARKETING, NUMBER) == (
+            "OVER_LIMIT", [("OVER_LIMIT", FIVE_A_DAY, 0), ok(HUNDRED_A_DAY, 95)])
 
     in_one_window("DAY", sequence, tries=1)
 
@@ -318,9 +331,9 @@ SERVICE_1, SERVICE_2 = [("service", "service_1")], [("service", "service_2")]
 ONE_A_MINUTE, TWO_A_MINUTE = (1, "MINUTE", ""), (2, "MINUTE", "")
 
 
-def example_config(rls):
+def example_config(rls, args=()):
     config = PEER / "ratelimit" / "config"
-    return rls(*[(config / name).read_text() for name in ("config.yaml", "example.yaml")])
+    return rls(*[(config / name).read_text() for name in ("config.yaml", "example.yaml")], args=args)
 
 
 def over(limit):
@@ -350,7 +363,6 @@ def check_then_debit(client, checks, debit):
     return checked, debited
 
 
-@XFAIL_SEMANTICS
 def test_token_quota_answers(rls):
     """token-quota.sh's /tokenquota: a check of (service, service_2) at 2 a minute passes while
     the counter is not over 2, so the third passes at exactly 2 and its debit takes it to 3."""
@@ -367,7 +379,6 @@ def test_token_quota_answers(rls):
         ("OVER_LIMIT", [over(TWO_A_MINUTE)])]
 
 
-@XFAIL_SEMANTICS
 def test_multiservice_tokenquota_answers(rls):
     """multiservice-tokenquota.sh's checks of both services (hits_addend 0) and the debit of the
     service that served (service_1 while its check passes, then service_2): service_1 passes two
@@ -386,3 +397,17 @@ def test_multiservice_tokenquota_answers(rls):
         (("OK", [over(ONE_A_MINUTE), ok(TWO_A_MINUTE, 1)]), ("OK", [ok(TWO_A_MINUTE, 0)])),
         (("OK", [over(ONE_A_MINUTE), ok(TWO_A_MINUTE, 0)]), ("OVER_LIMIT", [over(TWO_A_MINUTE)])),
         ("OVER_LIMIT", [over(ONE_A_MINUTE), over(TWO_A_MINUTE)])]
+
+
+def test_token_quota_answers_under_sluice_semantics(rls):
+    """sluice's semantics: the check at exactly the limit is over (nothing left)."""
+    client = example_config(rls, SLUICE_SEMANTICS)
+
+    def sequence():
+        return [check_then_debit(client, [SERVICE_2], SERVICE_2) for _ in range(2)] + [
+            answer(client, "rl", (SERVICE_2, 0))]
+
+    assert in_one_window("MINUTE", sequence, tries=1) == [
+        (("OK", [ok(TWO_A_MINUTE, 2)]), ("OK", [ok(TWO_A_MINUTE, 1)])),
+        (("OK", [ok(TWO_A_MINUTE, 1)]), ("OK", [ok(TWO_A_MINUTE, 0)])),
+        ("OVER_LIMIT", [over(TWO_A_MINUTE)])]
