@@ -46,6 +46,7 @@ async fn start(store: StoreChoice) -> Result<Server> {
                 decision: d,
                 admin: a,
                 grpc: None,
+                ratelimit_http: sluice_backend::RatelimitHttp::Off,
             },
             Config::new(store, TOKEN),
             async move {

@@ -35,6 +35,22 @@ pub struct Listeners {
     /// The gRPC listener (see [`crate::grpc`]): the filter's default transport (the decision
     /// exchange) and Envoy's rate limit service. `None`: not served (`--grpc-listen off`).
     pub grpc: Option<TcpListener>,
+    /// Where envoyproxy/ratelimit's HTTP surface (`POST /json`, `/healthcheck`, `/rlconfig`,
+    /// [`http::peer`]) is served.
+    pub ratelimit_http: RatelimitHttp,
+}
+
+/// Where envoyproxy/ratelimit's HTTP surface is served (`--ratelimit-http-listen`).
+pub enum RatelimitHttp {
+    /// Not served.
+    Off,
+    /// Beside the admin API, on the admin listener (given the admin listener's address; the
+    /// default, both being 127.0.0.1:8080).
+    OnAdmin,
+    /// Beside the decision API, on the decision listener (given its address).
+    OnDecision,
+    /// On a listener of its own.
+    Own(TcpListener),
 }
 
 /// Why the service could not start or stopped with an error.
@@ -226,6 +242,26 @@ pub async fn run(
         Some(listener) => Some(listener.local_addr()?),
         None => None,
     };
+    let (ratelimit_http, peer_on_admin, peer_on_decision) = match listeners.ratelimit_http {
+        RatelimitHttp::Own(listener) => (Some(listener), false, false),
+        RatelimitHttp::OnAdmin => (None, true, false),
+        RatelimitHttp::OnDecision => (None, false, true),
+        RatelimitHttp::Off => (None, false, false),
+    };
+    // The surface's routes, merged into a shared listener's router (an empty router elsewhere).
+    let peer_routes = |on: bool| {
+        if on {
+            http::peer::routes(app.clone())
+        } else {
+            axum::Router::new()
+        }
+    };
+    let peer_where = match (&ratelimit_http, peer_on_admin, peer_on_decision) {
+        (Some(listener), _, _) => Some(listener.local_addr()?),
+        (None, true, _) => Some(admin_addr),
+        (None, _, true) => Some(decision_addr),
+        _ => None,
+    };
     let wrong = WrongListener::new(decision_addr, grpc_addr, metrics.clone());
     let dashboard = http::dashboard::Dashboard::new(config.dashboard_dir.as_deref());
     tracing::info!(addr = %decision_addr, "decision API listening over HTTP (POST /v1/throttle, /v1/cl.throttle; the filter's protocol: http)");
@@ -233,6 +269,9 @@ pub async fn run(
     match grpc_addr {
         Some(addr) => tracing::info!(addr = %addr, "gRPC listener listening: the sluice filter's decision exchange (sluice.v1.DecisionExchange, its default grpc_stream protocol) and Envoy's rate limit service (envoy.service.ratelimit.v3)"),
         None => tracing::info!("gRPC listener off (--grpc-listen off): filters using the default grpc_stream protocol and Envoy's rate limit service get no answer from this backend"),
+    }
+    if let Some(addr) = peer_where {
+        tracing::info!(addr = %addr, shared = peer_on_admin || peer_on_decision, "envoyproxy/ratelimit's HTTP surface listening (POST /json, GET /healthcheck, GET /rlconfig; --ratelimit-http-listen)");
     }
 
     // One shutdown signal fans out to both servers and every task.
@@ -249,10 +288,12 @@ pub async fn run(
     let decision_server = async {
         let r = serve(
             listeners.decision,
-            http::decision_router(app.clone()).layer(axum::middleware::from_fn_with_state(
-                wrong.clone(),
-                crate::wrong_listener::refuse_grpc,
-            )),
+            http::decision_router(app.clone())
+                .merge(peer_routes(peer_on_decision))
+                .layer(axum::middleware::from_fn_with_state(
+                    wrong.clone(),
+                    crate::wrong_listener::refuse_grpc,
+                )),
             header_read_timeout,
             stop_rx.clone(),
         )
@@ -263,7 +304,7 @@ pub async fn run(
     let admin_server = async {
         let r = serve(
             listeners.admin,
-            http::admin_router(app.clone(), dashboard),
+            http::admin_router(app.clone(), dashboard).merge(peer_routes(peer_on_admin)),
             header_read_timeout,
             stop_rx.clone(),
         )
@@ -279,7 +320,26 @@ pub async fn run(
         let _ = stop_tx.send(true);
         r.map_err(|e| RunError::Io(std::io::Error::other(e)))
     };
-    let (d, a, g) = tokio::join!(decision_server, admin_server, grpc_server);
+    let ratelimit_http_server = async {
+        let Some(listener) = ratelimit_http else {
+            return Ok(());
+        };
+        let r = serve(
+            listener,
+            http::peer::router(app.clone()),
+            header_read_timeout,
+            stop_rx.clone(),
+        )
+        .await;
+        let _ = stop_tx.send(true);
+        r
+    };
+    let (d, a, g, p) = tokio::join!(
+        decision_server,
+        admin_server,
+        grpc_server,
+        ratelimit_http_server
+    );
 
     let _ = stop_tx.send(true);
     let flush = async { while tasks.join_next().await.is_some() {} };
@@ -290,7 +350,7 @@ pub async fn run(
         tracing::warn!("background tasks did not stop within 2 s; abandoning them");
     }
     tracing::info!("stopped");
-    d.and(a).and(g)
+    d.and(a).and(g).and(p)
 }
 
 async fn serve(

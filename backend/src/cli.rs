@@ -8,7 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
-use crate::config::{Config, GrpcListen, StoreChoice};
+use crate::app::RatelimitHttp;
+use crate::config::{
+    Config, GrpcListen, Listen, StoreChoice, DEFAULT_GRPC_LISTEN, DEFAULT_RATELIMIT_HTTP_LISTEN,
+};
 use crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT_MS;
 use crate::rules_file;
 use crate::store::redis::{
@@ -164,6 +167,15 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_RATELIMIT_SEMANTICS", value_name = "SEMANTICS", default_value = "peer", value_parser = crate::ratelimit::semantics::Semantics::parse)]
     pub ratelimit_semantics: crate::ratelimit::semantics::Semantics,
 
+    /// envoyproxy/ratelimit's HTTP surface: POST /json (a RateLimitRequest as JSON, answered as
+    /// on the rate limit service), GET /healthcheck and GET /rlconfig (the peer's PORT, HOST and
+    /// DEBUG_PORT). An address the admin or decision listener has is served by that listener;
+    /// `off` disables it. No token: keep it off the public network. [default with
+    /// --ratelimit-config: 127.0.0.1:8080, the peer's PORT, which the admin listener has by
+    /// default; without it: off]
+    #[arg(long, env = "SLUICE_RATELIMIT_HTTP_LISTEN", value_name = "ADDR|off")]
+    pub ratelimit_http_listen: Option<Listen>,
+
     /// A tool instead of the service.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -286,7 +298,20 @@ impl Cli {
                 return Err(GrpcListenConflict { new, old });
             }
         }
-        Ok(self.grpc_listen.or(self.rls_listen).unwrap_or_default())
+        Ok(self
+            .grpc_listen
+            .or(self.rls_listen)
+            .unwrap_or(Listen::At(DEFAULT_GRPC_LISTEN)))
+    }
+
+    /// Where envoyproxy/ratelimit's HTTP surface listens: `--ratelimit-http-listen`, else
+    /// [`DEFAULT_RATELIMIT_HTTP_LISTEN`] with `--ratelimit-config` and `off` without.
+    pub fn ratelimit_http_listen(&self) -> Listen {
+        match (self.ratelimit_http_listen, &self.ratelimit_config) {
+            (Some(listen), _) => listen,
+            (None, Some(_)) => Listen::At(DEFAULT_RATELIMIT_HTTP_LISTEN),
+            (None, None) => Listen::Off,
+        }
     }
 
     /// The store this command line asks for, with every Redis setting checked
@@ -376,6 +401,20 @@ impl Cli {
     }
 }
 
+/// The listener of `--ratelimit-http-listen ADDR`; a refusal names the flag (an address in use
+/// says how to share another sluice listener's).
+async fn bind_ratelimit_http(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!("--ratelimit-http-listen (SLUICE_RATELIMIT_HTTP_LISTEN) {addr}: address in use; pass another address, the exact address of --admin-listen or --decision-listen to serve it there, or off")
+        } else {
+            anyhow::Error::new(e).context(format!(
+                "cannot listen on {addr} (--ratelimit-http-listen, SLUICE_RATELIMIT_HTTP_LISTEN)"
+            ))
+        }
+    })
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
@@ -416,6 +455,7 @@ pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
     }
     let (decision_addr, admin_addr) = (cli.decision_listen, cli.admin_listen);
     let grpc_listen = cli.grpc_listen()?;
+    let ratelimit_http_listen = cli.ratelimit_http_listen();
     let config = cli.into_config()?;
     let decision = tokio::net::TcpListener::bind(decision_addr)
         .await
@@ -433,11 +473,18 @@ pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
         })?),
         GrpcListen::Off => None,
     };
+    let ratelimit_http = match ratelimit_http_listen {
+        Listen::Off => RatelimitHttp::Off,
+        Listen::At(addr) if addr == admin_addr => RatelimitHttp::OnAdmin,
+        Listen::At(addr) if addr == decision_addr => RatelimitHttp::OnDecision,
+        Listen::At(addr) => RatelimitHttp::Own(bind_ratelimit_http(addr).await?),
+    };
     crate::app::run(
         crate::Listeners {
             decision,
             admin,
             grpc,
+            ratelimit_http,
         },
         config,
         shutdown_signal(),

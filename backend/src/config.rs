@@ -117,47 +117,52 @@ pub const DEFAULT_GRPC_LISTEN: std::net::SocketAddr =
         sluice_core::limits::DEFAULT_GRPC_PORT,
     ));
 
-/// Where the gRPC listener listens (`--grpc-listen ADDR`), or `off`.
+/// The envoyproxy/ratelimit HTTP surface's default address (`--ratelimit-http-listen`, on by
+/// default with `--ratelimit-config`): the peer's `PORT` 8080 on loopback. It is the admin
+/// listener's default address too, so by default the admin listener serves the surface.
+pub const DEFAULT_RATELIMIT_HTTP_LISTEN: std::net::SocketAddr = std::net::SocketAddr::V4(
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 8080),
+);
+
+/// Where an optional listener listens (`--grpc-listen`, `--ratelimit-http-listen`): an address,
+/// or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GrpcListen {
-    /// Not served (`off`): filters on the default `grpc_stream` protocol and Envoy's rate limit
-    /// service get no answer from this process.
+pub enum Listen {
+    /// Not served (`off`).
     Off,
     /// Served at this address.
     At(std::net::SocketAddr),
 }
 
-impl Default for GrpcListen {
-    fn default() -> GrpcListen {
-        GrpcListen::At(DEFAULT_GRPC_LISTEN)
-    }
-}
+/// `--grpc-listen`'s value (`off`: filters on the default `grpc_stream` protocol and Envoy's rate
+/// limit service get no answer from this process).
+pub type GrpcListen = Listen;
 
-impl std::fmt::Display for GrpcListen {
+impl std::fmt::Display for Listen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            GrpcListen::Off => f.write_str("off"),
-            GrpcListen::At(addr) => write!(f, "{addr}"),
+            Listen::Off => f.write_str("off"),
+            Listen::At(addr) => write!(f, "{addr}"),
         }
     }
 }
 
-/// A `--grpc-listen` value that is neither an address nor `off`.
+/// A listener flag's value that is neither an address nor `off`.
 #[derive(Debug, thiserror::Error)]
 #[error("{0:?} is not an address (HOST:PORT, e.g. 127.0.0.1:8082) or off")]
-pub struct GrpcListenError(String);
+pub struct ListenError(String);
 
-impl std::str::FromStr for GrpcListen {
-    type Err = GrpcListenError;
+impl std::str::FromStr for Listen {
+    type Err = ListenError;
 
-    fn from_str(s: &str) -> Result<GrpcListen, GrpcListenError> {
+    fn from_str(s: &str) -> Result<Listen, ListenError> {
         if s.trim().eq_ignore_ascii_case("off") {
-            return Ok(GrpcListen::Off);
+            return Ok(Listen::Off);
         }
         s.trim()
             .parse()
-            .map(GrpcListen::At)
-            .map_err(|_| GrpcListenError(s.to_owned()))
+            .map(Listen::At)
+            .map_err(|_| ListenError(s.to_owned()))
     }
 }
 
@@ -176,7 +181,10 @@ mod tests {
                 9
             ))))
         );
-        assert_eq!(GrpcListen::default().to_string(), "127.0.0.1:8082");
+        assert_eq!(
+            Listen::At(DEFAULT_GRPC_LISTEN).to_string(),
+            "127.0.0.1:8082"
+        );
         let e = "nope".parse::<GrpcListen>().err().map(|e| e.to_string());
         assert_eq!(
             e.as_deref(),

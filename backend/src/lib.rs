@@ -35,5 +35,5 @@ pub mod wrong_listener;
 #[cfg(test)]
 mod test_support;
 
-pub use app::{run, Listeners, RunError};
+pub use app::{run, Listeners, RatelimitHttp, RunError};
 pub use config::{Config, StoreChoice};

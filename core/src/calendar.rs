@@ -299,7 +299,7 @@ fn day_of_month(days: i64) -> i64 {
 
 /// The (year, month 1–12, day 1–31) of a day counted from 1970-01-01 (H. Hinnant's
 /// civil_from_days).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

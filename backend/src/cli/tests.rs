@@ -230,3 +230,34 @@ fn each_redis_field_names_a_real_flag_and_its_variable() {
         assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "{flag}");
     }
 }
+
+#[test]
+fn the_peers_http_surface_is_on_with_a_ratelimit_config_at_the_peers_port() {
+    let parse = |args: &[&str]| {
+        Cli::try_parse_from(args)
+            .expect("parses")
+            .ratelimit_http_listen()
+    };
+    assert_eq!(parse(&["sluice"]), Listen::Off);
+    let peer = parse(&["sluice", "--ratelimit-config", "d"]);
+    assert_eq!(peer, Listen::At(SocketAddr::from(([127, 0, 0, 1], 8080))));
+    // The admin listener's default address: by default it serves the surface.
+    let cli = Cli::try_parse_from(["sluice"]).expect("parses");
+    assert_eq!(peer, Listen::At(cli.admin_listen));
+    let off = [
+        "sluice",
+        "--ratelimit-config",
+        "d",
+        "--ratelimit-http-listen",
+        "off",
+    ];
+    assert_eq!(parse(&off), Listen::Off);
+    let own = ["sluice", "--ratelimit-http-listen", "0.0.0.0:18080"];
+    assert_eq!(
+        parse(&own),
+        Listen::At(SocketAddr::from(([0, 0, 0, 0], 18080)))
+    );
+    let bad = Cli::try_parse_from(["sluice", "--ratelimit-http-listen", "8080"])
+        .expect_err("a port alone is no address");
+    assert!(bad.to_string().contains("--ratelimit-http-listen"), "{bad}");
+}

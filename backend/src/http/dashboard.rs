@@ -32,7 +32,9 @@ the build with <code>--dashboard-dir DIR</code> (<code>SLUICE_DASHBOARD_DIR</cod
 </body></html>
 "#;
 
-fn base64(bytes: &[u8]) -> String {
+/// Standard base64 with padding (RFC 4648, section 4): the CSP's script hashes here, and
+/// protobuf `bytes` in the peer's JSON ([`super::peer::encode`]).
+pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {

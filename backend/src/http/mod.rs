@@ -13,6 +13,7 @@ pub mod history;
 pub mod input;
 pub mod openapi;
 pub mod overrides;
+pub mod peer;
 pub mod probes;
 pub mod ratelimit;
 pub mod report;

@@ -12,8 +12,8 @@ use sluice_core::wire::{HealthBody, ReadyBody};
 use super::error::ApiFailure;
 use crate::state::App;
 
-/// Bound on the readiness ping.
-const PING_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+/// Bound on the readiness ping (`/readyz`, and the peer's `/healthcheck`).
+pub const PING_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "probes",

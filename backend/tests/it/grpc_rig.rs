@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_json::Value;
-use sluice_backend::{run, Config, Listeners, RunError, StoreChoice};
+use sluice_backend::{run, Config, Listeners, RatelimitHttp, RunError, StoreChoice};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -50,6 +50,9 @@ pub struct GrpcRig<C> {
     pub decision: String,
     /// `http://127.0.0.1:PORT` of the gRPC listener.
     pub grpc: String,
+    /// `http://127.0.0.1:PORT` of envoyproxy/ratelimit's HTTP surface (`POST /json`, ...), on a
+    /// listener of its own.
+    pub peer: String,
     /// A client with a bounded timeout (harness::client).
     pub http: reqwest::Client,
     /// The client to the gRPC listener.
@@ -68,11 +71,13 @@ impl<C: GrpcClient> GrpcRig<C> {
     /// connects to the gRPC listener.
     pub async fn start_with(config: Config) -> Self {
         let bind = || TcpListener::bind("127.0.0.1:0");
-        let (decision, admin, grpc) = (
+        let (decision, admin, grpc, peer) = (
+            bind().await.unwrap(),
             bind().await.unwrap(),
             bind().await.unwrap(),
             bind().await.unwrap(),
         );
+        let peer_url = format!("http://{}", peer.local_addr().unwrap());
         let admin_url = format!("http://{}", admin.local_addr().unwrap());
         let decision_url = format!("http://{}", decision.local_addr().unwrap());
         let grpc_url = format!("http://{}", grpc.local_addr().unwrap());
@@ -82,6 +87,7 @@ impl<C: GrpcClient> GrpcRig<C> {
                 decision,
                 admin,
                 grpc: Some(grpc),
+                ratelimit_http: RatelimitHttp::Own(peer),
             },
             config,
             async move {
@@ -103,6 +109,7 @@ impl<C: GrpcClient> GrpcRig<C> {
             admin: admin_url,
             decision: decision_url,
             grpc: grpc_url,
+            peer: peer_url,
             http,
             client: C::over(channel),
             stop: Some(stop),

@@ -75,6 +75,7 @@ impl Sluice {
                 decision,
                 admin,
                 grpc: None,
+                ratelimit_http: sluice_backend::RatelimitHttp::Off,
             },
             config,
             async move {
@@ -121,6 +122,7 @@ impl Sluice {
                     decision,
                     admin,
                     grpc: None,
+                    ratelimit_http: sluice_backend::RatelimitHttp::Off,
                 },
                 config,
                 std::future::pending(),

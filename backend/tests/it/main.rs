@@ -43,6 +43,7 @@ mod overrides_audit;
 mod ratelimit_budget;
 mod ratelimit_config;
 mod ratelimit_peer;
+mod ratelimit_http;
 mod redis_sizing;
 mod report_bound;
 mod report_log;

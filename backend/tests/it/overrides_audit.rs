@@ -440,6 +440,7 @@ async fn the_rate_limit_service_applies_overrides() {
             decision,
             admin,
             grpc: Some(rls),
+            ratelimit_http: sluice_backend::RatelimitHttp::Off,
         },
         Config::new(StoreChoice::Memory, TOKEN),
         async move {

@@ -1,0 +1,471 @@
+//! envoyproxy/ratelimit's HTTP surface (`--ratelimit-http-listen`, in-process sluice and the
+//! binary): `POST /json` answers the peer's README example byte for byte, 200 / 429 as the peer,
+//! the same answer as the gRPC rate limit service for the same state, bad bodies refused with
+//! 400 naming the field (413 past the size bound), `GET /rlconfig` in the peer's dump format,
+//! `GET /healthcheck` following the store (a real redis-server killed), and the listener's
+//! placement and refusals through the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use serde_json::{json, Value};
+use sluice_backend::http::peer::{decode, encode};
+use sluice_backend::{Config, StoreChoice};
+use tonic::transport::Channel;
+
+use crate::grpc_rig::GrpcRig;
+use crate::harness::{client, eventually, redis, TOKEN};
+use crate::support::{self, RedisServer};
+
+type Rig = GrpcRig<RateLimitServiceClient<Channel>>;
+
+/// The README's `/json` example answer needs a 1 and a 2 per minute limit.
+const CONFIG: &str = "\
+domain: dummy
+descriptors:
+  - key: one_per_minute
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: two_per_minute
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: per_day
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 5}
+";
+
+fn config_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-it-peer-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.yaml"), CONFIG).unwrap();
+    dir
+}
+
+async fn start(dir: &Path, store: StoreChoice) -> Rig {
+    let mut config = Config::new(store, TOKEN);
+    config.ratelimit_config = Some(dir.to_owned());
+    Rig::start_with(config).await
+}
+
+/// A `POST /json` answer: status, content type, body.
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: String,
+}
+
+async fn post(http: &reqwest::Client, url: &str, body: impl Into<reqwest::Body>) -> Answer {
+    let r = http
+        .post(format!("{url}/json"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let content_type = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    Answer {
+        status,
+        content_type,
+        body: r.text().await.unwrap(),
+    }
+}
+
+fn request(keys: &[&str], id: &str) -> String {
+    let descriptors: Vec<Value> = keys
+        .iter()
+        .map(|k| json!({"entries": [{"key": k, "value": id}]}))
+        .collect();
+    json!({"domain": "dummy", "descriptors": descriptors}).to_string()
+}
+
+/// Whether less than `margin` is left of the current minute (by this clock and the server's,
+/// the same machine's).
+fn near_minute_end(margin: Duration) -> bool {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    60_000 - ms % 60_000 < margin.as_millis()
+}
+
+/// Waits out the end of a minute so a two-request sequence on per-minute limits stays in one
+/// window (at most 3 s, and only when the test starts that close to the edge).
+async fn clear_of_the_minute_edge() {
+    while near_minute_end(Duration::from_secs(3)) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The README's example: "one_per_minute" already used once, then asked with "two_per_minute".
+async fn readme_example(rig: &Rig, id: &str) {
+    clear_of_the_minute_edge().await;
+    let first = post(&rig.http, &rig.peer, request(&["one_per_minute"], id)).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let r = post(
+        &rig.http,
+        &rig.peer,
+        request(&["one_per_minute", "two_per_minute"], id),
+    )
+    .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.content_type, "application/json");
+    // The README's answer, with the durationUntilReset the peer adds today (the rest of the
+    // minute in whole seconds), compact as protojson writes it; then either the end, or the
+    // fields sluice adds to every RLS answer (its rate-limit headers, its dynamic metadata).
+    let reset = r
+        .body
+        .split("\"durationUntilReset\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no durationUntilReset in {}", r.body));
+    let seconds: u64 = reset.strip_suffix('s').unwrap().parse().unwrap();
+    assert!((1..=60).contains(&seconds), "{reset}");
+    // What is left of "two_per_minute" is the semantics', not the JSON's: 1 when a refused
+    // request's other descriptors are counted (the peer's arithmetic, as in its README), 2 when
+    // a refused request debits nothing (sluice's all-or-nothing).
+    let remaining = if r.body.contains(r#""limitRemaining":2,"#) {
+        2
+    } else {
+        1
+    };
+    let expected = format!(
+        r#"{{"overallCode":"OVER_LIMIT","statuses":[{{"code":"OVER_LIMIT","currentLimit":{{"requestsPerUnit":1,"unit":"MINUTE"}},"durationUntilReset":"{reset}"}},{{"code":"OK","currentLimit":{{"requestsPerUnit":2,"unit":"MINUTE"}},"limitRemaining":{remaining},"durationUntilReset":"{reset}"}}]"#
+    );
+    assert!(r.body.starts_with(&expected), "{}\n{expected}", r.body);
+    let rest = &r.body[expected.len()..];
+    assert!(
+        rest == "}"
+            || rest.starts_with(",\"responseHeadersToAdd\":")
+            || rest.starts_with(",\"dynamicMetadata\":"),
+        "{rest}"
+    );
+    let parsed: Value = serde_json::from_str(&r.body).unwrap();
+    let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
+    for k in keys {
+        assert!(
+            [
+                "overallCode",
+                "statuses",
+                "responseHeadersToAdd",
+                "dynamicMetadata"
+            ]
+            .contains(&k.as_str()),
+            "{k}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_json_answers_the_readme_example_byte_for_byte_on_memory_and_redis() {
+    let dir = config_dir("readme");
+    let rig = start(&dir, StoreChoice::Memory).await;
+    readme_example(&rig, "memory").await;
+    rig.stop().await;
+    let server = RedisServer::start();
+    let rig = start(&dir, redis(&server.url())).await;
+    readme_example(&rig, "redis").await;
+    rig.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_json_is_the_grpc_answer_with_the_peers_statuses() {
+    let dir = config_dir("same");
+    let rig = start(&dir, StoreChoice::Memory).await;
+    // 200 until over, then 429, on a day-long limit in shadow mode (never over) and one that is.
+    let per_day = request(&["per_day"], "a");
+    for _ in 0..7 {
+        let r = post(&rig.http, &rig.peer, per_day.clone()).await;
+        assert_eq!(r.status, 200, "shadow_mode is never over: {}", r.body);
+    }
+    clear_of_the_minute_edge().await;
+    let two = request(&["two_per_minute"], "b");
+    let codes: Vec<u16> = [
+        post(&rig.http, &rig.peer, two.clone()).await.status,
+        post(&rig.http, &rig.peer, two.clone()).await.status,
+        post(&rig.http, &rig.peer, two.clone()).await.status,
+    ]
+    .to_vec();
+    assert_eq!(codes, [200, 200, 429]);
+    // A check that debits nothing, asked over gRPC and over /json on the same state: the same
+    // answer, byte for byte (the reset is whole seconds; asked within one, it is the same).
+    let check = r#"{"domain":"dummy","hitsAddend":0,"descriptors":[{"entries":[{"key":"two_per_minute","value":"b"}],"hitsAddend":"0"},{"entries":[{"key":"per_day","value":"a"}],"hits_addend":0}]}"#;
+    let asked = decode::request(check.as_bytes()).unwrap();
+    for _ in 0..5 {
+        let mut grpc = rig.client.clone();
+        let by_grpc = grpc
+            .should_rate_limit(asked.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let by_json = post(&rig.http, &rig.peer, check).await;
+        if without_millis(&encode::response(&by_grpc)) == without_millis(&by_json.body) {
+            let over = by_json.body.starts_with(r#"{"overallCode":"OVER_LIMIT""#);
+            assert_eq!(by_json.status, if over { 429 } else { 200 });
+            rig.stop().await;
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+    }
+    panic!("five asks in a row differed between gRPC and /json");
+}
+
+/// An answer's JSON without the millisecond counts of sluice's own metadata (`reset_after_ms`,
+/// `retry_after_ms`: two asks a millisecond apart differ there), as a value to compare.
+fn without_millis(body: &str) -> String {
+    let mut v: Value = serde_json::from_str(body).unwrap();
+    if let Some(list) = v
+        .pointer_mut("/dynamicMetadata/sluice")
+        .and_then(Value::as_array_mut)
+    {
+        for item in list.iter_mut().filter_map(Value::as_object_mut) {
+            item.retain(|k, _| !k.ends_with("_ms"));
+        }
+    }
+    v.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_are_refused_naming_the_field_and_nothing_panics() {
+    let dir = config_dir("bad");
+    let rig = start(&dir, StoreChoice::Memory).await;
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (
+            b"".to_vec(),
+            400,
+            "Bad Request: body: is empty; send a RateLimitRequest as JSON",
+        ),
+        (
+            b"{".to_vec(),
+            400,
+            "Bad Request: body: is not JSON: EOF while parsing an object",
+        ),
+        (b"\"".to_vec(), 400, "Bad Request: body: is not JSON"),
+        (b"\\".to_vec(), 400, "Bad Request: body: is not JSON"),
+        (b"\xff\xfe".to_vec(), 400, "Bad Request: body: is not JSON"),
+        (
+            b"{\"domain\":\"\xc3\"}".to_vec(),
+            400,
+            "Bad Request: body: is not JSON",
+        ),
+        (
+            br#"{"domain":"dummy","descriptors":[{"entries":[{"key":1}]}]}"#.to_vec(),
+            400,
+            "Bad Request: descriptors[0].entries[0].key: expected a string, got a number",
+        ),
+        (
+            br#"{"domain":"dummy","descriptor":[]}"#.to_vec(),
+            400,
+            "Bad Request: descriptor: unknown field; known: domain, descriptors, hitsAddend",
+        ),
+        (
+            br#"{"domain":"dummy","domain":"dummy"}"#.to_vec(),
+            400,
+            "Bad Request: domain: given twice",
+        ),
+        (
+            br#"{"descriptors":[{"entries":[{"key":"k"}]}]}"#.to_vec(),
+            400,
+            "Bad Request: domain: must not be empty",
+        ),
+        (
+            br#"{"domain":"dummy"}"#.to_vec(),
+            400,
+            "Bad Request: descriptors: must not be empty",
+        ),
+        (
+            br#"{"domain":"dummy","hitsAddend":-1,"descriptors":[]}"#.to_vec(),
+            400,
+            "Bad Request: hits_addend: must not be negative",
+        ),
+        (
+            vec![b' '; 64 * 1024 + 1],
+            413,
+            "Payload Too Large: the body is larger than 65536 bytes",
+        ),
+    ];
+    for (body, status, starts) in cases {
+        let shown = String::from_utf8_lossy(&body[..body.len().min(60)]).into_owned();
+        let r = post(&rig.http, &rig.peer, body).await;
+        assert_eq!(r.status, status, "{shown}: {}", r.body);
+        assert_eq!(r.content_type, "text/plain; charset=utf-8", "{shown}");
+        assert!(
+            r.body.starts_with(starts) && r.body.ends_with('\n'),
+            "{shown}: {}",
+            r.body
+        );
+    }
+    // Quotes, backslashes and other characters in values are values like any other.
+    let odd = json!({"domain": "dummy", "descriptors": [{"entries": [{"key": "two_per_minute", "value": "a\"b\\c\u{0}\u{e9}\u{2028}"}]}]});
+    let r = post(&rig.http, &rig.peer, odd.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // An unknown domain: every descriptor OK.
+    let unknown =
+        r#"{"domain":"no_such_domain","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    let r = post(&rig.http, &rig.peer, unknown).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["overallCode"], "OK");
+    assert_eq!(v["statuses"][0]["code"], "OK");
+    // Another method, another page: the peer's plain text.
+    let get = rig
+        .http
+        .get(format!("{}/json", rig.peer))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status().as_u16(), 405);
+    let page = rig
+        .http
+        .get(format!("{}/debug/pprof/", rig.peer))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 404);
+    assert!(page
+        .text()
+        .await
+        .unwrap()
+        .starts_with("Not Found: no such page"));
+    // Still serving.
+    let r = post(&rig.http, &rig.peer, request(&["per_day"], "after")).await;
+    assert_eq!(r.status, 200);
+    rig.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlconfig_dumps_the_limits_and_healthcheck_follows_the_store() {
+    let dir = config_dir("health");
+    let mut server = RedisServer::start();
+    let rig = start(&dir, redis(&server.url())).await;
+    let page = rig
+        .http
+        .get(format!("{}/rlconfig", rig.peer))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert_eq!(
+        page.text().await.unwrap(),
+        "dummy.one_per_minute: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n\
+         dummy.two_per_minute: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false\n\
+         dummy.per_day: unit=DAY requests_per_unit=5, shadow_mode: true, quota_mode: false\n"
+    );
+    let health = rig
+        .http
+        .get(format!("{}/healthcheck", rig.peer))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    assert_eq!(health.text().await.unwrap(), "OK");
+    server.kill();
+    let http = client();
+    let url = format!("{}/healthcheck", rig.peer);
+    let down = eventually(
+        Duration::from_secs(10),
+        "/healthcheck 500 with Redis down",
+        || {
+            let r = http.get(&url).send();
+            async move { r.await.ok().filter(|r| r.status().as_u16() == 500) }
+        },
+    )
+    .await;
+    assert_eq!(down.text().await.unwrap(), "", "the peer's 500 has no body");
+    // With the store down, /json answers the peer's 400, saying why.
+    let r = post(&rig.http, &rig.peer, request(&["per_day"], "down")).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.starts_with("Bad Request: store_"), "{}", r.body);
+    rig.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The binary with `args` (the gRPC listener off), its stderr collected.
+fn sluice(
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    support::spawn_logged(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .env("SLUICE_GRPC_LISTEN", "off")
+            .env_remove("SLUICE_RATELIMIT_HTTP_LISTEN")
+            .env_remove("SLUICE_ADMIN_TOKEN"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_shares_the_admin_listener_at_its_address_and_names_the_flag_when_in_use() {
+    let dir = config_dir("binary");
+    let (decision, admin) = (support::free_port(), support::free_port());
+    let addr = |port: u16| format!("127.0.0.1:{port}");
+    let (decision_addr, admin_addr) = (addr(decision), addr(admin));
+    let base = [
+        "--decision-listen",
+        decision_addr.as_str(),
+        "--admin-listen",
+        admin_addr.as_str(),
+        "--admin-token",
+        "a-token-long-enough-1234",
+        "--ratelimit-config",
+        dir.to_str().unwrap(),
+    ];
+    // Given the admin listener's address, the admin listener serves the surface.
+    let mut args = base.to_vec();
+    args.extend(["--ratelimit-http-listen", admin_addr.as_str()]);
+    let (mut child, stderr) = sluice(&args);
+    let http = client();
+    let url = format!("http://{admin_addr}/healthcheck");
+    eventually(
+        Duration::from_secs(10),
+        "/healthcheck on the admin listener",
+        || {
+            let r = http.get(&url).send();
+            async move { r.await.ok().filter(|r| r.status().as_u16() == 200) }
+        },
+    )
+    .await;
+    let r = post(
+        &http,
+        &format!("http://{admin_addr}"),
+        request(&["per_day"], "bin"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let log = stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("envoyproxy/ratelimit's HTTP surface listening"),
+        "{log}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    // An address in use: the start stops, naming the flag.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap().to_string();
+    let mut args = base.to_vec();
+    args.extend(["--ratelimit-http-listen", taken_addr.as_str()]);
+    let (mut child, stderr) = sluice(&args);
+    let status = eventually(Duration::from_secs(10), "sluice exits", || {
+        let exited = child.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    assert_eq!(status.code(), Some(1));
+    let log = stderr.lock().unwrap().clone();
+    assert!(
+        log.contains(&format!(
+            "--ratelimit-http-listen (SLUICE_RATELIMIT_HTTP_LISTEN) {taken_addr}: address in use"
+        )),
+        "{log}"
+    );
+    drop(taken);
+    let _ = std::fs::remove_dir_all(&dir);
+}
