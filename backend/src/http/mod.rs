@@ -1,5 +1,7 @@
 //! HTTP shape: the two routers and their handlers. The decision router serves only decisions and
 //! probes; the admin router serves the token-protected API, the login session and the dashboard.
+//! envoyproxy/ratelimit's HTTP surface ([`peer`]: `/json`, `/healthcheck`, `/rlconfig`) is merged
+//! into one of them, or served on a listener of its own, as `--ratelimit-http-listen` says.
 
 pub mod admin;
 pub mod audit;
