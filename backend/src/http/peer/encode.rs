@@ -24,85 +24,58 @@ use crate::http::dashboard::base64;
 /// The response's JSON, as the peer writes it.
 pub fn response(r: &RateLimitResponse) -> String {
     let mut o = Object::new();
-    if let Some(code) = nonzero_enum(r.overall_code, |c| {
-        Code::try_from(c).ok().map(|c| c.as_str_name())
-    }) {
-        o.raw("overallCode", &code);
-    }
+    o.enumeration("overallCode", r.overall_code, code_name);
     o.list("statuses", &r.statuses, status);
     o.list("responseHeadersToAdd", &r.response_headers_to_add, header);
     o.list("requestHeadersToAdd", &r.request_headers_to_add, header);
-    if !r.raw_body.is_empty() {
-        o.string("rawBody", &base64(&r.raw_body));
-    }
-    if let Some(s) = &r.dynamic_metadata {
-        o.raw("dynamicMetadata", &structure(s));
-    }
-    if let Some(q) = &r.quota {
-        o.raw("quota", &quota(q));
-    }
+    o.text("rawBody", &base64(&r.raw_body));
+    o.message("dynamicMetadata", r.dynamic_metadata.as_ref(), structure);
+    o.message("quota", r.quota.as_ref(), quota);
     o.end()
 }
 
 fn status(s: &DescriptorStatus) -> String {
     let mut o = Object::new();
-    if let Some(code) = nonzero_enum(s.code, |c| Code::try_from(c).ok().map(|c| c.as_str_name())) {
-        o.raw("code", &code);
-    }
-    if let Some(l) = &s.current_limit {
-        o.raw("currentLimit", &limit(l));
-    }
+    o.enumeration("code", s.code, code_name);
+    o.message("currentLimit", s.current_limit.as_ref(), limit);
     o.uint("limitRemaining", s.limit_remaining);
-    if let Some(d) = &s.duration_until_reset {
-        o.string("durationUntilReset", &duration(d));
-    }
-    if let Some(q) = &s.quota {
-        o.raw("quota", &quota(q));
-    }
+    o.message("durationUntilReset", s.duration_until_reset.as_ref(), |d| {
+        quoted(&duration(d))
+    });
+    o.message("quota", s.quota.as_ref(), quota);
     o.end()
 }
 
 fn limit(l: &RateLimit) -> String {
     let mut o = Object::new();
-    if !l.name.is_empty() {
-        o.string("name", &l.name);
-    }
+    o.text("name", &l.name);
     o.uint("requestsPerUnit", l.requests_per_unit);
-    if let Some(unit) = nonzero_enum(l.unit, |u| Unit::try_from(u).ok().map(|u| u.as_str_name())) {
-        o.raw("unit", &unit);
-    }
+    o.enumeration("unit", l.unit, |u| {
+        Unit::try_from(u).ok().map(|u| u.as_str_name())
+    });
     o.end()
+}
+
+fn code_name(code: i32) -> Option<&'static str> {
+    Code::try_from(code).ok().map(|c| c.as_str_name())
 }
 
 fn quota(q: &Quota) -> String {
     let mut o = Object::new();
     o.uint("requests", q.requests);
     if let Some(ExpirationSpecifier::ValidUntil(t)) = &q.expiration_specifier {
-        o.string("validUntil", &timestamp(t));
+        o.raw("validUntil", &quoted(&timestamp(t)));
     }
-    if !q.id.is_empty() {
-        o.string("id", &q.id);
-    }
+    o.text("id", &q.id);
     o.end()
 }
 
 fn header(h: &HeaderValue) -> String {
     let mut o = Object::new();
-    if !h.key.is_empty() {
-        o.string("key", &h.key);
-    }
-    if !h.value.is_empty() {
-        o.string("value", &h.value);
-    }
-    if !h.raw_value.is_empty() {
-        o.string("rawValue", &base64(&h.raw_value));
-    }
+    o.text("key", &h.key);
+    o.text("value", &h.value);
+    o.text("rawValue", &base64(&h.raw_value));
     o.end()
-}
-
-/// An enum field: left out at 0, else its name (quoted), else its number.
-fn nonzero_enum(value: i32, name: impl Fn(i32) -> Option<&'static str>) -> Option<String> {
-    (value != 0).then(|| name(value).map_or_else(|| value.to_string(), quoted))
 }
 
 /// `google.protobuf.Struct`: a JSON object, keys sorted (as protojson orders map keys).
@@ -209,8 +182,28 @@ impl Object {
         let _ = write!(self.0, "{}:{json}", quoted(name));
     }
 
-    fn string(&mut self, name: &str, value: &str) {
-        self.raw(name, &quoted(value));
+    /// A `string` (or base64 `bytes`), left out when empty.
+    fn text(&mut self, name: &str, value: &str) {
+        if !value.is_empty() {
+            self.raw(name, &quoted(value));
+        }
+    }
+
+    /// An enum, left out at 0; by name, or by number when the name is unknown.
+    fn enumeration(&mut self, name: &str, value: i32, named: impl Fn(i32) -> Option<&'static str>) {
+        if value != 0 {
+            self.raw(
+                name,
+                &named(value).map_or_else(|| value.to_string(), quoted),
+            );
+        }
+    }
+
+    /// A message field, left out when unset.
+    fn message<T>(&mut self, name: &str, value: Option<&T>, json: impl Fn(&T) -> String) {
+        if let Some(v) = value {
+            self.raw(name, &json(v));
+        }
     }
 
     /// A `uint32`, left out at 0.
