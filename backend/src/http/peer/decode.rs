@@ -32,13 +32,7 @@ pub fn request(body: &[u8]) -> Result<RateLimitRequest, FieldError> {
     for (name, value, path) in fields(&json, "", "body", &REQUEST)? {
         match name {
             "domain" => out.domain = string(value, &path)?,
-            "descriptors" => {
-                out.descriptors = list(value, &path)?
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| descriptor(d, &format!("{path}[{i}]")))
-                    .collect::<Result<_, _>>()?;
-            }
+            "descriptors" => out.descriptors = each(value, &path, descriptor)?,
             _ => out.hits_addend = uint32(value, &path)?,
         }
     }
@@ -66,13 +60,7 @@ fn descriptor(json: &Json, at: &str) -> Result<RateLimitDescriptor, FieldError> 
     let mut out = RateLimitDescriptor::default();
     for (name, value, path) in fields(json, at, at, &DESCRIPTOR)? {
         match name {
-            "entries" => {
-                out.entries = list(value, &path)?
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| entry(e, &format!("{path}[{i}]")))
-                    .collect::<Result<_, _>>()?;
-            }
+            "entries" => out.entries = each(value, &path, entry)?,
             "limit" => out.limit = limit_override(value, &path)?,
             "hits_addend" => {
                 out.hits_addend = match value {
@@ -179,6 +167,19 @@ fn list<'j>(json: &'j Json, path: &str) -> Result<&'j [Json], FieldError> {
         Json::Array(items) => Ok(items),
         other => Err(expected(path, "a list", other)),
     }
+}
+
+/// A repeated message: each item read by `read` at `path[i]`.
+fn each<T>(
+    json: &Json,
+    path: &str,
+    read: fn(&Json, &str) -> Result<T, FieldError>,
+) -> Result<Vec<T>, FieldError> {
+    list(json, path)?
+        .iter()
+        .enumerate()
+        .map(|(i, item)| read(item, &format!("{path}[{i}]")))
+        .collect()
 }
 
 fn uint32(json: &Json, path: &str) -> Result<u32, FieldError> {
