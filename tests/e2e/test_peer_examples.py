@@ -357,8 +357,6 @@ def test_value_included_in_stats_key_when_unspecified(play):
     play(sequence)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="under the peer's semantics sluice_decisions_total counts the refused request as allowed")
 def test_value_included_in_stats_key_when_unspecified_counts_the_refusal(play):
     """The script's second half: the peer's statsd over-limit counter for the key with its value
     (unspec_unspecified_value) is 1. sluice has no statsd and counts per limit, not per value: its

@@ -18,6 +18,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 use super::text::text_error;
 use super::{decode, encode};
@@ -50,7 +51,7 @@ pub async fn json(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejectio
         .should_rate_limit(tonic::Request::new(request))
         .await
     {
-        Ok(answer) => answer.into_inner(),
+        Ok(answer) => as_the_peer_defaults(answer.into_inner()),
         Err(status) => return text_error(StatusCode::BAD_REQUEST, status.message()),
     };
     let status = match Code::try_from(answer.overall_code) {
@@ -64,4 +65,16 @@ pub async fn json(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejectio
         encode::response(&answer),
     )
         .into_response()
+}
+
+/// The answer as the peer writes it with its defaults: without the rate-limit headers and the
+/// dynamic metadata it adds only under `LIMIT_RESPONSE_HEADERS_ENABLED` and
+/// `RESPONSE_DYNAMIC_METADATA` (Envoy gets both from sluice's gRPC answer; a script reading
+/// `/json` gets the peer's shape, byte for byte).
+pub fn as_the_peer_defaults(answer: RateLimitResponse) -> RateLimitResponse {
+    RateLimitResponse {
+        response_headers_to_add: Vec::new(),
+        dynamic_metadata: None,
+        ..answer
+    }
 }
