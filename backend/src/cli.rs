@@ -9,9 +9,7 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
 use crate::app::RatelimitHttp;
-use crate::config::{
-    Config, GrpcListen, Listen, StoreChoice, DEFAULT_GRPC_LISTEN, DEFAULT_RATELIMIT_HTTP_LISTEN,
-};
+use crate::config::{Config, GrpcListen, Listen, StoreChoice, DEFAULT_GRPC_LISTEN};
 use crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT_MS;
 use crate::rules_file;
 use crate::store::redis::{
@@ -171,8 +169,8 @@ pub struct Cli {
     /// on the rate limit service), GET /healthcheck and GET /rlconfig (the peer's PORT, HOST and
     /// DEBUG_PORT). An address the admin or decision listener has is served by that listener;
     /// `off` disables it. No token: keep it off the public network. [default with
-    /// --ratelimit-config: 127.0.0.1:8080, the peer's PORT, which the admin listener has by
-    /// default; without it: off]
+    /// --ratelimit-config: the admin listener, whose default 127.0.0.1:8080 is the peer's PORT;
+    /// without it: off]
     #[arg(long, env = "SLUICE_RATELIMIT_HTTP_LISTEN", value_name = "ADDR|off")]
     pub ratelimit_http_listen: Option<Listen>,
 
@@ -304,12 +302,13 @@ impl Cli {
             .unwrap_or(Listen::At(DEFAULT_GRPC_LISTEN)))
     }
 
-    /// Where envoyproxy/ratelimit's HTTP surface listens: `--ratelimit-http-listen`, else
-    /// [`DEFAULT_RATELIMIT_HTTP_LISTEN`] with `--ratelimit-config` and `off` without.
+    /// Where envoyproxy/ratelimit's HTTP surface listens: `--ratelimit-http-listen`, else the
+    /// admin listener with `--ratelimit-config` (its default address is the peer's PORT; a
+    /// default never binds a port of its own, so it cannot clash), and `off` without.
     pub fn ratelimit_http_listen(&self) -> Listen {
         match (self.ratelimit_http_listen, &self.ratelimit_config) {
             (Some(listen), _) => listen,
-            (None, Some(_)) => Listen::At(DEFAULT_RATELIMIT_HTTP_LISTEN),
+            (None, Some(_)) => Listen::At(self.admin_listen),
             (None, None) => Listen::Off,
         }
     }

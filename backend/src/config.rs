@@ -117,13 +117,6 @@ pub const DEFAULT_GRPC_LISTEN: std::net::SocketAddr =
         sluice_core::limits::DEFAULT_GRPC_PORT,
     ));
 
-/// The envoyproxy/ratelimit HTTP surface's default address (`--ratelimit-http-listen`, on by
-/// default with `--ratelimit-config`): the peer's `PORT` 8080 on loopback. It is the admin
-/// listener's default address too, so by default the admin listener serves the surface.
-pub const DEFAULT_RATELIMIT_HTTP_LISTEN: std::net::SocketAddr = std::net::SocketAddr::V4(
-    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 8080),
-);
-
 /// Where an optional listener listens (`--grpc-listen`, `--ratelimit-http-listen`): an address,
 /// or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -166,11 +166,6 @@ class Backend:
                 "--admin-listen", f"127.0.0.1:{self.admin_port}",
                 "--redis-url", f"redis://127.0.0.1:{self.redis_port}/", "--admin-token", TOKEN]
         args += ["--grpc-listen", f"127.0.0.1:{self.grpc_port}"]
-        # envoyproxy/ratelimit's HTTP surface (POST /json, /healthcheck, /rlconfig; on by default
-        # at 127.0.0.1:8080 with --ratelimit-config) is served on the admin listener here, so
-        # parallel stacks never collide, unless the caller names its own address.
-        if not any(a.startswith("--ratelimit-http-listen") for a in self.extra_args):
-            args += ["--ratelimit-http-listen", f"127.0.0.1:{self.admin_port}"]
         args += self.extra_args
         self.proc = Proc(args, self.tmp / f"sluice-{self.decision_port}.log")
 

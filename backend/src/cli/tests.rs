@@ -241,9 +241,18 @@ fn the_peers_http_surface_is_on_with_a_ratelimit_config_at_the_peers_port() {
     assert_eq!(parse(&["sluice"]), Listen::Off);
     let peer = parse(&["sluice", "--ratelimit-config", "d"]);
     assert_eq!(peer, Listen::At(SocketAddr::from(([127, 0, 0, 1], 8080))));
-    // The admin listener's default address: by default it serves the surface.
+    // The admin listener's default address: by default it serves the surface; moved, the
+    // surface follows it (a default never binds a port of its own).
     let cli = Cli::try_parse_from(["sluice"]).expect("parses");
     assert_eq!(peer, Listen::At(cli.admin_listen));
+    let moved = parse(&[
+        "sluice",
+        "--ratelimit-config",
+        "d",
+        "--admin-listen",
+        "127.0.0.1:9999",
+    ]);
+    assert_eq!(moved, Listen::At(SocketAddr::from(([127, 0, 0, 1], 9999))));
     let off = [
         "sluice",
         "--ratelimit-config",

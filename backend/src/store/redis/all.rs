@@ -217,13 +217,43 @@ impl RedisStore {
     }
 
     /// Cluster: each check reserved in its own slot, in order; on the first enforced denial the
-    /// earlier reservations are refunded newest first and the others answered by peeks.
+    /// earlier reservations are refunded newest first and the others answered by peeks. A
+    /// request whose checks all count on their own (none can deny it: the peer's semantics)
+    /// needs no probe and no refund: each check is one call in its slot, all at once.
     async fn reserve_each(
         &self,
         keys: &[String],
         checks: &[CheckRequest<'_>],
         at: Option<sluice_core::Nanos>,
     ) -> Result<AllOutcome, StoreError> {
+        if checks.iter().all(|c| c.part != Part::AllOrNothing) {
+            let replies =
+                futures::future::try_join_all(checks.iter().zip(keys).map(|(check, key)| {
+                    self.run_all(
+                        std::slice::from_ref(key),
+                        std::slice::from_ref(check),
+                        "all",
+                        at,
+                    )
+                }))
+                .await?;
+            let mut decisions = Vec::with_capacity(checks.len());
+            for (reply, check) in replies.iter().zip(checks) {
+                let (outcome, _) = parse(reply, &[counted(check)])?;
+                let outcome = told_all(std::slice::from_ref(check), outcome);
+                decisions.push(
+                    *outcome
+                        .decisions
+                        .first()
+                        .ok_or_else(|| corrupt("no decision"))?,
+                );
+            }
+            return Ok(AllOutcome {
+                decisions,
+                denied: None,
+                unrefunded: 0,
+            });
+        }
         let probes = futures::future::try_join_all(checks.iter().zip(keys).map(|(check, key)| {
             self.run_all(
                 std::slice::from_ref(key),
