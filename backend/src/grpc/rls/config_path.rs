@@ -45,7 +45,7 @@ use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
 use super::budget_entries::strip;
 use super::commit::{commit_one, commit_reservation};
-use super::peer_counting::{self, override_limit, Counted, OwnLimit};
+use super::peer_counting::{override_limit, OwnLimit};
 use super::peer_metadata;
 use super::request::{check_shape, hits_as_sent, refuse_limit_override};
 use super::response::{self, Answer};
@@ -240,8 +240,8 @@ async fn commit_reservations(app: &App, slots: &[Slot], decided: &[Option<Thrott
     }
 }
 
-/// The store's answers under the peer's arithmetic ([`peer_counting`]), one per slot (`None`
-/// where no rule is counted).
+/// The store's answers under the peer's arithmetic ([`super::peer_counting`]), one per slot
+/// (`None` where no rule is counted), in one store step.
 async fn count_as_peer(
     app: &App,
     slots: &[Slot],
@@ -249,22 +249,28 @@ async fn count_as_peer(
     started: Instant,
 ) -> Result<Vec<Option<ThrottleResponse>>, DecideError> {
     let mut at = Vec::new();
-    let mut items = Vec::new();
+    let mut checks = Vec::new();
     for (i, s) in slots.iter().enumerate() {
         if let (Kind::Counted(m, rule), None) = (&s.kind, &s.entries.commit) {
             at.push(i);
-            items.push(Counted {
+            checks.push(Check {
                 rule,
                 key: &m.key,
                 quantity: s.quantity,
-                reservation: s.entries.reservation.is_some(),
+                // A reservation is sluice's, not the peer's: all or nothing under its own
+                // capacity, so one that does not fit takes nothing.
+                part: if s.entries.reservation.is_some() {
+                    Part::AllOrNothing
+                } else {
+                    Part::PastTheLimit
+                },
             });
         }
     }
     let mut out: Vec<Option<ThrottleResponse>> = vec![None; slots.len()];
     for (i, answer) in at
         .into_iter()
-        .zip(peer_counting::count(app, &items, deadline, started).await?)
+        .zip(decide_checks(app, &checks, deadline, started).await?)
     {
         out[i] = Some(answer);
     }
@@ -438,7 +444,7 @@ fn respond(
                 (m, is_over, m.limit.shadow_mode, 0, reset(unit_ms, now_ms))
             }
             (Kind::Counted(m, rule), Some(r)) => {
-                // The peer's answers are already the peer's ([`peer_counting`]).
+                // The step's answers are already the peer's ([`super::peer_counting`]).
                 let is_over = if strict {
                     over(slot.quantity, r)
                 } else {

@@ -9,68 +9,29 @@
 //! saturated one unit past the limit, exactly:
 //!
 //! - each descriptor is decided under its rule with one more unit of capacity, counted on its own
-//!   ([`Part::PastTheLimit`]: it never refuses the others, and a debit that does not fit takes
+//!   ([`sluice_core::all::Part::PastTheLimit`], set by [`super::config_path`]: it never refuses
+//!   the others, and a debit that does not fit takes
 //!   what is left, filling the counter to limit + 1), all in one store step;
 //! - its answer is the peer's ([`sluice_core::all::peer_view`]): over when the counter is past
 //!   the limit, else OK with `limit_remaining` one less than the step's.
 //!
 //! A reservation (`sluice_reservation`, sluice's own entry) is not the peer's: it stays all or
 //! nothing under its own capacity, so one that does not fit takes nothing.
+//!
+//! Here: the other thing the peer reads from a request that sluice's mapping does not, a
+//! descriptor's own `limit` ([`override_limit`]).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use sluice_core::all::Part;
 use sluice_core::duration::Span;
 use sluice_core::rule::Limit as RuleLimit;
-use sluice_core::wire::ThrottleResponse;
 use sluice_core::{Algorithm, FieldError, Mode, Rule};
 
-use crate::deadline::{Deadline, DecideError};
-use crate::decide::{decide_checks, Check};
 use crate::ratelimit::config::{Quota, RlsUnit};
 use crate::ratelimit::matcher::{Limit, Matched};
 use crate::ratelimit::translate::action_for;
-use crate::state::App;
-
-/// One descriptor to count: its rule, key and hits, and whether it is a reservation.
-pub struct Counted<'a> {
-    /// The rule in force for the key.
-    pub rule: &'a Arc<Rule>,
-    /// The key.
-    pub key: &'a str,
-    /// The hits (0 checks).
-    pub quantity: u64,
-    /// Carries `sluice_reservation`: all or nothing under its own capacity.
-    pub reservation: bool,
-}
-
-/// Counts `items` as the peer does, in one store step ([`Part::PastTheLimit`]); one answer
-/// per item, in the peer's terms: `allowed` false (or `would_deny` for a rule that never
-/// refuses) when over, `remaining` the peer's `limit_remaining`.
-pub async fn count(
-    app: &App,
-    items: &[Counted<'_>],
-    deadline: Option<Deadline>,
-    started: Instant,
-) -> Result<Vec<ThrottleResponse>, DecideError> {
-    let checks: Vec<Check<'_>> = items
-        .iter()
-        .map(|c| Check {
-            rule: c.rule,
-            key: c.key,
-            quantity: c.quantity,
-            part: if c.reservation {
-                Part::AllOrNothing
-            } else {
-                Part::PastTheLimit
-            },
-        })
-        .collect();
-    decide_checks(app, &checks, deadline, started).await
-}
 
 /// A descriptor's own limit, as a matched limit and its rule (`None` for a limit of 0).
 pub struct OwnLimit {
