@@ -23,6 +23,7 @@ use crate::store::memory::sizing::BYTES_PER_KEY;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{ConnectError, RedisConfigError, RedisStore};
 use crate::store::{HealthStore, Store, StoreError};
+use crate::tls::TlsListener;
 use crate::wrong_listener::WrongListener;
 
 /// The listeners, bound by the caller (port 0 in tests).
@@ -82,6 +83,9 @@ pub enum RunError {
         /// Why.
         source: StoreError,
     },
+    /// A listener's TLS files cannot be served (the error names the flag and file).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::LoadError),
     /// A listener failed.
     #[error("listener failed: {0}")]
     Io(#[from] std::io::Error),
@@ -134,6 +138,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let auth = Auth::for_config(&config.admin_token, &config.admin_identities)?;
+    let refused = crate::tls::refusal::RefusedCounter::default();
+    let tls = crate::tls::Served::start(&config.listener_tls, &refused)?;
     let store = open_store(config.store, config.max_keys).await?;
 
     let snapshot = store.load_rules().await.map_err(|source| RunError::Rules {
@@ -176,7 +182,13 @@ pub async fn run(
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let metrics = Arc::new(Metrics::with_store(store.clone()));
+    let mut metrics = Metrics::with_store(store.clone());
+    metrics.register(
+        crate::tls::refusal::RefusedCounter::NAME,
+        crate::tls::refusal::RefusedCounter::HELP,
+        refused.family(),
+    );
+    let metrics = Arc::new(metrics);
     metrics.set_rules(current.rules.len());
     let app = Arc::new(App {
         store: store.clone(),
@@ -213,6 +225,13 @@ pub async fn run(
             cache.clone(),
             stop_rx.clone(),
         ));
+    }
+    for listener in tls.each() {
+        tasks.spawn(
+            listener
+                .clone()
+                .watch_loop(crate::tls::live::ROTATION_POLL, stop_rx.clone()),
+        );
     }
     tasks.spawn(activity::flush_loop(
         app.activity.clone(),
@@ -274,6 +293,8 @@ pub async fn run(
         tracing::info!(addr = %addr, shared = peer_on_admin || peer_on_decision, "envoyproxy/ratelimit's HTTP surface listening (POST /json, GET /healthcheck, GET /rlconfig; --ratelimit-http-listen)");
     }
 
+    tls.warn_plaintext(decision_addr, admin_addr, grpc_addr);
+
     // One shutdown signal fans out to both servers and every task.
     {
         let stop_tx = stop_tx.clone();
@@ -295,6 +316,7 @@ pub async fn run(
                     crate::wrong_listener::refuse_grpc,
                 )),
             header_read_timeout,
+            tls.decision.clone(),
             stop_rx.clone(),
         )
         .await;
@@ -306,6 +328,7 @@ pub async fn run(
             listeners.admin,
             http::admin_router(app.clone(), dashboard).merge(peer_routes(peer_on_admin)),
             header_read_timeout,
+            tls.admin.clone(),
             stop_rx.clone(),
         )
         .await;
@@ -316,7 +339,14 @@ pub async fn run(
         let Some(listener) = listeners.grpc else {
             return Ok(());
         };
-        let r = crate::grpc::serve(listener, app.clone(), wrong.clone(), stop_rx.clone()).await;
+        let r = crate::grpc::serve(
+            listener,
+            app.clone(),
+            wrong.clone(),
+            tls.grpc.clone(),
+            stop_rx.clone(),
+        )
+        .await;
         let _ = stop_tx.send(true);
         r.map_err(|e| RunError::Io(std::io::Error::other(e)))
     };
@@ -357,8 +387,9 @@ async fn serve(
     listener: TcpListener,
     router: axum::Router,
     header_read_timeout: Duration,
+    tls: Option<Arc<TlsListener>>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    http::serve::serve(listener, router, header_read_timeout, stop).await?;
+    http::serve::serve(listener, router, header_read_timeout, tls, stop).await?;
     Ok(())
 }

@@ -123,6 +123,34 @@ pub fn parse_tokens_file(text: &str) -> Result<Vec<(String, String)>, TokensFile
     Ok(out)
 }
 
+/// Why a token file (`--admin-token-file`) was refused; never says the token.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    /// The file cannot be read.
+    #[error("cannot read it: {0}")]
+    Read(#[from] std::io::Error),
+    /// Its first line is empty.
+    #[error("its first line is empty (it holds the token)")]
+    Empty,
+    /// Its first line is not one token.
+    #[error("its first line holds whitespace inside the token")]
+    Spaces,
+}
+
+/// Reads an admin token from a file: its first line, trimmed (a trailing newline, as editors
+/// and secret mounts leave, is not part of the token).
+pub fn read_token_file(path: &std::path::Path) -> Result<String, TokenFileError> {
+    let text = std::fs::read_to_string(path)?;
+    let token = text.lines().next().unwrap_or_default().trim();
+    if token.is_empty() {
+        return Err(TokenFileError::Empty);
+    }
+    if token.contains(char::is_whitespace) {
+        return Err(TokenFileError::Spaces);
+    }
+    Ok(token.to_owned())
+}
+
 /// HMAC-SHA256 keyed by `key`, ready to be cloned and fed.
 fn keyed(key: &[u8]) -> Result<HmacSha256, AuthError> {
     <HmacSha256 as Mac>::new_from_slice(key).map_err(AuthError::Key)

@@ -188,6 +188,21 @@ pub struct Cli {
     )]
     pub admin_token: Option<String>,
 
+    /// The admin token read from a file (its first line; e.g. a mounted secret), instead of
+    /// --admin-token, so it is neither on the command line nor in the environment. Read at start;
+    /// restart to rotate.
+    #[arg(
+        long,
+        env = "SLUICE_ADMIN_TOKEN_FILE",
+        value_name = "FILE",
+        conflicts_with = "admin_token"
+    )]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// TLS on the listeners (docs/security.md).
+    #[command(flatten)]
+    pub tls: crate::tls::flags::TlsFlags,
+
     /// Named admin identities, one `name token` per line (`#` comments), so the audit trail and
     /// the dashboard say who: each admin signs in with their own token. With it, --admin-token
     /// is optional (if given, it is the identity `admin`).
@@ -357,7 +372,17 @@ impl Cli {
             }
             None => Vec::new(),
         };
-        let admin_token = match self.admin_token {
+        let admin_token = match &self.admin_token_file {
+            Some(path) => Some(crate::auth::read_token_file(path).map_err(|e| {
+                anyhow::anyhow!(
+                    "--admin-token-file (SLUICE_ADMIN_TOKEN_FILE) {}: {e}",
+                    path.display()
+                )
+            })?),
+            None => self.admin_token,
+        };
+        let listener_tls = self.tls.resolve()?;
+        let admin_token = match admin_token {
             Some(t) if t.trim().is_empty() => anyhow::bail!("--admin-token (SLUICE_ADMIN_TOKEN) is empty; give a real token or leave it unset to generate one"),
             None if !admin_identities.is_empty() => String::new(),
             Some(t) => {
@@ -396,6 +421,7 @@ impl Cli {
         config.ratelimit_semantics = self.ratelimit_semantics;
         config.dashboard_dir = dashboard_dir;
         config.header_read_timeout = Duration::from_millis(self.header_read_timeout_ms);
+        config.listener_tls = listener_tls;
         Ok(config)
     }
 }

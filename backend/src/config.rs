@@ -87,6 +87,9 @@ pub struct Config {
     /// `--ratelimit-semantics`: whose answers the configuration's domains give
     /// ([`crate::ratelimit::semantics`]); the peer's by default.
     pub ratelimit_semantics: crate::ratelimit::semantics::Semantics,
+    /// TLS of each listener (`--grpc-tls-*`, `--decision-tls-*`, `--admin-tls-*`); none by
+    /// default ([`crate::tls`]).
+    pub listener_tls: crate::tls::ListenersTls,
 }
 
 impl Config {
@@ -105,6 +108,7 @@ impl Config {
             ratelimit_config: None,
             ratelimit_merge_domains: false,
             ratelimit_semantics: crate::ratelimit::semantics::Semantics::PEER,
+            listener_tls: crate::tls::ListenersTls::default(),
         }
     }
 }

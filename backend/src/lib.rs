@@ -30,6 +30,7 @@ pub mod rules;
 pub mod rules_file;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod wrong_listener;
 
 #[cfg(test)]

@@ -192,6 +192,17 @@ impl Metrics {
         metrics
     }
 
+    /// Registers a metric counted elsewhere (the listeners' refused TLS handshakes,
+    /// [`crate::tls::refusal`]), so it is exported with the rest.
+    pub fn register(
+        &mut self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry.register(name, help, metric);
+    }
+
     /// Registers the metrics (without the store's figures: see [`Metrics::with_store`]).
     pub fn new() -> Metrics {
         let mut registry = Registry::default();

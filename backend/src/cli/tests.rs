@@ -16,6 +16,10 @@ fn every_flag_has_an_environment_twin() {
             continue;
         }
         let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+        // envoyproxy/ratelimit's settings, read under their own names (crate::tls::flags).
+        if arg.is_hide_set() && env.starts_with("GRPC_") {
+            continue;
+        }
         assert!(
             env.starts_with("SLUICE_"),
             "--{id} has no SLUICE_* environment variable"

@@ -23,6 +23,8 @@ use tokio::sync::watch;
 use tonic::service::Routes;
 
 use crate::state::App;
+use crate::tls::conn::MaybeTls;
+use crate::tls::TlsListener;
 use crate::wrong_listener::WrongListener;
 
 pub use rls::Rls;
@@ -35,23 +37,69 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
-/// Accepted connections; accept errors (a client gone, out of file descriptors) are logged and
-/// retried, never the end of the listener.
-fn incoming(listener: TcpListener) -> impl Stream<Item = Result<TcpStream, std::io::Error>> {
-    futures::stream::unfold(listener, |listener| async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
-                    return Some((Ok(stream), listener));
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "grpc listener: accept failed; retrying");
-                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                }
+/// How long a client has to finish its TLS handshake on the gRPC listener.
+pub const TLS_HANDSHAKE_BOUND: Duration = Duration::from_secs(10);
+
+/// Accepts the next connection; accept errors (a client gone, out of file descriptors) are
+/// logged and retried, never the end of the listener.
+async fn accept(listener: &TcpListener) -> (TcpStream, std::net::SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                return (stream, peer);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "grpc listener: accept failed; retrying");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
             }
         }
+    }
+}
+
+/// Accepted connections, plaintext.
+fn incoming(
+    listener: TcpListener,
+) -> impl Stream<Item = Result<MaybeTls<TcpStream>, std::io::Error>> {
+    futures::stream::unfold(listener, |listener| async move {
+        let (stream, _) = accept(&listener).await;
+        Some((Ok(MaybeTls::Plain(stream)), listener))
     })
+}
+
+/// Accepted connections whose TLS handshake succeeded. Each handshake runs in its own task
+/// (bounded by [`TLS_HANDSHAKE_BOUND`]), so a slow client never holds up accepting; a refused
+/// one is logged and counted by `tls` and never reaches the server.
+fn incoming_tls(
+    listener: TcpListener,
+    tls: Arc<TlsListener>,
+    mut stop: watch::Receiver<bool>,
+) -> impl Stream<Item = Result<MaybeTls<TcpStream>, std::io::Error>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tx.closed() => return,
+                accepted = accept(&listener) => accepted,
+            };
+            let (tls, tx) = (tls.clone(), tx.clone());
+            tokio::spawn(async move {
+                if let Some(stream) = tls.accept(stream, peer, TLS_HANDSHAKE_BOUND).await {
+                    let _ = tx.send(Ok(MaybeTls::Tls(Box::new(stream)))).await;
+                }
+            });
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) })
+}
+
+impl tonic::transport::server::Connected for MaybeTls<TcpStream> {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.socket().connect_info()
+    }
 }
 
 /// Serves the gRPC listener (the decision exchange and the rate limit service) on `listener` until `stop` turns true, then shuts down
@@ -60,10 +108,14 @@ fn incoming(listener: TcpListener) -> impl Stream<Item = Result<TcpStream, std::
 /// HTTP/1.1 is accepted too, only so that a request that is not gRPC (the filter's
 /// `protocol: http` pointed here) is answered `421 wrong_listener` naming the decision listener
 /// ([`crate::wrong_listener::refuse_http`]) rather than dropped as a protocol error.
+///
+/// With `tls` (`--grpc-tls-*`), every connection is TLS, and with a client CA only clients with
+/// an accepted certificate get past the handshake: nothing of another client is read as a call.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     wrong: Arc<WrongListener>,
+    tls: Option<Arc<TlsListener>>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let exchange = exchange::DecisionExchange::new(app.clone());
@@ -74,6 +126,10 @@ pub async fn serve(
         axum::middleware::from_fn_with_state(wrong, crate::wrong_listener::refuse_http),
     ));
     let mut stop_grace = stop.clone();
+    let connections = match tls {
+        None => futures::future::Either::Left(incoming(listener)),
+        Some(tls) => futures::future::Either::Right(incoming_tls(listener, tls, stop.clone())),
+    };
     // No server-wide `timeout`: tonic's bounds a call only until its response head, so it would
     // bound a unary call but nothing inside an exchange stream, and a long-lived stream is not a
     // call to put one deadline on. Each unit of work bounds itself instead: a RateLimitService
@@ -86,7 +142,7 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .accept_http1(true)
         .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming(listener), async move {
+        .serve_with_incoming_shutdown(connections, async move {
             let _ = stop.wait_for(|s| *s).await;
         });
     tokio::pin!(server);

@@ -27,10 +27,16 @@
 //! pointed at the decision listener) gets an answer it can read (see [`crate::wrong_listener`])
 //! rather than a protocol error. Such a connection lives at most the read bound; HTTP/1.1 stays
 //! the protocol of both listeners. Every request carries its peer (`ConnectInfo<SocketAddr>`).
+//!
+//! **TLS** (`--decision-tls-*`, `--admin-tls-*`, [`crate::tls`]): the handshake runs in the
+//! connection's task, bounded like a request head, under the [`StallGuard`]; a refused one
+//! (a plaintext client, mutual TLS without an accepted certificate) closes the connection before
+//! any request is read. ALPN tells HTTP/2 from HTTP/1.1 instead of the preface.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -46,6 +52,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Sleep;
 use tower::ServiceExt;
+
+use crate::tls::conn::MaybeTls;
+use crate::tls::TlsListener;
 
 /// Default bound on reading a request's head (and its body, and a keep-alive connection's idle
 /// time), in milliseconds: the `--header-read-timeout-ms` default.
@@ -66,10 +75,12 @@ const PREFACE_PAUSE: Duration = Duration::from_millis(5);
 
 /// Serves `router` on `listener` until `stop` turns true (or its sender is dropped), then shuts
 /// down gracefully: no new connections, in-flight requests finish, idle connections close.
+/// With `tls`, every connection is TLS (see the module's doc).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     header_read_timeout: Duration,
+    tls: Option<Arc<TlsListener>>,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let graceful = GracefulShutdown::new();
@@ -117,21 +128,38 @@ pub async fn serve(
                 req
             });
         let service = TowerToHyperService::new(service);
-        let (watcher, h1, h2, mut stop) = (
+        let (watcher, h1, h2, mut stop, tls) = (
             graceful.watcher(),
             builder.clone(),
             h2.clone(),
             stop.clone(),
+            tls.clone(),
         );
-        // Told apart in the connection's own task, so a client that sends nothing never holds
-        // up accepting; bounded like a request head, and dropped at once when stopping.
+        // Told apart (and the TLS handshake run) in the connection's own task, so a client that
+        // sends nothing never holds up accepting; bounded like a request head, and dropped at
+        // once when stopping.
         tokio::spawn(async move {
-            let opened = tokio::select! {
-                opened = tokio::time::timeout(header_read_timeout, opens_with_h2(&stream)) => opened,
-                _ = stop.wait_for(|s| *s) => return,
+            let guarded = StallGuard::new(stream, header_read_timeout);
+            let (io, is_h2) = match tls {
+                None => {
+                    let opened = tokio::select! {
+                        opened = tokio::time::timeout(header_read_timeout, opens_with_h2(&guarded.inner)) => opened,
+                        _ = stop.wait_for(|s| *s) => return,
+                    };
+                    let Ok(Ok(is_h2)) = opened else { return };
+                    (MaybeTls::Plain(guarded), is_h2)
+                }
+                Some(tls) => {
+                    let accepted = tokio::select! {
+                        accepted = tls.accept(guarded, peer, header_read_timeout) => accepted,
+                        _ = stop.wait_for(|s| *s) => return,
+                    };
+                    let Some(stream) = accepted else { return };
+                    let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    (MaybeTls::Tls(Box::new(stream)), is_h2)
+                }
             };
-            let Ok(Ok(is_h2)) = opened else { return };
-            let io = TokioIo::new(StallGuard::new(stream, header_read_timeout));
+            let io = TokioIo::new(io);
             let served = if is_h2 {
                 let connection = watcher.watch(h2.serve_connection(io, service));
                 match tokio::time::timeout(header_read_timeout, connection).await {

@@ -15,6 +15,7 @@ mod harness;
 mod history_suite;
 mod store_suite;
 mod support;
+mod tls_rig;
 
 mod admin_api;
 mod admin_replicas;
@@ -50,3 +51,4 @@ mod report_log;
 mod rls;
 mod rls_history;
 mod sentinel;
+mod tls_listeners;

@@ -1,0 +1,75 @@
+//! Every listener's TLS in force, started together, and the start's log lines about them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use super::files::{ListenerName, ListenersTls, TlsFiles, TlsSetting};
+use super::live::TlsListener;
+use super::load::LoadError;
+use super::refusal::RefusedCounter;
+
+/// Each listener's TLS in force (`None`: plaintext).
+pub struct Served {
+    /// The gRPC listener's.
+    pub grpc: Option<Arc<TlsListener>>,
+    /// The decision listener's.
+    pub decision: Option<Arc<TlsListener>>,
+    /// The admin listener's.
+    pub admin: Option<Arc<TlsListener>>,
+}
+
+impl Served {
+    /// Reads every listener's TLS files: a bad one stops the start, naming its flag and file.
+    pub fn start(files: &ListenersTls, refused: &RefusedCounter) -> Result<Served, LoadError> {
+        let start = |files: &Option<TlsFiles>| {
+            files
+                .clone()
+                .map(|files| TlsListener::start(files, refused.clone()))
+                .transpose()
+        };
+        Ok(Served {
+            grpc: start(&files.grpc)?,
+            decision: start(&files.decision)?,
+            admin: start(&files.admin)?,
+        })
+    }
+
+    /// Every listener with TLS.
+    pub fn each(&self) -> impl Iterator<Item = &Arc<TlsListener>> {
+        [&self.grpc, &self.decision, &self.admin]
+            .into_iter()
+            .flatten()
+    }
+
+    /// Logs how each listener is served, and a warning for each one that listens beyond
+    /// loopback without TLS: anyone who reaches it can call it in clear.
+    pub fn warn_plaintext(
+        &self,
+        decision: SocketAddr,
+        admin: SocketAddr,
+        grpc: Option<SocketAddr>,
+    ) {
+        let listeners = [
+            (ListenerName::Grpc, grpc, &self.grpc),
+            (ListenerName::Decision, Some(decision), &self.decision),
+            (ListenerName::Admin, Some(admin), &self.admin),
+        ];
+        for (name, addr, tls) in listeners {
+            let Some(addr) = addr else { continue };
+            match tls {
+                Some(tls) => {
+                    tracing::info!(listener = name.as_str(), %addr, mutual = tls.mutual(), "listener serves TLS{}", if tls.mutual() { " and requires client certificates (mutual TLS)" } else { "" })
+                }
+                None if !addr.ip().is_loopback() => tracing::warn!(
+                    listener = name.as_str(),
+                    %addr,
+                    "the {} listener is bound to {addr}, beyond loopback, without TLS: anyone who reaches it talks to it in clear (set {} and {}; docs/security.md)",
+                    name.as_str(),
+                    name.flag(TlsSetting::Cert),
+                    name.flag(TlsSetting::Key),
+                ),
+                None => {}
+            }
+        }
+    }
+}
