@@ -51,4 +51,5 @@ mod report_log;
 mod rls;
 mod rls_history;
 mod sentinel;
+mod tls_binary;
 mod tls_listeners;
