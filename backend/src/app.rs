@@ -23,7 +23,6 @@ use crate::store::memory::sizing::BYTES_PER_KEY;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{ConnectError, RedisConfigError, RedisStore};
 use crate::store::{HealthStore, Store, StoreError};
-use crate::tls::TlsListener;
 use crate::wrong_listener::WrongListener;
 
 /// The listeners, bound by the caller (port 0 in tests).
@@ -387,9 +386,9 @@ async fn serve(
     listener: TcpListener,
     router: axum::Router,
     header_read_timeout: Duration,
-    tls: Option<Arc<TlsListener>>,
+    transport: crate::tls::Transport,
     stop: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    http::serve::serve(listener, router, header_read_timeout, tls, stop).await?;
+    http::serve::serve(listener, router, header_read_timeout, transport, stop).await?;
     Ok(())
 }

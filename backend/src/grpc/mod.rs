@@ -24,7 +24,7 @@ use tonic::service::Routes;
 
 use crate::state::App;
 use crate::tls::conn::MaybeTls;
-use crate::tls::TlsListener;
+use crate::tls::Transport;
 use crate::wrong_listener::WrongListener;
 
 pub use rls::Rls;
@@ -37,7 +37,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
-/// How long a client has to finish its TLS handshake on the gRPC listener.
+/// How long a client has to finish its TLS handshake on the gRPC listener (or, on a plaintext
+/// one, to send its first byte).
 pub const TLS_HANDSHAKE_BOUND: Duration = Duration::from_secs(10);
 
 /// Accepts the next connection; accept errors (a client gone, out of file descriptors) are
@@ -57,22 +58,14 @@ async fn accept(listener: &TcpListener) -> (TcpStream, std::net::SocketAddr) {
     }
 }
 
-/// Accepted connections, plaintext.
+/// Accepted connections, each looked at in its own task (so a slow client never holds up
+/// accepting) before the server gets it: on a plaintext listener, a TLS client (its first byte)
+/// is refused, logged and counted; on a TLS listener, the handshake must succeed within
+/// [`TLS_HANDSHAKE_BOUND`] (a refused one is logged and counted by the listener's
+/// [`crate::tls::TlsListener`]) and with a client CA only accepted clients get past it.
 fn incoming(
     listener: TcpListener,
-) -> impl Stream<Item = Result<MaybeTls<TcpStream>, std::io::Error>> {
-    futures::stream::unfold(listener, |listener| async move {
-        let (stream, _) = accept(&listener).await;
-        Some((Ok(MaybeTls::Plain(stream)), listener))
-    })
-}
-
-/// Accepted connections whose TLS handshake succeeded. Each handshake runs in its own task
-/// (bounded by [`TLS_HANDSHAKE_BOUND`]), so a slow client never holds up accepting; a refused
-/// one is logged and counted by `tls` and never reaches the server.
-fn incoming_tls(
-    listener: TcpListener,
-    tls: Arc<TlsListener>,
+    transport: Transport,
     mut stop: watch::Receiver<bool>,
 ) -> impl Stream<Item = Result<MaybeTls<TcpStream>, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -83,11 +76,29 @@ fn incoming_tls(
                 _ = tx.closed() => return,
                 accepted = accept(&listener) => accepted,
             };
-            let (tls, tx) = (tls.clone(), tx.clone());
+            let (transport, tx) = (transport.clone(), tx.clone());
             tokio::spawn(async move {
-                if let Some(stream) = tls.accept(stream, peer, TLS_HANDSHAKE_BOUND).await {
-                    let _ = tx.send(Ok(MaybeTls::Tls(Box::new(stream)))).await;
-                }
+                let conn = match transport {
+                    Transport::Plain(plain) => {
+                        let mut first = [0u8; 1];
+                        let peeked =
+                            tokio::time::timeout(TLS_HANDSHAKE_BOUND, stream.peek(&mut first));
+                        match peeked.await {
+                            Ok(Ok(1)) if crate::tls::plain::is_tls(first[0]) => {
+                                return plain.refuse(peer)
+                            }
+                            Ok(Ok(1)) => MaybeTls::Plain(stream),
+                            _ => return,
+                        }
+                    }
+                    Transport::Tls(tls) => {
+                        match tls.accept(stream, peer, TLS_HANDSHAKE_BOUND).await {
+                            Some(stream) => MaybeTls::Tls(Box::new(stream)),
+                            None => return,
+                        }
+                    }
+                };
+                let _ = tx.send(Ok(conn)).await;
             });
         }
     });
@@ -115,7 +126,7 @@ pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     wrong: Arc<WrongListener>,
-    tls: Option<Arc<TlsListener>>,
+    transport: Transport,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let exchange = exchange::DecisionExchange::new(app.clone());
@@ -126,10 +137,7 @@ pub async fn serve(
         axum::middleware::from_fn_with_state(wrong, crate::wrong_listener::refuse_http),
     ));
     let mut stop_grace = stop.clone();
-    let connections = match tls {
-        None => futures::future::Either::Left(incoming(listener)),
-        Some(tls) => futures::future::Either::Right(incoming_tls(listener, tls, stop.clone())),
-    };
+    let connections = incoming(listener, transport, stop.clone());
     // No server-wide `timeout`: tonic's bounds a call only until its response head, so it would
     // bound a unary call but nothing inside an exchange stream, and a long-lived stream is not a
     // call to put one deadline on. Each unit of work bounds itself instead: a RateLimitService

@@ -36,7 +36,6 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -54,7 +53,7 @@ use tokio::time::Sleep;
 use tower::ServiceExt;
 
 use crate::tls::conn::MaybeTls;
-use crate::tls::TlsListener;
+use crate::tls::Transport;
 
 /// Default bound on reading a request's head (and its body, and a keep-alive connection's idle
 /// time), in milliseconds: the `--header-read-timeout-ms` default.
@@ -80,7 +79,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     header_read_timeout: Duration,
-    tls: Option<Arc<TlsListener>>,
+    transport: Transport,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let graceful = GracefulShutdown::new();
@@ -133,7 +132,7 @@ pub async fn serve(
             builder.clone(),
             h2.clone(),
             stop.clone(),
-            tls.clone(),
+            transport.clone(),
         );
         // Told apart (and the TLS handshake run) in the connection's own task, so a client that
         // sends nothing never holds up accepting; bounded like a request head, and dropped at
@@ -141,15 +140,19 @@ pub async fn serve(
         tokio::spawn(async move {
             let guarded = StallGuard::new(stream, header_read_timeout);
             let (io, is_h2) = match tls {
-                None => {
+                Transport::Plain(plain) => {
                     let opened = tokio::select! {
-                        opened = tokio::time::timeout(header_read_timeout, opens_with_h2(&guarded.inner)) => opened,
+                        opened = tokio::time::timeout(header_read_timeout, opening(&guarded.inner)) => opened,
                         _ = stop.wait_for(|s| *s) => return,
                     };
-                    let Ok(Ok(is_h2)) = opened else { return };
-                    (MaybeTls::Plain(guarded), is_h2)
+                    let Ok(Ok(opening)) = opened else { return };
+                    match opening {
+                        Opening::Tls => return plain.refuse(peer),
+                        Opening::H2 => (MaybeTls::Plain(guarded), true),
+                        Opening::Http1 => (MaybeTls::Plain(guarded), false),
+                    }
                 }
-                Some(tls) => {
+                Transport::Tls(tls) => {
                     let accepted = tokio::select! {
                         accepted = tls.accept(guarded, peer, header_read_timeout) => accepted,
                         _ = stop.wait_for(|s| *s) => return,
@@ -179,18 +182,33 @@ pub async fn serve(
     Ok(())
 }
 
-/// Whether the client opened with the HTTP/2 preface (looked at, not read: the connection's
-/// server reads it again). Anything else, and a closed connection, is HTTP/1.1's to answer.
-async fn opens_with_h2(stream: &TcpStream) -> io::Result<bool> {
+/// How a plaintext connection opens.
+enum Opening {
+    /// Anything else, and a closed connection: HTTP/1.1's to answer.
+    Http1,
+    /// The HTTP/2 preface.
+    H2,
+    /// A TLS handshake: a TLS client on this plaintext listener ([`crate::tls::plain`]).
+    Tls,
+}
+
+/// How the client opens (looked at, not read: the connection's server reads it again).
+async fn opening(stream: &TcpStream) -> io::Result<Opening> {
     let mut buf = [0u8; H2_PREFACE.len()];
     loop {
         let n = stream.peek(&mut buf).await?;
         let seen = buf.get(..n).unwrap_or_default();
+        if seen
+            .first()
+            .is_some_and(|first| crate::tls::plain::is_tls(*first))
+        {
+            return Ok(Opening::Tls);
+        }
         if n == 0 || !H2_PREFACE.starts_with(seen) {
-            return Ok(false);
+            return Ok(Opening::Http1);
         }
         if n == H2_PREFACE.len() {
-            return Ok(true);
+            return Ok(Opening::H2);
         }
         tokio::time::sleep(PREFACE_PAUSE).await;
     }

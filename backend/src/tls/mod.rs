@@ -14,6 +14,7 @@
 //!   expired certificate, ...) and the `sluice_tls_refused` metric.
 //! - [`served`]: every listener's TLS, started together; the warning for a listener beyond
 //!   loopback without TLS.
+//! - [`plain`]: a plaintext listener's refusal of TLS clients (their first byte tells).
 //! - [`conn`]: a connection that is TLS or not, one type for the servers.
 //! - [`flags`]: the `--<listener>-tls-*` flags and envoyproxy/ratelimit's `GRPC_SERVER_*` /
 //!   `GRPC_CLIENT_*` settings as their fallbacks.
@@ -25,10 +26,11 @@ pub mod files;
 pub mod flags;
 pub mod live;
 pub mod load;
+pub mod plain;
 pub mod refusal;
 pub mod served;
 
 pub use files::{ListenerName, ListenersTls, TlsFiles, TlsSetting};
 pub use live::TlsListener;
 pub use load::LoadError;
-pub use served::Served;
+pub use served::{Served, Transport};

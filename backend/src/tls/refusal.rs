@@ -34,11 +34,13 @@ pub enum Refusal {
     Closed,
     /// The handshake did not finish within the listener's bound.
     Timeout,
+    /// A TLS client on a plaintext listener ([`super::plain`]).
+    TlsClient,
 }
 
 impl Refusal {
     /// Every reason, for the metric's zero series.
-    pub const ALL: [Refusal; 10] = [
+    pub const ALL: [Refusal; 11] = [
         Refusal::NotTls,
         Refusal::NoCertificate,
         Refusal::UnknownCa,
@@ -49,6 +51,7 @@ impl Refusal {
         Refusal::Protocol,
         Refusal::Closed,
         Refusal::Timeout,
+        Refusal::TlsClient,
     ];
 
     /// The metric's `reason` label and the log's `reason` field.
@@ -64,6 +67,7 @@ impl Refusal {
             Refusal::Protocol => "protocol",
             Refusal::Closed => "closed",
             Refusal::Timeout => "timeout",
+            Refusal::TlsClient => "tls_client",
         }
     }
 
@@ -80,6 +84,7 @@ impl Refusal {
             Refusal::Protocol => "the TLS handshake failed",
             Refusal::Closed => "the connection closed during the TLS handshake",
             Refusal::Timeout => "the TLS handshake did not finish in time",
+            Refusal::TlsClient => "a TLS client on a plaintext listener",
         }
     }
 
@@ -141,7 +146,7 @@ impl RefusedCounter {
     /// The metric's name (without `_total`).
     pub const NAME: &'static str = "sluice_tls_refused";
     /// The metric's help.
-    pub const HELP: &'static str = "TLS handshakes a listener refused, by listener (grpc, decision, admin) and reason (not_tls: a plaintext client; no_client_certificate, unknown_ca, expired, wrong_name, bad_certificate: mutual TLS; client_alert: the client refused the listener's certificate; protocol, closed, timeout)";
+    pub const HELP: &'static str = "TLS handshakes a listener refused, by listener (grpc, decision, admin) and reason (not_tls: a plaintext client; no_client_certificate, unknown_ca, expired, wrong_name, bad_certificate: mutual TLS; client_alert: the client refused the listener's certificate; protocol, closed, timeout; tls_client: a TLS client on a plaintext listener)";
 
     /// The family, to register.
     pub fn family(&self) -> Family<RefusedLabels, Counter> {
@@ -151,11 +156,18 @@ impl RefusedCounter {
     /// Shows every reason of `listener` at 0, so an alert on the series needs no first failure.
     pub fn show(&self, listener: ListenerName) {
         for reason in Refusal::ALL {
-            let _ = self.0.get_or_create(&RefusedLabels {
-                listener: listener.as_str(),
-                reason: reason.as_str(),
-            });
+            if reason != Refusal::TlsClient {
+                self.show_one(listener, reason);
+            }
         }
+    }
+
+    /// Shows one reason of `listener` at 0 (a plaintext listener's only one: `tls_client`).
+    pub fn show_one(&self, listener: ListenerName, reason: Refusal) {
+        let _ = self.0.get_or_create(&RefusedLabels {
+            listener: listener.as_str(),
+            reason: reason.as_str(),
+        });
     }
 
     /// Counts one refused handshake.

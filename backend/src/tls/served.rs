@@ -6,31 +6,41 @@ use std::sync::Arc;
 use super::files::{ListenerName, ListenersTls, TlsFiles, TlsSetting};
 use super::live::TlsListener;
 use super::load::LoadError;
+use super::plain::PlainListener;
 use super::refusal::RefusedCounter;
 
-/// Each listener's TLS in force (`None`: plaintext).
+/// How one listener is served.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// Plaintext; a TLS client is refused ([`PlainListener`]).
+    Plain(Arc<PlainListener>),
+    /// TLS ([`TlsListener`]).
+    Tls(Arc<TlsListener>),
+}
+
+/// Each listener's transport.
 pub struct Served {
     /// The gRPC listener's.
-    pub grpc: Option<Arc<TlsListener>>,
+    pub grpc: Transport,
     /// The decision listener's.
-    pub decision: Option<Arc<TlsListener>>,
+    pub decision: Transport,
     /// The admin listener's.
-    pub admin: Option<Arc<TlsListener>>,
+    pub admin: Transport,
 }
 
 impl Served {
     /// Reads every listener's TLS files: a bad one stops the start, naming its flag and file.
     pub fn start(files: &ListenersTls, refused: &RefusedCounter) -> Result<Served, LoadError> {
-        let start = |files: &Option<TlsFiles>| {
-            files
-                .clone()
-                .map(|files| TlsListener::start(files, refused.clone()))
-                .transpose()
+        let start = |listener: ListenerName, files: &Option<TlsFiles>| {
+            Ok(match files {
+                Some(files) => Transport::Tls(TlsListener::start(files.clone(), refused.clone())?),
+                None => Transport::Plain(PlainListener::new(listener, refused.clone())),
+            })
         };
         Ok(Served {
-            grpc: start(&files.grpc)?,
-            decision: start(&files.decision)?,
-            admin: start(&files.admin)?,
+            grpc: start(ListenerName::Grpc, &files.grpc)?,
+            decision: start(ListenerName::Decision, &files.decision)?,
+            admin: start(ListenerName::Admin, &files.admin)?,
         })
     }
 
@@ -38,7 +48,10 @@ impl Served {
     pub fn each(&self) -> impl Iterator<Item = &Arc<TlsListener>> {
         [&self.grpc, &self.decision, &self.admin]
             .into_iter()
-            .flatten()
+            .filter_map(|t| match t {
+                Transport::Tls(tls) => Some(tls),
+                Transport::Plain(_) => None,
+            })
     }
 
     /// Logs how each listener is served, and a warning for each one that listens beyond
@@ -57,10 +70,10 @@ impl Served {
         for (name, addr, tls) in listeners {
             let Some(addr) = addr else { continue };
             match tls {
-                Some(tls) => {
+                Transport::Tls(tls) => {
                     tracing::info!(listener = name.as_str(), %addr, mutual = tls.mutual(), "listener serves TLS{}", if tls.mutual() { " and requires client certificates (mutual TLS)" } else { "" })
                 }
-                None if !addr.ip().is_loopback() => tracing::warn!(
+                Transport::Plain(_) if !addr.ip().is_loopback() => tracing::warn!(
                     listener = name.as_str(),
                     %addr,
                     "the {} listener is bound to {addr}, beyond loopback, without TLS: anyone who reaches it talks to it in clear (set {} and {}; docs/security.md)",
@@ -68,7 +81,7 @@ impl Served {
                     name.flag(TlsSetting::Cert),
                     name.flag(TlsSetting::Key),
                 ),
-                None => {}
+                Transport::Plain(_) => {}
             }
         }
     }
