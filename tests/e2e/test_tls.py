@@ -1,0 +1,169 @@
+"""Mutual TLS from a real Envoy 1.40 to the backend's gRPC listener (docs/security.md): the
+backend started with --grpc-tls-cert/--grpc-tls-key/--grpc-tls-client-ca, Envoy's cluster to it
+with an UpstreamTlsContext presenting a client certificate. The sluice filter's `grpc_stream` and
+`grpc` protocols (on the build SLUICE_FILTER_BUILD names) and Envoy's own ratelimit filter limit
+exactly as over h2c; an Envoy without a client certificate is refused at the handshake, named in
+the backend's log and counted, its requests follow the filter's failure mode with its failure
+line, and nothing it sent is decided or debited. Certificates are made here with the openssl CLI.
+
+envoy/e2e_grpc.yaml and envoy/rls.yaml are rendered as for the h2c tests and their `sluice_rls`
+cluster given the transport socket below (the block docs/security.md shows)."""
+
+import re
+import subprocess
+import uuid
+
+import pytest
+import requests
+
+import stack
+
+TIMEOUT_MS = 250
+HOUR = {"count": 1, "period": "1h"}
+GRPC_LISTENERS = ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]
+RLS_LISTENERS = ["RLS_OPEN_PORT", "RLS_CLOSED_PORT"]
+
+
+def openssl(cwd, *args):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_pki(dir):
+    """A CA, the backend's certificate (SAN localhost, 127.0.0.1) and Envoy's client certificate."""
+    dir.mkdir(exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    openssl(dir, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=e2e-ca",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    leaves = {"server": "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
+              "envoy": "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:envoy.e2e\n"}
+    for serial, (name, ext) in enumerate(leaves.items(), start=2):
+        (dir / f"{name}.ext").write_text("basicConstraints=CA:FALSE\n" + ext)
+        openssl(dir, "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        openssl(dir, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial",
+                str(serial), "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
+    return dir
+
+
+def with_tls(config_path, pki, client_cert=True):
+    """Gives the rendered config's `sluice_rls` cluster an UpstreamTlsContext (h2 by ALPN, the
+    backend's certificate checked against the CA and its name), with Envoy's client certificate
+    unless `client_cert` is False."""
+    cert = ""
+    if client_cert:
+        cert = (f"          tls_certificates:\n"
+                f"          - certificate_chain: {{filename: {pki / 'envoy.pem'}}}\n"
+                f"            private_key: {{filename: {pki / 'envoy.key'}}}\n")
+    block = ("    transport_socket:\n"
+             "      name: envoy.transport_sockets.tls\n"
+             "      typed_config:\n"
+             '        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext\n'
+             "        sni: localhost\n"
+             "        common_tls_context:\n"
+             '          alpn_protocols: ["h2"]\n'
+             f"{cert}"
+             "          validation_context:\n"
+             f"            trusted_ca: {{filename: {pki / 'ca.pem'}}}\n"
+             "            match_typed_subject_alt_names:\n"
+             "            - {san_type: DNS, matcher: {exact: localhost}}\n")
+    text = config_path.read_text()
+    anchor = "  - name: sluice_rls\n    type: STATIC\n"
+    assert anchor in text
+    config_path.write_text(text.replace(anchor, anchor + block, 1))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp):
+    return make_pki(tmp / "pki")
+
+
+@pytest.fixture(scope="module")
+def tls_backend(tmp, pki):
+    redis, redis_port = stack.start_redis(tmp)
+    backend = stack.Backend(tmp, redis_port, extra_args=[
+        "--grpc-tls-cert", str(pki / "server.pem"), "--grpc-tls-key", str(pki / "server.key"),
+        "--grpc-tls-client-ca", str(pki / "ca.pem")]).start()
+    yield backend
+    stack.stop_all(backend, redis)
+
+
+def filter_envoy(tmp, pki, backend, upstream, protocol, client_cert=True):
+    envoy = stack.Envoy(tmp, "e2e_grpc.yaml", {"RLS_PORT": backend.grpc_port, "UPSTREAM_PORT": upstream,
+                                                "TIMEOUT_MS": TIMEOUT_MS, "PROTOCOL": protocol}, GRPC_LISTENERS)
+    with_tls(envoy.config, pki, client_cert)
+    return envoy.start()
+
+
+def user():
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+def log_of(backend):
+    return backend.proc.log_path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("protocol", ["grpc_stream", "grpc"])
+def test_the_filter_limits_exactly_over_mutual_tls(tmp, pki, tls_backend, upstream, protocol):
+    envoy = filter_envoy(tmp, pki, tls_backend, upstream, protocol)
+    try:
+        tls_backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 4, "rate": HOUR})
+        who = user()
+        answers = [requests.get(envoy.url("LISTEN_CLOSED_PORT") + "/limited/x", headers={"x-user": who}, timeout=10)
+                   for _ in range(6)]
+        assert [r.status_code for r in answers] == [200] * 4 + [429] * 2, [(r.status_code, r.headers) for r in answers]
+        assert [r.headers["x-ratelimit-remaining"] for r in answers[:4]] == ["3", "2", "1", "0"]
+        assert all("x-sluice-failure" not in r.headers for r in answers)
+        # (`closed`: the stack's readiness probe, a TCP connect without a handshake.)
+        refused = (tls_backend.metric("sluice_tls_refused_total", listener="grpc")
+                   - tls_backend.metric("sluice_tls_refused_total", listener="grpc", reason="closed"))
+        assert refused == 0, log_of(tls_backend)
+    finally:
+        envoy.stop()
+
+
+def test_envoys_ratelimit_filter_limits_exactly_over_mutual_tls(tmp, pki, tls_backend, upstream):
+    envoy = stack.Envoy(tmp, "rls.yaml", {"RLS_PORT": tls_backend.grpc_port, "UPSTREAM_PORT": upstream,
+                                           "RLS_TIMEOUT": "1s"}, RLS_LISTENERS)
+    with_tls(envoy.config, pki)
+    envoy.start()
+    try:
+        tls_backend.put_rule({"action": "user", "algorithm": "gcra", "capacity": 3, "rate": HOUR})
+        who = user()
+        answers = [requests.get(envoy.url("RLS_CLOSED_PORT") + "/user/post", headers={"x-user-id": who}, timeout=10)
+                   for _ in range(5)]
+        assert [r.status_code for r in answers] == [200] * 3 + [429] * 2, [(r.status_code, r.text) for r in answers]
+        assert answers[3].headers["x-envoy-ratelimited"] == "true"
+        assert re.search(r'"user";q=3;w=\d+', answers[3].headers["ratelimit-policy"])
+    finally:
+        envoy.stop()
+
+
+def test_an_envoy_without_a_client_certificate_is_refused_and_debits_nothing(tmp, pki, tls_backend, upstream):
+    tls_backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 2, "rate": HOUR})
+    before = tls_backend.decisions("e2e_limited")
+    refused_before = tls_backend.metric("sluice_tls_refused_total", listener="grpc", reason="no_client_certificate")
+    envoy = filter_envoy(tmp, pki, tls_backend, upstream, "grpc_stream", client_cert=False)
+    try:
+        who = user()
+        closed = [requests.get(envoy.url("LISTEN_CLOSED_PORT") + "/limited/x", headers={"x-user": who}, timeout=10)
+                  for _ in range(3)]
+        opened = requests.get(envoy.url("LISTEN_OPEN_PORT") + "/limited/x", headers={"x-user": who}, timeout=10)
+        # The filter's failure mode decides, with its failure line: deny closed, allow open.
+        assert all(r.status_code != 200 and r.headers.get("x-sluice-failure") for r in closed), \
+            [(r.status_code, r.headers) for r in closed]
+        assert opened.status_code == 200 and opened.headers.get("x-sluice-failure"), opened.headers
+        stack.wait_until(lambda: "reason=\"no_client_certificate\"" in log_of(tls_backend),
+                         "the backend names the refusal", timeout=5)
+        assert tls_backend.metric("sluice_tls_refused_total", listener="grpc",
+                                  reason="no_client_certificate") > refused_before
+        # Nothing it sent was decided, so nothing was debited: a certified Envoy still gets the
+        # whole budget for the same user.
+        assert tls_backend.decisions("e2e_limited") == before
+    finally:
+        envoy.stop()
+    good = filter_envoy(tmp, pki, tls_backend, upstream, "grpc_stream")
+    try:
+        codes = [requests.get(good.url("LISTEN_CLOSED_PORT") + "/limited/x", headers={"x-user": who},
+                              timeout=10).status_code for _ in range(3)]
+        assert codes == [200, 200, 429], codes
+    finally:
+        good.stop()
