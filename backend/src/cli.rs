@@ -65,7 +65,8 @@ pub struct Cli {
     )]
     pub admin_listen: SocketAddr,
 
-    /// Address of the gRPC listener (HTTP/2 cleartext, as Envoy's gRPC clusters speak): the sluice
+    /// Address of the gRPC listener (HTTP/2 cleartext as Envoy's gRPC clusters speak, or TLS with
+    /// --grpc-tls-cert): the sluice
     /// filter's default transport (its grpc_stream protocol, sluice.v1.DecisionExchange) and
     /// Envoy's rate limit service (RLS v3, for the native envoy.filters.http.ratelimit filter).
     /// `off` disables it. Keep it off the public network. [default: 127.0.0.1:8082]
