@@ -44,10 +44,10 @@ def make_pki(dir):
     return dir
 
 
-def with_tls(config_path, pki, client_cert=True):
-    """Gives the rendered config's `sluice_rls` cluster an UpstreamTlsContext (h2 by ALPN, the
-    backend's certificate checked against the CA and its name), with Envoy's client certificate
-    unless `client_cert` is False."""
+def with_tls(config_path, pki, client_cert=True, cluster="sluice_rls", alpn="h2"):
+    """Gives the rendered config's `cluster` an UpstreamTlsContext (`alpn`, the backend's
+    certificate checked against the CA and its name), with Envoy's client certificate unless
+    `client_cert` is False."""
     cert = ""
     if client_cert:
         cert = (f"          tls_certificates:\n"
@@ -59,14 +59,14 @@ def with_tls(config_path, pki, client_cert=True):
              '        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext\n'
              "        sni: localhost\n"
              "        common_tls_context:\n"
-             '          alpn_protocols: ["h2"]\n'
+             f'          alpn_protocols: ["{alpn}"]\n'
              f"{cert}"
              "          validation_context:\n"
              f"            trusted_ca: {{filename: {pki / 'ca.pem'}}}\n"
              "            match_typed_subject_alt_names:\n"
              "            - {san_type: DNS, matcher: {exact: localhost}}\n")
     text = config_path.read_text()
-    anchor = "  - name: sluice_rls\n    type: STATIC\n"
+    anchor = f"  - name: {cluster}\n    type: STATIC\n"
     assert anchor in text
     config_path.write_text(text.replace(anchor, anchor + block, 1))
 
@@ -167,3 +167,31 @@ def test_an_envoy_without_a_client_certificate_is_refused_and_debits_nothing(tmp
         assert codes == [200, 200, 429], codes
     finally:
         good.stop()
+
+
+def test_the_filters_http_protocol_limits_exactly_over_mutual_tls(tmp, pki, upstream):
+    """`protocol: http` to a decision listener with --decision-tls-*: the same cluster block with
+    ALPN http/1.1."""
+    redis, redis_port = stack.start_redis(tmp)
+    backend = stack.Backend(tmp, redis_port, extra_args=[
+        "--decision-tls-cert", str(pki / "server.pem"), "--decision-tls-key", str(pki / "server.key"),
+        "--decision-tls-client-ca", str(pki / "ca.pem")])
+    envoy = None
+    try:
+        backend.start()
+        backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 2, "rate": HOUR})
+        envoy = stack.Envoy(tmp, "e2e.yaml", {"BACKEND_PORT": backend.decision_port, "UPSTREAM_PORT": upstream,
+                                               "TIMEOUT_MS": TIMEOUT_MS}, GRPC_LISTENERS)
+        with_tls(envoy.config, pki, cluster="sluice_backend", alpn="http/1.1")
+        envoy.start()
+        who = user()
+        answers = [requests.get(envoy.url("LISTEN_CLOSED_PORT") + "/limited/x", headers={"x-user": who}, timeout=10)
+                   for _ in range(3)]
+        assert [r.status_code for r in answers] == [200, 200, 429], [(r.status_code, r.headers) for r in answers]
+        assert all("x-sluice-failure" not in r.headers for r in answers)
+        # Its /metrics is behind the same mutual TLS.
+        metrics = requests.get(f"https://127.0.0.1:{backend.decision_port}/metrics", timeout=5,
+                               verify=str(pki / "ca.pem"), cert=(str(pki / "envoy.pem"), str(pki / "envoy.key")))
+        assert metrics.status_code == 200 and 'action="e2e_limited"' in metrics.text, metrics.text
+    finally:
+        stack.stop_all(envoy, backend, redis)
