@@ -357,6 +357,8 @@ pub async fn run(
             listener,
             http::peer::router(app.clone()),
             header_read_timeout,
+            // A listener of its own takes the admin listener's TLS (it is part of that API's surface).
+            tls.admin.clone(),
             stop_rx.clone(),
         )
         .await;
