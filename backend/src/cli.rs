@@ -13,7 +13,7 @@ use crate::config::{Config, GrpcListen, Listen, StoreChoice, DEFAULT_GRPC_LISTEN
 use crate::http::serve::DEFAULT_HEADER_READ_TIMEOUT_MS;
 use crate::rules_file;
 use crate::store::redis::{
-    RedisConfig, RedisConfigError, RedisField, RedisTarget, SentinelTarget, DEFAULT_KEY_PREFIX,
+    is_tls_url, RedisConfig, RedisTarget, SentinelTarget, DEFAULT_KEY_PREFIX,
     DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, MAX_TIMEOUT_MS,
 };
 
@@ -105,6 +105,10 @@ pub struct Cli {
           requires = "redis_sentinel", conflicts_with_all = ["redis_url", "redis_cluster"], hide_env_values = true,
           value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub redis_sentinel_master_password: Option<String>,
+
+    /// Redis TLS and credentials (cli/redis_flags.rs).
+    #[command(flatten)]
+    pub redis_security: RedisSecurityFlags,
 
     /// Bound on each Redis command; past it the command fails with 503 store_timeout. Decisions
     /// whose caller sends a deadline (the filter does) are bounded by it instead; this bounds
@@ -260,38 +264,6 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
-/// A flag whose value sluice refuses, named as it was given (the flag and its variable), found
-/// when the configuration is built so it is never reported later as an unreachable store.
-#[derive(Debug, thiserror::Error)]
-#[error("{flag} ({env}): {reason}")]
-pub struct FlagError {
-    /// The flag, e.g. `--key-prefix`.
-    pub flag: &'static str,
-    /// Its environment twin, e.g. `SLUICE_KEY_PREFIX`.
-    pub env: &'static str,
-    /// What is wrong with the value.
-    pub reason: RedisConfigError,
-}
-
-impl FlagError {
-    fn redis(reason: RedisConfigError) -> FlagError {
-        let (flag, env) = redis_flag(reason.field());
-        FlagError { flag, env, reason }
-    }
-}
-
-/// The flag (and variable) that sets a Redis setting.
-fn redis_flag(field: RedisField) -> (&'static str, &'static str) {
-    match field {
-        RedisField::Url => ("--redis-url", "SLUICE_REDIS_URL"),
-        RedisField::ClusterUrls => ("--redis-cluster", "SLUICE_REDIS_CLUSTER"),
-        RedisField::Sentinel => ("--redis-sentinel", "SLUICE_REDIS_SENTINEL"),
-        RedisField::Timeout => ("--redis-timeout-ms", "SLUICE_REDIS_TIMEOUT_MS"),
-        RedisField::MaxInFlight => ("--max-in-flight", "SLUICE_MAX_IN_FLIGHT"),
-        RedisField::KeyPrefix => ("--key-prefix", "SLUICE_KEY_PREFIX"),
-    }
-}
-
 /// `--grpc-listen` and its old name `--rls-listen` give different addresses.
 #[derive(Debug, thiserror::Error)]
 #[error("--grpc-listen (SLUICE_GRPC_LISTEN) is {new} but its old name --rls-listen (SLUICE_RLS_LISTEN) is {old}; give only --grpc-listen")]
@@ -329,9 +301,27 @@ impl Cli {
         }
     }
 
+    /// Whether a Redis URL (or the Sentinel setting) asks for TLS (`rediss://`).
+    fn redis_tls_urls(&self) -> bool {
+        let tls = |urls: &str| urls.split(',').any(is_tls_url);
+        self.redis_url.as_deref().is_some_and(tls)
+            || self.redis_cluster.iter().any(|u| tls(u))
+            || self.redis_sentinel.as_deref().is_some_and(tls)
+    }
+
     /// The store this command line asks for, with every Redis setting checked
-    /// ([`RedisConfig::validate`]): a bad one is refused here, naming its flag.
+    /// ([`RedisConfig::validate`]): a bad one is refused here, naming its flag. The peer's
+    /// `REDIS_TLS*` and `REDIS_AUTH` are read from the environment as fallbacks
+    /// (`cli/redis_flags.rs`).
     pub fn store_choice(&self) -> Result<StoreChoice, FlagError> {
+        self.store_choice_with(&|name| std::env::var(name).ok())
+    }
+
+    /// [`Cli::store_choice`] with the peer's variables read by `env` (tests pass their own).
+    pub fn store_choice_with(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<StoreChoice, FlagError> {
         let target = if let Some(url) = &self.redis_url {
             RedisTarget::Single(url.clone())
         } else if !self.redis_cluster.is_empty() {
@@ -349,6 +339,7 @@ impl Cli {
             timeout: Duration::from_millis(self.redis_timeout_ms),
             max_in_flight: self.max_in_flight,
             key_prefix: self.key_prefix.clone(),
+            security: self.redis_security.security(self.redis_tls_urls(), env)?,
         };
         config.validate().map_err(FlagError::redis)?;
         Ok(StoreChoice::Redis(config))
@@ -519,5 +510,7 @@ pub async fn main_with(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+mod redis_flags;
+pub use self::redis_flags::{FlagError, RedisSecurityFlags};
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! Tests of [`super`] (`cli.rs`), kept beside it so that file holds only production code.
 
 use super::*;
+use crate::store::redis::RedisField;
 use clap::CommandFactory;
 
 #[test]
@@ -225,8 +226,16 @@ fn each_redis_field_names_a_real_flag_and_its_variable() {
         RedisField::Timeout,
         RedisField::MaxInFlight,
         RedisField::KeyPrefix,
+        RedisField::Sentinel,
+        RedisField::TlsCaCert,
+        RedisField::TlsClientCert,
+        RedisField::TlsClientKey,
+        RedisField::TlsSkipHostname,
+        RedisField::Password,
+        RedisField::PasswordFile,
+        RedisField::Tls,
     ] {
-        let (flag, env) = redis_flag(field);
+        let (flag, env) = redis_flags::redis_flag(field);
         let arg = command
             .get_arguments()
             .find(|a| a.get_long().map(|l| format!("--{l}")).as_deref() == Some(flag))

@@ -32,6 +32,7 @@ pub fn redis(url: &str) -> StoreChoice {
         timeout: Duration::from_millis(500),
         max_in_flight: 1024,
         key_prefix: "sluice".into(),
+        security: Default::default(),
     })
 }
 
@@ -43,6 +44,7 @@ pub fn cluster(urls: Vec<String>) -> StoreChoice {
         timeout: Duration::from_millis(500),
         max_in_flight: 1024,
         key_prefix: "sluice".into(),
+        security: Default::default(),
     })
 }
 

@@ -16,6 +16,7 @@ mod history_suite;
 mod store_suite;
 mod support;
 mod tls_rig;
+mod tls_support;
 
 mod admin_api;
 mod admin_replicas;
@@ -46,6 +47,7 @@ mod ratelimit_config;
 mod ratelimit_http;
 mod ratelimit_peer;
 mod redis_sizing;
+mod redis_tls;
 mod report_bound;
 mod report_log;
 mod rls;

@@ -46,7 +46,10 @@ pub(crate) fn map(error: &RedisError, key: &str, call: Call) -> StoreError {
             script,
             message: text,
         },
-        _ => StoreError::Unavailable(text),
+        _ => match super::security::explain(error) {
+            Some(hint) => StoreError::Unavailable(format!("{text} ({hint})")),
+            None => StoreError::Unavailable(text),
+        },
     }
 }
 

@@ -9,12 +9,14 @@
 //!
 //! One file per concern: `decision.rs` (and `all.rs`), `budget.rs`, `reset.rs`, `rules.rs`,
 //! `activity.rs`, `history.rs`, `health.rs`; the deployments in `topology/` (single node here,
-//! `cluster.rs`, `sentinel.rs`); key names in `keys.rs`, error mapping in `errors.rs`.
+//! `cluster.rs`, `sentinel.rs`); TLS and credentials in `security.rs`; key names in `keys.rs`,
+//! error mapping in `errors.rs`.
 
 mod activity;
 mod all;
 mod budget;
 mod config;
+mod config_error;
 mod decision;
 mod errors;
 mod health;
@@ -23,7 +25,9 @@ mod keys;
 mod reset;
 mod rules;
 mod scripts;
+mod security;
 mod sizing;
+mod target;
 mod topology;
 
 use std::future::Future;
@@ -52,6 +56,9 @@ pub use self::health::state::HEALTH_INTERVAL;
 pub use self::keys::ACTIVITY_TTL_MS;
 pub use self::keys::MAX_RAW_SUBJECT;
 pub use self::keys::VERSION_FIELD;
+pub use self::security::{
+    is_tls_url, ClientIdentity, HostnameCheck, PemFile, RedisSecurity, RedisTls, TlsFiles,
+};
 pub use self::sizing::RECOMMENDED_POLICY;
 pub use self::topology::SENTINEL_RETRY_EVERY;
 pub use super::ACTIVITY_KEEP;
@@ -99,18 +106,34 @@ impl RedisStore {
     pub async fn connect(config: RedisConfig) -> Result<RedisStore, ConnectError> {
         config.validate()?;
         let connect_bound = config.timeout.max(Duration::from_secs(5));
-        let conn =
-            match tokio::time::timeout(connect_bound, Conn::open(&config.target, config.timeout))
-                .await
-            {
-                Ok(Ok(conn)) => conn,
-                Ok(Err(e)) => {
-                    return Err(
-                        StoreError::Unavailable(format!("cannot connect to Redis: {e}")).into(),
-                    )
+        let conn = match tokio::time::timeout(
+            connect_bound,
+            Conn::open(&config.target, &config.security, config.timeout),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                let hint = match security::explain(&e) {
+                    Some(hint) => Some(hint.to_owned()),
+                    None => config.plaintext_hint().await,
+                };
+                let hint = hint.map(|h| format!(" ({h})")).unwrap_or_default();
+                return Err(
+                    StoreError::Unavailable(format!("cannot connect to Redis: {e}{hint}")).into(),
+                );
+            }
+            Err(_) => {
+                return Err(match config.plaintext_hint().await {
+                    Some(hint) => StoreError::Unavailable(format!(
+                        "cannot connect to Redis: no answer within {} ms ({hint})",
+                        duration_ms(connect_bound)
+                    )),
+                    None => StoreError::Timeout(duration_ms(connect_bound)),
                 }
-                Err(_) => return Err(StoreError::Timeout(duration_ms(connect_bound)).into()),
-            };
+                .into())
+            }
+        };
         let health = Health::start(
             conn.clone(),
             conn.kind(),
@@ -212,6 +235,15 @@ impl RedisStore {
             Ok(Err(e)) => Err(errors::map(&e, key, call)),
             Ok(Ok(value)) => Ok(value),
         }
+    }
+}
+
+impl RedisConfig {
+    /// After a failed connection: which TLS address answers plaintext Redis, if any
+    /// ([`security::plaintext_hint`], each probe bounded by the command timeout, at most 1 s).
+    async fn plaintext_hint(&self) -> Option<String> {
+        let bound = self.timeout.min(Duration::from_secs(1));
+        security::plaintext_hint(&self.target, &self.security, bound).await
     }
 }
 

@@ -64,7 +64,6 @@ fn urls_that_do_not_parse_are_refused_naming_which() {
         "garbage",
         "http://127.0.0.1:6379/",
         "redis://127.0.0.1:6379/x",
-        "rediss://h/",
     ] {
         let c = RedisConfig::new(RedisTarget::Single(url.into()));
         match c.validate() {
@@ -85,6 +84,26 @@ fn urls_that_do_not_parse_are_refused_naming_which() {
         }
         other => panic!("expected cluster URL #2 refused, got {other:?}"),
     }
+    // TLS: rediss:// is a usable URL; a fragment such as #insecure (no certificate check at
+    // all) is refused; a Cluster's seeds must agree on TLS.
+    assert_eq!(
+        RedisConfig::new(RedisTarget::Single("rediss://h/".into())).validate(),
+        Ok(())
+    );
+    let insecure = RedisConfig::new(RedisTarget::Single("rediss://h/#insecure".into()));
+    assert_eq!(
+        insecure.validate().map_err(|e| e.field()),
+        Err(RedisField::Url)
+    );
+    let mixed = RedisConfig::new(RedisTarget::Cluster(vec![
+        "rediss://127.0.0.1:7000".into(),
+        "redis://127.0.0.1:7001".into(),
+    ]));
+    assert!(
+        matches!(mixed.validate(), Err(RedisConfigError::Cluster { .. })),
+        "{:?}",
+        mixed.validate()
+    );
     let none = RedisConfig::new(RedisTarget::Cluster(Vec::new()));
     assert_eq!(none.validate(), Err(RedisConfigError::NoClusterUrls));
     let ok = RedisConfig::new(RedisTarget::Cluster(vec![

@@ -32,7 +32,7 @@ const SLOT_MAP_TRIES: usize = 3;
 #[derive(Clone)]
 pub(crate) struct ClusterReady {
     /// The first seed URL's settings; only the address is replaced per node.
-    template: Option<ConnectionInfo>,
+    template: Option<Arc<ConnectionInfo>>,
     cached: Arc<Mutex<HashMap<String, MultiplexedConnection>>>,
 }
 
@@ -45,12 +45,11 @@ struct Range {
 }
 
 impl ClusterReady {
-    /// From the cluster's seed URLs (already validated by the configuration).
-    pub(crate) fn new(urls: &[String]) -> ClusterReady {
+    /// From the first seed node's settings, TLS and credentials applied (`None`: plain TCP,
+    /// no credentials).
+    pub(crate) fn new(template: Option<ConnectionInfo>) -> ClusterReady {
         ClusterReady {
-            template: urls
-                .first()
-                .and_then(|u| u.as_str().into_connection_info().ok()),
+            template: template.map(Arc::new),
             cached: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -162,7 +161,7 @@ impl ClusterReady {
             }
             _ => addr = ConnectionAddr::Tcp(host, port),
         }
-        Ok(template.clone().set_addr(addr))
+        Ok(ConnectionInfo::clone(template).set_addr(addr))
     }
 }
 
@@ -287,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_node_address_keeps_the_seed_settings() {
-        let ready = ClusterReady::new(&["redis://:secret@127.0.0.1:7000".to_owned()]);
+        let ready = ClusterReady::new("redis://:secret@127.0.0.1:7000".into_connection_info().ok());
         let info = ready.info_for("10.0.0.2:7005").expect("info");
         assert_eq!(
             info.addr(),

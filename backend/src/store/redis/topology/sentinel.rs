@@ -23,14 +23,17 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{
+    SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
+};
 use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisConnectionInfo, RedisError, RedisFuture,
-    RedisResult, ServerErrorKind, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Pipeline,
+    RedisConnectionInfo, RedisError, RedisFuture, RedisResult, ServerErrorKind, TlsMode, Value,
 };
 use tokio::sync::{watch, Mutex};
 
-use super::super::config::SentinelTarget;
+use super::super::security::{Credentials, RedisSecurity};
+use super::super::target::SentinelTarget;
 
 /// Pause between two questions to the sentinels while no usable master is found.
 pub const RETRY_EVERY: Duration = Duration::from_millis(100);
@@ -83,17 +86,12 @@ enum Trouble {
 impl SentinelConn {
     /// Asks the sentinels for the master and connects to it (logging which master they named).
     /// Fails when no sentinel answers, none knows the master, or the master cannot be reached.
-    pub(crate) async fn open(target: &SentinelTarget, timeout: Duration) -> RedisResult<Self> {
-        let master_info = target.master_password.as_ref().map(|password| {
-            SentinelNodeConnectionInfo::default()
-                .set_redis_connection_info(RedisConnectionInfo::default().set_password(password))
-        });
-        let mut sentinels = SentinelClient::build(
-            target.sentinels.iter().map(String::as_str).collect(),
-            target.master.clone(),
-            master_info,
-            SentinelServerType::Master,
-        )?;
+    pub(crate) async fn open(
+        target: &SentinelTarget,
+        security: &RedisSecurity,
+        timeout: Duration,
+    ) -> RedisResult<Self> {
+        let mut sentinels = sentinel_client(target, security)?;
         let (conn, address) = connect(&mut sentinels, timeout).await?;
         tracing::info!(
             "Redis Sentinel: the sentinels name {address} as master {:?} ({target})",
@@ -201,6 +199,83 @@ fn trouble(e: &RedisError) -> Option<Trouble> {
         _ if e.is_timeout() => Some(Trouble::Slow),
         _ => None,
     }
+}
+
+/// The client that asks the sentinels for the master and connects to it. Without TLS each
+/// sentinel keeps its own URL's credentials. With TLS (a `rediss://` sentinel, or TLS forced by
+/// `security`) both the sentinels and the master are reached over TLS with `security`'s
+/// certificates; redis-rs then takes one user and password for all sentinels, so their URLs must
+/// agree. The master's credentials are `security`'s user and password (or the target's
+/// `master_password`).
+pub(crate) fn sentinel_client(
+    target: &SentinelTarget,
+    security: &RedisSecurity,
+) -> RedisResult<SentinelClient> {
+    let sentinels = target
+        .sentinels
+        .iter()
+        .map(|url| security.node(url, Credentials::Url))
+        .collect::<RedisResult<Vec<ConnectionInfo>>>()?;
+    let mut master = RedisConnectionInfo::default();
+    if let Some(user) = &security.user {
+        master = master.set_username(user);
+    }
+    if let Some(password) = target
+        .master_password
+        .as_ref()
+        .or(security.password.as_ref())
+    {
+        master = master.set_password(password);
+    }
+    let tls = sentinels
+        .iter()
+        .any(|s| matches!(s.addr(), ConnectionAddr::TcpTls { .. }));
+    if !tls {
+        return SentinelClient::build(
+            sentinels,
+            target.master.clone(),
+            Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(master)),
+            SentinelServerType::Master,
+        );
+    }
+    let own = |s: &ConnectionInfo| {
+        (
+            s.redis_settings().username().map(str::to_owned),
+            s.redis_settings().password().map(str::to_owned),
+        )
+    };
+    let (user, password) = sentinels.first().map(own).unwrap_or_default();
+    if sentinels
+        .iter()
+        .any(|s| own(s) != (user.clone(), password.clone()))
+    {
+        return Err(RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "with TLS every sentinel must have the same user and password in its address",
+        )));
+    }
+    let mut builder = SentinelClientBuilder::new(
+        sentinels.iter().map(|s| s.addr().clone()),
+        target.master.clone(),
+        SentinelServerType::Master,
+    )?
+    .set_client_to_redis_tls_mode(TlsMode::Secure);
+    if let Some(user) = user {
+        builder = builder.set_client_to_sentinel_username(user);
+    }
+    if let Some(password) = password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if let Some(user) = master.username() {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = master.password() {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if let Some(certs) = security.certificates() {
+        builder = builder.set_client_to_redis_certificates(certs);
+    }
+    builder.build()
 }
 
 /// Asks the sentinels every [`CHECK_EVERY`] whether the master changed; ends with the store (the
