@@ -243,6 +243,8 @@ async fn the_binary_takes_the_peers_tls_variables() {
             ])
             .args(["--admin-listen", &format!("127.0.0.1:{aport}")])
             .args(["--decision-listen", &format!("127.0.0.1:{dport}")])
+            // A debug build's TLS handshake on a loaded machine can outlast the default 100 ms.
+            .args(["--redis-timeout-ms", "2000"])
             .env("SLUICE_REDIS_URL", server.url())
             .env("REDIS_TLS", "true")
             .env("REDIS_TLS_CACERT", ca.file("ca.crt"))

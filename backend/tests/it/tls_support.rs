@@ -146,26 +146,28 @@ impl Pki {
 
     /// redis-server's TLS arguments for this PKI (the server certificate, the CA for clients).
     fn server_args(&self) -> Vec<String> {
-        [
+        self.args(&[
             ("--tls-cert-file", "server.crt"),
             ("--tls-key-file", "server.key"),
             ("--tls-ca-cert-file", "ca.crt"),
-        ]
-        .iter()
-        .flat_map(|(flag, file)| [flag.to_string(), self.file(file).display().to_string()])
-        .collect()
+        ])
     }
 
     /// redis-cli's TLS arguments (the client certificate).
     fn cli_args(&self) -> Vec<String> {
-        [
+        self.args(&[
             ("--cacert", "ca.crt"),
             ("--cert", "client.crt"),
             ("--key", "client.key"),
-        ]
-        .iter()
-        .flat_map(|(flag, file)| [flag.to_string(), self.file(file).display().to_string()])
-        .collect()
+        ])
+    }
+
+    /// `flag path` pairs for files of this PKI.
+    fn args(&self, pairs: &[(&str, &str)]) -> Vec<String> {
+        pairs
+            .iter()
+            .flat_map(|(flag, file)| [flag.to_string(), self.file(file).display().to_string()])
+            .collect()
     }
 }
 

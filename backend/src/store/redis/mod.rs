@@ -240,9 +240,12 @@ impl RedisStore {
 
 impl RedisConfig {
     /// After a failed connection: which TLS address answers plaintext Redis, if any
-    /// ([`security::plaintext_hint`], each probe bounded by the command timeout, at most 1 s).
+    /// ([`security::plaintext_hint`], each probe bounded by the command timeout, kept between
+    /// 250 ms and 1 s: a plaintext Redis answers `PING` at once, but a loaded host may not).
     async fn plaintext_hint(&self) -> Option<String> {
-        let bound = self.timeout.min(Duration::from_secs(1));
+        let bound = self
+            .timeout
+            .clamp(Duration::from_millis(250), Duration::from_secs(1));
         security::plaintext_hint(&self.target, &self.security, bound).await
     }
 }
