@@ -186,9 +186,25 @@ impl RedisSecurityFlags {
                 HostnameCheck::Verify
             };
             let files = TlsFiles { ca, cert, key };
-            Some(Box::new(
-                RedisTls::load(&files, hostname).map_err(FlagError::redis)?,
-            ))
+            let tls = RedisTls::load(&files, hostname).map_err(|reason| {
+                // A file that came from the peer's variable is named by that variable.
+                let from_peer = match reason.field() {
+                    RedisField::TlsCaCert if self.redis_tls_ca_cert.is_none() => Some(PEER_CA),
+                    RedisField::TlsClientCert if self.redis_tls_client_cert.is_none() => {
+                        Some(PEER_CERT)
+                    }
+                    RedisField::TlsClientKey if self.redis_tls_client_key.is_none() => {
+                        Some(PEER_KEY)
+                    }
+                    _ => None,
+                };
+                let mut error = FlagError::redis(reason);
+                if let Some(name) = from_peer {
+                    error.env = name;
+                }
+                error
+            })?;
+            Some(Box::new(tls))
         } else {
             for (name, set) in [
                 (PEER_CA, peer_ca.is_some()),
@@ -363,7 +379,7 @@ mod tests {
             ],
         )
         .expect_err("missing file");
-        assert_eq!(e.flag, "--redis-tls-ca-cert");
+        assert_eq!((e.flag, e.env), ("--redis-tls-ca-cert", "REDIS_TLS_CACERT"));
         assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
     }
 

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_backend::store::redis::{
-    ConnectError, RedisConfig, RedisSecurity, RedisStore, RedisTarget, RedisTls, SentinelTarget,
+    ConnectError, HostnameCheck, RedisConfig, RedisSecurity, RedisStore, RedisTarget, RedisTls,
+    SentinelTarget,
 };
 use sluice_backend::store::{HealthStore, ManualClock, StoreError};
 use store_suite::*;
@@ -113,6 +114,47 @@ async fn tls_single_node_passes_the_suite_and_refuses_a_wrong_ca_or_no_client_ce
     .await;
     assert!(wrong.is_err(), "a wrong password must not connect");
     assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+/// A certificate naming another host: refused naming the hostname check, and accepted with it
+/// skipped (the peer's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION); the chain is still checked.
+#[tokio::test]
+async fn a_certificate_for_another_name_needs_the_hostname_check_skipped() {
+    let pki = Pki::naming("elsewhere", "DNS:redis.elsewhere.example");
+    let server = TlsRedis::start(&pki, &[], &[]);
+    let (text, took) = refused(RedisTarget::Single(server.tls_url()), pki.security()).await;
+    println!("a certificate for another name refused in {took:?}: {text}");
+    assert!(text.contains("not valid for name"), "{text}");
+    assert!(
+        text.contains("--redis-tls-skip-hostname-verification"),
+        "{text}"
+    );
+    let skip = |security: RedisSecurity| RedisSecurity {
+        tls: security.tls.map(|tls| {
+            Box::new(RedisTls {
+                hostname: HostnameCheck::Skip,
+                ..*tls
+            })
+        }),
+        ..security
+    };
+    let store = RedisStore::connect(config(
+        RedisTarget::Single(server.tls_url()),
+        skip(pki.security()),
+    ))
+    .await
+    .expect("the hostname check skipped");
+    store.ping().await.expect("ping");
+    let other = Pki::new("elsewhere-other");
+    let (text, _) = refused(
+        RedisTarget::Single(server.tls_url()),
+        skip(pki.security_trusting(&other)),
+    )
+    .await;
+    assert!(
+        text.contains("UnknownIssuer"),
+        "the chain is still checked: {text}"
+    );
 }
 
 #[tokio::test]

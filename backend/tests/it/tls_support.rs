@@ -22,6 +22,11 @@ impl Pki {
     /// client too: Redis presents it on replication and cluster-bus links) and a client
     /// certificate, all EC P-256, valid for a day.
     pub fn new(name: &str) -> Pki {
+        Pki::naming(name, "IP:127.0.0.1,DNS:localhost")
+    }
+
+    /// [`Pki::new`] with a server certificate naming `names` (an openssl subjectAltName list).
+    pub fn naming(name: &str, names: &str) -> Pki {
         let dir = std::env::temp_dir().join(format!("sluice-pki-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("pki dir");
@@ -47,8 +52,10 @@ impl Pki {
         );
         pki.leaf(
             "server",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-             extendedKeyUsage=serverAuth,clientAuth\n",
+            &format!(
+                "subjectAltName={names}\nbasicConstraints=CA:FALSE\n\
+                 extendedKeyUsage=serverAuth,clientAuth\n"
+            ),
         );
         pki.leaf(
             "client",
