@@ -214,23 +214,35 @@ async fn tls_cluster_passes_the_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_sentinel_passes_the_suite() {
+async fn tls_sentinel_with_an_acl_user_passes_the_suite() {
     const MASTER: &str = "tlsmaster";
     let pki = Pki::new("sentinel");
-    let master = TlsRedis::start(&pki, &["--tls-replication", "yes"], &[]);
+    // The master and its replica admit the ACL user only; the replica and the sentinel sign in
+    // as it, and so does the store (--redis-user, --redis-password).
+    let with_acl = |extra: &[&str]| -> Vec<String> {
+        ["--tls-replication", "yes"]
+            .iter()
+            .chain(extra)
+            .chain(&ACL)
+            .map(|a| a.to_string())
+            .collect()
+    };
+    let master_args = with_acl(&[]);
+    let master_args: Vec<&str> = master_args.iter().map(String::as_str).collect();
+    let master = TlsRedis::start(&pki, &master_args, &ACL_CLI);
     let port = master.port.to_string();
-    let _replica = TlsRedis::start(
-        &pki,
-        &[
-            "--tls-replication",
-            "yes",
-            "--replicaof",
-            "127.0.0.1",
-            &port,
-        ],
-        &[],
-    );
-    let sentinel = TlsRedis::sentinel(&pki, MASTER, master.port, 5_000);
+    let replica_args = with_acl(&[
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--masteruser",
+        "app",
+        "--masterauth",
+        "apppw",
+    ]);
+    let replica_args: Vec<&str> = replica_args.iter().map(String::as_str).collect();
+    let _replica = TlsRedis::start(&pki, &replica_args, &ACL_CLI);
+    let sentinel = TlsRedis::sentinel(&pki, MASTER, master.port, 5_000, Some(("app", "apppw")));
     sentinel.wait_until(Duration::from_secs(10), "it knows the replica", |s| {
         s.cli(&["SENTINEL", "replicas", MASTER])
             .contains("master-link-status")
@@ -241,10 +253,14 @@ async fn tls_sentinel_passes_the_suite() {
     let store = Arc::new(
         RedisStore::connect(config(
             RedisTarget::Sentinel(target.clone()),
-            pki.security(),
+            RedisSecurity {
+                user: Some("app".into()),
+                password: Some("apppw".into()),
+                ..pki.security()
+            },
         ))
         .await
-        .expect("connect through the TLS sentinel to the TLS master")
+        .expect("connect through the TLS sentinel to the TLS master as the ACL user")
         .with_clock(clock.clone()),
     );
     store.ping().await.expect("ping");

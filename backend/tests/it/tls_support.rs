@@ -219,8 +219,15 @@ impl TlsRedis {
     }
 
     /// A TLS-only sentinel (`redis-server sentinel.conf --sentinel`) watching `master` at
-    /// `master_port` over TLS, quorum 1.
-    pub fn sentinel(pki: &Pki, master: &str, master_port: u16, down_after_ms: u64) -> TlsRedis {
+    /// `master_port` over TLS, quorum 1; with `auth`, it signs in to the master and replicas as
+    /// that ACL user and password.
+    pub fn sentinel(
+        pki: &Pki,
+        master: &str,
+        master_port: u16,
+        down_after_ms: u64,
+        auth: Option<(&str, &str)>,
+    ) -> TlsRedis {
         let port = free_port();
         let dir = temp_dir("sentinel", port);
         let tls: String = pki
@@ -236,8 +243,11 @@ impl TlsRedis {
                  bind 127.0.0.1\ndir {}\n\
                  sentinel monitor {master} 127.0.0.1 {master_port} 1\n\
                  sentinel down-after-milliseconds {master} {down_after_ms}\n\
-                 sentinel failover-timeout {master} 3000\n",
-                dir.display()
+                 sentinel failover-timeout {master} 3000\n{}",
+                dir.display(),
+                auth.map_or(String::new(), |(user, password)| format!(
+                    "sentinel auth-user {master} {user}\nsentinel auth-pass {master} {password}\n"
+                )),
             ),
         )
         .expect("write sentinel.conf");
