@@ -363,6 +363,7 @@ impl TlsRig {
                 decision,
                 admin,
                 grpc: Some(grpc),
+                ratelimit_http: sluice_backend::RatelimitHttp::Off,
             },
             config,
             async move {
