@@ -1,5 +1,6 @@
 //! Live funnel levels: the most recently active keys of each action, peeked as of now (levels
-//! decay with time), and the snapshot pushed to SSE listeners about twice a second.
+//! decay with time), and the snapshot pushed to SSE listeners about twice a second (of the
+//! active actions only: `GET /v1/levels?scope=active`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,15 +101,23 @@ pub async fn snapshot<S: ActivityStore + DecisionStore + HealthStore + ?Sized>(
     limit: usize,
 ) -> Result<LevelsBody, StoreError> {
     let at_ms = now_ms();
-    let futures = rules
+    let reads = rules
         .iter()
-        .map(|r| action_levels(store, book, r, overrides, limit));
-    let actions = futures::future::try_join_all(futures).await?;
+        .map(|r| action_levels(store, book, r, overrides, limit))
+        .collect();
+    let actions = crate::fanout::per_rule(reads).await?;
     Ok(LevelsBody {
         at_ms,
         actions,
         store: store.health(),
     })
+}
+
+/// What the SSE `levels` event carries (`GET /v1/levels?scope=active`): with thousands of rules,
+/// every idle action twice a second is megabytes that no page shows.
+fn active_only(mut body: LevelsBody) -> LevelsBody {
+    body.actions.retain(|a| a.is_active());
+    body
 }
 
 /// The latest level snapshot as SSE data (JSON text), computed only while someone listens.
@@ -149,7 +158,7 @@ impl LevelsHub {
             let set = rules.current();
             let list: Vec<Rule> = set.rules.values().map(|r| Rule::clone(r)).collect();
             match snapshot(store.as_ref(), &book, &list, &set.overrides, DEFAULT_LIMIT).await {
-                Ok(body) => match serde_json::to_string(&body) {
+                Ok(body) => match serde_json::to_string(&active_only(body)) {
                     Ok(text) => {
                         self.tx.send_replace(Some(Arc::from(text)));
                     }

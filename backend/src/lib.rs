@@ -19,6 +19,7 @@ pub mod config;
 pub mod deadline;
 pub mod decide;
 pub mod failure_log;
+pub mod fanout;
 pub mod grpc;
 pub mod history;
 pub mod http;

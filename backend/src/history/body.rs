@@ -1,7 +1,7 @@
 //! `GET /v1/history`: the stored steps of every action with a rule, every step of the range
 //! present (zeros included), with totals.
 
-use sluice_core::wire::{ActionHistory, HistoryBody, HistoryRange, HISTORY_STEP_MS};
+use sluice_core::wire::{ActionHistory, ActionScope, HistoryBody, HistoryRange, HISTORY_STEP_MS};
 use sluice_core::Rule;
 
 use super::{step_start, StoredHistory, Tally};
@@ -53,11 +53,14 @@ pub fn assemble(
     }
 }
 
-/// The history of `rules` (sorted by action) over `range`, read at `now_ms`.
+/// The history of `rules` (sorted by action) over `range`, read at `now_ms`: of every rule's
+/// action, or of the active ones only ([`ActionScope::Active`]: an action with nothing stored
+/// is never laid out, so thousands of idle rules cost one read each and no steps).
 pub async fn history(
     store: &dyn HistoryStore,
     rules: &[Rule],
     range: HistoryRange,
+    scope: ActionScope,
     now_ms: u64,
 ) -> Result<HistoryBody, StoreError> {
     let (first, steps) = range_steps(range, now_ms);
@@ -65,9 +68,19 @@ pub async fn history(
         let stored = store
             .read_history(rule.action(), first, steps, now_ms)
             .await?;
-        Ok::<_, StoreError>(assemble(rule.action().as_str(), first, steps, stored))
+        let idle = stored.steps.is_empty() && stored.last_seen_ms.is_none();
+        if scope == ActionScope::Active && idle {
+            return Ok(None);
+        }
+        let history = assemble(rule.action().as_str(), first, steps, stored);
+        let shown = scope == ActionScope::All || history.is_active();
+        Ok::<_, StoreError>(shown.then_some(history))
     });
-    let mut actions = futures::future::try_join_all(reads).await?;
+    let mut actions: Vec<ActionHistory> = crate::fanout::per_rule(reads.collect())
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
     actions.sort_by(|a, b| a.action.cmp(&b.action));
     Ok(HistoryBody {
         at_ms: now_ms,

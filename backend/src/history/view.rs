@@ -91,9 +91,11 @@ pub async fn key_view<S>(
 where
     S: DecisionStore + ActivityStore + HistoryStore + BudgetStore + ?Sized,
 {
-    let mut actions =
-        futures::future::try_join_all(rules.iter().map(|r| key_state(store, r, key, now_ms)))
-            .await?;
+    let reads = rules
+        .iter()
+        .map(|r| key_state(store, r, key, now_ms))
+        .collect();
+    let mut actions = crate::fanout::per_rule(reads).await?;
     actions.sort_by(|a, b| a.action.cmp(&b.action));
     Ok(KeyView {
         key: key.to_owned(),
@@ -122,7 +124,7 @@ pub async fn top_denied(
                 .collect(),
         })
     });
-    let mut actions: Vec<ActionTopDenied> = futures::future::try_join_all(reads)
+    let mut actions: Vec<ActionTopDenied> = crate::fanout::per_rule(reads.collect())
         .await?
         .into_iter()
         .filter(|a| !a.keys.is_empty())

@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
-use sluice_core::wire::{parse, ApiError, LevelsBody, RawRule, RulesBody, SessionRequest};
+use sluice_core::wire::{
+    parse, ActionScope, ApiError, LevelsBody, RawRule, RulesBody, SessionRequest, SCOPE_PARAM,
+};
 use sluice_core::{Action, FieldError, Rule};
 
 use super::audit;
@@ -183,6 +185,10 @@ pub struct LevelsQuery {
     pub action: Option<String>,
     /// Keys per action, newest first (default 20, at most 1000).
     pub limit: Option<String>,
+    /// `all` (every action with a rule, the default) or `active` (actions with a recently
+    /// active key or a non-zero rate: what the SSE `levels` event carries).
+    #[param(value_type = Option<sluice_core::wire::ActionScope>)]
+    pub scope: Option<String>,
 }
 
 /// The most recently active keys of each action with their levels as of now.
@@ -201,6 +207,8 @@ pub async fn get_levels(
     query: Result<Query<LevelsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<LevelsBody>, ApiFailure> {
     let Query(query) = query.map_err(|e| ApiFailure::invalid("query", e.body_text()))?;
+    let scope = ActionScope::parse(query.scope.as_deref())
+        .map_err(|e| ApiFailure::invalid(SCOPE_PARAM, e))?;
     let limit = match query.limit.as_deref() {
         None => levels::DEFAULT_LIMIT,
         Some(text) => match text.parse::<usize>() {
@@ -228,7 +236,7 @@ pub async fn get_levels(
             vec![Rule::clone(rule)]
         }
     };
-    let body = app
+    let mut body = app
         .store_call_within(
             LEVELS_DEADLINE,
             levels::snapshot(
@@ -241,6 +249,9 @@ pub async fn get_levels(
         )
         .await
         .map_err(|e| ApiFailure::store(&e))?;
+    if scope == ActionScope::Active {
+        body.actions.retain(|a| a.is_active());
+    }
     Ok(Json(body))
 }
 

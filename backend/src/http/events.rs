@@ -1,6 +1,7 @@
 //! `GET /v1/events`: server-sent events for the dashboard. Event `rules` (data: the
 //! `GET /v1/rules` body) on connect and on every change; event `levels` (data: the
-//! `GET /v1/levels` body) about every 500 ms while anyone listens; event `heartbeat` (data:
+//! `GET /v1/levels?scope=active` body: actions with an active key or a rate, not every rule)
+//! about every 500 ms while anyone listens; event `heartbeat` (data:
 //! `{"at_ms": …}`) every second, so a page sees at once when events stop (a stopped backend
 //! sends no error, only silence). Streams end at shutdown.
 
@@ -20,7 +21,7 @@ use crate::state::App;
 /// The event stream.
 #[utoipa::path(get, path = "/v1/events", tag = "admin",
     responses(
-        (status = 200, description = "text/event-stream: `rules` events (data: the GET /v1/rules body) on connect and on change; `levels` events (data: the GET /v1/levels body) about every 500 ms; `heartbeat` events (data: `{\"at_ms\": …}`) every second", content_type = "text/event-stream", body = String),
+        (status = 200, description = "text/event-stream: `rules` events (data: the GET /v1/rules body) on connect and on change; `levels` events (data: the GET /v1/levels?scope=active body) about every 500 ms; `heartbeat` events (data: `{\"at_ms\": …}`) every second", content_type = "text/event-stream", body = String),
         (status = 401, body = sluice_core::wire::ApiError),
     ),
     security(("bearer" = []), ("session" = [])))]

@@ -8,7 +8,9 @@ use std::time::Duration;
 use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde::Deserialize;
-use sluice_core::wire::{ApiError, HistoryBody, HistoryRange, KeyView, TopDeniedBody};
+use sluice_core::wire::{
+    ActionScope, ApiError, HistoryBody, HistoryRange, KeyView, TopDeniedBody, SCOPE_PARAM,
+};
 use sluice_core::Rule;
 
 use super::error::ApiFailure;
@@ -91,14 +93,24 @@ pub struct HistoryQuery {
     /// `5m` (30 steps) or `1h` (360 steps, the default).
     #[param(value_type = Option<HistoryRange>)]
     pub range: Option<String>,
+    /// `all` (every action with a rule, the default) or `active` (actions seen within 24 h or
+    /// with any count in the range).
+    #[param(value_type = Option<ActionScope>)]
+    pub scope: Option<String>,
+}
+
+/// The `scope` parameter of a per-action list, refused naming it when it is neither value.
+pub fn scope_param(query: Option<&str>) -> Result<ActionScope, ApiFailure> {
+    let value = query_param(query, SCOPE_PARAM)?;
+    ActionScope::parse(value.as_deref()).map_err(|e| ApiFailure::invalid(SCOPE_PARAM, e))
 }
 
 /// Every action's counts over the last 5 minutes or hour, in 10 s steps.
 #[utoipa::path(get, path = "/v1/history", tag = "admin",
     params(HistoryQuery),
     responses(
-        (status = 200, description = "One entry per action with a rule, sorted; every step of the range present, oldest first, zeros included", body = HistoryBody),
-        (status = 400, description = "`range` is not `5m` or `1h`", body = ApiError),
+        (status = 200, description = "One entry per action with a rule (with scope=active: per action seen within 24 h or counted in the range), sorted; every step of the range present, oldest first, zeros included", body = HistoryBody),
+        (status = 400, description = "`range` is not `5m` or `1h`, or `scope` not `all` or `active`", body = ApiError),
         (status = 401, body = ApiError),
         (status = 503, body = ApiError),
     ),
@@ -118,11 +130,12 @@ pub async fn get_history(
             ))
         }
     };
+    let scope = scope_param(query.as_deref())?;
     let rules = rules(&app);
     let body = app
         .store_call_within(
             READ_DEADLINE,
-            body::history(app.store.as_ref(), &rules, range, now_ms()),
+            body::history(app.store.as_ref(), &rules, range, scope, now_ms()),
         )
         .await
         .map_err(|e| ApiFailure::store(&e))?;
@@ -135,14 +148,18 @@ pub struct KeyQuery {
     /// The key, as the decision API receives it (any text, empty included; the URI is bounded at
     /// 64 KiB by the HTTP server).
     pub key: String,
+    /// `all` (every action with a rule, the default) or `active` (actions under which the key
+    /// has state; every other one reads as a key never seen there).
+    #[param(value_type = Option<ActionScope>)]
+    pub scope: Option<String>,
 }
 
 /// Where one key stands under every rule, without consuming anything.
 #[utoipa::path(get, path = "/v1/keys", tag = "admin",
     params(KeyQuery),
     responses(
-        (status = 200, description = "One entry per action with a rule, sorted", body = KeyView),
-        (status = 400, description = "`key` missing, given twice, or not UTF-8 once percent-decoded", body = ApiError),
+        (status = 200, description = "One entry per action with a rule (with scope=active: per action under which the key has state), sorted", body = KeyView),
+        (status = 400, description = "`key` missing, given twice, or not UTF-8 once percent-decoded; `scope` not `all` or `active`", body = ApiError),
         (status = 401, body = ApiError),
         (status = 503, body = ApiError),
     ),
@@ -153,6 +170,7 @@ pub async fn get_key(
 ) -> Result<Json<KeyView>, ApiFailure> {
     let key = query_param(query.as_deref(), "key")?
         .ok_or_else(|| ApiFailure::invalid("key", "required: GET /v1/keys?key=<key>"))?;
+    let scope = scope_param(query.as_deref())?;
     // The rule each action applies to this key: its override if it has one.
     let set = app.rules.current();
     let rules: Vec<Rule> = set
@@ -173,6 +191,9 @@ pub async fn get_key(
             .overrides
             .get(state.action.as_str())
             .is_some_and(|by_key| by_key.contains_key(&key));
+    }
+    if scope == ActionScope::Active {
+        body.actions.retain(|a| a.is_active());
     }
     Ok(Json(body))
 }

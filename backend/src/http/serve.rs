@@ -35,7 +35,9 @@
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -54,6 +56,7 @@ use tower::ServiceExt;
 
 use crate::tls::conn::MaybeTls;
 use crate::tls::Transport;
+use crate::log_limit::{LogLimit, LOG_EVERY};
 
 /// Default bound on reading a request's head (and its body, and a keep-alive connection's idle
 /// time), in milliseconds: the `--header-read-timeout-ms` default.
@@ -173,13 +176,56 @@ pub async fn serve(
                 watcher.watch(h1.serve_connection(io, service)).await
             };
             if let Err(e) = served {
-                tracing::debug!(error = %e, "connection closed with an error");
+                report_closed(&e, peer);
             }
         });
     }
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// A client that read nothing of its response for the bound: its connection is closed, so the
+/// response it was sent is cut off (a browser says `ERR_CONTENT_LENGTH_MISMATCH`, or
+/// `ERR_INCOMPLETE_CHUNKED_ENCODING` for the event stream).
+#[derive(Debug, thiserror::Error)]
+#[error("the client read nothing of the response for {0} ms")]
+pub struct StalledClient(pub u64);
+
+/// Rate limit of the "cut off a response" warning (one line per 10 s, counting the rest).
+static CUT_OFF: LazyLock<LogLimit> = LazyLock::new(|| LogLimit::new(LOG_EVERY));
+
+/// Logs a connection that ended with an error. A response cut off because its client stopped
+/// reading is a warning: the client sees a truncated body, and the log must say why (a page too
+/// busy to read, e.g. one drawing a very large list, looks exactly like this). Anything else
+/// (a client that went away) is routine and only a debug line.
+fn report_closed(e: &hyper::Error, peer: SocketAddr) {
+    if stalled(e).is_some() {
+        if let Some(count) = CUT_OFF.admit("stalled client") {
+            tracing::warn!(
+                error = %e,
+                %peer,
+                count,
+                "closed a connection whose client stopped reading: its response was cut off"
+            );
+        }
+    } else {
+        tracing::debug!(error = %e, "connection closed with an error");
+    }
+}
+
+/// The stall bound that ended a connection, if that is what did.
+fn stalled<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a StalledClient> {
+    let mut cause = Some(e);
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<io::Error>() {
+            if let Some(stall) = io.get_ref().and_then(|r| r.downcast_ref::<StalledClient>()) {
+                return Some(stall);
+            }
+        }
+        cause = error.source();
+    }
+    None
 }
 
 /// How a plaintext connection opens.
@@ -327,7 +373,7 @@ impl StallGuard {
                         let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
                         Poll::Ready(Err(io::Error::new(
                             io::ErrorKind::TimedOut,
-                            format!("the client read nothing of the response for {ms} ms"),
+                            StalledClient(ms),
                         )))
                     }
                     Poll::Pending => Poll::Pending,
@@ -382,5 +428,28 @@ impl AsyncWrite for StallGuard {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_shutdown(cx);
         this.guard(cx, polled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that wraps another, as hyper's does the connection's I/O error.
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection error")]
+    struct Wrapper(#[source] io::Error);
+
+    #[test]
+    fn a_cut_off_response_is_told_apart_from_a_client_that_went_away() {
+        let cut = Wrapper(io::Error::new(
+            io::ErrorKind::TimedOut,
+            StalledClient(10_000),
+        ));
+        assert_eq!(stalled(&cut).map(|s| s.0), Some(10_000));
+        let gone = Wrapper(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert!(stalled(&gone).is_none());
+        let other = Wrapper(io::Error::new(io::ErrorKind::TimedOut, "something else"));
+        assert!(stalled(&other).is_none());
     }
 }

@@ -21,6 +21,7 @@ mod report;
 mod rule;
 mod rule_errors;
 mod rules;
+mod scope;
 mod session;
 
 pub use all::{DeniedCheck, ThrottleAllRequest, ThrottleAllResponse, ThrottleCheck};
@@ -45,5 +46,6 @@ pub use ratelimit::{RatelimitConfigBody, RatelimitLimit};
 pub use report::{ActionCounts, FilterReport, ReportId, MAX_REPORTER_LEN};
 pub use rule::{RawCalendar, RawRule};
 pub use rule_errors::rule_field_errors;
-pub use rules::RulesBody;
+pub use rules::{RulesBody, RulesVersion};
+pub use scope::{ActionScope, SCOPE_PARAM};
 pub use session::SessionRequest;

@@ -19,3 +19,13 @@ pub struct RulesBody {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<super::KeyOverride>,
 }
+
+/// A [`RulesBody`] read for its version alone (its rules skipped, not built): a client that
+/// already holds that version has nothing to do, which with thousands of rules saves parsing
+/// megabytes (the dashboard's SSE `rules` event on connect repeats what `GET /v1/rules` gave).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct RulesVersion {
+    /// [`RulesBody::version`].
+    #[serde(default)]
+    pub version: u64,
+}
