@@ -189,15 +189,6 @@ pub fn unchecked(body: &HistoryBody) -> Vec<Unchecked> {
     rows
 }
 
-/// The actions that saw no traffic in 24 hours (likely no route sends them to sluice).
-pub fn quiet_actions(body: &HistoryBody) -> Vec<String> {
-    body.actions
-        .iter()
-        .filter(|a| a.last_seen_ms.is_none())
-        .map(|a| a.action.clone())
-        .collect()
-}
-
 impl ActionChart {
     /// Lays out one action's steps (oldest first; the right edge is when the history was read).
     pub fn new(history: &ActionHistory, step_ms: u64, range: HistoryRange) -> Self {
@@ -501,7 +492,7 @@ mod tests {
         assert_eq!(chart.y_ticks.last().unwrap().label, "1");
         assert_eq!(chart.quiet.as_deref(), Some(QUIET_TEXT));
         let b = body(vec![idle, action("busy", vec![], Some(NOON))]);
-        assert_eq!(quiet_actions(&b), ["ghost"]);
+        assert!(!crate::scope::seen_actions(&b).contains("ghost"));
         // No steps at all (a backend that has none yet) still lays out without NaN.
         let empty = ActionChart::new(
             &action("x", vec![], Some(NOON)),

@@ -219,11 +219,16 @@ pub fn key_query(typed: &str) -> Result<String, &'static str> {
     }
 }
 
-/// `GET /v1/keys?key=…` for `key`, with every byte outside the unreserved set percent-encoded
-/// (as `encodeURIComponent` would), so any key, `&`, `#`, `%` and non-ASCII included, arrives
-/// whole.
+/// `GET /v1/keys?key=…&scope=active` for `key`, with every byte outside the unreserved set
+/// percent-encoded (as `encodeURIComponent` would), so any key, `&`, `#`, `%` and non-ASCII
+/// included, arrives whole. Only the actions where the key has state are asked for; the view
+/// fills in the others ([`crate::scope::key_view_with_rest`]).
 pub fn key_url(key: &str) -> String {
-    format!("/v1/keys?key={}", crate::overrides::percent_encode(key))
+    format!(
+        "/v1/keys?key={}&{}",
+        crate::overrides::percent_encode(key),
+        crate::scope::VIEW_SCOPE.query()
+    )
 }
 
 #[cfg(test)]
@@ -424,10 +429,10 @@ mod tests {
 
     #[test]
     fn any_key_is_looked_up_whole() {
-        assert_eq!(key_url("alice"), "/v1/keys?key=alice");
+        assert_eq!(key_url("alice"), "/v1/keys?key=alice&scope=active");
         assert_eq!(
             key_url("a b&c=d#e%\"<'é"),
-            "/v1/keys?key=a%20b%26c%3Dd%23e%25%22%3C%27%C3%A9"
+            "/v1/keys?key=a%20b%26c%3Dd%23e%25%22%3C%27%C3%A9&scope=active"
         );
         assert!(key_query("").is_err());
         assert_eq!(key_query(" x ").unwrap(), " x ");

@@ -26,7 +26,9 @@
 //!
 //! Files without a twin are shared by several views ([`format`]: numbers and durations as text;
 //! [`sustained`]: a rule's long-run rate; [`rule_change`]: a save that
-//! changes a limit by more than 10×, which the editor asks to confirm) or have no logic worth a model (`app/mod.rs`: the page's
+//! changes a limit by more than 10×, which the editor asks to confirm; [`scope`]: what the views
+//! show of thousands of rules, the rules table's search and pages, the idle actions the other
+//! views fill in from the rules) or have no logic worth a model (`app/mod.rs`: the page's
 //! signals; `app/events.rs`: the SSE stream). The wire bodies themselves are sluice-core's
 //! (`sluice_core::wire`), never declared here.
 //!
@@ -45,6 +47,7 @@ pub mod overrides;
 pub mod reset;
 pub mod rule_change;
 pub mod rules_view;
+pub mod scope;
 pub mod signin;
 pub mod store_health;
 pub mod sustained;

@@ -64,16 +64,19 @@ pub async fn rules() -> Result<RulesBody, ServerError> {
     read(send(Request::get("/v1/rules")).await?).await
 }
 
-/// `GET /v1/history?range=5m|1h`: every action's outcomes in 10-second steps.
+/// `GET /v1/history?range=5m|1h&scope=active`: the outcomes in 10-second steps of every action
+/// seen within 24 h (the views fill in the quiet rules: [`crate::scope`]).
 pub async fn history(range: HistoryRange) -> Result<HistoryBody, ServerError> {
     let range = match range {
         HistoryRange::FiveMinutes => "5m",
         HistoryRange::OneHour => "1h",
     };
-    read(send(Request::get(&format!("/v1/history?range={range}"))).await?).await
+    let scope = crate::scope::VIEW_SCOPE.query();
+    read(send(Request::get(&format!("/v1/history?range={range}&{scope}"))).await?).await
 }
 
-/// `GET /v1/keys?key=K`: where one key stands on every action (a peek: consumes nothing).
+/// `GET /v1/keys?key=K&scope=active`: where one key stands on the actions where it has state (a
+/// peek: consumes nothing).
 pub async fn key_view(key: &str) -> Result<KeyView, ServerError> {
     read(send(Request::get(&crate::keys::key_url(key))).await?).await
 }

@@ -72,17 +72,23 @@ pub fn AuditPanel(ctx: Ctx) -> impl IntoView {
                     <label for="audit-action">"Action"</label>
                     <select id="audit-action" on:change=set(|f, v| f.action = v)>
                         <option value="" selected=move || filter.with(|f| f.action.is_empty())>"any"</option>
+                        // One option per rule, drawn only while the view shows and without a
+                        // reactive attribute each: thousands of rules stay one quick list.
                         {move || {
-                            ctx.rules
-                                .get()
-                                .rules
-                                .into_iter()
-                                .map(|r| {
-                                    let name = r.action().as_str().to_owned();
-                                    let (chosen, value) = (name.clone(), name.clone());
-                                    view! { <option value=value selected=move || filter.with(|f| f.action == chosen)>{name}</option> }
-                                })
-                                .collect_view()
+                            if ctx.tab.get() != Tab::Audit {
+                                return Vec::new();
+                            }
+                            let chosen = filter.with_untracked(|f| f.action.clone());
+                            ctx.rules.with(|body| {
+                                body.rules
+                                    .iter()
+                                    .map(|r| {
+                                        let name = r.action().as_str().to_owned();
+                                        let (selected, value) = (name == chosen, name.clone());
+                                        view! { <option value=value selected=selected>{name}</option> }
+                                    })
+                                    .collect::<Vec<_>>()
+                            })
                         }}
                     </select>
                 </div>

@@ -37,9 +37,10 @@ pub fn Editor(ctx: Ctx, editing: Editing) -> impl IntoView {
     let checked = Memo::new(move |_| {
         let form = form.get();
         let existing = if is_override {
-            overrides::keys_of(&ctx.rules.get(), form.action.trim())
+            ctx.rules
+                .with(|r| overrides::keys_of(r, form.action.trim()))
         } else {
-            rules_view::actions(&ctx.rules.get())
+            ctx.rules.with(rules_view::actions)
         };
         form.validate_all(mode, &existing)
     });

@@ -3,7 +3,7 @@
 //! badge turns amber, then red, when they stop). `EventSource` cannot send headers; the session
 //! cookie authenticates it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use leptos::prelude::*;
@@ -12,15 +12,19 @@ use wasm_bindgen::JsCast;
 use web_sys::{EventSource, MessageEvent};
 
 use super::{Ctx, Link};
-use sluice_core::wire::{EventKind, LevelsBody, RulesBody};
+use sluice_core::wire::{EventKind, LevelsBody, RulesBody, RulesVersion};
 
 thread_local! {
     static SOURCE: RefCell<Option<EventSource>> = const { RefCell::new(None) };
+    /// The rules version the page read just before opening the stream, until its first
+    /// `rules` event.
+    static JUST_READ: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Opens the stream (closing any previous one) and feeds the page's signals from it.
 pub fn connect(ctx: Ctx) {
     disconnect();
+    JUST_READ.with(|j| j.set(Some(ctx.rules.with_untracked(|r| r.version))));
     ctx.link.set(Link::Connecting);
     let source = match EventSource::new("/v1/events") {
         Ok(source) => source,
@@ -31,6 +35,16 @@ pub fn connect(ctx: Ctx) {
     };
     let on_rules = Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
         if let Some(text) = event.data().as_string() {
+            // The snapshot sent on connect repeats what the page read just before connecting:
+            // its version alone says so (only then: a backend restarted under the browser's
+            // own reconnect may number different rules the same).
+            if let Some(read) = JUST_READ.with(Cell::take) {
+                let version = serde_json::from_str::<RulesVersion>(&text).map(|v| v.version);
+                if version.ok() == Some(read) {
+                    ctx.heard();
+                    return;
+                }
+            }
             match serde_json::from_str::<RulesBody>(&text) {
                 Ok(body) => {
                     ctx.heard();

@@ -8,17 +8,27 @@ use super::{Ctx, Tab};
 use crate::history::{
     charts, step_after, unchecked, ActionChart, Outcome, BOTTOM, HEIGHT, LEFT, RIGHT, WIDTH,
 };
+use crate::scope::{history_with_quiet, more_text};
 
 #[component]
 pub fn HistoryPanel(ctx: Ctx) -> impl IntoView {
     // Charts are laid out only while the view shows (the history is read on every view: the
     // rules table and the tab's mark use it).
-    let all = Memo::new(move |_| {
+    // The history holds the active actions only (`scope=active`); a few quiet rules are drawn
+    // back by name and the rest counted.
+    let filled = Memo::new(move |_| {
         if ctx.tab.get() != Tab::History {
-            return Vec::new();
+            return (Vec::new(), 0);
         }
-        ctx.history.get().map(|h| charts(&h)).unwrap_or_default()
+        ctx.history.with(|h| match h {
+            Some(h) => ctx.rules.with(|rules| {
+                let (full, more) = history_with_quiet(h, rules);
+                (charts(&full), more)
+            }),
+            None => (Vec::new(), 0),
+        })
     });
+    let all = Memo::new(move |_| filled.with(|(charts, _)| charts.clone()));
     let failures = Memo::new(move |_| ctx.history.get().map(|h| unchecked(&h)).unwrap_or_default());
     let range_button = move |range: HistoryRange, id: &'static str, label: &'static str| {
         view! {
@@ -95,6 +105,9 @@ pub fn HistoryPanel(ctx: Ctx) -> impl IntoView {
                     />
                 </div>
             </Show>
+            <p class="more" id="history-more">
+                {move || filled.with(|(_, more)| more_text(*more, "quiet rules (no traffic in 24 h), not drawn"))}
+            </p>
         </section>
     }
 }

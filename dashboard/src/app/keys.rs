@@ -11,6 +11,7 @@ use super::reset::{ResetAllButton, ResetButton};
 use super::{api, Auth, Ctx, Tab, HISTORY_REFRESH_MS};
 use crate::keys::{key_query, key_rows, top_denied, KeyRow, TopDenied};
 use crate::live_view::cached_denied_note;
+use crate::scope::{key_view_with_rest, more_text};
 
 #[component]
 pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
@@ -20,15 +21,19 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
     let top = RwSignal::new(None::<TopDeniedBody>);
     let top_error = RwSignal::new(String::new());
     let busy = RwSignal::new(false);
+    // A read asked for while one was on its way (a key typed while the view refreshed): run
+    // once that one ends, not at the next tick, 4 s later.
+    let again = RwSignal::new(false);
     // What the last reset in the key view removed.
     let reset_result = RwSignal::new(String::new());
 
     // Reads the looked-up key's states (if any) and the top-denied lists, while the view shows.
     let refresh = move || {
-        if ctx.auth.get_untracked() != Auth::SignedIn
-            || ctx.tab.get_untracked() != Tab::Keys
-            || busy.get_untracked()
-        {
+        if ctx.auth.get_untracked() != Auth::SignedIn || ctx.tab.get_untracked() != Tab::Keys {
+            return;
+        }
+        if busy.get_untracked() {
+            again.set(true);
             return;
         }
         busy.set(true);
@@ -67,6 +72,12 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
             refresh();
         }
     });
+    Effect::new(move |_| {
+        if !busy.get() && again.get() {
+            again.set(false);
+            refresh();
+        }
+    });
     // And at once after a reset, so the freed key shows its room without waiting.
     Effect::new(move |_| {
         if !reset_result.get().is_empty() {
@@ -93,14 +104,25 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
             Err(why) => message.set(why.to_owned()),
         }
     };
-    let rows = Memo::new(move |_| view_body.get().map(|v| key_rows(&v)).unwrap_or_default());
+    // The backend answers the actions where the key has state (`scope=active`); a few others
+    // are drawn back by name as a key never seen there reads, and the rest counted.
+    let filled = Memo::new(move |_| {
+        view_body.with(|v| match v {
+            Some(v) => ctx.rules.with(|rules| {
+                let (full, more) = key_view_with_rest(v, rules);
+                (key_rows(&full), more)
+            }),
+            None => (Vec::new(), 0),
+        })
+    });
+    let rows = Memo::new(move |_| filled.with(|(rows, _)| rows.clone()));
     let lists = Memo::new(move |_| top.get().map(|t| top_denied(&t)).unwrap_or_default());
 
     view! {
         <section class="card keys" aria-labelledby="keys-title">
             <div class="section-head">
                 <h2 id="keys-title">"Keys"</h2>
-                <p class="hint">"Where one key stands on every action. Looking consumes nothing."</p>
+                <p class="hint">"Where one key stands on every action (those where it has no state read full). Looking consumes nothing."</p>
             </div>
             <form class="key-search" id="key-search-form" on:submit=submit>
                 <label for="key-search">"Key"</label>
@@ -127,7 +149,7 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
                     <ResetAllButton
                         ctx=ctx
                         key=Signal::derive(move || view_body.with(|v| v.as_ref().map(|v| v.key.clone())))
-                        actions=Signal::derive(move || rows.with(Vec::len))
+                        actions=Signal::derive(move || ctx.rules.with(|r| r.rules.len()))
                         done=reset_result
                     />
                 </div>
@@ -165,11 +187,14 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
                         </tbody>
                     </table>
                 </Show>
+                <p class="more" id="key-more">
+                    {move || filled.with(|(_, more)| more_text(*more, "actions where this key has no state (all of their capacity left)"))}
+                </p>
                 <p class="reset-result" id="key-reset-result" role="status">{move || reset_result.get()}</p>
             </div>
             <h3 class="top-title">"Most denied, last 5 minutes"</h3>
             <p class="hint" id="top-denied-note">
-                {move || ctx.history.get().map(|h| cached_denied_note(&h)).unwrap_or_else(|| "Counts are the backend's denials per key.".into())}
+                {move || ctx.history.with(|h| h.as_ref().map(cached_denied_note)).unwrap_or_else(|| "Counts are the backend's denials per key.".into())}
             </p>
             <p class="field-error" id="top-denied-error">{move || top_error.get()}</p>
             <Show

@@ -1,4 +1,5 @@
-//! Live funnels: per action, the most active keys filling and draining, from SSE snapshots.
+//! Live funnels: per action with traffic, the most active keys filling and draining, from SSE
+//! snapshots (which leave idle actions out: they are counted under the cards).
 //! Keys are untrusted text and are only ever put into text nodes and attributes.
 
 use leptos::prelude::*;
@@ -7,20 +8,26 @@ use super::reset::ResetButton;
 use super::store_health::StorePanel;
 use super::Ctx;
 use crate::live_view::{cached_denials, live_view, ActionView, FunnelView, TOP_KEYS};
+use crate::scope::idle_live_text;
 
 #[component]
 pub fn LivePanel(ctx: Ctx) -> impl IntoView {
-    let actions = Memo::new(move |_| live_view(&ctx.levels.get(), TOP_KEYS));
+    let actions = Memo::new(move |_| ctx.levels.with(|l| live_view(l, TOP_KEYS)));
+    // The snapshot holds the active actions only; the rules it leaves out are counted.
+    let idle = Memo::new(move |_| {
+        ctx.levels
+            .with(|l| ctx.rules.with(|r| idle_live_text(l, r)))
+    });
     view! {
         <section class="card live" aria-labelledby="live-title">
             <div class="section-head">
                 <h2 id="live-title">"Live"</h2>
-                <p class="hint">"The fullest keys of each action, updated twice a second while the badge above is green. Denied is the backend's; cached 429s are the filters' own denials, which clients got too."</p>
+                <p class="hint">"The fullest keys of each action with traffic, updated twice a second while the badge above is green. Denied is the backend's; cached 429s are the filters' own denials, which clients got too."</p>
             </div>
             <StorePanel ctx=ctx />
             <Show
                 when=move || !actions.get().is_empty()
-                fallback=|| view! { <p class="empty">"No actions yet: add a rule and send traffic through the decision API."</p> }
+                fallback=|| view! { <p class="empty">"No active keys: send traffic through the decision API and its keys show here."</p> }
             >
                 <div class="actions-grid">
                     <For
@@ -34,6 +41,7 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
                     />
                 </div>
             </Show>
+            <p class="more" id="live-idle">{move || idle.get()}</p>
         </section>
     }
 }

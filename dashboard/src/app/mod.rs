@@ -215,9 +215,12 @@ impl Ctx {
             match api::rules().await {
                 Ok(body) => {
                     self.apply_rules(body);
-                    if let Ok(me) = api::whoami().await {
-                        self.me.set(Some(me.name));
-                    }
+                    // Who this is, beside (not before) showing the page.
+                    leptos::task::spawn_local(async move {
+                        if let Ok(me) = api::whoami().await {
+                            self.me.set(Some(me.name));
+                        }
+                    });
                     if self.auth.get_untracked() != Auth::SignedIn {
                         self.auth.set(Auth::SignedIn);
                     }
@@ -325,7 +328,7 @@ fn App() -> impl IntoView {
 fn TabButton(ctx: Ctx, tab: Tab, label: &'static str) -> impl IntoView {
     // The live view holds the store's warnings; its tab says so from anywhere on the page.
     let warned = Memo::new(move |_| match tab {
-        Tab::Live => !ctx.levels.get().store.warnings.is_empty(),
+        Tab::Live => ctx.levels.with(|l| !l.store.warnings.is_empty()),
         // Requests let through unchecked are the other thing that must be seen from anywhere.
         Tab::History => ctx
             .history

@@ -1,12 +1,16 @@
-//! The rules table, with create / edit / delete. The editor replaces the table while open.
+//! The rules table, with create / edit / delete, a search box and pages of a hundred rows. The
+//! editor replaces the table while open.
+
+use std::collections::HashSet;
 
 use leptos::prelude::*;
 
 use super::{api, editor::Editor, Ctx, Editing};
 use crate::editor::{EditMode, RuleForm};
-use crate::history::{quiet_actions, QUIET_TEXT};
+use crate::history::QUIET_TEXT;
 use crate::overrides::{self, overrides_of, OverrideRow};
 use crate::rules_view::{self, rows, RuleRow};
+use crate::scope;
 
 #[component]
 pub fn RulesPanel(ctx: Ctx) -> impl IntoView {
@@ -20,14 +24,15 @@ pub fn RulesPanel(ctx: Ctx) -> impl IntoView {
 
 #[component]
 fn RulesTable(ctx: Ctx) -> impl IntoView {
-    let table = Memo::new(move |_| rows(&ctx.rules.get()));
-    // Actions that saw no traffic in 24 h (from the history the page reads every few seconds).
-    let quiet = Memo::new(move |_| {
-        ctx.history
-            .get()
-            .map(|h| quiet_actions(&h))
-            .unwrap_or_default()
-    });
+    let table = Memo::new(move |_| ctx.rules.with(rows));
+    // The search box and the page shown: only one page of rows is ever drawn (thousands of
+    // rules from a ratelimit configuration directory stay a page of a hundred).
+    let query = RwSignal::new(String::new());
+    let page_no = RwSignal::new(0usize);
+    let shown = Memo::new(move |_| table.with(|t| scope::page(t, &query.get(), page_no.get())));
+    // Actions seen within 24 h (from the history the page reads every few seconds): a rule
+    // whose action is not among them is quiet. Nothing is marked before the history arrives.
+    let seen = Memo::new(move |_| ctx.history.with(|h| h.as_ref().map(scope::seen_actions)));
     // The action whose delete is awaiting confirmation.
     let confirming = RwSignal::new(None::<String>);
     view! {
@@ -45,9 +50,44 @@ fn RulesTable(ctx: Ctx) -> impl IntoView {
                 </button>
             </div>
             <Show
-                when=move || !table.get().is_empty()
+                when=move || !table.with(Vec::is_empty)
                 fallback=|| view! { <p class="empty">"No rules yet. Create one with “New rule”."</p> }
             >
+                <div class="rules-find" role="search">
+                    <label for="rule-search" class="sr-only">"Find rules"</label>
+                    <input
+                        id="rule-search"
+                        type="search"
+                        autocomplete="off"
+                        spellcheck="false"
+                        placeholder="Find by action or description"
+                        prop:value=move || query.get()
+                        on:input=move |ev| {
+                            query.set(event_target_value(&ev));
+                            page_no.set(0);
+                        }
+                    />
+                    <span class="rules-count" id="rules-count" role="status">{move || shown.with(|p| p.text.clone())}</span>
+                    <span class="pager" hidden=move || shown.with(|p| p.pages <= 1)>
+                        <button
+                            class="quiet"
+                            id="rules-prev"
+                            disabled=move || shown.with(|p| p.page == 0)
+                            on:click=move |_| page_no.set(shown.with_untracked(|p| p.page.saturating_sub(1)))
+                        >
+                            "Previous"
+                        </button>
+                        <span class="page-of" id="rules-page">{move || shown.with(|p| format!("page {} of {}", p.page + 1, p.pages))}</span>
+                        <button
+                            class="quiet"
+                            id="rules-next"
+                            disabled=move || shown.with(|p| p.page + 1 >= p.pages)
+                            on:click=move |_| page_no.set(shown.with_untracked(|p| p.page + 1))
+                        >
+                            "Next"
+                        </button>
+                    </span>
+                </div>
                 <table class="rules-table">
                     <thead>
                         <tr>
@@ -62,9 +102,9 @@ fn RulesTable(ctx: Ctx) -> impl IntoView {
                     </thead>
                     <tbody>
                         <For
-                            each=move || table.get()
+                            each=move || shown.with(|p| p.rows.clone())
                             key=|row: &RuleRow| (row.action.clone(), row.limit.clone(), row.capacity.clone(), row.mode.clone(), row.algorithm.clone(), row.description.clone(), row.lease.clone())
-                            children=move |row: RuleRow| view! { <Row ctx=ctx row=row confirming=confirming quiet=quiet /> }
+                            children=move |row: RuleRow| view! { <Row ctx=ctx row=row confirming=confirming seen=seen /> }
                         />
                     </tbody>
                 </table>
@@ -78,12 +118,12 @@ fn Row(
     ctx: Ctx,
     row: RuleRow,
     confirming: RwSignal<Option<String>>,
-    quiet: Memo<Vec<String>>,
+    seen: Memo<Option<HashSet<String>>>,
 ) -> impl IntoView {
     let action = row.action.clone();
     let is_quiet = {
         let action = action.clone();
-        move || quiet.with(|q| q.contains(&action))
+        move || seen.with(|s| s.as_ref().is_some_and(|s| !s.contains(&action)))
     };
     let is_confirming = {
         let action = action.clone();
@@ -129,7 +169,7 @@ fn Row(
     };
     let list = {
         let action = action.clone();
-        Memo::new(move |_| overrides_of(&ctx.rules.get(), &action))
+        Memo::new(move |_| ctx.rules.with(|body| overrides_of(body, &action)))
     };
     let description = row.description.clone();
     // A rule a ratelimit config owns is edited in its file: no Edit or Delete (its description names the file).

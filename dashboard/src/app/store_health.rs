@@ -11,8 +11,9 @@ use crate::store_health::{StoreView, RATE_WINDOW_MS};
 #[component]
 pub fn StorePanel(ctx: Ctx) -> impl IntoView {
     // The memo's previous value carries the eviction history from snapshot to snapshot.
-    let store =
-        Memo::new(move |previous: Option<&StoreView>| StoreView::next(previous, &ctx.levels.get()));
+    let store = Memo::new(move |previous: Option<&StoreView>| {
+        ctx.levels.with(|l| StoreView::next(previous, l))
+    });
     // One closure type for every text and one for every flag: each drawn value is a plain
     // function of the view, and the wasm stays small.
     let text = move |f: fn(&StoreView) -> String| move || store.with(f);
