@@ -16,7 +16,7 @@ use sluice_core::wire::{
 use crate::rules_view::RuleRow;
 
 /// Rows of the rules table per page: a page draws in a few milliseconds whatever the rule count.
-pub const PAGE_ROWS: usize = 100;
+pub const PAGE_ROWS: usize = 50;
 
 /// Actions with nothing to show that a view still draws by name (as quiet history cards, as
 /// full-capacity rows of a key); the others are counted in a line.
@@ -36,7 +36,7 @@ pub struct RulesPage {
     pub pages: usize,
     /// Rules matching the search.
     pub matching: usize,
-    /// `"1–100 of 10,000 rules"`, `"3 of 10,000 rules match “t42”"`, `"No rule matches “x”"`.
+    /// `"1–50 of 10,000 rules"`, `"3 of 10,000 rules match “t42”"`, `"No rule matches “x”"`.
     pub text: String,
 }
 
@@ -261,15 +261,15 @@ mod tests {
     }
 
     #[test]
-    fn pages_hold_a_hundred_rows_and_the_search_finds_by_word() {
+    fn pages_hold_fifty_rows_and_the_search_finds_by_word() {
         let all = rows(&many(10_000));
         let first = page(&all, "", 0);
         assert_eq!(first.rows.len(), PAGE_ROWS);
-        assert_eq!(first.pages, 100);
-        assert_eq!(first.text, "1–100 of 10,000 rules");
+        assert_eq!(first.pages, 200);
+        assert_eq!(first.text, "1–50 of 10,000 rules");
         let last = page(&all, "", 500);
-        assert_eq!(last.page, 99, "clamped to the last page");
-        assert_eq!(last.text, "9901–10000 of 10,000 rules");
+        assert_eq!(last.page, 199, "clamped to the last page");
+        assert_eq!(last.text, "9951–10000 of 10,000 rules");
         let found = page(&all, "  TENANT_T4242 ", 0);
         assert_eq!(found.matching, 1);
         assert_eq!(found.rows[0].action, "rl:big.tenant_t4242");

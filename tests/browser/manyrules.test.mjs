@@ -125,18 +125,18 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     const t0 = Date.now();
     await page.goto(stack.admin + '/');
     await timed('rules view (from navigation, search answered)', t0, async () => {
-      await page.locator('#rules-count', { hasText: '1–100 of 10,000 rules' }).waitFor({ timeout: 30000 });
+      await page.locator('#rules-count', { hasText: '1–50 of 10,000 rules' }).waitFor({ timeout: 30000 });
       await page.fill('#rule-search', 'tenant_t4242');
       await page.locator('#rules-count', { hasText: /^2 of 2 rules matching/ }).waitFor({ timeout: 30000 });
       await page.locator('tr[data-action="rl:big.tenant_t4242.user"]').waitFor({ timeout: 30000 });
     });
     assert.equal(await page.locator('tr[data-action]').count(), 2, 'only the matching rows are drawn');
     await page.fill('#rule-search', '');
-    await page.locator('#rules-count', { hasText: '1–100 of 10,000 rules' }).waitFor();
-    assert.equal(await page.locator('tr[data-action]').count(), 100, 'one page of rows');
+    await page.locator('#rules-count', { hasText: '1–50 of 10,000 rules' }).waitFor();
+    assert.equal(await page.locator('tr[data-action]').count(), 50, 'one page of rows');
     const t1 = Date.now();
     await page.click('#rules-next');
-    await timed('rules view (next page)', t1, () => page.locator('#rules-count', { hasText: '101–200 of 10,000 rules' }).waitFor({ timeout: 30000 }));
+    await timed('rules view (next page)', t1, () => page.locator('#rules-count', { hasText: '51–100 of 10,000 rules' }).waitFor({ timeout: 30000 }));
     // A row is clickable: its Add override opens the editor.
     const t2 = Date.now();
     await page.locator('tr[data-action] button.add-override').first().click();

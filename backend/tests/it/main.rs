@@ -52,6 +52,7 @@ mod report_bound;
 mod report_log;
 mod rls;
 mod rls_history;
+mod scope;
 mod sentinel;
 mod tls_binary;
 mod tls_listeners;

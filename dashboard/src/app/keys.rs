@@ -105,10 +105,12 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
         }
     };
     // The backend answers the actions where the key has state (`scope=active`); a few others
-    // are drawn back by name as a key never seen there reads, and the rest counted.
+    // are drawn back by name as a key never seen there reads, and the rest counted. The rules
+    // as of each answer (read untracked): a rule added since shows with the next read, as the
+    // backend's own rows do.
     let filled = Memo::new(move |_| {
         view_body.with(|v| match v {
-            Some(v) => ctx.rules.with(|rules| {
+            Some(v) => ctx.rules.with_untracked(|rules| {
                 let (full, more) = key_view_with_rest(v, rules);
                 (key_rows(&full), more)
             }),

@@ -1,4 +1,4 @@
-//! The rules table, with create / edit / delete, a search box and pages of a hundred rows. The
+//! The rules table, with create / edit / delete, a search box and pages of 50 rows. The
 //! editor replaces the table while open.
 
 use std::collections::HashSet;
@@ -26,7 +26,7 @@ pub fn RulesPanel(ctx: Ctx) -> impl IntoView {
 fn RulesTable(ctx: Ctx) -> impl IntoView {
     let table = Memo::new(move |_| ctx.rules.with(rows));
     // The search box and the page shown: only one page of rows is ever drawn (thousands of
-    // rules from a ratelimit configuration directory stay a page of a hundred).
+    // rules from a ratelimit configuration directory stay a page of 50).
     let query = RwSignal::new(String::new());
     let page_no = RwSignal::new(0usize);
     let shown = Memo::new(move |_| table.with(|t| scope::page(t, &query.get(), page_no.get())));
