@@ -23,7 +23,10 @@ pub fn HistoryPanel(ctx: Ctx) -> impl IntoView {
         ctx.history.with(|h| match h {
             Some(h) => ctx.rules.with(|rules| {
                 let (full, more) = history_with_quiet(h, rules);
-                (charts(&full), more)
+                // The actions with traffic first, the quiet ones after them (each by name).
+                let mut drawn = charts(&full);
+                drawn.sort_by_key(|c| c.quiet.is_some());
+                (drawn, more)
             }),
             None => (Vec::new(), 0),
         })
