@@ -72,9 +72,30 @@ pub fn nice_ceiling(x: f64) -> f64 {
     }
 }
 
+/// A count with thousands separated: `10,000`.
+pub fn short_count(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_read_with_separators() {
+        assert_eq!(short_count(0), "0");
+        assert_eq!(short_count(999), "999");
+        assert_eq!(short_count(10_000), "10,000");
+        assert_eq!(short_count(1_234_567), "1,234,567");
+    }
 
     #[test]
     fn numbers_are_short() {

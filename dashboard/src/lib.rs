@@ -29,7 +29,8 @@
 //! changes a limit by more than 10×, which the editor asks to confirm; [`scope`]: what the views
 //! show of thousands of rules, the rules table's search and pages, the idle actions the other
 //! views fill in from the rules) or have no logic worth a model (`app/mod.rs`: the page's
-//! signals; `app/events.rs`: the SSE stream). The wire bodies themselves are sluice-core's
+//! signals; `app/events.rs`: the SSE stream;
+//! `app/search_box.rs`: the search field of the rules table and the key view). The wire bodies themselves are sluice-core's
 //! (`sluice_core::wire`), never declared here.
 //!
 //! A new view `app/X.rs` gets its model in `X.rs`; a model that grows a second job becomes a

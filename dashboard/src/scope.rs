@@ -13,6 +13,7 @@ use sluice_core::wire::{
     RulesBody, StepCounts,
 };
 
+use crate::format::short_count;
 use crate::rules_view::RuleRow;
 
 /// Rows of the rules table per page: a page draws in a few milliseconds whatever the rule count.
@@ -105,19 +106,6 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
     } else {
         many
     }
-}
-
-/// A count with thousands separated: `10,000`.
-pub fn short_count(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The actions seen within 24 h, from a history of either scope: a rule whose action is not
@@ -287,11 +275,7 @@ mod tests {
     }
 
     #[test]
-    fn counts_read_with_separators() {
-        assert_eq!(short_count(0), "0");
-        assert_eq!(short_count(999), "999");
-        assert_eq!(short_count(10_000), "10,000");
-        assert_eq!(short_count(1_234_567), "1,234,567");
+    fn idle_counts_read_with_separators() {
         assert_eq!(more_text(0, "quiet rules"), "");
         assert_eq!(
             more_text(9_988, "quiet rules"),

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { startStack, adminApi, throttle, waitFor } from './stack.mjs';
+import { startStack, adminApi, throttle, waitFor, persistentChromium } from './stack.mjs';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const bin = process.env.SLUICE_BIN ?? join(repo, 'target', 'debug', 'sluice');
@@ -50,14 +50,7 @@ before(async () => {
   stack = await startStack({ bin, dashboardDir, logDir: join(artifacts, 'browser-logs') });
   api = adminApi(stack);
   profile = mkdtempSync(join(tmpdir(), 'sluice-chromium-'));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1280, height: 800 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  context.setDefaultTimeout(15000);
+  context = await persistentChromium(chromium, profile);
   page = context.pages()[0] ?? (await context.newPage());
   page.on('pageerror', (e) => pageErrors.push(String(e)));
   page.on('console', (m) => { if (m.text().includes('panicked')) pageErrors.push(m.text()); });

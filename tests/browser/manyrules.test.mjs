@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { startStack, adminApi, throttle, waitFor } from './stack.mjs';
+import { startStack, adminApi, throttle, waitFor, persistentChromium } from './stack.mjs';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const bin = process.env.SLUICE_BIN ?? join(repo, 'target', 'debug', 'sluice');
@@ -75,14 +75,7 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     });
     api = adminApi(stack);
     profile = mkdtempSync(join(tmpdir(), 'sluice-chromium-'));
-    context = await chromium.launchPersistentContext(profile, {
-      executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-      headless: true,
-      viewport: { width: 1280, height: 800 },
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
-    context.setDefaultTimeout(15000);
+    context = await persistentChromium(chromium, profile);
     page = context.pages()[0] ?? (await context.newPage());
     page.on('requestfailed', (r) => failed.push(`${r.url()}: ${r.failure()?.errorText}`));
     page.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e}`));

@@ -157,6 +157,22 @@ export async function throttle({ decision }, action, key, quantity = 1) {
 }
 
 /**
+ * A headless Debian Chromium with its profile in `profile` (a persistent context: one browser,
+ * one cookie jar), 1280x800, every wait bounded at 15 s. `chromium` is playwright-core's.
+ */
+export async function persistentChromium(chromium, profile) {
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    viewport: { width: 1280, height: 800 },
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  context.setDefaultTimeout(15000);
+  return context;
+}
+
+/**
  * A headless Debian Chromium with one 1280x800 page signed in to `admin` with `token` (through
  * the API, so the page's first check of its session meets no 401, which Chromium would log as a
  * console error), open at the dashboard. Console errors and page errors (and any line saying

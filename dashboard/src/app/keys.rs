@@ -8,6 +8,7 @@ use leptos::prelude::*;
 use sluice_core::wire::{KeyView, TopDeniedBody};
 
 use super::reset::{ResetAllButton, ResetButton};
+use super::search_box::SearchBox;
 use super::{api, Auth, Ctx, Tab, HISTORY_REFRESH_MS};
 use crate::keys::{key_query, key_rows, top_denied, KeyRow, TopDenied};
 use crate::live_view::cached_denied_note;
@@ -129,15 +130,7 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
             <form class="key-search" id="key-search-form" on:submit=submit>
                 <label for="key-search">"Key"</label>
                 <div class="key-search-row">
-                    <input
-                        id="key-search"
-                        type="search"
-                        autocomplete="off"
-                        spellcheck="false"
-                        placeholder="e.g. a user id"
-                        prop:value=move || typed.get()
-                        on:input=move |ev| typed.set(event_target_value(&ev))
-                    />
+                    <SearchBox id="key-search" placeholder="e.g. a user id" value=typed />
                     <button type="submit" class="primary" id="key-search-button">"Look up"</button>
                 </div>
                 <p class="field-error" id="key-search-error">{move || message.get()}</p>

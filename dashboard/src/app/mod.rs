@@ -10,6 +10,7 @@ mod keys;
 mod live_view;
 mod reset;
 mod rules_view;
+mod search_box;
 mod signin;
 mod store_health;
 mod whatif;

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use leptos::prelude::*;
 
+use super::search_box::SearchBox;
 use super::{api, editor::Editor, Ctx, Editing};
 use crate::editor::{EditMode, RuleForm};
 use crate::history::QUIET_TEXT;
@@ -29,6 +30,11 @@ fn RulesTable(ctx: Ctx) -> impl IntoView {
     // rules from a ratelimit configuration directory stay a page of 50).
     let query = RwSignal::new(String::new());
     let page_no = RwSignal::new(0usize);
+    // A new search starts at its first page.
+    Effect::new(move |_| {
+        query.track();
+        page_no.set(0);
+    });
     let shown = Memo::new(move |_| table.with(|t| scope::page(t, &query.get(), page_no.get())));
     // Actions seen within 24 h (from the history the page reads every few seconds): a rule
     // whose action is not among them is quiet. Nothing is marked before the history arrives.
@@ -55,18 +61,7 @@ fn RulesTable(ctx: Ctx) -> impl IntoView {
             >
                 <div class="rules-find" role="search">
                     <label for="rule-search" class="sr-only">"Find rules"</label>
-                    <input
-                        id="rule-search"
-                        type="search"
-                        autocomplete="off"
-                        spellcheck="false"
-                        placeholder="Find by action or description"
-                        prop:value=move || query.get()
-                        on:input=move |ev| {
-                            query.set(event_target_value(&ev));
-                            page_no.set(0);
-                        }
-                    />
+                    <SearchBox id="rule-search" placeholder="Find by action or description" value=query />
                     <span class="rules-count" id="rules-count" role="status">{move || shown.with(|p| p.text.clone())}</span>
                     <span class="pager" hidden=move || shown.with(|p| p.pages <= 1)>
                         <button
