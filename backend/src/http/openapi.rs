@@ -19,8 +19,8 @@ use super::commit;
 use super::decision_all;
 use super::{admin, audit, decision, events, history, overrides, probes, ratelimit, report, reset};
 use sluice_core::wire::{
-    ActionCounts, ActionHistory, ActionTopDenied, DeniedKey, FilterReport, HistoryBody,
-    HistoryRange, KeyActionState, KeyView, StepCounts, TopDeniedBody,
+    ActionCounts, ActionHistory, ActionScope, ActionTopDenied, DeniedKey, FilterReport,
+    HistoryBody, HistoryRange, KeyActionState, KeyView, StepCounts, TopDeniedBody,
 };
 use sluice_core::wire::{
     AuditBody, AuditEntry, AuditKind, KeyOverride, OverridesBody, ResetAllBody, ResetBody,
@@ -89,7 +89,7 @@ impl Modify for Security {
         ThrottleRequest, ThrottleResponse, ClThrottleRequest, ApiError, ErrorCode, Algorithm, Mode,
         Rate, RawRule, RulesBody, SessionRequest, LevelsBody, ActionLevels, KeyLevel,
         StoreHealth, ReadyBody, HealthBody,
-        FilterReport, ActionCounts, HistoryBody, HistoryRange, ActionHistory, StepCounts,
+        FilterReport, ActionCounts, HistoryBody, HistoryRange, ActionScope, ActionHistory, StepCounts,
         KeyView, KeyActionState, sluice_core::wire::KeyBudget, TopDeniedBody, ActionTopDenied, DeniedKey, sluice_core::wire::DeniedMinute,
         KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody, ResetAllBody, SessionBody,
         ThrottleAllRequest, ThrottleCheck, ThrottleAllResponse, DeniedCheck,
