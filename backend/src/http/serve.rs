@@ -54,9 +54,9 @@ use tokio::sync::watch;
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
+use crate::log_limit::{LogLimit, LOG_EVERY};
 use crate::tls::conn::MaybeTls;
 use crate::tls::Transport;
-use crate::log_limit::{LogLimit, LOG_EVERY};
 
 /// Default bound on reading a request's head (and its body, and a keep-alive connection's idle
 /// time), in milliseconds: the `--header-read-timeout-ms` default.

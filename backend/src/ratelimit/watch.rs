@@ -161,9 +161,10 @@ pub async fn publish(
             changes.push(RuleChange::PutRule(rule.clone()));
         }
     }
+    let implied: std::collections::HashSet<&str> =
+        loaded.rules.iter().map(|r| r.action().as_str()).collect();
     for rule in current.rules.values() {
-        let implied = loaded.rules.iter().any(|r| r.action() == rule.action());
-        if !implied && owned_by(rule, path) {
+        if !implied.contains(rule.action().as_str()) && owned_by(rule, path) {
             changes.push(RuleChange::DeleteRule(rule.action().clone()));
         }
     }

@@ -449,3 +449,53 @@ async fn over_soon(rig: &Rig, domain: &str) {
     )
     .await;
 }
+
+/// The peer's users' sizes on Redis: 5,000 descriptors, each with a nested one (10,000 rules),
+/// start at the default store timeout (their rules published, then read back a page at a time,
+/// never one long script) and answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_rules_start_and_answer_on_redis() {
+    let server = RedisServer::start();
+    let dir = std::env::temp_dir().join(format!("sluice-it-rlp-10k-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut yaml = String::from("domain: big\ndescriptors:\n");
+    for i in 0..5_000 {
+        yaml.push_str(&format!(
+            "  - key: k{i}\n    rate_limit: {{unit: day, requests_per_unit: 2}}\n    descriptors:\n      - key: n\n        rate_limit: {{unit: day, requests_per_unit: 1}}\n"
+        ));
+    }
+    std::fs::write(dir.join("big.yaml"), yaml).unwrap();
+    let StoreChoice::Redis(mut store) = redis(&server.url()) else {
+        unreachable!("a Redis choice")
+    };
+    store.timeout = std::time::Duration::from_millis(100);
+    let mut config = Config::new(StoreChoice::Redis(store), TOKEN);
+    config.ratelimit_config = Some(dir.clone());
+    let rig = Rig::start_with(config).await;
+    let rules: serde_json::Value = rig
+        .http
+        .get(format!("{}/v1/rules", rig.admin))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        rules["rules"].as_array().map(Vec::len),
+        Some(10_000),
+        "all published and read back"
+    );
+    let nested = || vec![d(&[("k4999", "a"), ("n", "b")], None)];
+    assert_eq!(
+        answer(&ask_in(&rig, "big", nested()).await),
+        (OK, vec![(OK, 0)])
+    );
+    assert_eq!(
+        answer(&ask_in(&rig, "big", nested()).await),
+        (OVER, vec![(OVER, 0)])
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -36,6 +36,16 @@ fn scripts() -> &'static ChangeScripts {
     })
 }
 
+/// Rules per page of `rules_load.lua` (each with its overrides): small enough that a page never
+/// holds Redis for long.
+const RULES_PAGE: usize = 250;
+
+/// Reads of every page before a load gives up on a version that keeps moving.
+const RULES_LOAD_ATTEMPTS: usize = 5;
+
+/// One page of `rules_load.lua`: version, next cursor, rules (flat), overrides (flat).
+type RulesPage = (Option<String>, String, Vec<String>, Vec<String>);
+
 /// The overrides hash of `action`, beside the rules hash `rules` (as `rules_load.lua` builds it).
 fn overrides_key(rules: &str, action: &Action) -> String {
     format!("{rules}:overrides:{}", action.as_str())
@@ -158,32 +168,20 @@ impl RuleStore for RedisStore {
     }
 
     async fn load_rules(&self) -> Result<RuleSnapshot, StoreError> {
-        let [hash, legacy_version_key] = self.keys.rules();
-        let (version, flat, flat_overrides): (Option<String>, Vec<String>, Vec<String>) = self
-            .script(
-                &hash,
-                "rules_load",
-                self.scripts.rules_load.key(&hash).key(&legacy_version_key),
-            )
-            .await?;
-        let version = version.map(|v| parse_version(&v, &hash)).transpose()?;
-        let mut rules = BTreeMap::new();
-        for pair in flat.chunks(2) {
-            let [action, json] = pair else {
-                return Err(StoreError::Corrupt(format!("{hash}: odd HGETALL reply")));
-            };
-            if action == VERSION_FIELD {
-                continue;
+        // Page by page; a write between pages moves the version, and then the read starts again
+        // (a few times at most: writes are admin edits and reloads, seconds apart).
+        let mut moved = 0;
+        loop {
+            match self.load_rules_paged().await? {
+                Some(snapshot) => return Ok(snapshot),
+                None if moved < RULES_LOAD_ATTEMPTS => moved += 1,
+                None => {
+                    return Err(StoreError::Corrupt(format!(
+                        "the rules changed during each of {RULES_LOAD_ATTEMPTS} reads"
+                    )))
+                }
             }
-            let rule = Rule::from_json_str(json)
-                .map_err(|e| StoreError::Corrupt(format!("rule {action:?} in {hash}: {e}")))?;
-            rules.insert(action.clone(), rule);
         }
-        Ok(RuleSnapshot {
-            version,
-            rules: rules.into_values().collect(),
-            overrides: parse_overrides(&flat_overrides, &hash)?,
-        })
     }
     async fn put_rule(&self, rule: &Rule) -> Result<u64, StoreError> {
         let [hash, _] = self.keys.rules();
@@ -207,4 +205,61 @@ fn parse_version(text: &str, hash: &str) -> Result<u64, StoreError> {
         let shown: String = text.chars().take(40).collect();
         StoreError::Corrupt(format!("the rules version (field {VERSION_FIELD} of {hash}) holds {shown:?}, not a whole number"))
     })
+}
+
+impl RedisStore {
+    /// Every page of the rules, or `None` when the version moved between pages (read again).
+    async fn load_rules_paged(&self) -> Result<Option<RuleSnapshot>, StoreError> {
+        let [hash, legacy_version_key] = self.keys.rules();
+        let mut cursor = "0".to_owned();
+        let mut first_version: Option<Option<String>> = None;
+        let mut rules = BTreeMap::new();
+        let mut overrides = Vec::new();
+        loop {
+            let mut invocation = self.scripts.rules_load.key(&hash);
+            invocation
+                .key(&legacy_version_key)
+                .arg(&cursor)
+                .arg(RULES_PAGE);
+            let (version, next, flat, flat_overrides): RulesPage =
+                self.script(&hash, "rules_load", &invocation).await?;
+            match &first_version {
+                None => first_version = Some(version),
+                Some(first) if *first != version => return Ok(None),
+                Some(_) => {}
+            }
+            let mut new_here = std::collections::HashSet::new();
+            for pair in flat.chunks(2) {
+                let [action, json] = pair else {
+                    return Err(StoreError::Corrupt(format!("{hash}: odd HSCAN reply")));
+                };
+                if action == VERSION_FIELD || rules.contains_key(action) {
+                    // HSCAN may return a field twice; its first page's overrides stand.
+                    continue;
+                }
+                let rule = Rule::from_json_str(json)
+                    .map_err(|e| StoreError::Corrupt(format!("rule {action:?} in {hash}: {e}")))?;
+                rules.insert(action.clone(), rule);
+                new_here.insert(action.as_str());
+            }
+            overrides.extend(
+                parse_overrides(&flat_overrides, &hash)?
+                    .into_iter()
+                    .filter(|o| new_here.contains(o.rule.action().as_str())),
+            );
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        let version = first_version
+            .flatten()
+            .map(|v| parse_version(&v, &hash))
+            .transpose()?;
+        Ok(Some(RuleSnapshot {
+            version,
+            rules: rules.into_values().collect(),
+            overrides,
+        }))
+    }
 }
