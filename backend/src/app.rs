@@ -176,7 +176,8 @@ pub async fn run(
     tracing::info!(
         rules = current.rules.len(),
         version = current.version.unwrap_or(0),
-        actions = ?current.rules.keys().collect::<Vec<_>>(),
+        // The first few only: a ratelimit config may imply 10,000 (GET /v1/rules lists them).
+        actions = ?current.rules.keys().take(20).collect::<Vec<_>>(),
         "rules loaded"
     );
 
