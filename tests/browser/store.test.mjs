@@ -39,19 +39,23 @@ async function bannerMatches(page, read) {
 
 /** The store line's numbers, as the page shows them (data attributes of #store-line). */
 async function storeLine(page) {
-  const line = page.locator('#store-line');
-  const number = async (name) => {
-    const value = await line.getAttribute(name);
-    return value === null || value === '' ? null : Number(value);
-  };
-  return {
-    kind: await line.getAttribute('data-kind'),
-    keys: await number('data-keys'),
-    maxKeys: await number('data-max-keys'),
-    evictions: await number('data-evictions'),
-    rate: await line.locator('.store-eviction-rate').innerText(),
-    text: await line.innerText(),
-  };
+  // One read of the whole line: snapshots arrive about twice a second, and reading attribute by
+  // attribute could mix two of them (keys from the one before a spray, evictions from the one
+  // after it).
+  return page.locator('#store-line').evaluate((line) => {
+    const number = (name) => {
+      const value = line.getAttribute(name);
+      return value === null || value === '' ? null : Number(value);
+    };
+    return {
+      kind: line.getAttribute('data-kind'),
+      keys: number('data-keys'),
+      maxKeys: number('data-max-keys'),
+      evictions: number('data-evictions'),
+      rate: line.querySelector('.store-eviction-rate')?.innerText ?? '',
+      text: line.innerText,
+    };
+  });
 }
 
 describe('the store in the live view', () => {
