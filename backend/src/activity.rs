@@ -7,7 +7,7 @@
 //! it denied (for top denied), and the filter reports received since the last flush. A history
 //! write the store refuses is kept and retried with the next flush (bounded).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ use crate::history::{step_start, DeniedRecord, HistoryRecord, Tally};
 use crate::metrics::Metrics;
 use crate::rules::RuleCache;
 use crate::store::{Activity, ActivityStore, HistoryStore, StoreError};
+use crate::touched::TouchedPending;
 
 /// Most distinct (action, key) pairs held in one batch; beyond it new keys are counted in the
 /// rates but not listed (a flood of distinct keys must not grow memory without bound).
@@ -84,6 +85,8 @@ pub struct ActivityBook {
     pub edge: Edge,
     /// Report attempts whose store answer was lost (`history::attempts`).
     pub attempts: Attempts,
+    /// Actions touched without a record in the batch (`crate::touched`).
+    pub touched: TouchedPending,
 }
 
 /// What one flush writes to the store.
@@ -97,6 +100,8 @@ pub struct Flush {
     pub history: Vec<HistoryRecord>,
     /// Backend denials per key under enforced rules (for top denied).
     pub denied: Vec<DeniedRecord>,
+    /// Every action the flush writes anything of, and the touches pending (`crate::touched`).
+    pub touched: BTreeSet<Action>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -145,6 +150,20 @@ impl ActivityBook {
         } else {
             pending.dropped += 1;
         }
+    }
+
+    /// The actions this replica has something of that its next flush writes (decisions,
+    /// history counts, touches): not yet in the store's index of touched actions, so the views
+    /// of what is active read them too, and a decision shows at once in this replica's views.
+    pub fn unflushed_actions(&self) -> BTreeSet<Action> {
+        let mut actions: BTreeSet<Action> = lock(&self.pending)
+            .actions
+            .values()
+            .map(|batch| batch.action.clone())
+            .collect();
+        actions.extend(self.steps.actions());
+        actions.extend(self.touched.actions());
+        actions
     }
 
     /// Takes the batch: the per-key records for the store, and the records dropped for space.
@@ -220,11 +239,16 @@ impl ActivityBook {
             }
             !samples.is_empty()
         });
+        let history = self.steps.take();
+        let mut touched = self.touched.take();
+        touched.extend(out.iter().map(|a| a.action.clone()));
+        touched.extend(history.iter().map(|h| h.action.clone()));
         Flush {
             activity: out,
             dropped: taken.dropped,
-            history: self.steps.take(),
+            history,
             denied,
+            touched,
         }
     }
 
@@ -299,11 +323,24 @@ pub async fn write_flush<S: ActivityStore + HistoryStore + ?Sized>(
             metrics.activity_dropped(flush.denied.len() as u64);
         })
     };
-    let (a, h, d) = futures::join!(activity, history, denied);
-    for e in [&a, &h, &d].into_iter().filter_map(|r| r.as_ref().err()) {
+    let touched = async {
+        if flush.touched.is_empty() {
+            return Ok(());
+        }
+        let actions: Vec<Action> = flush.touched.iter().cloned().collect();
+        store
+            .touch_actions(&actions, now_ms)
+            .await
+            .inspect_err(|_| book.touched.put_back(actions))
+    };
+    let (a, h, d, t) = futures::join!(activity, history, denied, touched);
+    for e in [&a, &h, &d, &t]
+        .into_iter()
+        .filter_map(|r| r.as_ref().err())
+    {
         metrics.store_error(e);
     }
-    a.and(h).and(d)
+    a.and(h).and(d).and(t)
 }
 
 /// Flushes the batch every `every` until `stop`, then once more. `rules` says which actions are

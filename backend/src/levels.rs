@@ -2,6 +2,7 @@
 //! decay with time), and the snapshot pushed to SSE listeners about twice a second (of the
 //! active actions only: `GET /v1/levels?scope=active`).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use crate::activity::ActivityBook;
 use crate::clock::now_ms;
 use crate::rules::{Overrides, RuleCache};
 use crate::store::{Activity, ActivityStore, DecisionStore, HealthStore, StoreError};
+use crate::touched::TouchedSince;
 
 /// Keys per action when no `limit` is given.
 pub const DEFAULT_LIMIT: usize = 20;
@@ -157,7 +159,13 @@ impl LevelsHub {
             }
             let set = rules.current();
             let list: Vec<Rule> = set.rules.values().map(|r| Rule::clone(r)).collect();
-            match snapshot(store.as_ref(), &book, &list, &set.overrides, DEFAULT_LIMIT).await {
+            let (since, also) = (TouchedSince::Ever, BTreeSet::new());
+            let active = async {
+                let list =
+                    crate::touched::narrow(store.as_ref(), &book, list, since, &also).await?;
+                snapshot(store.as_ref(), &book, &list, &set.overrides, DEFAULT_LIMIT).await
+            };
+            match active.await {
                 Ok(body) => match serde_json::to_string(&active_only(body)) {
                     Ok(text) => {
                         self.tx.send_replace(Some(Arc::from(text)));

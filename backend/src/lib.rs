@@ -32,6 +32,7 @@ pub mod rules_file;
 pub mod state;
 pub mod store;
 pub mod tls;
+pub mod touched;
 pub mod wrong_listener;
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { startStack, adminApi, throttle, waitFor, persistentChromium } from './stack.mjs';
+import { startStack, adminApi, throttle, waitFor, persistentChromium, RECOMMENDED_REDIS } from './stack.mjs';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const bin = process.env.SLUICE_BIN ?? join(repo, 'target', 'debug', 'sluice');
@@ -48,7 +48,9 @@ export function writeRatelimitDir(dir, descriptors = DESCRIPTORS) {
   writeFileSync(join(dir, 'big.yaml'), `${lines.join('\n')}\n`);
 }
 
-describe('10,000 rules from a ratelimit configuration directory', () => {
+// Each store: on Redis the views of what is active read the touched actions only (the store's
+// index of touched actions), not one store read per rule.
+for (const store of ['memory', 'redis']) describe(`10,000 rules from a ratelimit configuration directory (${store} store)`, () => {
   let stack, api, context, page, profile, configDir;
   const failed = [];
   const consoleErrors = [];
@@ -59,7 +61,7 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     await ready();
     const ms = Date.now() - t0;
     figures.push([name, ms]);
-    console.log(`many rules: ${name} interactive in ${ms} ms`);
+    console.log(`many rules (${store}): ${name} interactive in ${ms} ms`);
     assert.ok(ms < BOUND_MS, `${name}: interactive after ${ms} ms (bound ${BOUND_MS} ms)`);
   }
 
@@ -67,10 +69,8 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     mkdirSync(shots, { recursive: true });
     configDir = mkdtempSync(join(tmpdir(), 'sluice-many-rules-'));
     writeRatelimitDir(configDir);
-    // The memory store. On Redis the views the backend reads once per rule (the key view, the
-    // hour of history) take seconds at this size (docs/dashboard.md, "Many rules").
     stack = await startStack({
-      bin, dashboardDir, logDir, name: 'manyrules', redis: false,
+      bin, dashboardDir, logDir, name: `manyrules-${store}`, redis: store === 'redis' ? RECOMMENDED_REDIS : false,
       sluiceArgs: ['--ratelimit-config', configDir],
     });
     api = adminApi(stack);
@@ -89,14 +89,14 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     stack?.stop();
     if (profile) rmSync(profile, { recursive: true, force: true });
     if (configDir) rmSync(configDir, { recursive: true, force: true });
-    if (figures.length) console.log(`many rules: ${figures.map(([n, ms]) => `${n} ${ms} ms`).join(', ')}`);
+    if (figures.length) console.log(`many rules (${store}): ${figures.map(([n, ms]) => `${n} ${ms} ms`).join(', ')}`);
   });
 
   test('the directory loads as 10,000 rules; a few of them see traffic', async () => {
     const rules = await api('GET', '/v1/rules');
     assert.equal(rules.status, 200);
     assert.equal(rules.body.rules.length, RULES);
-    console.log(`many rules: GET /v1/rules is ${rules.text.length} bytes`);
+    console.log(`many rules (${store}): GET /v1/rules is ${rules.text.length} bytes`);
     // Two tenants and one tenant's users: 3 active actions of 10,000, alice denied on one.
     for (let i = 0; i < 8; i++) assert.equal((await throttle(stack, 'rl:big.tenant_t42.user', 'alice')).status, 200);
     for (let i = 0; i < 3; i++) await throttle(stack, 'rl:big.tenant_t42', 'alice');
@@ -104,8 +104,12 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     // The lists the views read answer for the active actions only, in bytes, not megabytes.
     const key = await api('GET', '/v1/keys?key=alice&scope=active');
     assert.deepEqual(key.body.actions.map((a) => a.action), ['rl:big.tenant_t42', 'rl:big.tenant_t42.user']);
-    const everyAction = await api('GET', '/v1/keys?key=alice');
-    assert.equal(everyAction.body.actions.length, RULES, 'without scope: every action, as before');
+    if (store === 'memory') {
+      // On Redis, every action of 10,000 is 40,000 reads: more than the view's 5 s allow a
+      // debug build (docs/dashboard.md, "Many rules"); the dashboard never asks for it.
+      const everyAction = await api('GET', '/v1/keys?key=alice');
+      assert.equal(everyAction.body.actions.length, RULES, 'without scope: every action, as before');
+    }
     await waitFor('the history to count the traffic', async () => {
       const h = await api('GET', '/v1/history?range=5m&scope=active');
       return h.body.actions.length === 3;
@@ -136,7 +140,7 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     await timed('editor (from a row)', t2, () => page.locator('#rule-action').waitFor({ timeout: 30000 }));
     await page.click('#cancel-edit');
     // The screenshot that crashed the page with 20,001 rows in it.
-    await page.screenshot({ path: join(shots, 'many-rules-rules.png'), fullPage: true });
+    await page.screenshot({ path: join(shots, `many-rules-${store}-rules.png`), fullPage: true });
   });
 
   test('the live view shows the active actions and counts the rest within 2 s', async () => {
@@ -148,7 +152,7 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
       await page.locator('#live-idle', { hasText: /^9,99\d more rules have no active key\.$/ }).waitFor({ timeout: 30000 });
     });
     assert.ok((await page.locator('article.action-card').count()) <= 3);
-    await page.screenshot({ path: join(shots, 'many-rules-live.png'), fullPage: true });
+    await page.screenshot({ path: join(shots, `many-rules-${store}-live.png`), fullPage: true });
   });
 
   test('the history view draws the active actions and a few quiet ones within 2 s', async () => {
@@ -163,7 +167,7 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     await timed('history view (1 hour)', t1, () =>
       page.locator('article.history-card[data-action="rl:big.tenant_t4242"] rect.column').nth(359).waitFor({ timeout: 30000 }));
     await page.click('#range-5m');
-    await page.screenshot({ path: join(shots, 'many-rules-history.png'), fullPage: true });
+    await page.screenshot({ path: join(shots, `many-rules-${store}-history.png`), fullPage: true });
   });
 
   test('the key view answers a search within 2 s', async () => {
@@ -195,10 +199,10 @@ describe('10,000 rules from a ratelimit configuration directory', () => {
     await page.waitForTimeout(12000);
     await page.click('#tab-history');
     await page.waitForTimeout(1000);
-    await page.screenshot({ path: join(shots, 'many-rules-end.png'), fullPage: true });
+    await page.screenshot({ path: join(shots, `many-rules-${store}-end.png`), fullPage: true });
     assert.deepEqual(failed, [], 'no request failed');
     assert.deepEqual(consoleErrors, [], 'no console error');
-    const log = readFileSync(join(logDir, 'manyrules.log'), 'utf8');
+    const log = readFileSync(join(logDir, `manyrules-${store}.log`), 'utf8');
     assert.ok(!log.includes('cut off'), 'the backend cut no response off');
   });
 });

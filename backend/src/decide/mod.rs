@@ -210,6 +210,12 @@ pub async fn decide_all(
         ));
         let recorded = outcome.denied.is_none_or(|denied| denied == index);
         if !recorded {
+            // Not a decision of its own, but its key may hold state (envoyproxy/ratelimit's
+            // counting and checks counted on their own take from a refused request; a Redis
+            // Cluster refund may have missed): the views of what is active must still read it.
+            if check.quantity > 0 {
+                app.activity.touched.touch(rule.action());
+            }
             continue;
         }
         if check.quantity > 0 {

@@ -70,6 +70,14 @@ impl HistoryPending {
         dropped
     }
 
+    /// The actions with counts pending.
+    pub fn actions(&self) -> std::collections::BTreeSet<Action> {
+        self.lock()
+            .keys()
+            .map(|(action, _)| action.clone())
+            .collect()
+    }
+
     /// Takes everything pending.
     pub fn take(&self) -> Vec<HistoryRecord> {
         std::mem::take(&mut *self.lock())

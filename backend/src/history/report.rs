@@ -18,6 +18,7 @@ use crate::deadline::stall;
 use crate::metrics::{Metrics, Outcome};
 use crate::rules::RuleSet;
 use crate::store::{HistoryStore, StoreError};
+use crate::touched::TouchedPending;
 
 /// The `action` label of counts reported for an action without a rule on this replica (no action
 /// can be named so: parentheses are not allowed in action names). Such counts reach the metrics,
@@ -154,6 +155,8 @@ pub struct Sinks<'a> {
     pub edge: &'a Edge,
     /// Report attempts whose store answer was lost (their metrics counted by the next copy).
     pub attempts: &'a Attempts,
+    /// Actions touched, for the store's index at the next flush (`crate::touched`).
+    pub touched: &'a TouchedPending,
 }
 
 /// Why a report was not (fully) counted.
@@ -254,6 +257,9 @@ pub async fn ingest(
                 if !count {
                     ingested.copies += 1;
                     continue;
+                }
+                if known && !tally.is_zero() {
+                    sinks.touched.touch(&action);
                 }
             }
             None => {

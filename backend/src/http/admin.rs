@@ -1,5 +1,6 @@
 //! The admin API: rules, levels, and the dashboard's login session.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -23,6 +24,7 @@ use crate::auth;
 use crate::levels;
 use crate::state::App;
 use crate::store::{ChangeOutcome, RuleChange};
+use crate::touched::{self, TouchedSince};
 
 /// Lets a request through only with the admin token (Bearer) or a valid session cookie.
 pub async fn require_admin(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
@@ -236,17 +238,27 @@ pub async fn get_levels(
             vec![Rule::clone(rule)]
         }
     };
-    let mut body = app
-        .store_call_within(
-            LEVELS_DEADLINE,
-            levels::snapshot(
-                app.store.as_ref(),
-                &app.activity,
-                &rules,
-                &set.overrides,
-                limit,
-            ),
+    let read = async {
+        // Recent keys are kept per action as long as it is touched (a day in Redis, for good
+        // in memory), rates come from this replica's flushes, which touch too.
+        let rules = match scope {
+            ActionScope::All => rules,
+            ActionScope::Active => {
+                let (since, also) = (TouchedSince::Ever, BTreeSet::new());
+                touched::narrow(app.store.as_ref(), &app.activity, rules, since, &also).await?
+            }
+        };
+        levels::snapshot(
+            app.store.as_ref(),
+            &app.activity,
+            &rules,
+            &set.overrides,
+            limit,
         )
+        .await
+    };
+    let mut body = app
+        .store_call_within(LEVELS_DEADLINE, read)
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     if scope == ActionScope::Active {

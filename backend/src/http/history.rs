@@ -2,6 +2,7 @@
 //! `GET /v1/top-denied`. All three read the store (so every replica answers the same) and change
 //! nothing.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,14 +10,16 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde::Deserialize;
 use sluice_core::wire::{
-    ActionScope, ApiError, HistoryBody, HistoryRange, KeyView, TopDeniedBody, SCOPE_PARAM,
+    ActionScope, ApiError, HistoryBody, HistoryRange, KeyView, TopDeniedBody, HISTORY_SPAN_MS,
+    SCOPE_PARAM, TOP_DENIED_SPAN_MS,
 };
 use sluice_core::Rule;
 
 use super::error::ApiFailure;
 use crate::clock::now_ms;
-use crate::history::{body, view};
+use crate::history::{body, view, LAST_SEEN_SPAN_MS};
 use crate::state::App;
+use crate::touched::{self, TouchedSince};
 
 /// Bound on one of these reads (one store call per rule, run concurrently).
 const READ_DEADLINE: Duration = Duration::from_secs(5);
@@ -132,11 +135,31 @@ pub async fn get_history(
     };
     let scope = scope_param(query.as_deref())?;
     let rules = rules(&app);
+    let now = now_ms();
+    let read = async {
+        // Shown when seen within a day or counted in the range (an hour at most).
+        let rules = match scope {
+            ActionScope::All => rules,
+            ActionScope::Active => {
+                let span_ms = LAST_SEEN_SPAN_MS.max(HISTORY_SPAN_MS);
+                let since = TouchedSince::Within {
+                    span_ms,
+                    now_ms: now,
+                };
+                touched::narrow(
+                    app.store.as_ref(),
+                    &app.activity,
+                    rules,
+                    since,
+                    &BTreeSet::new(),
+                )
+                .await?
+            }
+        };
+        body::history(app.store.as_ref(), &rules, range, scope, now).await
+    };
     let body = app
-        .store_call_within(
-            READ_DEADLINE,
-            body::history(app.store.as_ref(), &rules, range, scope, now_ms()),
-        )
+        .store_call_within(READ_DEADLINE, read)
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     Ok(Json(body))
@@ -179,11 +202,27 @@ pub async fn get_key(
         .filter_map(|action| set.rule_for(action, &key))
         .map(|r| Rule::clone(r))
         .collect();
+    let read = async {
+        // State under an action needs a touch of it (a decision, a report) at some time; an
+        // override is listed whether or not the key was ever seen.
+        let rules = match scope {
+            ActionScope::All => rules,
+            ActionScope::Active => {
+                let overridden: BTreeSet<&str> = set
+                    .overrides
+                    .iter()
+                    .filter(|(_, by_key)| by_key.contains_key(&key))
+                    .map(|(action, _)| action.as_str())
+                    .collect();
+                let since = TouchedSince::Ever;
+                touched::narrow(app.store.as_ref(), &app.activity, rules, since, &overridden)
+                    .await?
+            }
+        };
+        view::key_view(app.store.as_ref(), &rules, &key, now_ms()).await
+    };
     let mut body = app
-        .store_call_within(
-            READ_DEADLINE,
-            view::key_view(app.store.as_ref(), &rules, &key, now_ms()),
-        )
+        .store_call_within(READ_DEADLINE, read)
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     for state in &mut body.actions {
@@ -210,11 +249,25 @@ pub async fn get_top_denied(
     State(app): State<Arc<App>>,
 ) -> Result<Json<TopDeniedBody>, ApiFailure> {
     let rules = rules(&app);
-    let body = app
-        .store_call_within(
-            READ_DEADLINE,
-            view::top_denied(app.store.as_ref(), &rules, now_ms()),
+    let now = now_ms();
+    let read = async {
+        // Denials recorded within the span touched their actions when they were written.
+        let since = TouchedSince::Within {
+            span_ms: TOP_DENIED_SPAN_MS,
+            now_ms: now,
+        };
+        let rules = touched::narrow(
+            app.store.as_ref(),
+            &app.activity,
+            rules,
+            since,
+            &BTreeSet::new(),
         )
+        .await?;
+        view::top_denied(app.store.as_ref(), &rules, now).await
+    };
+    let body = app
+        .store_call_within(READ_DEADLINE, read)
         .await
         .map_err(|e| ApiFailure::store(&e))?;
     Ok(Json(body))

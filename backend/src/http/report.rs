@@ -49,6 +49,7 @@ pub async fn report(
             warnings: &app.activity.unchecked,
             edge: &app.activity.edge,
             attempts: &app.activity.attempts,
+            touched: &app.activity.touched,
         };
         let counted = ingest(&report, sinks, app.store.as_ref(), now_ms(), Instant::now());
         let e = match tokio::time::timeout(app.store_deadline, counted).await {

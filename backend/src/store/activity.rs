@@ -25,6 +25,11 @@ pub struct Activity {
 /// Keys of recent activity kept per action (by both stores).
 pub const ACTIVITY_KEEP: usize = 200;
 
+/// Actions the index of touched actions keeps (by both stores), the most recently touched: far
+/// above any rule set a dashboard shows (10,000 rules from a ratelimit configuration directory),
+/// and a bound on what a store holds for it (about 50 bytes each in Redis).
+pub const TOUCHED_KEEP: usize = 100_000;
+
 /// Recent keys per action.
 #[async_trait]
 pub trait ActivityStore: Send + Sync + 'static {
@@ -40,4 +45,15 @@ pub trait ActivityStore: Send + Sync + 'static {
 
     /// When `key` was last seen under `action`, if it is among the action's recent keys.
     async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError>;
+
+    /// Raises the last-touched time of each action to `at_ms` in the index of touched actions
+    /// (an action is touched when a decision, a report or a flush wrote anything of it). The
+    /// dashboard's per-action views of what is active read only the indexed actions, so with
+    /// thousands of rules they cost a read per active action, not one per rule. The index keeps
+    /// the [`TOUCHED_KEEP`] most recently touched; in Redis it expires as a whole only after
+    /// a year and a day without a touch (a fixed window's state may live a year).
+    async fn touch_actions(&self, actions: &[Action], at_ms: u64) -> Result<(), StoreError>;
+
+    /// The indexed actions last touched at or after `since_ms` (0: all of them), in no order.
+    async fn touched_actions(&self, since_ms: u64) -> Result<Vec<Action>, StoreError>;
 }

@@ -29,7 +29,7 @@ pub mod redis;
 mod reset;
 mod rules;
 
-pub use activity::{Activity, ActivityStore, ACTIVITY_KEEP};
+pub use activity::{Activity, ActivityStore, ACTIVITY_KEEP, TOUCHED_KEEP};
 pub use all::{AllOutcome, CheckRequest};
 pub use budget::{BudgetStore, CommitOutcome};
 pub use changes::{AuditStamp, ChangeOutcome, RuleChange};

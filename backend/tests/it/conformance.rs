@@ -93,6 +93,11 @@ both_stores!(
     memory_activity_round_trip,
     redis_activity_round_trip
 );
+both_stores!(
+    touched_round_trip,
+    memory_touched_round_trip,
+    redis_touched_round_trip
+);
 
 both_stores!(clocked commit_tables, memory_commit_tables, redis_commit_tables);
 

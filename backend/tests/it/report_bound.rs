@@ -72,6 +72,7 @@ pub async fn report_records_are_bounded(store: &dyn Store) {
     let warnings = UncheckedWarnings::new();
     let edge = Edge::new();
     let attempts = Attempts::new();
+    let touched = sluice_backend::touched::TouchedPending::default();
     let sinks = Sinks {
         rules: &rules,
         metrics: &metrics,
@@ -79,6 +80,7 @@ pub async fn report_records_are_bounded(store: &dyn Store) {
         warnings: &warnings,
         edge: &edge,
         attempts: &attempts,
+        touched: &touched,
     };
     let send = |r: FilterReport, at: u64| async move {
         ingest(&r, sinks, store, at, Instant::now()).await

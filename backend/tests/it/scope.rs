@@ -128,5 +128,45 @@ async fn redis_per_rule_reads_stay_within_max_in_flight() {
     }
     let (_, all) = s.admin_get("/v1/keys?key=alice").await;
     assert_eq!(actions(&all).len(), 300);
+
+    // The views of what is active read the one touched action, not the 300 rules: Redis counts
+    // the commands each view costs (the replica's own flushes and rule polls add a few).
+    let calls = || {
+        redis
+            .cli(&["INFO", "commandstats"])
+            .lines()
+            .filter_map(|line| {
+                line.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum::<u64>()
+    };
+    for (path, want) in [
+        ("/v1/keys?key=alice&scope=active", vec!["r042"]),
+        ("/v1/history?range=1h&scope=active", vec!["r042"]),
+        ("/v1/levels?scope=active", vec!["r042"]),
+        ("/v1/top-denied", vec![]),
+    ] {
+        let before = calls();
+        let (status, body) = s.admin_get(path).await;
+        let cost = calls() - before;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert_eq!(actions(&body), want, "{path}");
+        assert!(
+            cost < 40,
+            "{path} cost {cost} Redis commands for one active action of 300"
+        );
+    }
+    let before = calls();
+    s.admin_get("/v1/keys?key=alice").await;
+    let every = calls() - before;
+    assert!(
+        every >= 300,
+        "scope=all still reads every rule: {every} commands"
+    );
     s.stop().await;
 }

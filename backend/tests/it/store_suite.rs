@@ -539,6 +539,7 @@ pub async fn whole_suite(store: Arc<dyn Store>, clock: &ManualClock, seed: u64) 
     peek_many_reports_without_writing(store.as_ref(), clock).await;
     rules_round_trip(store.as_ref()).await;
     activity_round_trip(store.as_ref()).await;
+    touched_round_trip(store.as_ref()).await;
     randomized_against_core(store.as_ref(), clock, seed, 20, 30).await;
     concurrency_admits_exactly_the_bound(store.clone(), clock).await;
     commit_tables(store.as_ref(), clock).await;
@@ -763,6 +764,48 @@ pub async fn activity_round_trip(store: &dyn Store) {
     assert_eq!(recent.len(), 200, "{}", store.kind());
     assert_eq!(recent[0].key, "m249");
     assert_eq!(recent[199].key, "m050");
+}
+
+/// The index of touched actions: a time only rises, `since` bounds it inclusively, names with
+/// odd characters come back as they went in, and an empty touch writes nothing.
+pub async fn touched_round_trip(store: &dyn Store) {
+    let names = ["t.a", "t:b-c_9", "T"];
+    let acts: Vec<_> = names.iter().map(|n| action(n)).collect();
+    let since = |at: u64| async move {
+        let mut got: Vec<String> = store
+            .touched_actions(at)
+            .await
+            .expect("touched")
+            .iter()
+            .map(|a| a.as_str().to_owned())
+            .filter(|n| names.contains(&n.as_str()))
+            .collect();
+        got.sort();
+        got
+    };
+    store.touch_actions(&[], 1).await.expect("an empty touch");
+    store.touch_actions(&acts, 5_000).await.expect("touch");
+    store
+        .touch_actions(&acts[..1], 4_000)
+        .await
+        .expect("an older touch");
+    store
+        .touch_actions(&acts[1..2], 9_000)
+        .await
+        .expect("a newer touch");
+    assert_eq!(since(0).await, ["T", "t.a", "t:b-c_9"], "{}", store.kind());
+    assert_eq!(
+        since(5_000).await,
+        ["T", "t.a", "t:b-c_9"],
+        "{}",
+        store.kind()
+    );
+    assert_eq!(
+        since(5_001).await,
+        ["t:b-c_9"],
+        "4,000 did not lower t.a's 5,000"
+    );
+    assert_eq!(since(9_001).await, Vec::<String>::new());
 }
 
 /// Unwraps a store error for matching.

@@ -8,6 +8,7 @@ use super::MemoryStore;
 use crate::store::{Activity, ActivityStore, StoreError};
 
 pub(super) mod state;
+pub(super) mod touched;
 
 #[async_trait]
 impl ActivityStore for MemoryStore {
@@ -26,5 +27,14 @@ impl ActivityStore for MemoryStore {
 
     async fn key_last_seen(&self, action: &Action, key: &str) -> Result<Option<u64>, StoreError> {
         Ok(self.activity.last_seen(action, key))
+    }
+
+    async fn touch_actions(&self, actions: &[Action], at_ms: u64) -> Result<(), StoreError> {
+        self.touched.touch(actions, at_ms);
+        Ok(())
+    }
+
+    async fn touched_actions(&self, since_ms: u64) -> Result<Vec<Action>, StoreError> {
+        Ok(self.touched.since(since_ms))
     }
 }

@@ -35,11 +35,12 @@ use std::sync::Arc;
 use sluice_core::Nanos;
 
 use self::activity::state::ActivityLog;
+use self::activity::touched::TouchedIndex;
 use self::history::state::HistoryLog;
 use self::shards::ShardedStates;
 use super::{Clock, SystemClock};
 
-pub use super::ACTIVITY_KEEP;
+pub use super::{ACTIVITY_KEEP, TOUCHED_KEEP};
 
 /// Shards of the state map: enough that 2–64 cores rarely contend on one lock.
 const SHARDS: usize = 64;
@@ -51,6 +52,8 @@ pub struct MemoryStore {
     commits: budget::state::CommitReceipts,
     rules: rules::state::RuleBook,
     activity: ActivityLog,
+    /// The index of touched actions (`ActivityStore::touch_actions`).
+    touched: TouchedIndex,
     history: HistoryLog,
     clock: Arc<dyn Clock>,
 }
@@ -76,6 +79,7 @@ impl MemoryStore {
             commits: budget::state::CommitReceipts::default(),
             rules: rules::state::RuleBook::default(),
             activity: ActivityLog::new(ACTIVITY_KEEP),
+            touched: TouchedIndex::new(TOUCHED_KEEP),
             history: HistoryLog::default(),
             clock: Arc::new(SystemClock),
         }

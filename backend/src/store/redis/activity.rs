@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use sluice_core::Action;
 
 use super::errors::parse_u64;
-use super::keys::ACTIVITY_TTL_MS;
+use super::keys::{ACTIVITY_TTL_MS, TOUCHED_TTL_MS};
 use super::RedisStore;
-use crate::store::{Activity, ActivityStore, StoreError, ACTIVITY_KEEP};
+use crate::store::{Activity, ActivityStore, StoreError, ACTIVITY_KEEP, TOUCHED_KEEP};
 
 #[async_trait]
 impl ActivityStore for RedisStore {
@@ -92,5 +92,39 @@ impl ActivityStore for RedisStore {
                     .map_err(|_| StoreError::Corrupt(format!("{recent}: score {s:?}")))
             })
             .transpose()
+    }
+
+    async fn touch_actions(&self, actions: &[Action], at_ms: u64) -> Result<(), StoreError> {
+        if actions.is_empty() {
+            return Ok(());
+        }
+        let key = self.keys.touched();
+        let mut invocation = self.scripts.actions_touch.key(&key);
+        invocation.arg(at_ms).arg(TOUCHED_KEEP).arg(TOUCHED_TTL_MS);
+        for action in actions {
+            invocation.arg(action.as_str());
+        }
+        self.script::<i64>(&key, "actions_touch", &invocation)
+            .await
+            .map(|_| ())
+    }
+
+    async fn touched_actions(&self, since_ms: u64) -> Result<Vec<Action>, StoreError> {
+        let key = self.keys.touched();
+        let names: Vec<String> = self
+            .command(
+                &key,
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(&key)
+                    .arg(since_ms)
+                    .arg("+inf"),
+            )
+            .await?;
+        // A name that is no action (written by something else) is skipped, not fatal: the
+        // index only narrows what a view reads.
+        Ok(names
+            .iter()
+            .filter_map(|name| Action::parse(name).ok())
+            .collect())
     }
 }

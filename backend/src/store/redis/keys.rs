@@ -57,6 +57,11 @@ impl KeyLayout {
         [tag.clone(), format!("{tag}:version")]
     }
 
+    /// The index of touched actions (a zset action → last touched ms; one key, one slot).
+    pub(crate) fn touched(&self) -> String {
+        format!("{{{}:touched}}", self.prefix)
+    }
+
     /// The recent-keys zset and the counts hash of `action` (same slot).
     pub(crate) fn activity(&self, action: &Action) -> [String; 2] {
         let tag = format!("{{{}:activity:{}}}", self.prefix, action.as_str());
@@ -82,6 +87,12 @@ pub(crate) fn stored_subject(subject: &str) -> Cow<'_, str> {
 /// action start over; decisions are unaffected); there is one pair per action, each bounded to
 /// [`ACTIVITY_KEEP`] keys.
 pub const ACTIVITY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The index of touched actions expires as a whole after this long without a touch: a year and a
+/// day, as long as the longest state a rule may keep (a fixed window of a year, within
+/// [`sluice_core::limits::MAX_FIXED_WINDOW_SPAN_MS`]), so an action whose keys hold state stays
+/// in it.
+pub const TOUCHED_TTL_MS: u64 = sluice_core::limits::MAX_FIXED_WINDOW_SPAN_MS + 24 * 60 * 60 * 1000;
 
 /// The field of the rules hash that holds the rules version. Kept inside the hash (not in a key
 /// of its own) so that losing the hash, by a stray `DEL` or eviction, loses the version too: the

@@ -27,6 +27,8 @@ pub(crate) struct Scripts {
     pub(crate) activity_record: Script,
     /// Read the newest keys of one action.
     pub(crate) activity_recent: Script,
+    /// Raise actions' times in the index of touched actions.
+    pub(crate) actions_touch: Script,
     /// all-or-nothing checks (see `all.rs`).
     pub(crate) throttle_all: Script,
     /// Cluster: undo one reservation of `throttle_all` by compare-and-set.
@@ -64,6 +66,7 @@ impl Scripts {
             rules_load: Script::new(include_str!("../../../lua/rules_load.lua")),
             activity_record: Script::new(include_str!("../../../lua/activity_record.lua")),
             activity_recent: Script::new(include_str!("../../../lua/activity_recent.lua")),
+            actions_touch: Script::new(include_str!("../../../lua/actions_touch.lua")),
             throttle_all: throttle_all_script(),
             throttle_refund: throttle_refund_script(),
             commit: with_prelude(include_str!("../../../lua/commit.lua")),
