@@ -42,6 +42,7 @@ mod http_store_failure;
 mod key_spray_memory;
 mod lease;
 mod overrides_audit;
+mod preload;
 mod ratelimit_budget;
 mod ratelimit_config;
 mod ratelimit_http;

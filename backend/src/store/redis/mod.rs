@@ -22,6 +22,7 @@ mod errors;
 mod health;
 mod history;
 mod keys;
+mod preload;
 mod reset;
 mod rules;
 mod scripts;
@@ -102,7 +103,8 @@ impl RedisStore {
     /// cannot be reached is [`StoreError::Unavailable`] here). Then reads Redis's memory settings
     /// once (logging a WARN for a setting that lets a key spray switch limiting off; a refused
     /// reading is a warning, never a failure) and starts the task that reads them again every
-    /// [`HEALTH_INTERVAL`] while the store lives. Scripts are sent to Redis on first use.
+    /// [`HEALTH_INTERVAL`] while the store lives. The decision scripts are loaded on every node
+    /// (`preload.rs`); the others on first use.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore, ConnectError> {
         config.validate()?;
         let connect_bound = config.timeout.max(Duration::from_secs(5));
@@ -141,11 +143,13 @@ impl RedisStore {
             HEALTH_INTERVAL,
         )
         .await;
+        let scripts = Scripts::new();
+        preload::preload(&conn, &scripts, connect_bound).await;
         Ok(RedisStore {
             conn,
             keys: KeyLayout::new(&config.key_prefix),
             history: history::keys::HistoryKeys::new(&config.key_prefix),
-            scripts: Scripts::new(),
+            scripts,
             permits: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
             timeout: config.timeout,

@@ -11,14 +11,43 @@ use crate::store::StoreError;
 
 const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
 
+/// A script with its code kept, so that it can be loaded on every node ahead of its first use
+/// (`preload.rs`); used as the [`Script`] it derefs to.
+pub(crate) struct Lua {
+    script: Script,
+    code: String,
+}
+
+impl Lua {
+    fn new(code: String) -> Lua {
+        Lua {
+            script: Script::new(&code),
+            code,
+        }
+    }
+
+    /// The script's code (what `SCRIPT LOAD` sends).
+    pub(crate) fn code(&self) -> &str {
+        &self.code
+    }
+}
+
+impl std::ops::Deref for Lua {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
 /// Every script sluice runs.
 pub(crate) struct Scripts {
-    gcra: Script,
-    leaky_bucket: Script,
-    token_bucket: Script,
-    fixed_window: Script,
-    sliding_log: Script,
-    sliding_window: Script,
+    gcra: Lua,
+    leaky_bucket: Lua,
+    token_bucket: Lua,
+    fixed_window: Lua,
+    sliding_log: Lua,
+    sliding_window: Lua,
     /// Put or delete a rule and bump the version.
     pub(crate) rules_write: Script,
     /// Read every rule and the version.
@@ -30,18 +59,18 @@ pub(crate) struct Scripts {
     /// Raise actions' times in the index of touched actions.
     pub(crate) actions_touch: Script,
     /// all-or-nothing checks (see `all.rs`).
-    pub(crate) throttle_all: Script,
+    pub(crate) throttle_all: Lua,
     /// Cluster: undo one reservation of `throttle_all` by compare-and-set.
-    pub(crate) throttle_refund: Script,
+    pub(crate) throttle_refund: Lua,
     /// Settle a reservation, once per request id (see `commit.rs`).
-    pub(crate) commit: Script,
+    pub(crate) commit: Lua,
 }
 
 /// `body` after the prelude (prelude.lua: the clock, exact integer helpers, the calendar windows
 /// and one state reader per algorithm, which the algorithm scripts and `commit.lua` share, as
 /// core's decide and commit share `State`'s readers).
-fn with_prelude(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}\n{body}"))
+fn with_prelude(body: &str) -> Lua {
+    Lua::new(format!("{PRELUDE}\n{body}"))
 }
 
 /// The budget and reset scripts' clock (`now_ms(ARGV[1])`: ms, or "" for Redis TIME).
@@ -71,6 +100,23 @@ impl Scripts {
             throttle_refund: throttle_refund_script(),
             commit: with_prelude(include_str!("../../../lua/commit.lua")),
         }
+    }
+
+    /// The scripts a decision or a commit runs: loaded on every node at connect, so that no
+    /// decision pays for a script's first load (on a Redis Cluster, once per master), which a
+    /// caller with a 20 ms timeout (envoyproxy/ratelimit's example Envoy) would see fail.
+    pub(crate) fn decision_scripts(&self) -> [&Lua; 9] {
+        [
+            &self.gcra,
+            &self.leaky_bucket,
+            &self.token_bucket,
+            &self.fixed_window,
+            &self.sliding_log,
+            &self.sliding_window,
+            &self.throttle_all,
+            &self.throttle_refund,
+            &self.commit,
+        ]
     }
 
     /// The script of an algorithm.
@@ -208,7 +254,7 @@ fn decision(params: Params, reply: &[i64]) -> Result<Decision, StoreError> {
 const ALL_DRIVER: &str = include_str!("../../../lua/throttle_all.lua");
 
 /// `throttle_all.lua` with the six algorithm scripts wrapped as its step functions.
-pub(crate) fn throttle_all_script() -> Script {
+pub(crate) fn throttle_all_script() -> Lua {
     let steps = [
         ("gcra", include_str!("../../../lua/gcra.lua")),
         (
@@ -236,10 +282,10 @@ pub(crate) fn throttle_all_script() -> Script {
         ));
     }
     source.push_str(ALL_DRIVER);
-    Script::new(&source)
+    Lua::new(source)
 }
 
 /// `throttle_refund.lua`.
-pub(crate) fn throttle_refund_script() -> Script {
-    Script::new(include_str!("../../../lua/throttle_refund.lua"))
+pub(crate) fn throttle_refund_script() -> Lua {
+    Lua::new(include_str!("../../../lua/throttle_refund.lua").to_owned())
 }
