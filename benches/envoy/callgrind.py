@@ -3,6 +3,10 @@
 total, and the final table. Subcommands:
 
   port WORK                     a free 127.0.0.1 port never handed out before in WORK
+  rules                         the rules every bench backend gets: ACTION<TAB>JSON per line
+  pki DIR                       makes a CA, the backend's and Envoy's certificates in DIR
+                                (tests/e2e/certs.py) and prints the backend's flags for mutual
+                                TLS on its gRPC listener, one per line
   config WORK OUT ROWS...       writes Envoy's configuration (JSON, which Envoy reads as YAML) and
                                 WORK/rows.tsv (row, build, port); ports and paths come from the
                                 environment (see callgrind.sh), ROWS are row names
@@ -15,12 +19,18 @@ Why one Envoy with every row as its own listener: instruction counts do not depe
 or on what else the process holds, so rows measured in turn in one process compare exactly, and
 the expensive part (starting Envoy and V8 under valgrind) is paid once. Every other filter build
 (COMPARE) gets its own VM (`vm_id`), so the builds are measured side by side in one process.
+The configuration is also what benches/envoy/tls_cpu.py runs (without valgrind).
 """
 import json
 import os
 import socket
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
+
+import certs  # noqa: E402
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = {
@@ -31,6 +41,17 @@ ROUTER = {
 # and the request passes undecided); failure modes closed, so an undecided request is a 503 that
 # callgrind.sh refuses instead of a cheaper 200 that would skew a row.
 TIMEOUT_MS = 10000
+
+# The rules each bench backend serves (memory store): allowed (never runs out), allowed with a
+# lease every measured request hits, and one that admits a request an hour (the cached row).
+RULES = {
+    "bench_allowed": {"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}},
+    "bench_leased": {"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"},
+                     "lease": {"max": 100000, "ttl": "60s"}},
+    "bench_denied": {"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}},
+}
+# The cluster to the second backend, whose gRPC listener serves mutual TLS (the *_tls rows).
+TLS_CLUSTER = "sluice_rls_tls"
 
 # Row name -> (label, filter configuration or None). Rows without a configuration are the two
 # that do not load the wasm filter (no_filter, rls); they do not depend on the build.
@@ -95,11 +116,30 @@ ROWS = {
     ),
     "rls": ("Envoy's ratelimit filter -> sluice RLS", None),
 }
-BUILD_FREE = {"no_filter", "rls"}
+# Each row's twin over mutual TLS (not in callgrind.sh's default ROWS): the same decision from
+# Envoy to the second backend's gRPC listener through TLS_CLUSTER, listed after its plaintext row.
+TLS_ROWS = {"grpc": "grpc_tls", "grpc_stream": "grpc_stream_tls", "rls": "rls_tls"}
+PLAIN_OF = {tls: plain for plain, tls in TLS_ROWS.items()}
+
+
+def with_tls_twins(rows):
+    """`rows` with each TLS_ROWS twin after its plaintext row: the same filter configuration, its
+    backend the TLS_CLUSTER (TLS is the cluster's business, not the filter's)."""
+    out = {}
+    for name, (label, conf) in rows.items():
+        out[name] = (label, conf)
+        if name in TLS_ROWS:
+            tls_conf = conf and {**conf, "backend": {**conf["backend"], "cluster": TLS_CLUSTER}}
+            out[TLS_ROWS[name]] = (label + ", mTLS", tls_conf)
+    return out
+
+
+ROWS = with_tls_twins(ROWS)
+BUILD_FREE = {"no_filter", "rls", "rls_tls"}
 # Rows measured on the native build only, and the native build's filter_name suffix per row (it
 # picks how grpc_stream decisions go: native/src/stream.rs `wanted`).
 NATIVE_ONLY = {"grpc_stream_main"}
-NATIVE_NAME = {"grpc_stream": "/unary", "grpc_stream_main": "/stream"}
+NATIVE_NAME = {"grpc_stream": "/unary", "grpc_stream_tls": "/unary", "grpc_stream_main": "/stream"}
 
 
 def port(work):
@@ -140,13 +180,15 @@ def listener(name, p, http_filters, route):
     }
 
 
-def cluster(name, p, http2=False):
+def cluster(name, p, http2=False, transport_socket=None):
+    """A cluster of one 127.0.0.1 endpoint: HTTP/1.1 (idling out after 5 s) or HTTP/2, over
+    `transport_socket` when given (certs.upstream_tls)."""
     options = {"explicit_http_config": {"http2_protocol_options": {}}} if http2 else {
         # As in bench.yaml: the backend closes connections idle for 10 s; close ours first.
         "common_http_protocol_options": {"idle_timeout": "5s"},
         "explicit_http_config": {"http_protocol_options": {}},
     }
-    return {
+    built = {
         "name": name,
         "type": "STATIC",
         "connect_timeout": "1s",
@@ -154,6 +196,24 @@ def cluster(name, p, http2=False):
             {"@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"}, **options)},
         "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": addr(p)}}]}]},
     }
+    if transport_socket:
+        built["transport_socket"] = transport_socket
+    return built
+
+
+def ratelimit_filter(cluster_name):
+    """Envoy's own ratelimit filter asking the sluice RLS behind `cluster_name`, failing closed."""
+    return {
+        "name": "envoy.filters.http.ratelimit",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+            "domain": "sluice",
+            "timeout": f"{TIMEOUT_MS / 1000}s",
+            "failure_mode_deny": True,
+            "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
+            "rate_limit_service": {"transport_api_version": "V3",
+                                   "grpc_service": {"envoy_grpc": {"cluster_name": cluster_name}}},
+        }}
 
 
 def filter_conf(conf):
@@ -201,8 +261,10 @@ def native_filter(name, so, conf, suffix=""):
     }
 
 
-def config(work, out, rows):
-    env = os.environ
+def config(work, out, rows, env=os.environ):
+    """Envoy's configuration for `rows` at `out` and WORK/rows.tsv; ports and paths from `env`:
+    ENVOY_ADMIN_PORT, BACKEND_PORT, BACKEND_RLS_PORT, WASM, COMPARE, NATIVE, and for the *_tls
+    rows BACKEND_TLS_RLS_PORT (the TLS backend's gRPC listener) and PKI (certs.make_pki's dir)."""
     builds = [("base", env["WASM"])]
     for path in env.get("COMPARE", "").split():
         name = os.path.basename(path).removesuffix(".wasm")
@@ -229,23 +291,14 @@ def config(work, out, rows):
             name = f"{row}_{build}"
             if row == "no_filter":
                 listeners.append(listener(name, p, [], to_upstream))
-            elif row == "rls":
+            elif row in ("rls", "rls_tls"):
                 # Envoy's own ratelimit filter, as bench.yaml's rls_allowed (one descriptor that
                 # sluice maps to bench_allowed and the x-user key).
                 route = dict(to_upstream, route={"cluster": "upstream", "rate_limits": [{"actions": [
                     {"generic_key": {"descriptor_value": "bench_allowed"}},
                     {"request_headers": {"header_name": "x-user", "descriptor_key": "user"}}]}]})
-                listeners.append(listener(name, p, [{
-                    "name": "envoy.filters.http.ratelimit",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
-                        "domain": "sluice",
-                        "timeout": f"{TIMEOUT_MS / 1000}s",
-                        "failure_mode_deny": True,
-                        "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
-                        "rate_limit_service": {"transport_api_version": "V3",
-                                               "grpc_service": {"envoy_grpc": {"cluster_name": "sluice_rls"}}},
-                    }}], route))
+                to = TLS_CLUSTER if row in PLAIN_OF else "sluice_rls"
+                listeners.append(listener(name, p, [ratelimit_filter(to)], route))
             elif build == "native":
                 listeners.append(listener(name, p, [native_filter(name, wasm, conf, NATIVE_NAME.get(row, ""))],
                                           to_upstream))
@@ -254,21 +307,22 @@ def config(work, out, rows):
                 vm_id = "sluice" if build == "base" else f"sluice_{[n for n, _ in builds].index(build)}"
                 listeners.append(listener(name, p, [wasm_filter(name, vm_id, wasm, conf)], to_upstream))
             table.append((row, build, p, label))
+    clusters = [
+        cluster("sluice_backend", env["BACKEND_PORT"]),
+        cluster("sluice_rls", env["BACKEND_RLS_PORT"], http2=True),
+        {"name": "upstream", "type": "STATIC", "connect_timeout": "1s", "load_assignment": {
+            "cluster_name": "upstream",
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": addr(upstream)}}]}]}},
+    ]
+    if any(row in PLAIN_OF for row in rows):
+        clusters.append(cluster(TLS_CLUSTER, env["BACKEND_TLS_RLS_PORT"], http2=True,
+                                transport_socket=certs.upstream_tls(Path(env["PKI"]))))
     doc = {
         "admin": {"address": addr(env["ENVOY_ADMIN_PORT"])},
         # Envoy's stats flush (every 5 s by default) would land in some windows and not others
         # (a window of 300 requests under callgrind takes a few seconds): ~1% between repeats.
         "stats_flush_interval": "299s",
-        "static_resources": {
-            "listeners": listeners,
-            "clusters": [
-                cluster("sluice_backend", env["BACKEND_PORT"]),
-                cluster("sluice_rls", env["BACKEND_RLS_PORT"], http2=True),
-                {"name": "upstream", "type": "STATIC", "connect_timeout": "1s", "load_assignment": {
-                    "cluster_name": "upstream",
-                    "endpoints": [{"lb_endpoints": [{"endpoint": {"address": addr(upstream)}}]}]}},
-            ],
-        },
+        "static_resources": {"listeners": listeners, "clusters": clusters},
     }
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
@@ -306,6 +360,11 @@ COUNTERS = {
     "cluster.upstream.ratelimit.ok": "rls_ok",
     "cluster.upstream.ratelimit.error": "rls_error",
     "cluster.upstream.ratelimit.failure_mode_allowed": "rls_failure_allowed",
+    # New connections to the backend and TLS handshakes in a window (none while one is reused).
+    "cluster.sluice_backend.upstream_cx_total": "backend_connects",
+    "cluster.sluice_rls.upstream_cx_total": "backend_connects",
+    f"cluster.{TLS_CLUSTER}.upstream_cx_total": "backend_connects",
+    f"cluster.{TLS_CLUSTER}.ssl.handshake": "tls_handshakes",
 }
 
 
@@ -381,6 +440,15 @@ def table(work):
                 vs_base = f"{d(mean - base_mean)} ({(mean - base_mean) / base_mean * 100:+.1f}%)"
             vs_plain = d(mean - ref) if ref is not None and row != "no_filter" else ""
             print(shown + f" {k(mean):>9} {vs_plain:>13} {vs_base:>16}")
+    tls_pairs = [(row, build) for row, build, _, _ in rows
+                 if row in PLAIN_OF and results.get((row, build)) and results.get((PLAIN_OF[row], build))]
+    if tls_pairs:
+        print()
+        print("mutual TLS beside plaintext, the same row and build (mean over mean)")
+        for row, build in tls_pairs:
+            tls, plain = statistics.mean(results[(row, build)]), statistics.mean(results[(PLAIN_OF[row], build)])
+            print(f"  {row:16} {'-' if row in BUILD_FREE else build:{bw}} {k(plain):>9} -> {k(tls):>9} "
+                  f"{d(tls - plain):>9} ({(tls - plain) / plain * 100:+.1f}%)")
     print()
     print("what Envoy's counters did in each measured window (callouts and lease hits of the sluice filter,")
     print("either build; ratelimit.ok of Envoy's ratelimit filter), repeats separated by |")
@@ -393,6 +461,11 @@ def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "port":
         print(port(sys.argv[2]))
+    elif cmd == "rules":
+        for action, rule in RULES.items():
+            print(f"{action}\t{json.dumps(rule)}")
+    elif cmd == "pki":
+        print("\n".join(certs.backend_args(certs.make_pki(Path(sys.argv[2])))))
     elif cmd == "config":
         config(sys.argv[2], sys.argv[3], sys.argv[4:])
     elif cmd == "total":

@@ -24,6 +24,17 @@
 #   cached       sluice denied from the denial cache (429, no callout; the rule admits one request
 #                an hour, the warm-up spends it)
 #   rls          Envoy's native ratelimit filter -> the backend's RLS listener
+#   grpc_tls, grpc_stream_tls, rls_tls  grpc, grpc_stream and rls over mutual TLS (not in the
+#                default ROWS): the same decisions from Envoy to a second backend (the same binary
+#                and rules, memory store) whose gRPC listener serves TLS and requires a client
+#                certificate (--grpc-tls-cert/--grpc-tls-key/--grpc-tls-client-ca), Envoy's cluster
+#                to it an UpstreamTlsContext with a client certificate (docs/security.md); the
+#                certificates are made at run time with openssl in the work dir, and that backend
+#                starts only when such a row is asked for. The table adds each one's difference to
+#                its plaintext row (same build). grpc_stream_tls is skipped as grpc_stream is; its
+#                native row, as grpc_stream's, sends each exchange as a unary DecisionExchange/Call.
+#                One handshake per Envoy connection: the windows reuse the connection opened in
+#                the warm-up, so a row's figure is TLS's per-request cost (records, encryption)
 # Each sluice row is measured for each build: the wasm filter (base, COMPARE) and the dynamic
 # module (NATIVE, default target/release/libsluice_filter_native.so, loaded by absolute path in the
 # same Envoy; NATIVE=none leaves it out). The native build's grpc_stream row sends each exchange as
@@ -34,17 +45,18 @@
 # in some windows: ~1% between repeats; without it repeats agree within ~0.3%). A window with any
 # answer other than 200, or more than one new downstream connection, is refused; a leased window
 # with a callout (the lease ran out and was granted again) is measured again. Each row also shows
-# what Envoy's counters did in its windows (callouts, lease hits, ratelimit.ok).
+# what Envoy's counters did in its windows (callouts, lease hits, ratelimit.ok, and new connections
+# to the backend and TLS handshakes when there were any: none while Envoy reuses its connection).
 #
 # WASM: the filter build (default the build output); COMPARE: other builds (paths, space-separated,
 # named in the table by file name), each loaded as its own VM in the same Envoy and measured beside
 # the first, row by row (the table adds each one's difference to base). At most two COMPARE builds:
 # V8 reserves ~10 GB of address space per wasm instance and valgrind's ends at 128 GB.
-# BACKEND_BIN: the backend (release build, memory store, with --grpc-listen). Builds the filter and
-# the backend first unless SKIP_BUILD=1. Everything on 127.0.0.1, stopped by PID at exit; bounded
-# by MAX_SECONDS (default 1800). A run of the default rows takes ~100 s with one COMPARE build
-# (~10-25 s to start Envoy under valgrind, 4-6 s per window) on an idle machine, about twice that
-# while something compiles beside it.
+# BACKEND_BIN: the backend (release build, memory store, with --grpc-listen; the *_tls rows start
+# a second one). Builds the filter and the backend first unless SKIP_BUILD=1. Everything on
+# 127.0.0.1, stopped by PID at exit; bounded by MAX_SECONDS (default 1800). A run of the default
+# rows takes ~100 s with one COMPARE build (~10-25 s to start Envoy under valgrind, 4-6 s per
+# window) on an idle machine, about twice that while something compiles beside it.
 #   SKIP_BUILD=1 WASM=/tmp/a.wasm COMPARE=/tmp/b.wasm benches/envoy/callgrind.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -83,7 +95,7 @@ for f in "$WASM" "${compare[@]}" "${natives[@]}" "$BACKEND_BIN"; do
 done
 
 work=$(mktemp -d /tmp/sluice-callgrind.XXXXXX)
-backend_pid= envoy_pid=
+backend_pid= tls_backend_pid= envoy_pid=
 # stop PID: TERM, up to 30 s for it to go (valgrind writes its last dump), then KILL.
 stop() {
   [ -n "$1" ] || return 0
@@ -92,7 +104,7 @@ stop() {
   kill -9 "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
 }
-cleanup() { stop "$envoy_pid"; stop "$backend_pid"; }
+cleanup() { stop "$envoy_pid"; stop "$backend_pid"; stop "$tls_backend_pid"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 check_time() {
@@ -114,19 +126,24 @@ wait_for() { # URL SECONDS [PID]: bounded wait for a 200 (while PID, if given, r
   echo "sluice callgrind: $1 did not come up within $2 s; logs in $work" >&2; exit 1
 }
 
-# The backend: memory store, decision API and RLS listener.
-backend_port=$(port) backend_admin=$(port) backend_rls=$(port)
-RUST_LOG=warn "$BACKEND_BIN" --decision-listen "127.0.0.1:$backend_port" --admin-listen "127.0.0.1:$backend_admin" \
-  --grpc-listen "127.0.0.1:$backend_rls" --admin-token "$TOKEN" >"$work/backend.log" 2>&1 &
-backend_pid=$!
-wait_for "http://127.0.0.1:$backend_admin/readyz" 20
-put_rule() { # ACTION JSON
-  curl -sf --max-time 5 -X PUT -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \
-    --data "$2" "http://127.0.0.1:$backend_admin/v1/rules/$1" >/dev/null
+# start_backend NAME [FLAGS...]: a backend on the memory store (decision API, admin, RLS listener;
+# FLAGS added) with the bench's rules (callgrind.py RULES); sets NAME_pid, NAME_port, NAME_admin
+# and NAME_rls, its log WORK/NAME.log.
+start_backend() {
+  local name=$1 decision admin rls action rule; shift
+  decision=$(port) admin=$(port) rls=$(port)
+  RUST_LOG=warn "$BACKEND_BIN" --decision-listen "127.0.0.1:$decision" --admin-listen "127.0.0.1:$admin" \
+    --grpc-listen "127.0.0.1:$rls" --admin-token "$TOKEN" "$@" >"$work/$name.log" 2>&1 &
+  printf -v "${name}_pid" %s "$!"
+  printf -v "${name}_port" %s "$decision"; printf -v "${name}_admin" %s "$admin"; printf -v "${name}_rls" %s "$rls"
+  wait_for "http://127.0.0.1:$admin/readyz" 20
+  python3 "$helper" rules >"$work/rules.tsv"
+  while IFS=$'\t' read -r action rule; do
+    curl -sf --max-time 5 -X PUT -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \
+      --data "$rule" "http://127.0.0.1:$admin/v1/rules/$action" >/dev/null
+  done <"$work/rules.tsv"
 }
-put_rule bench_allowed '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}}'
-put_rule bench_leased '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}, "lease": {"max": 100000, "ttl": "60s"}}'
-put_rule bench_denied '{"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}'
+start_backend backend
 
 # grpc_stream needs both sides: the filter build (it names the protocol) and the backend (it
 # serves sluice.v1.DecisionExchange; an unknown gRPC method answers grpc-status 12, unimplemented).
@@ -138,9 +155,9 @@ grpc_status() { # PATH: grpc-status of an empty unary call to the RLS listener
     tr -d '\r' | awk -F': ' 'tolower($1) == "grpc-status" {print $2; exit}'
 }
 for row in $ROWS; do
-  if [ "$row" = grpc_stream ] || [ "$row" = grpc_stream_main ]; then
+  if [[ $row == grpc_stream* ]]; then
     why=
-    if [ "$row" = grpc_stream ]; then
+    if [ "$row" != grpc_stream_main ]; then
       for f in "$WASM" "${compare[@]}"; do
         grep -q grpc_stream "$f" || why="${why:+$why; }filter build $f does not know protocol grpc_stream"
       done
@@ -161,10 +178,18 @@ for row in $ROWS; do
   rows+=("$row")
 done
 
+# The *_tls rows' backend: certificates made now (openssl), its gRPC listener over mutual TLS.
+tls_backend_rls=
+if [[ " ${rows[*]} " == *_tls\ * ]]; then
+  python3 "$helper" pki "$work/pki" >"$work/tls-flags"
+  mapfile -t tls_flags <"$work/tls-flags"
+  start_backend tls_backend "${tls_flags[@]}"
+fi
+
 # Envoy under callgrind, one listener per row (and per build).
 envoy_admin=$(port)
-ENVOY_ADMIN_PORT=$envoy_admin BACKEND_PORT=$backend_port BACKEND_RLS_PORT=$backend_rls WASM=$WASM COMPARE=$COMPARE NATIVE=$NATIVE \
-  python3 "$helper" config "$work" "$work/envoy.json" "${rows[@]}"
+ENVOY_ADMIN_PORT=$envoy_admin BACKEND_PORT=$backend_port BACKEND_RLS_PORT=$backend_rls BACKEND_TLS_RLS_PORT=$tls_backend_rls \
+  PKI=$work/pki WASM=$WASM COMPARE=$COMPARE NATIVE=$NATIVE python3 "$helper" config "$work" "$work/envoy.json" "${rows[@]}"
 "$VALGRIND" --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out.%p" \
   "$ENVOY_BIN" -c "$work/envoy.json" --disable-hot-restart --concurrency 1 --log-level warn >"$work/envoy.log" 2>&1 &
 envoy_pid=$!
@@ -257,6 +282,6 @@ echo "Envoy 1.40 instructions per request (callgrind; --concurrency 1; $REQUESTS
 echo "connection after $WARMUP warm-up; $REPEATS repeats). base: $WASM"
 [ -z "$COMPARE" ] || echo "compare: $COMPARE"
 [ "$NATIVE" = none ] || echo "native: $NATIVE"
-echo "backend: $BACKEND_BIN (memory store); run took $((SECONDS - started)) s"
+echo "backend: $BACKEND_BIN (memory store${tls_backend_pid:+; the *_tls rows: a second one, gRPC listener over mutual TLS}); run took $((SECONDS - started)) s"
 echo
 python3 "$helper" table "$work"

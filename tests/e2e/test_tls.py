@@ -4,18 +4,20 @@ with an UpstreamTlsContext presenting a client certificate. The sluice filter's 
 `grpc` protocols (on the build SLUICE_FILTER_BUILD names) and Envoy's own ratelimit filter limit
 exactly as over h2c; an Envoy without a client certificate is refused at the handshake, named in
 the backend's log and counted, its requests follow the filter's failure mode with its failure
-line, and nothing it sent is decided or debited. Certificates are made here with the openssl CLI.
+line, and nothing it sent is decided or debited. Certificates are made at test time with the
+openssl CLI (certs.py).
 
 envoy/e2e_grpc.yaml and envoy/rls.yaml are rendered as for the h2c tests and their `sluice_rls`
 cluster given the transport socket below (the block docs/security.md shows)."""
 
+import json
 import re
-import subprocess
 import uuid
 
 import pytest
 import requests
 
+import certs
 import stack
 
 TIMEOUT_MS = 250
@@ -24,64 +26,26 @@ GRPC_LISTENERS = ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"]
 RLS_LISTENERS = ["RLS_OPEN_PORT", "RLS_CLOSED_PORT"]
 
 
-def openssl(cwd, *args):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def make_pki(dir):
-    """A CA, the backend's certificate (SAN localhost, 127.0.0.1) and Envoy's client certificate."""
-    dir.mkdir(exist_ok=True)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    openssl(dir, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=e2e-ca",
-            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    leaves = {"server": "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
-              "envoy": "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:envoy.e2e\n"}
-    for serial, (name, ext) in enumerate(leaves.items(), start=2):
-        (dir / f"{name}.ext").write_text("basicConstraints=CA:FALSE\n" + ext)
-        openssl(dir, "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        openssl(dir, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial",
-                str(serial), "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
-    return dir
-
-
 def with_tls(config_path, pki, client_cert=True, cluster="sluice_rls", alpn="h2"):
     """Gives the rendered config's `cluster` an UpstreamTlsContext (`alpn`, the backend's
     certificate checked against the CA and its name), with Envoy's client certificate unless
-    `client_cert` is False."""
-    cert = ""
-    if client_cert:
-        cert = (f"          tls_certificates:\n"
-                f"          - certificate_chain: {{filename: {pki / 'envoy.pem'}}}\n"
-                f"            private_key: {{filename: {pki / 'envoy.key'}}}\n")
-    block = ("    transport_socket:\n"
-             "      name: envoy.transport_sockets.tls\n"
-             "      typed_config:\n"
-             '        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext\n'
-             "        sni: localhost\n"
-             "        common_tls_context:\n"
-             f'          alpn_protocols: ["{alpn}"]\n'
-             f"{cert}"
-             "          validation_context:\n"
-             f"            trusted_ca: {{filename: {pki / 'ca.pem'}}}\n"
-             "            match_typed_subject_alt_names:\n"
-             "            - {san_type: DNS, matcher: {exact: localhost}}\n")
+    `client_cert` is False: certs.upstream_tls, written as YAML's JSON form."""
+    block = json.dumps(certs.upstream_tls(pki, client_cert, alpn))
     text = config_path.read_text()
     anchor = f"  - name: {cluster}\n    type: STATIC\n"
     assert anchor in text
-    config_path.write_text(text.replace(anchor, anchor + block, 1))
+    config_path.write_text(text.replace(anchor, anchor + f"    transport_socket: {block}\n", 1))
 
 
 @pytest.fixture(scope="module")
 def pki(tmp):
-    return make_pki(tmp / "pki")
+    return certs.make_pki(tmp / "pki")
 
 
 @pytest.fixture(scope="module")
 def tls_backend(tmp, pki):
     redis, redis_port = stack.start_redis(tmp)
-    backend = stack.Backend(tmp, redis_port, extra_args=[
-        "--grpc-tls-cert", str(pki / "server.pem"), "--grpc-tls-key", str(pki / "server.key"),
-        "--grpc-tls-client-ca", str(pki / "ca.pem")]).start()
+    backend = stack.Backend(tmp, redis_port, extra_args=certs.backend_args(pki)).start()
     yield backend
     stack.stop_all(backend, redis)
 
@@ -173,9 +137,7 @@ def test_the_filters_http_protocol_limits_exactly_over_mutual_tls(tmp, pki, upst
     """`protocol: http` to a decision listener with --decision-tls-*: the same cluster block with
     ALPN http/1.1."""
     redis, redis_port = stack.start_redis(tmp)
-    backend = stack.Backend(tmp, redis_port, extra_args=[
-        "--decision-tls-cert", str(pki / "server.pem"), "--decision-tls-key", str(pki / "server.key"),
-        "--decision-tls-client-ca", str(pki / "ca.pem")])
+    backend = stack.Backend(tmp, redis_port, extra_args=certs.backend_args(pki, "decision"))
     envoy = None
     try:
         backend.start()
