@@ -22,7 +22,9 @@ on as many keep-alive connections (default 2 x 8: 16 connections, as run.sh's wr
 measure.py) over the decisions it counted (sluice_decisions_total, which must equal REQUESTS),
 Envoy's CPU per request, requests/s, and the new connections Envoy opened to the backend and TLS
 handshakes it made (its cluster counters; 0 while the connection opened in the warm-up is
-reused). /proc/PID/stat counts in clock ticks (10 ms): the `all` column, total CPU over total
+reused). Then what a new connection costs each backend: CONNECTIONS (default 300) curl processes
+in turn, each its own connection with one gRPC call (h2c, or mutual TLS with Envoy's client
+certificate), the backend's CPU over them. /proc/PID/stat counts in clock ticks (10 ms): the `all` column, total CPU over total
 decisions of every round, is the figure to quote; the per-round ones show the spread. Everything
 on 127.0.0.1, stopped by PID at exit; bounded by MAX_SECONDS (default 900).
 
@@ -58,6 +60,7 @@ ROUNDS = int(os.environ.get("ROUNDS", "6"))
 CLIENTS = int(os.environ.get("CLIENTS", "2"))
 PARALLEL = int(os.environ.get("PARALLEL", "8"))
 WARMUP = int(os.environ.get("WARMUP", "500"))
+CONNECTIONS = int(os.environ.get("CONNECTIONS", "300"))
 MAX_SECONDS = int(os.environ.get("MAX_SECONDS", "900"))
 BACKEND_BIN = os.environ.get("BACKEND_BIN", str(ROOT / "target" / "release" / "sluice"))
 WASM = os.environ.get("WASM", str(ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "sluice_filter.wasm"))
@@ -159,6 +162,31 @@ def window(row, port, backend, envoy_pid, admin):
             "connects": cx1 - cx0, "handshakes": hs1 - hs0}
 
 
+def connections(work, backend, pki=None):
+    """The backend's CPU for CONNECTIONS new connections, each one gRPC call (an empty
+    ShouldRateLimit: answered at once, the same for both) from its own curl process, h2c or with
+    `pki`'s client certificate over mutual TLS; returns µs per connection."""
+    proc, ports = backend
+    frame = Path(work) / "empty.grpc"
+    frame.write_bytes(b"\0\0\0\0\0")
+    host = "localhost" if pki else "127.0.0.1"
+    args = ["curl", "-s", "--max-time", "10", "-o", "/dev/null", "-w", "%{num_connects}", "-X", "POST",
+            "-H", "content-type: application/grpc", "-H", "te: trailers", "--data-binary", f"@{frame}"]
+    if pki:
+        args += ["--http2", "--resolve", f"localhost:{ports['grpc']}:127.0.0.1", "--cacert", f"{pki}/ca.pem",
+                 "--cert", f"{pki}/envoy.pem", "--key", f"{pki}/envoy.key"]
+    else:
+        args += ["--http2-prior-knowledge"]
+    url = f"{'https' if pki else 'http'}://{host}:{ports['grpc']}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    before = measure.cpu_seconds(proc.popen.pid)
+    connected = sum(int(subprocess.run([*args, url], capture_output=True, text=True, timeout=20).stdout or 0)
+                    for _ in range(CONNECTIONS))
+    spent = measure.cpu_seconds(proc.popen.pid) - before
+    if connected != CONNECTIONS:
+        fail(f"{connected} of {CONNECTIONS} connections to the {'TLS' if pki else 'h2c'} gRPC listener were made")
+    return spent / CONNECTIONS * 1e6
+
+
 def table(listeners, results):
     def us(seconds, n):
         return f"{seconds / n * 1e6:.1f}"
@@ -237,13 +265,19 @@ def main():
                 print(f"  round {n + 1} {row}/{build}: backend {w['backend'] / REQUESTS * 1e6:.1f} µs/decision, "
                       f"Envoy {w['envoy'] / REQUESTS * 1e6:.1f} µs/request, {REQUESTS / w['seconds']:.0f} req/s",
                       file=sys.stderr)
-        shutil.rmtree(work)
         print(f"The backend's CPU per decision, plaintext and mutual TLS on its gRPC listener, in one run: {ROUNDS} "
               f"rounds of {REQUESTS} requests per row,\n{CLIENTS} x {PARALLEL} keep-alive connections, through Envoy "
               f"1.40 (--concurrency 1). backend: {BACKEND_BIN} (two, memory store:\nh2c and mutual TLS); filter: {WASM}"
               + ("" if NATIVE == "none" else f" and {NATIVE}") + f"; took {time.monotonic() - STARTED:.0f} s")
         print()
         table(listeners, results)
+        if CONNECTIONS:
+            check_time()
+            plain_cx, tls_cx = connections(work, plain), connections(work, tls, f"{work}/pki")
+            print()
+            print(f"a new connection from a client, one gRPC call on it ({CONNECTIONS} connections, one curl each): "
+                  f"backend h2c {plain_cx:.0f} -> mutual TLS {tls_cx:.0f} µs of CPU ({tls_cx - plain_cx:+.0f}: the handshake)")
+        shutil.rmtree(work)
     finally:
         stack.stop_all(*procs)
 
