@@ -13,20 +13,21 @@ ask the backend on every request):
   grpc_stream, grpc_stream_tls  the sluice filter's exchange stream (protocol grpc_stream)
   rls, rls_tls                  Envoy's own ratelimit filter (RLS)
 
-on the wasm build (and on the native one too with NATIVE=path/to/libsluice_filter_native.so;
-its grpc_stream rows send each exchange as a unary DecisionExchange/Call). Each row is probed
-and warmed (WARMUP requests), then ROUNDS rounds, each sending REQUESTS requests through each
-row's listener in turn (the order reversed every other round, so plain and TLS rows alternate
-and drift cancels), from CLIENTS curl processes at once, each with PARALLEL requests in flight
-on as many keep-alive connections (default 2 x 8: 16 connections, as run.sh's wrk). Per window: the CPU the row's backend spent (utime + stime of every thread, /proc/PID/stat, through
-measure.py) over the decisions it counted (sluice_decisions_total, which must equal REQUESTS),
-Envoy's CPU per request, requests/s, and the new connections Envoy opened to the backend and TLS
-handshakes it made (its cluster counters; 0 while the connection opened in the warm-up is
-reused). Then what a new connection costs each backend: CONNECTIONS (default 300) curl processes
-in turn, each its own connection with one gRPC call (h2c, or mutual TLS with Envoy's client
-certificate), the backend's CPU over them. /proc/PID/stat counts in clock ticks (10 ms): the `all` column, total CPU over total
-decisions of every round, is the figure to quote; the per-round ones show the spread. Everything
-on 127.0.0.1, stopped by PID at exit; bounded by MAX_SECONDS (default 900).
+on the wasm build (and on the native one too with NATIVE=path/to/libsluice_filter_native.so; its
+grpc_stream rows send each exchange as a unary DecisionExchange/Call). Each row is probed and
+warmed (WARMUP requests), then ROUNDS rounds, each sending REQUESTS requests through each row's
+listener in turn (the order reversed every other round, so plain and TLS rows alternate and drift
+cancels), from CLIENTS curl processes at once, each with PARALLEL requests in flight on as many
+keep-alive connections (default 2 x 8: 16 connections, as run.sh's wrk). Per window: the CPU the
+row's backend spent (utime + stime of every thread, /proc/PID/stat, through measure.py) over the
+decisions it counted (sluice_decisions_total, which must equal REQUESTS), Envoy's CPU per request,
+requests/s, and the new connections Envoy opened to the backend and TLS handshakes it made (its
+cluster counters; 0 while the connection opened in the warm-up is reused). Then what a new
+connection costs each backend: CONNECTIONS (default 300) curl processes in turn, each its own
+connection with one gRPC call (h2c, or mutual TLS with Envoy's client certificate), the backend's
+CPU over them. /proc/PID/stat counts in clock ticks (10 ms): the `all` column, total CPU over total
+decisions of every round, is the figure to quote; the per-round ones show the spread. Everything on
+127.0.0.1, stopped by PID at exit; bounded by MAX_SECONDS (default 900).
 
 Needs the release builds (`cargo build --locked --release -p sluice-backend --bin sluice`,
 `bash scripts/build-filter.sh`), Envoy in .venv and openssl. Not part of the test command.
