@@ -8,7 +8,7 @@
 //! [`PER_RULE_READS`] of one view's reads are in flight; the answers keep the rules' order.
 //!
 //! The views of what is active (`?scope=active`, top denied, the SSE levels) read only the
-//! actions in the store's index of touched actions ([`crate::touched`]); only `?scope=all` reads
+//! actions in the store's index of touched actions ([`crate::touched_view`]); only `?scope=all` reads
 //! every rule.
 
 use std::future::Future;

@@ -14,7 +14,7 @@ use crate::activity::ActivityBook;
 use crate::clock::now_ms;
 use crate::rules::{Overrides, RuleCache};
 use crate::store::{Activity, ActivityStore, DecisionStore, HealthStore, StoreError};
-use crate::touched::TouchedSince;
+use crate::touched_view::TouchedSince;
 
 /// Keys per action when no `limit` is given.
 pub const DEFAULT_LIMIT: usize = 20;
@@ -162,7 +162,7 @@ impl LevelsHub {
             let (since, also) = (TouchedSince::Ever, BTreeSet::new());
             let active = async {
                 let list =
-                    crate::touched::narrow(store.as_ref(), &book, list, since, &also).await?;
+                    crate::touched_view::narrow(store.as_ref(), &book, list, since, &also).await?;
                 snapshot(store.as_ref(), &book, &list, &set.overrides, DEFAULT_LIMIT).await
             };
             match active.await {

@@ -33,6 +33,7 @@ pub mod state;
 pub mod store;
 pub mod tls;
 pub mod touched;
+pub mod touched_view;
 pub mod wrong_listener;
 
 #[cfg(test)]

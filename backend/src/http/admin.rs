@@ -24,7 +24,7 @@ use crate::auth;
 use crate::levels;
 use crate::state::App;
 use crate::store::{ChangeOutcome, RuleChange};
-use crate::touched::{self, TouchedSince};
+use crate::touched_view::{self, TouchedSince};
 
 /// Lets a request through only with the admin token (Bearer) or a valid session cookie.
 pub async fn require_admin(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
@@ -245,7 +245,7 @@ pub async fn get_levels(
             ActionScope::All => rules,
             ActionScope::Active => {
                 let (since, also) = (TouchedSince::Ever, BTreeSet::new());
-                touched::narrow(app.store.as_ref(), &app.activity, rules, since, &also).await?
+                touched_view::narrow(app.store.as_ref(), &app.activity, rules, since, &also).await?
             }
         };
         levels::snapshot(

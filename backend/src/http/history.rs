@@ -19,7 +19,7 @@ use super::error::ApiFailure;
 use crate::clock::now_ms;
 use crate::history::{body, view, LAST_SEEN_SPAN_MS};
 use crate::state::App;
-use crate::touched::{self, TouchedSince};
+use crate::touched_view::{self, TouchedSince};
 
 /// Bound on one of these reads (one store call per rule, run concurrently).
 const READ_DEADLINE: Duration = Duration::from_secs(5);
@@ -146,7 +146,7 @@ pub async fn get_history(
                     span_ms,
                     now_ms: now,
                 };
-                touched::narrow(
+                touched_view::narrow(
                     app.store.as_ref(),
                     &app.activity,
                     rules,
@@ -215,7 +215,7 @@ pub async fn get_key(
                     .map(|(action, _)| action.as_str())
                     .collect();
                 let since = TouchedSince::Ever;
-                touched::narrow(app.store.as_ref(), &app.activity, rules, since, &overridden)
+                touched_view::narrow(app.store.as_ref(), &app.activity, rules, since, &overridden)
                     .await?
             }
         };
@@ -256,7 +256,7 @@ pub async fn get_top_denied(
             span_ms: TOP_DENIED_SPAN_MS,
             now_ms: now,
         };
-        let rules = touched::narrow(
+        let rules = touched_view::narrow(
             app.store.as_ref(),
             &app.activity,
             rules,
