@@ -171,6 +171,7 @@ impl ActivityBook {
     /// pending: see [`ActivityBook::take_flush`]).
     pub fn take(&self, now: Instant) -> (Vec<Activity>, u64) {
         let flush = self.take_flush(now, |_| false);
+        self.touched.flush_ended(&flush.touched, false);
         for record in flush.history {
             self.steps.add(record);
         }
@@ -240,9 +241,11 @@ impl ActivityBook {
             !samples.is_empty()
         });
         let history = self.steps.take();
-        let mut touched = self.touched.take();
-        touched.extend(out.iter().map(|a| a.action.clone()));
-        touched.extend(history.iter().map(|h| h.action.clone()));
+        let touched = self.touched.begin_flush(
+            out.iter()
+                .map(|a| a.action.clone())
+                .chain(history.iter().map(|h| h.action.clone())),
+        );
         Flush {
             activity: out,
             dropped: taken.dropped,
@@ -328,10 +331,9 @@ pub async fn write_flush<S: ActivityStore + HistoryStore + ?Sized>(
             return Ok(());
         }
         let actions: Vec<Action> = flush.touched.iter().cloned().collect();
-        store
-            .touch_actions(&actions, now_ms)
-            .await
-            .inspect_err(|_| book.touched.put_back(actions))
+        let result = store.touch_actions(&actions, now_ms).await;
+        book.touched.flush_ended(&flush.touched, result.is_ok());
+        result
     };
     let (a, h, d, t) = futures::join!(activity, history, denied, touched);
     for e in [&a, &h, &d, &t]
