@@ -28,8 +28,12 @@ import stack
 
 _YAML_NAME = re.compile(r"""["']([A-Za-z0-9_.-]+\.yaml)["']""")
 TESTS_DIR = Path(__file__).resolve().parents[1]
-# Set on a test, in the wasm pass, that the native pass skips (see NativePass._launching).
+# Set on a test, in the wasm pass, that the native pass skips (see NativePass._launching); in the
+# `none` pass, on every test that runs (none may load the filter).
 _ONCE = pytest.StashKey[bool]()
+# Whether a test loads the sluice filter (a filter test) or only Envoy's own filters (an RLS test):
+# how tests/matrix/ sorts its results into the wasm, native and RLS columns.
+FILTER_TEST = pytest.StashKey[bool]()
 
 
 def _source(obj):
@@ -162,17 +166,31 @@ class NativePass:
     def pytest_collection_modifyitems(self, config, items):
         skip = pytest.mark.skip(reason="wasm build only (SLUICE_FILTER_BUILD=native)")
         once = pytest.mark.skip(reason="loads no sluice filter: runs in the wasm pass only")
+        no_filter = pytest.mark.skip(reason="loads the sluice filter: this pass loads none (SLUICE_FILTER_BUILD=none)")
         for item in items:
             if not item.path.resolve().is_relative_to(self.root):
                 continue
-            if item.path.name in self.wasm_only or item.originalname in self.wasm_only_tests:
+            filter_test = self.is_filter_test(item)
+            item.stash[FILTER_TEST] = filter_test
+            if stack.FILTER_BUILD == "none":
+                if filter_test:
+                    item.add_marker(no_filter)
+                else:
+                    item.stash[_ONCE] = True
+            elif item.path.name in self.wasm_only or item.originalname in self.wasm_only_tests:
                 if stack.FILTER_BUILD == "native":
                     item.add_marker(skip)
-            elif not self.runs_native(item):
+            elif not filter_test:
                 if stack.FILTER_BUILD == "native":
                     item.add_marker(once)
                 else:
                     item.stash[_ONCE] = True
+
+    def is_filter_test(self, item):
+        """Whether a test loads the sluice filter (the wasm-only files do; otherwise `runs_native`
+        decides)."""
+        return (item.path.name in self.wasm_only or item.originalname in self.wasm_only_tests
+                or bool(self.runs_native(item)))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -185,6 +203,9 @@ class NativePass:
     def _launching(self, envoy):
         item = self.current
         if item is not None and item.stash.get(_ONCE, False):
+            if stack.FILTER_BUILD == "none":
+                raise RuntimeError(f"{item.nodeid} starts an Envoy that loads the sluice filter ({envoy.template}) "
+                                   "in a pass that loads none (SLUICE_FILTER_BUILD=none)")
             raise RuntimeError(
                 f"{item.nodeid} starts an Envoy that loads the sluice filter ({envoy.template}), but the "
                 "native pass would skip it: it names no envoy/ config with the filter in the code "

@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import builds  # noqa: E402
+import matrix_report  # noqa: E402
 import stack  # noqa: E402
 
 
@@ -35,7 +36,11 @@ def renders_sluice(item):
 
 
 def pytest_configure(config):
-    missing = [p for p in (stack.ENVOY, stack.SLUICE, stack.FILTER) if not os.path.exists(p)]
+    config.addinivalue_line("markers", "smoke: one test of each kind of behaviour, run on every Envoy version of "
+                            "the matrix (tests/matrix/run.py, `-m smoke`)")
+    matrix_report.register(config)
+    needed = (stack.ENVOY, stack.SLUICE) + ((stack.FILTER,) if stack.FILTER_BUILD != "none" else ())
+    missing = [p for p in needed if not os.path.exists(p)]
     if shutil.which("redis-server") is None:
         missing.append("redis-server")
     if missing:

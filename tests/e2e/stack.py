@@ -26,14 +26,16 @@ WASM = os.environ.get("SLUICE_FILTER_WASM", str(ROOT / "target" / "wasm32-wasip1
 # (the dynamic module, libsluice_filter_native.so, found through ENVOY_DYNAMIC_MODULES_SEARCH_PATH).
 # The templates in envoy/ carry the wasm block; `native` rewrites it (`to_native`) into the
 # dynamic-module block with the same JSON configuration, so every test runs unchanged on both.
+# `none` loads no sluice filter at all: only the tests whose Envoys never load it run (Envoy's own
+# ratelimit filter -> sluice RLS), for an Envoy that can load neither build (tests/matrix/).
 FILTER_BUILD = os.environ.get("SLUICE_FILTER_BUILD", "wasm")
-if FILTER_BUILD not in ("wasm", "native"):
-    raise SystemExit(f"SLUICE_FILTER_BUILD={FILTER_BUILD!r}: expected wasm or native")
+if FILTER_BUILD not in ("wasm", "native", "none"):
+    raise SystemExit(f"SLUICE_FILTER_BUILD={FILTER_BUILD!r}: expected wasm, native or none")
 NATIVE_DIR = os.environ.get("SLUICE_FILTER_NATIVE_DIR", str(ROOT / "target" / "release"))
 NATIVE = str(Path(NATIVE_DIR) / "libsluice_filter_native.so")
 FILTER = NATIVE if FILTER_BUILD == "native" else WASM
 # Envoy names a filter's custom stats by its host: `wasmcustom.` or `dynamicmodulescustom.`.
-STAT_PREFIX = {"wasm": "wasmcustom", "native": "dynamicmodulescustom"}[FILTER_BUILD]
+STAT_PREFIX = {"wasm": "wasmcustom", "native": "dynamicmodulescustom", "none": "wasmcustom"}[FILTER_BUILD]
 TOKEN = "e2e-admin-token-0123456789abcdef"
 
 

@@ -38,6 +38,7 @@ def uses(seed):
     return [rng.randint(100, 700) for _ in range(CLIENTS)]
 
 
+@pytest.mark.smoke
 def test_reserve_commit_holds_the_budget_and_check_then_debit_overshoots(backend, cost):
     url = cost.url("LISTEN_OPEN_PORT")
     held = cost_stack.run(backend, cost, url, "/reserve", "cost_reserve", uses(23),

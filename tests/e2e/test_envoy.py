@@ -51,6 +51,7 @@ def assert_429(r, action, capacity):
     assert action in body["detail"]
 
 
+@pytest.mark.smoke
 def test_one_user_gets_exactly_capacity_and_another_user_is_unaffected(envoy, backend):
     backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 5, "rate": HOUR})
     alice, bob = user(), user()
@@ -76,6 +77,7 @@ def test_fail_closed_listener_limits_the_same_way(envoy, backend):
     assert codes == [200] * 5 + [429] * 2
 
 
+@pytest.mark.smoke
 def test_unmatched_request_passes_untouched(envoy, backend):
     before = backend.decisions("e2e_limited")
     r = get(envoy, "/free/thing", {"x-user": user()})
@@ -109,6 +111,7 @@ def test_rule_changes_through_the_admin_api_take_effect_within_a_second(envoy, b
     assert envoy.proc.alive() and envoy.proc.popen.pid == pid, "Envoy was not restarted"
 
 
+@pytest.mark.smoke
 def test_denied_keys_are_answered_from_the_cache_without_callouts(envoy, backend):
     backend.put_rule({"action": "e2e_cached", "algorithm": "gcra", "capacity": 1, "rate": HOUR})
     erin = user()

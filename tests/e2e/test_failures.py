@@ -41,6 +41,7 @@ def check_failure_modes(envoy, reason):
         assert stats[stat] - before.get(stat, 0) == 3, name
 
 
+@pytest.mark.smoke
 def test_backend_stopped(tmp, redis, upstream):
     backend = stack.Backend(tmp, redis).start()
     envoy = stack.Envoy(tmp, "e2e.yaml", {"BACKEND_PORT": backend.decision_port, "UPSTREAM_PORT": upstream,

@@ -70,6 +70,7 @@ def shape(r):
     return {h: (r.headers[h] if h not in TIMED else "present") for h in RATE_HEADERS if h in r.headers}
 
 
+@pytest.mark.smoke
 def test_exactly_capacity_then_429s_with_the_same_headers_as_the_http_callout(grpc_stack):
     backend, grpc, http = grpc_stack
     backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 5, "rate": HOUR})
@@ -145,6 +146,7 @@ def test_shadow_and_no_rule(grpc_stack):
     assert r.status_code == 200 and r.headers.get("x-sluice-unknown-action") == "allow"
 
 
+@pytest.mark.smoke
 def test_backend_down_follows_the_failure_mode(down_envoy):
     for listener, status in (("LISTEN_OPEN_PORT", 200), ("LISTEN_CLOSED_PORT", 503)):
         started = time.monotonic()

@@ -64,6 +64,7 @@ def stat(envoy, suffix):
     return sum(v for k, v in envoy.stats().items() if k.endswith(suffix))
 
 
+@pytest.mark.smoke
 def test_exactly_capacity_then_429s_with_the_same_headers_as_the_http_callout(stream_stack):
     backend, envoy, http = stream_stack
     backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 5, "rate": HOUR})
@@ -145,6 +146,7 @@ def test_odd_keys_are_metered_over_the_stream(stream_stack, what):
     assert not any(r.headers.get("x-sluice-failure") for r in responses), what
 
 
+@pytest.mark.smoke
 def test_a_paused_backend_times_out_into_the_failure_mode_then_recovers(stream_stack):
     backend, envoy, _ = stream_stack
     backend.put_rule({"action": "e2e_limited", "algorithm": "gcra", "capacity": 1000, "rate": HOUR})

@@ -8,6 +8,7 @@ backend or one of its own; every load run is bounded in requests and in time."""
 import time
 import uuid
 
+import pytest
 import requests
 
 import stack
@@ -50,6 +51,7 @@ def test_two_envoys_admit_at_most_capacity_and_lose_at_most_two_leases(tmp, back
             e.stop()
 
 
+@pytest.mark.smoke
 def test_one_envoy_with_two_workers_spends_every_unit_exactly_once(tmp, backend):
     capacity = 200
     backend.put_rule({"action": "e2e_lease", "algorithm": "gcra", "capacity": capacity, "rate": PER_HOUR,

@@ -122,6 +122,7 @@ def test_a_route_envoy_answers_itself_is_metered_and_answered(local_envoy, liste
     admin_answers(local_envoy)
 
 
+@pytest.mark.smoke
 def test_concurrent_requests_to_local_answers_all_get_answers(local_envoy):
     """Many users at once, every kind of local answer on both listeners: each request answered
     (Envoy's status or the 429), none left hanging, the admin still answering."""

@@ -49,6 +49,7 @@ def statuses(envoy, path, n, headers=None):
         return [get(envoy, path, headers, s).status_code for _ in range(n)]
 
 
+@pytest.mark.smoke
 def test_example_2_nested_descriptors_and_a_key_without_a_value(compat):
     envoy, _, _ = compat
     number = {"x-to-number": uid()}
@@ -109,6 +110,7 @@ def remaining(r):
     return int(r.headers["x-ratelimit-remaining"])
 
 
+@pytest.mark.smoke
 def test_the_token_quota_pattern(compat):
     envoy, _, _ = compat
     user = uid()

@@ -6,6 +6,7 @@ added to the next one, so an outage's failures arrive once the backend is back."
 import time
 import uuid
 
+import pytest
 import requests
 
 import stack
@@ -32,6 +33,7 @@ def wait_for(check, what, timeout):
     raise AssertionError(f"{what} not within {timeout}s")
 
 
+@pytest.mark.smoke
 def test_leased_admissions_and_cached_denials_reach_the_backend(tmp, backend):
     backend.put_rule({"action": "e2e_report", "algorithm": "gcra", "capacity": 60, "rate": PER_HOUR,
                       "lease": {"max": 8, "ttl": "2s"}})

@@ -86,6 +86,7 @@ def assert_rls_429(r, action, capacity):
     assert int(r.headers["x-ratelimit-reset"]) >= 1
 
 
+@pytest.mark.smoke
 def test_one_user_gets_exactly_capacity_then_429_with_headers(rls_envoy, rls_backend):
     rls_backend.put_rule({"action": "user", "algorithm": "gcra", "capacity": 5, "rate": HOUR})
     alice, bob = user(), user()
@@ -225,6 +226,7 @@ def test_a_huge_user_id_is_still_limited(rls_envoy, rls_backend):
     assert rls_envoy.stats("ratelimit").get("cluster.upstream.ratelimit.failure_mode_allowed", 0) == 0
 
 
+@pytest.mark.smoke
 def test_redis_stopped_fails_closed_and_open_within_the_timeout(tmp, upstream):
     """Redis stopped under a running backend: sluice answers gRPC UNAVAILABLE within its Redis
     timeout; Envoy's failure_mode_deny: true answers 500 (status_on_error's default), false lets

@@ -9,14 +9,32 @@
 
 use std::ffi::c_void;
 use std::os::raw::c_char;
+use std::sync::OnceLock;
 
 use crate::copied::CalloutAnswer;
 
 /// The ABI version this module is built for, reported from `envoy_dynamic_module_on_program_init`
-/// (Envoy 1.40 logs "Dynamic module ABI version v0.2.0 matched.").
+/// (Envoy 1.40 logs "Dynamic module ABI version v0.2.0 matched."). Chosen at build time: the
+/// default is Envoy 1.40's `v0.2.0`; the feature `abi-v0_1_0` builds for Envoy 1.38 and 1.39,
+/// which both report `v0.1.0` (docs/envoy-versions.md).
+#[cfg(not(feature = "abi-v0_1_0"))]
 pub const ABI_VERSION: &str = "v0.2.0";
+/// See the other build's [`ABI_VERSION`].
+#[cfg(feature = "abi-v0_1_0")]
+pub const ABI_VERSION: &str = "v0.1.0";
 /// [`ABI_VERSION`], NUL-terminated, as `on_program_init` returns it.
+#[cfg(not(feature = "abi-v0_1_0"))]
 pub const ABI_VERSION_C: &[u8] = b"v0.2.0\0";
+/// See the other build's [`ABI_VERSION_C`].
+#[cfg(feature = "abi-v0_1_0")]
+pub const ABI_VERSION_C: &[u8] = b"v0.1.0\0";
+/// The Envoy minors whose dynamic-module ABI this build speaks, for the log lines that refuse a
+/// load.
+#[cfg(not(feature = "abi-v0_1_0"))]
+pub const ENVOY_MINORS: &str = "Envoy 1.40/1.41";
+/// See the other build's [`ENVOY_MINORS`].
+#[cfg(feature = "abi-v0_1_0")]
+pub const ENVOY_MINORS: &str = "Envoy 1.38/1.39";
 
 /// A buffer owned by Envoy (`envoy_dynamic_module_type_envoy_buffer`), valid during the call
 /// that handed it over (a hook's argument) or filled it (a callback's out-parameter). Neither
@@ -185,7 +203,77 @@ pub const STOP_ITERATION_AND_WATERMARK: u32 = 2;
 pub const CALLOUT_INIT_SUCCESS: u32 = 0;
 const CALLOUT_SUCCESS: u32 = 0;
 
-extern "C" {
+/// Declares Envoy's callbacks the module calls, each as an `unsafe fn` of the same name and
+/// signature that calls through a table resolved by `dlsym` at load ([`resolve_callbacks`]), not
+/// as `extern` symbols bound by the dynamic loader. Bound by the loader, a callback the loading
+/// Envoy lacks fails `dlopen` with "undefined symbol" before the module can say which ABI it
+/// speaks (Rust calls external functions through the GOT, bound at load whatever `-z lazy`
+/// says); resolved here, `on_program_init` names the ABI mismatch and refuses the module
+/// (issue 33: Envoy 1.36 to 1.38 lack some of 1.40's callbacks).
+macro_rules! callbacks {
+    ($(
+        $(#[$meta:meta])*
+        pub fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;
+    )*) => {
+        /// Envoy's callbacks, resolved once.
+        struct Callbacks {
+            $($(#[$meta])* $name: unsafe extern "C" fn($($ty),*) $(-> $ret)?,)*
+        }
+
+        /// Every callback's symbol, NUL-terminated.
+        const CALLBACK_NAMES: &[&str] = &[$($(#[$meta])* concat!(stringify!($name), "\0"),)*];
+
+        impl Callbacks {
+            fn resolve() -> Result<Callbacks, Vec<String>> {
+                let missing = missing_callbacks();
+                if !missing.is_empty() {
+                    return Err(missing);
+                }
+                Ok(Callbacks {
+                    $($(#[$meta])* $name: {
+                        let address = lookup(concat!(stringify!($name), "\0"));
+                        // SAFETY: `address` is not null (checked above) and is Envoy's
+                        // function of this name, whose C signature the ABI header gives as
+                        // declared here.
+                        unsafe {
+                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) $(-> $ret)?>(address)
+                        }
+                    },)*
+                })
+            }
+        }
+
+        $(
+            $(#[$meta])*
+            #[allow(clippy::too_many_arguments)]
+            /// Envoy's callback of this name (`abi.h`), through the resolved table.
+            ///
+            /// # Safety
+            ///
+            /// As Envoy's ABI states for this callback; called only after
+            /// [`resolve_callbacks`] succeeded (Envoy runs no hook of a module whose
+            /// `on_program_init` refused).
+            pub unsafe fn $name($($arg: $ty),*) $(-> $ret)? {
+                // SAFETY: the caller's contract above.
+                unsafe { (table().$name)($($arg),*) }
+            }
+        )*
+    };
+}
+
+/// The table [`resolve_callbacks`] filled.
+static TABLE: OnceLock<Callbacks> = OnceLock::new();
+
+fn table() -> &'static Callbacks {
+    match TABLE.get() {
+        Some(table) => table,
+        // Unreachable in Envoy: no hook runs unless `on_program_init` resolved the table. Not a
+        // panic (which would unwind into Envoy): the process stops, as a missing symbol would.
+        None => std::process::abort(),
+    }
+}
+
+callbacks! {
     pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
     pub fn envoy_dynamic_module_callback_http_get_headers_size(
         filter: *mut c_void,
@@ -253,6 +341,8 @@ extern "C" {
         tag_keys_size: usize,
         id: *mut usize,
     ) -> u32;
+    // Not exported by Envoy 1.38 (ABI v0.1.0): the v0.1.0 build does not call it.
+    #[cfg(not(feature = "abi-v0_1_0"))]
     pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
         config: *mut c_void,
         id: usize,
@@ -307,50 +397,38 @@ extern "C" {
         event_id: u64,
     );
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
+}
+
+extern "C" {
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
 }
 
-/// Every callback the module calls: all must be exported by the Envoy that loads it (each was
-/// checked against Envoy 1.40's `nm -D`).
-const CALLBACKS: [&[u8]; 23] = [
-    b"envoy_dynamic_module_callback_log\0",
-    b"envoy_dynamic_module_callback_http_get_header\0",
-    b"envoy_dynamic_module_callback_http_get_headers_size\0",
-    b"envoy_dynamic_module_callback_http_get_headers\0",
-    b"envoy_dynamic_module_callback_http_set_header\0",
-    b"envoy_dynamic_module_callback_http_add_header\0",
-    b"envoy_dynamic_module_callback_http_send_response\0",
-    b"envoy_dynamic_module_callback_http_filter_continue_decoding\0",
-    b"envoy_dynamic_module_callback_http_filter_get_attribute_string\0",
-    b"envoy_dynamic_module_callback_http_filter_http_callout\0",
-    b"envoy_dynamic_module_callback_http_filter_increment_counter\0",
-    b"envoy_dynamic_module_callback_http_filter_config_define_counter\0",
-    b"envoy_dynamic_module_callback_http_filter_config_increment_counter\0",
-    b"envoy_dynamic_module_callback_http_filter_config_http_callout\0",
-    b"envoy_dynamic_module_callback_http_filter_config_scheduler_new\0",
-    b"envoy_dynamic_module_callback_http_filter_config_scheduler_commit\0",
-    b"envoy_dynamic_module_callback_http_filter_config_scheduler_delete\0",
-    // The exchange stream on the main thread (`stream.rs`).
-    b"envoy_dynamic_module_callback_http_filter_config_start_http_stream\0",
-    b"envoy_dynamic_module_callback_http_filter_config_stream_send_data\0",
-    b"envoy_dynamic_module_callback_http_filter_config_reset_http_stream\0",
-    b"envoy_dynamic_module_callback_http_filter_scheduler_new\0",
-    b"envoy_dynamic_module_callback_http_filter_scheduler_commit\0",
-    b"envoy_dynamic_module_callback_http_filter_scheduler_delete\0",
-];
+/// The address of `name` (NUL-terminated) in the process (`RTLD_DEFAULT`), or null.
+fn lookup(name: &str) -> *mut c_void {
+    // SAFETY: `name` is a NUL-terminated static string (the macro appends the NUL); RTLD_DEFAULT
+    // is the null handle on glibc; dlsym only looks the name up.
+    unsafe { dlsym(std::ptr::null_mut(), name.as_ptr().cast()) }
+}
 
 /// The callbacks this module needs that the process does not export (empty when the loading
-/// Envoy speaks our ABI). Looked up with `dlsym(RTLD_DEFAULT, …)`.
+/// Envoy speaks our ABI).
 pub fn missing_callbacks() -> Vec<String> {
-    CALLBACKS
+    CALLBACK_NAMES
         .iter()
-        .filter(|name| {
-            // SAFETY: `name` is a NUL-terminated static string; RTLD_DEFAULT is the null handle
-            // on glibc; dlsym only looks the name up.
-            unsafe { dlsym(std::ptr::null_mut(), name.as_ptr().cast()) }.is_null()
-        })
-        .map(|name| String::from_utf8_lossy(&name[..name.len() - 1]).into_owned())
+        .filter(|name| lookup(name).is_null())
+        .map(|name| name.trim_end_matches('\0').to_owned())
         .collect()
+}
+
+/// Resolves every callback, once, at load (`envoy_dynamic_module_on_program_init`): `Err` names
+/// the missing ones, and the module must then refuse to load.
+pub fn resolve_callbacks() -> Result<(), Vec<String>> {
+    if TABLE.get().is_some() {
+        return Ok(());
+    }
+    let table = Callbacks::resolve()?;
+    let _ = TABLE.set(table);
+    Ok(())
 }
 
 /// Log levels the filter uses.
@@ -459,41 +537,6 @@ pub unsafe fn callout_answer(
 }
 
 #[cfg(test)]
-mod unit_test_symbols {
-    use std::ffi::c_void;
-
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
-        _scheduler: *mut c_void,
-        _event_id: u64,
-    ) {
-        std::process::abort()
-    }
-
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_delete(
-        _scheduler: *mut c_void,
-    ) {
-        std::process::abort()
-    }
-
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
-        _scheduler: *mut c_void,
-        _event_id: u64,
-    ) {
-        std::process::abort()
-    }
-
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
-        _scheduler: *mut c_void,
-    ) {
-        std::process::abort()
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -502,7 +545,8 @@ mod tests {
     #[test]
     fn the_load_check_names_every_missing_callback() {
         let missing = missing_callbacks();
-        assert_eq!(missing.len(), CALLBACKS.len());
+        assert_eq!(missing.len(), CALLBACK_NAMES.len());
+        assert_eq!(resolve_callbacks(), Err(missing.clone()));
         assert!(missing.contains(&"envoy_dynamic_module_callback_http_send_response".to_owned()));
         assert!(missing
             .iter()

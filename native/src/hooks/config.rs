@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use std::os::raw::c_char;
 
 use super::{guarded, with_config};
-use crate::abi::ffi::{self, EnvoyBuffer, EnvoyHeader, ABI_VERSION, ABI_VERSION_C};
+use crate::abi::ffi::{self, EnvoyBuffer, EnvoyHeader, ABI_VERSION, ABI_VERSION_C, ENVOY_MINORS};
 use crate::abi::handle::ConfigHandle;
 use crate::abi::{log, Level};
 use crate::glue::{self, NativeConfig};
@@ -16,18 +16,17 @@ use crate::glue::{self, NativeConfig};
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     guarded("program_init", std::ptr::null(), || {
-        let missing = ffi::missing_callbacks();
-        if missing.is_empty() {
-            ABI_VERSION_C.as_ptr().cast()
-        } else {
+        if let Err(missing) = ffi::resolve_callbacks() {
             // No logging callback can be trusted here: say it on stderr, and refuse.
             eprintln!(
-                "sluice: this Envoy lacks the dynamic-module callbacks {} (the module is built \
-                 for ABI {ABI_VERSION}, Envoy 1.40/1.41): not loaded",
+                "sluice: ABI mismatch: this module is built for dynamic-module ABI \
+                 {ABI_VERSION} ({ENVOY_MINORS}), and this Envoy lacks its callbacks {}: not \
+                 loaded (build the module for this Envoy's ABI: docs/envoy-versions.md)",
                 missing.join(", ")
             );
-            std::ptr::null()
+            return std::ptr::null();
         }
+        ABI_VERSION_C.as_ptr().cast()
     })
 }
 
