@@ -113,9 +113,16 @@ mod tests {
         assert_eq!(pending.actions(), first, "taken, not yet in the store");
         let second = pending.begin_flush([a("b")]);
         pending.flush_ended(&first, true);
-        assert_eq!(pending.actions(), [a("b")].into(), "the second flush still carries b");
+        assert_eq!(
+            pending.actions(),
+            [a("b")].into(),
+            "the second flush still carries b"
+        );
         pending.flush_ended(&second, true);
         assert!(pending.actions().is_empty());
-        assert!(pending.begin_flush([]).is_empty(), "written: nothing pending");
+        assert!(
+            pending.begin_flush([]).is_empty(),
+            "written: nothing pending"
+        );
     }
 }
