@@ -3,7 +3,10 @@
 # - the proxy-wasm filter: target/wasm32-wasip1/wasm-release/sluice_filter.wasm (size-optimised,
 #   panic = abort; see the root Cargo.toml's wasm-release profile), for any Envoy and Istio;
 # - the dynamic module: target/release/libsluice_filter_native.so (native/, Envoy 1.40/1.41's
-#   dynamic-module ABI v0.2.0), loaded by name through ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+#   dynamic-module ABI v0.2.0), loaded by name through ENVOY_DYNAMIC_MODULES_SEARCH_PATH; and one
+#   module per ABI, each in its own directory under the one file name Envoy looks up:
+#   target/release/abi-v0.2.0/ (Envoy 1.40/1.41) and target/release/abi-v0.1.0/ (Envoy 1.38/1.39,
+#   the feature abi-v0_1_0). docs/envoy-versions.md says which Envoy loads which.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -19,7 +22,18 @@ out=target/wasm32-wasip1/wasm-release/sluice_filter.wasm
 cargo run --locked -q -p sluice-filter-wasm --example trim_exports -- "$built" "$out.trimmed"
 mv "$out.trimmed" "$out"
 echo "$out ($(stat -c %s "$out") bytes)"
-cargo build --locked -q -p sluice-filter-native --release
 so=target/release/libsluice_filter_native.so
-[ -s "$so" ] || { echo "sluice: $so was not produced" >&2; exit 1; }
+# native_for ABI [CARGO ARGS...]: builds the module for one ABI into target/release/abi-ABI/.
+native_for() {
+  local abi=$1
+  shift
+  cargo build --locked -q -p sluice-filter-native --release "$@"
+  [ -s "$so" ] || { echo "sluice: $so was not produced" >&2; exit 1; }
+  mkdir -p "target/release/abi-$abi"
+  cp "$so" "target/release/abi-$abi/libsluice_filter_native.so"
+  echo "target/release/abi-$abi/libsluice_filter_native.so ($(stat -c %s "$so") bytes)"
+}
+native_for v0.1.0 --features abi-v0_1_0
+# The default (ABI v0.2.0) last, so that target/release/libsluice_filter_native.so is it.
+native_for v0.2.0
 echo "$so ($(stat -c %s "$so") bytes)"

@@ -48,6 +48,8 @@ if [ -n "$allowed" ]; then
 fi
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p sluice-filter-native --features fault-injection --all-targets --locked -- -D warnings
+# The build for Envoy 1.38/1.39 (dynamic-module ABI v0.1.0): its own bindings, linted too.
+cargo clippy -p sluice-filter-native --features abi-v0_1_0 --all-targets --locked -- -D warnings
 cargo clippy -p sluice-core --all-targets --all-features --locked -- -D warnings
 cargo clippy -p sluice-filter-wasm --target wasm32-wasip1 --locked -- -D warnings
 cargo clippy -p sluice-dashboard --target wasm32-unknown-unknown --locked -- -D warnings

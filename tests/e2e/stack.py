@@ -4,6 +4,7 @@ free port, is started with subprocess.Popen (or a thread), waited for with a bou
 and stopped by PID."""
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -34,6 +35,20 @@ if FILTER_BUILD not in ("wasm", "native", "none"):
 NATIVE_DIR = os.environ.get("SLUICE_FILTER_NATIVE_DIR", str(ROOT / "target" / "release"))
 NATIVE = str(Path(NATIVE_DIR) / "libsluice_filter_native.so")
 FILTER = NATIVE if FILTER_BUILD == "native" else WASM
+
+
+@functools.cache
+def main_thread_counters():
+    """Whether the filter's counters bumped on Envoy's main thread (reports sent, commits, the
+    exchange stream's) reach Envoy's stats: always for wasm; for the native build only where Envoy
+    exports the configuration-level counter callback (1.39 on; Envoy 1.38's ABI v0.1.0 has none,
+    and the module drops those counts there: docs/envoy-versions.md)."""
+    if FILTER_BUILD != "native":
+        return True
+    out = subprocess.run(["nm", "-D", "--defined-only", ENVOY], capture_output=True, text=True).stdout
+    return "envoy_dynamic_module_callback_http_filter_config_increment_counter" in out
+
+
 # Envoy names a filter's custom stats by its host: `wasmcustom.` or `dynamicmodulescustom.`.
 STAT_PREFIX = {"wasm": "wasmcustom", "native": "dynamicmodulescustom", "none": "wasmcustom"}[FILTER_BUILD]
 TOKEN = "e2e-admin-token-0123456789abcdef"

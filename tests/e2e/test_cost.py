@@ -39,6 +39,7 @@ def uses(seed):
 
 
 @pytest.mark.smoke
+@pytest.mark.main_thread_counters
 def test_reserve_commit_holds_the_budget_and_check_then_debit_overshoots(backend, cost):
     url = cost.url("LISTEN_OPEN_PORT")
     held = cost_stack.run(backend, cost, url, "/reserve", "cost_reserve", uses(23),

@@ -34,6 +34,7 @@ def wait_for(check, what, timeout):
 
 
 @pytest.mark.smoke
+@pytest.mark.main_thread_counters
 def test_leased_admissions_and_cached_denials_reach_the_backend(tmp, backend):
     backend.put_rule({"action": "e2e_report", "algorithm": "gcra", "capacity": 60, "rate": PER_HOUR,
                       "lease": {"max": 8, "ttl": "2s"}})

@@ -261,6 +261,45 @@ macro_rules! callbacks {
     };
 }
 
+/// Envoy's configuration-level counter increment (main thread), which Envoy 1.39 exports and 1.38
+/// does not (both report ABI v0.1.0): the v0.1.0 build calls it where it exists and drops the
+/// count where it does not (docs/envoy-versions.md).
+#[cfg(feature = "abi-v0_1_0")]
+type ConfigIncrementCounter =
+    unsafe extern "C" fn(*mut c_void, usize, *mut ModuleBuffer, usize, u64) -> u32;
+
+#[cfg(feature = "abi-v0_1_0")]
+static CONFIG_INCREMENT_COUNTER: OnceLock<Option<ConfigIncrementCounter>> = OnceLock::new();
+
+/// Envoy's `envoy_dynamic_module_callback_http_filter_config_increment_counter` where the loading
+/// Envoy has it (1.39), else nothing (1.38: the count is dropped; returns 0).
+///
+/// # Safety
+///
+/// As Envoy's ABI states for this callback.
+#[cfg(feature = "abi-v0_1_0")]
+pub unsafe fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+    config: *mut c_void,
+    id: usize,
+    tag_values: *mut ModuleBuffer,
+    tag_values_size: usize,
+    value: u64,
+) -> u32 {
+    let callback = CONFIG_INCREMENT_COUNTER.get_or_init(|| {
+        let address =
+            lookup("envoy_dynamic_module_callback_http_filter_config_increment_counter\0");
+        // SAFETY: a non-null address is Envoy's function of this name, whose C signature the
+        // ABI header gives as `ConfigIncrementCounter`.
+        (!address.is_null())
+            .then(|| unsafe { std::mem::transmute::<*mut c_void, ConfigIncrementCounter>(address) })
+    });
+    match callback {
+        // SAFETY: the caller's contract above.
+        Some(callback) => unsafe { callback(config, id, tag_values, tag_values_size, value) },
+        None => 0,
+    }
+}
+
 /// The table [`resolve_callbacks`] filled.
 static TABLE: OnceLock<Callbacks> = OnceLock::new();
 
@@ -341,7 +380,8 @@ callbacks! {
         tag_keys_size: usize,
         id: *mut usize,
     ) -> u32;
-    // Not exported by Envoy 1.38 (ABI v0.1.0): the v0.1.0 build does not call it.
+    // Not exported by Envoy 1.38 (ABI v0.1.0): the v0.1.0 build looks it up on its own, as
+    // optional (`config_increment_counter` below).
     #[cfg(not(feature = "abi-v0_1_0"))]
     pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
         config: *mut c_void,

@@ -121,14 +121,8 @@ impl ConfigHandle {
         self.increment_by(id, 1);
     }
 
-    /// Adds `n` to a counter defined by this configuration (main thread). Envoy 1.38's ABI
-    /// (v0.1.0) has no configuration-level counters: the v0.1.0 build drops these counts
-    /// (docs/envoy-versions.md lists which).
-    #[cfg(feature = "abi-v0_1_0")]
-    pub fn increment_by(&self, _id: usize, _n: u64) {}
-
-    /// Adds `n` to a counter defined by this configuration (main thread).
-    #[cfg(not(feature = "abi-v0_1_0"))]
+    /// Adds `n` to a counter defined by this configuration (main thread). Envoy 1.38 has no
+    /// configuration-level counters: there the v0.1.0 build drops these counts.
     pub fn increment_by(&self, id: usize, n: u64) {
         // SAFETY: the config pointer is live (`from_envoy`); no tags.
         unsafe {
