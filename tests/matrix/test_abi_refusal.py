@@ -54,12 +54,21 @@ def test_a_module_loads_as_its_abi_or_is_refused_naming_the_mismatch(envoy, modu
         assert "Failed to load dynamic module" in out, out[-2000:]
 
 
-@pytest.mark.parametrize("minor,abi", [("1.36", "v0.2.0"), ("1.37", "v0.1.0"), ("1.38", "v0.2.0")])
+@pytest.mark.parametrize("minor,abi", [("1.36", "v0.2.0"), ("1.37", "v0.1.0"), ("1.38", "v0.2.0"), ("1.39", "v0.2.0")])
 def test_known_mismatches_are_refused(minor, abi):
-    """The cases the matrix must refuse (so the test above cannot pass by loading everything)."""
+    """The cases the matrix must refuse (so the test above cannot pass by loading everything); 1.39
+    has every callback the 1.40 build calls, and is told apart by one 1.40 added."""
     envoy = ROOT / ".envoy" / minor / "bin" / "envoy"
     if not envoy.exists():
         pytest.fail(f"Envoy {minor} is not installed in .envoy/")
     code, out = load(envoy, ROOT / "target" / "release" / f"abi-{abi}")
     assert code == 1, out[-2000:]
     assert f"sluice: ABI mismatch: this module is built for dynamic-module ABI {abi}" in out
+
+
+def test_an_older_module_loads_on_the_next_envoy_with_its_warning():
+    """Envoy's ABI policy: v0.1.y works with v0.2.x. The 1.38/1.39 build on 1.40 loads, and Envoy
+    says it is deprecated."""
+    code, out = load(ROOT / ".envoy" / "1.40" / "bin" / "envoy", ROOT / "target" / "release" / "abi-v0.1.0")
+    assert code == 0, out[-2000:]
+    assert "Dynamic module ABI version v0.1.0 is deprecated" in out

@@ -450,11 +450,25 @@ fn lookup(name: &str) -> *mut c_void {
     unsafe { dlsym(std::ptr::null_mut(), name.as_ptr().cast()) }
 }
 
-/// The callbacks this module needs that the process does not export (empty when the loading
-/// Envoy speaks our ABI).
+/// Callbacks the module does not call whose presence marks an Envoy of this build's ABI: Envoy
+/// 1.39 (ABI v0.1.0) exports every callback the v0.2.0 build calls and only warns on the ABI
+/// string, so without a marker the module built for 1.40 would load on the Envoy before it, which
+/// Envoy's ABI policy does not cover (an older module on the next Envoy is covered: the v0.1.0
+/// build loads on 1.40 with Envoy's "deprecated" warning). `http_get_timing_info` is one of the
+/// 16 HTTP callbacks 1.40 added (probed: `nm -D`, docs/envoy-versions.md).
+#[cfg(not(feature = "abi-v0_1_0"))]
+const ABI_MARKERS: &[&str] = &["envoy_dynamic_module_callback_http_get_timing_info\0"];
+/// See the other build's [`ABI_MARKERS`]: every Envoy with all of this build's callbacks (1.38 on)
+/// speaks v0.1.0 or a newer ABI that covers it.
+#[cfg(feature = "abi-v0_1_0")]
+const ABI_MARKERS: &[&str] = &[];
+
+/// The callbacks this module needs (or whose presence marks its ABI: [`ABI_MARKERS`]) that the
+/// process does not export (empty when the loading Envoy speaks our ABI).
 pub fn missing_callbacks() -> Vec<String> {
     CALLBACK_NAMES
         .iter()
+        .chain(ABI_MARKERS)
         .filter(|name| lookup(name).is_null())
         .map(|name| name.trim_end_matches('\0').to_owned())
         .collect()
@@ -585,7 +599,7 @@ mod tests {
     #[test]
     fn the_load_check_names_every_missing_callback() {
         let missing = missing_callbacks();
-        assert_eq!(missing.len(), CALLBACK_NAMES.len());
+        assert_eq!(missing.len(), CALLBACK_NAMES.len() + ABI_MARKERS.len());
         assert_eq!(resolve_callbacks(), Err(missing.clone()));
         assert!(missing.contains(&"envoy_dynamic_module_callback_http_send_response".to_owned()));
         assert!(missing
