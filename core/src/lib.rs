@@ -22,6 +22,7 @@ pub mod lease;
 pub mod leased;
 pub mod limits;
 pub mod params;
+pub mod rlqs;
 pub mod rls_commit;
 pub mod rule;
 pub mod state;
