@@ -188,6 +188,7 @@ pub async fn run(
         crate::tls::refusal::RefusedCounter::HELP,
         refused.family(),
     );
+    let rlqs_metrics = crate::rlqs::metrics::RlqsMetrics::registered(&mut metrics);
     let metrics = Arc::new(metrics);
     metrics.set_rules(current.rules.len());
     let app = Arc::new(App {
@@ -344,6 +345,7 @@ pub async fn run(
             app.clone(),
             wrong.clone(),
             tls.grpc.clone(),
+            rlqs_metrics.clone(),
             stop_rx.clone(),
         )
         .await;

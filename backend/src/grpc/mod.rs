@@ -8,14 +8,18 @@
 //!   Most decisions take this path.
 //! - [`rls`]: Envoy's rate limit service (RLS v3, `envoy.service.ratelimit.v3.RateLimitService`),
 //!   for Envoy's native `envoy.filters.http.ratelimit` filter and anything else speaking RLS.
+//! - [`rlqs`]: Envoy's rate limit quota service (RLQS v3), for Envoy's built-in
+//!   `envoy.filters.http.rate_limit_quota` filter: token-bucket shares Envoy enforces itself.
 //!
-//! docs/exchange.md and docs/rls.md are the user's pages.
+//! docs/exchange.md, docs/rls.md and docs/rlqs.md are the user's pages.
 
 pub mod exchange;
+pub mod rlqs;
 pub mod rls;
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use futures::Stream;
 use tokio::net::{TcpListener, TcpStream};
@@ -113,7 +117,8 @@ impl tonic::transport::server::Connected for MaybeTls<TcpStream> {
     }
 }
 
-/// Serves the gRPC listener (the decision exchange and the rate limit service) on `listener` until `stop` turns true, then shuts down
+/// Serves the gRPC listener (the decision exchange, the rate limit service and the rate limit
+/// quota service) on `listener` until `stop` turns true, then shuts down
 /// gracefully: no new connections, in-flight calls finish (bounded by [`SHUTDOWN_GRACE`]).
 ///
 /// HTTP/1.1 is accepted too, only so that a request that is not gRPC (the filter's
@@ -127,12 +132,18 @@ pub async fn serve(
     app: Arc<App>,
     wrong: Arc<WrongListener>,
     transport: Transport,
+    rlqs_metrics: crate::rlqs::metrics::RlqsMetrics,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let exchange = exchange::DecisionExchange::new(app.clone());
+    let ledger = crate::rlqs::spawn(app.clone(), rlqs_metrics, stop.clone());
+    let quota = RateLimitQuotaServiceServer::new(rlqs::Rlqs::new(ledger, stop.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let service =
         RateLimitServiceServer::new(Rls::new(app)).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let routes = Routes::new(service).add_service(exchange);
+    let routes = Routes::new(service)
+        .add_service(exchange)
+        .add_service(quota);
     let routes = Routes::from(routes.into_axum_router().layer(
         axum::middleware::from_fn_with_state(wrong, crate::wrong_listener::refuse_http),
     ));

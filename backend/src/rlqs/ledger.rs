@@ -1,0 +1,629 @@
+//! Which stream holds which bucket, each bucket's share of its key, and what is paid for it.
+//!
+//! A share is the token bucket one Envoy enforces for one (action, key) (`Shape` of
+//! [`sluice_core::rlqs::shape`]). The ledger keeps, per key, every live share (a closed stream's
+//! included until its TTL ends: that Envoy may still enforce it) and pays for them:
+//!
+//! - **burst at grant**: before a fresh bucket is assigned (it starts full in Envoy) its
+//!   `max_tokens` are debited ([`pay::burst`]); a key with less left grants what a lease would,
+//!   and with nothing left the bucket is answered `DENY_ALL` and retried every tick;
+//! - **refill every tick**: the refill every share could have earned since the last tick is
+//!   debited ([`pay::refill`]); what the store cannot pay is owed, and a key owing more than one
+//!   tick of refill has its shares' rates halved and pushed;
+//! - **post-debit**: allowed usage a stream reports beyond what its share has been paid (Envoy's
+//!   no-assignment window) is debited after the fact ([`pay::post_debit`]).
+//!
+//! Shares split the rule's token bucket equally among the key's holders
+//! ([`sluice_core::rlqs::shape::split`]). A share is lowered at once when a holder joins or the
+//! rule shrinks; its old rate is still paid for one tick (two if its stream is closed: until its
+//! TTL), and a share is raised only while the rates paid for stay within the rule's.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use sluice_core::rlqs::mapping::map_bucket;
+use sluice_core::rlqs::shape::{shape, split, Shape};
+use sluice_core::rlqs::TICK_MS;
+use sluice_core::time::NANOS_PER_SEC;
+use sluice_core::{Mode, Rule};
+use tokio::sync::mpsc;
+
+use super::metrics::RlqsMetrics;
+use super::pay;
+use crate::state::App;
+
+/// One stream's id, unique in this process.
+pub type StreamId = u64;
+
+/// What a bucket is told to enforce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assignment {
+    /// Admit everything: unmapped buckets, actions without a rule, shadow rules.
+    AllowAll,
+    /// Admit nothing: a spent key, or a bucket past the stream's bound.
+    DenyAll,
+    /// A share of the key.
+    TokenBucket(Shape),
+}
+
+impl Assignment {
+    /// Every kind's metric label.
+    pub const KINDS: [&'static str; 3] = ["allow_all", "deny_all", "token_bucket"];
+
+    /// The metric label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Assignment::AllowAll => Self::KINDS[0],
+            Assignment::DenyAll => Self::KINDS[1],
+            Assignment::TokenBucket(_) => Self::KINDS[2],
+        }
+    }
+}
+
+/// One assignment for one bucket of a stream (sent with the ledger's TTL).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assigned {
+    /// The bucket, as Envoy sent it.
+    pub bucket: BucketId,
+    /// What it enforces until the TTL ends.
+    pub assignment: Assignment,
+}
+
+/// The sluice check a bucket stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId {
+    /// The action named by the bucket's `name` entry.
+    pub action: String,
+    /// The key from its other entries.
+    pub key: String,
+}
+
+#[derive(Debug, Clone)]
+enum Held {
+    Unmapped,
+    Key(KeyId),
+}
+
+struct StreamEntry {
+    tx: mpsc::Sender<Vec<Assigned>>,
+    open: bool,
+    buckets: HashMap<String, Held>,
+}
+
+/// One stream's bucket of one key.
+struct Share {
+    bucket: BucketId,
+    /// The token bucket Envoy holds; `None` after a `DENY_ALL` (nothing held, nothing paid).
+    held: Option<Shape>,
+    /// The rate paid for: at least what Envoy may still enforce (a lowering in flight).
+    counted_tpf: u32,
+    counted_until: Instant,
+    expires: Instant,
+    /// Units paid for this share (burst and refill), in billionths.
+    paid_nano: u128,
+    /// Allowed requests reported.
+    used: u64,
+    post_debited: u64,
+}
+
+type ShareId = (StreamId, String);
+
+struct KeyEntry {
+    rule: Arc<Rule>,
+    shares: BTreeMap<ShareId, Share>,
+    /// Refill earned by the shares and not yet paid, in billionths of a unit.
+    owed_nano: u128,
+}
+
+impl KeyEntry {
+    fn total(&self) -> Shape {
+        shape(&self.rule.params())
+    }
+
+    /// Each holder's target share, by position in `shares`.
+    fn targets(&self) -> Vec<Shape> {
+        split(self.total(), self.shares.len())
+    }
+
+    fn counted_except(&self, id: &ShareId) -> u32 {
+        self.shares
+            .iter()
+            .filter(|(k, _)| *k != id)
+            .map(|(_, s)| s.counted_tpf)
+            .fold(0u32, u32::saturating_add)
+    }
+}
+
+/// The RLQS state of this process.
+pub struct Ledger {
+    ttl: Duration,
+    max_buckets: usize,
+    metrics: RlqsMetrics,
+    streams: HashMap<StreamId, StreamEntry>,
+    keys: BTreeMap<KeyId, KeyEntry>,
+    outbox: HashMap<StreamId, Vec<Assigned>>,
+    last_tick: Option<Instant>,
+}
+
+/// A bucket id as one map key: its entries sorted, NUL-separated.
+fn canonical(bucket: &BucketId) -> String {
+    let mut entries: Vec<(&String, &String)> = bucket.bucket.iter().collect();
+    entries.sort_unstable();
+    let mut out = String::new();
+    for (k, v) in entries {
+        out.push_str(k);
+        out.push('\0');
+        out.push_str(v);
+        out.push('\0');
+    }
+    out
+}
+
+fn rule_in_force(app: &App, id: &KeyId) -> Option<Arc<Rule>> {
+    app.rules
+        .current()
+        .rule_for(&id.action, &id.key)
+        .filter(|r| r.mode() == Mode::Enforce)
+        .cloned()
+}
+
+const NANO: u128 = NANOS_PER_SEC as u128;
+
+impl Ledger {
+    /// An empty ledger: assignments live `ttl`, a stream holds at most `max_buckets`.
+    pub fn new(ttl: Duration, max_buckets: usize, metrics: RlqsMetrics) -> Ledger {
+        Ledger {
+            ttl,
+            max_buckets,
+            metrics,
+            streams: HashMap::new(),
+            keys: BTreeMap::new(),
+            outbox: HashMap::new(),
+            last_tick: None,
+        }
+    }
+
+    /// A stream opened; its assignments go to `tx`.
+    pub fn open(&mut self, stream: StreamId, tx: mpsc::Sender<Vec<Assigned>>) {
+        let entry = StreamEntry {
+            tx,
+            open: true,
+            buckets: HashMap::new(),
+        };
+        self.streams.insert(stream, entry);
+        self.set_sizes();
+    }
+
+    /// A stream closed: its shares stay paid for until their TTL ends (the Envoy may still
+    /// enforce them, disconnected), then go.
+    pub fn close(&mut self, stream: StreamId) {
+        if let Some(s) = self.streams.get_mut(&stream) {
+            s.open = false;
+            s.buckets.retain(|_, h| matches!(h, Held::Key(_)));
+            if s.buckets.is_empty() {
+                self.streams.remove(&stream);
+            }
+        }
+        self.set_sizes();
+    }
+
+    fn set_sizes(&self) {
+        let open = self.streams.values().filter(|s| s.open).count();
+        let buckets = self.streams.values().map(|s| s.buckets.len()).sum();
+        self.metrics.set_sizes(open, buckets);
+    }
+
+    fn push(&mut self, stream: StreamId, bucket: BucketId, assignment: Assignment) {
+        self.outbox
+            .entry(stream)
+            .or_default()
+            .push(Assigned { bucket, assignment });
+    }
+
+    /// Sends what the last step assigned to each open stream.
+    fn flush(&mut self) {
+        for (stream, assigned) in self.outbox.drain() {
+            let Some(s) = self.streams.get(&stream).filter(|s| s.open) else {
+                continue;
+            };
+            for a in &assigned {
+                self.metrics.assigned(&a.assignment);
+            }
+            if s.tx.try_send(assigned).is_err() {
+                tracing::debug!(
+                    stream,
+                    "rlqs: a stream's assignments were dropped (stream full or gone)"
+                );
+            }
+        }
+        self.set_sizes();
+    }
+
+    /// One usage report of `stream`: maps new buckets, post-debits usage beyond what was paid,
+    /// grants fresh buckets their share and renews the others.
+    pub async fn report(
+        &mut self,
+        app: &App,
+        stream: StreamId,
+        usages: Vec<BucketQuotaUsage>,
+        now: Instant,
+    ) {
+        for usage in usages {
+            let Some(bucket) = usage.bucket_id else {
+                continue;
+            };
+            let canon = canonical(&bucket);
+            let Some(s) = self.streams.get_mut(&stream) else {
+                return;
+            };
+            let held = match s.buckets.get(&canon) {
+                Some(h) => h.clone(),
+                None if s.buckets.len() >= self.max_buckets => {
+                    self.metrics.over_bound();
+                    self.push(stream, bucket, Assignment::DenyAll);
+                    continue;
+                }
+                None => {
+                    let entries = bucket.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+                    let h = match map_bucket(entries) {
+                        Ok((action, key)) => Held::Key(KeyId {
+                            action: action.as_str().to_owned(),
+                            key,
+                        }),
+                        Err(_) => Held::Unmapped,
+                    };
+                    s.buckets.insert(canon.clone(), h.clone());
+                    h
+                }
+            };
+            match held {
+                Held::Unmapped => self.push(stream, bucket, Assignment::AllowAll),
+                Held::Key(id) => {
+                    let used = usage.num_requests_allowed;
+                    self.report_share(app, (stream, canon), bucket, id, used, now)
+                        .await
+                }
+            }
+        }
+        self.flush();
+    }
+
+    async fn report_share(
+        &mut self,
+        app: &App,
+        sid: ShareId,
+        bucket: BucketId,
+        id: KeyId,
+        allowed: u64,
+        now: Instant,
+    ) {
+        let Some(rule) = rule_in_force(app, &id) else {
+            if let Some(entry) = self.keys.get_mut(&id) {
+                entry.shares.remove(&sid);
+            }
+            self.push(sid.0, bucket, Assignment::AllowAll);
+            return;
+        };
+        let ttl = self.ttl;
+        let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
+            rule: rule.clone(),
+            shares: BTreeMap::new(),
+            owed_nano: 0,
+        });
+        entry.rule = rule.clone();
+        let joined = !entry.shares.contains_key(&sid);
+        let share = entry.shares.entry(sid.clone()).or_insert_with(|| Share {
+            bucket: bucket.clone(),
+            held: None,
+            counted_tpf: 0,
+            counted_until: now,
+            expires: now + ttl,
+            paid_nano: 0,
+            used: 0,
+            post_debited: 0,
+        });
+        share.expires = now + ttl;
+        share.used = share.used.saturating_add(allowed);
+        let paid = u64::try_from(share.paid_nano / NANO).unwrap_or(u64::MAX);
+        let excess = share
+            .used
+            .saturating_sub(paid)
+            .saturating_sub(share.post_debited);
+        if excess > 0 {
+            match pay::post_debit(app, &rule, &id.key, excess).await {
+                Ok(()) => {
+                    share.post_debited += excess;
+                    self.metrics.post_debited(excess);
+                }
+                Err(e) => {
+                    tracing::warn!(action = %id.action, error = %e, "rlqs: a post-debit failed")
+                }
+            }
+        }
+        if joined {
+            self.lower_to_targets(&id, now);
+        }
+        let Some(entry) = self.keys.get(&id) else {
+            return;
+        };
+        match entry.shares.get(&sid).and_then(|s| s.held) {
+            Some(held) => self.push(sid.0, bucket, Assignment::TokenBucket(held)),
+            None => self.grant(app, &id, &sid, now).await,
+        }
+    }
+
+    /// A fresh bucket's share: its burst debited, its rate within what the others leave.
+    async fn grant(&mut self, app: &App, id: &KeyId, sid: &ShareId, now: Instant) {
+        let Some(entry) = self.keys.get(id) else {
+            return;
+        };
+        let Some(index) = entry.shares.keys().position(|k| k == sid) else {
+            return;
+        };
+        let total = entry.total();
+        let Some(target) = entry.targets().get(index).copied() else {
+            return;
+        };
+        let room = total
+            .tokens_per_fill
+            .saturating_sub(entry.counted_except(sid));
+        let rule = entry.rule.clone();
+        let units = match pay::burst(app, &rule, &id.key, u64::from(target.max_tokens)).await {
+            Ok(units) => units,
+            Err(e) => {
+                // No answer: Envoy keeps its no-assignment behaviour; retried next report.
+                tracing::warn!(action = %id.action, error = %e, "rlqs: a burst could not be paid");
+                return;
+            }
+        };
+        let Some(share) = self.keys.get_mut(id).and_then(|e| e.shares.get_mut(sid)) else {
+            return;
+        };
+        let bucket = share.bucket.clone();
+        if units == 0 {
+            share.held = None;
+            self.push(sid.0, bucket, Assignment::DenyAll);
+            return;
+        }
+        let granted = Shape {
+            max_tokens: u32::try_from(units).unwrap_or(u32::MAX),
+            tokens_per_fill: target.tokens_per_fill.min(room),
+            fill_interval_s: target.fill_interval_s,
+        };
+        share.held = Some(granted);
+        share.counted_tpf = share.counted_tpf.max(granted.tokens_per_fill);
+        share.counted_until = share.counted_until.max(now);
+        share.paid_nano += u128::from(units) * NANO;
+        self.push(sid.0, bucket, Assignment::TokenBucket(granted));
+    }
+
+    /// Lowers every share of `id` above its target (a holder joined, or the rule shrank) and
+    /// pushes it; the old rate stays paid for until the lowering has surely landed.
+    fn lower_to_targets(&mut self, id: &KeyId, now: Instant) {
+        let tick = Duration::from_millis(TICK_MS);
+        let mut pushes = Vec::new();
+        if let Some(entry) = self.keys.get_mut(id) {
+            let targets = entry.targets();
+            for ((sid, share), target) in entry.shares.iter_mut().zip(targets) {
+                let Some(held) = share.held else { continue };
+                if held.tokens_per_fill <= target.tokens_per_fill
+                    && held.max_tokens <= target.max_tokens
+                    && held.fill_interval_s == target.fill_interval_s
+                {
+                    continue;
+                }
+                let lowered = Shape {
+                    max_tokens: held.max_tokens.min(target.max_tokens).max(1),
+                    tokens_per_fill: held.tokens_per_fill.min(target.tokens_per_fill),
+                    fill_interval_s: target.fill_interval_s,
+                };
+                lower(share, lowered, now, tick, &self.streams, sid.0);
+                pushes.push((sid.0, share.bucket.clone(), lowered));
+            }
+        }
+        for (stream, bucket, shape) in pushes {
+            self.push(stream, bucket, Assignment::TokenBucket(shape));
+        }
+    }
+
+    /// One payment tick: expired shares go, rule changes are applied, every key's refill is
+    /// paid (owing more than a tick halves its rates), shares are raised back within the rule
+    /// and `DENY_ALL` buckets get a burst when the key has one.
+    pub async fn tick(&mut self, app: &App, now: Instant) {
+        let elapsed = self
+            .last_tick
+            .map(|t| now.saturating_duration_since(t))
+            .unwrap_or_default();
+        self.last_tick = Some(now);
+        let elapsed_ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let ids: Vec<KeyId> = self.keys.keys().cloned().collect();
+        for id in ids {
+            self.expire(&id, now);
+            let Some(rule) = rule_in_force(app, &id) else {
+                self.release(&id);
+                continue;
+            };
+            if let Some(entry) = self.keys.get_mut(&id) {
+                entry.rule = rule;
+            }
+            self.lower_to_targets(&id, now);
+            let starved = self.pay_refill(app, &id, elapsed_ns, now).await;
+            if !starved {
+                self.raise(&id, now);
+                let denied: Vec<ShareId> = self
+                    .keys
+                    .get(&id)
+                    .map(|e| {
+                        e.shares
+                            .iter()
+                            .filter(|(_, s)| s.held.is_none() && s.expires > now)
+                            .filter(|((stream, _), _)| {
+                                self.streams.get(stream).is_some_and(|s| s.open)
+                            })
+                            .map(|(k, _)| k.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for sid in denied {
+                    self.grant(app, &id, &sid, now).await;
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Drops the shares of `id` whose TTL ended (and closed streams left with no bucket).
+    fn expire(&mut self, id: &KeyId, now: Instant) {
+        let Some(entry) = self.keys.get_mut(id) else {
+            return;
+        };
+        let gone: Vec<ShareId> = entry
+            .shares
+            .iter()
+            .filter(|(_, s)| s.expires <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for sid in &gone {
+            entry.shares.remove(sid);
+            if let Some(s) = self.streams.get_mut(&sid.0).filter(|s| !s.open) {
+                s.buckets.remove(&sid.1);
+                if s.buckets.is_empty() {
+                    self.streams.remove(&sid.0);
+                }
+            }
+        }
+        if entry.shares.is_empty() {
+            self.keys.remove(id);
+        }
+    }
+
+    /// The key's rule is gone or in shadow: its buckets admit everything.
+    fn release(&mut self, id: &KeyId) {
+        let Some(entry) = self.keys.remove(id) else {
+            return;
+        };
+        for ((stream, _), share) in entry.shares {
+            self.push(stream, share.bucket, Assignment::AllowAll);
+        }
+    }
+
+    /// Pays the refill the key's shares earned over `elapsed_ns`; true when the key owes more
+    /// than one tick of it (its rates were then halved).
+    async fn pay_refill(&mut self, app: &App, id: &KeyId, elapsed_ns: u64, now: Instant) -> bool {
+        let Some(entry) = self.keys.get_mut(id) else {
+            return false;
+        };
+        let fill = entry.total().fill_interval_s;
+        let mut per_tick: u128 = 0;
+        for share in entry.shares.values_mut() {
+            if now >= share.counted_until {
+                share.counted_tpf = share.held.map_or(0, |h| h.tokens_per_fill);
+            }
+            let counted = Shape {
+                max_tokens: 0,
+                tokens_per_fill: share.counted_tpf,
+                fill_interval_s: share.held.map_or(fill, |h| h.fill_interval_s),
+            };
+            let earned = counted.refill_nano_units(elapsed_ns);
+            share.paid_nano += earned;
+            entry.owed_nano += earned;
+            per_tick += counted.refill_nano_units(TICK_MS * 1_000_000);
+        }
+        let want = u64::try_from(entry.owed_nano / NANO).unwrap_or(u64::MAX);
+        let rule = entry.rule.clone();
+        let paid = match pay::refill(app, &rule, &id.key, want).await {
+            Ok(paid) => paid,
+            Err(e) => {
+                tracing::warn!(action = %id.action, error = %e, "rlqs: a refill could not be paid");
+                0
+            }
+        };
+        let Some(entry) = self.keys.get_mut(id) else {
+            return false;
+        };
+        entry.owed_nano = entry.owed_nano.saturating_sub(u128::from(paid) * NANO);
+        if entry.owed_nano <= per_tick + NANO {
+            return false;
+        }
+        self.metrics.unpaid(want.saturating_sub(paid));
+        let tick = Duration::from_millis(TICK_MS);
+        let mut pushes = Vec::new();
+        for (sid, share) in entry.shares.iter_mut() {
+            let Some(held) = share.held.filter(|h| h.tokens_per_fill > 0) else {
+                continue;
+            };
+            let halved = Shape {
+                tokens_per_fill: held.tokens_per_fill / 2,
+                ..held
+            };
+            lower(share, halved, now, tick, &self.streams, sid.0);
+            pushes.push((sid.0, share.bucket.clone(), halved));
+        }
+        for (stream, bucket, shape) in pushes {
+            self.push(stream, bucket, Assignment::TokenBucket(shape));
+        }
+        true
+    }
+
+    /// Raises the rates of shares below their target while the rates paid for stay within the
+    /// rule's (a lowering elsewhere still in flight keeps the room closed).
+    fn raise(&mut self, id: &KeyId, now: Instant) {
+        let mut pushes = Vec::new();
+        if let Some(entry) = self.keys.get_mut(id) {
+            let total = entry.total().tokens_per_fill;
+            let targets = entry.targets();
+            let mut counted: u32 = entry
+                .shares
+                .values()
+                .map(|s| s.counted_tpf)
+                .fold(0, u32::saturating_add);
+            for ((sid, share), target) in entry.shares.iter_mut().zip(targets) {
+                let Some(held) = share.held else { continue };
+                let open = self.streams.get(&sid.0).is_some_and(|s| s.open);
+                if !open || held.tokens_per_fill >= target.tokens_per_fill {
+                    continue;
+                }
+                let room = total.saturating_sub(counted);
+                let add = (target.tokens_per_fill - held.tokens_per_fill).min(room);
+                if add == 0 {
+                    continue;
+                }
+                let raised = Shape {
+                    tokens_per_fill: held.tokens_per_fill + add,
+                    ..held
+                };
+                counted = counted
+                    .saturating_add(raised.tokens_per_fill.saturating_sub(share.counted_tpf));
+                share.counted_tpf = share.counted_tpf.max(raised.tokens_per_fill);
+                share.counted_until = share.counted_until.max(now);
+                share.held = Some(raised);
+                pushes.push((sid.0, share.bucket.clone(), raised));
+            }
+        }
+        for (stream, bucket, shape) in pushes {
+            self.push(stream, bucket, Assignment::TokenBucket(shape));
+        }
+    }
+}
+
+/// Sets a share's lower token bucket, still paying its old rate for one tick (an open stream's
+/// push lands well within it), or until its TTL if its stream is closed (the Envoy never hears).
+fn lower(
+    share: &mut Share,
+    lowered: Shape,
+    now: Instant,
+    tick: Duration,
+    streams: &HashMap<StreamId, StreamEntry>,
+    stream: StreamId,
+) {
+    let open = streams.get(&stream).is_some_and(|s| s.open);
+    share.counted_until = if open { now + tick } else { share.expires };
+    if !open {
+        // The Envoy cannot hear of it: its bucket stays as it was until its TTL.
+        return;
+    }
+    share.held = Some(lowered);
+}

@@ -1,0 +1,95 @@
+//! The RLQS server's Prometheus metrics, registered with the rest ([`crate::metrics::Metrics::register`]).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::ledger::Assignment;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// Streams, buckets and assignments of the RLQS server. Clones share the same figures.
+#[derive(Debug, Clone, Default)]
+pub struct RlqsMetrics {
+    streams: Gauge,
+    buckets: Gauge,
+    assignments: Family<KindLabels, Counter>,
+    over_bound: Counter,
+    post_debited: Counter,
+    unpaid: Counter,
+}
+
+impl RlqsMetrics {
+    /// New figures, registered in `metrics` (before it is shared).
+    pub fn registered(metrics: &mut crate::metrics::Metrics) -> RlqsMetrics {
+        let m = RlqsMetrics::default();
+        metrics.register(
+            "sluice_rlqs_streams",
+            "Open RLQS streams (one per Envoy per quota filter domain)",
+            m.streams.clone(),
+        );
+        metrics.register(
+            "sluice_rlqs_buckets",
+            "Quota filter buckets the RLQS streams hold (closed streams' shares until their TTL included)",
+            m.buckets.clone(),
+        );
+        metrics.register(
+            "sluice_rlqs_assignments",
+            "RLQS assignments sent, by kind: allow_all (unmapped, no rule, shadow), deny_all (spent key, bucket bound), token_bucket (a share, new or renewed), abandon",
+            m.assignments.clone(),
+        );
+        for kind in Assignment::KINDS {
+            let _ = m.assignments.get_or_create(&KindLabels { kind });
+        }
+        metrics.register(
+            "sluice_rlqs_buckets_over_bound",
+            "RLQS buckets answered deny_all because their stream held the most buckets it may",
+            m.over_bound.clone(),
+        );
+        metrics.register(
+            "sluice_rlqs_post_debited_units",
+            "Units Envoy reported allowed beyond what their shares had prepaid (no-assignment windows), debited after the fact",
+            m.post_debited.clone(),
+        );
+        metrics.register(
+            "sluice_rlqs_unpaid_units",
+            "Share refill the store could not pay when due (its rate was then lowered)",
+            m.unpaid.clone(),
+        );
+        m
+    }
+
+    /// Sets the open streams and held buckets.
+    pub fn set_sizes(&self, streams: usize, buckets: usize) {
+        self.streams.set(i64::try_from(streams).unwrap_or(i64::MAX));
+        self.buckets.set(i64::try_from(buckets).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one assignment sent.
+    pub fn assigned(&self, assignment: &Assignment) {
+        self.assignments
+            .get_or_create(&KindLabels {
+                kind: assignment.kind(),
+            })
+            .inc();
+    }
+
+    /// Counts one bucket refused at the per-stream bound.
+    pub fn over_bound(&self) {
+        self.over_bound.inc();
+    }
+
+    /// Counts units post-debited.
+    pub fn post_debited(&self, units: u64) {
+        self.post_debited.inc_by(units);
+    }
+
+    /// Counts refill units the store could not pay.
+    pub fn unpaid(&self, units: u64) {
+        self.unpaid.inc_by(units);
+    }
+}

@@ -1,0 +1,96 @@
+//! The ledger task: one per backend process, owning the [`Ledger`]. Streams send it their
+//! reports and ends ([`Handle`]); it ticks every [`TICK_MS`] to pay refills and push changes.
+//! Serial by design: every store step of the RLQS server runs here, one at a time, so no share
+//! is granted twice and no lock is held across a store call.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use sluice_core::rlqs::{DEFAULT_MAX_BUCKETS_PER_STREAM, DEFAULT_TTL_S, TICK_MS};
+use tokio::sync::{mpsc, watch};
+
+use super::ledger::{Assigned, Ledger, StreamId};
+use super::metrics::RlqsMetrics;
+use crate::state::App;
+
+/// Events a stream sends the ledger task.
+enum Event {
+    Opened(StreamId, mpsc::Sender<Vec<Assigned>>),
+    Report(StreamId, Vec<BucketQuotaUsage>),
+    Closed(StreamId),
+}
+
+/// Most events waiting for the ledger task; a stream whose report finds it full waits.
+const EVENT_BOUND: usize = 1024;
+
+/// Most assignment batches waiting for one stream's writer.
+pub const PUSH_BOUND: usize = 64;
+
+/// How the streams reach the ledger task. Cheap to clone.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Event>,
+    next: Arc<AtomicU64>,
+    ttl_s: u64,
+}
+
+impl Handle {
+    /// The TTL every assignment carries, in whole seconds.
+    pub fn ttl_s(&self) -> u64 {
+        self.ttl_s
+    }
+
+    /// Registers a new stream; its assignments arrive on the returned receiver.
+    pub async fn open(&self) -> (StreamId, mpsc::Receiver<Vec<Assigned>>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(PUSH_BOUND);
+        let _ = self.tx.send(Event::Opened(id, tx)).await;
+        (id, rx)
+    }
+
+    /// Hands a stream's usage report to the ledger.
+    pub async fn report(&self, stream: StreamId, usages: Vec<BucketQuotaUsage>) {
+        let _ = self.tx.send(Event::Report(stream, usages)).await;
+    }
+
+    /// Says a stream ended (its shares stay paid until their TTL).
+    pub async fn close(&self, stream: StreamId) {
+        let _ = self.tx.send(Event::Closed(stream)).await;
+    }
+}
+
+/// Starts the ledger task with the default TTL and bucket bound; it ends when `stop` turns true.
+pub fn spawn(app: Arc<App>, metrics: RlqsMetrics, mut stop: watch::Receiver<bool>) -> Handle {
+    let (tx, mut rx) = mpsc::channel(EVENT_BOUND);
+    let ttl_s = DEFAULT_TTL_S;
+    let mut ledger = Ledger::new(
+        Duration::from_secs(ttl_s),
+        DEFAULT_MAX_BUCKETS_PER_STREAM,
+        metrics,
+    );
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
+                _ = tick.tick() => ledger.tick(&app, Instant::now()).await,
+                event = rx.recv() => match event {
+                    None => return,
+                    Some(Event::Opened(id, tx)) => ledger.open(id, tx),
+                    Some(Event::Report(id, usages)) => {
+                        ledger.report(&app, id, usages, Instant::now()).await
+                    }
+                    Some(Event::Closed(id)) => ledger.close(id),
+                },
+            }
+        }
+    });
+    Handle {
+        tx,
+        next: Arc::new(AtomicU64::new(1)),
+        ttl_s,
+    }
+}
