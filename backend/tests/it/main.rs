@@ -51,6 +51,7 @@ mod redis_sizing;
 mod redis_tls;
 mod report_bound;
 mod report_log;
+mod rlqs;
 mod rls;
 mod rls_history;
 mod scope;

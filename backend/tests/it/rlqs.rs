@@ -1,0 +1,235 @@
+//! sluice as Envoy's Rate Limit Quota Service against an in-process sluice on port-0 listeners,
+//! with envoy-types' own tonic client standing in for Envoy's quota filter: the default mapping,
+//! unmapped and rule-less buckets, shares of one key that add up to the rule, the domain bound
+//! to a stream, the per-stream bucket bound, and explicit whole-second TTLs.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::r#type::v3::TokenBucket;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use serde_json::json;
+use sluice_backend::StoreChoice;
+use sluice_core::rlqs::{DEFAULT_MAX_BUCKETS_PER_STREAM, DEFAULT_TTL_S};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+use crate::grpc_rig::{GrpcClient, GrpcRig};
+
+impl GrpcClient for RateLimitQuotaServiceClient<Channel> {
+    const CALL_TIMEOUT: Option<Duration> = None;
+
+    fn over(channel: Channel) -> Self {
+        RateLimitQuotaServiceClient::new(channel)
+    }
+}
+
+type Rig = GrpcRig<RateLimitQuotaServiceClient<Channel>>;
+
+/// One quota stream, as one Envoy's quota filter holds it.
+struct Quota {
+    tx: mpsc::Sender<RateLimitQuotaUsageReports>,
+    rx: Streaming<RateLimitQuotaResponse>,
+}
+
+impl Quota {
+    async fn open(rig: &Rig) -> Quota {
+        let (tx, rx) = mpsc::channel(16);
+        let mut client = rig.client.clone();
+        let rx = client
+            .stream_rate_limit_quotas(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Quota { tx, rx }
+    }
+
+    async fn report(&self, domain: &str, usages: Vec<BucketQuotaUsage>) {
+        let reports = RateLimitQuotaUsageReports {
+            domain: domain.to_owned(),
+            bucket_quota_usages: usages,
+        };
+        self.tx.send(reports).await.unwrap();
+    }
+
+    async fn next(&mut self) -> Result<RateLimitQuotaResponse, tonic::Status> {
+        let next = tokio::time::timeout(Duration::from_secs(5), self.rx.message());
+        match next.await.expect("an answer within 5 s") {
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => Err(tonic::Status::ok("ended")),
+            Err(status) => Err(status),
+        }
+    }
+}
+
+fn bucket(entries: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: entries
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+fn usage(id: BucketId, allowed: u64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(id),
+        time_elapsed: None,
+        num_requests_allowed: allowed,
+        num_requests_denied: 0,
+    }
+}
+
+/// Each action of `r`: its bucket, its strategy and its TTL in seconds.
+fn actions(r: &RateLimitQuotaResponse) -> Vec<(BucketId, Strategy, i64)> {
+    r.bucket_action
+        .iter()
+        .map(|a| {
+            let Some(Action::QuotaAssignmentAction(q)) = &a.bucket_action else {
+                panic!("an assignment: {a:?}");
+            };
+            let ttl = q.assignment_time_to_live.unwrap();
+            assert_eq!(ttl.nanos, 0, "whole seconds");
+            let strategy = q.rate_limit_strategy.unwrap().strategy.unwrap();
+            (a.bucket_id.clone().unwrap(), strategy, ttl.seconds)
+        })
+        .collect()
+}
+
+fn token_bucket(s: &Strategy) -> TokenBucket {
+    match s {
+        Strategy::TokenBucket(tb) => *tb,
+        other => panic!("a token bucket, got {other:?}"),
+    }
+}
+
+/// (max_tokens, tokens_per_fill, fill_interval seconds)
+fn shape(tb: &TokenBucket) -> (u32, u32, i64) {
+    (
+        tb.max_tokens,
+        tb.tokens_per_fill.unwrap().value,
+        tb.fill_interval.unwrap().seconds,
+    )
+}
+
+const ALLOW_ALL: Strategy = Strategy::BlanketRule(BlanketRule::AllowAll as i32);
+const DENY_ALL: Strategy = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
+
+async fn rig_with_rule() -> Rig {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    rig.put_rule(
+        json!({"action": "user", "algorithm": "token_bucket", "capacity": 20,
+                        "rate": {"count": 10, "period": "1s"}}),
+    )
+    .await;
+    rig
+}
+
+#[tokio::test]
+async fn unmapped_and_ruleless_buckets_are_allowed_with_a_ttl() {
+    let rig = rig_with_rule().await;
+    let mut q = Quota::open(&rig).await;
+    let no_name = bucket(&[("user", "alice")]);
+    let no_rule = bucket(&[("name", "nobody"), ("user", "alice")]);
+    q.report(
+        "edge",
+        vec![usage(no_name.clone(), 1), usage(no_rule.clone(), 1)],
+    )
+    .await;
+    let got = actions(&q.next().await.unwrap());
+    let ttl = i64::try_from(DEFAULT_TTL_S).unwrap();
+    assert_eq!(
+        got,
+        vec![(no_name, ALLOW_ALL, ttl), (no_rule, ALLOW_ALL, ttl)]
+    );
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn one_stream_gets_the_whole_rule_then_shares_add_up_to_it() {
+    let rig = rig_with_rule().await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut first = Quota::open(&rig).await;
+    first.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let got = actions(&first.next().await.unwrap());
+    assert_eq!(got.len(), 1);
+    let whole = shape(&token_bucket(&got[0].1));
+    assert_eq!(
+        whole,
+        (20, 10, 1),
+        "one holder: the rule's whole token bucket"
+    );
+
+    // A renewal resends the same bucket (Envoy carries it over and restarts its TTL).
+    first.report("edge", vec![usage(alice.clone(), 5)]).await;
+    let renewed = actions(&first.next().await.unwrap());
+    assert_eq!(shape(&token_bucket(&renewed[0].1)), whole);
+
+    // A second Envoy on the same key: the first is lowered at once, the second gets what the
+    // store has left (here: nothing, the first holds the burst) and the sum stays in the rule.
+    let mut second = Quota::open(&rig).await;
+    second.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let lowered = shape(&token_bucket(&actions(&first.next().await.unwrap())[0].1));
+    let got = actions(&second.next().await.unwrap());
+    let (b2, n2) = match &got[0].1 {
+        s if *s == DENY_ALL => (0, 0),
+        s => {
+            let (b, n, f) = shape(&token_bucket(s));
+            assert_eq!(f, 1);
+            (b, n)
+        }
+    };
+    assert!(
+        lowered.0 <= 10 && lowered.1 <= 5,
+        "lowered to half: {lowered:?}"
+    );
+    assert!(
+        lowered.0 + b2 <= 20 && lowered.1 + n2 <= 10,
+        "{lowered:?} + {b2}/{n2}"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_is_bound_to_its_first_domain() {
+    let rig = rig_with_rule().await;
+    let mut q = Quota::open(&rig).await;
+    q.report("edge", vec![usage(bucket(&[("x", "1")]), 1)])
+        .await;
+    q.next().await.unwrap();
+    q.report("other", vec![usage(bucket(&[("x", "1")]), 1)])
+        .await;
+    let err = q.next().await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("edge"), "{err:?}");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn buckets_past_the_bound_are_denied() {
+    let rig = rig_with_rule().await;
+    let mut q = Quota::open(&rig).await;
+    let names: Vec<String> = (0..=DEFAULT_MAX_BUCKETS_PER_STREAM)
+        .map(|i| i.to_string())
+        .collect();
+    let usages = names
+        .iter()
+        .map(|n| usage(bucket(&[("x", n)]), 0))
+        .collect();
+    q.report("edge", usages).await;
+    let got = actions(&q.next().await.unwrap());
+    assert_eq!(got.len(), DEFAULT_MAX_BUCKETS_PER_STREAM + 1);
+    let denied: Vec<_> = got.iter().filter(|(_, s, _)| *s == DENY_ALL).collect();
+    assert_eq!(denied.len(), 1);
+    assert_eq!(denied[0].0, bucket(&[("x", names.last().unwrap())]));
+    let over = rig.metric("sluice_rlqs_buckets_over_bound_total").await;
+    assert_eq!(over.as_deref(), Some("1"));
+    rig.stop().await;
+}
