@@ -31,7 +31,7 @@ use sluice_core::time::NANOS_PER_SEC;
 use sluice_core::{Mode, Rule};
 use tokio::sync::mpsc;
 
-use super::metrics::RlqsMetrics;
+use super::metrics::{RlqsMetrics, ASSIGNMENT_KINDS};
 use super::pay;
 use crate::state::App;
 
@@ -50,15 +50,12 @@ pub enum Assignment {
 }
 
 impl Assignment {
-    /// Every kind's metric label.
-    pub const KINDS: [&'static str; 3] = ["allow_all", "deny_all", "token_bucket"];
-
-    /// The metric label.
+    /// The metric label (one of [`ASSIGNMENT_KINDS`]).
     pub fn kind(&self) -> &'static str {
         match self {
-            Assignment::AllowAll => Self::KINDS[0],
-            Assignment::DenyAll => Self::KINDS[1],
-            Assignment::TokenBucket(_) => Self::KINDS[2],
+            Assignment::AllowAll => ASSIGNMENT_KINDS[0],
+            Assignment::DenyAll => ASSIGNMENT_KINDS[1],
+            Assignment::TokenBucket(_) => ASSIGNMENT_KINDS[2],
         }
     }
 }
@@ -230,7 +227,7 @@ impl Ledger {
                 continue;
             };
             for a in &assigned {
-                self.metrics.assigned(&a.assignment);
+                self.metrics.assigned(a.assignment.kind());
             }
             if s.tx.try_send(assigned).is_err() {
                 tracing::debug!(

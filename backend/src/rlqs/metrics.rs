@@ -5,7 +5,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::ledger::Assignment;
+/// The assignment kinds, as labelled: allow_all, deny_all, token_bucket.
+pub const ASSIGNMENT_KINDS: [&str; 3] = ["allow_all", "deny_all", "token_bucket"];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
@@ -42,7 +43,7 @@ impl RlqsMetrics {
             "RLQS assignments sent, by kind: allow_all (unmapped, no rule, shadow), deny_all (spent key, bucket bound), token_bucket (a share, new or renewed), abandon",
             m.assignments.clone(),
         );
-        for kind in Assignment::KINDS {
+        for kind in ASSIGNMENT_KINDS {
             let _ = m.assignments.get_or_create(&KindLabels { kind });
         }
         metrics.register(
@@ -69,13 +70,9 @@ impl RlqsMetrics {
         self.buckets.set(i64::try_from(buckets).unwrap_or(i64::MAX));
     }
 
-    /// Counts one assignment sent.
-    pub fn assigned(&self, assignment: &Assignment) {
-        self.assignments
-            .get_or_create(&KindLabels {
-                kind: assignment.kind(),
-            })
-            .inc();
+    /// Counts one assignment sent, by its kind (one of [`ASSIGNMENT_KINDS`]).
+    pub fn assigned(&self, kind: &'static str) {
+        self.assignments.get_or_create(&KindLabels { kind }).inc();
     }
 
     /// Counts one bucket refused at the per-stream bound.
