@@ -60,8 +60,15 @@ impl Quota {
     }
 
     async fn next(&mut self) -> Result<RateLimitQuotaResponse, tonic::Status> {
-        let next = tokio::time::timeout(Duration::from_secs(5), self.rx.message());
-        match next.await.expect("an answer within 5 s") {
+        self.next_within(Duration::from_secs(5)).await
+    }
+
+    async fn next_within(
+        &mut self,
+        wait: Duration,
+    ) -> Result<RateLimitQuotaResponse, tonic::Status> {
+        let next = tokio::time::timeout(wait, self.rx.message());
+        match next.await.expect("an answer in time") {
             Ok(Some(r)) => Ok(r),
             Ok(None) => Err(tonic::Status::ok("ended")),
             Err(status) => Err(status),
@@ -231,5 +238,71 @@ async fn buckets_past_the_bound_are_denied() {
     assert_eq!(denied[0].0, bucket(&[("x", names.last().unwrap())]));
     let over = rig.metric("sluice_rlqs_buckets_over_bound_total").await;
     assert_eq!(over.as_deref(), Some("1"));
+    rig.stop().await;
+}
+
+/// The rate (tokens_per_fill) an answer gives `id`, 0 for `DENY_ALL`; `None` if it has none.
+fn rate_for(r: &RateLimitQuotaResponse, id: &BucketId) -> Option<u32> {
+    actions(r)
+        .into_iter()
+        .filter(|(b, _, _)| b == id)
+        .map(|(_, s, _)| match s {
+            s if s == DENY_ALL => 0,
+            s => shape(&token_bucket(&s)).1,
+        })
+        .last()
+}
+
+#[tokio::test]
+async fn a_closed_streams_share_is_paid_until_its_ttl_then_goes_to_the_others() {
+    let rig = rig_with_rule().await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut first = Quota::open(&rig).await;
+    first.report("edge", vec![usage(alice.clone(), 0)]).await;
+    assert_eq!(rate_for(&first.next().await.unwrap(), &alice), Some(10));
+    let closed_at = std::time::Instant::now();
+    drop(first);
+
+    // The first Envoy may still enforce its whole share, disconnected, until its TTL: the
+    // second gets no rate until then.
+    let mut second = Quota::open(&rig).await;
+    second.report("edge", vec![usage(alice.clone(), 0)]).await;
+    // As Envoy does, the second reports its bucket on a timer (each report renews its share).
+    let (tx, renewed) = (second.tx.clone(), alice.clone());
+    let reporter = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let reports = RateLimitQuotaUsageReports {
+                domain: "edge".to_owned(),
+                bucket_quota_usages: vec![usage(renewed.clone(), 0)],
+            };
+            if tx.send(reports).await.is_err() {
+                return;
+            }
+        }
+    });
+    let ttl = Duration::from_secs(DEFAULT_TTL_S);
+    let mut raised_after = None;
+    while closed_at.elapsed() < ttl + Duration::from_secs(5) {
+        let Ok(answer) = second.next().await else {
+            break;
+        };
+        let Some(rate) = rate_for(&answer, &alice) else {
+            continue;
+        };
+        if closed_at.elapsed() < ttl - Duration::from_secs(1) {
+            assert_eq!(rate, 0, "a rate before the closed share's TTL ended");
+        }
+        if rate == 10 {
+            raised_after = Some(closed_at.elapsed());
+            break;
+        }
+    }
+    reporter.abort();
+    let raised_after = raised_after.expect("the whole rate once the closed share is gone");
+    assert!(
+        raised_after >= ttl - Duration::from_secs(1),
+        "{raised_after:?}"
+    );
     rig.stop().await;
 }
