@@ -245,12 +245,13 @@ async fn buckets_past_the_bound_are_denied() {
 fn rate_for(r: &RateLimitQuotaResponse, id: &BucketId) -> Option<u32> {
     actions(r)
         .into_iter()
+        .rev()
         .filter(|(b, _, _)| b == id)
         .map(|(_, s, _)| match s {
             s if s == DENY_ALL => 0,
             s => shape(&token_bucket(&s)).1,
         })
-        .last()
+        .next()
 }
 
 #[tokio::test]
