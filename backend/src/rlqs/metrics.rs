@@ -46,21 +46,26 @@ impl RlqsMetrics {
         for kind in ASSIGNMENT_KINDS {
             let _ = m.assignments.get_or_create(&KindLabels { kind });
         }
-        metrics.register(
-            "sluice_rlqs_buckets_over_bound",
-            "RLQS buckets answered deny_all because their stream held the most buckets it may",
-            m.over_bound.clone(),
-        );
-        metrics.register(
-            "sluice_rlqs_post_debited_units",
-            "Units Envoy reported allowed beyond what their shares had prepaid (no-assignment windows), debited after the fact",
-            m.post_debited.clone(),
-        );
-        metrics.register(
-            "sluice_rlqs_unpaid_units",
-            "Share refill the store could not pay when due (its rate was then lowered)",
-            m.unpaid.clone(),
-        );
+        let counters = [
+            (
+                "sluice_rlqs_buckets_over_bound",
+                "RLQS buckets answered deny_all because their stream held the most buckets it may",
+                &m.over_bound,
+            ),
+            (
+                "sluice_rlqs_post_debited_units",
+                "Units Envoy reported allowed beyond what their shares had prepaid (no-assignment windows), debited after the fact",
+                &m.post_debited,
+            ),
+            (
+                "sluice_rlqs_unpaid_units",
+                "Share refill the store could not pay when due (its rate was then lowered)",
+                &m.unpaid,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            metrics.register(name, help, counter.clone());
+        }
         m
     }
 

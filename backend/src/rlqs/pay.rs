@@ -18,24 +18,24 @@ use crate::state::App;
 /// them; else what a lease would be granted from what is left ([`grant_units`]: at most half);
 /// 0 when that is nothing. Returns the units debited.
 pub async fn burst(app: &App, rule: &Arc<Rule>, key: &str, want: u64) -> Result<u64, DecideError> {
-    if want == 0 {
-        return Ok(0);
-    }
-    let first = decide(app, rule, key, want, None, Instant::now()).await?;
-    if first.allowed {
-        return Ok(want);
-    }
-    let less = grant_units(want, first.remaining);
-    if less == 0 {
-        return Ok(0);
-    }
-    let second = decide(app, rule, key, less, None, Instant::now()).await?;
-    Ok(if second.allowed { less } else { 0 })
+    all_or_less(app, rule, key, want, |left| grant_units(want, left)).await
 }
 
 /// Debits up to `want` units of refill: all if the key has them, else what is left. Returns
 /// the units debited.
 pub async fn refill(app: &App, rule: &Arc<Rule>, key: &str, want: u64) -> Result<u64, DecideError> {
+    all_or_less(app, rule, key, want, |left| left.min(want)).await
+}
+
+/// One decision of `want`; when it is denied, one more of `less(remaining)` (if not 0). Each is
+/// an ordinary decision ([`decide`]). Returns the units debited.
+async fn all_or_less(
+    app: &App,
+    rule: &Arc<Rule>,
+    key: &str,
+    want: u64,
+    less: impl FnOnce(u64) -> u64,
+) -> Result<u64, DecideError> {
     if want == 0 {
         return Ok(0);
     }
@@ -43,12 +43,12 @@ pub async fn refill(app: &App, rule: &Arc<Rule>, key: &str, want: u64) -> Result
     if first.allowed {
         return Ok(want);
     }
-    let left = first.remaining.min(want);
-    if left == 0 {
+    let less = less(first.remaining);
+    if less == 0 {
         return Ok(0);
     }
-    let second = decide(app, rule, key, left, None, Instant::now()).await?;
-    Ok(if second.allowed { left } else { 0 })
+    let second = decide(app, rule, key, less, None, Instant::now()).await?;
+    Ok(if second.allowed { less } else { 0 })
 }
 
 static POST_DEBITS: AtomicU64 = AtomicU64::new(0);

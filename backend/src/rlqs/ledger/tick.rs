@@ -1,0 +1,192 @@
+//! The ledger's payment tick ([`Ledger::tick`], every [`TICK_MS`]): expired shares go, rule
+//! changes are applied, every key's refill is paid, and shares are raised back within the rule.
+
+use std::time::{Duration, Instant};
+
+use sluice_core::rlqs::shape::Shape;
+use sluice_core::rlqs::TICK_MS;
+
+use super::{lower, rule_in_force, Assignment, KeyId, Ledger, ShareId, NANO};
+use crate::rlqs::pay;
+use crate::state::App;
+
+impl Ledger {
+    /// One payment tick: expired shares go, rule changes are applied, every key's refill is
+    /// paid (owing more than a tick halves its rates), shares are raised back within the rule
+    /// and `DENY_ALL` buckets get a burst when the key has one.
+    pub async fn tick(&mut self, app: &App, now: Instant) {
+        let elapsed = self
+            .last_tick
+            .map(|t| now.saturating_duration_since(t))
+            .unwrap_or_default();
+        self.last_tick = Some(now);
+        let elapsed_ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let ids: Vec<KeyId> = self.keys.keys().cloned().collect();
+        for id in ids {
+            self.expire(&id, now);
+            let Some(rule) = rule_in_force(app, &id) else {
+                self.release(&id);
+                continue;
+            };
+            if let Some(entry) = self.keys.get_mut(&id) {
+                entry.rule = rule;
+            }
+            self.lower_to_targets(&id, now);
+            let starved = self.pay_refill(app, &id, elapsed_ns, now).await;
+            if !starved {
+                self.raise(&id, now);
+                let denied: Vec<ShareId> = self
+                    .keys
+                    .get(&id)
+                    .map(|e| {
+                        e.shares
+                            .iter()
+                            .filter(|(_, s)| s.held.is_none() && s.expires > now)
+                            .filter(|((stream, _), _)| {
+                                self.streams.get(stream).is_some_and(|s| s.open)
+                            })
+                            .map(|(k, _)| k.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for sid in denied {
+                    self.grant(app, &id, &sid, now).await;
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Drops the shares of `id` whose TTL ended (and closed streams left with no bucket).
+    fn expire(&mut self, id: &KeyId, now: Instant) {
+        let Some(entry) = self.keys.get_mut(id) else {
+            return;
+        };
+        let gone: Vec<ShareId> = entry
+            .shares
+            .iter()
+            .filter(|(_, s)| s.expires <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for sid in &gone {
+            entry.shares.remove(sid);
+            if let Some(s) = self.streams.get_mut(&sid.0).filter(|s| !s.open) {
+                s.buckets.remove(&sid.1);
+                if s.buckets.is_empty() {
+                    self.streams.remove(&sid.0);
+                }
+            }
+        }
+        if entry.shares.is_empty() {
+            self.keys.remove(id);
+        }
+    }
+
+    /// The key's rule is gone or in shadow: its buckets admit everything.
+    fn release(&mut self, id: &KeyId) {
+        let Some(entry) = self.keys.remove(id) else {
+            return;
+        };
+        for ((stream, _), share) in entry.shares {
+            self.push(stream, share.bucket, Assignment::AllowAll);
+        }
+    }
+
+    /// Pays the refill the key's shares earned over `elapsed_ns`; true when the key owes more
+    /// than one tick of it (its rates were then halved).
+    async fn pay_refill(&mut self, app: &App, id: &KeyId, elapsed_ns: u64, now: Instant) -> bool {
+        let Some(entry) = self.keys.get_mut(id) else {
+            return false;
+        };
+        let fill = entry.total().fill_interval_s;
+        let mut per_tick: u128 = 0;
+        for share in entry.shares.values_mut() {
+            if now >= share.counted_until {
+                share.counted_tpf = share.held.map_or(0, |h| h.tokens_per_fill);
+            }
+            let counted = Shape {
+                max_tokens: 0,
+                tokens_per_fill: share.counted_tpf,
+                fill_interval_s: share.held.map_or(fill, |h| h.fill_interval_s),
+            };
+            let earned = counted.refill_nano_units(elapsed_ns);
+            share.paid_nano += earned;
+            entry.owed_nano += earned;
+            per_tick += counted.refill_nano_units(TICK_MS * 1_000_000);
+        }
+        let want = u64::try_from(entry.owed_nano / NANO).unwrap_or(u64::MAX);
+        let rule = entry.rule.clone();
+        let paid = match pay::refill(app, &rule, &id.key, want).await {
+            Ok(paid) => paid,
+            Err(e) => {
+                tracing::warn!(action = %id.action, error = %e, "rlqs: a refill could not be paid");
+                0
+            }
+        };
+        let Some(entry) = self.keys.get_mut(id) else {
+            return false;
+        };
+        entry.owed_nano = entry.owed_nano.saturating_sub(u128::from(paid) * NANO);
+        if entry.owed_nano <= per_tick + NANO {
+            return false;
+        }
+        self.metrics.unpaid(want.saturating_sub(paid));
+        let tick = Duration::from_millis(TICK_MS);
+        let mut pushes = Vec::new();
+        for (sid, share) in entry.shares.iter_mut() {
+            let Some(held) = share.held.filter(|h| h.tokens_per_fill > 0) else {
+                continue;
+            };
+            let halved = Shape {
+                tokens_per_fill: held.tokens_per_fill / 2,
+                ..held
+            };
+            lower(share, halved, now, tick, &self.streams, sid.0);
+            pushes.push((sid.0, share.bucket.clone(), halved));
+        }
+        for (stream, bucket, shape) in pushes {
+            self.push(stream, bucket, Assignment::TokenBucket(shape));
+        }
+        true
+    }
+
+    /// Raises the rates of shares below their target while the rates paid for stay within the
+    /// rule's (a lowering elsewhere still in flight keeps the room closed).
+    fn raise(&mut self, id: &KeyId, now: Instant) {
+        let mut pushes = Vec::new();
+        if let Some(entry) = self.keys.get_mut(id) {
+            let total = entry.total().tokens_per_fill;
+            let targets = entry.targets();
+            let mut counted: u32 = entry
+                .shares
+                .values()
+                .map(|s| s.counted_tpf)
+                .fold(0, u32::saturating_add);
+            for ((sid, share), target) in entry.shares.iter_mut().zip(targets) {
+                let Some(held) = share.held else { continue };
+                let open = self.streams.get(&sid.0).is_some_and(|s| s.open);
+                if !open || held.tokens_per_fill >= target.tokens_per_fill {
+                    continue;
+                }
+                let room = total.saturating_sub(counted);
+                let add = (target.tokens_per_fill - held.tokens_per_fill).min(room);
+                if add == 0 {
+                    continue;
+                }
+                let raised = Shape {
+                    tokens_per_fill: held.tokens_per_fill + add,
+                    ..held
+                };
+                counted = counted
+                    .saturating_add(raised.tokens_per_fill.saturating_sub(share.counted_tpf));
+                share.counted_tpf = share.counted_tpf.max(raised.tokens_per_fill);
+                share.counted_until = share.counted_until.max(now);
+                share.held = Some(raised);
+                pushes.push((sid.0, share.bucket.clone(), raised));
+            }
+        }
+        for (stream, bucket, shape) in pushes {
+            self.push(stream, bucket, Assignment::TokenBucket(shape));
+        }
+    }
+}
