@@ -307,3 +307,27 @@ async fn a_closed_streams_share_is_paid_until_its_ttl_then_goes_to_the_others() 
     );
     rig.stop().await;
 }
+
+#[tokio::test]
+async fn a_rule_change_is_pushed_within_a_tick_without_a_report() {
+    let rig = rig_with_rule().await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut q = Quota::open(&rig).await;
+    q.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let got = actions(&q.next().await.unwrap());
+    assert_eq!(shape(&token_bucket(&got[0].1)), (20, 10, 1));
+
+    // Capacity and rate halved: pushed on the ledger's next tick, no report needed.
+    let changed = std::time::Instant::now();
+    rig.put_rule(
+        json!({"action": "user", "algorithm": "token_bucket", "capacity": 10,
+                        "rate": {"count": 5, "period": "1s"}}),
+    )
+    .await;
+    let pushed = actions(&q.next().await.unwrap());
+    let took = changed.elapsed();
+    assert_eq!(pushed[0].0, alice);
+    assert_eq!(shape(&token_bucket(&pushed[0].1)), (10, 5, 1));
+    assert!(took < Duration::from_millis(2_500), "pushed after {took:?}");
+    rig.stop().await;
+}
