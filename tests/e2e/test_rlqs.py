@@ -7,7 +7,9 @@ One load of LOAD_S seconds: key `shared` hit on both Envoys, key `solo` on one o
 key: admissions per Envoy, the bound, and what sluice post-debited. Asserted: the shared key's
 admissions stay within the rule's bound over the run (plus two ticks of refill paid in arrears
 and the units post-debited for Envoy's no-assignment windows), and the solo key gets nearly the
-whole limit on its one Envoy."""
+whole limit on its one Envoy. Then a rule change (capacity and rate halved) on a key both Envoys
+hold: in force on both within PUSH_S (well within Envoy's 5 s report interval plus a second),
+since sluice pushes it on its tick."""
 
 import threading
 import time
@@ -25,6 +27,10 @@ TICK_S = 1.0
 PAUSE_S = 0.01
 RULE = {"action": "user", "algorithm": "token_bucket", "capacity": CAPACITY,
         "rate": {"count": RATE_PER_S, "period": "1s"}}
+HALVED = dict(RULE, capacity=CAPACITY // 2, rate={"count": RATE_PER_S // 2, "period": "1s"})
+WARM_S = 3
+PUSH_S = 2
+CHANGED_S = 15
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +130,45 @@ def test_two_envoys_share_one_limit_and_a_solo_key_gets_it_all(rlqs_stack):
     assert shared_total >= 0.75 * rule_bound, (shared_total, rule_bound)
     assert solo_total <= bound, (solo_total, bound)
     assert solo_total >= 0.9 * rule_bound, (solo_total, rule_bound)
+
+
+def load(targets, seconds):
+    """Hammers each (url, user, name) of `targets` for `seconds`; returns {name: (allowed, denied, other)}."""
+    counts = {}
+    until = time.monotonic() + seconds
+    threads = [threading.Thread(target=hammer, args=(url, user, until, counts, name)) for url, user, name in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 30)
+    return counts
+
+
+def test_a_rule_change_is_in_force_on_both_envoys_within_a_push(rlqs_stack):
+    backend, (e1, e2) = rlqs_stack
+    key = "rlqs-change"
+    both = [(e1.url("LISTEN_OPEN_PORT"), key, "at1"), (e2.url("LISTEN_OPEN_PORT"), key, "at2")]
+    backend.put_rule(RULE)
+    warm = load(both, WARM_S)
+    assert warm["at1"][0] > 0 and warm["at2"][0] > 0, warm
+    backend.put_rule(HALVED)
+    time.sleep(PUSH_S)
+    post_before = scalar(backend, "sluice_rlqs_post_debited_units_total")
+    start = time.monotonic()
+    after = load(both, CHANGED_S)
+    elapsed = time.monotonic() - start
+    post = scalar(backend, "sluice_rlqs_post_debited_units_total") - post_before
+    admitted = after["at1"][0] + after["at2"][0]
+    new_rule = HALVED["capacity"] + HALVED["rate"]["count"] * elapsed
+    # The new rule over the window, two ticks of its refill in arrears, the tokens the Envoys'
+    # buckets still held from before the change (at most the old burst), and any post-debit.
+    bound = new_rule + HALVED["rate"]["count"] * 2 * TICK_S + CAPACITY + post
+    old_rate = RATE_PER_S * elapsed
+    print(f"\nrlqs change: capacity {CAPACITY}->{HALVED['capacity']}, {RATE_PER_S}/s->{HALVED['rate']['count']}/s; "
+          f"{elapsed:.1f} s measured from {PUSH_S} s after the change: admitted {after['at1'][0]} + {after['at2'][0]} "
+          f"= {admitted}; bound {bound:.0f} (new rule {new_rule:.0f}); the old rate alone would admit {old_rate:.0f}")
+    assert all(o == 0 for _, _, o in after.values()), after
+    assert after["at1"][1] > 0 and after["at2"][1] > 0, after
+    assert admitted <= bound, (admitted, bound)
+    assert admitted < old_rate, (admitted, old_rate)
+    assert admitted >= 0.6 * new_rule, (admitted, new_rule)
