@@ -97,7 +97,7 @@ def test_two_envoys_share_one_limit_and_a_solo_key_gets_it_all(rlqs_stack):
     post_debited = scalar(backend, "sluice_rlqs_post_debited_units_total")
     unpaid = scalar(backend, "sluice_rlqs_unpaid_units_total")
     assigned = {k: backend.metric("sluice_rlqs_assignments_total", kind=k)
-                for k in ("allow_all", "deny_all", "token_bucket")}
+                for k in ("allow_all", "deny_all", "token_bucket", "abandon")}
     streams = scalar(backend, "sluice_rlqs_streams")
     buckets = scalar(backend, "sluice_rlqs_buckets")
 
@@ -166,7 +166,8 @@ def test_a_rule_change_is_in_force_on_both_envoys_within_a_push(rlqs_stack):
     old_rate = RATE_PER_S * elapsed
     print(f"\nrlqs change: capacity {CAPACITY}->{HALVED['capacity']}, {RATE_PER_S}/s->{HALVED['rate']['count']}/s; "
           f"{elapsed:.1f} s measured from {PUSH_S} s after the change: admitted {after['at1'][0]} + {after['at2'][0]} "
-          f"= {admitted}; bound {bound:.0f} (new rule {new_rule:.0f}); the old rate alone would admit {old_rate:.0f}")
+          f"= {admitted}; bound {bound:.0f} (new rule {new_rule:.0f}); the old rate alone would admit {old_rate:.0f}; "
+          f"idle buckets abandoned so far: {backend.metric('sluice_rlqs_assignments_total', kind='abandon'):.0f}")
     assert all(o == 0 for _, _, o in after.values()), after
     assert after["at1"][1] > 0 and after["at2"][1] > 0, after
     assert admitted <= bound, (admitted, bound)

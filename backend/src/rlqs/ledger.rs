@@ -26,7 +26,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usag
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use sluice_core::rlqs::mapping::map_bucket;
 use sluice_core::rlqs::shape::{shape, split, Shape};
-use sluice_core::rlqs::TICK_MS;
+use sluice_core::rlqs::{ABANDON_AFTER_IDLE_REPORTS, TICK_MS};
 use sluice_core::time::NANOS_PER_SEC;
 use sluice_core::{Mode, Rule};
 use tokio::sync::mpsc;
@@ -49,6 +49,8 @@ pub enum Assignment {
     DenyAll,
     /// A share of the key.
     TokenBucket(Shape),
+    /// Forget the bucket (idle): Envoy stops reporting it until its next request.
+    Abandon,
 }
 
 impl Assignment {
@@ -58,6 +60,7 @@ impl Assignment {
             Assignment::AllowAll => ASSIGNMENT_KINDS[0],
             Assignment::DenyAll => ASSIGNMENT_KINDS[1],
             Assignment::TokenBucket(_) => ASSIGNMENT_KINDS[2],
+            Assignment::Abandon => ASSIGNMENT_KINDS[3],
         }
     }
 }
@@ -106,9 +109,19 @@ struct Share {
     /// Allowed requests reported.
     used: u64,
     post_debited: u64,
+    /// Reports in a row with no request.
+    idle_reports: u32,
 }
 
 type ShareId = (StreamId, String);
+
+/// What one report says of one bucket.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    allowed: u64,
+    /// No request at all since the last report.
+    idle: bool,
+}
 
 struct KeyEntry {
     rule: Arc<Rule>,
@@ -281,8 +294,11 @@ impl Ledger {
             match held {
                 Held::Unmapped => self.push(stream, bucket, Assignment::AllowAll),
                 Held::Key(id) => {
-                    let used = usage.num_requests_allowed;
-                    self.report_share(app, (stream, canon), bucket, id, used, now)
+                    let seen = Seen {
+                        allowed: usage.num_requests_allowed,
+                        idle: usage.num_requests_allowed == 0 && usage.num_requests_denied == 0,
+                    };
+                    self.report_share(app, (stream, canon), bucket, id, seen, now)
                         .await
                 }
             }
@@ -296,7 +312,7 @@ impl Ledger {
         sid: ShareId,
         bucket: BucketId,
         id: KeyId,
-        allowed: u64,
+        seen: Seen,
         now: Instant,
     ) {
         let Some(rule) = rule_in_force(app, &id) else {
@@ -323,9 +339,16 @@ impl Ledger {
             paid_nano: 0,
             used: 0,
             post_debited: 0,
+            idle_reports: 0,
         });
         share.expires = now + ttl;
-        share.used = share.used.saturating_add(allowed);
+        share.used = share.used.saturating_add(seen.allowed);
+        share.idle_reports = if seen.idle {
+            share.idle_reports.saturating_add(1)
+        } else {
+            0
+        };
+        let abandon = share.idle_reports >= ABANDON_AFTER_IDLE_REPORTS;
         let paid = u64::try_from(share.paid_nano / NANO).unwrap_or(u64::MAX);
         let excess = share
             .used
@@ -342,6 +365,10 @@ impl Ledger {
                 }
             }
         }
+        if abandon {
+            self.abandon(&id, &sid, bucket);
+            return;
+        }
         if joined {
             self.lower_to_targets(&id, now);
         }
@@ -352,6 +379,21 @@ impl Ledger {
             Some(held) => self.push(sid.0, bucket, Assignment::TokenBucket(held)),
             None => self.grant(app, &id, &sid, now).await,
         }
+    }
+
+    /// Forgets an idle bucket: its share goes (the key's other holders are raised on the next
+    /// tick) and Envoy is told to drop it.
+    fn abandon(&mut self, id: &KeyId, sid: &ShareId, bucket: BucketId) {
+        if let Some(entry) = self.keys.get_mut(id) {
+            entry.shares.remove(sid);
+            if entry.shares.is_empty() {
+                self.keys.remove(id);
+            }
+        }
+        if let Some(s) = self.streams.get_mut(&sid.0) {
+            s.buckets.remove(&sid.1);
+        }
+        self.push(sid.0, bucket, Assignment::Abandon);
     }
 
     /// A fresh bucket's share: its burst debited, its rate within what the others leave.

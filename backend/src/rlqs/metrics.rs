@@ -5,8 +5,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-/// The assignment kinds, as labelled: allow_all, deny_all, token_bucket.
-pub const ASSIGNMENT_KINDS: [&str; 3] = ["allow_all", "deny_all", "token_bucket"];
+/// The assignment kinds, as labelled: allow_all, deny_all, token_bucket, abandon.
+pub const ASSIGNMENT_KINDS: [&str; 4] = ["allow_all", "deny_all", "token_bucket", "abandon"];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {

@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use serde_json::json;
 use sluice_backend::StoreChoice;
-use sluice_core::rlqs::{DEFAULT_MAX_BUCKETS_PER_STREAM, DEFAULT_TTL_S};
+use sluice_core::rlqs::{ABANDON_AFTER_IDLE_REPORTS, DEFAULT_MAX_BUCKETS_PER_STREAM, DEFAULT_TTL_S};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -275,7 +275,11 @@ async fn a_closed_streams_share_is_paid_until_its_ttl_then_goes_to_the_others() 
             tokio::time::sleep(Duration::from_secs(2)).await;
             let reports = RateLimitQuotaUsageReports {
                 domain: "edge".to_owned(),
-                bucket_quota_usages: vec![usage(renewed.clone(), 0)],
+                // Busy (denials), so never abandoned as idle.
+                bucket_quota_usages: vec![BucketQuotaUsage {
+                    num_requests_denied: 1,
+                    ..usage(renewed.clone(), 0)
+                }],
             };
             if tx.send(reports).await.is_err() {
                 return;
@@ -329,5 +333,37 @@ async fn a_rule_change_is_pushed_within_a_tick_without_a_report() {
     assert_eq!(pushed[0].0, alice);
     assert_eq!(shape(&token_bucket(&pushed[0].1)), (10, 5, 1));
     assert!(took < Duration::from_millis(2_500), "pushed after {took:?}");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_bucket_is_abandoned_after_three_empty_reports() {
+    let rig = rig_with_rule().await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut q = Quota::open(&rig).await;
+    q.report("edge", vec![usage(alice.clone(), 1)]).await;
+    assert_eq!(rate_for(&q.next().await.unwrap(), &alice), Some(10));
+    for _ in 1..ABANDON_AFTER_IDLE_REPORTS {
+        q.report("edge", vec![usage(alice.clone(), 0)]).await;
+        assert_eq!(
+            rate_for(&q.next().await.unwrap(), &alice),
+            Some(10),
+            "renewed"
+        );
+    }
+    q.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let answer = q.next().await.unwrap();
+    assert_eq!(answer.bucket_action.len(), 1);
+    assert_eq!(answer.bucket_action[0].bucket_id.as_ref(), Some(&alice));
+    assert!(
+        matches!(
+            answer.bucket_action[0].bucket_action,
+            Some(Action::AbandonAction(_))
+        ),
+        "{answer:?}"
+    );
+    // Envoy's next request of the bucket starts over: a fresh share.
+    q.report("edge", vec![usage(alice.clone(), 1)]).await;
+    assert!(rate_for(&q.next().await.unwrap(), &alice).is_some());
     rig.stop().await;
 }

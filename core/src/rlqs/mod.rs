@@ -32,6 +32,10 @@ const _: () = assert!(DEFAULT_TTL_S > 2 * ENVOY_REPORT_INTERVAL_S && DEFAULT_TTL
 /// earned since the last one (`Δ` of the bound in docs/rlqs.md).
 pub const TICK_MS: u64 = 1_000;
 
+/// A bucket whose reports show no request this many times in a row (15 s at Envoy's interval)
+/// is abandoned: Envoy forgets it, and its share goes back to the key's other holders.
+pub const ABANDON_AFTER_IDLE_REPORTS: u32 = 3;
+
 /// Default bound on the buckets one stream may hold; a bucket past it is answered `DENY_ALL`.
 pub const DEFAULT_MAX_BUCKETS_PER_STREAM: usize = 4_096;
 

@@ -1,11 +1,11 @@
-//! Assignments on the wire: every one with an explicit TTL in whole seconds (Envoy 1.40 reads
+//! Assignments on the wire (and abandons): every assignment with an explicit TTL in whole seconds (Envoy 1.40 reads
 //! only the seconds; under 1 s expires at once), a token bucket always with `tokens_per_fill`
 //! (unset reads as 0) and a whole-second `fill_interval` (a sub-second one never empties).
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
-    BucketAction as Action, QuotaAssignmentAction,
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
@@ -20,8 +20,9 @@ fn seconds(s: u64) -> PbDuration {
     }
 }
 
-fn strategy(assignment: Assignment) -> Strategy {
-    match assignment {
+/// The strategy of an assignment; `None` for an abandon, which carries none.
+fn strategy(assignment: Assignment) -> Option<Strategy> {
+    Some(match assignment {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
         Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
         Assignment::TokenBucket(shape) => Strategy::TokenBucket(TokenBucket {
@@ -30,6 +31,19 @@ fn strategy(assignment: Assignment) -> Strategy {
                 value: shape.tokens_per_fill,
             }),
             fill_interval: Some(seconds(u64::from(shape.fill_interval_s.max(1)))),
+        }),
+        Assignment::Abandon => return None,
+    })
+}
+
+fn action(assignment: Assignment, ttl_s: u64) -> Action {
+    match strategy(assignment) {
+        None => Action::AbandonAction(AbandonAction {}),
+        Some(strategy) => Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(seconds(ttl_s.max(1))),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
         }),
     }
 }
@@ -40,12 +54,7 @@ pub fn response(assigned: Vec<Assigned>, ttl_s: u64) -> RateLimitQuotaResponse {
         .into_iter()
         .map(|a| BucketAction {
             bucket_id: Some(a.bucket),
-            bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
-                assignment_time_to_live: Some(seconds(ttl_s.max(1))),
-                rate_limit_strategy: Some(RateLimitStrategy {
-                    strategy: Some(strategy(a.assignment)),
-                }),
-            })),
+            bucket_action: Some(action(a.assignment, ttl_s)),
         })
         .collect();
     RateLimitQuotaResponse { bucket_action }
