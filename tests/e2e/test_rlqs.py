@@ -173,3 +173,20 @@ def test_a_rule_change_is_in_force_on_both_envoys_within_a_push(rlqs_stack):
     assert admitted <= bound, (admitted, bound)
     assert admitted < old_rate, (admitted, old_rate)
     assert admitted >= 0.6 * new_rule, (admitted, new_rule)
+
+
+def test_the_closed_listener_denies_until_the_first_assignment_then_admits(rlqs_stack):
+    backend, (e1, _) = rlqs_stack
+    backend.put_rule(RULE)
+    url, user = e1.url("LISTEN_CLOSED_PORT"), "rlqs-closed"
+    # no_assignment_behavior DENY_ALL: Envoy decides a new bucket's first request before any
+    # answer, so it is denied; sluice's assignment (a prepaid share) then admits.
+    first = requests.get(url, headers={"x-user-id": user}, timeout=2)
+    assert first.status_code == 429 and first.headers.get("x-sluice-rlqs") == "denied", first.status_code
+    statuses = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and 200 not in statuses:
+        statuses.append(requests.get(url, headers={"x-user-id": user}, timeout=2).status_code)
+        time.sleep(0.05)
+    print(f"\nrlqs closed listener: first request 429, then {len(statuses)} requests until the first 200")
+    assert 200 in statuses, statuses
