@@ -19,7 +19,9 @@ use tonic::transport::Channel;
 async fn rls_decisions_count_in_history_and_top_denied() {
     let rig = GrpcRig::<RateLimitServiceClient<Channel>>::start(StoreChoice::Memory).await;
     rig.put_rule(
-        json!({"action": "user", "algorithm": "fixed_window", "capacity": 2, "window": "1h"}),
+        // Not a fixed window: an hour's window aligned to the clock ended between the requests
+        // and the key view in a CI run at 08:00, and the view read a fresh window (remaining 2).
+        json!({"action": "user", "algorithm": "token_bucket", "capacity": 2, "rate": {"count": 1, "period": "1h"}}),
     )
     .await;
     let mut rls = rig.client.clone();
