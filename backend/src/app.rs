@@ -205,6 +205,7 @@ pub async fn run(
         stopping: stop_rx.clone(),
         ratelimit: ratelimit.clone(),
         ratelimit_semantics: config.ratelimit_semantics,
+        resets: crate::resets::Resets::new(),
     });
 
     let intervals = config.intervals;

@@ -27,6 +27,7 @@ pub mod levels;
 pub mod log_limit;
 pub mod metrics;
 pub mod ratelimit;
+pub mod resets;
 pub mod rlqs;
 pub mod rules;
 pub mod rules_file;

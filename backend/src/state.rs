@@ -46,6 +46,8 @@ pub struct App {
     /// `--ratelimit-semantics`: whose answers the ratelimit configuration's domains give, where
     /// a file does not say (`sluice_semantics`).
     pub ratelimit_semantics: crate::ratelimit::semantics::Semantics,
+    /// Key resets made here, for the RLQS ledger (Envoy's buckets are refilled on a reset).
+    pub resets: crate::resets::Resets,
 }
 
 impl App {

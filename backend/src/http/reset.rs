@@ -102,6 +102,7 @@ pub(crate) async fn reset_one(
         before: Some(json!({ "removed": removed })),
         after: None,
     };
+    app.resets.announce(action.as_str(), key);
     app.store_call(app.store.record_audit(&entry))
         .await
         .map_err(|e| ApiFailure::store(&e))?;

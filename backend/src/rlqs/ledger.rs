@@ -31,7 +31,10 @@ use sluice_core::time::NANOS_PER_SEC;
 use sluice_core::{Mode, Rule};
 use tokio::sync::mpsc;
 
+mod fresh;
 mod tick;
+
+pub use fresh::GrantKind;
 
 use super::metrics::{RlqsMetrics, ASSIGNMENT_KINDS};
 use super::pay;
@@ -377,7 +380,7 @@ impl Ledger {
         };
         match entry.shares.get(&sid).and_then(|s| s.held) {
             Some(held) => self.push(sid.0, bucket, Assignment::TokenBucket(held)),
-            None => self.grant(app, &id, &sid, now).await,
+            None => self.grant(app, &id, &sid, GrantKind::First, now).await,
         }
     }
 
@@ -396,8 +399,10 @@ impl Ledger {
         self.push(sid.0, bucket, Assignment::Abandon);
     }
 
-    /// A fresh bucket's share: its burst debited, its rate within what the others leave.
-    async fn grant(&mut self, app: &App, id: &KeyId, sid: &ShareId, now: Instant) {
+    /// A fresh bucket's share: its burst debited, its rate within what the others leave. With
+    /// [`GrantKind::Refill`] the bucket Envoy holds is replaced by a full one (`DENY_ALL` then
+    /// the token bucket, in one response: a plain replacement keeps the old fill fraction).
+    async fn grant(&mut self, app: &App, id: &KeyId, sid: &ShareId, kind: GrantKind, now: Instant) {
         let Some(entry) = self.keys.get(id) else {
             return;
         };
@@ -438,6 +443,9 @@ impl Ledger {
         share.counted_tpf = share.counted_tpf.max(granted.tokens_per_fill);
         share.counted_until = share.counted_until.max(now);
         share.paid_nano += u128::from(units) * NANO;
+        if kind == GrantKind::Refill {
+            self.push(sid.0, bucket.clone(), Assignment::DenyAll);
+        }
         self.push(sid.0, bucket, Assignment::TokenBucket(granted));
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use sluice_core::rlqs::{DEFAULT_MAX_BUCKETS_PER_STREAM, DEFAULT_TTL_S, TICK_MS};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use super::ledger::{Assigned, Ledger, StreamId};
 use super::metrics::RlqsMetrics;
@@ -70,6 +70,7 @@ pub fn spawn(app: Arc<App>, metrics: RlqsMetrics, mut stop: watch::Receiver<bool
         DEFAULT_MAX_BUCKETS_PER_STREAM,
         metrics,
     );
+    let mut resets = app.resets.subscribe();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -77,6 +78,14 @@ pub fn spawn(app: Arc<App>, metrics: RlqsMetrics, mut stop: watch::Receiver<bool
             tokio::select! {
                 _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
                 _ = tick.tick() => ledger.tick(&app, Instant::now()).await,
+                reset = resets.recv() => match reset {
+                    Ok(reset) => ledger.reset(&app, reset, Instant::now()).await,
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, "rlqs: resets missed (too many at once): those keys' Envoy buckets keep their tokens until refilled");
+                    }
+                    // The sender lives in `app`, which this task holds: never closed.
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
                 event = rx.recv() => match event {
                     None => return,
                     Some(Event::Opened(id, tx)) => ledger.open(id, tx),

@@ -367,3 +367,130 @@ async fn an_idle_bucket_is_abandoned_after_three_empty_reports() {
     assert!(rate_for(&q.next().await.unwrap(), &alice).is_some());
     rig.stop().await;
 }
+
+/// An admin request with the token; asserts a 2xx.
+async fn admin(rig: &Rig, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) {
+    let mut r = rig
+        .http
+        .request(method, format!("{}{path}", rig.admin))
+        .bearer_auth(crate::harness::TOKEN);
+    if let Some(body) = body {
+        r = r.json(&body);
+    }
+    let r = r.send().await.unwrap();
+    assert!(r.status().is_success(), "{path}: {:?}", r.text().await);
+}
+
+/// Answers on `q` until one carries `id`; its actions for `id`, in order.
+async fn next_for(q: &mut Quota, id: &BucketId) -> Vec<Strategy> {
+    loop {
+        let got = actions(&q.next().await.unwrap());
+        let mine: Vec<Strategy> = got
+            .into_iter()
+            .filter(|(b, _, _)| b == id)
+            .map(|(_, s, _)| s)
+            .collect();
+        if !mine.is_empty() {
+            return mine;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_reset_refills_every_holders_bucket_at_once() {
+    let rig = rig_with_rule().await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut one = Quota::open(&rig).await;
+    one.report("edge", vec![usage(alice.clone(), 0)]).await;
+    assert_eq!(
+        shape(&token_bucket(&next_for(&mut one, &alice).await[0])),
+        (20, 10, 1)
+    );
+    let mut two = Quota::open(&rig).await;
+    two.report("edge", vec![usage(alice.clone(), 0)]).await;
+    // The second holder's burst comes from what is left (nothing: the first holds all 20), so
+    // it is denied until the refill; the first is lowered to its half at once.
+    let _ = next_for(&mut two, &alice).await;
+    let _ = next_for(&mut one, &alice).await;
+
+    let reset_at = std::time::Instant::now();
+    admin(
+        &rig,
+        reqwest::Method::DELETE,
+        "/v1/keys?action=user&key=alice",
+        None,
+    )
+    .await;
+    // Each open stream is sent, in one response, DENY_ALL then a token bucket: Envoy builds the
+    // token bucket afresh (full) instead of keeping the drained one's fill fraction.
+    for q in [&mut one, &mut two] {
+        let pushed = next_for(q, &alice).await;
+        let at = pushed
+            .iter()
+            .position(|s| *s == DENY_ALL)
+            .unwrap_or_else(|| panic!("a DENY_ALL first: {pushed:?}"));
+        let fresh = token_bucket(pushed.get(at + 1).expect("then the token bucket"));
+        // Half the burst each; the rate as held (the second holder's is raised to its half
+        // once the first one's lowering has landed: lower before raise).
+        let (burst, rate, fill) = shape(&fresh);
+        assert!(burst == 10 && rate <= 5 && fill == 1, "{pushed:?}");
+    }
+    let took = reset_at.elapsed();
+    assert!(took < Duration::from_millis(1_500), "pushed after {took:?}");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn an_override_is_pushed_within_a_tick_and_its_removal_raises_the_share_back() {
+    let rig = rig_with_rule().await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut q = Quota::open(&rig).await;
+    q.report("edge", vec![usage(alice.clone(), 0)]).await;
+    assert_eq!(
+        shape(&token_bucket(&next_for(&mut q, &alice).await[0])),
+        (20, 10, 1)
+    );
+    let put_at = std::time::Instant::now();
+    admin(
+        &rig,
+        reqwest::Method::PUT,
+        "/v1/rules/user/overrides/alice",
+        Some(
+            json!({"action": "user", "algorithm": "token_bucket", "capacity": 4,
+                    "rate": {"count": 2, "period": "1s"}}),
+        ),
+    )
+    .await;
+    let pushed = next_for(&mut q, &alice).await;
+    let took = put_at.elapsed();
+    assert_eq!(
+        shape(&token_bucket(pushed.last().unwrap())),
+        (4, 2, 1),
+        "{pushed:?}"
+    );
+    assert!(took < Duration::from_millis(2_500), "pushed after {took:?}");
+
+    // The override goes: the rate is raised back to the rule's within a tick. The burst is
+    // raised only as the store pays for the difference (Envoy keeps a replaced bucket's fill
+    // fraction, so the difference is the most it adds): here the share's refill takes all the
+    // key earns, so it stays as it was.
+    admin(
+        &rig,
+        reqwest::Method::DELETE,
+        "/v1/rules/user/overrides/alice",
+        None,
+    )
+    .await;
+    let deleted_at = std::time::Instant::now();
+    let (burst, rate, _) = loop {
+        let pushed = next_for(&mut q, &alice).await;
+        let last = shape(&token_bucket(pushed.last().unwrap()));
+        if last.1 == 10 {
+            break last;
+        }
+    };
+    let took = deleted_at.elapsed();
+    assert!(took < Duration::from_millis(2_500), "raised after {took:?}");
+    assert!((4..=20).contains(&burst) && rate == 10, "{burst} {rate}");
+    rig.stop().await;
+}

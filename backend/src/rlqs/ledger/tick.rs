@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sluice_core::rlqs::shape::Shape;
 use sluice_core::rlqs::TICK_MS;
 
-use super::{lower, rule_in_force, Assignment, KeyId, Ledger, ShareId, NANO};
+use super::{lower, rule_in_force, Assignment, GrantKind, KeyId, Ledger, ShareId, NANO};
 use crate::rlqs::pay;
 use crate::state::App;
 
@@ -50,8 +50,9 @@ impl Ledger {
                     })
                     .unwrap_or_default();
                 for sid in denied {
-                    self.grant(app, &id, &sid, now).await;
+                    self.grant(app, &id, &sid, GrantKind::First, now).await;
                 }
+                self.raise_bursts(app, &id, now).await;
             }
         }
         self.flush();
