@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use sluice_core::rlqs::mapping::map_bucket;
-use sluice_core::rlqs::shape::{shape, split, Shape};
+use sluice_core::rlqs::rebalance::{by_demand, slack, smooth};
+use sluice_core::rlqs::shape::{shape, Shape};
 use sluice_core::rlqs::{ABANDON_AFTER_IDLE_REPORTS, TICK_MS};
 use sluice_core::time::NANOS_PER_SEC;
 use sluice_core::{Mode, Rule};
@@ -114,6 +115,8 @@ struct Share {
     post_debited: u64,
     /// Reports in a row with no request.
     idle_reports: u32,
+    /// Requests per report (allowed and denied), smoothed: what its rate is weighed by.
+    demand: Option<u64>,
 }
 
 type ShareId = (StreamId, String);
@@ -122,6 +125,8 @@ type ShareId = (StreamId, String);
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     allowed: u64,
+    /// Allowed and denied.
+    requests: u64,
     /// No request at all since the last report.
     idle: bool,
 }
@@ -138,9 +143,23 @@ impl KeyEntry {
         shape(&self.rule.params())
     }
 
-    /// Each holder's target share, by position in `shares`.
+    /// Each holder's target share, by position in `shares`: bursts equal, rates by demand.
     fn targets(&self) -> Vec<Shape> {
-        split(self.total(), self.shares.len())
+        let demands: Vec<u64> = self
+            .shares
+            .values()
+            .map(|s| s.demand.unwrap_or(0))
+            .collect();
+        by_demand(self.total(), &demands)
+    }
+
+    /// The rates the shares hold now.
+    fn held_rates(&self) -> u64 {
+        self.shares
+            .values()
+            .filter_map(|s| s.held)
+            .map(|h| u64::from(h.tokens_per_fill))
+            .sum()
     }
 
     fn counted_except(&self, id: &ShareId) -> u32 {
@@ -299,6 +318,9 @@ impl Ledger {
                 Held::Key(id) => {
                     let seen = Seen {
                         allowed: usage.num_requests_allowed,
+                        requests: usage
+                            .num_requests_allowed
+                            .saturating_add(usage.num_requests_denied),
                         idle: usage.num_requests_allowed == 0 && usage.num_requests_denied == 0,
                     };
                     self.report_share(app, (stream, canon), bucket, id, seen, now)
@@ -343,9 +365,11 @@ impl Ledger {
             used: 0,
             post_debited: 0,
             idle_reports: 0,
+            demand: None,
         });
         share.expires = now + ttl;
         share.used = share.used.saturating_add(seen.allowed);
+        share.demand = Some(smooth(share.demand, seen.requests));
         share.idle_reports = if seen.idle {
             share.idle_reports.saturating_add(1)
         } else {
@@ -449,16 +473,18 @@ impl Ledger {
         self.push(sid.0, bucket, Assignment::TokenBucket(granted));
     }
 
-    /// Lowers every share of `id` above its target (a holder joined, or the rule shrank) and
-    /// pushes it; the old rate stays paid for until the lowering has surely landed.
+    /// Lowers every share of `id` above its target (a holder joined, the rule shrank, demand
+    /// moved to another holder by more than the slack) and pushes it; the old rate stays paid
+    /// for until the lowering has surely landed.
     fn lower_to_targets(&mut self, id: &KeyId, now: Instant) {
         let tick = Duration::from_millis(TICK_MS);
         let mut pushes = Vec::new();
         if let Some(entry) = self.keys.get_mut(id) {
             let targets = entry.targets();
+            let slack = slack(entry.total(), entry.held_rates());
             for ((sid, share), target) in entry.shares.iter_mut().zip(targets) {
                 let Some(held) = share.held else { continue };
-                if held.tokens_per_fill <= target.tokens_per_fill
+                if held.tokens_per_fill <= target.tokens_per_fill.saturating_add(slack)
                     && held.max_tokens <= target.max_tokens
                     && held.fill_interval_s == target.fill_interval_s
                 {

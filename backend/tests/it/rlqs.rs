@@ -193,9 +193,11 @@ async fn one_stream_gets_the_whole_rule_then_shares_add_up_to_it() {
             (b, n)
         }
     };
+    // Bursts split equally; rates by demand: the first reported requests, the second none
+    // yet (it keeps the idle floor, docs/rlqs.md "Rebalancing").
     assert!(
-        lowered.0 <= 10 && lowered.1 <= 5,
-        "lowered to half: {lowered:?}"
+        lowered.0 <= 10 && lowered.1 > 5 && lowered.1 < 10,
+        "lowered: half the burst, most of the rate: {lowered:?}"
     );
     assert!(
         lowered.0 + b2 <= 20 && lowered.1 + n2 <= 10,
@@ -492,5 +494,60 @@ async fn an_override_is_pushed_within_a_tick_and_its_removal_raises_the_share_ba
     let took = deleted_at.elapsed();
     assert!(took < Duration::from_millis(2_500), "raised after {took:?}");
     assert!((4..=20).contains(&burst) && rate == 10, "{burst} {rate}");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn rates_follow_demand_a_busy_holder_gets_more_and_an_idle_one_gives_it_back() {
+    let rig = rig_with_rule().await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let (mut busy, mut idle) = (Quota::open(&rig).await, Quota::open(&rig).await);
+    busy.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let _ = next_for(&mut busy, &alice).await;
+    idle.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let _ = next_for(&mut idle, &alice).await;
+    // Reports as Envoy sends them: the busy one 60 requests a report (what its share admits,
+    // the rest denied), the idle one 1 (a denial: not abandoned as idle in this short test).
+    let rate_of = |r: &RateLimitQuotaResponse| rate_for(r, &alice);
+    let mut last = (None, None);
+    for _ in 0..6 {
+        busy.report(
+            "edge",
+            vec![BucketQuotaUsage {
+                num_requests_denied: 55,
+                ..usage(alice.clone(), 5)
+            }],
+        )
+        .await;
+        idle.report(
+            "edge",
+            vec![BucketQuotaUsage {
+                num_requests_denied: 1,
+                ..usage(alice.clone(), 0)
+            }],
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        while let Ok(Ok(r)) = tokio::time::timeout(
+            Duration::from_millis(50),
+            busy.next_within(Duration::from_secs(1)),
+        )
+        .await
+        {
+            last.0 = rate_of(&r).or(last.0);
+        }
+        while let Ok(Ok(r)) = tokio::time::timeout(
+            Duration::from_millis(50),
+            idle.next_within(Duration::from_secs(1)),
+        )
+        .await
+        {
+            last.1 = rate_of(&r).or(last.1);
+        }
+    }
+    let (busy_rate, idle_rate) = (last.0.unwrap(), last.1.unwrap());
+    // Demands 60 and 1: weights 60·8 + 61 and 8 + 61 of the rule's 10 per second.
+    assert!(busy_rate >= 8 && idle_rate >= 1, "{busy_rate} {idle_rate}");
+    assert!(busy_rate + idle_rate <= 10, "{busy_rate} + {idle_rate}");
     rig.stop().await;
 }

@@ -9,6 +9,7 @@
 //! 5 s whatever `reporting_interval` says.
 
 pub mod mapping;
+pub mod rebalance;
 pub mod shape;
 
 /// Seconds between two usage reports of Envoy 1.40's quota filter, whatever its

@@ -1,0 +1,145 @@
+//! Shares from demand: each Envoy holding a key gets a rate in proportion to the requests it
+//! reports, so a busy Envoy gets more and an idle one gives its share back, while the rates
+//! still sum to the rule's. Bursts stay equal ([`split`]): a burst moved from one Envoy to
+//! another would have to be paid again (Envoy keeps a replaced bucket's fill fraction), rates
+//! move for free on the next tick.
+//!
+//! An idle holder keeps a floor (an equal share's weight over [`IDLE_WEIGHT_DIVISOR`]) so its
+//! first requests after a pause are not all denied until its next report (5 s). Demand is
+//! smoothed over reports ([`smooth`]) and a share within [`slack`] of its target is left as it
+//! is, so noise in the reports does not push a new bucket to every Envoy on every tick.
+
+use super::shape::{split, Shape};
+
+/// An idle holder's weight is an equal share's over this: 1/4 of its fair rate stays with it.
+pub const IDLE_WEIGHT_DIVISOR: u64 = 4;
+
+/// A share is lowered towards its target only when it is above it by more than the rule's rate
+/// over this (unless the shares sum above the rule: then every share above its target is).
+pub const SLACK_DIVISOR: u32 = 10;
+
+/// Each holder's target: bursts split equally, rates in proportion to `demands` (requests per
+/// report, smoothed), with the idle floor; equal when nobody reports demand. The rates sum to
+/// the rule's exactly (largest remainders, ties to the first holders).
+pub fn by_demand(total: Shape, demands: &[u64]) -> Vec<Shape> {
+    let mut shares = split(total, demands.len());
+    let sum: u128 = demands.iter().map(|d| u128::from(*d)).sum();
+    if sum == 0 || shares.is_empty() {
+        return shares;
+    }
+    let n = demands.len() as u128;
+    let weights: Vec<u128> = demands
+        .iter()
+        .map(|d| u128::from(*d) * n * u128::from(IDLE_WEIGHT_DIVISOR) + sum)
+        .collect();
+    let weight_sum: u128 = weights.iter().sum();
+    let rate = u128::from(total.tokens_per_fill);
+    let mut given: u128 = 0;
+    let mut remainders: Vec<(u128, usize)> = Vec::with_capacity(weights.len());
+    for (i, (w, share)) in weights.iter().zip(shares.iter_mut()).enumerate() {
+        let exact = rate * w;
+        let whole = exact / weight_sum;
+        share.tokens_per_fill = u32::try_from(whole).unwrap_or(u32::MAX);
+        given += whole;
+        remainders.push((exact % weight_sum, i));
+    }
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let left = usize::try_from(rate.saturating_sub(given)).unwrap_or(usize::MAX);
+    for (_, i) in remainders.into_iter().take(left) {
+        shares[i].tokens_per_fill = shares[i].tokens_per_fill.saturating_add(1);
+    }
+    shares
+}
+
+/// The demand carried to the next report: the mean of the last estimate and this report's
+/// requests (allowed and denied), the report alone for a new bucket.
+pub fn smooth(previous: Option<u64>, requests: u64) -> u64 {
+    match previous {
+        None => requests,
+        Some(p) => p / 2 + requests / 2 + (p % 2 + requests % 2) / 2,
+    }
+}
+
+/// How far above its target a share's rate may stay: none when the rates held sum above the
+/// rule's (they must come down), else the rule's rate over [`SLACK_DIVISOR`].
+pub fn slack(total: Shape, held_rate_sum: u64) -> u32 {
+    if held_rate_sum > u64::from(total.tokens_per_fill) {
+        0
+    } else {
+        total.tokens_per_fill / SLACK_DIVISOR
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOTAL: Shape = Shape {
+        max_tokens: 20,
+        tokens_per_fill: 10,
+        fill_interval_s: 1,
+    };
+
+    fn rates(demands: &[u64]) -> Vec<u32> {
+        by_demand(TOTAL, demands)
+            .iter()
+            .map(|s| s.tokens_per_fill)
+            .collect()
+    }
+
+    #[test]
+    fn no_demand_is_an_equal_split() {
+        assert_eq!(rates(&[0, 0]), vec![5, 5]);
+        assert_eq!(by_demand(TOTAL, &[0, 0]), split(TOTAL, 2));
+        assert!(by_demand(TOTAL, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_busy_holder_gets_more_and_an_idle_one_keeps_its_floor() {
+        // Weights 100·2·4 + 100 = 900 and 0 + 100: 9 and 1.
+        assert_eq!(rates(&[100, 0]), vec![9, 1]);
+        assert_eq!(rates(&[0, 100]), vec![1, 9]);
+        assert_eq!(rates(&[50, 50]), vec![5, 5]);
+        // Weights 30·8+40 = 280 and 10·8+40 = 120: 7 and 3.
+        assert_eq!(rates(&[30, 10]), vec![7, 3]);
+    }
+
+    #[test]
+    fn rates_always_sum_to_the_rule_and_bursts_stay_equal() {
+        for demands in [
+            vec![1, 2, 3],
+            vec![u64::MAX, 0, 7],
+            vec![5; 7],
+            vec![0, 0, 0, 1],
+            vec![1_000_000, 1],
+        ] {
+            let shares = by_demand(TOTAL, &demands);
+            let rate: u32 = shares.iter().map(|s| s.tokens_per_fill).sum();
+            let burst: u32 = shares.iter().map(|s| s.max_tokens).sum();
+            assert_eq!(rate, TOTAL.tokens_per_fill, "{demands:?}");
+            assert_eq!(burst, TOTAL.max_tokens, "{demands:?}");
+            let bursts: Vec<u32> = shares.iter().map(|s| s.max_tokens).collect();
+            let equal: Vec<u32> = split(TOTAL, demands.len())
+                .iter()
+                .map(|s| s.max_tokens)
+                .collect();
+            assert_eq!(bursts, equal);
+            assert!(shares.iter().all(|s| s.fill_interval_s == 1));
+        }
+    }
+
+    #[test]
+    fn demand_is_smoothed_over_reports() {
+        assert_eq!(smooth(None, 40), 40);
+        assert_eq!(smooth(Some(40), 0), 20);
+        assert_eq!(smooth(Some(3), 4), 3);
+        assert_eq!(smooth(Some(3), 5), 4);
+        assert_eq!(smooth(Some(u64::MAX), u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn slack_is_none_when_the_shares_sum_above_the_rule() {
+        assert_eq!(slack(TOTAL, 10), 1);
+        assert_eq!(slack(TOTAL, 11), 0);
+    }
+}
