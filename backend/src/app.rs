@@ -347,6 +347,7 @@ pub async fn run(
             wrong.clone(),
             tls.grpc.clone(),
             rlqs_metrics.clone(),
+            config.rlqs.clone(),
             stop_rx.clone(),
         )
         .await;

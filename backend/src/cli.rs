@@ -179,6 +179,24 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_RATELIMIT_HTTP_LISTEN", value_name = "ADDR|off")]
     pub ratelimit_http_listen: Option<Listen>,
 
+    /// RLQS (Envoy's quota filter, docs/rlqs.md): the TTL of every assignment, in whole
+    /// seconds (6 to 300). A disconnected Envoy keeps enforcing its share this long, and sluice
+    /// keeps paying for it; shorter frees a departed Envoy's share sooner.
+    #[arg(long, env = "SLUICE_RLQS_TTL", value_name = "SECONDS", default_value_t = sluice_core::rlqs::DEFAULT_TTL_S)]
+    pub rlqs_ttl: u64,
+
+    /// RLQS: the most quota filter buckets one Envoy stream may hold; a bucket past it is
+    /// answered DENY_ALL (and counted).
+    #[arg(long, env = "SLUICE_RLQS_MAX_BUCKETS", value_name = "N", default_value_t = sluice_core::rlqs::DEFAULT_MAX_BUCKETS_PER_STREAM)]
+    pub rlqs_max_buckets: usize,
+
+    /// RLQS: a mapping file (YAML or JSON) saying which action and key each quota filter
+    /// bucket id stands for (docs/rlqs.md "Mapping file"). Without it: the default mapping
+    /// (the `name` entry names the action, the other entries form the key). A bad file stops
+    /// the start, naming the rule and field.
+    #[arg(long, env = "SLUICE_RLQS_MAPPING", value_name = "FILE")]
+    pub rlqs_mapping: Option<PathBuf>,
+
     /// A tool instead of the service.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -414,6 +432,11 @@ impl Cli {
         config.dashboard_dir = dashboard_dir;
         config.header_read_timeout = Duration::from_millis(self.header_read_timeout_ms);
         config.listener_tls = listener_tls;
+        config.rlqs = crate::rlqs::Settings::from_flags(
+            self.rlqs_ttl,
+            self.rlqs_max_buckets,
+            self.rlqs_mapping.as_deref(),
+        )?;
         Ok(config)
     }
 }

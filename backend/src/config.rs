@@ -90,6 +90,8 @@ pub struct Config {
     /// TLS of each listener (`--grpc-tls-*`, `--decision-tls-*`, `--admin-tls-*`); none by
     /// default ([`crate::tls`]).
     pub listener_tls: crate::tls::ListenersTls,
+    /// The RLQS server's TTL, bucket bound and mapping (`--rlqs-*`, [`crate::rlqs::settings`]).
+    pub rlqs: crate::rlqs::Settings,
 }
 
 impl Config {
@@ -109,6 +111,7 @@ impl Config {
             ratelimit_merge_domains: false,
             ratelimit_semantics: crate::ratelimit::semantics::Semantics::PEER,
             listener_tls: crate::tls::ListenersTls::default(),
+            rlqs: crate::rlqs::Settings::default(),
         }
     }
 }

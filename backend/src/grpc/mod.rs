@@ -133,10 +133,11 @@ pub async fn serve(
     wrong: Arc<WrongListener>,
     transport: Transport,
     rlqs_metrics: crate::rlqs::metrics::RlqsMetrics,
+    rlqs_settings: crate::rlqs::Settings,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let exchange = exchange::DecisionExchange::new(app.clone());
-    let ledger = crate::rlqs::spawn(app.clone(), rlqs_metrics, stop.clone());
+    let ledger = crate::rlqs::spawn(app.clone(), rlqs_metrics, rlqs_settings, stop.clone());
     let quota = RateLimitQuotaServiceServer::new(rlqs::Rlqs::new(ledger, stop.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let service =

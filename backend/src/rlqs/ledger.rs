@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
-use sluice_core::rlqs::mapping::map_bucket;
+use sluice_core::rlqs::mapping_rules::{Mapped, Mapping};
 use sluice_core::rlqs::rebalance::{by_demand, slack, smooth};
 use sluice_core::rlqs::shape::{shape, Shape};
 use sluice_core::rlqs::{ABANDON_AFTER_IDLE_REPORTS, TICK_MS};
@@ -39,6 +39,7 @@ pub use fresh::GrantKind;
 
 use super::metrics::{RlqsMetrics, ASSIGNMENT_KINDS};
 use super::pay;
+use super::settings::Settings;
 use crate::state::App;
 
 /// One stream's id, unique in this process.
@@ -89,7 +90,10 @@ pub struct KeyId {
 
 #[derive(Debug, Clone)]
 enum Held {
+    /// No check: admitted (unmapped, or the mapping file's `unmatched: allow_all`).
     Unmapped,
+    /// No check: denied (the mapping file's `unmatched: deny_all`).
+    Refused,
     Key(KeyId),
 }
 
@@ -175,6 +179,7 @@ impl KeyEntry {
 pub struct Ledger {
     ttl: Duration,
     max_buckets: usize,
+    mapping: Mapping,
     metrics: RlqsMetrics,
     streams: HashMap<StreamId, StreamEntry>,
     keys: BTreeMap<KeyId, KeyEntry>,
@@ -207,11 +212,13 @@ fn rule_in_force(app: &App, id: &KeyId) -> Option<Arc<Rule>> {
 const NANO: u128 = NANOS_PER_SEC as u128;
 
 impl Ledger {
-    /// An empty ledger: assignments live `ttl`, a stream holds at most `max_buckets`.
-    pub fn new(ttl: Duration, max_buckets: usize, metrics: RlqsMetrics) -> Ledger {
+    /// An empty ledger: assignments live `settings.ttl_s`, a stream holds at most
+    /// `settings.max_buckets`, bucket ids map by `settings.mapping`.
+    pub fn new(settings: &Settings, metrics: RlqsMetrics) -> Ledger {
         Ledger {
-            ttl,
-            max_buckets,
+            ttl: settings.ttl(),
+            max_buckets: settings.max_buckets,
+            mapping: settings.mapping.clone(),
             metrics,
             streams: HashMap::new(),
             keys: BTreeMap::new(),
@@ -302,12 +309,13 @@ impl Ledger {
                 }
                 None => {
                     let entries = bucket.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-                    let h = match map_bucket(entries) {
-                        Ok((action, key)) => Held::Key(KeyId {
+                    let h = match self.mapping.map(entries) {
+                        Mapped::Check(action, key) => Held::Key(KeyId {
                             action: action.as_str().to_owned(),
                             key,
                         }),
-                        Err(_) => Held::Unmapped,
+                        Mapped::AllowAll => Held::Unmapped,
+                        Mapped::DenyAll => Held::Refused,
                     };
                     s.buckets.insert(canon.clone(), h.clone());
                     h
@@ -315,6 +323,7 @@ impl Ledger {
             };
             match held {
                 Held::Unmapped => self.push(stream, bucket, Assignment::AllowAll),
+                Held::Refused => self.push(stream, bucket, Assignment::DenyAll),
                 Held::Key(id) => {
                     let seen = Seen {
                         allowed: usage.num_requests_allowed,

@@ -16,7 +16,9 @@
 pub mod ledger;
 pub mod metrics;
 pub mod pay;
+pub mod settings;
 pub mod task;
 
 pub use ledger::{Assigned, Assignment};
+pub use settings::Settings;
 pub use task::{spawn, Handle};

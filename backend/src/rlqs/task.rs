@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use sluice_core::rlqs::{DEFAULT_MAX_BUCKETS_PER_STREAM, DEFAULT_TTL_S, TICK_MS};
+use sluice_core::rlqs::TICK_MS;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use super::ledger::{Assigned, Ledger, StreamId};
 use super::metrics::RlqsMetrics;
+use super::settings::Settings;
 use crate::state::App;
 
 /// Events a stream sends the ledger task.
@@ -61,15 +62,16 @@ impl Handle {
     }
 }
 
-/// Starts the ledger task with the default TTL and bucket bound; it ends when `stop` turns true.
-pub fn spawn(app: Arc<App>, metrics: RlqsMetrics, mut stop: watch::Receiver<bool>) -> Handle {
+/// Starts the ledger task with `settings`; it ends when `stop` turns true.
+pub fn spawn(
+    app: Arc<App>,
+    metrics: RlqsMetrics,
+    settings: Settings,
+    mut stop: watch::Receiver<bool>,
+) -> Handle {
     let (tx, mut rx) = mpsc::channel(EVENT_BOUND);
-    let ttl_s = DEFAULT_TTL_S;
-    let mut ledger = Ledger::new(
-        Duration::from_secs(ttl_s),
-        DEFAULT_MAX_BUCKETS_PER_STREAM,
-        metrics,
-    );
+    let ttl_s = settings.ttl_s;
+    let mut ledger = Ledger::new(&settings, metrics);
     let mut resets = app.resets.subscribe();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));

@@ -551,3 +551,42 @@ async fn rates_follow_demand_a_busy_holder_gets_more_and_an_idle_one_gives_it_ba
     assert!(busy_rate + idle_rate <= 10, "{busy_rate} + {idle_rate}");
     rig.stop().await;
 }
+
+#[tokio::test]
+async fn a_mapping_file_the_ttl_and_the_bucket_bound_are_the_ledgers() {
+    let mapping = sluice_core::rlqs::mapping_rules::Mapping::from_value(&json!({
+        "mappings": [{"when": {"route": "api"}, "action": "user", "key": ["tenant"]}],
+        "unmatched": "deny_all"
+    }))
+    .unwrap();
+    let mut config = sluice_backend::Config::new(StoreChoice::Memory, crate::harness::TOKEN);
+    config.rlqs = sluice_backend::rlqs::Settings {
+        ttl_s: 7,
+        max_buckets: 2,
+        mapping,
+    };
+    let rig = Rig::start_with(config).await;
+    rig.put_rule(
+        json!({"action": "user", "algorithm": "token_bucket", "capacity": 20,
+                        "rate": {"count": 10, "period": "1s"}}),
+    )
+    .await;
+    let mut q = Quota::open(&rig).await;
+    let api = bucket(&[("route", "api"), ("tenant", "t1"), ("user", "ignored")]);
+    q.report("edge", vec![usage(api.clone(), 0)]).await;
+    let got = actions(&q.next().await.unwrap());
+    assert_eq!(shape(&token_bucket(&got[0].1)), (20, 10, 1));
+    assert_eq!(got[0].2, 7, "--rlqs-ttl");
+    // The file's rule metered key t1 of action user: the same state RLS or the filter would.
+    let view = rig.key_view("t1").await;
+    assert!(view.to_string().contains("\"user\""), "{view}");
+    // The default mapping would meter this one; the file says unmatched: deny_all.
+    let other = bucket(&[("name", "user"), ("user", "bob")]);
+    q.report("edge", vec![usage(other.clone(), 0)]).await;
+    assert_eq!(next_for(&mut q, &other).await, vec![DENY_ALL]);
+    // Past --rlqs-max-buckets (2): DENY_ALL.
+    let third = bucket(&[("route", "api"), ("tenant", "t3")]);
+    q.report("edge", vec![usage(third.clone(), 0)]).await;
+    assert_eq!(next_for(&mut q, &third).await, vec![DENY_ALL]);
+    rig.stop().await;
+}

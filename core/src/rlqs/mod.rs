@@ -9,6 +9,7 @@
 //! 5 s whatever `reporting_interval` says.
 
 pub mod mapping;
+pub mod mapping_rules;
 pub mod rebalance;
 pub mod shape;
 
@@ -40,6 +41,21 @@ pub const ABANDON_AFTER_IDLE_REPORTS: u32 = 3;
 /// Default bound on the buckets one stream may hold; a bucket past it is answered `DENY_ALL`.
 pub const DEFAULT_MAX_BUCKETS_PER_STREAM: usize = 4_096;
 
+/// Most buckets `--rlqs-max-buckets` may allow one stream: each costs the ledger a share record.
+pub const MAX_BUCKETS_PER_STREAM_LIMIT: usize = 1_000_000;
+
+/// Checks a per-stream bucket bound against 1..=[`MAX_BUCKETS_PER_STREAM_LIMIT`].
+pub fn validate_max_buckets(n: usize) -> Result<usize, crate::FieldError> {
+    if (1..=MAX_BUCKETS_PER_STREAM_LIMIT).contains(&n) {
+        Ok(n)
+    } else {
+        Err(crate::FieldError::new(
+            "rlqs.max_buckets",
+            format!("must be 1 to {MAX_BUCKETS_PER_STREAM_LIMIT}; got {n}"),
+        ))
+    }
+}
+
 /// Checks an assignment TTL in whole seconds against [`MIN_TTL_S`]..=[`MAX_TTL_S`].
 pub fn validate_ttl_s(ttl_s: u64) -> Result<u64, crate::FieldError> {
     if (MIN_TTL_S..=MAX_TTL_S).contains(&ttl_s) {
@@ -62,5 +78,16 @@ mod tests {
         assert_eq!(validate_ttl_s(MIN_TTL_S), Ok(MIN_TTL_S));
         assert!(validate_ttl_s(MAX_TTL_S + 1).is_err());
         assert_eq!(validate_ttl_s(DEFAULT_TTL_S), Ok(12));
+    }
+
+    #[test]
+    fn the_bucket_bound_is_at_least_one_and_bounded() {
+        assert!(validate_max_buckets(0).is_err());
+        assert_eq!(validate_max_buckets(1), Ok(1));
+        assert_eq!(
+            validate_max_buckets(DEFAULT_MAX_BUCKETS_PER_STREAM),
+            Ok(4_096)
+        );
+        assert!(validate_max_buckets(MAX_BUCKETS_PER_STREAM_LIMIT + 1).is_err());
     }
 }
