@@ -9,8 +9,14 @@ admissions stay within the rule's bound over the run (plus two ticks of refill p
 and the units post-debited for Envoy's no-assignment windows), and the solo key gets nearly the
 whole limit on its one Envoy. Then a rule change (capacity and rate halved) on a key both Envoys
 hold: in force on both within PUSH_S (well within Envoy's 5 s report interval plus a second),
-since sluice pushes it on its tick."""
+since sluice pushes it on its tick. An override and a reset likewise (the reset refills both
+Envoys' buckets at once). Then the windows where a part goes away: an Envoy restarted mid-load,
+and Redis unresponsive (SIGSTOP) mid-load: over each window the key's admissions stay within the
+rule's bound (docs/rlqs.md "Restarts and outages"). The Redis test runs last: it stops the
+module's Redis for a while."""
 
+import os
+import signal
 import threading
 import time
 
@@ -29,6 +35,8 @@ RULE = {"action": "user", "algorithm": "token_bucket", "capacity": CAPACITY,
         "rate": {"count": RATE_PER_S, "period": "1s"}}
 HALVED = dict(RULE, capacity=CAPACITY // 2, rate={"count": RATE_PER_S // 2, "period": "1s"})
 WARM_S = 3
+# Envoy 1.40 reports every 5 s whatever its reporting_interval says (docs/rlqs.md).
+ENVOY_REPORT_S = 5
 PUSH_S = 2
 CHANGED_S = 15
 
@@ -45,6 +53,7 @@ def rlqs_stack(tmp, upstream):
             envoys.append(stack.Envoy(tmp, "rlqs.yaml",
                                       {"SLUICE_GRPC_PORT": backend.grpc_port, "UPSTREAM_PORT": upstream},
                                       ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"], concurrency=1).start())
+        backend.redis = redis
         yield backend, envoys
     finally:
         stack.stop_all(*envoys, backend, redis)
@@ -190,3 +199,134 @@ def test_the_closed_listener_denies_until_the_first_assignment_then_admits(rlqs_
         time.sleep(0.05)
     print(f"\nrlqs closed listener: first request 429, then {len(statuses)} requests until the first 200")
     assert 200 in statuses, statuses
+
+
+def admin(method, backend, path, body=None):
+    r = requests.request(method, f"{backend.admin_url}{path}", json=body,
+                         headers={"authorization": f"Bearer {stack.TOKEN}"}, timeout=5)
+    assert r.status_code in (200, 204), (path, r.status_code, r.text)
+
+
+def first_admitted(url, user, within):
+    """Seconds until `url` first admits `user` (polled every 20 ms), or None within `within`."""
+    start = time.monotonic()
+    session = requests.Session()
+    while time.monotonic() - start < within:
+        if session.get(url, headers={"x-user-id": user}, timeout=2).status_code == 200:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    return None
+
+
+# An override for one key: 6 requests, then one a minute (a rate this low keeps the key spent, so
+# a reset is what admits again).
+OVERRIDE = {"action": "user", "algorithm": "token_bucket", "capacity": 6, "rate": {"count": 1, "period": "1m"}}
+
+
+def test_an_override_and_a_reset_are_in_force_on_both_envoys_within_a_push(rlqs_stack):
+    backend, (e1, e2) = rlqs_stack
+    backend.put_rule(RULE)
+    key = "rlqs-override"
+    both = [(e1.url("LISTEN_OPEN_PORT"), key, "at1"), (e2.url("LISTEN_OPEN_PORT"), key, "at2")]
+    warm = load(both, 1)
+    assert warm["at1"][0] > 0 and warm["at2"][0] > 0, warm
+    admin("PUT", backend, f"/v1/rules/user/overrides/{key}", OVERRIDE)
+    time.sleep(PUSH_S)
+    post_before = scalar(backend, "sluice_rlqs_post_debited_units_total")
+    spent = load(both, 2)
+    post = scalar(backend, "sluice_rlqs_post_debited_units_total") - post_before
+    # The override's burst (Envoy's replaced buckets keep their fill fraction, so at most the new
+    # bursts), its rate over the window (nil), two ticks in arrears, and post-debits.
+    override_bound = OVERRIDE["capacity"] + 2 + post
+    admitted = spent["at1"][0] + spent["at2"][0]
+    print(f"\nrlqs override: C 20 -> 6, 10/s -> 1/min, measured 2 s from {PUSH_S} s after the PUT: "
+          f"admitted {spent['at1'][0]} + {spent['at2'][0]} = {admitted} (bound {override_bound:.0f}; the rule "
+          f"alone would admit {RATE_PER_S * 2})")
+    assert admitted <= override_bound, (admitted, override_bound)
+    assert spent["at1"][1] > 0 and spent["at2"][1] > 0, spent
+
+    # The key is spent on both Envoys. A reset empties its state, and sluice refills both Envoys'
+    # buckets at once (DENY_ALL then a fresh token bucket, paid from the emptied state).
+    admin("DELETE", backend, f"/v1/keys?action=user&key={key}")
+    after = [first_admitted(url, key, ENVOY_REPORT_S + 1) for url, _, _ in both]
+    print(f"rlqs reset: first admission after the reset on each Envoy after {after} s "
+          f"(Envoy's report interval is {ENVOY_REPORT_S} s)")
+    assert all(t is not None for t in after), after
+    post_before = scalar(backend, "sluice_rlqs_post_debited_units_total")
+    refilled = load(both, 2)
+    post = scalar(backend, "sluice_rlqs_post_debited_units_total") - post_before
+    again = refilled["at1"][0] + refilled["at2"][0] + len(after)
+    print(f"rlqs reset: admitted {again} after the reset (bound {OVERRIDE['capacity'] + 2 + post:.0f})")
+    assert again <= OVERRIDE["capacity"] + 2 + post, (again, refilled)
+
+
+
+def test_an_envoy_restarted_mid_load_keeps_the_key_within_its_bound(rlqs_stack):
+    backend, (e1, e2) = rlqs_stack
+    backend.put_rule(RULE)
+    key = "rlqs-envoy-restart"
+    post_before = scalar(backend, "sluice_rlqs_post_debited_units_total")
+    counts = {}
+    start = time.monotonic()
+    run_s = 12
+    until = start + run_s
+    first = threading.Thread(target=hammer, args=(e1.url("LISTEN_OPEN_PORT"), key, until, counts, "at1"))
+    first.start()
+    before = load([(e2.url("LISTEN_OPEN_PORT"), key, "at2")], 3)
+    e2.stop()
+    e2.start()
+    restarted_at = time.monotonic() - start
+    after = load([(e2.url("LISTEN_OPEN_PORT"), key, "at2")], max(0.0, until - time.monotonic()))
+    first.join(timeout=run_s + 30)
+    elapsed = time.monotonic() - start
+    post = scalar(backend, "sluice_rlqs_post_debited_units_total") - post_before
+    rule_bound = CAPACITY + RATE_PER_S * elapsed
+    bound = rule_bound + RATE_PER_S * 2 * TICK_S + post
+    admitted = counts["at1"][0] + before["at2"][0] + after["at2"][0]
+    print(f"\nrlqs envoy restart at {restarted_at:.1f} s of {elapsed:.1f} s: admitted envoy1 {counts['at1'][0]}, "
+          f"envoy2 {before['at2'][0]} before + {after['at2'][0]} after its restart = {admitted}; "
+          f"bound {bound:.0f} (rule {rule_bound:.0f}, +{RATE_PER_S * 2 * TICK_S:.0f} arrears, +{post:.0f} post-debited)")
+    assert admitted <= bound, (admitted, bound)
+    # The restarted Envoy's first requests pass (no assignment yet, ALLOW_ALL) and are post-debited.
+    assert after["at2"][0] > 0, after
+    assert all(o == 0 for _, _, o in counts.values()), counts
+
+
+OUTAGE_S = 6
+
+
+def test_redis_unresponsive_mid_load_keeps_the_key_within_its_bound_and_recovers(rlqs_stack):
+    """Runs last: stops the module's Redis (SIGSTOP: connections stay open, nothing answers)."""
+    backend, (e1, e2) = rlqs_stack
+    backend.put_rule(RULE)
+    key = "rlqs-outage"
+    both = [(e1.url("LISTEN_OPEN_PORT"), key, "at1"), (e2.url("LISTEN_OPEN_PORT"), key, "at2")]
+    warm = load(both, 2)
+    assert warm["at1"][0] > 0 and warm["at2"][0] > 0, warm
+    post_before = scalar(backend, "sluice_rlqs_post_debited_units_total")
+    unpaid_before = scalar(backend, "sluice_rlqs_unpaid_units_total")
+    redis_pid = backend.redis.popen.pid
+    start = time.monotonic()
+    stack.pause(redis_pid)
+    try:
+        during = load(both, OUTAGE_S)
+    finally:
+        os.kill(redis_pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    # Back: sluice pays what it owes and raises the shares again; both Envoys admit again.
+    recovered = load(both, ENVOY_REPORT_S + 3)
+    elapsed = time.monotonic() - start
+    post = scalar(backend, "sluice_rlqs_post_debited_units_total") - post_before
+    unpaid = scalar(backend, "sluice_rlqs_unpaid_units_total") - unpaid_before
+    admitted_during = during["at1"][0] + during["at2"][0]
+    admitted = admitted_during + recovered["at1"][0] + recovered["at2"][0]
+    rule_bound = CAPACITY + RATE_PER_S * elapsed
+    bound = rule_bound + RATE_PER_S * 2 * TICK_S + post
+    print(f"\nrlqs redis outage {resumed - start:.1f} s then {ENVOY_REPORT_S + 3} s back: admitted {admitted_during} "
+          f"during ({during}), {admitted - admitted_during} after; total {admitted} of bound {bound:.0f} "
+          f"(rule {rule_bound:.0f}); refill left unpaid {unpaid:.0f}, post-debited {post:.0f}")
+    assert admitted <= bound, (admitted, bound)
+    # During the outage the rates halve every tick (refill cannot be paid): fewer than the rule
+    # admits over the outage.
+    assert admitted_during < CAPACITY + RATE_PER_S * OUTAGE_S, during
+    assert recovered["at1"][0] > 0 and recovered["at2"][0] > 0, recovered
