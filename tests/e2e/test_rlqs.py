@@ -38,7 +38,7 @@ WARM_S = 3
 # Envoy 1.40 reports every 5 s whatever its reporting_interval says (docs/rlqs.md).
 ENVOY_REPORT_S = 5
 PUSH_S = 2
-CHANGED_S = 15
+CHANGED_S = 10
 
 
 @pytest.fixture(scope="module")
@@ -290,6 +290,74 @@ def test_an_envoy_restarted_mid_load_keeps_the_key_within_its_bound(rlqs_stack):
     # The restarted Envoy's first requests pass (no assignment yet, ALLOW_ALL) and are post-debited.
     assert after["at2"][0] > 0, after
     assert all(o == 0 for _, _, o in counts.values()), counts
+
+
+# What a client controls is the x-user-id header. Each odd value, through the real Envoy on the
+# shipped configuration: none may be a free pass. The matcher takes 1 to 256 printable ASCII
+# characters as a user; anything else goes to the client-address bucket.
+ODD_USER_IDS = {
+    "empty": b"", "one byte": b"a", "quotes and backslashes": b'"q\\"\\', "not utf-8": b"\xff\xfe\x80",
+    "8000 bytes": b"h" * 8000, "257 bytes": b"g" * 257, "pipe and percent": b"a|b%c", "utf-8 letters": "é".encode(),
+    "space inside": b"a b",
+}
+TIGHT = {"algorithm": "token_bucket", "capacity": 3, "rate": {"count": 1, "period": "1m"}}
+
+
+def statuses(port, value, n, pause_s=0.15):
+    out = []
+    for _ in range(n):
+        out.append(stack.raw_request(port, "GET", b"/", [("x-user-id", value)], timeout=5).status)
+        time.sleep(pause_s)
+    return out
+
+
+def test_no_client_value_is_a_free_pass_and_a_non_utf8_bucket_cannot_end_the_stream(rlqs_stack, tmp, upstream):
+    backend, (e1, _) = rlqs_stack
+    backend.put_rule(dict(TIGHT, action="user"))
+    backend.put_rule(dict(TIGHT, action="user_anonymous"))
+    try:
+        port = e1.ports["LISTEN_OPEN_PORT"]
+        seen = {}
+        threads = [threading.Thread(target=lambda n=name, v=value: seen.__setitem__(n, statuses(port, v, 12)))
+                   for name, value in ODD_USER_IDS.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        for name, got in seen.items():
+            print(f"\nrlqs client value {name}: {got}", end="")
+        # Every value is limited once its bucket's assignment has arrived (one round trip after
+        # its first request): a 429 among its last requests, none of them anything but 200/429.
+        for name, got in seen.items():
+            assert set(got) <= {200, 429}, (name, got)
+            assert 429 in got[-6:], (name, got)
+
+        # A configuration that puts the raw header in the bucket id (regex ".+"): Envoy then
+        # reports a bucket id that is not UTF-8. sluice leaves that bucket out (it cannot be
+        # assigned anything) and keeps the stream: another user on the same Envoy is still limited.
+        permissive = tmp / "rlqs-permissive.yaml"
+        permissive.write_text((stack.ROOT / "envoy" / "rlqs.yaml").read_text().replace('regex: "[!-~]{1,256}"', 'regex: ".+"'))
+        assert '".+"' in permissive.read_text()
+        e3 = stack.Envoy(tmp, str(permissive), {"SLUICE_GRPC_PORT": backend.grpc_port, "UPSTREAM_PORT": upstream},
+                         ["LISTEN_OPEN_PORT", "LISTEN_CLOSED_PORT"], concurrency=1).start()
+        try:
+            p3 = e3.ports["LISTEN_OPEN_PORT"]
+            before = scalar(backend, "sluice_rlqs_buckets_not_utf8_total")
+            bad = statuses(p3, b"\xff\xfe", 3, pause_s=0.3)
+            deadline = time.monotonic() + ENVOY_REPORT_S + 3
+            while scalar(backend, "sluice_rlqs_buckets_not_utf8_total") <= before and time.monotonic() < deadline:
+                time.sleep(0.2)
+            left_out = scalar(backend, "sluice_rlqs_buckets_not_utf8_total") - before
+            good = statuses(p3, b"after-a-bad-one", 12)
+            print(f"\nrlqs permissive matcher: non-utf-8 user {bad}, buckets left out {left_out:.0f}; "
+                  f"then a plain user on the same Envoy {good}")
+            assert left_out >= 1
+            assert 429 in good[-6:], good
+        finally:
+            e3.stop()
+    finally:
+        backend.put_rule(RULE)
+        backend.delete_rule("user_anonymous")
 
 
 OUTAGE_S = 6

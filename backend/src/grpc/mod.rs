@@ -19,7 +19,6 @@ pub mod rls;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use futures::Stream;
 use tokio::net::{TcpListener, TcpStream};
@@ -137,9 +136,13 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let exchange = exchange::DecisionExchange::new(app.clone());
-    let ledger = crate::rlqs::spawn(app.clone(), rlqs_metrics, rlqs_settings, stop.clone());
-    let quota = RateLimitQuotaServiceServer::new(rlqs::Rlqs::new(ledger, stop.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let ledger = crate::rlqs::spawn(
+        app.clone(),
+        rlqs_metrics.clone(),
+        rlqs_settings,
+        stop.clone(),
+    );
+    let quota = rlqs::Rlqs::new(ledger, rlqs_metrics.clone(), stop.clone());
     let service =
         RateLimitServiceServer::new(Rls::new(app)).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let routes = Routes::new(service)

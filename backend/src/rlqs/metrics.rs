@@ -20,6 +20,7 @@ pub struct RlqsMetrics {
     buckets: Gauge,
     assignments: Family<KindLabels, Counter>,
     over_bound: Counter,
+    not_utf8: Counter,
     post_debited: Counter,
     unpaid: Counter,
 }
@@ -53,6 +54,11 @@ impl RlqsMetrics {
                 &m.over_bound,
             ),
             (
+                "sluice_rlqs_buckets_not_utf8",
+                "Buckets left out of RLQS reports because their id is not UTF-8 (a client's header bytes): nothing can be assigned to them, so they follow the listener's no_assignment_behavior",
+                &m.not_utf8,
+            ),
+            (
                 "sluice_rlqs_post_debited_units",
                 "Units Envoy reported allowed beyond what their shares had prepaid (no-assignment windows), debited after the fact",
                 &m.post_debited,
@@ -83,6 +89,11 @@ impl RlqsMetrics {
     /// Counts one bucket refused at the per-stream bound.
     pub fn over_bound(&self) {
         self.over_bound.inc();
+    }
+
+    /// Counts buckets left out of a report (id not UTF-8).
+    pub fn not_utf8(&self, buckets: u64) {
+        self.not_utf8.inc_by(buckets);
     }
 
     /// Counts units post-debited.

@@ -4,6 +4,7 @@
 //! [`response`] writes assignments. What is assigned and paid: [`crate::rlqs`]; the user's page
 //! is docs/rlqs.md.
 
+pub mod lenient;
 pub mod response;
 pub mod service;
 

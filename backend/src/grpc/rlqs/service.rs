@@ -4,66 +4,120 @@
 //! (answers to reports, and pushes on its tick) are written back on the stream. The stream ends
 //! `UNAVAILABLE` when the server stops, so graceful shutdown never waits on it.
 
+use std::convert::Infallible;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
+use futures::future::BoxFuture;
 use futures::Stream;
 use tokio::sync::{mpsc, watch};
+use tonic::codegen::{http, Body, Bytes, StdError};
+use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::lenient::{Checked, LenientReports};
 use super::response::response;
+use crate::grpc::exchange::ExchangeCodec;
+use crate::grpc::MAX_MESSAGE_BYTES;
+use crate::rlqs::metrics::RlqsMetrics;
 use crate::rlqs::Handle;
+
+/// The gRPC service name Envoy's quota filter calls.
+pub const SERVICE: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";
+
+/// Its one method.
+pub const STREAM_PATH: &str =
+    "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
 
 /// Most responses waiting to be written on one stream.
 const OUT_BOUND: usize = 16;
 
-/// The RLQS service over the ledger task.
+/// The RLQS service over the ledger task, written as tonic-build's generated servers are, but
+/// reading reports with [`LenientReports`]: envoy-types' generated server would end a stream
+/// on the first bucket id that is not UTF-8 (a client's header bytes), taking every bucket of
+/// that Envoy with it.
 #[derive(Clone)]
 pub struct Rlqs {
     ledger: Handle,
+    metrics: RlqsMetrics,
     stopping: watch::Receiver<bool>,
 }
 
 impl Rlqs {
     /// The service; its streams end when `stopping` turns true.
-    pub fn new(ledger: Handle, stopping: watch::Receiver<bool>) -> Rlqs {
-        Rlqs { ledger, stopping }
+    pub fn new(ledger: Handle, metrics: RlqsMetrics, stopping: watch::Receiver<bool>) -> Rlqs {
+        Rlqs {
+            ledger,
+            metrics,
+            stopping,
+        }
     }
 }
 
 type Out = Result<RateLimitQuotaResponse, Status>;
 
-#[tonic::async_trait]
-impl RateLimitQuotaService for Rlqs {
-    type StreamRateLimitQuotasStream = Pin<Box<dyn Stream<Item = Out> + Send + 'static>>;
+impl NamedService for Rlqs {
+    const NAME: &'static str = SERVICE;
+}
 
-    async fn stream_rate_limit_quotas(
-        &self,
-        request: Request<Streaming<RateLimitQuotaUsageReports>>,
-    ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+impl<B> tower::Service<http::Request<B>> for Rlqs
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let service = self.clone();
+        match request.uri().path() {
+            STREAM_PATH => Box::pin(async move {
+                let mut grpc =
+                    Grpc::new(ExchangeCodec::<RateLimitQuotaResponse, LenientReports>::default())
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                Ok(grpc.streaming(StreamMethod(service), request).await)
+            }),
+            _ => Box::pin(async move { Ok(Status::unimplemented("").into_http()) }),
+        }
+    }
+}
+
+/// `rpc StreamRateLimitQuotas(stream RateLimitQuotaUsageReports) returns (stream RateLimitQuotaResponse)`.
+struct StreamMethod(Rlqs);
+
+impl StreamingService<LenientReports> for StreamMethod {
+    type Response = RateLimitQuotaResponse;
+    type ResponseStream = Pin<Box<dyn Stream<Item = Out> + Send + 'static>>;
+    type Future = BoxFuture<'static, Result<Response<Self::ResponseStream>, Status>>;
+
+    fn call(&mut self, request: Request<Streaming<LenientReports>>) -> Self::Future {
         let inbound = request.into_inner();
         let (out_tx, out_rx) = mpsc::channel::<Out>(OUT_BOUND);
-        let (ledger, stop) = (self.ledger.clone(), self.stopping.clone());
-        tokio::spawn(run(inbound, out_tx, ledger, stop));
+        let service = self.0.clone();
+        tokio::spawn(run(inbound, out_tx, service));
         let out =
             futures::stream::unfold(
                 out_rx,
                 |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
             );
-        Ok(Response::new(Box::pin(out)))
+        let out: Self::ResponseStream = Box::pin(out);
+        Box::pin(async move { Ok(Response::new(out)) })
     }
 }
 
 /// One stream's life: reports in, assignments out, until either side ends or the server stops.
-async fn run(
-    mut inbound: Streaming<RateLimitQuotaUsageReports>,
-    out: mpsc::Sender<Out>,
-    ledger: Handle,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn run(mut inbound: Streaming<LenientReports>, out: mpsc::Sender<Out>, service: Rlqs) {
+    let Rlqs {
+        ledger,
+        metrics,
+        stopping: mut stop,
+    } = service;
     let (id, mut pushed) = ledger.open().await;
     let mut domain: Option<String> = None;
     loop {
@@ -74,7 +128,9 @@ async fn run(
             }
             _ = out.closed() => break,
             message = inbound.message() => match message {
-                Ok(Some(reports)) => {
+                Ok(Some(lenient)) => {
+                    let Checked { reports, not_utf8 } = lenient.checked();
+                    metrics.not_utf8(not_utf8);
                     match &domain {
                         None if reports.domain.is_empty() => {
                             let _ = out.send(Err(Status::invalid_argument("the first report must name a domain"))).await;
