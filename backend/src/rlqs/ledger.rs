@@ -35,8 +35,6 @@ use tokio::sync::mpsc;
 mod fresh;
 mod tick;
 
-pub use fresh::GrantKind;
-
 use super::metrics::{RlqsMetrics, ASSIGNMENT_KINDS};
 use super::pay;
 use super::settings::Settings;
@@ -68,6 +66,16 @@ impl Assignment {
             Assignment::Abandon => ASSIGNMENT_KINDS[3],
         }
     }
+}
+
+/// How a share is granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantKind {
+    /// A bucket Envoy holds no token bucket for (new, or after `DENY_ALL`): it starts full.
+    First,
+    /// A bucket whose token bucket must start full again (a reset): sent after `DENY_ALL` in
+    /// the same response, which Envoy applies in order.
+    Refill,
 }
 
 /// One assignment for one bucket of a stream (sent with the ledger's TTL).

@@ -19,9 +19,9 @@ use tonic::{Request, Response, Status, Streaming};
 use super::lenient::{Checked, LenientReports};
 use super::response::response;
 use crate::grpc::exchange::ExchangeCodec;
-use crate::grpc::MAX_MESSAGE_BYTES;
 use crate::rlqs::metrics::RlqsMetrics;
 use crate::rlqs::Handle;
+use sluice_core::limits::MAX_RLS_MESSAGE_BYTES as MAX_MESSAGE_BYTES;
 
 /// The gRPC service name Envoy's quota filter calls.
 pub const SERVICE: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";

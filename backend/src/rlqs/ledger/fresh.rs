@@ -6,20 +6,10 @@ use std::time::Instant;
 
 use sluice_core::rlqs::shape::Shape;
 
-use super::{Assignment, KeyId, Ledger, ShareId, NANO};
+use super::{Assignment, GrantKind, KeyId, Ledger, ShareId, NANO};
 use crate::resets::KeyReset;
 use crate::rlqs::pay;
 use crate::state::App;
-
-/// How a share is granted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GrantKind {
-    /// A bucket Envoy holds no token bucket for (new, or after `DENY_ALL`): it starts full.
-    First,
-    /// A bucket whose token bucket must start full again (a reset): sent after `DENY_ALL` in
-    /// the same response, which Envoy applies in order.
-    Refill,
-}
 
 impl Ledger {
     /// A key was reset on this replica: every open stream holding it gets a fresh, full share
