@@ -4,6 +4,7 @@ total, and the final table. Subcommands:
 
   port WORK                     a free 127.0.0.1 port never handed out before in WORK
   rules                         the rules every bench backend gets: ACTION<TAB>JSON per line
+  header ROW                    the request header the row's requests carry (NAME: VALUE)
   pki DIR                       makes a CA, the backend's and Envoy's certificates in DIR
                                 (tests/e2e/certs.py) and prints the backend's flags for mutual
                                 TLS on its gRPC listener, one per line
@@ -31,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
 
 import certs  # noqa: E402
+from rlqs_conf import quota_filter  # noqa: E402  (benches/envoy, beside this file)
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = {
@@ -44,13 +46,21 @@ TIMEOUT_MS = 10000
 
 # The rules each bench backend serves (memory store): allowed (never runs out), allowed with a
 # lease every measured request hits, and one that admits a request an hour (the cached row).
+RLQS_ACTION = "user"
 RULES = {
     "bench_allowed": {"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}},
     "bench_leased": {"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"},
                      "lease": {"max": 100000, "ttl": "60s"}},
     "bench_denied": {"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}},
+    # The rlqs row's: envoy/rlqs.yaml's bucket {name: user, user: <x-user-id>} is action `user`
+    # (docs/rlqs.md). A token bucket whose rate fits its capacity, so sluice pays each second's
+    # refill from the key (a gcra of 1e9/s would owe more than it holds and have its share's rate
+    # halved), far above any request rate here: every request is admitted by Envoy's share.
+    RLQS_ACTION: {"algorithm": "token_bucket", "capacity": 10000000, "rate": {"count": 1000000, "period": "1s"}},
 }
 # The cluster to the second backend, whose gRPC listener serves mutual TLS (the *_tls rows).
+# The rlqs row's RLQS stream to the backend's gRPC listener: a cluster of its own.
+RLQS_CLUSTER = "sluice_rlqs"
 TLS_CLUSTER = "sluice_rls_tls"
 
 # Row name -> (label, filter configuration or None). Rows without a configuration are the two
@@ -115,6 +125,14 @@ ROWS = {
          "routes": [{"action": "bench_denied", "key": {"source": "header", "name": "x-user"}}]},
     ),
     "rls": ("Envoy's ratelimit filter -> sluice RLS", None),
+    # Stock Envoy's quota filter (envoy.filters.http.rate_limit_quota) exactly as envoy/rlqs.yaml
+    # configures its fail-closed listener (no assignment yet: DENY_ALL, so a request measured
+    # without sluice's token bucket in force is a 429 that callgrind.sh refuses), reporting to the
+    # backend's gRPC listener over its own cluster (sluice_rlqs, as in envoy/rlqs.yaml, so a
+    # window's report traffic shows in the counters apart from the callouts'): every measured
+    # request is decided inside Envoy by the share sluice assigned, with no callout; Envoy's 5 s
+    # usage report (and sluice's answer) lands in its windows.
+    "rlqs": ("Envoy's quota filter (RLQS), sluice's share", None),
 }
 # Each row's twin over mutual TLS (not in callgrind.sh's default ROWS): the same decision from
 # Envoy to the second backend's gRPC listener through TLS_CLUSTER, listed after its plaintext row.
@@ -135,11 +153,17 @@ def with_tls_twins(rows):
 
 
 ROWS = with_tls_twins(ROWS)
-BUILD_FREE = {"no_filter", "rls", "rls_tls"}
+BUILD_FREE = {"no_filter", "rls", "rls_tls", "rlqs"}
 # Rows measured on the native build only, and the native build's filter_name suffix per row (it
 # picks how grpc_stream decisions go: native/src/stream.rs `wanted`).
 NATIVE_ONLY = {"grpc_stream_main"}
 NATIVE_NAME = {"grpc_stream": "/unary", "grpc_stream_tls": "/unary", "grpc_stream_main": "/stream"}
+
+
+# The header each row's requests carry: the sluice filter's and the rls rows' key is x-user;
+# envoy/rlqs.yaml buckets by x-user-id.
+HEADERS = {"rlqs": "x-user-id: bench"}
+DEFAULT_HEADER = "x-user: bench"
 
 
 def port(work):
@@ -299,6 +323,8 @@ def config(work, out, rows, env=os.environ):
                     {"request_headers": {"header_name": "x-user", "descriptor_key": "user"}}]}]})
                 to = TLS_CLUSTER if row in PLAIN_OF else "sluice_rls"
                 listeners.append(listener(name, p, [ratelimit_filter(to)], route))
+            elif row == "rlqs":
+                listeners.append(listener(name, p, [quota_filter(RLQS_CLUSTER)], to_upstream))
             elif build == "native":
                 listeners.append(listener(name, p, [native_filter(name, wasm, conf, NATIVE_NAME.get(row, ""))],
                                           to_upstream))
@@ -314,6 +340,8 @@ def config(work, out, rows, env=os.environ):
             "cluster_name": "upstream",
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": addr(upstream)}}]}]}},
     ]
+    if "rlqs" in rows:
+        clusters.append(cluster(RLQS_CLUSTER, env["BACKEND_RLS_PORT"], http2=True))
     if any(row in PLAIN_OF for row in rows):
         clusters.append(cluster(TLS_CLUSTER, env["BACKEND_TLS_RLS_PORT"], http2=True,
                                 transport_socket=certs.upstream_tls(Path(env["PKI"]))))
@@ -365,6 +393,10 @@ COUNTERS = {
     "cluster.sluice_rls.upstream_cx_total": "backend_connects",
     f"cluster.{TLS_CLUSTER}.upstream_cx_total": "backend_connects",
     f"cluster.{TLS_CLUSTER}.ssl.handshake": "tls_handshakes",
+    # Bytes on the quota filter's RLQS stream: a usage report (Envoy sends one every 5 s while it
+    # holds a bucket) and sluice's answer landed in the window.
+    f"cluster.{RLQS_CLUSTER}.upstream_cx_tx_bytes_total": "rlqs_tx_bytes",
+    f"cluster.{RLQS_CLUSTER}.upstream_cx_rx_bytes_total": "rlqs_rx_bytes",
 }
 
 
@@ -464,6 +496,8 @@ def main():
     elif cmd == "rules":
         for action, rule in RULES.items():
             print(f"{action}\t{json.dumps(rule)}")
+    elif cmd == "header":
+        print(HEADERS.get(sys.argv[2], DEFAULT_HEADER))
     elif cmd == "pki":
         print("\n".join(certs.backend_args(certs.make_pki(Path(sys.argv[2])))))
     elif cmd == "config":

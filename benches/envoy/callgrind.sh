@@ -24,6 +24,19 @@
 #   cached       sluice denied from the denial cache (429, no callout; the rule admits one request
 #                an hour, the warm-up spends it)
 #   rls          Envoy's native ratelimit filter -> the backend's RLS listener
+#   rlqs         stock Envoy's quota filter (envoy.filters.http.rate_limit_quota) with sluice's
+#                assignment: the filter block of envoy/rlqs.yaml's fail-closed listener (bucket
+#                {name: user, user: <x-user-id>}, DENY_ALL until assigned) reporting to the
+#                backend's gRPC listener, rule `user` a token bucket far above the request rate.
+#                Requests carry x-user-id. Before the first window a request must be admitted and
+#                the backend must have sent a token bucket (sluice_rlqs_assignments_total{kind=
+#                "token_bucket"}) and no allow_all; each window is then Envoy's token bucket
+#                deciding locally (a window with a 429 is refused as any other). Envoy reports
+#                every 5 s while it holds the bucket: an rlqs window holds about one report and
+#                sluice's answer (the table's note: assignments=N, from the backend's metrics;
+#                rlqs_tx_bytes/rlqs_rx_bytes). So that no other row's window holds one, the other
+#                rows wait (up to 60 s) until sluice has abandoned the idle bucket (3 empty reports)
+#                and holds none (sluice_rlqs_buckets 0); their notes would show rlqs_tx_bytes if not
 #   grpc_tls, grpc_stream_tls, rls_tls  grpc, grpc_stream and rls over mutual TLS (not in the
 #                default ROWS): the same decisions from Envoy to a second backend (the same binary
 #                and rules, memory store) whose gRPC listener serves TLS and requires a client
@@ -68,7 +81,7 @@ COMPARE="${compare[*]}"
 BACKEND_BIN=${BACKEND_BIN:-target/release/sluice}
 NATIVE=${NATIVE:-target/release/libsluice_filter_native.so}
 [ "$NATIVE" = none ] || NATIVE=$(realpath "$NATIVE")
-ROWS=${ROWS:-no_filter nomatch leased http grpc grpc_stream grpc_stream_main cached rls}
+ROWS=${ROWS:-no_filter nomatch leased http grpc grpc_stream grpc_stream_main cached rls rlqs}
 REPEATS=${REPEATS:-2}
 REQUESTS=${REQUESTS:-300}
 WARMUP=${WARMUP:-100}
@@ -204,24 +217,61 @@ if grep -q 'Failed to create new Wasm instance' "$work/envoy.log"; then
 fi
 
 want() { if [ "$1" = cached ]; then echo 429; else echo 200; fi; } # ROW: the status every request gets
+header() { python3 "$helper" header "$1"; } # ROW: the header its requests carry
+# rlqs_metric KIND: the backend's sluice_rlqs_assignments_total{kind="KIND"} (0 when absent).
+rlqs_metric() {
+  curl -s --max-time 10 "http://127.0.0.1:$backend_port/metrics" |
+    awk -v k="sluice_rlqs_assignments_total{kind=\"$1\"}" '$1 == k {print $2; found = 1} END {if (!found) print 0}'
+}
+# rlqs_quiet: bounded wait (60 s) until the backend holds no quota filter bucket (sluice_rlqs_buckets
+# 0: the rlqs row's idle bucket abandoned, so Envoy sends no more reports into other rows' windows).
+rlqs_quiet() {
+  local held end=$((SECONDS + 60))
+  while ((SECONDS < end)); do
+    held=$(curl -s --max-time 10 "http://127.0.0.1:$backend_port/metrics" | awk '$1 == "sluice_rlqs_buckets" {print $2}')
+    [ "${held:-0}" = 0 ] && return 0
+    sleep 1
+  done
+  echo "  (rlqs: the backend still holds $held buckets after 60 s: reports may land in the next windows)" >&2
+}
+# rlqs_admitted PORT: bounded wait (60 s) until the quota filter admits a request, i.e. sluice's
+# token bucket is in force (the listener denies every request until an assignment arrives: the
+# first request of a bucket, and again after sluice abandoned an idle one, 15 s without requests).
+rlqs_admitted() {
+  local code end=$((SECONDS + 60))
+  while ((SECONDS < end)); do
+    code=$(curl -s --max-time 30 -o /dev/null -w '%{http_code}' -H "$(header rlqs)" "http://127.0.0.1:$1/assign" || true)
+    [ "$code" = 200 ] && return 0
+    sleep 0.5
+  done
+  echo "sluice callgrind: rlqs: no request admitted within 60 s (last answer $code): no assignment from sluice; see $work" >&2
+  exit 1
+}
 
 # Each listener answers as its row means (the first sluice requests also take the lease), then the
 # warm-up.
 while IFS=$'\t' read -r row build p _; do
-  out=$(curl -s --max-time 120 -D - -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$p/probe")
+  [ "$row" != rlqs ] || rlqs_admitted "$p"
+  out=$(curl -s --max-time 120 -D - -o /dev/null -H "$(header "$row")" "http://127.0.0.1:$p/probe")
   # The cached row's first request spends the hour's one unit; the next is the denial it caches.
-  [ "$row" != cached ] || out=$(curl -s --max-time 120 -D - -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$p/probe")
+  [ "$row" != cached ] || out=$(curl -s --max-time 120 -D - -o /dev/null -H "$(header "$row")" "http://127.0.0.1:$p/probe")
   grep -q "^HTTP/1.1 $(want "$row")" <<<"$out" || { echo "sluice callgrind: $row/$build answered $(head -1 <<<"$out")" >&2; exit 1; }
   case $row in
     no_filter | nomatch | cached) ;;
+    rlqs) # admitted by sluice's share, not by an allow_all (a rule missing, an unmapped bucket)
+      if [ "$(rlqs_metric token_bucket)" = 0 ] || [ "$(rlqs_metric allow_all)" != 0 ]; then
+        echo "sluice callgrind: rlqs: the backend sent $(rlqs_metric token_bucket) token buckets and" \
+          "$(rlqs_metric allow_all) allow_all; want a token bucket and no allow_all" >&2; exit 1
+      fi ;;
     leased_ietf) grep -qi '^ratelimit:' <<<"$out" || { echo "sluice callgrind: $row/$build sent no RateLimit" >&2; exit 1; } ;;
     leased_noheaders) ;;
     *) grep -qi '^x-ratelimit-remaining' <<<"$out" || { echo "sluice callgrind: $row/$build sent no x-ratelimit-remaining" >&2; exit 1; } ;;
   esac
-  curl -s --max-time 600 -o /dev/null -H 'x-user: bench' "http://127.0.0.1:$p/warm[1-$WARMUP]" >/dev/null
+  curl -s --max-time 600 -o /dev/null -H "$(header "$row")" "http://127.0.0.1:$p/warm[1-$WARMUP]" >/dev/null
 done <"$work/rows.tsv"
 check_time
 
+has_rlqs=0; [[ " ${rows[*]} " != *" rlqs "* ]] || has_rlqs=1
 dumps() { find "$work" -name 'cg.out.*.*' | wc -l; }
 control() { # callgrind_control ARGS, quiet unless it fails
   local out
@@ -231,13 +281,17 @@ control() { # callgrind_control ARGS, quiet unless it fails
 }
 : >"$work/results.tsv"
 measure() { # ROW BUILD PORT REPEAT
-  local url="http://127.0.0.1:$3" n file total
-  # A few unmeasured requests first: the callout connection may have idled out since the last round.
-  curl -s --max-time 600 -o /dev/null -H 'x-user: bench' "$url/pre[1-10]" >/dev/null
+  local url="http://127.0.0.1:$3" n file total hdr assigned
+  hdr=$(header "$1")
+  [ "$1" = rlqs ] || ((has_rlqs == 0)) || rlqs_quiet
+  # A few unmeasured requests first: the callout connection may have idled out since the last round
+  # (and sluice may have abandoned the rlqs row's idle bucket: wait for its assignment again).
+  curl -s --max-time 600 -o /dev/null -H "$hdr" "$url/pre[1-10]" >/dev/null
+  if [ "$1" = rlqs ]; then rlqs_admitted "$3"; assigned=$(rlqs_metric token_bucket); fi
   curl -s --max-time 30 "http://127.0.0.1:$envoy_admin/stats" >"$work/stats.before"
   control -z
   control -i on
-  curl -s --max-time 900 -o /dev/null -w '%{stderr}%{http_code} %{num_connects}\n' -H 'x-user: bench' \
+  curl -s --max-time 900 -o /dev/null -w '%{stderr}%{http_code} %{num_connects}\n' -H "$hdr" \
     "$url/m[1-$REQUESTS]" >/dev/null 2>"$work/codes"
   control -i off
   n=$(dumps)
@@ -257,6 +311,11 @@ measure() { # ROW BUILD PORT REPEAT
   fi
   total=$(python3 "$helper" total "$file") || exit 1
   note=$(python3 "$helper" delta "$work/stats.before" "$work/stats.after") || exit 1
+  # The rlqs row: token buckets sluice sent in the window (a renewal answers each 5 s report).
+  if [ "$1" = rlqs ]; then
+    assigned="assignments=$(($(rlqs_metric token_bucket) - assigned))"
+    if [ "$note" = "no counter moved" ]; then note=$assigned; else note="$assigned $note"; fi
+  fi
   echo "  $1/$2 repeat $4: $((total / REQUESTS)) instructions per request ($note)" >&2
   # A leased window must be all hits: a lease that ran out (60 s ttl) and was granted again inside
   # the window adds a callout to it. Such a window is measured again (the new lease has 60 s).

@@ -3,6 +3,10 @@ named process spent during the measured run (from /proc/PID/stat; wrk's own from
 says not only how fast a path is but where its CPU went.
 
     measure.py NAME URL DURATION CONNECTIONS OUT_DIR label=PID ... [stats=ENVOY_ADMIN_URL ...]
+               [header=NAME: VALUE]
+
+Every request carries the header given (default `x-user: bench`, the sluice filter's and the RLS
+rows' key; the quota filter's rows bucket by x-user-id).
 
 Prints one line: NAME rps p50_ms p99_ms, then the CPU microseconds per request per label (in
 order of first appearance; processes sharing a label are summed) and for wrk, then the total CPU
@@ -61,10 +65,11 @@ def ms(v, unit):
 def main():
     name, url, duration, connections, out_dir, *args = sys.argv[1:]
     admins = [a.split("=", 1)[1] for a in args if a.startswith("stats=")]
-    procs = [a for a in args if not a.startswith("stats=")]
+    header = next((a.split("=", 1)[1] for a in args if a.startswith("header=")), "x-user: bench")
+    procs = [a for a in args if not a.startswith(("stats=", "header="))]
     pids = [(p.split("=", 1)[0], int(p.split("=", 1)[1])) for p in procs]
     labels = list(dict.fromkeys(label for label, _ in pids))
-    common = ["-t1", f"-c{connections}", "-H", "x-user: bench", url]
+    common = ["-t1", f"-c{connections}", "-H", header, url]
     wrk(["-d1s", *common])
     calls_before = callouts(admins)
     before = [cpu_seconds(pid) for _, pid in pids]

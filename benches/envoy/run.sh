@@ -8,7 +8,13 @@
 #   native ratelimit filter → sluice RLS (gRPC, --grpc-listen) allowed, memory and Redis | sluice
 #   allowed through the filter's gRPC callout (ShouldRateLimit to the same RLS listener) | sluice
 #   allowed through the filter's exchange stream (protocol grpc_stream: one long-lived gRPC stream
-#   per Envoy worker to the same listener, one message each way per request)
+#   per Envoy worker to the same listener, one message each way per request) | stock Envoy's quota
+#   filter (envoy.filters.http.rate_limit_quota) with sluice's assignments (rlqs_allowed_*:
+#   envoy/rlqs.yaml's fail-closed listener and RLQS cluster, as the docs give them, added to the
+#   memory and Redis Envoys by benches/envoy/rlqs_conf.py: bucket {name: user, user: <x-user-id>},
+#   DENY_ALL until sluice's token bucket arrives; requests carry x-user-id; rule `user` a token
+#   bucket far above any request rate, so the steady state is Envoy deciding every request from
+#   its share, no callout)
 # and the same sluice paths through the filter's dynamic-module build (native_*: a third Envoy from
 # the same envoy/bench.yaml with its filter blocks loading libsluice_filter_native.so, on the memory
 # store; its grpc_stream row rides the one exchange stream Envoy's main thread keeps, native/src/stream.rs),
@@ -23,7 +29,10 @@
 # release `sluice`, one on a real redis-server, one on the memory store, each with BACKEND_THREADS tokio workers (default: one per CPU). The memory rows run
 # through a second Envoy rendered from the same envoy/bench.yaml, pointed at the memory backend
 # (idle while the other rows run). Everything on 127.0.0.1, stopped by PID at exit. Bounded:
-# about ROUNDS × 15 × (DURATION + 1) seconds of load. PATHS picks rows (names as printed).
+# about ROUNDS × P × (DURATION + 1) seconds of load, P the paths in PATHS (22 by default). PATHS
+# picks rows (names as printed). The rlqs rows fail the run unless the quota filter admitted a
+# request after sluice sent a token bucket (sluice_rlqs_assignments_total) before the rounds, every
+# measured request of theirs answered 200, and sluice sent no allow_all or deny_all.
 #   DURATION=5 ROUNDS=3 CONNECTIONS=16 ENVOY_CONCURRENCY=1 BACKEND_THREADS=1 PIN=1 benches/envoy/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,7 +42,7 @@ ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
 BACKEND_THREADS=${BACKEND_THREADS:-$(nproc)}
-PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_leased_memory sluice_leased_redis grpc_allowed_memory grpc_allowed_redis stream_allowed_memory stream_allowed_redis rls_allowed_memory rls_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial native_allowed_memory native_leased_memory native_grpc_allowed_memory native_stream_allowed_memory native_cached_denial}
+PATHS=${PATHS:-no_filter local_ratelimit sluice_allowed_memory sluice_allowed_redis sluice_leased_memory sluice_leased_redis grpc_allowed_memory grpc_allowed_redis stream_allowed_memory stream_allowed_redis rls_allowed_memory rls_allowed_redis rlqs_allowed_memory rlqs_allowed_redis sluice_denied_memory sluice_denied_redis sluice_cached_denial native_allowed_memory native_leased_memory native_grpc_allowed_memory native_stream_allowed_memory native_cached_denial}
 TOKEN=bench-admin-token-0123456789abcdef
 # BACKEND_BIN: the backend binary (to compare builds). CALLOUT_PROTOCOL=h2: Envoy calls the backend
 # over HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1; needs a backend that serves h2c.
@@ -103,6 +112,10 @@ backend() {
   put_rule "$admin" bench_allowed '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}}'
   put_rule "$admin" bench_leased '{"algorithm": "gcra", "capacity": 10000000, "rate": {"count": 1000000000, "period": "1s"}, "lease": {"max": 64, "ttl": "1s"}}'
   put_rule "$admin" bench_denied '{"algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}}'
+  # envoy/rlqs.yaml's bucket {name: user, user: <x-user-id>} is action `user` (docs/rlqs.md). A
+  # token bucket whose rate fits its capacity, so sluice pays each second's refill from the key
+  # (a gcra of 1e9/s would owe more than it holds and have the share's rate halved).
+  put_rule "$admin" user '{"algorithm": "token_bucket", "capacity": 10000000, "rate": {"count": 1000000, "period": "1s"}}'
 }
 put_rule() { # ADMIN_PORT ACTION JSON
   curl -sf -X PUT -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \
@@ -117,7 +130,7 @@ export FILTER_WASM=$PWD/target/wasm32-wasip1/wasm-release/sluice_filter.wasm
 envoy() {
   local name=$1 listener
   local -A ports=([ENVOY_ADMIN_PORT]=$(free_port) [BACKEND_PORT]=$2 [BACKEND_RLS_PORT]=$3)
-  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC STREAM; do ports[BENCH_${listener}_PORT]=$(free_port); done
+  for listener in UPSTREAM PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC STREAM RLQS; do ports[BENCH_${listener}_PORT]=$(free_port); done
   local env=(); for k in "${!ports[@]}"; do env+=("$k=${ports[$k]}"); done
   env "${env[@]}" envoy/render.sh bench.yaml >"$work/envoy-$name.yaml"
   local run_env=()
@@ -129,10 +142,14 @@ envoy() {
   if [ "$CALLOUT_PROTOCOL" = h2 ]; then # only the sluice_backend cluster says http_protocol_options
     sed -i 's/explicit_http_config: {http_protocol_options: {}}/explicit_http_config: {http2_protocol_options: {}}/' "$work/envoy-$name.yaml"
   fi
+  if [ "${4:-}" != native ]; then # last (it writes JSON): the quota filter's listener (the rlqs rows), from envoy/rlqs.yaml
+    .venv/bin/python benches/envoy/rlqs_conf.py merge "$work/envoy-$name.yaml" "$work/envoy-$name.yaml" \
+      "${ports[BENCH_RLQS_PORT]}" "$3"
+  fi
   env "${run_env[@]}" $PIN_ENVOY .venv/bin/envoy -c "$work/envoy-$name.yaml" --disable-hot-restart --concurrency "$ENVOY_CONCURRENCY" --log-level warn >"$work/envoy-$name.log" 2>&1 &
   local pid=$!; pids+=($pid)
   printf -v "${name}_pid" %s "$pid"
-  for listener in PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC STREAM ENVOY_ADMIN; do
+  for listener in PLAIN LOCAL_RL ALLOWED LEASED DENIED CACHED RLS GRPC STREAM RLQS ENVOY_ADMIN; do
     local k=BENCH_${listener}_PORT; [ "$listener" = ENVOY_ADMIN ] && k=ENVOY_ADMIN_PORT
     printf -v "${name}_${listener,,}" %s "${ports[$k]}"
   done
@@ -179,6 +196,29 @@ probe "$envoy_native_grpc" 200 x-ratelimit-remaining
 probe "$envoy_native_stream" 200 x-ratelimit-remaining
 probe "$envoy_native_cached" 429
 probe "$envoy_native_cached" 429 "x-sluice-cache: hit"
+# rlqs_assigned KIND BACKEND_PORT: sluice_rlqs_assignments_total{kind="KIND"} on that backend (0 if absent).
+rlqs_assigned() {
+  curl -s "http://127.0.0.1:$2/metrics" |
+    awk -v k="sluice_rlqs_assignments_total{kind=\"$1\"}" '$1 == k {print $2; found = 1} END {if (!found) print 0}'
+}
+# The quota filter's first request of a bucket is denied (no assignment yet, DENY_ALL); then a
+# bounded wait (20 s) for sluice's token bucket: a request admitted, and the backend's count of
+# token buckets sent above 0 with no allow_all (an allow_all would admit too: a missing rule).
+rlqs_probe() { # ENVOY_PORT BACKEND_PORT
+  local code
+  for _ in $(seq 1 100); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H 'x-user-id: bench' "http://127.0.0.1:$1/" || true)
+    if [ "$code" = 200 ] && [ "$(rlqs_assigned token_bucket "$2")" != 0 ] && [ "$(rlqs_assigned allow_all "$2")" = 0 ]; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "sluice bench: the quota filter on port $1 answered $code; backend $2 sent $(rlqs_assigned token_bucket "$2")" \
+    "token buckets, $(rlqs_assigned allow_all "$2") allow_all: no share from sluice in force; logs in $work" >&2
+  exit 1
+}
+rlqs_probe "$envoy_redis_rlqs" "$on_redis_port"
+rlqs_probe "$envoy_memory_rlqs" "$on_memory_port"
 
 declare -A port_of=(
   [no_filter]=$envoy_redis_plain [local_ratelimit]=$envoy_redis_local_rl
@@ -192,11 +232,15 @@ declare -A port_of=(
   [native_allowed_memory]=$envoy_native_allowed [native_leased_memory]=$envoy_native_leased
   [native_grpc_allowed_memory]=$envoy_native_grpc [native_stream_allowed_memory]=$envoy_native_stream
   [native_cached_denial]=$envoy_native_cached
+  [rlqs_allowed_memory]=$envoy_memory_rlqs [rlqs_allowed_redis]=$envoy_redis_rlqs
 )
+# The header each path's requests carry: the sluice filter and the RLS descriptor key by x-user;
+# envoy/rlqs.yaml buckets by x-user-id.
+header_of() { case $1 in rlqs_*) echo 'x-user-id: bench' ;; *) echo 'x-user: bench' ;; esac; }
 # Warm every path once before measuring any (the first row would otherwise also pay for start-up
 # work still going on in the background, e.g. V8 compiling the filter).
 for name in $PATHS; do
-  $PIN_OTHERS wrk -t1 -c"$CONNECTIONS" -d1s -H 'x-user: bench' "http://127.0.0.1:${port_of[$name]:?unknown path $name}/" >/dev/null 2>&1
+  $PIN_OTHERS wrk -t1 -c"$CONNECTIONS" -d1s -H "$(header_of "$name")" "http://127.0.0.1:${port_of[$name]:?unknown path $name}/" >/dev/null 2>&1
 done
 echo "sluice Envoy benchmark: Envoy 1.40 (--concurrency $ENVOY_CONCURRENCY$([ "$PIN" = 1 ] && echo ", pinned to CPU 0; the rest on the other CPUs")),"
 echo "wrk 1 thread × $CONNECTIONS connections × ${DURATION}s per path, medians of $ROUNDS interleaved rounds;"
@@ -208,10 +252,20 @@ for ((i = ${#paths[@]} - 1; i >= 0; i--)); do reversed+=("${paths[$i]}"); done
 for round in $(seq 1 "$ROUNDS"); do
   if ((round % 2)); then order=("${paths[@]}"); else order=("${reversed[@]}"); fi
   for name in "${order[@]}"; do
-    $PIN_OTHERS python3 benches/envoy/measure.py "$name" "http://127.0.0.1:${port_of[$name]}/" "$DURATION" "$CONNECTIONS" "$work" \
+    row=$($PIN_OTHERS python3 benches/envoy/measure.py "$name" "http://127.0.0.1:${port_of[$name]}/" "$DURATION" "$CONNECTIONS" "$work" \
       envoy="$envoy_redis_pid" envoy="$envoy_memory_pid" envoy="$envoy_native_pid" backend="$on_memory_pid" \
       backend="$on_redis_pid" redis="$redis_server_pid" stats="http://127.0.0.1:$envoy_redis_envoy_admin" \
-      stats="http://127.0.0.1:$envoy_memory_envoy_admin" stats="http://127.0.0.1:$envoy_native_envoy_admin" >>"$work/rows.txt"
+      stats="http://127.0.0.1:$envoy_memory_envoy_admin" stats="http://127.0.0.1:$envoy_native_envoy_admin" \
+      header="$(header_of "$name")")
+    echo "$row" >>"$work/rows.txt"
+    # A quota filter row measures Envoy's token bucket only if every measured request was admitted
+    # (measure.py's 1 s warm-up before it waits out a re-assignment after sluice abandoned the idle
+    # bucket): a 429 in the measured run means no share, or a spent one, was in force.
+    if [[ $name == rlqs_* ]] && [ "$(awk '{print $10}' <<<"$row")" != 0 ]; then
+      echo "sluice bench: $name: $(awk '{print $10}' <<<"$row") measured answers were not 2xx (the quota filter" \
+        "denied without sluice's share in force); logs in $work" >&2
+      exit 1
+    fi
   done
 done
 python3 benches/envoy/summarize.py "$work/rows.txt" "${paths[@]}"
@@ -221,4 +275,16 @@ for e in envoy_redis envoy_memory envoy_native; do
   # Envoy's ratelimit filter: ok (sluice answered), error / failure_mode_allowed (no answer in time:
   # those requests passed without a decision, so they must stay near 0 for the rls rows to count).
   echo "ratelimit filter counters ($e): $(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=cluster.upstream.ratelimit" | tr '\n' ' ')"
+done
+# RLQS: what sluice sent each quota filter Envoy (a token bucket on each 5 s report and on every
+# re-grant after an idle bucket was abandoned between rounds), and what the filter answered.
+for b in on_redis:envoy_redis on_memory:envoy_memory; do
+  backend_port_var="${b%%:*}_port" admin_var="${b#*:}_envoy_admin"
+  sent=$(for k in token_bucket allow_all deny_all abandon; do echo -n "$k=$(rlqs_assigned "$k" "${!backend_port_var}") "; done)
+  echo "rlqs assignments sent (${b%%:*}): $sent; quota filter answers (${b#*:}):" \
+    "$(curl -s "http://127.0.0.1:${!admin_var}/stats?filter=^http.rlqs_closed.downstream_rq_.xx" | tr '\n' ' ')"
+  if [[ $sent != *"allow_all=0 deny_all=0 "* ]]; then
+    echo "sluice bench: ${b%%:*} sent allow_all or deny_all: the rlqs rows were not all decided by sluice's share" >&2
+    exit 1
+  fi
 done

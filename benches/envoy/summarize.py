@@ -22,6 +22,8 @@ ROWS = {
     "stream_allowed_redis": "sluice filter, exchange stream (grpc_stream, allowed), backend on Redis",
     "rls_allowed_memory": "Envoy ratelimit filter → sluice RLS (allowed), backend on the memory store",
     "rls_allowed_redis": "Envoy ratelimit filter → sluice RLS (allowed), backend on Redis",
+    "rlqs_allowed_memory": "stock Envoy's quota filter (envoy/rlqs.yaml), sluice's token bucket share, backend on the memory store",
+    "rlqs_allowed_redis": "stock Envoy's quota filter (envoy/rlqs.yaml), sluice's token bucket share, backend on Redis",
     "sluice_denied_memory": "sluice filter, HTTP callout (denied), backend on the memory store",
     "sluice_denied_redis": "sluice filter, HTTP callout (denied), backend on Redis",
     "sluice_cached_denial": "sluice filter, denial answered from its cache (no callout)",
@@ -34,7 +36,7 @@ ROWS = {
 ALLOWED = ("local_ratelimit", "sluice_allowed_memory", "sluice_allowed_redis", "sluice_leased_memory",
            "sluice_leased_redis", "grpc_allowed_memory", "grpc_allowed_redis",
            "stream_allowed_memory", "stream_allowed_redis",
-           "rls_allowed_memory", "rls_allowed_redis",
+           "rls_allowed_memory", "rls_allowed_redis", "rlqs_allowed_memory", "rlqs_allowed_redis",
            "native_allowed_memory", "native_leased_memory", "native_grpc_allowed_memory",
            "native_stream_allowed_memory")
 
