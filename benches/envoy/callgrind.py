@@ -393,8 +393,9 @@ COUNTERS = {
     "cluster.sluice_rls.upstream_cx_total": "backend_connects",
     f"cluster.{TLS_CLUSTER}.upstream_cx_total": "backend_connects",
     f"cluster.{TLS_CLUSTER}.ssl.handshake": "tls_handshakes",
-    # Bytes on the quota filter's RLQS stream: a usage report (Envoy sends one every 5 s while it
-    # holds a bucket) and sluice's answer landed in the window.
+    # Bytes on the quota filter's RLQS stream in the window: Envoy's 5 s report (29 bytes with no
+    # bucket, its domain only, which sluice does not answer; ~70 with the rlqs row's bucket) and
+    # sluice's answer (rx).
     f"cluster.{RLQS_CLUSTER}.upstream_cx_tx_bytes_total": "rlqs_tx_bytes",
     f"cluster.{RLQS_CLUSTER}.upstream_cx_rx_bytes_total": "rlqs_rx_bytes",
 }

@@ -36,7 +36,9 @@
 #                sluice's answer (the table's note: assignments=N, from the backend's metrics;
 #                rlqs_tx_bytes/rlqs_rx_bytes). So that no other row's window holds one, the other
 #                rows wait (up to 60 s) until sluice has abandoned the idle bucket (3 empty reports)
-#                and holds none (sluice_rlqs_buckets 0); their notes would show rlqs_tx_bytes if not
+#                and holds none (sluice_rlqs_buckets 0). Envoy still sends a report with no bucket
+#                (its domain only: rlqs_tx_bytes=29, no answer) every 5 s once the stream is open,
+#                in every row's windows alike
 #   grpc_tls, grpc_stream_tls, rls_tls  grpc, grpc_stream and rls over mutual TLS (not in the
 #                default ROWS): the same decisions from Envoy to a second backend (the same binary
 #                and rules, memory store) whose gRPC listener serves TLS and requires a client
@@ -69,7 +71,9 @@
 # a second one). Builds the filter and the backend first unless SKIP_BUILD=1. Everything on
 # 127.0.0.1, stopped by PID at exit; bounded by MAX_SECONDS (default 1800). A run of the default
 # rows takes ~100 s with one COMPARE build (~10-25 s to start Envoy under valgrind, 4-6 s per
-# window) on an idle machine, about twice that while something compiles beside it.
+# window) on an idle machine, about twice that while something compiles beside it; with rlqs among
+# the rows, add up to ~20 s per repeat for the other rows' wait for sluice to abandon its bucket
+# (327 s for the default rows and the native build, 2 repeats, on a busy machine).
 #   SKIP_BUILD=1 WASM=/tmp/a.wasm COMPARE=/tmp/b.wasm benches/envoy/callgrind.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
