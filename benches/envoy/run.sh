@@ -263,7 +263,7 @@ for round in $(seq 1 "$ROUNDS"); do
     # bucket): a 429 in the measured run means no share, or a spent one, was in force.
     if [[ $name == rlqs_* ]] && [ "$(awk '{print $10}' <<<"$row")" != 0 ]; then
       echo "sluice bench: $name: $(awk '{print $10}' <<<"$row") measured answers were not 2xx (the quota filter" \
-        "denied without sluice's share in force); logs in $work" >&2
+        "denied: no share from sluice in force, or a spent one); logs in $work" >&2
       exit 1
     fi
   done
