@@ -27,23 +27,36 @@ pub async fn refill(app: &App, rule: &Arc<Rule>, key: &str, want: u64) -> Result
     all_or_less(app, rule, key, want, |left| left.min(want)).await
 }
 
-/// One decision of `want`; when it is denied, one more of `less(remaining)` (if not 0). Each is
-/// an ordinary decision ([`decide`]). Returns the units debited.
+/// What is left is read first (a peek: no decision recorded), then one decision of `want`, or
+/// of `less(left)` when fewer are left (nothing when that is 0). So a tick that finds the key a
+/// little short (its refill and the store's clock a few milliseconds apart) records one allowed
+/// decision of what was paid, not a denial beside it on every tick. Should another way in take
+/// units between the peek and the decision, the decision is denied, and one more of
+/// `less(remaining)` follows. Each debit is an ordinary decision ([`decide`]). Returns the units
+/// debited.
 async fn all_or_less(
     app: &App,
     rule: &Arc<Rule>,
     key: &str,
     want: u64,
-    less: impl FnOnce(u64) -> u64,
+    less: impl Fn(u64) -> u64,
 ) -> Result<u64, DecideError> {
     if want == 0 {
         return Ok(0);
     }
-    let first = decide(app, rule, key, want, None, Instant::now()).await?;
-    if first.allowed {
-        return Ok(want);
+    let left = app
+        .store_call(app.store.throttle(rule, key, 0))
+        .await?
+        .remaining;
+    let ask = if left >= want { want } else { less(left) };
+    if ask == 0 {
+        return Ok(0);
     }
-    let less = less(first.remaining);
+    let first = decide(app, rule, key, ask, None, Instant::now()).await?;
+    if first.allowed {
+        return Ok(ask);
+    }
+    let less = less(first.remaining).min(ask);
     if less == 0 {
         return Ok(0);
     }

@@ -590,3 +590,28 @@ async fn a_mapping_file_the_ttl_and_the_bucket_bound_are_the_ledgers() {
     assert_eq!(next_for(&mut q, &third).await, vec![DENY_ALL]);
     rig.stop().await;
 }
+
+#[tokio::test]
+async fn paying_a_share_records_no_denial_when_the_key_is_a_little_short() {
+    let rig = rig_with_rule().await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut q = Quota::open(&rig).await;
+    q.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let _ = next_for(&mut q, &alice).await;
+    // The share holds the rule's whole rate: every tick's refill is about what the key earned
+    // since the last (a few ms apart, so often a little more than it has). Three ticks.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let text = rig.metrics().await;
+    let count = |outcome: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("sluice_decisions_total{"))
+            .filter(|l| {
+                l.contains("action=\"user\"") && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    assert!(count("allowed") >= 3.0, "a burst and refills: {text}");
+    assert_eq!(count("denied"), 0.0, "{text}");
+    rig.stop().await;
+}
