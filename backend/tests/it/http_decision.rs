@@ -248,7 +248,7 @@ async fn the_decision_listener_serves_no_admin_route() {
 async fn shadow_mode_allows_and_reports_would_deny_and_counts_shadow_denied() {
     let s = Sluice::start(StoreChoice::Memory).await;
     let (status, _) = s
-        .put_rule(json!({"action": "like", "algorithm": "fixed_window", "capacity": 1, "window": "1h", "mode": "shadow"}))
+        .put_rule(json!({"action": "like", "algorithm": "sliding_log", "capacity": 1, "window": "1h", "mode": "shadow"}))
         .await;
     assert_eq!(status, 200);
     let (_, first) = s.throttle("like", "u", 1).await;
@@ -262,11 +262,11 @@ async fn shadow_mode_allows_and_reports_would_deny_and_counts_shadow_denied() {
     assert_eq!(second["mode"], "shadow");
     let metrics = s.metrics().await;
     assert!(
-        metrics.contains(r#"sluice_decisions_total{action="like",algorithm="fixed_window",outcome="shadow_denied"} 1"#),
+        metrics.contains(r#"sluice_decisions_total{action="like",algorithm="sliding_log",outcome="shadow_denied"} 1"#),
         "{metrics}"
     );
     assert!(metrics.contains(
-        r#"sluice_decisions_total{action="like",algorithm="fixed_window",outcome="allowed"} 1"#
+        r#"sluice_decisions_total{action="like",algorithm="sliding_log",outcome="allowed"} 1"#
     ));
     s.stop().await;
 }

@@ -48,7 +48,7 @@ fn metric(text: &str, series: &str) -> Option<f64> {
 
 async fn rules(s: &Sluice) {
     for rule in [
-        json!({"action": "post", "algorithm": "fixed_window", "capacity": 2, "window": "1h"}),
+        json!({"action": "post", "algorithm": "sliding_log", "capacity": 2, "window": "1h"}),
         json!({"action": "dry", "algorithm": "gcra", "capacity": 1, "rate": {"count": 1, "period": "1h"}, "mode": "shadow"}),
     ] {
         assert_eq!(s.put_rule(rule).await.0, 200);
@@ -249,7 +249,7 @@ async fn the_views_add_up(s: &Sluice) {
                 post["algorithm"].as_str(),
                 post["mode"].as_str()
             ),
-            (Some(2), Some("fixed_window"), Some("enforce"))
+            (Some(2), Some("sliding_log"), Some("enforce"))
         );
         let retry = post["retry_after_ms"]
             .as_u64()
@@ -279,7 +279,7 @@ async fn the_views_add_up(s: &Sluice) {
     // A key with an override is shown under the override, not the action's rule.
     let r = s
         .admin_req(reqwest::Method::PUT, "/v1/rules/post/overrides/vip")
-        .json(&json!({"algorithm": "fixed_window", "capacity": 20, "window": "1h"}))
+        .json(&json!({"algorithm": "sliding_log", "capacity": 20, "window": "1h"}))
         .send()
         .await
         .expect("put override");
@@ -597,7 +597,7 @@ async fn replicas_over_one_redis_show_the_same() {
     let b = Sluice::start(harness::redis(&redis.url())).await;
     assert_eq!(
         a.put_rule(
-            json!({"action": "post", "algorithm": "fixed_window", "capacity": 1, "window": "1h"})
+            json!({"action": "post", "algorithm": "sliding_log", "capacity": 1, "window": "1h"})
         )
         .await
         .0,

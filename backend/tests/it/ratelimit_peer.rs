@@ -429,7 +429,7 @@ async fn put_rule_a(rig: &Rig) {
         .http
         .put(format!("{}/v1/rules/a", rig.admin))
         .bearer_auth(TOKEN)
-        .json(&serde_json::json!({"action": "a", "algorithm": "fixed_window", "capacity": 1, "window": "1h"}))
+        .json(&serde_json::json!({"action": "a", "algorithm": "token_bucket", "capacity": 1, "rate": {"count": 1, "period": "1h"}}))
         .send()
         .await
         .unwrap();
