@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib/cargo-suite.bash"
 cargo fuzz --version >/dev/null 2>&1 || suite_install 50-cargo-fuzz.sh cargo-fuzz
 cargo fuzz --version >/dev/null 2>&1 || suite_cannot_run cargo-fuzz "'cargo fuzz --version' fails after scripts/install/50-cargo-fuzz.sh"
 cd fuzz
-seconds="${SLUICE_FUZZ_SECONDS:-20}"
+seconds="${SLUICE_FUZZ_SECONDS:-15}"
 export RUSTC_BOOTSTRAP=1
 
 # The list is read first (a failure inside `for ... in $(...)` would be lost, leaving no target),
