@@ -206,6 +206,7 @@ pub async fn run(
         ratelimit: ratelimit.clone(),
         ratelimit_semantics: config.ratelimit_semantics,
         resets: crate::resets::Resets::new(),
+        rlqs: std::sync::OnceLock::new(),
     });
 
     let intervals = config.intervals;

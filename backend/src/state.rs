@@ -48,6 +48,9 @@ pub struct App {
     pub ratelimit_semantics: crate::ratelimit::semantics::Semantics,
     /// Key resets made here, for the RLQS ledger (Envoy's buckets are refilled on a reset).
     pub resets: crate::resets::Resets,
+    /// Reads the RLQS ledger, once the gRPC listener has started its task (never with
+    /// `--grpc-listen off`): `GET /v1/rlqs/shares` and `/readyz`.
+    pub rlqs: std::sync::OnceLock<crate::rlqs::reader::LedgerReader>,
 }
 
 impl App {

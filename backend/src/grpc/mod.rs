@@ -142,6 +142,7 @@ pub async fn serve(
         rlqs_settings,
         stop.clone(),
     );
+    let _ = app.rlqs.set(ledger.reader());
     let quota = rlqs::Rlqs::new(ledger, rlqs_metrics.clone(), stop.clone());
     let service =
         RateLimitServiceServer::new(Rls::new(app)).max_decoding_message_size(MAX_MESSAGE_BYTES);

@@ -20,6 +20,7 @@ pub mod probes;
 pub mod ratelimit;
 pub mod report;
 pub mod reset;
+pub mod rlqs;
 pub mod serve;
 
 use std::sync::Arc;
@@ -102,6 +103,7 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         .route("/v1/history", get(history::get_history))
         .route("/v1/keys", get(history::get_key))
         .route("/v1/top-denied", get(history::get_top_denied))
+        .route("/v1/rlqs/shares", get(rlqs::get_shares))
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
             admin::require_admin,

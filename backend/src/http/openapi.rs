@@ -17,7 +17,9 @@ use super::error::ApiFailure;
 
 use super::commit;
 use super::decision_all;
-use super::{admin, audit, decision, events, history, overrides, probes, ratelimit, report, reset};
+use super::{
+    admin, audit, decision, events, history, overrides, probes, ratelimit, report, reset, rlqs,
+};
 use sluice_core::wire::{
     ActionCounts, ActionHistory, ActionScope, ActionTopDenied, DeniedKey, FilterReport,
     HistoryBody, HistoryRange, KeyActionState, KeyView, StepCounts, TopDeniedBody,
@@ -31,6 +33,9 @@ use sluice_core::wire::{
     ThrottleCheck,
 };
 use sluice_core::wire::{RatelimitConfigBody, RatelimitLimit};
+use sluice_core::wire::{
+    RlqsBucket, RlqsHolder, RlqsKeyShares, RlqsReady, RlqsSharesBody, RlqsSum,
+};
 
 struct Security;
 
@@ -77,6 +82,7 @@ impl Modify for Security {
         history::get_history,
         history::get_key,
         history::get_top_denied,
+        rlqs::get_shares,
         admin::login,
         admin::logout,
         events::events,
@@ -94,7 +100,8 @@ impl Modify for Security {
         KeyOverride, OverridesBody, AuditBody, AuditEntry, AuditKind, ResetBody, ResetAllBody, SessionBody,
         ThrottleAllRequest, ThrottleCheck, ThrottleAllResponse, DeniedCheck,
         CommitRequest, CommitResponse,
-        RatelimitConfigBody, RatelimitLimit
+        RatelimitConfigBody, RatelimitLimit,
+        RlqsSharesBody, RlqsKeyShares, RlqsHolder, RlqsBucket, RlqsSum, RlqsReady
     )),
     modifiers(&Security),
     tags(

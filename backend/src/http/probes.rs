@@ -27,7 +27,9 @@ pub async fn healthz() -> Json<HealthBody> {
 /// Readiness: the store answers a ping. On a Redis Cluster that means every slot range has a
 /// master and each master answers a PING of its own (a plain PING through the cluster client
 /// skips a master it lost, so a killed master's slots looked served until its replica was
-/// promoted); the 503's message names the unserved ranges and their master.
+/// promoted); the 503's message names the unserved ranges and their master. With the gRPC
+/// listener on, `rlqs` says what Envoy's quota streams hold (counted as they change, so this
+/// never waits on the RLQS ledger); it never makes the answer a 503.
 #[utoipa::path(get, path = "/readyz", tag = "probes",
     responses(
         (status = 200, description = "Ready; `warnings` lists settings that let a key spray switch limiting off", body = ReadyBody),
@@ -42,6 +44,7 @@ pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<ReadyBody>, ApiF
         store: app.store.kind().to_owned(),
         warnings: app.store.health().warnings,
         master: app.store.master(),
+        rlqs: app.rlqs.get().map(|reader| reader.sizes()),
     }))
 }
 

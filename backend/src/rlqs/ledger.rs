@@ -34,9 +34,11 @@ use tokio::sync::mpsc;
 
 mod fresh;
 mod tick;
+mod view;
 
-use super::metrics::{RlqsMetrics, ASSIGNMENT_KINDS};
+use super::metrics::{Rebalance, RlqsMetrics, ASSIGNMENT_KINDS};
 use super::pay;
+use super::reader::StreamInfo;
 use super::settings::Settings;
 use crate::state::App;
 
@@ -109,6 +111,7 @@ struct StreamEntry {
     tx: mpsc::Sender<Vec<Assigned>>,
     open: bool,
     buckets: HashMap<String, Held>,
+    info: StreamInfo,
 }
 
 /// One stream's bucket of one key.
@@ -235,12 +238,13 @@ impl Ledger {
         }
     }
 
-    /// A stream opened; its assignments go to `tx`.
-    pub fn open(&mut self, stream: StreamId, tx: mpsc::Sender<Vec<Assigned>>) {
+    /// A stream opened (from `info`'s Envoy); its assignments go to `tx`.
+    pub fn open(&mut self, stream: StreamId, info: StreamInfo, tx: mpsc::Sender<Vec<Assigned>>) {
         let entry = StreamEntry {
             tx,
             open: true,
             buckets: HashMap::new(),
+            info,
         };
         self.streams.insert(stream, entry);
         self.set_sizes();
@@ -516,6 +520,8 @@ impl Ledger {
                 pushes.push((sid.0, share.bucket.clone(), lowered));
             }
         }
+        self.metrics
+            .rebalanced(&id.action, Rebalance::lowered, pushes.len());
         for (stream, bucket, shape) in pushes {
             self.push(stream, bucket, Assignment::TokenBucket(shape));
         }

@@ -1,6 +1,6 @@
 //! The RLQS server's Prometheus metrics, registered with the rest ([`crate::metrics::Metrics::register`]).
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -13,6 +13,24 @@ struct KindLabels {
     kind: &'static str,
 }
 
+/// Why a share's rate or burst was changed and pushed, as labelled.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Rebalance {
+    /// Lowered towards its target: a holder joined, or the rule shrank.
+    lowered,
+    /// Raised back towards its target, within the rates paid for.
+    raised,
+    /// Its rate halved: the key owed more than a tick of refill the store could not pay.
+    halved,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RebalanceLabels {
+    action: String,
+    kind: Rebalance,
+}
+
 /// Streams, buckets and assignments of the RLQS server. Clones share the same figures.
 #[derive(Debug, Clone, Default)]
 pub struct RlqsMetrics {
@@ -23,6 +41,7 @@ pub struct RlqsMetrics {
     not_utf8: Counter,
     post_debited: Counter,
     unpaid: Counter,
+    rebalances: Family<RebalanceLabels, Counter>,
 }
 
 impl RlqsMetrics {
@@ -43,6 +62,11 @@ impl RlqsMetrics {
             "sluice_rlqs_assignments",
             "RLQS assignments sent, by kind: allow_all (unmapped, no rule, shadow), deny_all (spent key, bucket bound), token_bucket (a share, new or renewed), abandon",
             m.assignments.clone(),
+        );
+        metrics.register(
+            "sluice_rlqs_rebalances",
+            "RLQS shares changed and pushed, by action and kind: lowered (a holder joined, the rule shrank), raised (back within the rule), halved (refill the store could not pay)",
+            m.rebalances.clone(),
         );
         for kind in ASSIGNMENT_KINDS {
             let _ = m.assignments.get_or_create(&KindLabels { kind });
@@ -79,6 +103,27 @@ impl RlqsMetrics {
     pub fn set_sizes(&self, streams: usize, buckets: usize) {
         self.streams.set(i64::try_from(streams).unwrap_or(i64::MAX));
         self.buckets.set(i64::try_from(buckets).unwrap_or(i64::MAX));
+    }
+
+    /// The open streams and held buckets, as last set (what `/readyz` reports).
+    pub fn sizes(&self) -> sluice_core::wire::RlqsReady {
+        sluice_core::wire::RlqsReady {
+            streams: u64::try_from(self.streams.get()).unwrap_or(0),
+            buckets: u64::try_from(self.buckets.get()).unwrap_or(0),
+        }
+    }
+
+    /// Counts `shares` of one key of `action` changed and pushed, and why.
+    pub fn rebalanced(&self, action: &str, kind: Rebalance, shares: usize) {
+        if shares == 0 {
+            return;
+        }
+        let labels = RebalanceLabels {
+            action: action.to_owned(),
+            kind,
+        };
+        let n = u64::try_from(shares).unwrap_or(u64::MAX);
+        self.rebalances.get_or_create(&labels).inc_by(n);
     }
 
     /// Counts one assignment sent, by its kind (one of [`ASSIGNMENT_KINDS`]).

@@ -16,6 +16,7 @@
 pub mod ledger;
 pub mod metrics;
 pub mod pay;
+pub mod reader;
 pub mod settings;
 pub mod task;
 

@@ -13,12 +13,14 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 use super::ledger::{Assigned, Ledger, StreamId};
 use super::metrics::RlqsMetrics;
+use super::reader::{LedgerReader, StreamInfo, ViewAsk, ASK_BOUND};
 use super::settings::Settings;
 use crate::state::App;
 
 /// Events a stream sends the ledger task.
 enum Event {
-    Opened(StreamId, mpsc::Sender<Vec<Assigned>>),
+    Opened(StreamId, StreamInfo, mpsc::Sender<Vec<Assigned>>),
+    Bound(StreamId, String),
     Report(StreamId, Vec<BucketQuotaUsage>),
     Closed(StreamId),
 }
@@ -35,6 +37,7 @@ pub struct Handle {
     tx: mpsc::Sender<Event>,
     next: Arc<AtomicU64>,
     ttl_s: u64,
+    reader: LedgerReader,
 }
 
 impl Handle {
@@ -43,12 +46,26 @@ impl Handle {
         self.ttl_s
     }
 
-    /// Registers a new stream; its assignments arrive on the returned receiver.
-    pub async fn open(&self) -> (StreamId, mpsc::Receiver<Vec<Assigned>>) {
+    /// Registers a new stream from `peer`; its assignments arrive on the returned receiver.
+    pub async fn open(
+        &self,
+        peer: Option<std::net::SocketAddr>,
+    ) -> (StreamId, mpsc::Receiver<Vec<Assigned>>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(PUSH_BOUND);
-        let _ = self.tx.send(Event::Opened(id, tx)).await;
+        let info = StreamInfo { peer, domain: None };
+        let _ = self.tx.send(Event::Opened(id, info, tx)).await;
         (id, rx)
+    }
+
+    /// Notes the domain a stream's first report bound it to (shown by `GET /v1/rlqs/shares`).
+    pub async fn bind_domain(&self, stream: StreamId, domain: String) {
+        let _ = self.tx.send(Event::Bound(stream, domain)).await;
+    }
+
+    /// What reads the ledger from outside (`GET /v1/rlqs/shares`, `/readyz`).
+    pub fn reader(&self) -> LedgerReader {
+        self.reader.clone()
     }
 
     /// Hands a stream's usage report to the ledger.
@@ -70,8 +87,9 @@ pub fn spawn(
     mut stop: watch::Receiver<bool>,
 ) -> Handle {
     let (tx, mut rx) = mpsc::channel(EVENT_BOUND);
+    let (asks, mut asked) = mpsc::channel::<ViewAsk>(ASK_BOUND);
     let ttl_s = settings.ttl_s;
-    let mut ledger = Ledger::new(&settings, metrics);
+    let mut ledger = Ledger::new(&settings, metrics.clone());
     let mut resets = app.resets.subscribe();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
@@ -90,12 +108,16 @@ pub fn spawn(
                 },
                 event = rx.recv() => match event {
                     None => return,
-                    Some(Event::Opened(id, tx)) => ledger.open(id, tx),
+                    Some(Event::Opened(id, info, tx)) => ledger.open(id, info, tx),
+                    Some(Event::Bound(id, domain)) => ledger.bind_domain(id, domain),
                     Some(Event::Report(id, usages)) => {
                         ledger.report(&app, id, usages, Instant::now()).await
                     }
                     Some(Event::Closed(id)) => ledger.close(id),
                 },
+                Some(ask) = asked.recv() => {
+                    let _ = ask.reply.send(ledger.view(&ask.filter, Instant::now(), ask.at_ms));
+                }
             }
         }
     });
@@ -103,5 +125,6 @@ pub fn spawn(
         tx,
         next: Arc::new(AtomicU64::new(1)),
         ttl_s,
+        reader: LedgerReader::new(asks, metrics),
     }
 }

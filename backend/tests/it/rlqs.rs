@@ -31,16 +31,16 @@ impl GrpcClient for RateLimitQuotaServiceClient<Channel> {
     }
 }
 
-type Rig = GrpcRig<RateLimitQuotaServiceClient<Channel>>;
+pub(crate) type Rig = GrpcRig<RateLimitQuotaServiceClient<Channel>>;
 
 /// One quota stream, as one Envoy's quota filter holds it.
-struct Quota {
-    tx: mpsc::Sender<RateLimitQuotaUsageReports>,
-    rx: Streaming<RateLimitQuotaResponse>,
+pub(crate) struct Quota {
+    pub(crate) tx: mpsc::Sender<RateLimitQuotaUsageReports>,
+    pub(crate) rx: Streaming<RateLimitQuotaResponse>,
 }
 
 impl Quota {
-    async fn open(rig: &Rig) -> Quota {
+    pub(crate) async fn open(rig: &Rig) -> Quota {
         let (tx, rx) = mpsc::channel(16);
         let mut client = rig.client.clone();
         let rx = client
@@ -51,7 +51,7 @@ impl Quota {
         Quota { tx, rx }
     }
 
-    async fn report(&self, domain: &str, usages: Vec<BucketQuotaUsage>) {
+    pub(crate) async fn report(&self, domain: &str, usages: Vec<BucketQuotaUsage>) {
         let reports = RateLimitQuotaUsageReports {
             domain: domain.to_owned(),
             bucket_quota_usages: usages,
@@ -59,7 +59,7 @@ impl Quota {
         self.tx.send(reports).await.unwrap();
     }
 
-    async fn next(&mut self) -> Result<RateLimitQuotaResponse, tonic::Status> {
+    pub(crate) async fn next(&mut self) -> Result<RateLimitQuotaResponse, tonic::Status> {
         self.next_within(Duration::from_secs(5)).await
     }
 
@@ -76,7 +76,7 @@ impl Quota {
     }
 }
 
-fn bucket(entries: &[(&str, &str)]) -> BucketId {
+pub(crate) fn bucket(entries: &[(&str, &str)]) -> BucketId {
     BucketId {
         bucket: entries
             .iter()
@@ -85,7 +85,7 @@ fn bucket(entries: &[(&str, &str)]) -> BucketId {
     }
 }
 
-fn usage(id: BucketId, allowed: u64) -> BucketQuotaUsage {
+pub(crate) fn usage(id: BucketId, allowed: u64) -> BucketQuotaUsage {
     BucketQuotaUsage {
         bucket_id: Some(id),
         time_elapsed: None,
@@ -129,7 +129,7 @@ fn shape(tb: &TokenBucket) -> (u32, u32, i64) {
 const ALLOW_ALL: Strategy = Strategy::BlanketRule(BlanketRule::AllowAll as i32);
 const DENY_ALL: Strategy = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
 
-async fn rig_with_rule() -> Rig {
+pub(crate) async fn rig_with_rule() -> Rig {
     let rig = Rig::start(StoreChoice::Memory).await;
     rig.put_rule(
         json!({"action": "user", "algorithm": "token_bucket", "capacity": 20,
@@ -244,7 +244,7 @@ async fn buckets_past_the_bound_are_denied() {
 }
 
 /// The rate (tokens_per_fill) an answer gives `id`, 0 for `DENY_ALL`; `None` if it has none.
-fn rate_for(r: &RateLimitQuotaResponse, id: &BucketId) -> Option<u32> {
+pub(crate) fn rate_for(r: &RateLimitQuotaResponse, id: &BucketId) -> Option<u32> {
     actions(r)
         .into_iter()
         .rev()

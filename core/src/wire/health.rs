@@ -50,4 +50,8 @@ pub struct ReadyBody {
     /// changes on a failover).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub master: Option<String>,
+    /// What Envoy's quota streams (RLQS) hold on this backend; absent when the gRPC listener is
+    /// off. Informative: it never makes the backend unready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rlqs: Option<super::RlqsReady>,
 }

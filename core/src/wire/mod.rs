@@ -18,6 +18,7 @@ mod overrides;
 pub mod parse;
 pub mod ratelimit;
 mod report;
+mod rlqs;
 mod rule;
 mod rule_errors;
 mod rules;
@@ -44,6 +45,10 @@ pub use levels::{ActionLevels, KeyLevel, LevelsBody};
 pub use overrides::{check_override_key, KeyOverride, OverridesBody};
 pub use ratelimit::{RatelimitConfigBody, RatelimitLimit};
 pub use report::{ActionCounts, FilterReport, ReportId, MAX_REPORTER_LEN};
+pub use rlqs::{
+    RlqsBucket, RlqsHolder, RlqsKeyShares, RlqsReady, RlqsSharesBody, RlqsSum,
+    RLQS_SHARES_MAX_HOLDERS, RLQS_SHARES_MAX_KEYS,
+};
 pub use rule::{RawCalendar, RawRule};
 pub use rule_errors::rule_field_errors;
 pub use rules::{RulesBody, RulesVersion};

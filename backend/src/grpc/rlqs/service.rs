@@ -97,10 +97,11 @@ impl StreamingService<LenientReports> for StreamMethod {
     type Future = BoxFuture<'static, Result<Response<Self::ResponseStream>, Status>>;
 
     fn call(&mut self, request: Request<Streaming<LenientReports>>) -> Self::Future {
+        let peer = request.remote_addr();
         let inbound = request.into_inner();
         let (out_tx, out_rx) = mpsc::channel::<Out>(OUT_BOUND);
         let service = self.0.clone();
-        tokio::spawn(run(inbound, out_tx, service));
+        tokio::spawn(run(inbound, peer, out_tx, service));
         let out =
             futures::stream::unfold(
                 out_rx,
@@ -112,13 +113,18 @@ impl StreamingService<LenientReports> for StreamMethod {
 }
 
 /// One stream's life: reports in, assignments out, until either side ends or the server stops.
-async fn run(mut inbound: Streaming<LenientReports>, out: mpsc::Sender<Out>, service: Rlqs) {
+async fn run(
+    mut inbound: Streaming<LenientReports>,
+    peer: Option<std::net::SocketAddr>,
+    out: mpsc::Sender<Out>,
+    service: Rlqs,
+) {
     let Rlqs {
         ledger,
         metrics,
         stopping: mut stop,
     } = service;
-    let (id, mut pushed) = ledger.open().await;
+    let (id, mut pushed) = ledger.open(peer).await;
     let mut domain: Option<String> = None;
     loop {
         tokio::select! {
@@ -136,7 +142,10 @@ async fn run(mut inbound: Streaming<LenientReports>, out: mpsc::Sender<Out>, ser
                             let _ = out.send(Err(Status::invalid_argument("the first report must name a domain"))).await;
                             break;
                         }
-                        None => domain = Some(reports.domain.clone()),
+                        None => {
+                            domain = Some(reports.domain.clone());
+                            ledger.bind_domain(id, reports.domain.clone()).await;
+                        }
                         Some(bound) if !reports.domain.is_empty() && *bound != reports.domain => {
                             let status = Status::invalid_argument(format!(
                                 "this stream is bound to domain {bound:?}; got {:?}",

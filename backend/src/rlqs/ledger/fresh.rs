@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use sluice_core::rlqs::shape::Shape;
 
-use super::{Assignment, GrantKind, KeyId, Ledger, ShareId, NANO};
+use super::{Assignment, GrantKind, KeyId, Ledger, Rebalance, ShareId, NANO};
 use crate::resets::KeyReset;
 use crate::rlqs::pay;
 use crate::state::App;
@@ -83,6 +83,7 @@ impl Ledger {
             share.held = Some(raised);
             share.paid_nano += u128::from(units) * NANO;
             let bucket = share.bucket.clone();
+            self.metrics.rebalanced(&id.action, Rebalance::raised, 1);
             self.push(sid.0, bucket, Assignment::TokenBucket(raised));
         }
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sluice_core::rlqs::shape::Shape;
 use sluice_core::rlqs::TICK_MS;
 
-use super::{lower, rule_in_force, Assignment, GrantKind, KeyId, Ledger, ShareId, NANO};
+use super::{lower, rule_in_force, Assignment, GrantKind, KeyId, Ledger, Rebalance, ShareId, NANO};
 use crate::rlqs::pay;
 use crate::state::App;
 
@@ -145,6 +145,8 @@ impl Ledger {
             lower(share, halved, now, tick, &self.streams, sid.0);
             pushes.push((sid.0, share.bucket.clone(), halved));
         }
+        self.metrics
+            .rebalanced(&id.action, Rebalance::halved, pushes.len());
         for (stream, bucket, shape) in pushes {
             self.push(stream, bucket, Assignment::TokenBucket(shape));
         }
@@ -186,6 +188,8 @@ impl Ledger {
                 pushes.push((sid.0, share.bucket.clone(), raised));
             }
         }
+        self.metrics
+            .rebalanced(&id.action, Rebalance::raised, pushes.len());
         for (stream, bucket, shape) in pushes {
             self.push(stream, bucket, Assignment::TokenBucket(shape));
         }
