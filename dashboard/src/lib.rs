@@ -46,6 +46,7 @@ pub mod keys;
 pub mod live_view;
 pub mod overrides;
 pub mod reset;
+pub mod rlqs;
 pub mod rule_change;
 pub mod rules_view;
 pub mod scope;

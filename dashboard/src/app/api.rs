@@ -4,8 +4,8 @@
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::Serialize;
 use sluice_core::wire::{
-    AuditBody, HistoryBody, HistoryRange, KeyView, ResetAllBody, ResetBody, RulesBody, SessionBody,
-    SessionRequest, TopDeniedBody,
+    AuditBody, HistoryBody, HistoryRange, KeyView, ResetAllBody, ResetBody, RlqsSharesBody,
+    RulesBody, SessionBody, SessionRequest, TopDeniedBody,
 };
 use sluice_core::Rule;
 
@@ -79,6 +79,11 @@ pub async fn history(range: HistoryRange) -> Result<HistoryBody, ServerError> {
 /// peek: consumes nothing).
 pub async fn key_view(key: &str) -> Result<KeyView, ServerError> {
     read(send(Request::get(&crate::keys::key_url(key))).await?).await
+}
+
+/// `GET /v1/rlqs/shares[?key=K]`: each Envoy's share of the keys held over RLQS.
+pub async fn rlqs_shares(key: Option<&str>) -> Result<RlqsSharesBody, ServerError> {
+    read(send(Request::get(&crate::rlqs::shares_url(key))).await?).await
 }
 
 /// `GET /v1/top-denied`: the keys each action denied most over the last 5 minutes.

@@ -8,6 +8,7 @@ use leptos::prelude::*;
 use sluice_core::wire::{KeyView, TopDeniedBody};
 
 use super::reset::{ResetAllButton, ResetButton};
+use super::rlqs::RlqsShares;
 use super::search_box::SearchBox;
 use super::{api, Auth, Ctx, Tab, HISTORY_REFRESH_MS};
 use crate::keys::{key_query, key_rows, top_denied, KeyRow, TopDenied};
@@ -186,6 +187,7 @@ pub fn KeysPanel(ctx: Ctx) -> impl IntoView {
                     {move || filled.with(|(_, more)| more_text(*more, "actions where this key has no state (all of their capacity left)"))}
                 </p>
                 <p class="reset-result" id="key-reset-result" role="status">{move || reset_result.get()}</p>
+                <RlqsShares ctx=ctx tab=Tab::Keys key=Signal::derive(move || ctx.key.get()) />
             </div>
             <h3 class="top-title">"Most denied, last 5 minutes"</h3>
             <p class="hint" id="top-denied-note">

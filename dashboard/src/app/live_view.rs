@@ -5,8 +5,9 @@
 use leptos::prelude::*;
 
 use super::reset::ResetButton;
+use super::rlqs::RlqsShares;
 use super::store_health::StorePanel;
-use super::Ctx;
+use super::{Ctx, Tab};
 use crate::live_view::{cached_denials, live_view, ActionView, FunnelView, TOP_KEYS};
 use crate::scope::idle_live_text;
 
@@ -42,6 +43,7 @@ pub fn LivePanel(ctx: Ctx) -> impl IntoView {
                 </div>
             </Show>
             <p class="more" id="live-idle">{move || idle.get()}</p>
+            <RlqsShares ctx=ctx tab=Tab::Live key=Signal::derive(|| None) />
         </section>
     }
 }

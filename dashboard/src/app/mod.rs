@@ -9,6 +9,7 @@ mod history;
 mod keys;
 mod live_view;
 mod reset;
+mod rlqs;
 mod rules_view;
 mod search_box;
 mod signin;
