@@ -326,3 +326,6 @@ await import('./budgets.test.mjs');
 // 10,000 rules from a ratelimit configuration directory (issue 30): every view interactive
 // within 2 s, nothing cut off, in a stack of its own: manyrules.test.mjs.
 await import('./manyrules.test.mjs');
+// Stock Envoy over RLQS (issue 32): two real Envoys' shares of a key and the rule's bucket, in the
+// Keys and Live views, in a stack of its own: rlqs.test.mjs.
+await import('./rlqs.test.mjs');

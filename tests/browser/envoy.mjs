@@ -1,6 +1,7 @@
 // A real Envoy running the sluice proxy-wasm filter in front of a tiny upstream, for the browser
 // tests that must show a change made in the dashboard reaching traffic through the proxy. The
-// config is envoy/e2e.yaml (the Envoy suite's), its ${NAME} placeholders filled as envsubst would.
+// config is envoy/e2e.yaml (the Envoy suite's), its ${NAME} placeholders filled as envsubst would;
+// `runEnvoy` runs any other envoy/ template the same way (rlqs.test.mjs: stock Envoy over RLQS).
 // Envoy and the upstream listen on free loopback ports and are stopped by PID; every wait is
 // bounded.
 import { spawn, spawnSync } from 'node:child_process';
@@ -18,32 +19,51 @@ import { freePort, waitFor } from './stack.mjs';
  * `x-user` header) and `stop()`.
  */
 export async function startEnvoy({ repo, decisionPort, logDir, name = 'envoy' }) {
-  const envoy = process.env.SLUICE_ENVOY ?? join(repo, '.venv', 'bin', 'envoy');
   const wasm = process.env.SLUICE_FILTER_WASM
     ?? join(repo, 'target', 'wasm32-wasip1', 'wasm-release', 'sluice_filter.wasm');
   if (!existsSync(wasm)) {
     const built = spawnSync('bash', [join(repo, 'scripts', 'build-filter.sh')], { cwd: repo, stdio: 'inherit', timeout: 600000 });
     if (built.status !== 0) throw new Error(`scripts/build-filter.sh failed (${built.status})`);
   }
-  if (!existsSync(envoy)) throw new Error(`${envoy} not found: run scripts/install/30-python.sh`);
-  mkdirSync(logDir, { recursive: true });
-
-  const upstream = createServer((req, res) => { req.resume(); res.writeHead(200, { 'content-type': 'text/plain' }); res.end('ok'); });
-  const upstreamPort = await freePort();
-  await new Promise((resolve, reject) => { upstream.once('error', reject); upstream.listen(upstreamPort, '127.0.0.1', resolve); });
-
+  const upstream = await startUpstream();
   const values = {
     ENVOY_ADMIN_PORT: await freePort(),
     LISTEN_OPEN_PORT: await freePort(),
     LISTEN_CLOSED_PORT: await freePort(),
     BACKEND_PORT: decisionPort,
-    UPSTREAM_PORT: upstreamPort,
+    UPSTREAM_PORT: upstream.port,
     TIMEOUT_MS: 1000,
     FILTER_WASM: wasm,
   };
-  const template = readFileSync(join(repo, 'envoy', 'e2e.yaml'), 'utf8');
-  const config = template.replace(/\$\{([A-Z_]+)\}/g, (whole, key) => {
-    if (!(key in values)) throw new Error(`envoy/e2e.yaml: no value for ${whole}`);
+  // The listener answers once the filter's VM is up.
+  const listening = async () => (await fetch(`http://127.0.0.1:${values.LISTEN_OPEN_PORT}/`)).status === 200;
+  const envoy = await runEnvoy({ repo, template: 'e2e.yaml', values, logDir, name, ready: listening })
+    .catch((e) => { upstream.close(); throw e; });
+  const stop = () => { envoy.stop(); upstream.close(); };
+  return { url: `http://127.0.0.1:${values.LISTEN_OPEN_PORT}`, stop };
+}
+
+/** An upstream on a free loopback port answering 200 `ok` to everything: `{port, close()}`. */
+export async function startUpstream() {
+  const server = createServer((req, res) => { req.resume(); res.writeHead(200, { 'content-type': 'text/plain' }); res.end('ok'); });
+  const port = await freePort();
+  await new Promise((resolve, reject) => { server.once('error', reject); server.listen(port, '127.0.0.1', resolve); });
+  return { port, close: () => server.close() };
+}
+
+/**
+ * Runs `.venv/bin/envoy` (or $SLUICE_ENVOY) on envoy/`template` with its ${NAME} placeholders
+ * filled from `values` as envsubst would (a placeholder without a value is an error), logging to
+ * `logDir`/`name`.log. Resolves once the admin port's /ready answers 200 and `ready()` (if given)
+ * is true; `values.ENVOY_ADMIN_PORT` must be set. Returns `stop()` (SIGTERM by PID).
+ */
+export async function runEnvoy({ repo, template, values, logDir, name = 'envoy', ready = async () => true }) {
+  const envoy = process.env.SLUICE_ENVOY ?? join(repo, '.venv', 'bin', 'envoy');
+  if (!existsSync(envoy)) throw new Error(`${envoy} not found: run scripts/install/30-python.sh`);
+  mkdirSync(logDir, { recursive: true });
+  const text = readFileSync(join(repo, 'envoy', template), 'utf8');
+  const config = text.replace(/\$\{([A-Z_]+)\}/g, (whole, key) => {
+    if (!(key in values)) throw new Error(`envoy/${template}: no value for ${whole}`);
     return String(values[key]);
   });
   const configPath = join(logDir, `${name}-${values.ENVOY_ADMIN_PORT}.yaml`);
@@ -55,22 +75,18 @@ export async function startEnvoy({ repo, decisionPort, logDir, name = 'envoy' })
     if (child.exitCode === null && child.signalCode === null) {
       try { process.kill(child.pid, 'SIGTERM'); } catch { /* already gone */ }
     }
-    upstream.close();
   };
   try {
-    await waitFor('envoy to be ready', async () => {
+    await waitFor(`${name} to be ready`, async () => {
       if (child.exitCode !== null) throw new Error(`envoy exited with ${child.exitCode}; see ${logDir}/${name}.log`);
-      const ready = await fetch(`http://127.0.0.1:${values.ENVOY_ADMIN_PORT}/ready`);
-      if (!ready.ok) return false;
-      // The listener answers once the filter's VM is up.
-      const probe = await fetch(`http://127.0.0.1:${values.LISTEN_OPEN_PORT}/`);
-      return probe.status === 200;
+      const admin = await fetch(`http://127.0.0.1:${values.ENVOY_ADMIN_PORT}/ready`);
+      return admin.ok && ready();
     }, { timeout: 30000, every: 200 });
   } catch (e) {
     stop();
     throw e;
   }
-  return { url: `http://127.0.0.1:${values.LISTEN_OPEN_PORT}`, stop };
+  return { stop };
 }
 
 /** One request through Envoy as user `key` on the `/limited/` route: resolves to the status. */
