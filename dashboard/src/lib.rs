@@ -17,6 +17,7 @@
 //! | `live_view.rs` | [`live_view`] | funnels from a levels snapshot: order, fill, colour |
 //! | `history.rs` | [`history`] | per-action stacked history charts, hover readouts, the "passed unchecked" panel, actions quiet for 24 h |
 //! | `keys.rs` | [`keys`] | one key's state on every action; the most denied keys per action |
+//! | `rlqs.rs` (in the key view and the live view) | [`rlqs`] | per key held over RLQS: the rule's bucket, each Envoy's share, the sum |
 //! | `rules_view.rs` (overrides under a rule), `editor.rs` | [`overrides`] | an action's overrides, an override's URL, keys a browser cannot put in a path |
 //! | `reset.rs` (live view, key view) | [`reset`] | the reset URL and what a reset removed |
 //! | `audit.rs` | [`audit`] | the audit trail newest first, the kind in words, before → after by field |
