@@ -233,3 +233,18 @@ async fn the_openapi_document_lists_the_route_and_exactly_the_fields_sent() {
     assert_eq!(props("RlqsReady"), fields(&ready["rlqs"]));
     rig.stop().await;
 }
+
+#[tokio::test]
+async fn with_the_grpc_listener_off_there_is_nothing_to_show() {
+    let s = crate::harness::Sluice::start(sluice_backend::StoreChoice::Memory).await;
+    let ready: Value = crate::harness::get_json(&s.http, format!("{}/readyz", s.admin)).await;
+    assert_eq!(ready["status"], "ready");
+    assert!(ready.get("rlqs").is_none(), "no RLQS line: {ready}");
+    let (status, body) = s.admin_get("/v1/rlqs/shares").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["streams"].clone(), body["keys"].clone()),
+        (json!(0), json!([]))
+    );
+    s.stop().await;
+}
