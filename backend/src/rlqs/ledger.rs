@@ -33,6 +33,7 @@ use sluice_core::{Mode, Rule};
 use tokio::sync::mpsc;
 
 mod fresh;
+mod registry;
 mod tick;
 mod view;
 
@@ -40,6 +41,7 @@ use super::metrics::{Rebalance, RlqsMetrics, ASSIGNMENT_KINDS};
 use super::pay;
 use super::reader::StreamInfo;
 use super::settings::Settings;
+use super::shares::Registry;
 use crate::state::App;
 
 /// One stream's id, unique in this process.
@@ -151,11 +153,22 @@ struct KeyEntry {
     shares: BTreeMap<ShareId, Share>,
     /// Refill earned by the shares and not yet paid, in billionths of a unit.
     owed_nano: u128,
+    /// What this replica may hold of the rule beside the other replicas (`registry.rs`);
+    /// `None` until the first sync with the store.
+    ceiling: Option<Shape>,
 }
 
 impl KeyEntry {
     fn total(&self) -> Shape {
-        shape(&self.rule.params())
+        let rule = shape(&self.rule.params());
+        match self.ceiling {
+            Some(c) => Shape {
+                max_tokens: rule.max_tokens.min(c.max_tokens),
+                tokens_per_fill: rule.tokens_per_fill.min(c.tokens_per_fill),
+                ..rule
+            },
+            None => rule,
+        }
     }
 
     /// Each holder's target share, by position in `shares`: bursts equal, rates by demand.
@@ -196,6 +209,8 @@ pub struct Ledger {
     keys: BTreeMap<KeyId, KeyEntry>,
     outbox: HashMap<StreamId, Vec<Assigned>>,
     last_tick: Option<Instant>,
+    /// The shares of every replica, kept in the store.
+    registry: Registry,
 }
 
 /// A bucket id as one map key: its entries sorted, NUL-separated.
@@ -235,6 +250,7 @@ impl Ledger {
             keys: BTreeMap::new(),
             outbox: HashMap::new(),
             last_tick: None,
+            registry: Registry::default(),
         }
     }
 
@@ -373,6 +389,7 @@ impl Ledger {
             rule: rule.clone(),
             shares: BTreeMap::new(),
             owed_nano: 0,
+            ceiling: None,
         });
         entry.rule = rule.clone();
         let joined = !entry.shares.contains_key(&sid);
@@ -448,6 +465,7 @@ impl Ledger {
     /// [`GrantKind::Refill`] the bucket Envoy holds is replaced by a full one (`DENY_ALL` then
     /// the token bucket, in one response: a plain replacement keeps the old fill fraction).
     async fn grant(&mut self, app: &App, id: &KeyId, sid: &ShareId, kind: GrantKind, now: Instant) {
+        self.sync_if_unknown(app, id, now).await;
         let Some(entry) = self.keys.get(id) else {
             return;
         };

@@ -10,14 +10,16 @@
 //! the filter, RLS and the HTTP API decide on) stays the account every admission is paid from.
 //!
 //! One ledger task per backend process owns the state ([`task`]), so the steps are serial and
-//! need no lock. The ledger lives in this process's memory only: a restarted backend does not
-//! know the shares of streams that were open before (docs/rlqs.md says what that costs).
+//! need no lock. What each replica's shares take of a key is also kept in the store beside the
+//! key's state ([`shares`], `ledger/registry.rs`, [`crate::store::rlqs`]), so replicas split a
+//! rule together and a stopped backend's shares are paid by a live one until they expire.
 
 pub mod ledger;
 pub mod metrics;
 pub mod pay;
 pub mod reader;
 pub mod settings;
+pub mod shares;
 pub mod task;
 
 pub use ledger::{Assigned, Assignment};

@@ -8,7 +8,8 @@
 //! - [`RuleStore`]: rules, overrides, their version and the audit trail;
 //! - [`ActivityStore`]: the recent keys of each action;
 //! - [`HistoryStore`]: history steps and top denied keys;
-//! - [`HealthStore`]: kind, ping, health report.
+//! - [`HealthStore`]: kind, ping, health report;
+//! - [`ShareStore`]: the RLQS shares every replica holds of each key.
 //!
 //! Code that needs one concern takes that trait (`&dyn RuleStore`, or a generic bound for two);
 //! the app holds one `Arc<dyn Store>`, every concern at once. Time is the store's own
@@ -27,6 +28,7 @@ mod history;
 pub mod memory;
 pub mod redis;
 mod reset;
+pub mod rlqs;
 mod rules;
 
 pub use activity::{Activity, ActivityStore, ACTIVITY_KEEP, TOUCHED_KEEP};
@@ -39,12 +41,20 @@ pub use error::StoreError;
 pub use health::HealthStore;
 pub use history::HistoryStore;
 pub use reset::ResetStore;
+pub use rlqs::ShareStore;
 pub use rules::{listed_overrides, RuleSnapshot, RuleStore};
 
 /// Every concern at once: what the app holds and what a store is. Implemented by every type that
 /// serves them all.
 pub trait Store:
-    DecisionStore + BudgetStore + ResetStore + RuleStore + ActivityStore + HistoryStore + HealthStore
+    DecisionStore
+    + BudgetStore
+    + ResetStore
+    + RuleStore
+    + ActivityStore
+    + HistoryStore
+    + HealthStore
+    + ShareStore
 {
 }
 
@@ -56,5 +66,6 @@ impl<T> Store for T where
         + ActivityStore
         + HistoryStore
         + HealthStore
+        + ShareStore
 {
 }

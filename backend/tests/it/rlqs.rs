@@ -63,7 +63,7 @@ impl Quota {
         self.next_within(Duration::from_secs(5)).await
     }
 
-    async fn next_within(
+    pub(crate) async fn next_within(
         &mut self,
         wait: Duration,
     ) -> Result<RateLimitQuotaResponse, tonic::Status> {
@@ -95,7 +95,7 @@ pub(crate) fn usage(id: BucketId, allowed: u64) -> BucketQuotaUsage {
 }
 
 /// Each action of `r`: its bucket, its strategy and its TTL in seconds.
-fn actions(r: &RateLimitQuotaResponse) -> Vec<(BucketId, Strategy, i64)> {
+pub(crate) fn actions(r: &RateLimitQuotaResponse) -> Vec<(BucketId, Strategy, i64)> {
     r.bucket_action
         .iter()
         .map(|a| {
@@ -110,7 +110,7 @@ fn actions(r: &RateLimitQuotaResponse) -> Vec<(BucketId, Strategy, i64)> {
         .collect()
 }
 
-fn token_bucket(s: &Strategy) -> TokenBucket {
+pub(crate) fn token_bucket(s: &Strategy) -> TokenBucket {
     match s {
         Strategy::TokenBucket(tb) => *tb,
         other => panic!("a token bucket, got {other:?}"),
@@ -118,7 +118,7 @@ fn token_bucket(s: &Strategy) -> TokenBucket {
 }
 
 /// (max_tokens, tokens_per_fill, fill_interval seconds)
-fn shape(tb: &TokenBucket) -> (u32, u32, i64) {
+pub(crate) fn shape(tb: &TokenBucket) -> (u32, u32, i64) {
     (
         tb.max_tokens,
         tb.tokens_per_fill.unwrap().value,
@@ -127,7 +127,7 @@ fn shape(tb: &TokenBucket) -> (u32, u32, i64) {
 }
 
 const ALLOW_ALL: Strategy = Strategy::BlanketRule(BlanketRule::AllowAll as i32);
-const DENY_ALL: Strategy = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
+pub(crate) const DENY_ALL: Strategy = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
 
 pub(crate) async fn rig_with_rule() -> Rig {
     let rig = Rig::start(StoreChoice::Memory).await;

@@ -21,16 +21,20 @@ impl Ledger {
             .unwrap_or_default();
         self.last_tick = Some(now);
         let elapsed_ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        let ids: Vec<KeyId> = self.keys.keys().cloned().collect();
+        self.sweep_shares(app, now).await;
+        let mut ids: Vec<KeyId> = self.keys.keys().cloned().collect();
+        ids.extend(self.synced_elsewhere());
         for id in ids {
             self.expire(&id, now);
             let Some(rule) = rule_in_force(app, &id) else {
                 self.release(&id);
+                self.forget_shares(&id);
                 continue;
             };
             if let Some(entry) = self.keys.get_mut(&id) {
-                entry.rule = rule;
+                entry.rule = rule.clone();
             }
+            self.sync_shares(app, &id, &rule, now).await;
             self.lower_to_targets(&id, now);
             let starved = self.pay_refill(app, &id, elapsed_ns, now).await;
             if !starved {

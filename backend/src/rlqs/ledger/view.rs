@@ -166,6 +166,7 @@ mod tests {
                 rule: rule(),
                 shares,
                 owed_nano: 0,
+                ceiling: None,
             };
             ledger.keys.insert(id, entry);
         }
@@ -246,6 +247,7 @@ mod tests {
             rule: rule(),
             shares,
             owed_nano: 0,
+            ceiling: None,
         };
         ledger.keys.insert(id, entry);
         for i in 0..RLQS_SHARES_MAX_KEYS {
@@ -257,6 +259,7 @@ mod tests {
                 rule: rule(),
                 shares: BTreeMap::new(),
                 owed_nano: 0,
+                ceiling: None,
             };
             ledger.keys.insert(id, entry);
         }

@@ -23,6 +23,7 @@ mod budget;
 mod decision;
 mod health;
 mod history;
+mod rlqs;
 mod rules;
 mod shards;
 pub mod sizing;

@@ -6,6 +6,8 @@
 //! - rules: hash `{<prefix>:rules}`, action -> rule JSON, with the version in its field `#version`
 //!   (older releases kept the version in `{<prefix>:rules}:version`, same slot: migrated on load)
 //! - activity: `{<prefix>:activity:<action>}:recent` (zset) and `...:counts` (hash)
+//! - RLQS shares of (action, subject), one record per replica: `<prefix>:{<action>:<subject>}:rlqs`
+//!   (hash, beside the state: same slot); the keys holding some: `{<prefix>:rlqs}:keys` (zset)
 //!
 //! A subject is any string. One over 128 bytes, or containing `{` or `}` (which would move the
 //! hash tag), or starting with `h:` (which could collide with a digest) is stored as `h:` + the
@@ -36,13 +38,28 @@ impl KeyLayout {
 
     /// Throttle state of `subject` under a rule for `action` with `algorithm`.
     pub(crate) fn state(&self, action: &Action, algorithm: Algorithm, subject: &str) -> String {
+        format!("{}:{}", self.tagged(action, subject), algorithm.name())
+    }
+
+    /// `<prefix>:{<action>:<subject>}`: what every key of one (action, subject) starts with.
+    fn tagged(&self, action: &Action, subject: &str) -> String {
         format!(
-            "{}:{{{}:{}}}:{}",
+            "{}:{{{}:{}}}",
             self.prefix,
             action.as_str().replace(':', "%3A"),
-            stored_subject(subject),
-            algorithm.name()
+            stored_subject(subject)
         )
+    }
+
+    /// The RLQS share records of (`action`, `subject`): the state's hash tag, so one slot with
+    /// it (`rlqs` is no algorithm's name, so no state key is named so).
+    pub(crate) fn rlqs_shares(&self, action: &Action, subject: &str) -> String {
+        format!("{}:rlqs", self.tagged(action, subject))
+    }
+
+    /// The index of keys holding RLQS share records (one key, one slot).
+    pub(crate) fn rlqs_index(&self) -> String {
+        format!("{{{}:rlqs}}:keys", self.prefix)
     }
 
     /// `cl.throttle` state of `subject`.

@@ -8,7 +8,7 @@
 //! the precision reasoning of the scripts.
 //!
 //! One file per concern: `decision.rs` (and `all.rs`), `budget.rs`, `reset.rs`, `rules.rs`,
-//! `activity.rs`, `history.rs`, `health.rs`; the deployments in `topology/` (single node here,
+//! `activity.rs`, `history.rs`, `health.rs`, `rlqs.rs`; the deployments in `topology/` (single node here,
 //! `cluster.rs`, `sentinel.rs`); TLS and credentials in `security.rs`; key names in `keys.rs`,
 //! error mapping in `errors.rs`.
 
@@ -24,6 +24,7 @@ mod history;
 mod keys;
 mod preload;
 mod reset;
+mod rlqs;
 mod rules;
 mod scripts;
 mod security;

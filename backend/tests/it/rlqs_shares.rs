@@ -1,0 +1,232 @@
+//! RLQS shares kept in the store (`ShareStore`): backend replicas on one real redis-server
+//! split a key's rule together, and the shares of a backend that stopped are taken over by one
+//! live replica, which pays their refill until their TTL ends, then drops them. envoy-types'
+//! tonic client stands in for Envoy's quota filter (helpers of `rlqs.rs`).
+
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+use serde_json::json;
+use sluice_core::rlqs::DEFAULT_TTL_S;
+use tokio::task::JoinHandle;
+
+use crate::harness::redis;
+use crate::rlqs::{actions, bucket, shape, token_bucket, usage, Quota, Rig, DENY_ALL};
+use crate::support::RedisServer;
+
+const HASH: &str = "sluice:{user:alice}:rlqs";
+
+async fn replica(server: &RedisServer) -> Rig {
+    Rig::start(redis(&server.url())).await
+}
+
+async fn put_rule(rig: &Rig) {
+    rig.put_rule(
+        json!({"action": "user", "algorithm": "token_bucket", "capacity": 20,
+                        "rate": {"count": 10, "period": "1s"}}),
+    )
+    .await;
+}
+
+/// The key's share records in Redis: replica id → (holders, burst, tokens_per_fill, fill,
+/// expires_ms, paid_ms).
+fn records(server: &RedisServer) -> Vec<(String, [u64; 6])> {
+    let out = server.cli(&["HGETALL", HASH]);
+    let lines: Vec<&str> = out.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|c| c.len() == 2)
+        .map(|c| {
+            let v: Vec<u64> = c[1].split(' ').map(|x| x.parse().unwrap()).collect();
+            (c[0].to_owned(), v.try_into().unwrap())
+        })
+        .collect()
+}
+
+/// What alice has left now (a peek: quantity 0 changes nothing).
+async fn remaining(rig: &Rig) -> u64 {
+    let body = json!({"action": "user", "key": "alice", "quantity": 0});
+    let (status, answer) = rig
+        .http_post("/v1/throttle", serde_json::to_vec(&body).unwrap())
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    answer["remaining"].as_u64().unwrap()
+}
+
+/// (burst, rate) of a strategy: 0, 0 for `DENY_ALL`.
+fn burst_rate(s: &Strategy) -> (u32, u32) {
+    if *s == DENY_ALL {
+        return (0, 0);
+    }
+    let (b, n, f) = shape(&token_bucket(s));
+    assert_eq!(f, 1, "the rule's fill interval");
+    (b, n)
+}
+
+/// Reads `q`'s assignments of alice for `within`, each with when it arrived.
+fn collect(mut q: Quota, within: Duration) -> JoinHandle<Vec<(Instant, (u32, u32))>> {
+    tokio::spawn(async move {
+        // The whole stream moves here: its report side kept open (a dropped side ends it).
+        let q = &mut q;
+        let alice = bucket(&[("name", "user"), ("user", "alice")]);
+        let end = Instant::now() + within;
+        let mut got = Vec::new();
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            let answer = match tokio::time::timeout(left, q.rx.message()).await {
+                Ok(Ok(Some(answer))) => answer,
+                Err(_) => break,
+                other => panic!("the stream ended: {other:?}"),
+            };
+            let at = Instant::now();
+            for (b, s, _) in actions(&answer) {
+                if b == alice {
+                    got.push((at, burst_rate(&s)));
+                }
+            }
+        }
+        got
+    })
+}
+
+#[tokio::test]
+async fn two_replicas_split_one_key_within_the_rule() {
+    let server = RedisServer::start();
+    let a = replica(&server).await;
+    put_rule(&a).await;
+    let b = replica(&server).await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+
+    let mut qa = Quota::open(&a).await;
+    qa.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let first = burst_rate(&actions(&qa.next().await.unwrap())[0].1);
+    assert_eq!(first, (20, 10), "alone on both replicas: the whole rule");
+
+    // A second Envoy on the other replica: it must not get a share the first still holds.
+    let mut qb = Quota::open(&b).await;
+    qb.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let joined = burst_rate(&actions(&qb.next().await.unwrap())[0].1);
+    assert_eq!(
+        joined,
+        (0, 0),
+        "replica a holds the whole rule: nothing is left for b yet"
+    );
+
+    // Both replicas' ticks: a lowers to its half, b is granted once a's record has dropped.
+    let window = Duration::from_secs(6);
+    let (ga, gb) = (collect(qa, window), collect(qb, window));
+    let (ga, gb) = (ga.await.unwrap(), gb.await.unwrap());
+    let mut events: Vec<(Instant, char, (u32, u32))> = ga
+        .iter()
+        .map(|&(t, s)| (t, 'a', s))
+        .chain(gb.iter().map(|&(t, s)| (t, 'b', s)))
+        .collect();
+    events.sort_by_key(|e| e.0);
+    let (mut now_a, mut now_b) = (first, joined);
+    for (_, who, s) in &events {
+        if *who == 'a' {
+            now_a = *s;
+        } else {
+            now_b = *s;
+        }
+        println!("{who}: {s:?} -> a {now_a:?} + b {now_b:?}");
+        assert!(
+            now_a.0 + now_b.0 <= 20 && now_a.1 + now_b.1 <= 10,
+            "Σ over the replicas past the rule: a {now_a:?} + b {now_b:?}"
+        );
+    }
+    assert_eq!(now_a, (10, 5), "a lowered to its half");
+    assert_eq!(now_b.1, 5, "b raised to its half of the rate: {now_b:?}");
+    assert!(now_b.0 >= 1 && now_b.0 <= 10, "b's burst: {now_b:?}");
+
+    let recs = records(&server);
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    let burst: u64 = recs.iter().map(|(_, r)| r[1]).sum();
+    let rate: u64 = recs.iter().map(|(_, r)| r[2]).sum();
+    assert!(burst <= 20 && rate <= 10, "{recs:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn a_stopped_backends_shares_are_taken_over_by_one_replica_and_paid_until_their_ttl() {
+    let server = RedisServer::start();
+    let a = replica(&server).await;
+    put_rule(&a).await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut qa = Quota::open(&a).await;
+    qa.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let granted = burst_rate(&actions(&qa.next().await.unwrap())[0].1);
+    let reported = Instant::now();
+    assert_eq!(granted, (20, 10));
+    let old = records(&server);
+    assert_eq!(old.len(), 1, "{old:?}");
+    let (old_id, old_rec) = old[0].clone();
+    assert_eq!(old_rec[1..4], [20, 10, 1], "{old_rec:?}");
+
+    // The backend stops (its Envoy still enforces the share until its TTL); two replicas start
+    // on the same Redis, and neither holds the key.
+    a.stop().await;
+    drop(qa);
+    let b = replica(&server).await;
+    let c = replica(&server).await;
+    assert!(remaining(&b).await <= 2, "the burst was paid at grant");
+
+    // One of them takes the orphan over (within the stale mark, 3 ticks, and a tick).
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let claimer = loop {
+        let recs = records(&server);
+        if !recs.iter().any(|(id, _)| *id == old_id) && !recs.is_empty() {
+            break recs;
+        }
+        assert!(Instant::now() < deadline, "no claim: {recs:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let claimed_at = reported.elapsed();
+    println!("claimed after {claimed_at:?}: {claimer:?}");
+    assert_eq!(claimer.len(), 1, "one claimer only: {claimer:?}");
+    assert_eq!(
+        claimer[0].1[0..3],
+        [0, 20, 10],
+        "no holder of its own, the orphan's burst and rate"
+    );
+
+    // Until the share's TTL ends its refill is debited: the key stays spent. Unpaid, it would
+    // have refilled to 20 within 2 s of the stop.
+    let ttl = Duration::from_secs(DEFAULT_TTL_S);
+    let mut checked = 0;
+    while reported.elapsed() < ttl - Duration::from_millis(1_500) {
+        let (rb, rc) = (remaining(&b).await, remaining(&c).await);
+        assert!(
+            rb <= 1 && rc <= 1,
+            "refill left unpaid at {:?}: {rb}/{rc}",
+            reported.elapsed()
+        );
+        let recs = records(&server);
+        assert!(recs.len() <= 1, "a second claimer: {recs:?}");
+        checked += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(checked >= 3, "checked {checked} times");
+
+    // Then dropped: the record goes, and the key refills.
+    let deadline = reported + ttl + Duration::from_secs(4);
+    loop {
+        if records(&server).is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still held: {:?}",
+            records(&server)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("dropped after {:?}", reported.elapsed());
+    let refill_deadline = Instant::now() + Duration::from_secs(10);
+    while remaining(&b).await < 5 {
+        assert!(Instant::now() < refill_deadline, "the key never refilled");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    b.stop().await;
+    c.stop().await;
+}
