@@ -46,19 +46,18 @@ pub use rules::{listed_overrides, RuleSnapshot, RuleStore};
 
 /// Every concern at once: what the app holds and what a store is. Implemented by every type that
 /// serves them all.
-pub trait Store:
-    DecisionStore
-    + BudgetStore
-    + ResetStore
-    + RuleStore
-    + ActivityStore
-    + HistoryStore
-    + HealthStore
-    + ShareStore
+pub trait Store: Throttles + ShareStore {}
+
+impl<T: Throttles + ShareStore> Store for T {}
+
+/// The concerns of the decisions and their administration (every store concern but the RLQS
+/// shares, [`ShareStore`]).
+pub trait Throttles:
+    DecisionStore + BudgetStore + ResetStore + RuleStore + ActivityStore + HistoryStore + HealthStore
 {
 }
 
-impl<T> Store for T where
+impl<T> Throttles for T where
     T: DecisionStore
         + BudgetStore
         + ResetStore
@@ -66,6 +65,5 @@ impl<T> Store for T where
         + ActivityStore
         + HistoryStore
         + HealthStore
-        + ShareStore
 {
 }

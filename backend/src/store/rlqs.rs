@@ -104,20 +104,27 @@ pub trait ShareStore: Send + Sync + 'static {
     /// returns the others and this replica's ceiling.
     async fn sync_shares(
         &self,
-        action: &Action,
-        key: &str,
+        key: &ShareKey,
         sync: &ShareSync<'_>,
     ) -> Result<ShareView, StoreError>;
 
-    /// Marks `held` as synced now, drops `empty` (keys found holding no record) unless someone
-    /// synced them since, and returns up to `limit` keys nobody synced for `stale_ms`.
-    async fn touch_share_keys(
-        &self,
-        held: &[ShareKey],
-        empty: &[ShareKey],
-        stale_ms: u64,
-        limit: usize,
-    ) -> Result<StaleKeys, StoreError>;
+    /// Marks `touch.held` as synced now, drops `touch.empty` (keys found holding no record)
+    /// unless someone synced them since, and returns up to `touch.limit` keys nobody synced for
+    /// `touch.stale_ms`.
+    async fn touch_share_keys(&self, touch: &IndexTouch<'_>) -> Result<StaleKeys, StoreError>;
+}
+
+/// One replica's touch of the index of keys holding records.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexTouch<'a> {
+    /// Keys this replica holds a record of: marked synced now.
+    pub held: &'a [ShareKey],
+    /// Keys found holding no record: dropped unless synced within `stale_ms`.
+    pub empty: &'a [ShareKey],
+    /// A key not synced for this long may hold orphans.
+    pub stale_ms: u64,
+    /// Most stale keys returned.
+    pub limit: usize,
 }
 
 /// The part of `rule` a replica with `holders` of all `holders + others.holders` may hold,

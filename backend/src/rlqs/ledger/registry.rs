@@ -24,7 +24,7 @@ use sluice_core::{Action, Rule};
 use super::{KeyEntry, KeyId, Ledger};
 use crate::rlqs::shares::{rate_on, Adopted, STALE_MS, SWEEP_LIMIT, UNKNOWN_AFTER};
 use crate::state::App;
-use crate::store::rlqs::{ShareKey, ShareRecord, ShareSync};
+use crate::store::rlqs::{IndexTouch, ShareKey, ShareRecord, ShareSync};
 
 fn share_key(id: &KeyId) -> Option<ShareKey> {
     Some(ShareKey {
@@ -81,10 +81,13 @@ impl Ledger {
         let mut held: Vec<ShareKey> = self.keys.keys().filter_map(share_key).collect();
         held.extend(self.registry.adopting().cloned());
         let empty = std::mem::take(&mut self.registry.empty);
-        let touch = app
-            .store
-            .touch_share_keys(&held, &empty, STALE_MS, SWEEP_LIMIT);
-        let stale = match app.store_call(touch).await {
+        let touch = IndexTouch {
+            held: &held,
+            empty: &empty,
+            stale_ms: STALE_MS,
+            limit: SWEEP_LIMIT,
+        };
+        let stale = match app.store_call(app.store.touch_share_keys(&touch)).await {
             Ok(stale) => stale,
             Err(e) => {
                 tracing::warn!(error = %e, "rlqs: the shares index could not be read");
@@ -119,10 +122,13 @@ impl Ledger {
         if !self.registry.views.contains_key(&sk) {
             // Indexed before its first record is written: a record nobody can find would
             // never be taken over.
-            let index = app
-                .store
-                .touch_share_keys(std::slice::from_ref(&sk), &[], STALE_MS, 0);
-            if let Err(e) = app.store_call(index).await {
+            let touch = IndexTouch {
+                held: std::slice::from_ref(&sk),
+                empty: &[],
+                stale_ms: STALE_MS,
+                limit: 0,
+            };
+            if let Err(e) = app.store_call(app.store.touch_share_keys(&touch)).await {
                 tracing::warn!(action = %id.action, error = %e,
                     "rlqs: the shares index could not be written");
             }
@@ -144,9 +150,7 @@ impl Ledger {
             expires_in_ms: expires_in,
             stale_ms: STALE_MS,
         };
-        let result = app
-            .store_call(app.store.sync_shares(&sk.action, &sk.key, &sync))
-            .await;
+        let result = app.store_call(app.store.sync_shares(&sk, &sync)).await;
         let view = self.registry.views.entry(sk.clone()).or_default();
         let ceiling = match result {
             Ok(got) => {

@@ -5,11 +5,10 @@
 
 use async_trait::async_trait;
 use sluice_core::time::NANOS_PER_MILLI;
-use sluice_core::Action;
 
 use super::MemoryStore;
 use crate::store::rlqs::{
-    ceiling, ShareKey, ShareRecord, ShareStore, ShareSync, ShareView, StaleKeys,
+    ceiling, IndexTouch, ShareKey, ShareRecord, ShareStore, ShareSync, ShareView, StaleKeys,
 };
 use crate::store::StoreError;
 
@@ -17,8 +16,7 @@ use crate::store::StoreError;
 impl ShareStore for MemoryStore {
     async fn sync_shares(
         &self,
-        _action: &Action,
-        _key: &str,
+        _: &ShareKey,
         sync: &ShareSync<'_>,
     ) -> Result<ShareView, StoreError> {
         let held = sync.mine != ShareRecord::default();
@@ -31,13 +29,7 @@ impl ShareStore for MemoryStore {
         })
     }
 
-    async fn touch_share_keys(
-        &self,
-        _held: &[ShareKey],
-        _empty: &[ShareKey],
-        _stale_ms: u64,
-        _limit: usize,
-    ) -> Result<StaleKeys, StoreError> {
+    async fn touch_share_keys(&self, _: &IndexTouch<'_>) -> Result<StaleKeys, StoreError> {
         Ok(StaleKeys {
             now_ms: self.now() / NANOS_PER_MILLI,
             keys: Vec::new(),

@@ -20,7 +20,7 @@ use super::errors::parse_u64;
 use super::scripts::with_now_ms;
 use super::RedisStore;
 use crate::store::rlqs::{
-    Orphan, ShareKey, ShareRecord, ShareStore, ShareSync, ShareView, StaleKeys,
+    IndexTouch, Orphan, ShareKey, ShareRecord, ShareStore, ShareSync, ShareView, StaleKeys,
 };
 use crate::store::StoreError;
 
@@ -45,11 +45,10 @@ fn u32_of(text: &str, key: &str) -> Result<u32, StoreError> {
 impl ShareStore for RedisStore {
     async fn sync_shares(
         &self,
-        action: &Action,
-        key: &str,
+        key: &ShareKey,
         sync: &ShareSync<'_>,
     ) -> Result<ShareView, StoreError> {
-        let hash = self.keys.rlqs_shares(action, key);
+        let hash = self.keys.rlqs_shares(&key.action, &key.key);
         let mut invocation = SHARES.key(&hash);
         invocation
             .arg(now_arg(self.at()))
@@ -109,23 +108,17 @@ impl ShareStore for RedisStore {
         })
     }
 
-    async fn touch_share_keys(
-        &self,
-        held: &[ShareKey],
-        empty: &[ShareKey],
-        stale_ms: u64,
-        limit: usize,
-    ) -> Result<StaleKeys, StoreError> {
+    async fn touch_share_keys(&self, touch: &IndexTouch<'_>) -> Result<StaleKeys, StoreError> {
         let index = self.keys.rlqs_index();
         let member = |k: &ShareKey| format!("{}{MEMBER_SEP}{}", k.action.as_str(), k.key);
         let mut invocation = INDEX.key(&index);
         invocation
             .arg(now_arg(self.at()))
-            .arg(stale_ms)
-            .arg(limit)
+            .arg(touch.stale_ms)
+            .arg(touch.limit)
             .arg(KEEP_MS)
-            .arg(held.len());
-        for k in held.iter().chain(empty) {
+            .arg(touch.held.len());
+        for k in touch.held.iter().chain(touch.empty) {
             invocation.arg(member(k));
         }
         let reply: Vec<String> = self.script(&index, "rlqs_index", &invocation).await?;
