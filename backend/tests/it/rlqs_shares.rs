@@ -1,18 +1,23 @@
 //! RLQS shares kept in the store (`ShareStore`): backend replicas on one real redis-server
 //! split a key's rule together, and the shares of a backend that stopped are taken over by one
 //! live replica, which pays their refill until their TTL ends, then drops them. envoy-types'
-//! tonic client stands in for Envoy's quota filter (helpers of `rlqs.rs`).
+//! tonic client stands in for Envoy's quota filter (helpers of `rlqs.rs`). The store's step is
+//! also held to fixed times (a manual clock) on a redis-server and a Redis Cluster.
 
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
 use serde_json::json;
+use sluice_backend::store::redis::{RedisConfig, RedisTarget};
+use sluice_backend::store::rlqs::{IndexTouch, ShareKey, ShareRecord, ShareStore, ShareSync};
+use sluice_core::rlqs::shape::Shape as RuleShape;
 use sluice_core::rlqs::DEFAULT_TTL_S;
+use sluice_core::Action as SluiceAction;
 use tokio::task::JoinHandle;
 
 use crate::harness::redis;
 use crate::rlqs::{actions, bucket, shape, token_bucket, usage, Quota, Rig, DENY_ALL};
-use crate::support::RedisServer;
+use crate::support::{redis_at_fixed_times, RedisCluster, RedisServer};
 
 const HASH: &str = "sluice:{user:alice}:rlqs";
 
@@ -143,6 +148,11 @@ async fn two_replicas_split_one_key_within_the_rule() {
     let burst: u64 = recs.iter().map(|(_, r)| r[1]).sum();
     let rate: u64 = recs.iter().map(|(_, r)| r[2]).sum();
     assert!(burst <= 20 && rate <= 10, "{recs:?}");
+    // Both keys carry a TTL (a `volatile-*` eviction policy may take them; docs/storage.md).
+    for k in [HASH, "{sluice:rlqs}:keys"] {
+        let ttl: i64 = server.cli(&["PTTL", k]).trim().parse().unwrap();
+        assert!(ttl > 0, "{k}: PTTL {ttl}");
+    }
     a.stop().await;
     b.stop().await;
 }
@@ -229,4 +239,161 @@ async fn a_stopped_backends_shares_are_taken_over_by_one_replica_and_paid_until_
     }
     b.stop().await;
     c.stop().await;
+}
+
+/// The store's step itself at fixed times (a manual clock, no ledger): records add up, a
+/// replica's ceiling is its holders' part within what the others hold, a stale record has one
+/// claimer, expired records go, and the index finds and then forgets a key nobody syncs.
+async fn share_records_at_fixed_times(target: RedisTarget) {
+    const T0: u64 = 1_800_000_000_000; // ms
+    let mut config = RedisConfig::new(target);
+    config.timeout = Duration::from_secs(5);
+    let (store, clock) = redis_at_fixed_times(config, T0 * 1_000_000).await;
+    let at = |ms: u64| clock.set((T0 + ms) * 1_000_000);
+    let rule = RuleShape {
+        max_tokens: 20,
+        tokens_per_fill: 10,
+        fill_interval_s: 1,
+    };
+    let key = ShareKey {
+        action: SluiceAction::parse("user").unwrap(),
+        key: "alice".to_owned(),
+    };
+    let holding = |holders, burst, tokens_per_fill| ShareRecord {
+        holders,
+        burst,
+        tokens_per_fill,
+        fill_interval_s: 1,
+    };
+    let sync = |instance: &'static str, mine: ShareRecord| ShareSync {
+        instance,
+        rule,
+        mine,
+        expires_in_ms: 12_000,
+        stale_ms: 3_000,
+    };
+    let whole = |b, n| RuleShape {
+        max_tokens: b,
+        tokens_per_fill: n,
+        fill_interval_s: 1,
+    };
+
+    let a = store
+        .sync_shares(&key, &sync("a", holding(1, 0, 0)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (a.ceiling, a.live, a.now_ms),
+        (rule, 1, T0),
+        "alone: the whole rule"
+    );
+    // b joins: a's record holds the whole rule (its ceiling, above what it granted yet).
+    let b = store
+        .sync_shares(&key, &sync("b", holding(1, 0, 0)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (b.ceiling, b.others, b.live),
+        (whole(0, 0), holding(1, 20, 10), 2)
+    );
+    // a's next sync: its half; it still pays its old share (a lowering in flight), recorded.
+    at(1_000);
+    let a = store
+        .sync_shares(&key, &sync("a", holding(1, 20, 10)))
+        .await
+        .unwrap();
+    assert_eq!((a.ceiling, a.others), (whole(10, 5), holding(1, 0, 0)));
+    at(2_000);
+    store
+        .sync_shares(&key, &sync("a", holding(1, 10, 5)))
+        .await
+        .unwrap();
+    let b = store
+        .sync_shares(&key, &sync("b", holding(1, 0, 0)))
+        .await
+        .unwrap();
+    assert_eq!(b.ceiling, whole(10, 5), "a lowered: b gets the other half");
+
+    // a stops paying; 3 s later b and c sync at the same instant: one claimer only.
+    at(2_500);
+    store
+        .sync_shares(&key, &sync("b", holding(1, 10, 5)))
+        .await
+        .unwrap();
+    at(5_000);
+    let b = store
+        .sync_shares(&key, &sync("b", holding(1, 10, 5)))
+        .await
+        .unwrap();
+    let c = store
+        .sync_shares(&key, &sync("c", ShareRecord::default()))
+        .await
+        .unwrap();
+    assert_eq!(b.orphans.len(), 1, "{b:?}");
+    let orphan = &b.orphans[0];
+    assert_eq!(
+        (
+            orphan.instance.as_str(),
+            orphan.record,
+            orphan.paid_ms,
+            orphan.expires_ms
+        ),
+        ("a", holding(1, 10, 5), T0 + 2_000, T0 + 14_000)
+    );
+    assert!(c.orphans.is_empty(), "a second claimer: {c:?}");
+    // b's record is its ceiling, the whole rule (alone now; the orphan it pays is its to count
+    // inside it): c sees b alone, and no room.
+    assert_eq!(
+        (c.others, c.live),
+        (holding(1, 20, 10), 1),
+        "c sees b alone"
+    );
+    assert_eq!(c.ceiling, whole(0, 0), "c holds nothing: no part");
+
+    // The index: b marks the key; nobody syncs it for 3 s; it is found stale, then dropped
+    // once found empty.
+    let touch = |held, empty| IndexTouch {
+        held,
+        empty,
+        stale_ms: 3_000,
+        limit: 10,
+    };
+    let one = std::slice::from_ref(&key);
+    assert!(store
+        .touch_share_keys(&touch(one, &[]))
+        .await
+        .unwrap()
+        .keys
+        .is_empty());
+    at(8_000);
+    let stale = store.touch_share_keys(&touch(&[], &[])).await.unwrap();
+    assert_eq!((stale.now_ms, stale.keys.as_slice()), (T0 + 8_000, one));
+    // Past every expiry: b's record goes by itself, and b (holding nothing) deletes its own.
+    at(30_000);
+    let b = store
+        .sync_shares(&key, &sync("b", ShareRecord::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (b.live, b.others, b.orphans.len()),
+        (0, holding(0, 0, 0), 0)
+    );
+    assert!(store
+        .touch_share_keys(&touch(&[], one))
+        .await
+        .unwrap()
+        .keys
+        .is_empty());
+}
+
+#[tokio::test]
+async fn share_records_add_up_with_one_claimer_on_a_redis_server() {
+    let server = RedisServer::start();
+    share_records_at_fixed_times(RedisTarget::Single(server.url())).await;
+}
+
+#[tokio::test]
+async fn share_records_add_up_with_one_claimer_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    share_records_at_fixed_times(RedisTarget::Cluster(cluster.urls())).await;
 }
