@@ -11,9 +11,9 @@
 //! meanwhile. The index sweep ([`Ledger::sweep_shares`]) finds orphans of keys this replica
 //! does not hold.
 //!
-//! Store down: a failed sync keeps the last ceiling for [`UNKNOWN_AFTER`] ticks; after that the
-//! other replicas are unknown, so the ceiling drops to what this replica already holds (no grant
-//! or raise beyond it) until a sync succeeds again.
+//! Store down: a failed sync keeps the last ceiling for [`UNKNOWN_AFTER`] ticks; after that (or
+//! at once for a key never synced) the other replicas are unknown, so the ceiling drops to what
+//! this replica already holds (no grant or raise beyond it) until a sync succeeds again.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -181,16 +181,19 @@ impl Ledger {
                 view.failures = view.failures.saturating_add(1);
                 tracing::warn!(action = %id.action, error = %e, failures = view.failures,
                     "rlqs: the key's shares could not be synced with the store");
-                let known = self.keys.get(id).and_then(|e| e.ceiling).unwrap_or(whole);
-                if view.failures <= UNKNOWN_AFTER {
-                    known
-                } else {
-                    // The other replicas are unknown: hold no more than is held already.
-                    let (local, _) = held(self.keys.get(id), fill_s, now);
-                    Shape {
-                        max_tokens: known.max_tokens.min(local.burst),
-                        tokens_per_fill: known.tokens_per_fill.min(local.tokens_per_fill),
-                        fill_interval_s: fill_s,
+                let known = self.keys.get(id).and_then(|e| e.ceiling);
+                match known {
+                    Some(known) if view.failures <= UNKNOWN_AFTER => known,
+                    // Never synced, or too long ago: the other replicas are unknown.
+                    known => {
+                        let known = known.unwrap_or(whole);
+                        // Hold no more than is held already.
+                        let (local, _) = held(self.keys.get(id), fill_s, now);
+                        Shape {
+                            max_tokens: known.max_tokens.min(local.burst),
+                            tokens_per_fill: known.tokens_per_fill.min(local.tokens_per_fill),
+                            fill_interval_s: fill_s,
+                        }
                     }
                 }
             }
