@@ -7,7 +7,7 @@
 //! stopped replica per key, dropped at its expiry (at most the assignment TTL after the stop).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use sluice_core::rlqs::shape::Shape;
@@ -16,6 +16,7 @@ use sluice_core::time::{NANOS_PER_MILLI, NANOS_PER_SEC};
 use sluice_core::Rule;
 
 use super::pay;
+use crate::log_limit::{LogLimit, LOG_EVERY};
 use crate::state::App;
 use crate::store::rlqs::{Orphan, ShareKey, ShareRecord};
 
@@ -114,8 +115,7 @@ impl View {
             let units = u64::try_from(units).unwrap_or(u64::MAX);
             if units > 0 {
                 if let Err(e) = pay::post_debit(app, rule, key, units).await {
-                    tracing::warn!(action = %rule.action(), error = %e,
-                        "rlqs: a stopped replica's refill could not be paid (retried next tick)");
+                    store_failed("a stopped replica's refill could not be paid (retried)", &e);
                     continue;
                 }
             }
@@ -154,6 +154,19 @@ impl Registry {
             .iter()
             .filter(|(_, v)| !v.adopted.is_empty())
             .map(|(k, _)| k)
+    }
+}
+
+/// Per process: a store outage fails every sync of every key on every tick.
+static FAILURES: LazyLock<LogLimit> = LazyLock::new(|| LogLimit::new(LOG_EVERY));
+
+/// Logs a failed step with the store, at most one line per kind per [`LOG_EVERY`] with the
+/// count since the previous line: an outage fails every key's sync every tick.
+pub fn store_failed(what: &'static str, error: &dyn std::fmt::Display) {
+    if let Some(count) = FAILURES.admit(what) {
+        let every = LOG_EVERY.as_secs();
+        tracing::warn!(count, error = %error,
+            "rlqs: {what} ({count} since the last line; at most one line per {every} s)");
     }
 }
 

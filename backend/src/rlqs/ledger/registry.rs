@@ -22,7 +22,7 @@ use sluice_core::rlqs::shape::{shape, Shape};
 use sluice_core::{Action, Rule};
 
 use super::{KeyEntry, KeyId, Ledger};
-use crate::rlqs::shares::{rate_on, Adopted, STALE_MS, SWEEP_LIMIT, UNKNOWN_AFTER};
+use crate::rlqs::shares::{rate_on, store_failed, Adopted, STALE_MS, SWEEP_LIMIT, UNKNOWN_AFTER};
 use crate::state::App;
 use crate::store::rlqs::{IndexTouch, ShareKey, ShareRecord, ShareSync};
 
@@ -90,7 +90,7 @@ impl Ledger {
         let stale = match app.store_call(app.store.touch_share_keys(&touch)).await {
             Ok(stale) => stale,
             Err(e) => {
-                tracing::warn!(error = %e, "rlqs: the shares index could not be read");
+                store_failed("the shares index could not be read", &e);
                 self.registry.empty.extend(empty);
                 return;
             }
@@ -129,8 +129,7 @@ impl Ledger {
                 limit: 0,
             };
             if let Err(e) = app.store_call(app.store.touch_share_keys(&touch)).await {
-                tracing::warn!(action = %id.action, error = %e,
-                    "rlqs: the shares index could not be written");
+                store_failed("the shares index could not be written", &e);
             }
         }
         let whole = shape(&rule.params());
@@ -179,8 +178,7 @@ impl Ledger {
             }
             Err(e) => {
                 view.failures = view.failures.saturating_add(1);
-                tracing::warn!(action = %id.action, error = %e, failures = view.failures,
-                    "rlqs: the key's shares could not be synced with the store");
+                store_failed("a key's shares could not be synced with the store", &e);
                 let known = self.keys.get(id).and_then(|e| e.ceiling);
                 match known {
                     Some(known) if view.failures <= UNKNOWN_AFTER => known,
