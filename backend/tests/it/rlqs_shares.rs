@@ -396,3 +396,41 @@ async fn share_records_add_up_with_one_claimer_on_a_redis_cluster() {
     let cluster = RedisCluster::start();
     share_records_at_fixed_times(RedisTarget::Cluster(cluster.urls())).await;
 }
+
+#[tokio::test]
+async fn a_redis_that_lost_its_data_gets_the_records_back_on_the_next_tick() {
+    let mut server = RedisServer::start();
+    let port = server.port;
+    let a = replica(&server).await;
+    put_rule(&a).await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut qa = Quota::open(&a).await;
+    qa.report("edge", vec![usage(alice.clone(), 0)]).await;
+    assert_eq!(
+        burst_rate(&actions(&qa.next().await.unwrap())[0].1),
+        (20, 10)
+    );
+    assert_eq!(records(&server).len(), 1);
+
+    // Redis restarts empty (no persistence): the rules and the share records are gone. The
+    // replica's next syncs write its record again, so other replicas count its share.
+    server.kill();
+    drop(server);
+    let server = RedisServer::start_on_port(port);
+    assert!(records(&server).is_empty());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let back = loop {
+        let recs = records(&server);
+        if !recs.is_empty() {
+            break recs;
+        }
+        assert!(Instant::now() < deadline, "the record never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("back: {back:?}");
+    let (_, rec) = &back[0];
+    assert_eq!(rec[0], 1, "its one holder: {back:?}");
+    assert!(rec[1] <= 20 && rec[2] <= 10, "within the rule: {back:?}");
+    drop(qa);
+    a.stop().await;
+}
