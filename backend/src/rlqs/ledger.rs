@@ -465,7 +465,9 @@ impl Ledger {
     /// [`GrantKind::Refill`] the bucket Envoy holds is replaced by a full one (`DENY_ALL` then
     /// the token bucket, in one response: a plain replacement keeps the old fill fraction).
     async fn grant(&mut self, app: &App, id: &KeyId, sid: &ShareId, kind: GrantKind, now: Instant) {
-        self.sync_if_unknown(app, id, now).await;
+        if !self.sync_if_unknown(app, id, now).await {
+            return;
+        }
         let Some(entry) = self.keys.get(id) else {
             return;
         };

@@ -135,6 +135,8 @@ pub struct Registry {
     pub views: HashMap<ShareKey, View>,
     /// Keys found with no record at all, to drop from the index on the next sweep.
     pub empty: Vec<ShareKey>,
+    /// The store failed since the last tick's first step: syncs fail at once until the next.
+    pub unreachable: bool,
 }
 
 impl Default for Registry {
@@ -143,6 +145,7 @@ impl Default for Registry {
             instance: format!("{:016x}", rand::random::<u64>()),
             views: HashMap::new(),
             empty: Vec::new(),
+            unreachable: false,
         }
     }
 }

@@ -11,9 +11,11 @@
 //! meanwhile. The index sweep ([`Ledger::sweep_shares`]) finds orphans of keys this replica
 //! does not hold.
 //!
-//! Store down: a failed sync keeps the last ceiling for [`UNKNOWN_AFTER`] ticks; after that (or
-//! at once for a key never synced) the other replicas are unknown, so the ceiling drops to what
-//! this replica already holds (no grant or raise beyond it) until a sync succeeds again.
+//! Store down: a failed sync keeps the last ceiling for [`UNKNOWN_AFTER`] ticks; after that the
+//! other replicas are unknown, so the ceiling drops to what this replica already holds (no grant
+//! or raise beyond it) until a sync succeeds again. A key never synced gets no grant (Envoy keeps
+//! its no-assignment behaviour, as when a burst cannot be paid). A failed step marks the store
+//! unreachable until the next tick's first step, so an outage costs one timeout per tick.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -92,9 +94,11 @@ impl Ledger {
             Err(e) => {
                 store_failed("the shares index could not be read", &e);
                 self.registry.empty.extend(empty);
+                self.registry.unreachable = true;
                 return;
             }
         };
+        self.registry.unreachable = false;
         for k in stale.keys {
             let id = key_id(&k);
             if self.keys.contains_key(&id) || self.registry.views.contains_key(&k) {
@@ -119,7 +123,7 @@ impl Ledger {
         let Some(sk) = share_key(id) else {
             return;
         };
-        if !self.registry.views.contains_key(&sk) {
+        if !self.registry.views.contains_key(&sk) && !self.registry.unreachable {
             // Indexed before its first record is written: a record nobody can find would
             // never be taken over.
             let touch = IndexTouch {
@@ -149,7 +153,15 @@ impl Ledger {
             expires_in_ms: expires_in,
             stale_ms: STALE_MS,
         };
-        let result = app.store_call(app.store.sync_shares(&sk, &sync)).await;
+        // A store that failed this tick is not asked again until the next one: an outage costs
+        // one timeout per tick, not one per key.
+        let result = if self.registry.unreachable {
+            Err(None)
+        } else {
+            app.store_call(app.store.sync_shares(&sk, &sync))
+                .await
+                .map_err(Some)
+        };
         let view = self.registry.views.entry(sk.clone()).or_default();
         let ceiling = match result {
             Ok(got) => {
@@ -178,14 +190,17 @@ impl Ledger {
             }
             Err(e) => {
                 view.failures = view.failures.saturating_add(1);
-                store_failed("a key's shares could not be synced with the store", &e);
-                let known = self.keys.get(id).and_then(|e| e.ceiling);
-                match known {
+                if let Some(e) = e {
+                    store_failed("a key's shares could not be synced with the store", &e);
+                    self.registry.unreachable = true;
+                }
+                match self.keys.get(id).and_then(|e| e.ceiling) {
+                    // Never synced: still unknown (no grant: `sync_if_unknown`).
+                    None => return,
                     Some(known) if view.failures <= UNKNOWN_AFTER => known,
-                    // Never synced, or too long ago: the other replicas are unknown.
-                    known => {
-                        let known = known.unwrap_or(whole);
-                        // Hold no more than is held already.
+                    // Synced too long ago: the other replicas are unknown; hold no more than
+                    // is held already.
+                    Some(known) => {
                         let (local, _) = held(self.keys.get(id), fill_s, now);
                         Shape {
                             max_tokens: known.max_tokens.min(local.burst),
@@ -201,17 +216,20 @@ impl Ledger {
         }
     }
 
-    /// Before a key's first grant on this replica: its ceiling from the store.
-    pub(super) async fn sync_if_unknown(&mut self, app: &App, id: &KeyId, now: Instant) {
+    /// Before a key's first grant on this replica: its ceiling from the store. False while it
+    /// is unknown (the store failed): no grant then, so Envoy keeps its no-assignment behaviour
+    /// (as when a burst cannot be paid) and the tick retries.
+    pub(super) async fn sync_if_unknown(&mut self, app: &App, id: &KeyId, now: Instant) -> bool {
         let Some(rule) = self
             .keys
             .get(id)
             .filter(|e| e.ceiling.is_none())
             .map(|e| e.rule.clone())
         else {
-            return;
+            return true;
         };
         self.sync_shares(app, id, &rule, now).await;
+        self.keys.get(id).is_some_and(|e| e.ceiling.is_some())
     }
 
     /// Forgets the view of a key whose rule is gone (its records expire in the store).
