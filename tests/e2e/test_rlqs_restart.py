@@ -42,8 +42,8 @@ def test_a_backend_restart_keeps_the_bound(rlqs_stack):
     after = load(targets, LOAD_S - (time.monotonic() - start))
     elapsed = time.monotonic() - start
     post_after = scalar(backend, "sluice_rlqs_post_debited_units_total")
-    log = backend.proc.tail(400)
-    took_over = log.count("took over the shares of a replica that stopped paying")
+    took_over = scalar(backend, "sluice_rlqs_shares_taken_over_total")
+    took_over_units = scalar(backend, "sluice_rlqs_taken_over_units_total")
 
     post = post_before + post_after
     rule_bound = CAPACITY + RATE_PER_S * elapsed
@@ -57,10 +57,12 @@ def test_a_backend_restart_keeps_the_bound(rlqs_stack):
               f"denied {before[name][1] + after[name][1]}")
     print(f"rlqs restart: admitted {admitted} of bound {bound:.0f} = the rule's {rule_bound:.0f} "
           f"(C + rate x {elapsed:.1f} s) + {arrears:.0f} refill in arrears + {post:.0f} post-debited "
-          f"({post_before:.0f} before the kill, {post_after:.0f} after); share records taken over: {took_over}")
+          f"({post_before:.0f} before the kill, {post_after:.0f} after); share records taken over: {took_over:.0f}, "
+          f"their refill paid by the restarted backend: {took_over_units:.0f} units")
 
     counts = list(before.values()) + list(after.values())
     assert all(o == 0 for _, _, o in counts), (before, after)
-    assert took_over >= 1, log
+    assert took_over >= 1, backend.proc.tail()
+    assert took_over_units > 0, took_over_units
     assert before["at1"][0] > 0 and before["at2"][0] > 0, before
     assert admitted <= bound, (admitted, bound)

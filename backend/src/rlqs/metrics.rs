@@ -42,6 +42,8 @@ pub struct RlqsMetrics {
     post_debited: Counter,
     unpaid: Counter,
     rebalances: Family<RebalanceLabels, Counter>,
+    taken_over: Counter,
+    taken_over_units: Counter,
 }
 
 impl RlqsMetrics {
@@ -91,6 +93,16 @@ impl RlqsMetrics {
                 "sluice_rlqs_unpaid_units",
                 "Share refill the store could not pay when due (its rate was then lowered)",
                 &m.unpaid,
+            ),
+            (
+                "sluice_rlqs_shares_taken_over",
+                "Share records of a stopped backend replica (crashed, restarted) this replica took over from the store",
+                &m.taken_over,
+            ),
+            (
+                "sluice_rlqs_taken_over_units",
+                "Refill paid (post-debited) for the shares of stopped replicas, until they expired in Envoy",
+                &m.taken_over_units,
             ),
         ];
         for (name, help, counter) in counters {
@@ -144,6 +156,16 @@ impl RlqsMetrics {
     /// Counts units post-debited.
     pub fn post_debited(&self, units: u64) {
         self.post_debited.inc_by(units);
+    }
+
+    /// Counts share records of stopped replicas taken over.
+    pub fn taken_over(&self, records: u64) {
+        self.taken_over.inc_by(records);
+    }
+
+    /// Counts refill units paid for stopped replicas' shares.
+    pub fn taken_over_units(&self, units: u64) {
+        self.taken_over_units.inc_by(units);
     }
 
     /// Counts refill units the store could not pay.

@@ -96,8 +96,15 @@ impl View {
 
     /// Pays the refill the adopted records earned up to `now_ms` (their expiry at most), as
     /// post-debits (never denied, carried as debt); drops those paid through their expiry. A
-    /// failed payment is retried on the next sync.
-    pub async fn pay_adopted(&mut self, app: &App, rule: &Arc<Rule>, key: &str, now_ms: u64) {
+    /// failed payment is retried on the next sync. Returns the units paid.
+    pub async fn pay_adopted(
+        &mut self,
+        app: &App,
+        rule: &Arc<Rule>,
+        key: &str,
+        now_ms: u64,
+    ) -> u64 {
+        let mut paid = 0u64;
         for a in &mut self.adopted {
             let to = now_ms.min(a.expires_ms);
             if to <= a.paid_ms {
@@ -121,8 +128,10 @@ impl View {
             }
             a.carry_nano = earned.saturating_sub(u128::from(units) * NANO);
             a.paid_ms = to;
+            paid = paid.saturating_add(units);
         }
         self.adopted.retain(|a| a.paid_ms < a.expires_ms);
+        paid
     }
 }
 

@@ -231,6 +231,20 @@ async fn a_stopped_backends_shares_are_taken_over_by_one_replica_and_paid_until_
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!("dropped after {:?}", reported.elapsed());
+    // One claimer by the counters too, and what it paid: the orphan's rate (10/s) from one tick
+    // before its last sync until its expiry, 12 s after that sync: 130 units.
+    let counted = |name: &'static str| {
+        let (b, c) = (&b, &c);
+        async move {
+            let of = |v: Option<String>| v.map_or(0.0, |v| v.parse::<f64>().unwrap());
+            of(b.metric(name).await) + of(c.metric(name).await)
+        }
+    };
+    let taken = counted("sluice_rlqs_shares_taken_over_total").await;
+    let units = counted("sluice_rlqs_taken_over_units_total").await;
+    println!("taken over {taken}, refill paid for it {units} units");
+    assert_eq!(taken, 1.0);
+    assert!((125.0..=135.0).contains(&units), "{units}");
     let refill_deadline = Instant::now() + Duration::from_secs(10);
     while remaining(&b).await < 5 {
         assert!(Instant::now() < refill_deadline, "the key never refilled");

@@ -167,13 +167,15 @@ impl Ledger {
             Ok(got) => {
                 view.failures = 0;
                 view.synced = Some((got.now_ms, now));
+                self.metrics.taken_over(got.orphans.len() as u64);
                 for o in got.orphans {
                     tracing::info!(action = %id.action, from = %o.instance,
                         tokens_per_fill = o.record.tokens_per_fill,
                         "rlqs: took over the shares of a replica that stopped paying");
                     view.adopted.push(Adopted::new(o));
                 }
-                view.pay_adopted(app, rule, &id.key, got.now_ms).await;
+                let paid = view.pay_adopted(app, rule, &id.key, got.now_ms).await;
+                self.metrics.taken_over_units(paid);
                 let (b, n, _) = view.adopted_total(fill_s);
                 if view.adopted.is_empty() && !self.keys.contains_key(id) {
                     // Nothing held here any more (the sync deleted this replica's record).
