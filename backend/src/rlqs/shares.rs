@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sluice_core::rlqs::shape::Shape;
 use sluice_core::rlqs::TICK_MS;
@@ -19,6 +19,7 @@ use super::pay;
 use crate::log_limit::{LogLimit, LOG_EVERY};
 use crate::state::App;
 use crate::store::rlqs::{Orphan, ShareKey, ShareRecord};
+use crate::store::StoreError;
 
 /// A record not paid for this long (three ticks) is an orphan.
 pub const STALE_MS: u64 = 3 * TICK_MS;
@@ -167,6 +168,20 @@ impl Registry {
             .filter(|(_, v)| !v.adopted.is_empty())
             .map(|(k, _)| k)
     }
+}
+
+/// The longest a sync step may take (or the store deadline, if shorter). Redis answers one in
+/// well under a millisecond; a bound this short keeps an outage from slowing the ledger's tick,
+/// whose other steps (paying refill, halving rates the store cannot pay) must keep their pace.
+pub const STEP_DEADLINE: Duration = Duration::from_millis(200);
+
+/// Runs a share step under [`STEP_DEADLINE`]; failures are counted like any store call's.
+pub async fn bounded<T>(
+    app: &App,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    app.store_call_within(STEP_DEADLINE.min(app.store_deadline), call)
+        .await
 }
 
 /// Per process: a store outage fails every sync of every key on every tick.

@@ -24,7 +24,9 @@ use sluice_core::rlqs::shape::{shape, Shape};
 use sluice_core::{Action, Rule};
 
 use super::{KeyEntry, KeyId, Ledger};
-use crate::rlqs::shares::{rate_on, store_failed, Adopted, STALE_MS, SWEEP_LIMIT, UNKNOWN_AFTER};
+use crate::rlqs::shares::{
+    bounded, rate_on, store_failed, Adopted, STALE_MS, SWEEP_LIMIT, UNKNOWN_AFTER,
+};
 use crate::state::App;
 use crate::store::rlqs::{IndexTouch, ShareKey, ShareRecord, ShareSync};
 
@@ -89,7 +91,7 @@ impl Ledger {
             stale_ms: STALE_MS,
             limit: SWEEP_LIMIT,
         };
-        let stale = match app.store_call(app.store.touch_share_keys(&touch)).await {
+        let stale = match bounded(app, app.store.touch_share_keys(&touch)).await {
             Ok(stale) => stale,
             Err(e) => {
                 store_failed("the shares index could not be read", &e);
@@ -132,7 +134,7 @@ impl Ledger {
                 stale_ms: STALE_MS,
                 limit: 0,
             };
-            if let Err(e) = app.store_call(app.store.touch_share_keys(&touch)).await {
+            if let Err(e) = bounded(app, app.store.touch_share_keys(&touch)).await {
                 store_failed("the shares index could not be written", &e);
             }
         }
@@ -158,7 +160,7 @@ impl Ledger {
         let result = if self.registry.unreachable {
             Err(None)
         } else {
-            app.store_call(app.store.sync_shares(&sk, &sync))
+            bounded(app, app.store.sync_shares(&sk, &sync))
                 .await
                 .map_err(Some)
         };
