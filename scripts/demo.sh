@@ -15,6 +15,9 @@
 #   SLUICE_DEMO_NO_TRAFFIC=1           do not start the traffic generator
 #   SLUICE_FILTER_BUILD=native         Envoy loads the filter's dynamic-module build
 #                                      (envoy/demo_native.yaml) instead of the wasm filter
+#   SLUICE_TESTS_BUILT=1               the test command built everything already
+#                                      (scripts/build-for-tests.sh): build nothing, so no build
+#                                      swaps a file under a suite running beside the demo's
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -51,15 +54,23 @@ bash scripts/install/30-python.sh
 bash scripts/install/40-dashboard.sh
 
 # --- build (cargo and the dashboard build skip what is up to date)
-say "building the filter, the dashboard and the backend ($profile)"
-bash scripts/build-filter.sh >/dev/null
-bash scripts/build-dashboard.sh >/dev/null
-if [ "$profile" = release ]; then
-  cargo build --locked --release -p sluice-backend --bin sluice
-else
-  cargo build --locked -p sluice-backend --bin sluice
-fi
 sluice="$root/target/$profile/sluice"
+if [ "${SLUICE_TESTS_BUILT:-}" = 1 ]; then
+  say "using the builds of the test command (SLUICE_TESTS_BUILT=1)"
+  for built in "$sluice" target/wasm32-wasip1/wasm-release/sluice_filter.wasm \
+               target/release/libsluice_filter_native.so dashboard/dist/index.html; do
+    [ -e "$built" ] || die "SLUICE_TESTS_BUILT=1 but $built is missing: run scripts/build-for-tests.sh"
+  done
+else
+  say "building the filter, the dashboard and the backend ($profile)"
+  bash scripts/build-filter.sh >/dev/null
+  bash scripts/build-dashboard.sh >/dev/null
+  if [ "$profile" = release ]; then
+    cargo build --locked --release -p sluice-backend --bin sluice
+  else
+    cargo build --locked -p sluice-backend --bin sluice
+  fi
+fi
 
 # --- run
 state="$root/.sluice/demo"

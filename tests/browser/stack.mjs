@@ -6,17 +6,48 @@ import { mkdtempSync, openSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-/** A port that was free a moment ago on 127.0.0.1. */
-export function freePort() {
-  return new Promise((resolve, reject) => {
+// Ports come from SLUICE_TEST_PORTS=LOW-HIGH (default 20000-31999), below the kernel's ephemeral
+// range: no outgoing connection can take one between freePort() and the server's bind, and the
+// suites scripts/test.sh runs side by side get disjoint ranges (tests/e2e/stack.py does the same).
+const [portLow, portHigh] = (() => {
+  const spec = process.env.SLUICE_TEST_PORTS || '20000-31999';
+  const m = /^(\d+)-(\d+)$/.exec(spec);
+  const [low, high] = m ? [Number(m[1]), Number(m[2])] : [NaN, NaN];
+  if (!(low >= 1024 && low < high && high <= 65535)) {
+    throw new Error(`SLUICE_TEST_PORTS=${spec}: expected LOW-HIGH with 1024 <= LOW < HIGH <= 65535`);
+  }
+  return [low, high];
+})();
+// The range in a shuffled order, round after round: a port comes back only after all the others.
+const portOrder = [];
+
+function nextCandidate() {
+  if (portOrder.length === 0) {
+    for (let p = portLow; p <= portHigh; p++) portOrder.push(p);
+    for (let i = portOrder.length - 1; i > 0; i--) {
+      const j = Math.floor(Math.random() * (i + 1));
+      [portOrder[i], portOrder[j]] = [portOrder[j], portOrder[i]];
+    }
+  }
+  return portOrder.pop();
+}
+
+function bindable(port) {
+  return new Promise((resolve) => {
     const server = createServer();
     server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
+}
+
+/** A port free a moment ago on 127.0.0.1, from this process's range, not handed out this round. */
+export async function freePort() {
+  for (let tries = 0; tries < 1000; tries++) {
+    const port = nextCandidate();
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free loopback port in ${portLow}-${portHigh} after 1000 tries`);
 }
 
 /** Polls `check` (async, truthy = done) every `every` ms until `timeout` ms; throws `what` on timeout. */

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import builds  # noqa: E402
 import matrix_report  # noqa: E402
+import order  # noqa: E402
 import stack  # noqa: E402
 
 
@@ -41,6 +42,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "main_thread_counters: checks counters the filter bumps on Envoy's main "
                             "thread; skipped on an Envoy whose dynamic-module ABI has none (1.38)")
     matrix_report.register(config)
+    order.register(config)
     needed = (stack.ENVOY, stack.SLUICE) + ((stack.FILTER,) if stack.FILTER_BUILD != "none" else ())
     missing = [p for p in needed if not os.path.exists(p)]
     if shutil.which("redis-server") is None:

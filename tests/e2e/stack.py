@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -64,20 +65,57 @@ HOURLY_LIMITS = {
     "sliding_window": {"window": "1h"},
     "sliding_log": {"window": "1h"},
 }
+
+
+def _port_range():
+    """The ports free_port() hands out: SLUICE_TEST_PORTS=LOW-HIGH, by default 20000-31999.
+
+    Below the kernel's ephemeral range (32768-60999 here), so no outgoing connection (Envoy to a
+    backend, a client to Envoy, redis-cli) can take a port between free_port() and the server's
+    own bind; scripts/test.sh gives the suites it runs side by side disjoint ranges, so two
+    pytest processes never hand out the same port."""
+    spec = os.environ.get("SLUICE_TEST_PORTS", "20000-31999")
+    try:
+        low, high = (int(part) for part in spec.split("-"))
+    except ValueError:
+        raise SystemExit(f"SLUICE_TEST_PORTS={spec!r}: expected LOW-HIGH, e.g. 20000-25999") from None
+    if not 1024 <= low < high <= 65535:
+        raise SystemExit(f"SLUICE_TEST_PORTS={spec!r}: expected 1024 <= LOW < HIGH <= 65535")
+    return low, high
+
+
+_PORT_LOW, _PORT_HIGH = _port_range()
+_port_order = []
+_port_shuffle = random.Random()  # its own: a test seeding `random` does not fix the order
 _issued_ports = set()
 
 
+def _next_candidate():
+    """The range in a shuffled order, round after round: a port comes back only after every other
+    port of the range has been handed out, long after the server that had it stopped."""
+    if not _port_order:
+        ports = list(range(_PORT_LOW, _PORT_HIGH + 1))
+        _port_shuffle.shuffle(ports)
+        _port_order.extend(ports)
+        _issued_ports.clear()
+    return _port_order.pop()
+
+
 def free_port():
-    """A free loopback port, never one already handed out by this process (the kernel may hand
-    the same ephemeral port to two binds in a row once the first socket is closed)."""
-    for _ in range(100):
+    """A loopback port free now, from this process's range (_port_range), never one already
+    handed out in this round of the range."""
+    for _ in range(1000):
+        port = _next_candidate()
+        if port in _issued_ports:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _issued_ports:
-            _issued_ports.add(port)
-            return port
-    raise RuntimeError("no fresh loopback port after 100 tries")
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or held in TIME_WAIT: try another
+        _issued_ports.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {_PORT_LOW}-{_PORT_HIGH} after 1000 tries")
 
 
 def pause(pid, timeout=5.0):

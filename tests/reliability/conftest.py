@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "e2e"))
 import builds  # noqa: E402
+import order  # noqa: E402
 import rstack  # noqa: E402
 import stack  # noqa: E402
 
@@ -49,6 +50,7 @@ def pytest_configure(config):
         pytest.exit(f"sluice reliability: missing {', '.join(missing)}; run tests/suites/50-reliability.sh",
                     returncode=2)
     config.pluginmanager.register(builds.NativePass(HERE, runs_native, wasm_only_tests=WASM_ONLY_TESTS), "sluice-native-pass-reliability")
+    order.register(config)
 
 
 @pytest.fixture(scope="module")

