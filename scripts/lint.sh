@@ -23,6 +23,8 @@ fi
 
 # Every relative link of the Markdown (a file, and a heading within it) exists: docs move.
 python3 scripts/check-doc-links.py . >/dev/null || { python3 scripts/check-doc-links.py . >&2; exit 1; }
+# Every sluice flag, sluice_* metric and repository path the docs name exists in the code (file:line per fault).
+python3 scripts/check-docs-facts.py . >&2 || exit 1
 
 # The backend has no import circle wider than a file (docs/architecture.md, its floors).
 python3 scripts/import-circles.py backend/src --none >/dev/null || { python3 scripts/import-circles.py backend/src -v >&2; exit 1; }
