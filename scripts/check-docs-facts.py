@@ -16,6 +16,9 @@
   `envoy/rlqs.yaml`, globs and `<placeholders>` as wildcards) exists; paths git ignores (build
   outputs: target/, dashboard/dist) are not checked.
 
+The other way round, every flag of the binary that clap shows (not `hide = true`) must be named
+in docs/backend.md, the flags' reference.
+
 A line that says "not built" (a design page's proposal) is not checked for flags and metrics; a
 page whose first 10 lines hold `<!-- check-docs-facts: skip -->` and say why is not checked at
 all (none does today).
@@ -98,8 +101,10 @@ def attr_blocks(text, start):
     return text[start:], len(text)
 
 
-def sluice_flags(root):
-    """Every long flag (and alias) clap gives the sluice binary, from backend/src."""
+def sluice_flags(root, hidden=None):
+    """Every long flag (and alias) clap gives the sluice binary, from backend/src; the hidden
+    ones (`hide = true`: envoyproxy/ratelimit's variables under their own names) also go into
+    `hidden` when given."""
     flags = {'help', 'version'}
     field = re.compile(r'\s*(?:(?:#\[[^\n]*\]|///[^\n]*|//[^\n]*)\s*)*(?:pub(?:\([^)]*\))?\s+)?([a-z_][a-z0-9_]*)\s*:')
     for path in rust_files(root):
@@ -110,12 +115,12 @@ def sluice_flags(root):
             if not re.search(r'\blong\b', attr):
                 continue
             named = re.search(r'\blong\s*=\s*"([^"]+)"', attr)
-            if named:
-                flags.add(named.group(1))
-            else:
-                f = field.match(text, end)
-                if f:
-                    flags.add(f.group(1).replace('_', '-'))
+            f = field.match(text, end)
+            name = named.group(1) if named else f.group(1).replace('_', '-') if f else None
+            if name:
+                flags.add(name)
+                if hidden is not None and re.search(r'\bhide\s*=\s*true', attr):
+                    hidden.add(name)
             for a in re.finditer(r'\b(?:visible_)?alias\s*=\s*"([^"]+)"', attr):
                 flags.add(a.group(1))
             for a in re.finditer(r'\b(?:visible_)?aliases\s*=\s*\[([^\]]*)\]', attr):
@@ -190,7 +195,8 @@ WORD = re.compile(r'(?<![\w/.-])sluice_[a-z0-9_]+\*?(?![\w])')
 
 def check(root):
     faults = []
-    flags = sluice_flags(root)
+    hidden = set()
+    flags = sluice_flags(root, hidden)
     metrics = sluice_metrics(root)
     files = repo_files(root)
     file_set = set(files)
@@ -287,6 +293,13 @@ def check(root):
                             missing_paths.append((rel, n, tok, pat))
                     elif pat not in file_set and pat not in dir_set:
                         missing_paths.append((rel, n, tok, pat))
+    # The other way round: every flag the binary shows (not hidden) is named in docs/backend.md,
+    # the reference of its flags (its table; a subcommand's flag anywhere on the page).
+    backend_md = os.path.join(root, 'docs', 'backend.md')
+    if os.path.exists(backend_md):
+        named = {m.group(1) for m in FLAG.finditer(read(backend_md))}
+        for name in sorted(flags - hidden - named - {'help', 'version'}):
+            faults.append(f'docs/backend.md:1: --{name}, a flag of sluice (backend/src), is named nowhere on the page (its flags table)')
     ign = ignored(root, sorted({m[3] for m in missing_paths}))
     for rel, n, tok, pat in missing_paths:
         if pat in ign:
@@ -306,7 +319,9 @@ def self_test():
             '    #[arg(\n        long = "old-name",\n        alias = "older")]\n    pub x: u8,\n'
             '    #[command(flatten)]\n    pub t: Tls,\n}\n')
         put('backend/src/tls/flags.rs', 'pub struct Tls {\n    #[arg(long, env = "Y")]\n'
-            '    pub admin_tls_cert: Option<String>,\n}\n')
+            '    pub admin_tls_cert: Option<String>,\n'
+            '    #[arg(long = "peer-x", env = "GRPC_X", hide = true)]\n    pub peer: bool,\n}\n')
+        put('docs/backend.md', '| flag |\n|---|\n| `--grpc-listen ADDR` |\n| `--old-name N` (old: `--older`) |\n')
         put('backend/src/metrics.rs', 'r.register(\n    "sluice_decisions",\n    "help", c);\n'
             '#[cfg(test)]\nmod tests { const X: &str = "sluice_only_in_tests"; }\n')
         put('envoy/a.yaml', 'cluster: sluice_rls\n')
@@ -328,7 +343,6 @@ def self_test():
             '--grpc-listen ADDR --gone2`, `scripts/z.sh`).',                     # 14 --gone2, z.sh
             '',
         ]))
-        os.makedirs(os.path.join(d, 'docs'))
         subprocess.run(['git', 'init', '-q'], cwd=d, check=True)
         got = check(d)
         want = [
@@ -343,6 +357,7 @@ def self_test():
             'README.md:11: --nope',
             'README.md:14: --gone2',
             'README.md:14: no file or directory scripts/z.sh',
+            'docs/backend.md:1: --admin-tls-cert',
         ]
         bad = [w for w in want if not any(g.startswith(w) for g in got)]
         extra = [g for g in got if not any(g.startswith(w) for w in want)]
