@@ -16,10 +16,13 @@
 -- which also writes the receipt 'reset' for each reservation in flight it dropped). A reservation
 -- from before the reset (its receipt 'reset', or reserved_at at or before the reset's ms:
 -- sluice_core::budget::before_reset) changes nothing: a first commit of nothing, with a receipt.
--- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d}, the level being a / b for
--- the meters, a for fixed_window and sliding_log, a x b / c + d for sliding_window (the same f64
--- operations as core). A duplicate answers the first commit's numbers and today's level, and
--- writes nothing.
+-- What the caller claims is bounded by the reservation recorded in KEYS[3] under its id
+-- (sluice_core::budget::bounded_commit): at most its units are given back, from no later than its
+-- millisecond; with no record nothing is given back and the whole actual is debited.
+-- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d, unrecorded (0/1)}, the level
+-- being a / b for the meters, a for fixed_window and sliding_log, a x b / c + d for
+-- sliding_window (the same f64 operations as core). A duplicate answers the first commit's
+-- numbers and today's level, and writes nothing.
 local ALG = ARGV[7]
 local cap = tonumber(ARGV[5])
 local P = tonumber(ARGV[4])
@@ -29,16 +32,39 @@ local METER_LEVEL = 0
 
 local duplicate = 0
 local ACTUAL = tonumber(ARGV[9])
+-- The claim, bounded by the record (bounded_commit).
+local RESERVED = tonumber(ARGV[8])
+local unrecorded = 0
+-- When the reservation was decided (decimal ns), bounded by the record's time below.
+local RA_TEXT = ARGV[10]
+local held = redis.call('HGET', KEYS[3], ARGV[12])
+local h_units, h_at = nil, nil
+if held then
+  h_units, h_at = string.match(held, '^(%d+):(%d+)$')
+end
+if h_units then
+  RESERVED = math.min(RESERVED, tonumber(h_units))
+  -- The end of the record's millisecond, as decimal ns ('<ms>999999'), when the claim is later.
+  local c_s, c_n = split_ns(RA_TEXT)
+  if c_s == nil or c_s * 1000 + idiv(c_n, 1000000) > tonumber(h_at) then
+    RA_TEXT = h_at .. '999999'
+  end
+else
+  if RESERVED > 0 then
+    unrecorded = 1
+  end
+  RESERVED = 0
+end
 -- No reservation holds more than the capacity: a claim of more gives back at most that.
-local refund = math.max(math.min(tonumber(ARGV[8]), cap) - ACTUAL, 0)
-local debit = math.max(tonumber(ARGV[9]) - tonumber(ARGV[8]), 0)
+local refund = math.max(math.min(RESERVED, cap) - ACTUAL, 0)
+local debit = math.max(ACTUAL - RESERVED, 0)
 local first = redis.call('GET', KEYS[2])
 local stale = first == 'reset'
 if stale then
   first = false
 elseif not first then
   local reset_ms = redis.call('GET', KEYS[5])
-  local ra_s, ra_n = split_ns(ARGV[10])
+  local ra_s, ra_n = split_ns(RA_TEXT)
   if reset_ms and ra_s then
     stale = ra_s * 1000 + idiv(ra_n, 1000000) <= tonumber(reset_ms)
   end
@@ -47,10 +73,10 @@ if first then
   duplicate = 1
 end
 if first or stale then
-  refund, debit = 0, 0
+  refund, debit, unrecorded = 0, 0, 0
 end
 -- The reservation's time relative to now (never after now).
-local ra = math.min(rel(ARGV[10]), 0)
+local ra = math.min(rel(RA_TEXT), 0)
 
 -- When the budget this commit debits into is surely whole again, in ms (budget_until_ms).
 local function budget_until()
@@ -98,11 +124,11 @@ local function reply(refunded, overshoot, a, b, c, d)
     if r == nil then
       corrupt('a commit receipt that is not refunded:debited:overshoot')
     end
-    return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d }
+    return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d, 0 }
   end
   redis.call('SET', KEYS[2], fmt(refunded) .. ':' .. fmt(debit) .. ':' .. fmt(overshoot), 'PX', ARGV[11])
   record_commit(overshoot)
-  return { 0, refunded, debit, overshoot, a, b, c, d }
+  return { 0, refunded, debit, overshoot, a, b, c, d, unrecorded }
 end
 
 -- The meters on a level in ns: (refunded, overshoot, new level).
@@ -176,12 +202,12 @@ elseif ALG == 'leaky_bucket' or ALG == 'token_bucket' then
 end
 
 -- The windows count in whole milliseconds. The reservation's millisecond: now's, when it lies at
--- or after now. Read from ARGV[10] itself, not from ra, which rel clamps beyond 104 days: a
+-- or after now. Read from RA_TEXT itself, not from ra, which rel clamps beyond 104 days: a
 -- 365-day fixed_window may count a reservation older than that, and its window must be told
 -- exactly (whole ms stay below 2^53).
 local ra_ms = NOW_MS
 if ra < 0 then
-  local ra_s, ra_n = split_ns(ARGV[10])
+  local ra_s, ra_n = split_ns(RA_TEXT)
   ra_ms = math.min(ra_s * 1000 + idiv(ra_n, 1000000), NOW_MS)
 end
 

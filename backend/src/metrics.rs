@@ -128,6 +128,7 @@ pub struct Metrics {
     commit_refunded: Family<LeaseLabels, Counter>,
     commit_overshoot: Family<LeaseLabels, Counter>,
     commit_duplicates: Counter,
+    commits_unrecorded: Family<LeaseLabels, Counter>,
     reservations_unheld: Family<LeaseLabels, Counter>,
     report_marks_dropped: Family<LeaseLabels, Counter>,
     reports_deferred: Family<LeaseLabels, Counter>,
@@ -272,6 +273,12 @@ impl Metrics {
             "Filter reports of a new reporter not applied because the action's report records were full of records applied within 10 minutes (answered 503: the filter sends them again), by action",
             reports_deferred.clone(),
         );
+        let commits_unrecorded = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_commits_unrecorded",
+            "First commits that claimed a reservation (reserved > 0) with no reservation recorded under their id: nothing given back, the whole actual debited, by action (a caller that reserved without a reservation_id, or one claiming units it never reserved)",
+            commits_unrecorded.clone(),
+        );
         let commit_duplicates = Counter::default();
         registry.register(
             "sluice_commit_duplicates",
@@ -381,6 +388,7 @@ impl Metrics {
             commit_refunded,
             commit_overshoot,
             commit_duplicates,
+            commits_unrecorded,
             reservations_unheld,
             report_marks_dropped,
             reports_deferred,
@@ -432,6 +440,9 @@ impl Metrics {
         self.commit_overshoot
             .get_or_create(&labels)
             .inc_by(outcome.committed.overshoot);
+        if outcome.unrecorded {
+            self.commits_unrecorded.get_or_create(&labels).inc();
+        }
     }
 
     /// Counts one request refused by `listener` (`decision` or `grpc`) for speaking the other

@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 
-use crate::commit::{meter_level_ns, Committed};
+use crate::commit::{meter_level_ns, Commit, Committed};
 use crate::decision::Decision;
 use crate::limits::{MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
 use crate::params::Params;
@@ -85,6 +85,30 @@ pub fn before_reset(reserved_at: Nanos, reset_ms: Option<u64>) -> bool {
     reset_ms.is_some_and(|reset| reserved_at / NANOS_PER_MILLI <= reset)
 }
 
+/// The commit a store applies for a caller's `claim`, given what the store recorded when the
+/// reservation was decided (`recorded`: its units and the store millisecond it was recorded at,
+/// [`BudgetRecord::reservation`]). Why: `reserved` and `reserved_at` are what a caller says, and a
+/// caller could otherwise claim units it never reserved and have them credited (a fresh id,
+/// `reserved: 5, actual: 0` on a spent budget gave back 5). So a commit refunds at most the units
+/// recorded under its id, never from a time later than the record's; a commit with no record
+/// refunds nothing and debits its whole `actual` (as a reservation of 0 would).
+pub fn bounded_commit(claim: Commit, recorded: Option<(u64, u64)>) -> Commit {
+    match recorded {
+        Some((units, at_ms)) => Commit {
+            reserved: claim.reserved.min(units),
+            // The end of the record's millisecond: the decision was at or before it.
+            reserved_at: claim
+                .reserved_at
+                .min(at_ms.saturating_mul(NANOS_PER_MILLI) + (NANOS_PER_MILLI - 1)),
+            ..claim
+        },
+        None => Commit {
+            reserved: 0,
+            ..claim
+        },
+    }
+}
+
 /// One key's record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BudgetRecord {
@@ -112,6 +136,13 @@ impl BudgetRecord {
         }
         self.in_flight.insert(id.to_owned(), (units, now_ms));
         true
+    }
+
+    /// The reservation recorded in flight under `id`: (units, recorded at ms), live or not
+    /// (a commit after [`RESERVATION_IN_FLIGHT_MS`] may still be owed its refund; the record
+    /// is dropped only when the key's list is full or the record is spent).
+    pub fn reservation(&self, id: &str) -> Option<(u64, u64)> {
+        self.in_flight.get(id).copied()
     }
 
     /// Records that a commit of `id` (not a duplicate) at `now_ms` did `committed`: its
@@ -197,6 +228,33 @@ mod tests {
         assert!(before_reset(4_999 * ms + ms - 1, Some(5_000)));
         assert!(before_reset(5_000 * ms + ms - 1, Some(5_000)), "its own ms");
         assert!(!before_reset(5_001 * ms, Some(5_000)));
+    }
+
+    #[test]
+    fn a_commit_refunds_at_most_what_was_recorded_and_never_without_a_record() {
+        let ms = NANOS_PER_MILLI;
+        let claim = Commit {
+            reserved: 5,
+            actual: 0,
+            reserved_at: 9_000 * ms,
+        };
+        // No record: nothing given back, the actual cost debited whole.
+        let c = bounded_commit(Commit { actual: 7, ..claim }, None);
+        assert_eq!((c.reserved, c.actual), (0, 7));
+        assert_eq!(bounded_commit(claim, None).reserved, 0);
+        // A record of 3 at 4 s: at most 3, from no later than 4 s.
+        let c = bounded_commit(claim, Some((3, 4_000)));
+        assert_eq!((c.reserved, c.reserved_at), (3, 4_000 * ms + ms - 1));
+        // A claim of less, or of earlier, stands (the caller gives up its own refund).
+        let c = bounded_commit(
+            Commit {
+                reserved: 2,
+                reserved_at: 1_000 * ms,
+                ..claim
+            },
+            Some((3, 4_000)),
+        );
+        assert_eq!((c.reserved, c.reserved_at), (2, 1_000 * ms));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub trait BudgetStore: Send + Sync + 'static {
     /// numbers ([`CommitOutcome::duplicate`]). A first commit also updates the key's budget
     /// record in the same step: the reservation recorded under `id` is no longer in flight, and a
     /// debit adds to the key's overshoot figures ([`sluice_core::budget`]).
+    /// What the caller claims (`commit.reserved`, `commit.reserved_at`) is bounded by the
+    /// reservation recorded under `id` ([`sluice_core::budget::bounded_commit`]): at most its
+    /// units are given back, and a commit with no record gives back nothing.
     /// A reservation from before the key's latest reset ([`super::ResetStore::reset_key`])
     /// changes nothing: it answers zeros, not as a duplicate, and writes the receipt of `id` so a retry is one.
     async fn commit(
@@ -59,4 +62,8 @@ pub struct CommitOutcome {
     pub committed: Committed,
     /// The id was already committed: nothing changed.
     pub duplicate: bool,
+    /// A first commit that claimed a reservation (`reserved` > 0) but found none recorded under
+    /// its id ([`BudgetStore::record_reservation`]): nothing was given back and its whole
+    /// `actual` was debited ([`sluice_core::budget::bounded_commit`]).
+    pub unrecorded: bool,
 }

@@ -180,15 +180,15 @@ fn figures(reply: &[i64]) -> Result<KeyBudget, StoreError> {
     })
 }
 
-/// The script's reply `{duplicate, refunded, debited, overshoot, a, b, c, d}`; the level from
+/// The script's reply `{duplicate, refunded, debited, overshoot, a, b, c, d, unrecorded}`; the level from
 /// a..d with core's own f64 operations.
 fn outcome(params: Params, reply: &[i64]) -> Result<CommitOutcome, StoreError> {
     let corrupt = |what: String| StoreError::Script {
         script: "commit",
         message: format!("unexpected reply: {what}"),
     };
-    let [duplicate, refunded, debited, overshoot, a, b, c, d] = reply else {
-        return Err(corrupt(format!("{} values, expected 8", reply.len())));
+    let [duplicate, refunded, debited, overshoot, a, b, c, d, unrecorded] = reply else {
+        return Err(corrupt(format!("{} values, expected 9", reply.len())));
     };
     let unsigned = |v: i64| u64::try_from(v).map_err(|_| corrupt(format!("a negative {v}")));
     let level = match params {
@@ -204,5 +204,6 @@ fn outcome(params: Params, reply: &[i64]) -> Result<CommitOutcome, StoreError> {
             level,
         },
         duplicate: *duplicate == 1,
+        unrecorded: *unrecorded == 1,
     })
 }

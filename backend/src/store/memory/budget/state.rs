@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use sluice_core::budget::{before_reset, budget_until_ms, BudgetRecord};
+use sluice_core::budget::{before_reset, bounded_commit, budget_until_ms, BudgetRecord};
 use sluice_core::commit::{commit, Commit, Committed, COMMIT_ID_TTL_MS};
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::KeyBudget;
@@ -97,6 +97,15 @@ impl CommitReceipts {
             actual: 0,
             ..c
         };
+        // What the caller says it reserved, bounded by what was recorded under its id.
+        let recorded = self
+            .budgets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&name)
+            .and_then(|b| b.reservation(id));
+        let unrecorded = recorded.is_none() && c.reserved > 0;
+        let c = bounded_commit(c, recorded);
         let stale = match live(&receipt) {
             Some(Receipt::Committed(first)) => {
                 let peek = states.update(&name, params, now, |state| {
@@ -109,6 +118,7 @@ impl CommitReceipts {
                 return CommitOutcome {
                     committed,
                     duplicate: true,
+                    unrecorded: false,
                 };
             }
             Some(Receipt::Reset) => true,
@@ -133,6 +143,7 @@ impl CommitReceipts {
         CommitOutcome {
             committed,
             duplicate: false,
+            unrecorded: unrecorded && !stale,
         }
     }
 
