@@ -44,10 +44,12 @@ pub struct Listeners {
 pub enum RatelimitHttp {
     /// Not served.
     Off,
-    /// Beside the admin API, on the admin listener (given the admin listener's address; the
-    /// default, both being 127.0.0.1:8080).
+    /// Beside the admin API, on the admin listener (only when given the admin listener's address,
+    /// never by default): `POST /json` and `GET /rlconfig` then take the admin token there, as
+    /// every other endpoint of that listener that decides or reports.
     OnAdmin,
-    /// Beside the decision API, on the decision listener (given its address).
+    /// Beside the decision API, on the decision listener (given its address; the default with
+    /// `--ratelimit-config`).
     OnDecision,
     /// On a listener of its own.
     Own(TcpListener),
@@ -270,10 +272,18 @@ pub async fn run(
         RatelimitHttp::OnDecision => (None, false, true),
         RatelimitHttp::Off => (None, false, false),
     };
-    // The surface's routes, merged into a shared listener's router (an empty router elsewhere).
+    // The surface's routes, merged into a shared listener's router (an empty router elsewhere);
+    // on the admin listener behind its token.
     let peer_routes = |on: bool| {
         if on {
             http::peer::routes(app.clone())
+        } else {
+            axum::Router::new()
+        }
+    };
+    let peer_admin_routes = |on: bool| {
+        if on {
+            http::peer::routes_behind_token(app.clone())
         } else {
             axum::Router::new()
         }
@@ -329,7 +339,7 @@ pub async fn run(
     let admin_server = async {
         let r = serve(
             listeners.admin,
-            http::admin_router(app.clone(), dashboard).merge(peer_routes(peer_on_admin)),
+            http::admin_router(app.clone(), dashboard).merge(peer_admin_routes(peer_on_admin)),
             header_read_timeout,
             tls.admin.clone(),
             stop_rx.clone(),
