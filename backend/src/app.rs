@@ -183,6 +183,10 @@ pub async fn run(
         "rules loaded"
     );
 
+    if ratelimit.is_some() {
+        say_unknown_domains_answer_ok(&current, config.ratelimit_semantics);
+    }
+
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut metrics = Metrics::with_store(store.clone());
     metrics.register(
@@ -409,4 +413,24 @@ async fn serve(
 ) -> Result<(), RunError> {
     http::serve::serve(listener, router, header_read_timeout, transport, stop).await?;
     Ok(())
+}
+
+/// At start with `--ratelimit-config`: when sluice has rules of its own, says that an RLS request
+/// for a domain in no file is answered OK by the peer's rule, not decided by them (unless the
+/// semantics say `own_rules_for_unknown_domains`). Why: adding a config directory used to turn
+/// those rules off for every other domain without a word.
+fn say_unknown_domains_answer_ok(
+    rules: &crate::rules::RuleSet,
+    semantics: crate::ratelimit::semantics::Semantics,
+) {
+    use crate::ratelimit::semantics::Point;
+    let own = crate::grpc::rls::unknown_domains::own_rule_count(rules);
+    if own == 0 || semantics.has(Point::OwnRulesForUnknownDomains) {
+        return;
+    }
+    tracing::warn!(
+        own_rules = own,
+        filter_domain = sluice_core::descriptor::FILTER_DOMAIN,
+        "--ratelimit-config: RLS requests for a domain in no file are answered OK with no limit (the peer's answer), not decided by sluice's own rules (only the sluice filter's domain still is); each such domain is logged once and counted in sluice_rls_unknown_domain_total; set --ratelimit-semantics own_rules_for_unknown_domains to decide them by sluice's rules"
+    );
 }

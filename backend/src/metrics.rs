@@ -81,6 +81,11 @@ struct FailureLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DomainLabels {
+    domain: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
     action: String,
 }
@@ -113,6 +118,7 @@ pub struct Metrics {
     duration: Histogram,
     store_errors: Family<ErrorLabels, Counter>,
     unknown_action: Counter,
+    rls_unknown_domain: Family<DomainLabels, Counter>,
     rules: Gauge,
     activity_dropped: Counter,
     unrefunded: Counter,
@@ -224,6 +230,12 @@ impl Metrics {
             "sluice_store_errors",
             "Store calls that failed, by kind (unavailable, timeout, overloaded, full, wrong_type, corrupt, script)",
             store_errors.clone(),
+        );
+        let rls_unknown_domain = Family::<DomainLabels, Counter>::default();
+        registry.register(
+            "sluice_rls_unknown_domain",
+            "RLS requests for a domain in no file of --ratelimit-config, answered OK with no limit (the peer's answer: not_found), by domain (at most 100 named, the rest \"(other)\")",
+            rls_unknown_domain.clone(),
         );
         let unknown_action = Counter::default();
         registry.register(
@@ -373,6 +385,7 @@ impl Metrics {
             duration,
             store_errors,
             unknown_action,
+            rls_unknown_domain,
             rules,
             activity_dropped,
             unrefunded,
@@ -520,6 +533,16 @@ impl Metrics {
         self.store_errors
             .get_or_create(&ErrorLabels {
                 kind: error.metric_kind().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one RLS request for a domain no ratelimit-config file has, under `domain` (already
+    /// bounded by the caller: [`crate::grpc::rls::unknown_domains`]).
+    pub fn rls_unknown_domain(&self, domain: &str) {
+        self.rls_unknown_domain
+            .get_or_create(&DomainLabels {
+                domain: domain.to_owned(),
             })
             .inc();
     }

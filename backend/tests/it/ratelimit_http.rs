@@ -481,6 +481,75 @@ async fn by_default_the_surface_is_on_the_decision_listener_and_takes_only_json(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 40 (item 7): with `--ratelimit-config` and sluice rules of its own, the start says that
+/// domains in no file answer OK and not by those rules; each such domain is then logged once
+/// (however often asked) and counted by domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_in_no_file_is_logged_once_and_counted() {
+    let dir = config_dir("unknown_domain");
+    let rules = dir.join("own-rules.json");
+    std::fs::write(
+        &rules,
+        r#"[{"action": "posts", "algorithm": "fixed_window", "capacity": 1, "window": "1h"}]"#,
+    )
+    .unwrap();
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("c.yaml"), CONFIG).unwrap();
+    let (decision, admin) = (support::free_port(), support::free_port());
+    let (decision_addr, admin_addr) = (
+        format!("127.0.0.1:{decision}"),
+        format!("127.0.0.1:{admin}"),
+    );
+    let args = [
+        "--decision-listen",
+        decision_addr.as_str(),
+        "--admin-listen",
+        admin_addr.as_str(),
+        "--admin-token",
+        "a-token-long-enough-1234",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--ratelimit-config",
+        config.to_str().unwrap(),
+    ];
+    let (mut child, stderr) = sluice(&args);
+    let http = client();
+    let base = format!("http://{decision_addr}");
+    healthy(&http, &base).await;
+    let elsewhere =
+        r#"{"domain":"elsewhere","descriptors":[{"entries":[{"key":"posts","value":"u"}]}]}"#;
+    for _ in 0..3 {
+        let r = post(&http, &base, elsewhere).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"sluice_rls_unknown_domain_total{domain="elsewhere"} 3"#),
+        "{metrics}"
+    );
+    let log = stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("not decided by sluice's own rules") && log.contains("own_rules=1"),
+        "the start line: {log}"
+    );
+    let once = log
+        .lines()
+        .filter(|l| l.contains("RLS domain in no file") && l.contains("elsewhere"))
+        .count();
+    assert_eq!(once, 1, "{log}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_shares_the_admin_listener_at_its_address_and_names_the_flag_when_in_use() {
     let dir = config_dir("binary");
