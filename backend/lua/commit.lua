@@ -7,7 +7,10 @@
 -- ARGV[8] reserved, ARGV[9] actual, ARGV[10] reserved_at (decimal ns), ARGV[11] the receipt's
 -- TTL (ms), ARGV[12] the id, ARGV[13] the carry bound (sluice_core::commit::carry_bound: a
 -- meter's most level in ns, a window's most count, a sliding log's most entries): a debit that
--- does not fit is carried as debt, the level above the capacity, up to it.
+-- does not fit is carried as debt, the level above the capacity, up to it. ARGV[14] the most
+-- commit receipts the key keeps (sluice_core::limits::MAX_RECEIPTS_PER_KEY): they are listed in
+-- `<state key>:receipts` (a list of 'expiry_ms:id' in the order written, so by expiry; same hash
+-- tag); past the bound the oldest are deleted (shed) before this one is written.
 -- KEYS[3], KEYS[4]: the key's budget record (sluice_core::budget), in the same hash tag: the
 -- reservations in flight (`<state key>:inflight`, id -> 'units:recorded_at_ms', budget_record.lua)
 -- and the debits beyond reservations (`<state key>:overshoot`: 'overshoot', 'debited', 'until'
@@ -19,7 +22,7 @@
 -- What the caller claims is bounded by the reservation recorded in KEYS[3] under its id
 -- (sluice_core::budget::bounded_commit): at most its units are given back, from no later than its
 -- millisecond; with no record nothing is given back and the whole actual is debited.
--- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d, unrecorded (0/1)}, the level
+-- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d, unrecorded (0/1), shed}, the level
 -- being a / b for the meters, a for fixed_window and sliding_log, a x b / c + d for
 -- sliding_window (the same f64 operations as core). A duplicate answers the first commit's
 -- numbers and today's level, and writes nothing.
@@ -124,11 +127,38 @@ local function reply(refunded, overshoot, a, b, c, d)
     if r == nil then
       corrupt('a commit receipt that is not refunded:debited:overshoot')
     end
-    return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d, 0 }
+    return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d, 0, 0 }
   end
+  -- The key's receipts, bounded: expired entries leave the index, then the oldest live ones are
+  -- shed (their receipts deleted: same hash tag, so the same slot) to make room for this one.
+  local index = KEYS[1] .. ':receipts'
+  local most = tonumber(ARGV[14])
+  local shed = 0
+  while true do
+    local head = redis.call('LINDEX', index, 0)
+    if not head then
+      break
+    end
+    local expires, old = string.match(head, '^(%d+):(.*)$')
+    local expired = expires == nil or tonumber(expires) <= NOW_MS
+    if not expired and redis.call('LLEN', index) < most then
+      break
+    end
+    redis.call('LPOP', index)
+    -- Only a commit's receipt (a reset's 'reset' under the same id stays).
+    local gone = old and redis.call('GET', KEYS[1] .. ':commit:' .. old)
+    if gone and gone ~= 'reset' then
+      redis.call('DEL', KEYS[1] .. ':commit:' .. old)
+      if not expired then
+        shed = shed + 1
+      end
+    end
+  end
+  redis.call('RPUSH', index, fmt(NOW_MS + tonumber(ARGV[11])) .. ':' .. ARGV[12])
+  redis.call('PEXPIRE', index, ARGV[11])
   redis.call('SET', KEYS[2], fmt(refunded) .. ':' .. fmt(debit) .. ':' .. fmt(overshoot), 'PX', ARGV[11])
   record_commit(overshoot)
-  return { 0, refunded, debit, overshoot, a, b, c, d, unrecorded }
+  return { 0, refunded, debit, overshoot, a, b, c, d, unrecorded, shed }
 end
 
 -- The meters on a level in ns: (refunded, overshoot, new level).

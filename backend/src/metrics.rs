@@ -135,6 +135,7 @@ pub struct Metrics {
     commit_overshoot: Family<LeaseLabels, Counter>,
     commit_duplicates: Counter,
     commits_unrecorded: Family<LeaseLabels, Counter>,
+    receipts_shed: Family<LeaseLabels, Counter>,
     reservations_unheld: Family<LeaseLabels, Counter>,
     report_marks_dropped: Family<LeaseLabels, Counter>,
     reports_deferred: Family<LeaseLabels, Counter>,
@@ -285,6 +286,12 @@ impl Metrics {
             "Filter reports of a new reporter not applied because the action's report records were full of records applied within 10 minutes (answered 503: the filter sends them again), by action",
             reports_deferred.clone(),
         );
+        let receipts_shed = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_commit_receipts_shed",
+            "Commit receipts dropped to keep a key within its bound (1,024 per key; the memory store also 100,000 in all), by action: a retry of such a commit applies again (it can only debit again)",
+            receipts_shed.clone(),
+        );
         let commits_unrecorded = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "sluice_commits_unrecorded",
@@ -402,6 +409,7 @@ impl Metrics {
             commit_overshoot,
             commit_duplicates,
             commits_unrecorded,
+            receipts_shed,
             reservations_unheld,
             report_marks_dropped,
             reports_deferred,
@@ -455,6 +463,11 @@ impl Metrics {
             .inc_by(outcome.committed.overshoot);
         if outcome.unrecorded {
             self.commits_unrecorded.get_or_create(&labels).inc();
+        }
+        if outcome.receipts_shed > 0 {
+            self.receipts_shed
+                .get_or_create(&labels)
+                .inc_by(outcome.receipts_shed);
         }
     }
 

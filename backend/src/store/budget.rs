@@ -66,4 +66,7 @@ pub struct CommitOutcome {
     /// its id ([`BudgetStore::record_reservation`]): nothing was given back and its whole
     /// `actual` was debited ([`sluice_core::budget::bounded_commit`]).
     pub unrecorded: bool,
+    /// Receipts of older commits of the key dropped to keep it within
+    /// [`sluice_core::limits::MAX_RECEIPTS_PER_KEY`] (or the store's own bound).
+    pub receipts_shed: u64,
 }

@@ -100,6 +100,11 @@ both_stores!(
 );
 
 both_stores!(clocked commit_tables, memory_commit_tables, redis_commit_tables);
+both_stores!(
+    clocked commit_receipts_are_bounded,
+    memory_commit_receipts_are_bounded,
+    redis_commit_receipts_are_bounded
+);
 
 async fn commit_randomized(store: &dyn Store, clock: &ManualClock) {
     commit_randomized_against_core(store, clock, 0xc0, 40).await;

@@ -908,6 +908,47 @@ pub async fn commit_tables(store: &dyn Store, clock: &ManualClock) {
     }
 }
 
+/// Issue 40 (item 6): a key keeps at most `MAX_RECEIPTS_PER_KEY` commit receipts. Fresh ids
+/// past it shed the oldest (counted in the outcome, for `sluice_commit_receipts_shed_total`):
+/// a retry of a shed id applies again, one of a kept id is still a duplicate, and another key's
+/// receipts are untouched.
+pub async fn commit_receipts_are_bounded(store: &dyn Store, clock: &ManualClock) {
+    use sluice_core::commit::Commit;
+    use sluice_core::limits::MAX_RECEIPTS_PER_KEY;
+    let r = rule(r#"{"action":"receipts","algorithm":"fixed_window","capacity":10,"window":"1h"}"#);
+    let t = B + 1_500 * MS;
+    clock.set(t);
+    let nothing = Commit {
+        reserved: 0,
+        actual: 0,
+        reserved_at: t,
+    };
+    let other = store
+        .commit(&r, "other", "id0", nothing)
+        .await
+        .expect("commit");
+    assert_eq!(other.receipts_shed, 0);
+    let mut shed = 0;
+    for i in 0..MAX_RECEIPTS_PER_KEY + 3 {
+        let done = store
+            .commit(&r, "k", &format!("id{i}"), nothing)
+            .await
+            .expect("commit");
+        assert!(!done.duplicate, "id{i} ({})", store.kind());
+        shed += done.receipts_shed;
+    }
+    assert_eq!(shed, 3, "({})", store.kind());
+    let again = store.commit(&r, "k", "id0", nothing).await.expect("retry");
+    assert!(!again.duplicate, "a shed receipt ({})", store.kind());
+    let kept = store.commit(&r, "k", "id10", nothing).await.expect("retry");
+    assert!(kept.duplicate, "a kept receipt ({})", store.kind());
+    let other = store
+        .commit(&r, "other", "id0", nothing)
+        .await
+        .expect("retry");
+    assert!(other.duplicate, "another key's receipt ({})", store.kind());
+}
+
 /// Random interleavings of reservations (throttle calls) and commits of them, some retried,
 /// where every commit's answer must equal core's commit on the state core's own transitions
 /// reached: the Lua twin and the memory store held to `sluice_core::commit` step by step.
@@ -1250,6 +1291,11 @@ pub async fn budget_reset(store: &dyn Store, clock: &ManualClock) {
         clock.set(t4);
         assert!(store
             .record_reservation(&r, "k", "r4", big)
+            .await
+            .expect("hold"));
+        // The twin's too: a commit gives back only what was recorded (issue 40).
+        assert!(store
+            .record_reservation(&r, "twin", "r4", big)
             .await
             .expect("hold"));
         let now = t + 30 * MS;

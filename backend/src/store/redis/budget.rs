@@ -24,7 +24,7 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::{RedisResult, Script};
 use sluice_core::commit::{carry_bound, Commit, Committed, COMMIT_ID_TTL_MS};
-use sluice_core::limits::{MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
+use sluice_core::limits::{MAX_IN_FLIGHT_PER_KEY, MAX_RECEIPTS_PER_KEY, RESERVATION_IN_FLIGHT_MS};
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::KeyBudget;
 use sluice_core::{Nanos, Params, Rule};
@@ -151,7 +151,8 @@ impl RedisStore {
             .arg(c.reserved_at.to_string())
             .arg(COMMIT_ID_TTL_MS)
             .arg(id)
-            .arg(carry_bound(&params));
+            .arg(carry_bound(&params))
+            .arg(MAX_RECEIPTS_PER_KEY);
         invocation.invoke_async(&mut conn).await
     }
 }
@@ -180,15 +181,15 @@ fn figures(reply: &[i64]) -> Result<KeyBudget, StoreError> {
     })
 }
 
-/// The script's reply `{duplicate, refunded, debited, overshoot, a, b, c, d, unrecorded}`; the level from
+/// The script's reply `{duplicate, refunded, debited, overshoot, a, b, c, d, unrecorded, shed}`; the level from
 /// a..d with core's own f64 operations.
 fn outcome(params: Params, reply: &[i64]) -> Result<CommitOutcome, StoreError> {
     let corrupt = |what: String| StoreError::Script {
         script: "commit",
         message: format!("unexpected reply: {what}"),
     };
-    let [duplicate, refunded, debited, overshoot, a, b, c, d, unrecorded] = reply else {
-        return Err(corrupt(format!("{} values, expected 9", reply.len())));
+    let [duplicate, refunded, debited, overshoot, a, b, c, d, unrecorded, shed] = reply else {
+        return Err(corrupt(format!("{} values, expected 10", reply.len())));
     };
     let unsigned = |v: i64| u64::try_from(v).map_err(|_| corrupt(format!("a negative {v}")));
     let level = match params {
@@ -205,5 +206,6 @@ fn outcome(params: Params, reply: &[i64]) -> Result<CommitOutcome, StoreError> {
         },
         duplicate: *duplicate == 1,
         unrecorded: *unrecorded == 1,
+        receipts_shed: unsigned(*shed)?,
     })
 }
