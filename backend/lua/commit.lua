@@ -19,6 +19,8 @@
 -- which also writes the receipt 'reset' for each reservation in flight it dropped). A reservation
 -- from before the reset (its receipt 'reset', or reserved_at at or before the reset's ms:
 -- sluice_core::budget::before_reset) changes nothing: a first commit of nothing, with a receipt.
+-- A lease return (an id 'lease-...') with no record of its own is bounded by the key's lease pool
+-- instead (KEYS[3]'s field '#leases', 'units:until_ms:at_ms', lease_grant.lua), which it spends.
 -- What the caller claims is bounded by the reservation recorded in KEYS[3] under its id
 -- (sluice_core::budget::bounded_commit): at most its units are given back, from no later than its
 -- millisecond; with no record nothing is given back and the whole actual is debited.
@@ -42,8 +44,18 @@ local unrecorded = 0
 local RA_TEXT = ARGV[10]
 local held = redis.call('HGET', KEYS[3], ARGV[12])
 local h_units, h_at = nil, nil
+local FROM_POOL = nil
 if held then
   h_units, h_at = string.match(held, '^(%d+):(%d+)$')
+elseif string.sub(ARGV[12], 1, 6) == 'lease-' then
+  local pool = redis.call('HGET', KEYS[3], '#leases')
+  if pool then
+    local u, untl, at = string.match(pool, '^(%d+):(%d+):(%d+)$')
+    if u and tonumber(untl) > NOW_MS and tonumber(u) > 0 then
+      h_units, h_at = u, at
+      FROM_POOL = { tonumber(u), untl, at }
+    end
+  end
 end
 if h_units then
   RESERVED = math.min(RESERVED, tonumber(h_units))
@@ -102,6 +114,10 @@ end
 -- Records the commit in the budget record (BudgetRecord::record_commit).
 local function record_commit(overshoot)
   redis.call('HDEL', KEYS[3], ARGV[12])
+  if FROM_POOL and not stale then
+    redis.call('HSET', KEYS[3], '#leases', fmt(math.max(FROM_POOL[1] - RESERVED, 0)) .. ':' ..
+      FROM_POOL[2] .. ':' .. FROM_POOL[3])
+  end
   if debit == 0 then
     return
   end

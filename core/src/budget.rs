@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use crate::commit::{meter_level_ns, Commit, Committed};
 use crate::decision::Decision;
-use crate::limits::{MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
+use crate::limits::{LEASE_RETURN_SPAN_MS, MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
 use crate::params::Params;
 use crate::state::State;
 use crate::time::{Nanos, NANOS_PER_MILLI};
@@ -109,6 +109,18 @@ pub fn bounded_commit(claim: Commit, recorded: Option<(u64, u64)>) -> Commit {
     }
 }
 
+/// How the sluice filter names the commit that gives a lease grant's unspent units back
+/// (`lease-<grant id>`, filter/src/lease/returns.rs). Such a commit has no reservation of its own
+/// recorded: its `reserved` (the units granted) is bounded instead by the key's lease pool, the
+/// units granted as leases within [`LEASE_RETURN_SPAN_MS`] and not yet given back
+/// ([`BudgetRecord::lease_pool`]).
+pub const LEASE_RETURN_ID_PREFIX: &str = "lease-";
+
+/// Whether a commit id is a lease return's ([`LEASE_RETURN_ID_PREFIX`]).
+pub fn is_lease_return(id: &str) -> bool {
+    id.starts_with(LEASE_RETURN_ID_PREFIX)
+}
+
 /// One key's record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BudgetRecord {
@@ -117,6 +129,8 @@ pub struct BudgetRecord {
     overshoot: u64,
     debited: u64,
     until_ms: u64,
+    /// Lease units granted and not given back: (units, until ms, latest grant ms).
+    leases: (u64, u64, u64),
 }
 
 /// Whether a reservation recorded at `at_ms` still counts at `now_ms`.
@@ -136,6 +150,30 @@ impl BudgetRecord {
         }
         self.in_flight.insert(id.to_owned(), (units, now_ms));
         true
+    }
+
+    /// Adds a lease grant of `units` at `now_ms` to the key's lease pool, which a lease return
+    /// may then give back from ([`is_lease_return`]) for [`LEASE_RETURN_SPAN_MS`] after the
+    /// latest grant.
+    pub fn record_lease_grant(&mut self, units: u64, now_ms: u64) {
+        let (pool, until, _) = self.leases;
+        let pool = if until > now_ms { pool } else { 0 };
+        self.leases = (
+            pool.saturating_add(units),
+            now_ms + LEASE_RETURN_SPAN_MS,
+            now_ms,
+        );
+    }
+
+    /// The lease pool at `now_ms` as a record (units, latest grant ms), if it holds any.
+    pub fn lease_pool(&self, now_ms: u64) -> Option<(u64, u64)> {
+        let (pool, until, at) = self.leases;
+        (until > now_ms && pool > 0).then_some((pool, at))
+    }
+
+    /// Takes `units` a lease return was bounded by out of the pool.
+    pub fn spend_lease_pool(&mut self, units: u64) {
+        self.leases.0 = self.leases.0.saturating_sub(units);
     }
 
     /// The reservation recorded in flight under `id`: (units, recorded at ms), live or not
@@ -186,7 +224,9 @@ impl BudgetRecord {
 
     /// Whether nothing in it counts at `now_ms` any more (the record can be dropped).
     pub fn is_spent(&self, now_ms: u64) -> bool {
-        self.until_ms <= now_ms && self.in_flight.values().all(|(_, at)| !live(*at, now_ms))
+        self.until_ms <= now_ms
+            && self.leases.1 <= now_ms
+            && self.in_flight.values().all(|(_, at)| !live(*at, now_ms))
     }
 }
 
@@ -255,6 +295,22 @@ mod tests {
             Some((3, 4_000)),
         );
         assert_eq!((c.reserved, c.reserved_at), (2, 1_000 * ms));
+    }
+
+    #[test]
+    fn lease_grants_pool_until_given_back_or_the_span_ends() {
+        let mut r = BudgetRecord::default();
+        assert_eq!(r.lease_pool(1_000), None);
+        r.record_lease_grant(10, 1_000);
+        r.record_lease_grant(6, 2_000);
+        assert_eq!(r.lease_pool(2_500), Some((16, 2_000)));
+        r.spend_lease_pool(10);
+        assert_eq!(r.lease_pool(2_500), Some((6, 2_000)));
+        assert_eq!(r.lease_pool(2_000 + LEASE_RETURN_SPAN_MS), None);
+        assert!(!r.is_spent(2_500));
+        assert!(is_lease_return("lease-00000000000000ab") && !is_lease_return("w1:1"));
+        // Nothing in flight is shown for it.
+        assert_eq!(r.figures(2_500), KeyBudget::default());
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub const MAX_LEASE_UNITS: u64 = 100_000;
 /// Longest a lease may be spent (a rule's `lease.ttl`): a minute. Leases trade exactness for
 /// speed for at most this long; longer would hide rule changes and failures for too long.
 pub const MAX_LEASE_TTL_MS: u64 = 60_000;
+/// How long a key's lease grants can be given back ([`crate::budget::BudgetRecord`]'s lease pool):
+/// the longest lease, plus a minute for the filter's return to be sent and retried.
+pub const LEASE_RETURN_SPAN_MS: u64 = MAX_LEASE_TTL_MS + 60_000;
 /// Most actions one filter report carries; the filter's counters table holds no more, so a
 /// report stays far below [`MAX_BODY_BYTES`].
 pub const MAX_REPORT_ACTIONS: usize = 256;

@@ -26,6 +26,17 @@ pub trait BudgetStore: Send + Sync + 'static {
         units: u64,
     ) -> Result<bool, StoreError>;
 
+    /// Adds a lease grant of `units` for `key` under `rule` to the key's lease pool
+    /// ([`sluice_core::budget::BudgetRecord::record_lease_grant`]): what the filter's lease
+    /// returns (commits with a `lease-` id, [`sluice_core::budget::is_lease_return`]) may give
+    /// back, at most, since they have no reservation recorded of their own.
+    async fn record_lease_grant(
+        &self,
+        rule: &Rule,
+        key: &str,
+        units: u64,
+    ) -> Result<(), StoreError>;
+
     /// Commits a reservation of `key` under `rule` ([`sluice_core::commit`]): gives back what is
     /// surely still held of reserved − actual, debits actual − reserved without a check, in one
     /// atomic step with the commit receipt of `id` (checked by callers with

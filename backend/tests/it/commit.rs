@@ -163,6 +163,14 @@ async fn a_commit_credits_only_what_was_reserved(rig: &Rig) {
         );
         assert_eq!(throttle(rig, "forged", "u", 1).await["allowed"], false);
     }
+    // Nor does one named as the filter's lease returns are, on a key that granted no lease.
+    let body = commit_body("forged", "u", 5, 0, "lease-00000000000000ff", now_ms());
+    let (_, done) = commit_http(rig, &body).await;
+    assert_eq!(
+        done["refunded"], 0,
+        "a forged lease return credited units: {done}"
+    );
+    assert_eq!(throttle(rig, "forged", "u", 1).await["allowed"], false);
     // A recorded reservation of 2 claimed as 5: 2 come back, once.
     rig.put_rule(
         json!({"action": "claimed", "algorithm": "fixed_window", "capacity": 5,

@@ -949,6 +949,50 @@ pub async fn commit_receipts_are_bounded(store: &dyn Store, clock: &ManualClock)
     assert!(other.duplicate, "another key's receipt ({})", store.kind());
 }
 
+/// Issue 40: a lease return (a `lease-` commit id, as the filter names it) has no reservation of
+/// its own recorded; it gives back at most what the key's lease pool holds (the units granted as
+/// leases and not yet given back), and spends it: a forged return after it, or on a key that
+/// granted nothing, gives back nothing.
+pub async fn lease_returns_are_bounded_by_the_grants(store: &dyn Store, clock: &ManualClock) {
+    use sluice_core::commit::Commit;
+    let r =
+        rule(r#"{"action":"leasepool","algorithm":"fixed_window","capacity":10,"window":"1h"}"#);
+    let t = B + 1_500 * MS;
+    clock.set(t);
+    // 5 debited for a lease grant (as the leased decision does), recorded in the pool.
+    assert!(store.throttle(&r, "k", 5).await.expect("debit").allowed);
+    store.record_lease_grant(&r, "k", 5).await.expect("grant");
+    let back = |reserved, actual| Commit {
+        reserved,
+        actual,
+        reserved_at: t,
+    };
+    let done = store
+        .commit(&r, "k", "lease-0000000000000001", back(5, 2))
+        .await
+        .expect("return");
+    assert_eq!(moved(&done), (3, 0, 0), "({})", store.kind());
+    let forged = store
+        .commit(&r, "k", "lease-0000000000000002", back(5, 0))
+        .await
+        .expect("forged");
+    assert_eq!(
+        moved(&forged),
+        (0, 0, 0),
+        "the pool is spent ({})",
+        store.kind()
+    );
+    assert!(forged.unrecorded);
+    assert_eq!(store.throttle(&r, "k", 0).await.expect("peek").remaining, 8);
+    // A key that granted nothing gives nothing back to a return.
+    assert!(store.throttle(&r, "none", 4).await.expect("debit").allowed);
+    let forged = store
+        .commit(&r, "none", "lease-0000000000000003", back(4, 0))
+        .await
+        .expect("forged");
+    assert_eq!(moved(&forged), (0, 0, 0), "({})", store.kind());
+}
+
 /// Random interleavings of reservations (throttle calls) and commits of them, some retried,
 /// where every commit's answer must equal core's commit on the state core's own transitions
 /// reached: the Lua twin and the memory store held to `sluice_core::commit` step by step.

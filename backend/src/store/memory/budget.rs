@@ -38,6 +38,17 @@ impl BudgetStore for MemoryStore {
             .record_reservation(rule, key, id, units, self.now()))
     }
 
+    async fn record_lease_grant(
+        &self,
+        rule: &Rule,
+        key: &str,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        self.commits
+            .record_lease_grant(rule, key, units, self.now());
+        Ok(())
+    }
+
     async fn commit(
         &self,
         rule: &Rule,

@@ -24,7 +24,9 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::{RedisResult, Script};
 use sluice_core::commit::{carry_bound, Commit, Committed, COMMIT_ID_TTL_MS};
-use sluice_core::limits::{MAX_IN_FLIGHT_PER_KEY, MAX_RECEIPTS_PER_KEY, RESERVATION_IN_FLIGHT_MS};
+use sluice_core::limits::{
+    LEASE_RETURN_SPAN_MS, MAX_IN_FLIGHT_PER_KEY, MAX_RECEIPTS_PER_KEY, RESERVATION_IN_FLIGHT_MS,
+};
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::KeyBudget;
 use sluice_core::{Nanos, Params, Rule};
@@ -36,6 +38,8 @@ use crate::store::{BudgetStore, CommitOutcome, StoreError};
 
 static RECORD: LazyLock<Script> =
     LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_record.lua")));
+static LEASE_GRANT: LazyLock<Script> =
+    LazyLock::new(|| with_now_ms(include_str!("../../../lua/lease_grant.lua")));
 static READ: LazyLock<Script> =
     LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_read.lua")));
 
@@ -86,6 +90,24 @@ impl BudgetStore for RedisStore {
             .arg(RESERVATION_IN_FLIGHT_MS + GC_SLACK_MS);
         let reply: i64 = self.script(&record, "budget_record", &invocation).await?;
         Ok(reply == 1)
+    }
+
+    async fn record_lease_grant(
+        &self,
+        rule: &Rule,
+        key: &str,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        let state = self.keys.state(rule.action(), rule.algorithm(), key);
+        let record = in_flight_key(&state);
+        let mut invocation = LEASE_GRANT.key(&record);
+        invocation
+            .arg(now_arg(self.at()))
+            .arg(units)
+            .arg(LEASE_RETURN_SPAN_MS)
+            .arg(LEASE_RETURN_SPAN_MS + GC_SLACK_MS);
+        let _pool: i64 = self.script(&record, "lease_grant", &invocation).await?;
+        Ok(())
     }
 
     async fn commit(

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use sluice_core::budget::{before_reset, bounded_commit, budget_until_ms, BudgetRecord};
+use sluice_core::budget::{
+    before_reset, bounded_commit, budget_until_ms, is_lease_return, BudgetRecord,
+};
 use sluice_core::commit::{commit, Commit, Committed};
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::KeyBudget;
@@ -72,13 +74,18 @@ impl CommitReceipts {
             actual: 0,
             ..c
         };
-        // What the caller says it reserved, bounded by what was recorded under its id.
-        let recorded = self
-            .budgets
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&name)
-            .and_then(|b| b.reservation(id));
+        // What the caller says it reserved, bounded by what was recorded under its id (a lease
+        // return: by the key's lease pool).
+        let now_ms = now / NANOS_PER_MILLI;
+        let (recorded, from_pool) = {
+            let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+            let record = budgets.get(&name);
+            match record.and_then(|b| b.reservation(id)) {
+                Some(r) => (Some(r), false),
+                None if is_lease_return(id) => (record.and_then(|b| b.lease_pool(now_ms)), true),
+                None => (None, false),
+            }
+        };
         let unrecorded = recorded.is_none() && c.reserved > 0;
         let c = bounded_commit(c, recorded);
         let stale = match live(&receipt) {
@@ -115,6 +122,9 @@ impl CommitReceipts {
         let receipts_shed = receipts.remember_commit(&name, id, Receipt::Committed(committed), now);
         self.with_budget(&name, now, |b| {
             b.record_commit(id, &committed, until_ms, now / NANOS_PER_MILLI);
+            if from_pool && !stale {
+                b.spend_lease_pool(c.reserved);
+            }
         });
         CommitOutcome {
             committed,
@@ -184,6 +194,15 @@ impl CommitReceipts {
         })
         .unwrap_or(false)
     }
+    /// Adds a lease grant of `units` to `key`'s lease pool under `rule` at `now` (not kept when
+    /// the records are full: its return then gives nothing back).
+    pub(crate) fn record_lease_grant(&self, rule: &Rule, key: &str, units: u64, now: Nanos) {
+        let name = rule_slot(rule.action(), rule.algorithm(), key);
+        self.with_budget(&name, now, |b| {
+            b.record_lease_grant(units, now / NANOS_PER_MILLI);
+        });
+    }
+
     /// `key`'s budget figures under `rule` at `now`.
     pub(crate) fn budget(&self, rule: &Rule, key: &str, now: Nanos) -> KeyBudget {
         let name = rule_slot(rule.action(), rule.algorithm(), key);
