@@ -7,7 +7,10 @@
 -- ARGV[8] reserved, ARGV[9] actual, ARGV[10] reserved_at (decimal ns), ARGV[11] the receipt's
 -- TTL (ms), ARGV[12] the id, ARGV[13] the carry bound (sluice_core::commit::carry_bound: a
 -- meter's most level in ns, a window's most count, a sliding log's most entries): a debit that
--- does not fit is carried as debt, the level above the capacity, up to it.
+-- does not fit is carried as debt, the level above the capacity, up to it. ARGV[14] the most
+-- commit receipts the key keeps (sluice_core::limits::MAX_RECEIPTS_PER_KEY): they are listed in
+-- `<state key>:receipts` (a list of 'expiry_ms:id' in the order written, so by expiry; same hash
+-- tag); past the bound the oldest are deleted (shed) before this one is written.
 -- KEYS[3], KEYS[4]: the key's budget record (sluice_core::budget), in the same hash tag: the
 -- reservations in flight (`<state key>:inflight`, id -> 'units:recorded_at_ms', budget_record.lua)
 -- and the debits beyond reservations (`<state key>:overshoot`: 'overshoot', 'debited', 'until'
@@ -16,10 +19,15 @@
 -- which also writes the receipt 'reset' for each reservation in flight it dropped). A reservation
 -- from before the reset (its receipt 'reset', or reserved_at at or before the reset's ms:
 -- sluice_core::budget::before_reset) changes nothing: a first commit of nothing, with a receipt.
--- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d}, the level being a / b for
--- the meters, a for fixed_window and sliding_log, a x b / c + d for sliding_window (the same f64
--- operations as core). A duplicate answers the first commit's numbers and today's level, and
--- writes nothing.
+-- A lease return (an id 'lease-...') with no record of its own is bounded by the key's lease pool
+-- instead (KEYS[3]'s field '#leases', 'units:until_ms:at_ms', lease_grant.lua), which it spends.
+-- What the caller claims is bounded by the reservation recorded in KEYS[3] under its id
+-- (sluice_core::budget::bounded_commit): at most its units are given back, from no later than its
+-- millisecond; with no record nothing is given back and the whole actual is debited.
+-- Reply: {duplicate (0/1), refunded, debited, overshoot, a, b, c, d, unrecorded (0/1), shed}, the level
+-- being a / b for the meters, a for fixed_window and sliding_log, a x b / c + d for
+-- sliding_window (the same f64 operations as core). A duplicate answers the first commit's
+-- numbers and today's level, and writes nothing.
 local ALG = ARGV[7]
 local cap = tonumber(ARGV[5])
 local P = tonumber(ARGV[4])
@@ -29,16 +37,49 @@ local METER_LEVEL = 0
 
 local duplicate = 0
 local ACTUAL = tonumber(ARGV[9])
+-- The claim, bounded by the record (bounded_commit).
+local RESERVED = tonumber(ARGV[8])
+local unrecorded = 0
+-- When the reservation was decided (decimal ns), bounded by the record's time below.
+local RA_TEXT = ARGV[10]
+local held = redis.call('HGET', KEYS[3], ARGV[12])
+local h_units, h_at = nil, nil
+local FROM_POOL = nil
+if held then
+  h_units, h_at = string.match(held, '^(%d+):(%d+)$')
+elseif string.sub(ARGV[12], 1, 6) == 'lease-' then
+  local pool = redis.call('HGET', KEYS[3], '#leases')
+  if pool then
+    local u, untl, at = string.match(pool, '^(%d+):(%d+):(%d+)$')
+    if u and tonumber(untl) > NOW_MS and tonumber(u) > 0 then
+      h_units, h_at = u, at
+      FROM_POOL = { tonumber(u), untl, at }
+    end
+  end
+end
+if h_units then
+  RESERVED = math.min(RESERVED, tonumber(h_units))
+  -- The end of the record's millisecond, as decimal ns ('<ms>999999'), when the claim is later.
+  local c_s, c_n = split_ns(RA_TEXT)
+  if c_s == nil or c_s * 1000 + idiv(c_n, 1000000) > tonumber(h_at) then
+    RA_TEXT = h_at .. '999999'
+  end
+else
+  if RESERVED > 0 then
+    unrecorded = 1
+  end
+  RESERVED = 0
+end
 -- No reservation holds more than the capacity: a claim of more gives back at most that.
-local refund = math.max(math.min(tonumber(ARGV[8]), cap) - ACTUAL, 0)
-local debit = math.max(tonumber(ARGV[9]) - tonumber(ARGV[8]), 0)
+local refund = math.max(math.min(RESERVED, cap) - ACTUAL, 0)
+local debit = math.max(ACTUAL - RESERVED, 0)
 local first = redis.call('GET', KEYS[2])
 local stale = first == 'reset'
 if stale then
   first = false
 elseif not first then
   local reset_ms = redis.call('GET', KEYS[5])
-  local ra_s, ra_n = split_ns(ARGV[10])
+  local ra_s, ra_n = split_ns(RA_TEXT)
   if reset_ms and ra_s then
     stale = ra_s * 1000 + idiv(ra_n, 1000000) <= tonumber(reset_ms)
   end
@@ -47,10 +88,10 @@ if first then
   duplicate = 1
 end
 if first or stale then
-  refund, debit = 0, 0
+  refund, debit, unrecorded = 0, 0, 0
 end
 -- The reservation's time relative to now (never after now).
-local ra = math.min(rel(ARGV[10]), 0)
+local ra = math.min(rel(RA_TEXT), 0)
 
 -- When the budget this commit debits into is surely whole again, in ms (budget_until_ms).
 local function budget_until()
@@ -73,6 +114,10 @@ end
 -- Records the commit in the budget record (BudgetRecord::record_commit).
 local function record_commit(overshoot)
   redis.call('HDEL', KEYS[3], ARGV[12])
+  if FROM_POOL and not stale then
+    redis.call('HSET', KEYS[3], '#leases', fmt(math.max(FROM_POOL[1] - RESERVED, 0)) .. ':' ..
+      FROM_POOL[2] .. ':' .. FROM_POOL[3])
+  end
   if debit == 0 then
     return
   end
@@ -98,11 +143,38 @@ local function reply(refunded, overshoot, a, b, c, d)
     if r == nil then
       corrupt('a commit receipt that is not refunded:debited:overshoot')
     end
-    return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d }
+    return { 1, tonumber(r), tonumber(db), tonumber(o), a, b, c, d, 0, 0 }
   end
+  -- The key's receipts, bounded: expired entries leave the index, then the oldest live ones are
+  -- shed (their receipts deleted: same hash tag, so the same slot) to make room for this one.
+  local index = KEYS[1] .. ':receipts'
+  local most = tonumber(ARGV[14])
+  local shed = 0
+  while true do
+    local head = redis.call('LINDEX', index, 0)
+    if not head then
+      break
+    end
+    local expires, old = string.match(head, '^(%d+):(.*)$')
+    local expired = expires == nil or tonumber(expires) <= NOW_MS
+    if not expired and redis.call('LLEN', index) < most then
+      break
+    end
+    redis.call('LPOP', index)
+    -- Only a commit's receipt (a reset's 'reset' under the same id stays).
+    local gone = old and redis.call('GET', KEYS[1] .. ':commit:' .. old)
+    if gone and gone ~= 'reset' then
+      redis.call('DEL', KEYS[1] .. ':commit:' .. old)
+      if not expired then
+        shed = shed + 1
+      end
+    end
+  end
+  redis.call('RPUSH', index, fmt(NOW_MS + tonumber(ARGV[11])) .. ':' .. ARGV[12])
+  redis.call('PEXPIRE', index, ARGV[11])
   redis.call('SET', KEYS[2], fmt(refunded) .. ':' .. fmt(debit) .. ':' .. fmt(overshoot), 'PX', ARGV[11])
   record_commit(overshoot)
-  return { 0, refunded, debit, overshoot, a, b, c, d }
+  return { 0, refunded, debit, overshoot, a, b, c, d, unrecorded, shed }
 end
 
 -- The meters on a level in ns: (refunded, overshoot, new level).
@@ -176,12 +248,12 @@ elseif ALG == 'leaky_bucket' or ALG == 'token_bucket' then
 end
 
 -- The windows count in whole milliseconds. The reservation's millisecond: now's, when it lies at
--- or after now. Read from ARGV[10] itself, not from ra, which rel clamps beyond 104 days: a
+-- or after now. Read from RA_TEXT itself, not from ra, which rel clamps beyond 104 days: a
 -- 365-day fixed_window may count a reservation older than that, and its window must be told
 -- exactly (whole ms stay below 2^53).
 local ra_ms = NOW_MS
 if ra < 0 then
-  local ra_s, ra_n = split_ns(ARGV[10])
+  local ra_s, ra_n = split_ns(RA_TEXT)
   ra_ms = math.min(ra_s * 1000 + idiv(ra_n, 1000000), NOW_MS)
 end
 

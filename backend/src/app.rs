@@ -44,10 +44,12 @@ pub struct Listeners {
 pub enum RatelimitHttp {
     /// Not served.
     Off,
-    /// Beside the admin API, on the admin listener (given the admin listener's address; the
-    /// default, both being 127.0.0.1:8080).
+    /// Beside the admin API, on the admin listener (only when given the admin listener's address,
+    /// never by default): `POST /json` and `GET /rlconfig` then take the admin token there, as
+    /// every other endpoint of that listener that decides or reports.
     OnAdmin,
-    /// Beside the decision API, on the decision listener (given its address).
+    /// Beside the decision API, on the decision listener (given its address; the default with
+    /// `--ratelimit-config`).
     OnDecision,
     /// On a listener of its own.
     Own(TcpListener),
@@ -181,6 +183,10 @@ pub async fn run(
         "rules loaded"
     );
 
+    if ratelimit.is_some() {
+        say_unknown_domains_answer_ok(&current, config.ratelimit_semantics);
+    }
+
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut metrics = Metrics::with_store(store.clone());
     metrics.register(
@@ -270,10 +276,18 @@ pub async fn run(
         RatelimitHttp::OnDecision => (None, false, true),
         RatelimitHttp::Off => (None, false, false),
     };
-    // The surface's routes, merged into a shared listener's router (an empty router elsewhere).
+    // The surface's routes, merged into a shared listener's router (an empty router elsewhere);
+    // on the admin listener behind its token.
     let peer_routes = |on: bool| {
         if on {
             http::peer::routes(app.clone())
+        } else {
+            axum::Router::new()
+        }
+    };
+    let peer_admin_routes = |on: bool| {
+        if on {
+            http::peer::routes_behind_token(app.clone())
         } else {
             axum::Router::new()
         }
@@ -329,7 +343,7 @@ pub async fn run(
     let admin_server = async {
         let r = serve(
             listeners.admin,
-            http::admin_router(app.clone(), dashboard).merge(peer_routes(peer_on_admin)),
+            http::admin_router(app.clone(), dashboard).merge(peer_admin_routes(peer_on_admin)),
             header_read_timeout,
             tls.admin.clone(),
             stop_rx.clone(),
@@ -399,4 +413,24 @@ async fn serve(
 ) -> Result<(), RunError> {
     http::serve::serve(listener, router, header_read_timeout, transport, stop).await?;
     Ok(())
+}
+
+/// At start with `--ratelimit-config`: when sluice has rules of its own, says that an RLS request
+/// for a domain in no file is answered OK by the peer's rule, not decided by them (unless the
+/// semantics say `own_rules_for_unknown_domains`). Why: adding a config directory used to turn
+/// those rules off for every other domain without a word.
+fn say_unknown_domains_answer_ok(
+    rules: &crate::rules::RuleSet,
+    semantics: crate::ratelimit::semantics::Semantics,
+) {
+    use crate::ratelimit::semantics::Point;
+    let own = crate::grpc::rls::unknown_domains::own_rule_count(rules);
+    if own == 0 || semantics.has(Point::OwnRulesForUnknownDomains) {
+        return;
+    }
+    tracing::warn!(
+        own_rules = own,
+        filter_domain = sluice_core::descriptor::FILTER_DOMAIN,
+        "--ratelimit-config: RLS requests for a domain in no file are answered OK with no limit (the peer's answer), not decided by sluice's own rules (only the sluice filter's domain still is); each such domain is logged once and counted in sluice_rls_unknown_domain_total; set --ratelimit-semantics own_rules_for_unknown_domains to decide them by sluice's rules"
+    );
 }

@@ -172,10 +172,11 @@ pub struct Cli {
 
     /// envoyproxy/ratelimit's HTTP surface: POST /json (a RateLimitRequest as JSON, answered as
     /// on the rate limit service), GET /healthcheck and GET /rlconfig (the peer's PORT, HOST and
-    /// DEBUG_PORT). An address the admin or decision listener has is served by that listener;
-    /// `off` disables it. No token: keep it off the public network. [default with
-    /// --ratelimit-config: the admin listener, whose default 127.0.0.1:8080 is the peer's PORT;
-    /// without it: off]
+    /// DEBUG_PORT). An address the admin or decision listener has is served by that listener
+    /// (on the admin listener, POST /json and GET /rlconfig then take the admin token); `off`
+    /// disables it. Elsewhere no token, as on the peer: keep it off the public network.
+    /// [default with --ratelimit-config: the decision listener (it decides, so it is never on
+    /// the admin listener unasked); without it: off]
     #[arg(long, env = "SLUICE_RATELIMIT_HTTP_LISTEN", value_name = "ADDR|off")]
     pub ratelimit_http_listen: Option<Listen>,
 
@@ -309,12 +310,13 @@ impl Cli {
     }
 
     /// Where envoyproxy/ratelimit's HTTP surface listens: `--ratelimit-http-listen`, else the
-    /// admin listener with `--ratelimit-config` (its default address is the peer's PORT; a
+    /// decision listener with `--ratelimit-config` (the surface decides: it belongs with the
+    /// Envoys' API, never beside the admin API unasked, where it answered without the token; a
     /// default never binds a port of its own, so it cannot clash), and `off` without.
     pub fn ratelimit_http_listen(&self) -> Listen {
         match (self.ratelimit_http_listen, &self.ratelimit_config) {
             (Some(listen), _) => listen,
-            (None, Some(_)) => Listen::At(self.admin_listen),
+            (None, Some(_)) => Listen::At(self.decision_listen),
             (None, None) => Listen::Off,
         }
     }

@@ -81,6 +81,11 @@ struct FailureLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DomainLabels {
+    domain: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
     action: String,
 }
@@ -113,6 +118,7 @@ pub struct Metrics {
     duration: Histogram,
     store_errors: Family<ErrorLabels, Counter>,
     unknown_action: Counter,
+    rls_unknown_domain: Family<DomainLabels, Counter>,
     rules: Gauge,
     activity_dropped: Counter,
     unrefunded: Counter,
@@ -128,6 +134,8 @@ pub struct Metrics {
     commit_refunded: Family<LeaseLabels, Counter>,
     commit_overshoot: Family<LeaseLabels, Counter>,
     commit_duplicates: Counter,
+    commits_unrecorded: Family<LeaseLabels, Counter>,
+    receipts_shed: Family<LeaseLabels, Counter>,
     reservations_unheld: Family<LeaseLabels, Counter>,
     report_marks_dropped: Family<LeaseLabels, Counter>,
     reports_deferred: Family<LeaseLabels, Counter>,
@@ -224,6 +232,12 @@ impl Metrics {
             "Store calls that failed, by kind (unavailable, timeout, overloaded, full, wrong_type, corrupt, script)",
             store_errors.clone(),
         );
+        let rls_unknown_domain = Family::<DomainLabels, Counter>::default();
+        registry.register(
+            "sluice_rls_unknown_domain",
+            "RLS requests for a domain in no file of --ratelimit-config, answered OK with no limit (the peer's answer: not_found), by domain (at most 100 named, the rest \"(other)\")",
+            rls_unknown_domain.clone(),
+        );
         let unknown_action = Counter::default();
         registry.register(
             "sluice_unknown_action",
@@ -271,6 +285,18 @@ impl Metrics {
             "sluice_reports_deferred",
             "Filter reports of a new reporter not applied because the action's report records were full of records applied within 10 minutes (answered 503: the filter sends them again), by action",
             reports_deferred.clone(),
+        );
+        let receipts_shed = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_commit_receipts_shed",
+            "Commit receipts dropped to keep a key within its bound (1,024 per key; the memory store also 100,000 in all), by action: a retry of such a commit applies again (it can only debit again)",
+            receipts_shed.clone(),
+        );
+        let commits_unrecorded = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "sluice_commits_unrecorded",
+            "First commits that claimed a reservation (reserved > 0) with no reservation recorded under their id: nothing given back, the whole actual debited, by action (a caller that reserved without a reservation_id, or one claiming units it never reserved)",
+            commits_unrecorded.clone(),
         );
         let commit_duplicates = Counter::default();
         registry.register(
@@ -366,6 +392,7 @@ impl Metrics {
             duration,
             store_errors,
             unknown_action,
+            rls_unknown_domain,
             rules,
             activity_dropped,
             unrefunded,
@@ -381,6 +408,8 @@ impl Metrics {
             commit_refunded,
             commit_overshoot,
             commit_duplicates,
+            commits_unrecorded,
+            receipts_shed,
             reservations_unheld,
             report_marks_dropped,
             reports_deferred,
@@ -432,6 +461,14 @@ impl Metrics {
         self.commit_overshoot
             .get_or_create(&labels)
             .inc_by(outcome.committed.overshoot);
+        if outcome.unrecorded {
+            self.commits_unrecorded.get_or_create(&labels).inc();
+        }
+        if outcome.receipts_shed > 0 {
+            self.receipts_shed
+                .get_or_create(&labels)
+                .inc_by(outcome.receipts_shed);
+        }
     }
 
     /// Counts one request refused by `listener` (`decision` or `grpc`) for speaking the other
@@ -509,6 +546,16 @@ impl Metrics {
         self.store_errors
             .get_or_create(&ErrorLabels {
                 kind: error.metric_kind().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one RLS request for a domain no ratelimit-config file has, under `domain` (already
+    /// bounded by the caller: [`crate::grpc::rls::unknown_domains`]).
+    pub fn rls_unknown_domain(&self, domain: &str) {
+        self.rls_unknown_domain
+            .get_or_create(&DomainLabels {
+                domain: domain.to_owned(),
             })
             .inc();
     }

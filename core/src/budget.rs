@@ -25,9 +25,9 @@
 
 use std::collections::HashMap;
 
-use crate::commit::{meter_level_ns, Committed};
+use crate::commit::{meter_level_ns, Commit, Committed};
 use crate::decision::Decision;
-use crate::limits::{MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
+use crate::limits::{LEASE_RETURN_SPAN_MS, MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
 use crate::params::Params;
 use crate::state::State;
 use crate::time::{Nanos, NANOS_PER_MILLI};
@@ -85,6 +85,42 @@ pub fn before_reset(reserved_at: Nanos, reset_ms: Option<u64>) -> bool {
     reset_ms.is_some_and(|reset| reserved_at / NANOS_PER_MILLI <= reset)
 }
 
+/// The commit a store applies for a caller's `claim`, given what the store recorded when the
+/// reservation was decided (`recorded`: its units and the store millisecond it was recorded at,
+/// [`BudgetRecord::reservation`]). Why: `reserved` and `reserved_at` are what a caller says, and a
+/// caller could otherwise claim units it never reserved and have them credited (a fresh id,
+/// `reserved: 5, actual: 0` on a spent budget gave back 5). So a commit refunds at most the units
+/// recorded under its id, never from a time later than the record's; a commit with no record
+/// refunds nothing and debits its whole `actual` (as a reservation of 0 would).
+pub fn bounded_commit(claim: Commit, recorded: Option<(u64, u64)>) -> Commit {
+    match recorded {
+        Some((units, at_ms)) => Commit {
+            reserved: claim.reserved.min(units),
+            // The end of the record's millisecond: the decision was at or before it.
+            reserved_at: claim
+                .reserved_at
+                .min(at_ms.saturating_mul(NANOS_PER_MILLI) + (NANOS_PER_MILLI - 1)),
+            ..claim
+        },
+        None => Commit {
+            reserved: 0,
+            ..claim
+        },
+    }
+}
+
+/// How the sluice filter names the commit that gives a lease grant's unspent units back
+/// (`lease-<grant id>`, filter/src/lease/returns.rs). Such a commit has no reservation of its own
+/// recorded: its `reserved` (the units granted) is bounded instead by the key's lease pool, the
+/// units granted as leases within [`LEASE_RETURN_SPAN_MS`] and not yet given back
+/// ([`BudgetRecord::lease_pool`]).
+pub const LEASE_RETURN_ID_PREFIX: &str = "lease-";
+
+/// Whether a commit id is a lease return's ([`LEASE_RETURN_ID_PREFIX`]).
+pub fn is_lease_return(id: &str) -> bool {
+    id.starts_with(LEASE_RETURN_ID_PREFIX)
+}
+
 /// One key's record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BudgetRecord {
@@ -93,6 +129,8 @@ pub struct BudgetRecord {
     overshoot: u64,
     debited: u64,
     until_ms: u64,
+    /// Lease units granted and not given back: (units, until ms, latest grant ms).
+    leases: (u64, u64, u64),
 }
 
 /// Whether a reservation recorded at `at_ms` still counts at `now_ms`.
@@ -112,6 +150,37 @@ impl BudgetRecord {
         }
         self.in_flight.insert(id.to_owned(), (units, now_ms));
         true
+    }
+
+    /// Adds a lease grant of `units` at `now_ms` to the key's lease pool, which a lease return
+    /// may then give back from ([`is_lease_return`]) for [`LEASE_RETURN_SPAN_MS`] after the
+    /// latest grant.
+    pub fn record_lease_grant(&mut self, units: u64, now_ms: u64) {
+        let (pool, until, _) = self.leases;
+        let pool = if until > now_ms { pool } else { 0 };
+        self.leases = (
+            pool.saturating_add(units),
+            now_ms + LEASE_RETURN_SPAN_MS,
+            now_ms,
+        );
+    }
+
+    /// The lease pool at `now_ms` as a record (units, latest grant ms), if it holds any.
+    pub fn lease_pool(&self, now_ms: u64) -> Option<(u64, u64)> {
+        let (pool, until, at) = self.leases;
+        (until > now_ms && pool > 0).then_some((pool, at))
+    }
+
+    /// Takes `units` a lease return was bounded by out of the pool.
+    pub fn spend_lease_pool(&mut self, units: u64) {
+        self.leases.0 = self.leases.0.saturating_sub(units);
+    }
+
+    /// The reservation recorded in flight under `id`: (units, recorded at ms), live or not
+    /// (a commit after [`RESERVATION_IN_FLIGHT_MS`] may still be owed its refund; the record
+    /// is dropped only when the key's list is full or the record is spent).
+    pub fn reservation(&self, id: &str) -> Option<(u64, u64)> {
+        self.in_flight.get(id).copied()
     }
 
     /// Records that a commit of `id` (not a duplicate) at `now_ms` did `committed`: its
@@ -155,7 +224,9 @@ impl BudgetRecord {
 
     /// Whether nothing in it counts at `now_ms` any more (the record can be dropped).
     pub fn is_spent(&self, now_ms: u64) -> bool {
-        self.until_ms <= now_ms && self.in_flight.values().all(|(_, at)| !live(*at, now_ms))
+        self.until_ms <= now_ms
+            && self.leases.1 <= now_ms
+            && self.in_flight.values().all(|(_, at)| !live(*at, now_ms))
     }
 }
 
@@ -197,6 +268,49 @@ mod tests {
         assert!(before_reset(4_999 * ms + ms - 1, Some(5_000)));
         assert!(before_reset(5_000 * ms + ms - 1, Some(5_000)), "its own ms");
         assert!(!before_reset(5_001 * ms, Some(5_000)));
+    }
+
+    #[test]
+    fn a_commit_refunds_at_most_what_was_recorded_and_never_without_a_record() {
+        let ms = NANOS_PER_MILLI;
+        let claim = Commit {
+            reserved: 5,
+            actual: 0,
+            reserved_at: 9_000 * ms,
+        };
+        // No record: nothing given back, the actual cost debited whole.
+        let c = bounded_commit(Commit { actual: 7, ..claim }, None);
+        assert_eq!((c.reserved, c.actual), (0, 7));
+        assert_eq!(bounded_commit(claim, None).reserved, 0);
+        // A record of 3 at 4 s: at most 3, from no later than 4 s.
+        let c = bounded_commit(claim, Some((3, 4_000)));
+        assert_eq!((c.reserved, c.reserved_at), (3, 4_000 * ms + ms - 1));
+        // A claim of less, or of earlier, stands (the caller gives up its own refund).
+        let c = bounded_commit(
+            Commit {
+                reserved: 2,
+                reserved_at: 1_000 * ms,
+                ..claim
+            },
+            Some((3, 4_000)),
+        );
+        assert_eq!((c.reserved, c.reserved_at), (2, 1_000 * ms));
+    }
+
+    #[test]
+    fn lease_grants_pool_until_given_back_or_the_span_ends() {
+        let mut r = BudgetRecord::default();
+        assert_eq!(r.lease_pool(1_000), None);
+        r.record_lease_grant(10, 1_000);
+        r.record_lease_grant(6, 2_000);
+        assert_eq!(r.lease_pool(2_500), Some((16, 2_000)));
+        r.spend_lease_pool(10);
+        assert_eq!(r.lease_pool(2_500), Some((6, 2_000)));
+        assert_eq!(r.lease_pool(2_000 + LEASE_RETURN_SPAN_MS), None);
+        assert!(!r.is_spent(2_500));
+        assert!(is_lease_return("lease-00000000000000ab") && !is_lease_return("w1:1"));
+        // Nothing in flight is shown for it.
+        assert_eq!(r.figures(2_500), KeyBudget::default());
     }
 
     #[test]

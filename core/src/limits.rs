@@ -73,6 +73,9 @@ pub const MAX_LEASE_UNITS: u64 = 100_000;
 /// Longest a lease may be spent (a rule's `lease.ttl`): a minute. Leases trade exactness for
 /// speed for at most this long; longer would hide rule changes and failures for too long.
 pub const MAX_LEASE_TTL_MS: u64 = 60_000;
+/// How long a key's lease grants can be given back ([`crate::budget::BudgetRecord`]'s lease pool):
+/// the longest lease, plus a minute for the filter's return to be sent and retried.
+pub const LEASE_RETURN_SPAN_MS: u64 = MAX_LEASE_TTL_MS + 60_000;
 /// Most actions one filter report carries; the filter's counters table holds no more, so a
 /// report stays far below [`MAX_BODY_BYTES`].
 pub const MAX_REPORT_ACTIONS: usize = 256;
@@ -98,6 +101,16 @@ pub const RESERVATION_IN_FLIGHT_MS: u64 = 600_000;
 /// per reservation, so a key with more (a sprayer of tiny reservations) is counted up to this
 /// many, newest not recorded, and the view says the figure is a lower bound.
 pub const MAX_IN_FLIGHT_PER_KEY: usize = 1_024;
+/// Most commit receipts one key (one action's state for one subject) keeps at once. Every fresh
+/// commit id writes one, kept [`crate::commit::COMMIT_ID_TTL_MS`], so a caller spraying ids
+/// would otherwise grow the store without end. Past the bound the receipt closest to its expiry
+/// is shed (counted in `sluice_commit_receipts_shed_total{action}`): a retry of that commit is
+/// then applied again, which can only debit again (its reservation's record went with its first
+/// commit, [`crate::budget::bounded_commit`]), never give back twice. 1,024 keeps the receipts of
+/// at least the last 1,024 commits of a key: minutes of retries at any realistic rate per key.
+/// Per key, not per action: a key's receipts share its Cluster slot, so the bound is kept in the
+/// commit's own atomic step.
+pub const MAX_RECEIPTS_PER_KEY: usize = 1_024;
 /// Most a meter's level may hold with a cost budget's debt carried (gcra, leaky_bucket,
 /// token_bucket; in nanoseconds of drain time): 100 days. A commit's debit beyond what fits is
 /// carried above the meter's tolerance (the budget spent above its size, paid back as it drains),

@@ -235,7 +235,9 @@ def test_commits_of_reservations_held_across_a_reset_change_nothing(backend, res
 
 def test_a_commit_without_a_hold_is_judged_by_its_time(backend, reset_stack):
     """No reservation_id (an RLS caller, or the key already held 1,024): a commit whose
-    reserved_at_ms is at or before the reset changes nothing; one after it is settled."""
+    reserved_at_ms is at or before the reset changes nothing; one after it is settled, but with
+    nothing recorded under its id it gives nothing back and debits its whole actual (issue 40: a
+    commit credits only a recorded reservation)."""
     key = f"reset-unheld-{uuid.uuid4().hex[:12]}"
     assert throttle(backend, key, 600)["allowed"]
     old_at = now_ms()
@@ -249,9 +251,9 @@ def test_a_commit_without_a_hold_is_judged_by_its_time(backend, reset_stack):
     debit = commit(backend, key, 600, 5000, "unheld-old-debit", old_at)
     assert (debit["refunded"], debit["debited"]) == (0, 0), debit
     new = commit(backend, key, 600, 100, "unheld-new", new_at)
-    assert (new["duplicate"], new["refunded"]) == (False, 500), new
-    assert budget_of(view(backend, key)) == CLEAN
-    assert_exact_budget(backend, key, 100)
+    assert (new["duplicate"], new["refunded"], new["debited"]) == (False, 0, 100), new
+    assert budget_of(view(backend, key)) == (0, 0, 0, 100)
+    assert_exact_budget(backend, key, 700)
 
 
 # --- 2. odd keys through the reset API ------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_json_and_envoy_share_one_counter_and_answer_as_the_peer(surface):
 def test_bad_json_is_a_400_naming_the_field(surface):
     _, _, url = surface
     r = requests.post(url + "/json", data=b'{"domain":"messaging","descriptors":[{"entries":[{"key":7}]}]}',
-                      timeout=10)
+                      headers={"content-type": "application/json"}, timeout=10)
     assert r.status_code == 400
     assert r.text == "Bad Request: descriptors[0].entries[0].key: expected a string, got a number\n"
 

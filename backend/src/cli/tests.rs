@@ -245,7 +245,7 @@ fn each_redis_field_names_a_real_flag_and_its_variable() {
 }
 
 #[test]
-fn the_peers_http_surface_is_on_with_a_ratelimit_config_at_the_peers_port() {
+fn the_peers_http_surface_is_on_with_a_ratelimit_config_on_the_decision_listener() {
     let parse = |args: &[&str]| {
         Cli::try_parse_from(args)
             .expect("parses")
@@ -253,16 +253,18 @@ fn the_peers_http_surface_is_on_with_a_ratelimit_config_at_the_peers_port() {
     };
     assert_eq!(parse(&["sluice"]), Listen::Off);
     let peer = parse(&["sluice", "--ratelimit-config", "d"]);
-    assert_eq!(peer, Listen::At(SocketAddr::from(([127, 0, 0, 1], 8080))));
-    // The admin listener's default address: by default it serves the surface; moved, the
+    // Issue 40: the surface decides, so by default it is the decision listener's (it used to be
+    // the admin listener's, 8080, where it answered without the admin token); moved, the
     // surface follows it (a default never binds a port of its own).
+    assert_eq!(peer, Listen::At(SocketAddr::from(([127, 0, 0, 1], 8081))));
     let cli = Cli::try_parse_from(["sluice"]).expect("parses");
-    assert_eq!(peer, Listen::At(cli.admin_listen));
+    assert_eq!(peer, Listen::At(cli.decision_listen));
+    assert_ne!(peer, Listen::At(cli.admin_listen));
     let moved = parse(&[
         "sluice",
         "--ratelimit-config",
         "d",
-        "--admin-listen",
+        "--decision-listen",
         "127.0.0.1:9999",
     ]);
     assert_eq!(moved, Listen::At(SocketAddr::from(([127, 0, 0, 1], 9999))));

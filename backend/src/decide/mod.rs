@@ -143,6 +143,8 @@ pub async fn decide_leased(
     if let Some(grant) = leased.grant {
         app.metrics
             .lease_granted(rule.action().as_str(), grant.units);
+        // Before the answer goes out, so the grant's return (sent only after) always finds it.
+        reservation::record_lease_grant(app, rule, key, grant.units).await;
     }
     Ok(response)
 }

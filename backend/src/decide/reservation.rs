@@ -51,6 +51,26 @@ pub async fn record_reservation(
     }
 }
 
+/// After an allowed decision that granted a lease of `units`: adds them to the key's lease pool
+/// ([`crate::store::BudgetStore::record_lease_grant`]), which bounds what the grant's return
+/// (a commit with a `lease-` id) gives back. The decision stands whatever happens here: a grant
+/// not recorded is counted in `sluice_reservations_unheld` and said in the log (its return then
+/// gives back less, never more).
+pub async fn record_lease_grant(app: &App, rule: &Rule, key: &str, units: u64) {
+    let action = rule.action().as_str();
+    if let Err(e) = app
+        .store_call(app.store.record_lease_grant(rule, key, units))
+        .await
+    {
+        app.metrics.reservation_not_recorded(action);
+        tracing::warn!(
+            action,
+            error = %e,
+            "a lease grant is not recorded: its return will give back nothing (the decision stands)"
+        );
+    }
+}
+
 /// Commits reservation `id` of `key` under `rule` (`commit_of`: what was reserved, the actual cost,
 /// when it was reserved) as one store step under `deadline` ([`call::run`]), counted in the
 /// commit metrics; one that finishes after its caller gave up happened all the same, and is

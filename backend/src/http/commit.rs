@@ -32,6 +32,7 @@ use crate::state::App;
         (status = 400, description = "Bad input; `field` names the field at fault (`reserved`, `id`, ...)", body = ApiError),
         (status = 404, description = "`unknown_action`: no rule for the action", body = ApiError),
         (status = 413, description = "Body larger than 64 KiB", body = ApiError),
+        (status = 415, description = "`unsupported_media_type`: the body is not declared `Content-Type: application/json`", body = ApiError),
         (status = 503, description = "`store_unavailable`, `store_timeout`, `overloaded`, or `deadline_exceeded` (the request's `timeout_ms` left no time for the store: nothing changed, or the store answered too late: retry with the same id)", body = ApiError),
     )
 )]

@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod history;
 pub mod input;
+pub mod json_only;
 pub mod openapi;
 pub mod overrides;
 pub mod peer;
@@ -67,6 +68,7 @@ pub fn decision_router(app: Arc<App>) -> Router {
         .route("/v1/commit", post(commit::commit))
         .route("/v1/cl.throttle", post(decision::cl_throttle))
         .route("/v1/report", post(report::report))
+        .route_layer(axum::middleware::from_fn(json_only::require_json))
         .merge(probes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
@@ -104,6 +106,7 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         .route("/v1/keys", get(history::get_key))
         .route("/v1/top-denied", get(history::get_top_denied))
         .route("/v1/rlqs/shares", get(rlqs::get_shares))
+        .route_layer(axum::middleware::from_fn(json_only::require_json))
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
             admin::require_admin,
@@ -113,7 +116,10 @@ pub fn admin_router(app: Arc<App>, dashboard: dashboard::Dashboard) -> Router {
         .merge(protected)
         .route(
             "/v1/session",
-            get(audit::whoami).post(admin::login).delete(admin::logout),
+            get(audit::whoami)
+                .post(admin::login)
+                .delete(admin::logout)
+                .route_layer(axum::middleware::from_fn(json_only::require_json)),
         )
         .merge(probes())
         .route("/v1/{*rest}", any(no_route))

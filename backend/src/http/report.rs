@@ -29,6 +29,7 @@ use crate::store::StoreError;
         (status = 503, description = "The store did not answer (`store_*`), or (`overloaded`) the action already keeps its most reporters' records (16384), all applied within the last 10 minutes, and this reporter has none: send the same report again", body = ApiError),
         (status = 400, description = "Bad input; `field` names the field at fault (`actions[3].action`)", body = ApiError),
         (status = 413, description = "Body larger than 64 KiB", body = ApiError),
+        (status = 415, description = "`unsupported_media_type`: the body is not declared `Content-Type: application/json`", body = ApiError),
     )
 )]
 pub async fn report(

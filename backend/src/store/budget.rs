@@ -26,6 +26,17 @@ pub trait BudgetStore: Send + Sync + 'static {
         units: u64,
     ) -> Result<bool, StoreError>;
 
+    /// Adds a lease grant of `units` for `key` under `rule` to the key's lease pool
+    /// ([`sluice_core::budget::BudgetRecord::record_lease_grant`]): what the filter's lease
+    /// returns (commits with a `lease-` id, [`sluice_core::budget::is_lease_return`]) may give
+    /// back, at most, since they have no reservation recorded of their own.
+    async fn record_lease_grant(
+        &self,
+        rule: &Rule,
+        key: &str,
+        units: u64,
+    ) -> Result<(), StoreError>;
+
     /// Commits a reservation of `key` under `rule` ([`sluice_core::commit`]): gives back what is
     /// surely still held of reserved − actual, debits actual − reserved without a check, in one
     /// atomic step with the commit receipt of `id` (checked by callers with
@@ -34,6 +45,9 @@ pub trait BudgetStore: Send + Sync + 'static {
     /// numbers ([`CommitOutcome::duplicate`]). A first commit also updates the key's budget
     /// record in the same step: the reservation recorded under `id` is no longer in flight, and a
     /// debit adds to the key's overshoot figures ([`sluice_core::budget`]).
+    /// What the caller claims (`commit.reserved`, `commit.reserved_at`) is bounded by the
+    /// reservation recorded under `id` ([`sluice_core::budget::bounded_commit`]): at most its
+    /// units are given back, and a commit with no record gives back nothing.
     /// A reservation from before the key's latest reset ([`super::ResetStore::reset_key`])
     /// changes nothing: it answers zeros, not as a duplicate, and writes the receipt of `id` so a retry is one.
     async fn commit(
@@ -59,4 +73,11 @@ pub struct CommitOutcome {
     pub committed: Committed,
     /// The id was already committed: nothing changed.
     pub duplicate: bool,
+    /// A first commit that claimed a reservation (`reserved` > 0) but found none recorded under
+    /// its id ([`BudgetStore::record_reservation`]): nothing was given back and its whole
+    /// `actual` was debited ([`sluice_core::budget::bounded_commit`]).
+    pub unrecorded: bool,
+    /// Receipts of older commits of the key dropped to keep it within
+    /// [`sluice_core::limits::MAX_RECEIPTS_PER_KEY`] (or the store's own bound).
+    pub receipts_shed: u64,
 }

@@ -272,6 +272,8 @@ async fn invalid_rules_get_400_naming_the_field_and_nothing_is_stored() {
     }
     let r = s
         .admin_req(Method::PUT, "/v1/rules/post")
+        // Declared JSON (issue 40: anything else is a 415 before the body is read).
+        .header("content-type", "application/json")
         .body("{oops")
         .send()
         .await

@@ -92,6 +92,9 @@ async fn agrees_with_core(store: &dyn Store, clock: &ManualClock) {
                 };
                 let (done, next) = commit(&params, &state, t + MS, c);
                 let id = format!("r{i}");
+                // Recorded in flight at its decision, as a throttle with a reservation_id does.
+                let held = store.record_reservation(&r, "k", &id, q).await;
+                assert!(held.expect("record"), "{unit} {zone} step {i}");
                 clock.set(t + MS);
                 let got = store.commit(&r, "k", &id, c).await.expect("commit");
                 assert_eq!(

@@ -55,6 +55,16 @@ async fn throttle(rig: &Rig, action: &str, key: &str, quantity: u64) -> Value {
     answer
 }
 
+/// A throttle request that reserves `quantity` under `id` (recorded in flight for its commit).
+async fn reserve(rig: &Rig, action: &str, key: &str, quantity: u64, id: &str) -> Value {
+    let body = json!({"action": action, "key": key, "quantity": quantity, "reservation_id": id});
+    let (status, answer) = rig
+        .http_post("/v1/throttle", body.to_string().into_bytes())
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
 async fn commit_http(rig: &Rig, body: &Value) -> (u32, Value) {
     rig.http_post("/v1/commit", body.to_string().into_bytes())
         .await
@@ -64,7 +74,10 @@ async fn refunds_retries_and_overshoot(rig: &Rig) {
     for algorithm in ALGORITHMS {
         let action = format!("c_{algorithm}");
         rig.put_rule(long_rule(&action, algorithm, 10)).await;
-        assert_eq!(throttle(rig, &action, "k", 8).await["allowed"], true);
+        assert_eq!(
+            reserve(rig, &action, "k", 8, "req-1").await["allowed"],
+            true
+        );
         // When the reservation's answer arrived, as the filter will send it.
         let at = now_ms();
         let body = commit_body(&action, "k", 8, 3, "req-1", at);
@@ -83,13 +96,14 @@ async fn refunds_retries_and_overshoot(rig: &Rig) {
         assert_eq!(again["duplicate"], true, "{algorithm}: {again}");
         assert_eq!(again["refunded"], 5);
         assert_eq!(throttle(rig, &action, "k", 0).await["remaining"], 7);
-        // A debit past the capacity: 9 more of which 7 fit.
+        // A debit past the capacity, claiming a reservation of 1 that was never recorded: the
+        // claim counts for nothing, all 10 are debited, of which 7 fit.
         let body = commit_body(&action, "k", 1, 10, "req-2", now_ms());
         let (status, debit) = over_exchange(rig, &body).await;
         assert_eq!(status, 200, "{debit}");
         assert_eq!(
             (&debit["debited"], &debit["overshoot"], &debit["remaining"]),
-            (&json!(9), &json!(2), &json!(0)),
+            (&json!(10), &json!(3), &json!(0)),
             "{algorithm}: {debit}"
         );
         let metrics = rig.metrics().await;
@@ -103,7 +117,9 @@ async fn refunds_retries_and_overshoot(rig: &Rig) {
             "sluice_commit_overshoot_units_total",
             Some(&action),
         );
-        assert_eq!((refunded, overshoot), (5, 2), "{algorithm}: {metrics}");
+        assert_eq!((refunded, overshoot), (5, 3), "{algorithm}: {metrics}");
+        let unrecorded = counter(&metrics, "sluice_commits_unrecorded_total", Some(&action));
+        assert_eq!(unrecorded, 1, "{algorithm}: {metrics}");
     }
     let metrics = rig.metrics().await;
     assert_eq!(
@@ -111,6 +127,74 @@ async fn refunds_retries_and_overshoot(rig: &Rig) {
         6,
         "{metrics}"
     );
+}
+
+/// Issue 40: a commit credits only what the decision that reserved recorded. On a spent
+/// fixed_window of 5 an hour, a commit of a fresh id claiming `reserved: 5, actual: 0` used to
+/// answer `refunded: 5` and let three more decisions through; it must give back nothing (over
+/// HTTP and over the exchange). A commit of a recorded reservation gives back at most its
+/// recorded units, whatever it claims, and only once.
+async fn a_commit_credits_only_what_was_reserved(rig: &Rig) {
+    rig.put_rule(
+        json!({"action": "forged", "algorithm": "fixed_window", "capacity": 5,
+                        "window": "1h"}),
+    )
+    .await;
+    for i in 0..5 {
+        assert_eq!(
+            throttle(rig, "forged", "u", 1).await["allowed"],
+            true,
+            "{i}"
+        );
+    }
+    assert_eq!(throttle(rig, "forged", "u", 1).await["allowed"], false);
+    for (n, via_exchange) in [(1, false), (2, true)] {
+        let body = commit_body("forged", "u", 5, 0, &format!("fresh-{n}"), now_ms());
+        let (status, done) = if via_exchange {
+            over_exchange(rig, &body).await
+        } else {
+            commit_http(rig, &body).await
+        };
+        assert_eq!(status, 200, "{done}");
+        assert_eq!(
+            (&done["refunded"], &done["debited"], &done["remaining"]),
+            (&json!(0), &json!(0), &json!(0)),
+            "a forged commit credited units: {done}"
+        );
+        assert_eq!(throttle(rig, "forged", "u", 1).await["allowed"], false);
+    }
+    // Nor does one named as the filter's lease returns are, on a key that granted no lease.
+    let body = commit_body("forged", "u", 5, 0, "lease-00000000000000ff", now_ms());
+    let (_, done) = commit_http(rig, &body).await;
+    assert_eq!(
+        done["refunded"], 0,
+        "a forged lease return credited units: {done}"
+    );
+    assert_eq!(throttle(rig, "forged", "u", 1).await["allowed"], false);
+    // A recorded reservation of 2 claimed as 5: 2 come back, once.
+    rig.put_rule(
+        json!({"action": "claimed", "algorithm": "fixed_window", "capacity": 5,
+                        "window": "1h"}),
+    )
+    .await;
+    throttle(rig, "claimed", "u", 3).await;
+    assert_eq!(
+        reserve(rig, "claimed", "u", 2, "real").await["allowed"],
+        true
+    );
+    let body = commit_body("claimed", "u", 5, 0, "real", now_ms());
+    let (_, done) = commit_http(rig, &body).await;
+    assert_eq!(
+        (&done["refunded"], &done["remaining"]),
+        (&json!(2), &json!(2)),
+        "{done}"
+    );
+    let (_, again) = over_exchange(rig, &body).await;
+    assert_eq!(
+        (&again["duplicate"], &again["refunded"]),
+        (&json!(true), &json!(2))
+    );
+    assert_eq!(throttle(rig, "claimed", "u", 0).await["remaining"], 2);
 }
 
 async fn refusals_name_the_field(rig: &Rig) {
@@ -295,6 +379,7 @@ async fn exchange_call(rig: &Rig, id: u64, path: &str, body: &Value) -> (u32, Va
 async fn memory_commit_over_http_and_exchange() {
     let rig = Rig::start(StoreChoice::Memory).await;
     refunds_retries_and_overshoot(&rig).await;
+    a_commit_credits_only_what_was_reserved(&rig).await;
     refusals_name_the_field(&rig).await;
     openapi_lists_commit(&rig).await;
     in_flight_until_committed(&rig).await;
@@ -306,6 +391,7 @@ async fn redis_commit_over_http_and_exchange() {
     let redis = support::RedisServer::start();
     let rig = Rig::start(harness::redis(&redis.url())).await;
     refunds_retries_and_overshoot(&rig).await;
+    a_commit_credits_only_what_was_reserved(&rig).await;
     refusals_name_the_field(&rig).await;
     // The id's mark shares the state's hash tag, with its TTL.
     let ttl: i64 = redis

@@ -100,6 +100,16 @@ both_stores!(
 );
 
 both_stores!(clocked commit_tables, memory_commit_tables, redis_commit_tables);
+both_stores!(
+    clocked lease_returns_are_bounded_by_the_grants,
+    memory_lease_returns_are_bounded_by_the_grants,
+    redis_lease_returns_are_bounded_by_the_grants
+);
+both_stores!(
+    clocked commit_receipts_are_bounded,
+    memory_commit_receipts_are_bounded,
+    redis_commit_receipts_are_bounded
+);
 
 async fn commit_randomized(store: &dyn Store, clock: &ManualClock) {
     commit_randomized_against_core(store, clock, 0xc0, 40).await;

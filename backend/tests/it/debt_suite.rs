@@ -43,6 +43,9 @@ async fn settle(
     if let Some(next) = next {
         *state = next;
     }
+    // As the decision that reserved would have: a commit refunds at most what was recorded.
+    let held = store.record_reservation(r, "k", id, c.reserved).await;
+    assert!(held.expect("record"), "{id} ({})", store.kind());
     let got = store.commit(r, "k", id, c).await.expect("commit");
     assert!(!got.duplicate, "{id} ({})", store.kind());
     assert_eq!(

@@ -190,6 +190,7 @@ async fn every_bad_input_is_a_4xx_naming_the_field() {
     let r = s
         .http
         .post(format!("{}/v1/throttle", s.decision))
+        .header("content-type", "application/json")
         .body(big)
         .send()
         .await

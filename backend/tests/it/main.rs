@@ -27,6 +27,7 @@ mod cluster_ready;
 mod commit;
 mod concurrency;
 mod conformance;
+mod content_type;
 mod deadline;
 mod exchange;
 mod fixes;

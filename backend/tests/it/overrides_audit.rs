@@ -134,7 +134,12 @@ async fn scenario(a: &Sluice, b: &Sluice) {
         json!({"action": "other", "algorithm": "fixed_window", "capacity": 3, "window": "1h"});
     let (status, body) = put_override(a, RULE, "k", mismatched).await;
     assert_eq!((status, &body["field"]), (400, &json!("action")), "{body}");
-    let (status, body) = call(a, Method::PUT, &override_path(RULE, "k"), None).await;
+    // No body, declared JSON (issue 40: undeclared is a 415 before the body is read).
+    let empty = a
+        .admin_req(Method::PUT, &override_path(RULE, "k"))
+        .header("content-type", "application/json");
+    let (status, body) =
+        crate::harness::status_and_json(empty.send().await.expect("admin call")).await;
     assert_eq!(
         (status, &body["field"]),
         (400, &json!("body")),

@@ -154,16 +154,21 @@ async fn budgets(rig: &Rig) {
         metric(rig, "sluice_commit_duplicates_total").await,
         duplicates + 1.0
     );
-    // Reserve 300, use 450: 150 more are debited. No id on the reservation: committed all the same.
+    // Reserve 300, use 450. No id on the reservation, so nothing was recorded under "r2": its
+    // commit cannot claim the 300 and debits all 450 (a commit credits only what was recorded).
     assert_eq!(reserve(rig, alice, None, 300).await, Code::Ok);
     commit(rig, alice, "r2", 300, 450).await;
-    assert_eq!(left(rig, alice).await, 450);
+    assert_eq!(left(rig, alice).await, 150);
     // A reservation that no longer fits is refused and takes nothing; an unmarked debit of the
     // same size is the peer's token-quota debit and takes what is left, as before.
     assert_eq!(reserve(rig, alice, Some("r3"), 600).await, Code::OverLimit);
-    assert_eq!(left(rig, alice).await, 450);
+    assert_eq!(left(rig, alice).await, 150);
     assert_eq!(reserve(rig, alice, None, 600).await, Code::OverLimit);
     assert_eq!(left(rig, alice).await, 0);
+    // Issue 40: a commit descriptor with an id nothing reserved, claiming 600 of which 0 were
+    // used, gives nothing back on the spent budget (it used to refund 600).
+    commit(rig, alice, "forged", 600, 0).await;
+    assert_eq!(left(rig, alice).await, 0, "a forged commit credited units");
 
     // The marks never change the match: a nested limit, marks between its entries.
     let pro: &[(&str, &str)] = &[("plan", "pro"), ("tokens", "bob")];

@@ -56,12 +56,25 @@ struct Answer {
 }
 
 async fn post(http: &reqwest::Client, url: &str, body: impl Into<reqwest::Body>) -> Answer {
-    let r = http
-        .post(format!("{url}/json"))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    post_as(http, url, body, Some("application/json"), None).await
+}
+
+/// `POST /json` with `content_type` (`None`: no header) and, when given, the admin token.
+async fn post_as(
+    http: &reqwest::Client,
+    url: &str,
+    body: impl Into<reqwest::Body>,
+    content_type: Option<&str>,
+    token: Option<&str>,
+) -> Answer {
+    let mut r = http.post(format!("{url}/json")).body(body);
+    if let Some(t) = content_type {
+        r = r.header("content-type", t);
+    }
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    let r = r.send().await.unwrap();
     let status = r.status().as_u16();
     let content_type = r
         .headers()
@@ -378,6 +391,165 @@ fn sluice(
     )
 }
 
+/// Waits for `/healthcheck` at `base` to answer 200.
+async fn healthy(http: &reqwest::Client, base: &str) {
+    let url = format!("{base}/healthcheck");
+    eventually(Duration::from_secs(10), "/healthcheck answers", || {
+        let r = http.get(&url).send();
+        async move { r.await.ok().filter(|r| r.status().as_u16() == 200) }
+    })
+    .await;
+}
+
+/// Issue 40: with `--ratelimit-config` and no `--ratelimit-http-listen`, the surface is the
+/// decision listener's; the admin listener serves no `/json` or `/rlconfig` (they used to answer
+/// there with no token). `/json` refuses a body not declared JSON (a cross-site form or
+/// `text/plain` post, or no type) with a 415 naming `application/json`, changing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_the_surface_is_on_the_decision_listener_and_takes_only_json() {
+    let dir = config_dir("default_place");
+    let (decision, admin) = (support::free_port(), support::free_port());
+    let (decision_addr, admin_addr) = (
+        format!("127.0.0.1:{decision}"),
+        format!("127.0.0.1:{admin}"),
+    );
+    let args = [
+        "--decision-listen",
+        decision_addr.as_str(),
+        "--admin-listen",
+        admin_addr.as_str(),
+        "--admin-token",
+        "a-token-long-enough-1234",
+        "--ratelimit-config",
+        dir.to_str().unwrap(),
+    ];
+    let (mut child, _stderr) = sluice(&args);
+    let http = client();
+    let (on_decision, on_admin) = (
+        format!("http://{decision_addr}"),
+        format!("http://{admin_addr}"),
+    );
+    healthy(&http, &on_decision).await;
+    for t in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let r = post_as(
+            &http,
+            &on_decision,
+            request(&["per_day"], "csrf"),
+            Some(t),
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 415, "{t}: {}", r.body);
+        assert!(
+            r.body.contains("Content-Type: application/json") && r.body.contains(t),
+            "{t}: {}",
+            r.body
+        );
+    }
+    let r = post_as(
+        &http,
+        &on_decision,
+        request(&["per_day"], "csrf"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 415, "no type: {}", r.body);
+    let r = post(&http, &on_decision, request(&["per_day"], "ok")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("overallCode"), "{}", r.body);
+    // Nothing of it on the admin listener, with or without a token.
+    let r = post(&http, &on_admin, request(&["per_day"], "admin")).await;
+    assert_ne!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("overallCode"), "{}", r.body);
+    let dump = http
+        .get(format!("{on_admin}/rlconfig"))
+        .send()
+        .await
+        .unwrap();
+    let (status, text) = (dump.status().as_u16(), dump.text().await.unwrap());
+    assert!(
+        status != 200 || !text.contains("per_day"),
+        "{status} {text}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 40 (item 7): with `--ratelimit-config` and sluice rules of its own, the start says that
+/// domains in no file answer OK and not by those rules; each such domain is then logged once
+/// (however often asked) and counted by domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_in_no_file_is_logged_once_and_counted() {
+    let dir = config_dir("unknown_domain");
+    let rules = dir.join("own-rules.json");
+    std::fs::write(
+        &rules,
+        r#"[{"action": "posts", "algorithm": "fixed_window", "capacity": 1, "window": "1h"}]"#,
+    )
+    .unwrap();
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("c.yaml"), CONFIG).unwrap();
+    let (decision, admin) = (support::free_port(), support::free_port());
+    let (decision_addr, admin_addr) = (
+        format!("127.0.0.1:{decision}"),
+        format!("127.0.0.1:{admin}"),
+    );
+    let args = [
+        "--decision-listen",
+        decision_addr.as_str(),
+        "--admin-listen",
+        admin_addr.as_str(),
+        "--admin-token",
+        "a-token-long-enough-1234",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--ratelimit-config",
+        config.to_str().unwrap(),
+    ];
+    let (mut child, stderr) = sluice(&args);
+    let http = client();
+    let base = format!("http://{decision_addr}");
+    healthy(&http, &base).await;
+    let elsewhere =
+        r#"{"domain":"elsewhere","descriptors":[{"entries":[{"key":"posts","value":"u"}]}]}"#;
+    for _ in 0..3 {
+        let r = post(&http, &base, elsewhere).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"sluice_rls_unknown_domain_total{domain="elsewhere"} 3"#),
+        "{metrics}"
+    );
+    let log = stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("not decided by sluice's own rules") && log.contains("own_rules=1"),
+        "the start line: {log}"
+    );
+    let once = log
+        .lines()
+        .filter(|l| l.contains("RLS domain in no file") && l.contains("elsewhere"))
+        .count();
+    assert_eq!(once, 1, "{log}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_shares_the_admin_listener_at_its_address_and_names_the_flag_when_in_use() {
     let dir = config_dir("binary");
@@ -394,28 +566,34 @@ async fn the_binary_shares_the_admin_listener_at_its_address_and_names_the_flag_
         "--ratelimit-config",
         dir.to_str().unwrap(),
     ];
-    // Given the admin listener's address, the admin listener serves the surface.
+    // Given the admin listener's address, the admin listener serves the surface, and there
+    // (issue 40) `/json` and `/rlconfig` take the admin token, as everything else on it that
+    // decides or reports; `/healthcheck` stays open as the listener's other probes.
     let mut args = base.to_vec();
     args.extend(["--ratelimit-http-listen", admin_addr.as_str()]);
     let (mut child, stderr) = sluice(&args);
     let http = client();
-    let url = format!("http://{admin_addr}/healthcheck");
-    eventually(
-        Duration::from_secs(10),
-        "/healthcheck on the admin listener",
-        || {
-            let r = http.get(&url).send();
-            async move { r.await.ok().filter(|r| r.status().as_u16() == 200) }
-        },
-    )
-    .await;
-    let r = post(
-        &http,
-        &format!("http://{admin_addr}"),
-        request(&["per_day"], "bin"),
-    )
-    .await;
+    let on_admin = format!("http://{admin_addr}");
+    healthy(&http, &on_admin).await;
+    let json = Some("application/json");
+    let r = post_as(&http, &on_admin, request(&["per_day"], "bin"), json, None).await;
+    assert_eq!(r.status, 401, "no token: {}", r.body);
+    let dump = http
+        .get(format!("{on_admin}/rlconfig"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dump.status().as_u16(), 401, "/rlconfig without a token");
+    let token = Some("a-token-long-enough-1234");
+    let r = post_as(&http, &on_admin, request(&["per_day"], "bin"), json, token).await;
     assert_eq!(r.status, 200, "{}", r.body);
+    let dump = http
+        .get(format!("{on_admin}/rlconfig"))
+        .bearer_auth("a-token-long-enough-1234")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dump.status().as_u16(), 200, "/rlconfig with the token");
     let log = stderr.lock().unwrap().clone();
     assert!(
         log.contains("envoyproxy/ratelimit's HTTP surface listening"),

@@ -265,6 +265,12 @@ async fn points(rig: &Rig) {
     .await;
     assert_eq!(answer(&r), (OK, vec![(OK, 0), (OK, 0)]));
     assert!(r.statuses.iter().all(|s| s.current_limit.is_none()));
+    // Issue 40: no longer silent; counted by domain (the log line: ratelimit_http.rs).
+    let metrics = rig.metrics().await;
+    assert!(
+        metrics.contains(r#"sluice_rls_unknown_domain_total{domain="nowhere"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

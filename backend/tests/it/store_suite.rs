@@ -824,6 +824,7 @@ fn moved(o: &sluice_backend::store::CommitOutcome) -> (u64, u64, u64) {
 /// changes nothing and answers the first numbers, and each answer is core's
 /// (`sluice_core::commit::commit`) on the state the store holds.
 pub async fn commit_tables(store: &dyn Store, clock: &ManualClock) {
+    use sluice_core::budget::bounded_commit;
     use sluice_core::commit::{commit, Commit};
     for algorithm in ALGORITHMS {
         let limit = if matches!(algorithm, "gcra" | "leaky_bucket" | "token_bucket") {
@@ -838,6 +839,11 @@ pub async fn commit_tables(store: &dyn Store, clock: &ManualClock) {
         let t = B + 1_500 * MS;
         clock.set(t);
         assert!(store.throttle(&r, "k", 8).await.expect("reserve").allowed);
+        // The decision that reserves records it in flight: a commit refunds at most that.
+        assert!(store
+            .record_reservation(&r, "k", "req-1", 8)
+            .await
+            .expect("record"));
         let c = Commit {
             reserved: 8,
             actual: 3,
@@ -871,6 +877,10 @@ pub async fn commit_tables(store: &dyn Store, clock: &ManualClock) {
             reserved_at: t,
         };
         clock.set(t);
+        assert!(store
+            .record_reservation(&r, "k", "req-2", 1)
+            .await
+            .expect("record"));
         let got = store.commit(&r, "k", "req-2", big).await.expect("debit");
         assert_eq!(moved(&got), (0, 9, 2), "{algorithm} ({})", store.kind());
         assert_eq!(got.committed.level, 12.0, "{algorithm} ({})", store.kind());
@@ -881,19 +891,106 @@ pub async fn commit_tables(store: &dyn Store, clock: &ManualClock) {
             again.committed.debited, 9,
             "{algorithm}: a retry debited again"
         );
-        // Each id is per (action, key): the same id on another key is a commit of its own.
-        let fresh = commit(&params, &State::Fresh, t, c).0;
+        // Each id is per (action, key): the same id on another key is a commit of its own, and
+        // there no reservation was recorded under it: nothing is given back, all 3 are debited.
+        let fresh = commit(&params, &State::Fresh, t, bounded_commit(c, None)).0;
         clock.set(t);
         let other = store
             .commit(&r, "other", "req-1", c)
             .await
             .expect("other key");
         assert_eq!(
-            (other.committed, other.duplicate),
-            (fresh, false),
+            (other.committed, other.duplicate, other.unrecorded),
+            (fresh, false, true),
             "{algorithm}"
         );
+        assert_eq!(moved(&other), (0, 3, 0), "{algorithm} ({})", store.kind());
     }
+}
+
+/// Issue 40 (item 6): a key keeps at most `MAX_RECEIPTS_PER_KEY` commit receipts. Fresh ids
+/// past it shed the oldest (counted in the outcome, for `sluice_commit_receipts_shed_total`):
+/// a retry of a shed id applies again, one of a kept id is still a duplicate, and another key's
+/// receipts are untouched.
+pub async fn commit_receipts_are_bounded(store: &dyn Store, clock: &ManualClock) {
+    use sluice_core::commit::Commit;
+    use sluice_core::limits::MAX_RECEIPTS_PER_KEY;
+    let r = rule(r#"{"action":"receipts","algorithm":"fixed_window","capacity":10,"window":"1h"}"#);
+    let t = B + 1_500 * MS;
+    clock.set(t);
+    let nothing = Commit {
+        reserved: 0,
+        actual: 0,
+        reserved_at: t,
+    };
+    let other = store
+        .commit(&r, "other", "id0", nothing)
+        .await
+        .expect("commit");
+    assert_eq!(other.receipts_shed, 0);
+    let mut shed = 0;
+    for i in 0..MAX_RECEIPTS_PER_KEY + 3 {
+        let done = store
+            .commit(&r, "k", &format!("id{i}"), nothing)
+            .await
+            .expect("commit");
+        assert!(!done.duplicate, "id{i} ({})", store.kind());
+        shed += done.receipts_shed;
+    }
+    assert_eq!(shed, 3, "({})", store.kind());
+    let again = store.commit(&r, "k", "id0", nothing).await.expect("retry");
+    assert!(!again.duplicate, "a shed receipt ({})", store.kind());
+    let kept = store.commit(&r, "k", "id10", nothing).await.expect("retry");
+    assert!(kept.duplicate, "a kept receipt ({})", store.kind());
+    let other = store
+        .commit(&r, "other", "id0", nothing)
+        .await
+        .expect("retry");
+    assert!(other.duplicate, "another key's receipt ({})", store.kind());
+}
+
+/// Issue 40: a lease return (a `lease-` commit id, as the filter names it) has no reservation of
+/// its own recorded; it gives back at most what the key's lease pool holds (the units granted as
+/// leases and not yet given back), and spends it: a forged return after it, or on a key that
+/// granted nothing, gives back nothing.
+pub async fn lease_returns_are_bounded_by_the_grants(store: &dyn Store, clock: &ManualClock) {
+    use sluice_core::commit::Commit;
+    let r =
+        rule(r#"{"action":"leasepool","algorithm":"fixed_window","capacity":10,"window":"1h"}"#);
+    let t = B + 1_500 * MS;
+    clock.set(t);
+    // 5 debited for a lease grant (as the leased decision does), recorded in the pool.
+    assert!(store.throttle(&r, "k", 5).await.expect("debit").allowed);
+    store.record_lease_grant(&r, "k", 5).await.expect("grant");
+    let back = |reserved, actual| Commit {
+        reserved,
+        actual,
+        reserved_at: t,
+    };
+    let done = store
+        .commit(&r, "k", "lease-0000000000000001", back(5, 2))
+        .await
+        .expect("return");
+    assert_eq!(moved(&done), (3, 0, 0), "({})", store.kind());
+    let forged = store
+        .commit(&r, "k", "lease-0000000000000002", back(5, 0))
+        .await
+        .expect("forged");
+    assert_eq!(
+        moved(&forged),
+        (0, 0, 0),
+        "the pool is spent ({})",
+        store.kind()
+    );
+    assert!(forged.unrecorded);
+    assert_eq!(store.throttle(&r, "k", 0).await.expect("peek").remaining, 8);
+    // A key that granted nothing gives nothing back to a return.
+    assert!(store.throttle(&r, "none", 4).await.expect("debit").allowed);
+    let forged = store
+        .commit(&r, "none", "lease-0000000000000003", back(4, 0))
+        .await
+        .expect("forged");
+    assert_eq!(moved(&forged), (0, 0, 0), "({})", store.kind());
 }
 
 /// Random interleavings of reservations (throttle calls) and commits of them, some retried,
@@ -905,6 +1002,7 @@ pub async fn commit_randomized_against_core(
     seed: u64,
     sequences: usize,
 ) {
+    use sluice_core::budget::bounded_commit;
     use sluice_core::commit::{commit, Commit, COMMIT_ID_TTL_MS};
     let mut rng = StdRng::seed_from_u64(seed);
     for (a, algorithm) in ALGORITHMS.iter().enumerate() {
@@ -914,7 +1012,8 @@ pub async fn commit_randomized_against_core(
             let unit = params.policy_window_ns().max(1);
             let mut now: Nanos = B + rng.random_range(0..S * 3600);
             let mut state = State::Fresh;
-            let mut open: Vec<(u64, Nanos)> = Vec::new();
+            // Reservations decided and recorded in flight: (units, when, id).
+            let mut open: Vec<(u64, Nanos, String)> = Vec::new();
             let mut last: Option<(String, Commit, sluice_core::commit::Committed, Nanos)> = None;
             for step in 0..30 {
                 // Forward only, less than half an idle TTL per step: the memory store's sweeps
@@ -940,7 +1039,11 @@ pub async fn commit_randomized_against_core(
                         assert_eq!(got, want, "{what} q {q}");
                         if let Some(next) = change {
                             state = next;
-                            open.push((q, now));
+                            let id = format!("r-{step}");
+                            clock.set(now);
+                            let held = store.record_reservation(&rule, "s", &id, q).await;
+                            assert!(held.expect("record"), "{what}");
+                            open.push((q, now, id));
                         }
                     }
                     // A retry, within the mark's TTL (Redis keeps it by its own clock, the memory
@@ -969,22 +1072,23 @@ pub async fn commit_randomized_against_core(
                         assert_eq!(got.committed.level, level, "{what} retry of {id}");
                     }
                     _ => {
-                        let (reserved, reserved_at) = if open.is_empty() || rng.random_bool(0.2) {
-                            (
-                                rng.random_range(0..=cap),
-                                now.saturating_sub(rng.random_range(0..=unit)),
-                            )
-                        } else {
-                            open.remove(rng.random_range(0..open.len()))
-                        };
+                        // A claim with no record (a fresh id), or a recorded reservation's commit.
+                        let (reserved, reserved_at, id, recorded) =
+                            if open.is_empty() || rng.random_bool(0.2) {
+                                let at = now.saturating_sub(rng.random_range(0..=unit));
+                                (rng.random_range(0..=cap), at, format!("c-{step}"), None)
+                            } else {
+                                let (q, at, id) = open.remove(rng.random_range(0..open.len()));
+                                (q, at, id, Some((q, at / MS)))
+                            };
                         let actual = rng.random_range(0..=reserved * 2 + 1);
                         let c = Commit {
                             reserved,
                             actual,
                             reserved_at,
                         };
-                        let id = format!("r-{step}");
-                        let (want, change) = commit(&params, &state, now, c);
+                        let (want, change) =
+                            commit(&params, &state, now, bounded_commit(c, recorded));
                         clock.set(now);
                         let got = store.commit(&rule, "s", &id, c).await.expect("commit");
                         assert!(!got.duplicate, "{what}");
@@ -1231,6 +1335,11 @@ pub async fn budget_reset(store: &dyn Store, clock: &ManualClock) {
         clock.set(t4);
         assert!(store
             .record_reservation(&r, "k", "r4", big)
+            .await
+            .expect("hold"));
+        // The twin's too: a commit gives back only what was recorded (issue 40).
+        assert!(store
+            .record_reservation(&r, "twin", "r4", big)
             .await
             .expect("hold"));
         let now = t + 30 * MS;

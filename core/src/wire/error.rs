@@ -21,6 +21,9 @@ pub enum ErrorCode {
     NotFound,
     /// 405: the route exists, the method does not.
     MethodNotAllowed,
+    /// 415: a state-changing request whose body is not declared JSON (`Content-Type:
+    /// application/json`); the message names the type expected and the one sent.
+    UnsupportedMediaType,
     /// 421: the request reached a listener that does not speak its protocol (a gRPC call on the
     /// HTTP decision listener, an HTTP/1.1 request on the gRPC listener); the message names the
     /// listener that does. A misconfigured cluster, never a reason to pass requests quietly.
@@ -61,6 +64,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::WrongListener => "wrong_listener",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::StoreTimeout => "store_timeout",
@@ -114,6 +118,7 @@ mod tests {
             ErrorCode::Unauthorized,
             ErrorCode::NotFound,
             ErrorCode::MethodNotAllowed,
+            ErrorCode::UnsupportedMediaType,
             ErrorCode::WrongListener,
             ErrorCode::StoreUnavailable,
             ErrorCode::StoreTimeout,

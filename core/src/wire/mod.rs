@@ -14,6 +14,7 @@ mod health;
 mod history;
 mod keys;
 mod levels;
+mod media;
 mod overrides;
 pub mod parse;
 pub mod ratelimit;
@@ -42,6 +43,7 @@ pub use keys::{
     TOP_DENIED_KEYS, TOP_DENIED_SPAN_MS,
 };
 pub use levels::{ActionLevels, KeyLevel, LevelsBody};
+pub use media::{is_json_content_type, unsupported_media_type_message, JSON_CONTENT_TYPE};
 pub use overrides::{check_override_key, KeyOverride, OverridesBody};
 pub use ratelimit::{RatelimitConfigBody, RatelimitLimit};
 pub use report::{ActionCounts, FilterReport, ReportId, MAX_REPORTER_LEN};

@@ -25,5 +25,6 @@ pub mod response;
 pub mod rules_path;
 pub mod service;
 pub mod status;
+pub mod unknown_domains;
 
 pub use service::Rls;

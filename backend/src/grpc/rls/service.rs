@@ -96,7 +96,14 @@ impl RateLimitService for Rls {
                 {
                     rules_path::answer(app, &request, deadline, started).await
                 }
-                None => config_path::unknown_domain(&request),
+                None => {
+                    super::unknown_domains::shared().note(
+                        &request.domain,
+                        &app.metrics,
+                        &app.rules.current(),
+                    );
+                    config_path::unknown_domain(&request)
+                }
             }
         };
         match tokio::time::timeout(self.call_deadline, work).await {

@@ -2,8 +2,11 @@
 //! `POST /json` ([`json`]: a `RateLimitRequest` as JSON, answered by the RLS front door),
 //! `GET /healthcheck` ([`health`]) and `GET /rlconfig` ([`rlconfig`], from the peer's debug
 //! port). Served on `--ratelimit-http-listen` (the peer's `PORT`, 8080), or on the admin or
-//! decision listener when given that listener's address (the default shares the admin
-//! listener's 127.0.0.1:8080). No token, as on the peer: keep it on a private network.
+//! decision listener when given that listener's address (the default shares the decision
+//! listener). No token, as on the peer: keep it on a private network; on the admin listener
+//! ([`routes_behind_token`]) `/json` and `/rlconfig` take the admin token like the rest of it.
+//! `POST /json` takes only `Content-Type: application/json` (415 otherwise), so no cross-site
+//! page can post a decision through a browser.
 //!
 //! - [`text`]: the plain-text answers (Go's `http.Error` shape).
 //! - [`decode`] / [`encode`]: the proto3 JSON mapping of the request and the response, by hand
@@ -27,12 +30,36 @@ use crate::http::input::MAX_BODY_BYTES;
 use crate::state::App;
 use text::text_error;
 
+/// `POST /json` (JSON bodies only) and `GET /rlconfig`: what decides and what reports.
+fn deciding() -> Router<Arc<App>> {
+    Router::new()
+        .route(
+            "/json",
+            post(json::json).route_layer(axum::middleware::from_fn(
+                crate::http::json_only::require_json_text,
+            )),
+        )
+        .route("/rlconfig", get(rlconfig::rlconfig))
+}
+
 /// The three routes, to merge into another listener's router (no fallback of their own).
 pub fn routes(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/json", post(json::json))
+    deciding()
         .route("/healthcheck", get(health::healthcheck))
-        .route("/rlconfig", get(rlconfig::rlconfig))
+        .route_layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(app)
+}
+
+/// The three routes for the admin listener: `/json` and `/rlconfig` behind the admin token
+/// (that listener's role: nothing on it decides or reports without it), `/healthcheck` open as
+/// the listener's other probes.
+pub fn routes_behind_token(app: Arc<App>) -> Router {
+    deciding()
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::http::admin::require_admin,
+        ))
+        .route("/healthcheck", get(health::healthcheck))
         .route_layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
 }

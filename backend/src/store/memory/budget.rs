@@ -4,7 +4,8 @@
 //! and key resets, which remove the state and the record in one step with the receipts that make a
 //! later commit of a reservation from before the reset change nothing.
 //!
-//! The ids live in one bounded map (at most [`MAX_RECEIPTS`]), each for
+//! The ids live in one bounded map (`receipts.rs`: at most 100,000, and 1,024 commit receipts per
+//! key, `sluice_core::limits::MAX_RECEIPTS_PER_KEY`, the oldest shed and counted), each for
 //! [`COMMIT_ID_TTL_MS`] of store time; expired ones are dropped when the map is full, and if it
 //! is still full the one closest to expiry goes (a retry of that commit would then apply again:
 //! the cost of a bound on memory, as with the state map's evictions). The map's lock is held
@@ -20,6 +21,7 @@ use sluice_core::{Action, Algorithm, Rule};
 use super::MemoryStore;
 use crate::store::{BudgetStore, CommitOutcome, ResetStore, StoreError};
 
+pub(super) mod receipts;
 pub(super) mod state;
 
 #[async_trait]
@@ -34,6 +36,17 @@ impl BudgetStore for MemoryStore {
         Ok(self
             .commits
             .record_reservation(rule, key, id, units, self.now()))
+    }
+
+    async fn record_lease_grant(
+        &self,
+        rule: &Rule,
+        key: &str,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        self.commits
+            .record_lease_grant(rule, key, units, self.now());
+        Ok(())
     }
 
     async fn commit(

@@ -24,7 +24,9 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::{RedisResult, Script};
 use sluice_core::commit::{carry_bound, Commit, Committed, COMMIT_ID_TTL_MS};
-use sluice_core::limits::{MAX_IN_FLIGHT_PER_KEY, RESERVATION_IN_FLIGHT_MS};
+use sluice_core::limits::{
+    LEASE_RETURN_SPAN_MS, MAX_IN_FLIGHT_PER_KEY, MAX_RECEIPTS_PER_KEY, RESERVATION_IN_FLIGHT_MS,
+};
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::KeyBudget;
 use sluice_core::{Nanos, Params, Rule};
@@ -36,6 +38,8 @@ use crate::store::{BudgetStore, CommitOutcome, StoreError};
 
 static RECORD: LazyLock<Script> =
     LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_record.lua")));
+static LEASE_GRANT: LazyLock<Script> =
+    LazyLock::new(|| with_now_ms(include_str!("../../../lua/lease_grant.lua")));
 static READ: LazyLock<Script> =
     LazyLock::new(|| with_now_ms(include_str!("../../../lua/budget_read.lua")));
 
@@ -86,6 +90,24 @@ impl BudgetStore for RedisStore {
             .arg(RESERVATION_IN_FLIGHT_MS + GC_SLACK_MS);
         let reply: i64 = self.script(&record, "budget_record", &invocation).await?;
         Ok(reply == 1)
+    }
+
+    async fn record_lease_grant(
+        &self,
+        rule: &Rule,
+        key: &str,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        let state = self.keys.state(rule.action(), rule.algorithm(), key);
+        let record = in_flight_key(&state);
+        let mut invocation = LEASE_GRANT.key(&record);
+        invocation
+            .arg(now_arg(self.at()))
+            .arg(units)
+            .arg(LEASE_RETURN_SPAN_MS)
+            .arg(LEASE_RETURN_SPAN_MS + GC_SLACK_MS);
+        let _pool: i64 = self.script(&record, "lease_grant", &invocation).await?;
+        Ok(())
     }
 
     async fn commit(
@@ -151,7 +173,8 @@ impl RedisStore {
             .arg(c.reserved_at.to_string())
             .arg(COMMIT_ID_TTL_MS)
             .arg(id)
-            .arg(carry_bound(&params));
+            .arg(carry_bound(&params))
+            .arg(MAX_RECEIPTS_PER_KEY);
         invocation.invoke_async(&mut conn).await
     }
 }
@@ -180,15 +203,15 @@ fn figures(reply: &[i64]) -> Result<KeyBudget, StoreError> {
     })
 }
 
-/// The script's reply `{duplicate, refunded, debited, overshoot, a, b, c, d}`; the level from
+/// The script's reply `{duplicate, refunded, debited, overshoot, a, b, c, d, unrecorded, shed}`; the level from
 /// a..d with core's own f64 operations.
 fn outcome(params: Params, reply: &[i64]) -> Result<CommitOutcome, StoreError> {
     let corrupt = |what: String| StoreError::Script {
         script: "commit",
         message: format!("unexpected reply: {what}"),
     };
-    let [duplicate, refunded, debited, overshoot, a, b, c, d] = reply else {
-        return Err(corrupt(format!("{} values, expected 8", reply.len())));
+    let [duplicate, refunded, debited, overshoot, a, b, c, d, unrecorded, shed] = reply else {
+        return Err(corrupt(format!("{} values, expected 10", reply.len())));
     };
     let unsigned = |v: i64| u64::try_from(v).map_err(|_| corrupt(format!("a negative {v}")));
     let level = match params {
@@ -204,5 +227,7 @@ fn outcome(params: Params, reply: &[i64]) -> Result<CommitOutcome, StoreError> {
             level,
         },
         duplicate: *duplicate == 1,
+        unrecorded: *unrecorded == 1,
+        receipts_shed: unsigned(*shed)?,
     })
 }

@@ -4,18 +4,18 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use sluice_core::budget::{before_reset, budget_until_ms, BudgetRecord};
-use sluice_core::commit::{commit, Commit, Committed, COMMIT_ID_TTL_MS};
+use sluice_core::budget::{
+    before_reset, bounded_commit, budget_until_ms, is_lease_return, BudgetRecord,
+};
+use sluice_core::commit::{commit, Commit, Committed};
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::wire::KeyBudget;
 use sluice_core::{Action, Algorithm, Nanos, Params, Rule};
 
 use super::super::shards::ShardedStates;
 use super::super::slot::rule_slot;
+use super::receipts::{Receipts, MAX_RECEIPTS};
 use crate::store::CommitOutcome;
-
-/// Most request ids remembered at once.
-pub(crate) const MAX_RECEIPTS: usize = 100_000;
 
 /// What the receipts map remembers under a state name and an id (or, for [`Receipt::ResetAt`], the
 /// state name alone: an id is never empty).
@@ -37,36 +37,13 @@ pub(crate) enum Receipt {
 /// it).
 #[derive(Default)]
 pub(crate) struct CommitReceipts {
-    pub(crate) receipts: Mutex<HashMap<String, (Nanos, Receipt)>>,
+    pub(crate) receipts: Mutex<Receipts>,
     pub(crate) budgets: Mutex<HashMap<String, BudgetRecord>>,
 }
 
 /// The receipts map's key of `id` under the state `name` (`id` empty: the key's reset time).
 pub(crate) fn receipt_key(name: &str, id: &str) -> String {
     format!("{name}\u{0}{id}")
-}
-
-/// Remembers `receipt` under `key` for [`COMMIT_ID_TTL_MS`] from `now`, within [`MAX_RECEIPTS`].
-pub(crate) fn remember(
-    receipts: &mut HashMap<String, (Nanos, Receipt)>,
-    key: String,
-    receipt: Receipt,
-    now: Nanos,
-) {
-    if receipts.len() >= MAX_RECEIPTS {
-        receipts.retain(|_, (expires, _)| *expires > now);
-    }
-    if receipts.len() >= MAX_RECEIPTS {
-        if let Some(oldest) = receipts
-            .iter()
-            .min_by_key(|(_, (expires, _))| *expires)
-            .map(|(k, _)| k.clone())
-        {
-            receipts.remove(&oldest);
-        }
-    }
-    let expires = now.saturating_add(COMMIT_ID_TTL_MS * NANOS_PER_MILLI);
-    receipts.insert(key, (expires, receipt));
 }
 
 impl CommitReceipts {
@@ -97,6 +74,20 @@ impl CommitReceipts {
             actual: 0,
             ..c
         };
+        // What the caller says it reserved, bounded by what was recorded under its id (a lease
+        // return: by the key's lease pool).
+        let now_ms = now / NANOS_PER_MILLI;
+        let (recorded, from_pool) = {
+            let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+            let record = budgets.get(&name);
+            match record.and_then(|b| b.reservation(id)) {
+                Some(r) => (Some(r), false),
+                None if is_lease_return(id) => (record.and_then(|b| b.lease_pool(now_ms)), true),
+                None => (None, false),
+            }
+        };
+        let unrecorded = recorded.is_none() && c.reserved > 0;
+        let c = bounded_commit(c, recorded);
         let stale = match live(&receipt) {
             Some(Receipt::Committed(first)) => {
                 let peek = states.update(&name, params, now, |state| {
@@ -109,6 +100,8 @@ impl CommitReceipts {
                 return CommitOutcome {
                     committed,
                     duplicate: true,
+                    unrecorded: false,
+                    receipts_shed: 0,
                 };
             }
             Some(Receipt::Reset) => true,
@@ -126,13 +119,18 @@ impl CommitReceipts {
             let until_ms = budget_until_ms(&params, next.as_ref().unwrap_or(state), now);
             ((committed, until_ms), next)
         });
-        remember(&mut receipts, receipt, Receipt::Committed(committed), now);
+        let receipts_shed = receipts.remember_commit(&name, id, Receipt::Committed(committed), now);
         self.with_budget(&name, now, |b| {
             b.record_commit(id, &committed, until_ms, now / NANOS_PER_MILLI);
+            if from_pool && !stale {
+                b.spend_lease_pool(c.reserved);
+            }
         });
         CommitOutcome {
             committed,
             duplicate: false,
+            unrecorded: unrecorded && !stale,
+            receipts_shed,
         }
     }
 
@@ -161,10 +159,10 @@ impl CommitReceipts {
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&name);
             for id in record.iter().flat_map(BudgetRecord::in_flight_ids) {
-                remember(&mut receipts, receipt_key(&name, id), Receipt::Reset, now);
+                receipts.remember(receipt_key(&name, id), Receipt::Reset, now);
             }
             let reset_at = Receipt::ResetAt(now / NANOS_PER_MILLI);
-            remember(&mut receipts, receipt_key(&name, ""), reset_at, now);
+            receipts.remember(receipt_key(&name, ""), reset_at, now);
         }
         removed
     }
@@ -196,6 +194,15 @@ impl CommitReceipts {
         })
         .unwrap_or(false)
     }
+    /// Adds a lease grant of `units` to `key`'s lease pool under `rule` at `now` (not kept when
+    /// the records are full: its return then gives nothing back).
+    pub(crate) fn record_lease_grant(&self, rule: &Rule, key: &str, units: u64, now: Nanos) {
+        let name = rule_slot(rule.action(), rule.algorithm(), key);
+        self.with_budget(&name, now, |b| {
+            b.record_lease_grant(units, now / NANOS_PER_MILLI);
+        });
+    }
+
     /// `key`'s budget figures under `rule` at `now`.
     pub(crate) fn budget(&self, rule: &Rule, key: &str, now: Nanos) -> KeyBudget {
         let name = rule_slot(rule.action(), rule.algorithm(), key);
