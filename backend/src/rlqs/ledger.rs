@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use sluice_core::rlqs::mapping_rules::{Mapped, Mapping};
-use sluice_core::rlqs::rebalance::{by_demand, slack, smooth};
-use sluice_core::rlqs::shape::{shape, Shape};
+use sluice_core::rlqs::rebalance::{by_demand_turn, slack, smooth, starving, ROTATE_EVERY_TICKS};
+use sluice_core::rlqs::report;
+use sluice_core::rlqs::shape::{shape_for, Shape};
 use sluice_core::rlqs::{ABANDON_AFTER_IDLE_REPORTS, TICK_MS};
 use sluice_core::time::NANOS_PER_SEC;
 use sluice_core::{Mode, Rule};
@@ -42,6 +43,7 @@ use super::pay;
 use super::reader::StreamInfo;
 use super::settings::Settings;
 use super::shares::Registry;
+use crate::log_limit::{LogLimit, LOG_EVERY};
 use crate::state::App;
 
 /// One stream's id, unique in this process.
@@ -52,7 +54,7 @@ pub type StreamId = u64;
 pub enum Assignment {
     /// Admit everything: unmapped buckets, actions without a rule, shadow rules.
     AllowAll,
-    /// Admit nothing: a spent key, or a bucket past the stream's bound.
+    /// Admit nothing: a spent key, a holder without a burst now, or `unmatched: deny_all`.
     DenyAll,
     /// A share of the key.
     TokenBucket(Shape),
@@ -156,11 +158,44 @@ struct KeyEntry {
     /// What this replica may hold of the rule beside the other replicas (`registry.rs`);
     /// `None` until the first sync with the store.
     ceiling: Option<Shape>,
+    /// The other replicas' holders at the last sync: a window rule's burst grows with every
+    /// holder, across replicas ([`shape_for`]).
+    others_holders: u32,
+    /// The whole bucket the ceiling was last synced for: a holder joining a window rule grows
+    /// it, and a ceiling synced for fewer holders would hold the burst back ([`shape_for`]).
+    synced_whole: Option<Shape>,
+    /// With more holders than burst units, whose turn it is ([`by_demand_turn`]), and the
+    /// ticks since it last moved.
+    turn: usize,
+    since_turn: u32,
 }
 
 impl KeyEntry {
+    /// A key with no share yet, its ceiling unknown until the first sync.
+    fn new(rule: Arc<Rule>) -> KeyEntry {
+        KeyEntry {
+            rule,
+            shares: BTreeMap::new(),
+            owed_nano: 0,
+            ceiling: None,
+            others_holders: 0,
+            synced_whole: None,
+            turn: 0,
+            since_turn: 0,
+        }
+    }
+
+    /// The rule's token bucket for every holder of the key, on every replica.
+    fn whole(&self) -> Shape {
+        let holders = self
+            .shares
+            .len()
+            .saturating_add(usize::try_from(self.others_holders).unwrap_or(usize::MAX));
+        shape_for(&self.rule.params(), holders)
+    }
+
     fn total(&self) -> Shape {
-        let rule = shape(&self.rule.params());
+        let rule = self.whole();
         match self.ceiling {
             Some(c) => Shape {
                 max_tokens: rule.max_tokens.min(c.max_tokens),
@@ -171,14 +206,18 @@ impl KeyEntry {
         }
     }
 
-    /// Each holder's target share, by position in `shares`: bursts equal, rates by demand.
+    /// Each holder's target share, by position in `shares`: bursts equal (rotated when the
+    /// holders outnumber the units), rates by demand.
     fn targets(&self) -> Vec<Shape> {
-        let demands: Vec<u64> = self
-            .shares
+        by_demand_turn(self.total(), &self.demands(), self.turn)
+    }
+
+    /// Each holder's demand, by position in `shares`.
+    fn demands(&self) -> Vec<u64> {
+        self.shares
             .values()
             .map(|s| s.demand.unwrap_or(0))
-            .collect();
-        by_demand(self.total(), &demands)
+            .collect()
     }
 
     /// The rates the shares hold now.
@@ -211,6 +250,30 @@ pub struct Ledger {
     last_tick: Option<Instant>,
     /// The shares of every replica, kept in the store.
     registry: Registry,
+}
+
+/// Per process: a sprayed stream could put every report's new buckets past the bound.
+static OVER_BOUND: std::sync::LazyLock<LogLimit> =
+    std::sync::LazyLock::new(|| LogLimit::new(LOG_EVERY));
+
+/// Logs a bucket left unanswered at the per-stream bound, at most one line per [`LOG_EVERY`].
+fn over_bound(max_buckets: usize) {
+    if let Some(count) = OVER_BOUND.admit("over_bound") {
+        tracing::warn!(count, max_buckets,
+            "rlqs: buckets past a stream's bound (--rlqs-max-buckets) got no assignment: Envoy applies its no_assignment_behavior ({count} since the last line)");
+    }
+}
+
+/// Per process: a misbehaving Envoy may overclaim on every report.
+static REPORT_REFUSED: std::sync::LazyLock<LogLimit> =
+    std::sync::LazyLock::new(|| LogLimit::new(LOG_EVERY));
+
+/// Logs a report's counts refused beyond what its bucket could have seen, rate-limited.
+fn report_refused(action: &str, units: u64) {
+    if let Some(count) = REPORT_REFUSED.admit("report_refused") {
+        tracing::warn!(action, units, count,
+            "rlqs: a report claimed more requests than its bucket could have seen (its share's tokens and one period of the rule); the excess was refused ({count} such reports since the last line)");
+    }
 }
 
 /// A bucket id as one map key: its entries sorted, NUL-separated.
@@ -331,8 +394,10 @@ impl Ledger {
             let held = match s.buckets.get(&canon) {
                 Some(h) => h.clone(),
                 None if s.buckets.len() >= self.max_buckets => {
+                    // No answer: Envoy keeps the listener's no_assignment_behavior for it
+                    // (fail open or closed as the operator chose), and nothing is kept here.
                     self.metrics.over_bound();
-                    self.push(stream, bucket, Assignment::DenyAll);
+                    over_bound(self.max_buckets);
                     continue;
                 }
                 None => {
@@ -385,12 +450,10 @@ impl Ledger {
             return;
         };
         let ttl = self.ttl;
-        let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
-            rule: rule.clone(),
-            shares: BTreeMap::new(),
-            owed_nano: 0,
-            ceiling: None,
-        });
+        let entry = self
+            .keys
+            .entry(id.clone())
+            .or_insert_with(|| KeyEntry::new(rule.clone()));
         entry.rule = rule.clone();
         let joined = !entry.shares.contains_key(&sid);
         let share = entry.shares.entry(sid.clone()).or_insert_with(|| Share {
@@ -406,8 +469,28 @@ impl Ledger {
             demand: None,
         });
         share.expires = now + ttl;
-        share.used = share.used.saturating_add(seen.allowed);
-        share.demand = Some(smooth(share.demand, seen.requests));
+        // The counts are the client's word: capped at what the bucket could have seen (its
+        // paid tokens not yet reported used, plus one period of the rule), so one report puts
+        // the key in debt by at most one period (core/src/rlqs/report.rs).
+        let paid = u64::try_from(share.paid_nano / NANO).unwrap_or(u64::MAX);
+        let credit = paid
+            .saturating_add(share.post_debited)
+            .saturating_sub(share.used);
+        let capped = report::cap(
+            seen.allowed,
+            seen.requests.saturating_sub(seen.allowed),
+            credit,
+            report::allowance(&rule),
+        );
+        if capped.refused > 0 {
+            self.metrics.report_refused(capped.refused);
+            report_refused(&id.action, capped.refused);
+        }
+        share.used = share.used.saturating_add(capped.allowed);
+        share.demand = Some(smooth(
+            share.demand,
+            capped.allowed.saturating_add(capped.denied),
+        ));
         share.idle_reports = if seen.idle {
             share.idle_reports.saturating_add(1)
         } else {
@@ -435,6 +518,9 @@ impl Ledger {
             return;
         }
         if joined {
+            // A window rule's whole bucket grows with its holders: the ceiling is synced for
+            // the new count before anyone is lowered or granted.
+            self.sync_if_unknown(app, &id, now).await;
             self.lower_to_targets(&id, now);
         }
         let Some(entry) = self.keys.get(&id) else {
@@ -520,11 +606,23 @@ impl Ledger {
     fn lower_to_targets(&mut self, id: &KeyId, now: Instant) {
         let tick = Duration::from_millis(TICK_MS);
         let mut pushes = Vec::new();
+        let mut denies = Vec::new();
         if let Some(entry) = self.keys.get_mut(id) {
             let targets = entry.targets();
             let slack = slack(entry.total(), entry.held_rates());
             for ((sid, share), target) in entry.shares.iter_mut().zip(targets) {
                 let Some(held) = share.held else { continue };
+                if target.max_tokens == 0 {
+                    // Its burst unit went to another holder's turn: nothing held, its rate
+                    // still paid until the DENY_ALL has landed.
+                    let open = self.streams.get(&sid.0).is_some_and(|s| s.open);
+                    share.counted_until = if open { now + tick } else { share.expires };
+                    if open {
+                        share.held = None;
+                        denies.push((sid.0, share.bucket.clone()));
+                    }
+                    continue;
+                }
                 if held.tokens_per_fill <= target.tokens_per_fill.saturating_add(slack)
                     && held.max_tokens <= target.max_tokens
                     && held.fill_interval_s == target.fill_interval_s
@@ -540,10 +638,35 @@ impl Ledger {
                 pushes.push((sid.0, share.bucket.clone(), lowered));
             }
         }
-        self.metrics
-            .rebalanced(&id.action, Rebalance::lowered, pushes.len());
+        self.metrics.rebalanced(
+            &id.action,
+            Rebalance::lowered,
+            pushes.len().saturating_add(denies.len()),
+        );
         for (stream, bucket, shape) in pushes {
             self.push(stream, bucket, Assignment::TokenBucket(shape));
+        }
+        for (stream, bucket) in denies {
+            self.push(stream, bucket, Assignment::DenyAll);
+        }
+    }
+
+    /// With more holders than burst units, moves the units on to the next holders with demand
+    /// every [`ROTATE_EVERY_TICKS`] ticks while one of them has none.
+    fn rotate(&mut self, id: &KeyId) {
+        let Some(entry) = self.keys.get_mut(id) else {
+            return;
+        };
+        let demands = entry.demands();
+        if !starving(&entry.targets(), &demands) {
+            entry.since_turn = 0;
+            return;
+        }
+        entry.since_turn = entry.since_turn.saturating_add(1);
+        if entry.since_turn >= ROTATE_EVERY_TICKS {
+            entry.since_turn = 0;
+            let units = usize::try_from(entry.total().max_tokens).unwrap_or(usize::MAX);
+            entry.turn = entry.turn.wrapping_add(units.max(1));
         }
     }
 }

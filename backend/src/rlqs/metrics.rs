@@ -44,6 +44,7 @@ pub struct RlqsMetrics {
     rebalances: Family<RebalanceLabels, Counter>,
     taken_over: Counter,
     taken_over_units: Counter,
+    report_refused: Counter,
 }
 
 impl RlqsMetrics {
@@ -62,7 +63,7 @@ impl RlqsMetrics {
         );
         metrics.register(
             "sluice_rlqs_assignments",
-            "RLQS assignments sent, by kind: allow_all (unmapped, no rule, shadow), deny_all (spent key, bucket bound), token_bucket (a share, new or renewed), abandon",
+            "RLQS assignments sent, by kind: allow_all (unmapped, no rule, shadow), deny_all (spent key, no burst for this holder now, unmatched: deny_all), token_bucket (a share, new or renewed), abandon",
             m.assignments.clone(),
         );
         metrics.register(
@@ -76,7 +77,7 @@ impl RlqsMetrics {
         let counters = [
             (
                 "sluice_rlqs_buckets_over_bound",
-                "RLQS buckets answered deny_all because their stream held the most buckets it may",
+                "RLQS bucket reports given no assignment because their stream held the most buckets it may (Envoy applies the listener's no_assignment_behavior); one per bucket per report",
                 &m.over_bound,
             ),
             (
@@ -103,6 +104,11 @@ impl RlqsMetrics {
                 "sluice_rlqs_taken_over_units",
                 "Refill paid (post-debited) for the shares of stopped replicas, until they expired in Envoy",
                 &m.taken_over_units,
+            ),
+            (
+                "sluice_rlqs_report_units_refused",
+                "Requests (allowed or denied) an RLQS report claimed of a bucket beyond what it could have seen (its share's paid tokens plus one period of the rule), not counted and not post-debited",
+                &m.report_refused,
             ),
         ];
         for (name, help, counter) in counters {
@@ -143,7 +149,7 @@ impl RlqsMetrics {
         self.assignments.get_or_create(&KindLabels { kind }).inc();
     }
 
-    /// Counts one bucket refused at the per-stream bound.
+    /// Counts one bucket report left unanswered at the per-stream bound.
     pub fn over_bound(&self) {
         self.over_bound.inc();
     }
@@ -166,6 +172,11 @@ impl RlqsMetrics {
     /// Counts refill units paid for stopped replicas' shares.
     pub fn taken_over_units(&self, units: u64) {
         self.taken_over_units.inc_by(units);
+    }
+
+    /// Counts units of report claims refused.
+    pub fn report_refused(&self, units: u64) {
+        self.report_refused.inc_by(units);
     }
 
     /// Counts refill units the store could not pay.

@@ -35,16 +35,21 @@ impl Ledger {
                 entry.rule = rule.clone();
             }
             self.sync_shares(app, &id, &rule, now).await;
+            self.rotate(&id);
             self.lower_to_targets(&id, now);
             let starved = self.pay_refill(app, &id, elapsed_ns, now).await;
             if !starved {
                 self.raise(&id, now);
+                // A holder whose target has no burst unit (another's turn) stays DENY_ALL.
                 let denied: Vec<ShareId> = self
                     .keys
                     .get(&id)
                     .map(|e| {
                         e.shares
                             .iter()
+                            .zip(e.targets())
+                            .filter(|(_, target)| target.max_tokens > 0)
+                            .map(|(share, _)| share)
                             .filter(|(_, s)| s.held.is_none() && s.expires > now)
                             .filter(|((stream, _), _)| {
                                 self.streams.get(stream).is_some_and(|s| s.open)
