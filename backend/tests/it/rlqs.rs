@@ -720,3 +720,62 @@ async fn a_report_claiming_ten_to_the_eighteen_leaves_at_most_one_period_of_debt
     assert!(post <= 20.0, "{post}");
     rig.stop().await;
 }
+
+/// Issue 39: more holders than burst units (a meter of capacity 1 on two Envoys). The holder
+/// without a unit used to stay `DENY_ALL` for as long as it held the key; now the unit rotates
+/// among the holders reporting demand every `ROTATE_EVERY_TICKS` ticks, paid afresh from the
+/// key when it moves, so the second Envoy gets a token bucket within a rotation and a refill.
+#[tokio::test]
+async fn a_burst_unit_rotates_to_a_holder_without_one() {
+    let rig = Rig::start(StoreChoice::Memory).await;
+    rig.put_rule(json!({"action": "user", "algorithm": "gcra", "capacity": 1,
+                        "rate": {"count": 1, "period": "2s"}}))
+        .await;
+    let alice = bucket(&[("name", "user"), ("user", "alice")]);
+    let mut q1 = Quota::open(&rig).await;
+    q1.report("edge", vec![usage(alice.clone(), 0)]).await;
+    let first = next_for(&mut q1, &alice).await;
+    assert_eq!(shape(&token_bucket(first.last().unwrap())), (1, 1, 2));
+    // q1 reports demand; q2 joins with demand: one unit, q1's turn first (holders in order).
+    q1.report("edge", vec![usage(alice.clone(), 2)]).await;
+    let _ = next_for(&mut q1, &alice).await;
+    let mut q2 = Quota::open(&rig).await;
+    q2.report(
+        "edge",
+        vec![BucketQuotaUsage {
+            num_requests_denied: 3,
+            ..usage(alice.clone(), 0)
+        }],
+    )
+    .await;
+    assert_eq!(next_for(&mut q2, &alice).await, vec![DENY_ALL]);
+    let started = std::time::Instant::now();
+    // Within a rotation (5 ticks) and the refill of the moved unit (2 s): a token bucket.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(12);
+    let got = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let r = q2.next_within(left).await.unwrap();
+        let mine: Vec<Strategy> = actions(&r)
+            .into_iter()
+            .filter(|(b, _, _)| *b == alice)
+            .map(|(_, s, _)| s)
+            .collect();
+        if let Some(s) = mine.into_iter().find(|s| *s != DENY_ALL) {
+            break s;
+        }
+    };
+    assert_eq!(shape(&token_bucket(&got)).0, 1, "{got:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "by rotation, not at once: {:?}",
+        started.elapsed()
+    );
+    // And q1, its turn over, was told DENY_ALL (its unit moved, not copied).
+    let mut seen = Vec::new();
+    while let Ok(Ok(r)) = tokio::time::timeout(Duration::from_millis(200), q1.rx.message()).await {
+        let Some(r) = r else { break };
+        seen.extend(actions(&r).into_iter().map(|(_, s, _)| s));
+    }
+    assert!(seen.contains(&DENY_ALL), "{seen:?}");
+    rig.stop().await;
+}
