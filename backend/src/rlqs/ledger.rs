@@ -18,7 +18,7 @@
 //! rule shrinks; its old rate is still paid for one tick (two if its stream is closed: until its
 //! TTL), and a share is raised only while the rates paid for stay within the rule's.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,7 @@ use sluice_core::time::NANOS_PER_SEC;
 use sluice_core::{Mode, Rule};
 use tokio::sync::mpsc;
 
+mod arrivals;
 mod fresh;
 mod registry;
 mod tick;
@@ -139,6 +140,16 @@ struct Share {
 }
 
 type ShareId = (StreamId, String);
+
+/// A bucket new to its stream, mapped and counted against the stream's bound, waiting for its
+/// first store steps (`ledger/arrivals.rs`).
+struct Arrival {
+    stream: StreamId,
+    canon: String,
+    bucket: BucketId,
+    id: KeyId,
+    seen: Seen,
+}
 
 /// What one report says of one bucket.
 #[derive(Debug, Clone, Copy)]
@@ -250,6 +261,9 @@ pub struct Ledger {
     last_tick: Option<Instant>,
     /// The shares of every replica, kept in the store.
     registry: Registry,
+    /// New buckets waiting for their first store steps, oldest first: at most the streams'
+    /// bucket bounds (each is in its stream's bucket map already).
+    arrivals: VecDeque<Arrival>,
 }
 
 /// Per process: a sprayed stream could put every report's new buckets past the bound.
@@ -314,6 +328,7 @@ impl Ledger {
             outbox: HashMap::new(),
             last_tick: None,
             registry: Registry::default(),
+            arrivals: VecDeque::new(),
         }
     }
 
@@ -374,8 +389,11 @@ impl Ledger {
         self.set_sizes();
     }
 
-    /// One usage report of `stream`: maps new buckets, post-debits usage beyond what was paid,
-    /// grants fresh buckets their share and renews the others.
+    /// One usage report of `stream`: renews the buckets it holds (post-debiting usage beyond
+    /// what was paid) and sends those renewals at once; maps new buckets and queues them for
+    /// their first store steps ([`Ledger::work_arrivals`]: a bounded number now, the rest on
+    /// the task's next turns), so a report naming thousands of new buckets never holds back
+    /// the renewals of existing ones past their TTL.
     pub async fn report(
         &mut self,
         app: &App,
@@ -391,8 +409,8 @@ impl Ledger {
             let Some(s) = self.streams.get_mut(&stream) else {
                 return;
             };
-            let held = match s.buckets.get(&canon) {
-                Some(h) => h.clone(),
+            let (held, new) = match s.buckets.get(&canon) {
+                Some(h) => (h.clone(), false),
                 None if s.buckets.len() >= self.max_buckets => {
                     // No answer: Envoy keeps the listener's no_assignment_behavior for it
                     // (fail open or closed as the operator chose), and nothing is kept here.
@@ -411,7 +429,7 @@ impl Ledger {
                         Mapped::DenyAll => Held::Refused,
                     };
                     s.buckets.insert(canon.clone(), h.clone());
-                    h
+                    (h, true)
                 }
             };
             match held {
@@ -425,12 +443,23 @@ impl Ledger {
                             .saturating_add(usage.num_requests_denied),
                         idle: usage.num_requests_allowed == 0 && usage.num_requests_denied == 0,
                     };
-                    self.report_share(app, (stream, canon), bucket, id, seen, now)
-                        .await
+                    if new {
+                        self.arrivals.push_back(Arrival {
+                            stream,
+                            canon,
+                            bucket,
+                            id,
+                            seen,
+                        });
+                    } else {
+                        self.report_share(app, (stream, canon), bucket, id, seen, now)
+                            .await
+                    }
                 }
             }
         }
         self.flush();
+        self.work_arrivals(app, now).await;
     }
 
     async fn report_share(
