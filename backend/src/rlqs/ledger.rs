@@ -26,7 +26,6 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usag
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use sluice_core::rlqs::mapping_rules::{Mapped, Mapping};
 use sluice_core::rlqs::rebalance::{by_demand_turn, slack, smooth, starving, ROTATE_EVERY_TICKS};
-use sluice_core::rlqs::report;
 use sluice_core::rlqs::shape::{shape_for, Shape};
 use sluice_core::rlqs::{ABANDON_AFTER_IDLE_REPORTS, TICK_MS};
 use sluice_core::time::NANOS_PER_SEC;
@@ -34,6 +33,7 @@ use sluice_core::{Mode, Rule};
 use tokio::sync::mpsc;
 
 mod arrivals;
+mod claims;
 mod fresh;
 mod registry;
 mod tick;
@@ -278,18 +278,6 @@ fn over_bound(max_buckets: usize) {
     }
 }
 
-/// Per process: a misbehaving Envoy may overclaim on every report.
-static REPORT_REFUSED: std::sync::LazyLock<LogLimit> =
-    std::sync::LazyLock::new(|| LogLimit::new(LOG_EVERY));
-
-/// Logs a report's counts refused beyond what its bucket could have seen, rate-limited.
-fn report_refused(action: &str, units: u64) {
-    if let Some(count) = REPORT_REFUSED.admit("report_refused") {
-        tracing::warn!(action, units, count,
-            "rlqs: a report claimed more requests than its bucket could have seen (its share's tokens and one period of the rule); the excess was refused ({count} such reports since the last line)");
-    }
-}
-
 /// A bucket id as one map key: its entries sorted, NUL-separated.
 fn canonical(bucket: &BucketId) -> String {
     let mut entries: Vec<(&String, &String)> = bucket.bucket.iter().collect();
@@ -401,6 +389,7 @@ impl Ledger {
         usages: Vec<BucketQuotaUsage>,
         now: Instant,
     ) {
+        let mut allowances = claims::Allowances::default();
         for usage in usages {
             let Some(bucket) = usage.bucket_id else {
                 continue;
@@ -436,13 +425,13 @@ impl Ledger {
                 Held::Unmapped => self.push(stream, bucket, Assignment::AllowAll),
                 Held::Refused => self.push(stream, bucket, Assignment::DenyAll),
                 Held::Key(id) => {
-                    let seen = Seen {
-                        allowed: usage.num_requests_allowed,
-                        requests: usage
-                            .num_requests_allowed
-                            .saturating_add(usage.num_requests_denied),
-                        idle: usage.num_requests_allowed == 0 && usage.num_requests_denied == 0,
-                    };
+                    let seen = self.claimed(
+                        app,
+                        &id,
+                        &(stream, canon.clone()),
+                        (usage.num_requests_allowed, usage.num_requests_denied),
+                        &mut allowances,
+                    );
                     if new {
                         self.arrivals.push_back(Arrival {
                             stream,
@@ -498,28 +487,9 @@ impl Ledger {
             demand: None,
         });
         share.expires = now + ttl;
-        // The counts are the client's word: capped at what the bucket could have seen (its
-        // paid tokens not yet reported used, plus one period of the rule), so one report puts
-        // the key in debt by at most one period (core/src/rlqs/report.rs).
-        let paid = u64::try_from(share.paid_nano / NANO).unwrap_or(u64::MAX);
-        let credit = paid
-            .saturating_add(share.post_debited)
-            .saturating_sub(share.used);
-        let capped = report::cap(
-            seen.allowed,
-            seen.requests.saturating_sub(seen.allowed),
-            credit,
-            report::allowance(&rule),
-        );
-        if capped.refused > 0 {
-            self.metrics.report_refused(capped.refused);
-            report_refused(&id.action, capped.refused);
-        }
-        share.used = share.used.saturating_add(capped.allowed);
-        share.demand = Some(smooth(
-            share.demand,
-            capped.allowed.saturating_add(capped.denied),
-        ));
+        // `seen` was capped when the report was read (`ledger/claims.rs`).
+        share.used = share.used.saturating_add(seen.allowed);
+        share.demand = Some(smooth(share.demand, seen.requests));
         share.idle_reports = if seen.idle {
             share.idle_reports.saturating_add(1)
         } else {
