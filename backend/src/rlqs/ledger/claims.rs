@@ -4,12 +4,15 @@
 //! units not yet reported used) plus what is left of its key's allowance in this report: one
 //! period of the rule per key per report, shared by every bucket of the key the report names
 //! (the same bucket twice, or several buckets a mapping file maps to one key). So no single
-//! report puts a key in debt beyond one period of its rule ([`sluice_core::rlqs::report`]).
+//! report puts a key in debt beyond one period of its rule ([`sluice_core::rlqs::report`]). The
+//! denied count, which only weighs demand, is capped at what the key's whole bucket serves in
+//! one report interval, the same for every holder.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use sluice_core::rlqs::report;
+use sluice_core::rlqs::shape::shape;
 
 use super::{rule_in_force, KeyId, Ledger, Seen, ShareId, NANO};
 use crate::log_limit::{LogLimit, LOG_EVERY};
@@ -64,7 +67,11 @@ impl Ledger {
             .0
             .entry(id.clone())
             .or_insert_with(|| report::allowance(&rule));
-        let capped = report::cap(allowed, denied, credit, *left);
+        let whole = self
+            .keys
+            .get(id)
+            .map_or_else(|| shape(&rule.params()), |e| e.total());
+        let capped = report::cap(allowed, denied, credit, *left, report::demand_most(whole));
         *left = left.saturating_sub(capped.allowed.saturating_sub(credit));
         if capped.refused > 0 {
             self.metrics.report_refused(capped.refused);
