@@ -1,10 +1,11 @@
 //! What one usage report may claim of one bucket. Envoy's counts are a client's word: the
 //! allowed count is post-debited beyond what the bucket's share was paid (its no-assignment
 //! window), never denied, so an unbounded claim (`num_requests_allowed` of 10^18) would carry
-//! the key in debt for as long as the commit's carry bound allows (about 100 days). Each count is
-//! capped at what the bucket could have seen: the tokens its share was paid and not yet reported
-//! used (its credit), plus [`allowance`]: one period of the rule, the most a no-assignment window
-//! is taken to admit. So no single report puts a key in debt beyond one period of its rule.
+//! the key in debt for as long as the commit's carry bound allows (about 100 days). The allowed
+//! count is capped at what the bucket could have seen: the tokens its share was paid and not
+//! yet reported used (its credit), plus [`allowance`]: one period of the rule, the most a
+//! no-assignment window is taken to admit (per key per report: the backend shares it among the
+//! report's buckets of one key). So no single report puts a key in debt beyond one period.
 //!
 //! The denied count only weighs the bucket's demand (rates follow demand), so it is capped at a
 //! bound that does not depend on the bucket's share: what the rule's whole bucket serves over one
