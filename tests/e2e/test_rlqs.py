@@ -223,6 +223,31 @@ def first_admitted(url, user, within):
 OVERRIDE = {"action": "user", "algorithm": "token_bucket", "capacity": 6, "rate": {"count": 1, "period": "1m"}}
 
 
+SMALL_WINDOW = {"action": "user", "algorithm": "fixed_window", "capacity": 10, "window": "60s"}
+SMALL_WINDOW_S = 8
+
+
+def test_a_small_window_rule_gives_both_envoys_a_usable_share(rlqs_stack):
+    """Issue 39: "10 per minute" on two Envoys. The rule's Envoy burst is max(1, C / 10) = 1;
+    split equally the second Envoy's was 0, answered DENY_ALL tick after tick: every request it
+    saw denied while the key had capacity. Now the burst grows to one unit per holder (within
+    C). On the closed listener (no post-debit) both Envoys admit, and together no more than C."""
+    backend, (e1, e2) = rlqs_stack
+    key = "rlqs-small-window"
+    backend.put_rule(SMALL_WINDOW)
+    try:
+        both = [(e1.url("LISTEN_CLOSED_PORT"), key, "at1"), (e2.url("LISTEN_CLOSED_PORT"), key, "at2")]
+        counts = load(both, SMALL_WINDOW_S)
+    finally:
+        backend.put_rule(RULE)
+    admitted = counts["at1"][0] + counts["at2"][0]
+    print(f"\nrlqs small window: 10 per 60 s on both Envoys' closed listeners, {SMALL_WINDOW_S} s: "
+          f"admitted {counts['at1'][0]} + {counts['at2'][0]} = {admitted} (denied {counts['at1'][1]} + {counts['at2'][1]})")
+    assert all(o == 0 for _, _, o in counts.values()), counts
+    assert counts["at1"][0] >= 1 and counts["at2"][0] >= 1, counts
+    assert admitted <= SMALL_WINDOW["capacity"], counts
+
+
 def test_an_override_and_a_reset_are_in_force_on_both_envoys_within_a_push(rlqs_stack):
     backend, (e1, e2) = rlqs_stack
     backend.put_rule(RULE)

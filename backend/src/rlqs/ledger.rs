@@ -18,20 +18,22 @@
 //! rule shrinks; its old rate is still paid for one tick (two if its stream is closed: until its
 //! TTL), and a share is raised only while the rates paid for stay within the rule's.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use sluice_core::rlqs::mapping_rules::{Mapped, Mapping};
-use sluice_core::rlqs::rebalance::{by_demand, slack, smooth};
-use sluice_core::rlqs::shape::{shape, Shape};
+use sluice_core::rlqs::rebalance::{by_demand_turn, slack, smooth, starving, ROTATE_EVERY_TICKS};
+use sluice_core::rlqs::shape::{shape_for, Shape};
 use sluice_core::rlqs::{ABANDON_AFTER_IDLE_REPORTS, TICK_MS};
 use sluice_core::time::NANOS_PER_SEC;
 use sluice_core::{Mode, Rule};
 use tokio::sync::mpsc;
 
+mod arrivals;
+mod claims;
 mod fresh;
 mod registry;
 mod tick;
@@ -42,7 +44,13 @@ use super::pay;
 use super::reader::StreamInfo;
 use super::settings::Settings;
 use super::shares::Registry;
+use crate::log_limit::{LogLimit, LOG_EVERY};
 use crate::state::App;
+
+/// What is left of each key's allowance in the report being read (`ledger/claims.rs`). Here, not
+/// there, so that this file names nothing of its child's: no import circle.
+#[derive(Debug, Default)]
+struct Allowances(HashMap<KeyId, u64>);
 
 /// One stream's id, unique in this process.
 pub type StreamId = u64;
@@ -52,7 +60,7 @@ pub type StreamId = u64;
 pub enum Assignment {
     /// Admit everything: unmapped buckets, actions without a rule, shadow rules.
     AllowAll,
-    /// Admit nothing: a spent key, or a bucket past the stream's bound.
+    /// Admit nothing: a spent key, a holder without a burst now, or `unmatched: deny_all`.
     DenyAll,
     /// A share of the key.
     TokenBucket(Shape),
@@ -138,6 +146,16 @@ struct Share {
 
 type ShareId = (StreamId, String);
 
+/// A bucket new to its stream, mapped and counted against the stream's bound, waiting for its
+/// first store steps (`ledger/arrivals.rs`).
+struct Arrival {
+    stream: StreamId,
+    canon: String,
+    bucket: BucketId,
+    id: KeyId,
+    seen: Seen,
+}
+
 /// What one report says of one bucket.
 #[derive(Debug, Clone, Copy)]
 struct Seen {
@@ -156,11 +174,44 @@ struct KeyEntry {
     /// What this replica may hold of the rule beside the other replicas (`registry.rs`);
     /// `None` until the first sync with the store.
     ceiling: Option<Shape>,
+    /// The other replicas' holders at the last sync: a window rule's burst grows with every
+    /// holder, across replicas ([`shape_for`]).
+    others_holders: u32,
+    /// The whole bucket the ceiling was last synced for: a holder joining a window rule grows
+    /// it, and a ceiling synced for fewer holders would hold the burst back ([`shape_for`]).
+    synced_whole: Option<Shape>,
+    /// With more holders than burst units, whose turn it is ([`by_demand_turn`]), and the
+    /// ticks since it last moved.
+    turn: usize,
+    since_turn: u32,
 }
 
 impl KeyEntry {
+    /// A key with no share yet, its ceiling unknown until the first sync.
+    fn new(rule: Arc<Rule>) -> KeyEntry {
+        KeyEntry {
+            rule,
+            shares: BTreeMap::new(),
+            owed_nano: 0,
+            ceiling: None,
+            others_holders: 0,
+            synced_whole: None,
+            turn: 0,
+            since_turn: 0,
+        }
+    }
+
+    /// The rule's token bucket for every holder of the key, on every replica.
+    fn whole(&self) -> Shape {
+        let holders = self
+            .shares
+            .len()
+            .saturating_add(usize::try_from(self.others_holders).unwrap_or(usize::MAX));
+        shape_for(&self.rule.params(), holders)
+    }
+
     fn total(&self) -> Shape {
-        let rule = shape(&self.rule.params());
+        let rule = self.whole();
         match self.ceiling {
             Some(c) => Shape {
                 max_tokens: rule.max_tokens.min(c.max_tokens),
@@ -171,14 +222,18 @@ impl KeyEntry {
         }
     }
 
-    /// Each holder's target share, by position in `shares`: bursts equal, rates by demand.
+    /// Each holder's target share, by position in `shares`: bursts equal (rotated when the
+    /// holders outnumber the units), rates by demand.
     fn targets(&self) -> Vec<Shape> {
-        let demands: Vec<u64> = self
-            .shares
+        by_demand_turn(self.total(), &self.demands(), self.turn)
+    }
+
+    /// Each holder's demand, by position in `shares`.
+    fn demands(&self) -> Vec<u64> {
+        self.shares
             .values()
             .map(|s| s.demand.unwrap_or(0))
-            .collect();
-        by_demand(self.total(), &demands)
+            .collect()
     }
 
     /// The rates the shares hold now.
@@ -211,6 +266,21 @@ pub struct Ledger {
     last_tick: Option<Instant>,
     /// The shares of every replica, kept in the store.
     registry: Registry,
+    /// New buckets waiting for their first store steps, oldest first: at most the streams'
+    /// bucket bounds (each is in its stream's bucket map already).
+    arrivals: VecDeque<Arrival>,
+}
+
+/// Per process: a sprayed stream could put every report's new buckets past the bound.
+static OVER_BOUND: std::sync::LazyLock<LogLimit> =
+    std::sync::LazyLock::new(|| LogLimit::new(LOG_EVERY));
+
+/// Logs a bucket left unanswered at the per-stream bound, at most one line per [`LOG_EVERY`].
+fn over_bound(max_buckets: usize) {
+    if let Some(count) = OVER_BOUND.admit("over_bound") {
+        tracing::warn!(count, max_buckets,
+            "rlqs: buckets past a stream's bound (--rlqs-max-buckets) got no assignment: Envoy applies its no_assignment_behavior ({count} since the last line)");
+    }
 }
 
 /// A bucket id as one map key: its entries sorted, NUL-separated.
@@ -251,6 +321,7 @@ impl Ledger {
             outbox: HashMap::new(),
             last_tick: None,
             registry: Registry::default(),
+            arrivals: VecDeque::new(),
         }
     }
 
@@ -311,8 +382,11 @@ impl Ledger {
         self.set_sizes();
     }
 
-    /// One usage report of `stream`: maps new buckets, post-debits usage beyond what was paid,
-    /// grants fresh buckets their share and renews the others.
+    /// One usage report of `stream`: renews the buckets it holds (post-debiting usage beyond
+    /// what was paid) and sends those renewals at once; maps new buckets and queues them for
+    /// their first store steps ([`Ledger::work_arrivals`]: a bounded number now, the rest on
+    /// the task's next turns), so a report naming thousands of new buckets never holds back
+    /// the renewals of existing ones past their TTL.
     pub async fn report(
         &mut self,
         app: &App,
@@ -320,6 +394,7 @@ impl Ledger {
         usages: Vec<BucketQuotaUsage>,
         now: Instant,
     ) {
+        let mut allowances = Allowances::default();
         for usage in usages {
             let Some(bucket) = usage.bucket_id else {
                 continue;
@@ -328,11 +403,13 @@ impl Ledger {
             let Some(s) = self.streams.get_mut(&stream) else {
                 return;
             };
-            let held = match s.buckets.get(&canon) {
-                Some(h) => h.clone(),
+            let (held, new) = match s.buckets.get(&canon) {
+                Some(h) => (h.clone(), false),
                 None if s.buckets.len() >= self.max_buckets => {
+                    // No answer: Envoy keeps the listener's no_assignment_behavior for it
+                    // (fail open or closed as the operator chose), and nothing is kept here.
                     self.metrics.over_bound();
-                    self.push(stream, bucket, Assignment::DenyAll);
+                    over_bound(self.max_buckets);
                     continue;
                 }
                 None => {
@@ -346,26 +423,37 @@ impl Ledger {
                         Mapped::DenyAll => Held::Refused,
                     };
                     s.buckets.insert(canon.clone(), h.clone());
-                    h
+                    (h, true)
                 }
             };
             match held {
                 Held::Unmapped => self.push(stream, bucket, Assignment::AllowAll),
                 Held::Refused => self.push(stream, bucket, Assignment::DenyAll),
                 Held::Key(id) => {
-                    let seen = Seen {
-                        allowed: usage.num_requests_allowed,
-                        requests: usage
-                            .num_requests_allowed
-                            .saturating_add(usage.num_requests_denied),
-                        idle: usage.num_requests_allowed == 0 && usage.num_requests_denied == 0,
-                    };
-                    self.report_share(app, (stream, canon), bucket, id, seen, now)
-                        .await
+                    let seen = self.claimed(
+                        app,
+                        &id,
+                        &(stream, canon.clone()),
+                        (usage.num_requests_allowed, usage.num_requests_denied),
+                        &mut allowances,
+                    );
+                    if new {
+                        self.arrivals.push_back(Arrival {
+                            stream,
+                            canon,
+                            bucket,
+                            id,
+                            seen,
+                        });
+                    } else {
+                        self.report_share(app, (stream, canon), bucket, id, seen, now)
+                            .await
+                    }
                 }
             }
         }
         self.flush();
+        self.work_arrivals(app, now).await;
     }
 
     async fn report_share(
@@ -385,12 +473,10 @@ impl Ledger {
             return;
         };
         let ttl = self.ttl;
-        let entry = self.keys.entry(id.clone()).or_insert_with(|| KeyEntry {
-            rule: rule.clone(),
-            shares: BTreeMap::new(),
-            owed_nano: 0,
-            ceiling: None,
-        });
+        let entry = self
+            .keys
+            .entry(id.clone())
+            .or_insert_with(|| KeyEntry::new(rule.clone()));
         entry.rule = rule.clone();
         let joined = !entry.shares.contains_key(&sid);
         let share = entry.shares.entry(sid.clone()).or_insert_with(|| Share {
@@ -406,6 +492,7 @@ impl Ledger {
             demand: None,
         });
         share.expires = now + ttl;
+        // `seen` was capped when the report was read (`ledger/claims.rs`).
         share.used = share.used.saturating_add(seen.allowed);
         share.demand = Some(smooth(share.demand, seen.requests));
         share.idle_reports = if seen.idle {
@@ -435,6 +522,9 @@ impl Ledger {
             return;
         }
         if joined {
+            // A window rule's whole bucket grows with its holders: the ceiling is synced for
+            // the new count before anyone is lowered or granted.
+            self.sync_if_unknown(app, &id, now).await;
             self.lower_to_targets(&id, now);
         }
         let Some(entry) = self.keys.get(&id) else {
@@ -520,11 +610,23 @@ impl Ledger {
     fn lower_to_targets(&mut self, id: &KeyId, now: Instant) {
         let tick = Duration::from_millis(TICK_MS);
         let mut pushes = Vec::new();
+        let mut denies = Vec::new();
         if let Some(entry) = self.keys.get_mut(id) {
             let targets = entry.targets();
             let slack = slack(entry.total(), entry.held_rates());
             for ((sid, share), target) in entry.shares.iter_mut().zip(targets) {
                 let Some(held) = share.held else { continue };
+                if target.max_tokens == 0 {
+                    // Its burst unit went to another holder's turn: nothing held, its rate
+                    // still paid until the DENY_ALL has landed.
+                    let open = self.streams.get(&sid.0).is_some_and(|s| s.open);
+                    share.counted_until = if open { now + tick } else { share.expires };
+                    if open {
+                        share.held = None;
+                        denies.push((sid.0, share.bucket.clone()));
+                    }
+                    continue;
+                }
                 if held.tokens_per_fill <= target.tokens_per_fill.saturating_add(slack)
                     && held.max_tokens <= target.max_tokens
                     && held.fill_interval_s == target.fill_interval_s
@@ -540,10 +642,35 @@ impl Ledger {
                 pushes.push((sid.0, share.bucket.clone(), lowered));
             }
         }
-        self.metrics
-            .rebalanced(&id.action, Rebalance::lowered, pushes.len());
+        self.metrics.rebalanced(
+            &id.action,
+            Rebalance::lowered,
+            pushes.len().saturating_add(denies.len()),
+        );
         for (stream, bucket, shape) in pushes {
             self.push(stream, bucket, Assignment::TokenBucket(shape));
+        }
+        for (stream, bucket) in denies {
+            self.push(stream, bucket, Assignment::DenyAll);
+        }
+    }
+
+    /// With more holders than burst units, moves the units on to the next holders with demand
+    /// every [`ROTATE_EVERY_TICKS`] ticks while one of them has none.
+    fn rotate(&mut self, id: &KeyId) {
+        let Some(entry) = self.keys.get_mut(id) else {
+            return;
+        };
+        let demands = entry.demands();
+        if !starving(&entry.targets(), &demands) {
+            entry.since_turn = 0;
+            return;
+        }
+        entry.since_turn = entry.since_turn.saturating_add(1);
+        if entry.since_turn >= ROTATE_EVERY_TICKS {
+            entry.since_turn = 0;
+            let units = usize::try_from(entry.total().max_tokens).unwrap_or(usize::MAX);
+            entry.turn = entry.turn.wrapping_add(units.max(1));
         }
     }
 }

@@ -4,6 +4,8 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use std::sync::atomic::AtomicU64;
 
 /// The assignment kinds, as labelled: allow_all, deny_all, token_bucket, abandon.
 pub const ASSIGNMENT_KINDS: [&str; 4] = ["allow_all", "deny_all", "token_bucket", "abandon"];
@@ -32,7 +34,7 @@ struct RebalanceLabels {
 }
 
 /// Streams, buckets and assignments of the RLQS server. Clones share the same figures.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RlqsMetrics {
     streams: Gauge,
     buckets: Gauge,
@@ -44,6 +46,34 @@ pub struct RlqsMetrics {
     rebalances: Family<RebalanceLabels, Counter>,
     taken_over: Counter,
     taken_over_units: Counter,
+    report_refused: Counter,
+    tick_seconds: Histogram,
+    oldest_assignment_age: Gauge<f64, AtomicU64>,
+    ttl_seconds: Gauge,
+    arrivals: Gauge,
+}
+
+impl Default for RlqsMetrics {
+    fn default() -> Self {
+        RlqsMetrics {
+            streams: Gauge::default(),
+            buckets: Gauge::default(),
+            assignments: Family::default(),
+            over_bound: Counter::default(),
+            not_utf8: Counter::default(),
+            post_debited: Counter::default(),
+            unpaid: Counter::default(),
+            rebalances: Family::default(),
+            taken_over: Counter::default(),
+            taken_over_units: Counter::default(),
+            report_refused: Counter::default(),
+            // 1 ms to ~16 s: a tick is due every second.
+            tick_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            oldest_assignment_age: Gauge::default(),
+            ttl_seconds: Gauge::default(),
+            arrivals: Gauge::default(),
+        }
+    }
 }
 
 impl RlqsMetrics {
@@ -62,7 +92,7 @@ impl RlqsMetrics {
         );
         metrics.register(
             "sluice_rlqs_assignments",
-            "RLQS assignments sent, by kind: allow_all (unmapped, no rule, shadow), deny_all (spent key, bucket bound), token_bucket (a share, new or renewed), abandon",
+            "RLQS assignments sent, by kind: allow_all (unmapped, no rule, shadow), deny_all (spent key, no burst for this holder now, unmatched: deny_all), token_bucket (a share, new or renewed), abandon",
             m.assignments.clone(),
         );
         metrics.register(
@@ -70,13 +100,33 @@ impl RlqsMetrics {
             "RLQS shares changed and pushed, by action and kind: lowered (a holder joined, the rule shrank), raised (back within the rule), halved (refill the store could not pay)",
             m.rebalances.clone(),
         );
+        metrics.register(
+            "sluice_rlqs_tick_seconds",
+            "How long the RLQS ledger's payment tick took (due every second: one taking longer delays every stream's pushes)",
+            m.tick_seconds.clone(),
+        );
+        metrics.register(
+            "sluice_rlqs_oldest_assignment_age_seconds",
+            "Age of the least recently sent assignment of an open stream's bucket, at the last tick; past sluice_rlqs_assignment_ttl_seconds it has expired in Envoy (renewals fell behind)",
+            m.oldest_assignment_age.clone(),
+        );
+        metrics.register(
+            "sluice_rlqs_assignment_ttl_seconds",
+            "The TTL every RLQS assignment carries (--rlqs-ttl)",
+            m.ttl_seconds.clone(),
+        );
+        metrics.register(
+            "sluice_rlqs_arrivals_waiting",
+            "New RLQS buckets waiting for their first store steps (worked 256 per turn of the ledger task)",
+            m.arrivals.clone(),
+        );
         for kind in ASSIGNMENT_KINDS {
             let _ = m.assignments.get_or_create(&KindLabels { kind });
         }
         let counters = [
             (
                 "sluice_rlqs_buckets_over_bound",
-                "RLQS buckets answered deny_all because their stream held the most buckets it may",
+                "RLQS bucket reports given no assignment because their stream held the most buckets it may (Envoy applies the listener's no_assignment_behavior); one per bucket per report",
                 &m.over_bound,
             ),
             (
@@ -103,6 +153,11 @@ impl RlqsMetrics {
                 "sluice_rlqs_taken_over_units",
                 "Refill paid (post-debited) for the shares of stopped replicas, until they expired in Envoy",
                 &m.taken_over_units,
+            ),
+            (
+                "sluice_rlqs_report_units_refused",
+                "Requests (allowed or denied) an RLQS report claimed of a bucket beyond what it could have seen (its share's paid tokens plus one period of the rule), not counted and not post-debited",
+                &m.report_refused,
             ),
         ];
         for (name, help, counter) in counters {
@@ -143,7 +198,7 @@ impl RlqsMetrics {
         self.assignments.get_or_create(&KindLabels { kind }).inc();
     }
 
-    /// Counts one bucket refused at the per-stream bound.
+    /// Counts one bucket report left unanswered at the per-stream bound.
     pub fn over_bound(&self) {
         self.over_bound.inc();
     }
@@ -166,6 +221,29 @@ impl RlqsMetrics {
     /// Counts refill units paid for stopped replicas' shares.
     pub fn taken_over_units(&self, units: u64) {
         self.taken_over_units.inc_by(units);
+    }
+
+    /// Records one tick's duration.
+    pub fn tick_took(&self, took: std::time::Duration) {
+        self.tick_seconds.observe(took.as_secs_f64());
+    }
+
+    /// Sets the oldest live assignment's age and the TTL it is held against.
+    pub fn set_assignment_age(&self, oldest: std::time::Duration, ttl: std::time::Duration) {
+        self.oldest_assignment_age.set(oldest.as_secs_f64());
+        self.ttl_seconds
+            .set(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the new buckets waiting for their first store steps.
+    pub fn set_arrivals(&self, waiting: usize) {
+        self.arrivals
+            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+    }
+
+    /// Counts units of report claims refused.
+    pub fn report_refused(&self, units: u64) {
+        self.report_refused.inc_by(units);
     }
 
     /// Counts refill units the store could not pay.

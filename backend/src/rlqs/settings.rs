@@ -14,7 +14,7 @@ use sluice_core::rlqs::{
 pub struct Settings {
     /// Every assignment's TTL, whole seconds.
     pub ttl_s: u64,
-    /// Most buckets one stream holds; past it `DENY_ALL`.
+    /// Most buckets one stream holds; past it no assignment (the listener's own behaviour).
     pub max_buckets: usize,
     /// Bucket id → (action, key).
     pub mapping: Mapping,

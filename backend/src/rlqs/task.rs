@@ -115,6 +115,11 @@ pub fn spawn(
                     }
                     Some(Event::Closed(id)) => ledger.close(id),
                 },
+                // New buckets' store steps, a bounded batch per turn: ticks, reports and
+                // resets take their turns between batches.
+                _ = std::future::ready(()), if ledger.has_arrivals() => {
+                    ledger.work_arrivals(&app, Instant::now()).await
+                }
                 Some(ask) = asked.recv() => {
                     let _ = ask.reply.send(ledger.view(&ask.filter, Instant::now(), ask.at_ms));
                 }

@@ -146,6 +146,54 @@ pub fn ceiling(rule: Shape, holders: u32, others: ShareRecord) -> Shape {
     }
 }
 
+/// How long one replica's turn at the rounding remainder lasts ([`ceiling_with_remainder`]):
+/// five ticks, so a turn outlives the lowering and raising it takes to move (a tick or two).
+pub const REMAINDER_ROTATE_MS: u64 = 5 * sluice_core::rlqs::TICK_MS;
+
+/// [`ceiling`] with the rounding remainder placed (the rule of `rlqs_shares.lua`): each
+/// replica's part is rounded down, so a rule's one token per interval held through two replicas
+/// of one holder each would be 0 on both. What the rounded parts leave goes one unit each to the
+/// replicas holding the key (`replicas`: id and holders, this one included), in the order of
+/// their ids rotated by one every [`REMAINDER_ROTATE_MS`] of store time (`now_ms`), still within
+/// what the others hold. Every replica computes the same placement from the same records, so the
+/// parts sum to the rule; where they do not (records a tick apart), "within what the others
+/// hold" keeps the sum within it.
+pub fn ceiling_with_remainder(
+    rule: Shape,
+    me: &str,
+    replicas: &[(&str, u32)],
+    others: ShareRecord,
+    now_ms: u64,
+) -> Shape {
+    let mut sorted: Vec<(&str, u32)> = replicas.iter().copied().filter(|r| r.1 > 0).collect();
+    sorted.sort_unstable();
+    let holders = replicas.iter().find(|r| r.0 == me).map_or(0, |r| r.1);
+    let all: u64 = replicas.iter().map(|r| u64::from(r.1)).sum();
+    let count = sorted.len() as u64;
+    let start = (now_ms / REMAINDER_ROTATE_MS.max(1))
+        .checked_rem(count)
+        .unwrap_or(0);
+    let position = sorted
+        .iter()
+        .position(|r| r.0 == me)
+        .map(|i| (i as u64 + count - start) % count);
+    let part = |v: u32, taken: u32| -> u32 {
+        let floor = |h: u32| (u64::from(v) * u64::from(h)).checked_div(all).unwrap_or(0);
+        let given: u64 = sorted.iter().map(|r| floor(r.1)).sum();
+        let extra = match position {
+            Some(p) if holders > 0 && p < u64::from(v).saturating_sub(given) => 1,
+            _ => 0,
+        };
+        let left = u64::from(v.saturating_sub(taken));
+        u32::try_from((floor(holders) + extra).min(left)).unwrap_or(u32::MAX)
+    };
+    Shape {
+        max_tokens: part(rule.max_tokens, others.burst),
+        tokens_per_fill: part(rule.tokens_per_fill, others.tokens_per_fill),
+        fill_interval_s: rule.fill_interval_s,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +240,53 @@ mod tests {
         let c = ceiling(RULE, 2, one);
         assert_eq!((c.max_tokens, c.tokens_per_fill), (13, 6));
         assert_eq!(ceiling(RULE, 0, one).tokens_per_fill, 0);
+    }
+
+    #[test]
+    fn the_rounding_remainder_goes_to_one_replica_in_turn() {
+        // One token per interval (and a burst of one), two replicas of one holder each: rounded
+        // down that was 0 on both. Now one of them holds it, the other in the next turn.
+        let one = Shape {
+            max_tokens: 1,
+            tokens_per_fill: 1,
+            fill_interval_s: 60,
+        };
+        let replicas = [("a", 1), ("b", 1)];
+        let free = ShareRecord::default();
+        let at = |me, ms| ceiling_with_remainder(one, me, &replicas, free, ms);
+        let sum = |ms| {
+            let (a, b) = (at("a", ms), at("b", ms));
+            (
+                a.max_tokens + b.max_tokens,
+                a.tokens_per_fill + b.tokens_per_fill,
+            )
+        };
+        assert_eq!(sum(0), (1, 1));
+        assert_eq!(at("a", 0).tokens_per_fill, 1);
+        assert_eq!(at("b", REMAINDER_ROTATE_MS).tokens_per_fill, 1);
+        assert_eq!(at("a", REMAINDER_ROTATE_MS).tokens_per_fill, 0);
+        assert_eq!(sum(REMAINDER_ROTATE_MS), (1, 1));
+        // Still within what the others hold: a holding its turn's unit, b gets none yet.
+        let a_holds = ShareRecord {
+            holders: 1,
+            burst: 1,
+            tokens_per_fill: 1,
+            fill_interval_s: 60,
+        };
+        let b = ceiling_with_remainder(one, "b", &replicas, a_holds, REMAINDER_ROTATE_MS);
+        assert_eq!((b.max_tokens, b.tokens_per_fill), (0, 0));
+        // Exact parts leave no remainder; a replica holding nothing gets none.
+        let r = ceiling_with_remainder(RULE, "a", &replicas, free, 0);
+        assert_eq!((r.max_tokens, r.tokens_per_fill), (10, 5));
+        let idle = ceiling_with_remainder(one, "c", &[("a", 1), ("c", 0)], free, 0);
+        assert_eq!(idle.tokens_per_fill, 0);
+        // Two of three holders: 13.3 and 6.6 of 20 leave one unit, placed by turn; the sum is 20.
+        let three = [("a", 2), ("b", 1)];
+        for ms in [0, REMAINDER_ROTATE_MS] {
+            let a = ceiling_with_remainder(RULE, "a", &three, free, ms);
+            let b = ceiling_with_remainder(RULE, "b", &three, free, ms);
+            assert_eq!(a.max_tokens + b.max_tokens, 20, "{ms}");
+            assert_eq!(a.tokens_per_fill + b.tokens_per_fill, 10, "{ms}");
+        }
     }
 }

@@ -448,3 +448,99 @@ async fn a_redis_that_lost_its_data_gets_the_records_back_on_the_next_tick() {
     drop(qa);
     a.stop().await;
 }
+
+/// Issue 39: a rule's one token per interval held through two replicas of one holder each was
+/// rounded down to 0 on both. The remainder now goes to one replica in turn (ids in order,
+/// rotated every `REMAINDER_ROTATE_MS` of store time): Σ parts stays the rule's, and the
+/// other replica gets it on the next turn once the first has lowered.
+#[tokio::test]
+async fn a_one_token_refill_through_two_replicas_goes_to_one_of_them_in_turn() {
+    use sluice_backend::store::rlqs::REMAINDER_ROTATE_MS;
+    const T0: u64 = 1_800_000_000_000; // ms; T0 / REMAINDER_ROTATE_MS is even: a's turn
+    let server = RedisServer::start();
+    let mut config = RedisConfig::new(RedisTarget::Single(server.url()));
+    config.timeout = Duration::from_secs(5);
+    let (store, clock) = redis_at_fixed_times(config, T0 * 1_000_000).await;
+    let at = |ms: u64| clock.set((T0 + ms) * 1_000_000);
+    let one = RuleShape {
+        max_tokens: 1,
+        tokens_per_fill: 1,
+        fill_interval_s: 60,
+    };
+    let key = ShareKey {
+        action: SluiceAction::parse("user").unwrap(),
+        key: "alice".to_owned(),
+    };
+    let holding = |burst, tokens_per_fill| ShareRecord {
+        holders: 1,
+        burst,
+        tokens_per_fill,
+        fill_interval_s: 60,
+    };
+    let sync = |instance: &'static str, mine: ShareRecord| ShareSync {
+        instance,
+        rule: one,
+        mine,
+        expires_in_ms: 12_000,
+        stale_ms: 3_000,
+    };
+    let parts = |c: RuleShape| (c.max_tokens, c.tokens_per_fill);
+    let a = store
+        .sync_shares(&key, &sync("a", holding(0, 0)))
+        .await
+        .unwrap();
+    assert_eq!(parts(a.ceiling), (1, 1), "alone: the whole rule");
+    let b = store
+        .sync_shares(&key, &sync("b", holding(0, 0)))
+        .await
+        .unwrap();
+    assert_eq!(
+        parts(b.ceiling),
+        (0, 0),
+        "a's turn, and a's record holds it"
+    );
+    // Both keep syncing (a record not paid for 3 s would be taken over as an orphan).
+    for ms in [1_000, 3_000] {
+        at(ms);
+        let a = store
+            .sync_shares(&key, &sync("a", holding(1, 1)))
+            .await
+            .unwrap();
+        assert_eq!(
+            parts(a.ceiling),
+            (1, 1),
+            "a keeps the unit (rounded down: 0)"
+        );
+        let b = store
+            .sync_shares(&key, &sync("b", holding(0, 0)))
+            .await
+            .unwrap();
+        assert_eq!(parts(b.ceiling), (0, 0));
+    }
+    // b's turn: a lowers (its record drops once it holds nothing), then b gets the unit.
+    at(REMAINDER_ROTATE_MS);
+    let a = store
+        .sync_shares(&key, &sync("a", holding(1, 1)))
+        .await
+        .unwrap();
+    assert_eq!(parts(a.ceiling), (0, 0), "b's turn");
+    let b = store
+        .sync_shares(&key, &sync("b", holding(0, 0)))
+        .await
+        .unwrap();
+    assert_eq!(
+        parts(b.ceiling),
+        (0, 0),
+        "a still holds it: within what the others hold"
+    );
+    at(REMAINDER_ROTATE_MS + 1_000);
+    store
+        .sync_shares(&key, &sync("a", holding(0, 0)))
+        .await
+        .unwrap();
+    let b = store
+        .sync_shares(&key, &sync("b", holding(0, 0)))
+        .await
+        .unwrap();
+    assert_eq!(parts(b.ceiling), (1, 1), "b's turn, a lowered");
+}

@@ -11,6 +11,7 @@
 pub mod mapping;
 pub mod mapping_rules;
 pub mod rebalance;
+pub mod report;
 pub mod shape;
 
 /// Seconds between two usage reports of Envoy 1.40's quota filter, whatever its
@@ -38,8 +39,12 @@ pub const TICK_MS: u64 = 1_000;
 /// is abandoned: Envoy forgets it, and its share goes back to the key's other holders.
 pub const ABANDON_AFTER_IDLE_REPORTS: u32 = 3;
 
-/// Default bound on the buckets one stream may hold; a bucket past it is answered `DENY_ALL`.
-pub const DEFAULT_MAX_BUCKETS_PER_STREAM: usize = 4_096;
+/// Default bound on the buckets one stream may hold: one Envoy's users (or client addresses)
+/// over a few report intervals. A bucket past it gets no assignment at all, so Envoy applies its
+/// listener's own `no_assignment_behavior` (not `DENY_ALL` on a listener that chose `ALLOW_ALL`);
+/// the bound is what keeps a spray of client ids from growing the server's memory
+/// (docs/rlqs.md: the bytes one bucket costs, measured).
+pub const DEFAULT_MAX_BUCKETS_PER_STREAM: usize = 100_000;
 
 /// Most buckets `--rlqs-max-buckets` may allow one stream: each costs the ledger a share record.
 pub const MAX_BUCKETS_PER_STREAM_LIMIT: usize = 1_000_000;
@@ -86,7 +91,7 @@ mod tests {
         assert_eq!(validate_max_buckets(1), Ok(1));
         assert_eq!(
             validate_max_buckets(DEFAULT_MAX_BUCKETS_PER_STREAM),
-            Ok(4_096)
+            Ok(100_000)
         );
         assert!(validate_max_buckets(MAX_BUCKETS_PER_STREAM_LIMIT + 1).is_err());
     }

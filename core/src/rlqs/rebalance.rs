@@ -22,7 +22,60 @@ pub const SLACK_DIVISOR: u32 = 10;
 /// report, smoothed), with the idle floor; equal when nobody reports demand. The rates sum to
 /// the rule's exactly (largest remainders, ties to the first holders).
 pub fn by_demand(total: Shape, demands: &[u64]) -> Vec<Shape> {
-    let mut shares = split(total, demands.len());
+    by_demand_turn(total, demands, 0)
+}
+
+/// [`by_demand`] when there may be more holders than burst units (`max_tokens`). An Envoy
+/// bucket with `max_tokens` 0 admits nothing, so an equal split would leave the holders past
+/// the units denied for as long as they hold the key. Instead each unit goes to one holder:
+/// holders reporting demand first, in their order rotated by `turn` (the ledger advances it by
+/// the units every [`ROTATE_EVERY_TICKS`] while a holder with demand has none), then idle ones;
+/// the rule's rate is split by demand among the holders with a unit, the others get nothing
+/// (their target is `DENY_ALL` until their turn). So with d holders reporting demand and b
+/// units, each gets a unit at least once every ⌈d / b⌉ rotations.
+pub fn by_demand_turn(total: Shape, demands: &[u64], turn: usize) -> Vec<Shape> {
+    let units = usize::try_from(total.max_tokens).unwrap_or(usize::MAX);
+    if demands.len() <= units {
+        return weigh(split(total, demands.len()), total, demands);
+    }
+    let mut order: Vec<usize> = (0..demands.len()).filter(|i| demands[*i] > 0).collect();
+    if !order.is_empty() {
+        let by = turn % order.len();
+        order.rotate_left(by);
+    }
+    order.extend((0..demands.len()).filter(|i| demands[*i] == 0));
+    order.truncate(units);
+    order.sort_unstable();
+    let chosen: Vec<u64> = order.iter().map(|i| demands[*i]).collect();
+    let given = weigh(split(total, order.len()), total, &chosen);
+    let mut shares = vec![
+        Shape {
+            max_tokens: 0,
+            tokens_per_fill: 0,
+            fill_interval_s: total.fill_interval_s,
+        };
+        demands.len()
+    ];
+    for (i, share) in order.into_iter().zip(given) {
+        shares[i] = share;
+    }
+    shares
+}
+
+/// Ticks between two rotations of the burst units when holders outnumber them: one report
+/// interval of Envoy's, so each holder's turn lasts at least until its next report.
+pub const ROTATE_EVERY_TICKS: u32 = 5;
+
+/// True when a holder reporting demand has no burst unit in `targets`: the units should rotate.
+pub fn starving(targets: &[Shape], demands: &[u64]) -> bool {
+    targets
+        .iter()
+        .zip(demands)
+        .any(|(t, d)| t.max_tokens == 0 && *d > 0)
+}
+
+/// Rates of `shares` (bursts already set) in proportion to `demands`, with the idle floor.
+fn weigh(mut shares: Vec<Shape>, total: Shape, demands: &[u64]) -> Vec<Shape> {
     let sum: u128 = demands.iter().map(|d| u128::from(*d)).sum();
     if sum == 0 || shares.is_empty() {
         return shares;
@@ -126,6 +179,59 @@ mod tests {
             assert_eq!(bursts, equal);
             assert!(shares.iter().all(|s| s.fill_interval_s == 1));
         }
+    }
+
+    #[test]
+    fn with_more_holders_than_burst_units_the_units_rotate_among_those_with_demand() {
+        // "1 per minute" as a meter: C = 1, so one unit for three Envoys.
+        let one = Shape {
+            max_tokens: 1,
+            tokens_per_fill: 1,
+            fill_interval_s: 60,
+        };
+        let bursts = |demands: &[u64], turn| -> Vec<u32> {
+            by_demand_turn(one, demands, turn)
+                .iter()
+                .map(|s| s.max_tokens)
+                .collect()
+        };
+        // The holder with demand gets it before idle ones.
+        assert_eq!(bursts(&[0, 5, 0], 0), vec![0, 1, 0]);
+        // Several with demand: it goes round them, turn by turn; the idle one never.
+        assert_eq!(bursts(&[3, 0, 4], 0), vec![1, 0, 0]);
+        assert_eq!(bursts(&[3, 0, 4], 1), vec![0, 0, 1]);
+        assert_eq!(bursts(&[3, 0, 4], 2), vec![1, 0, 0]);
+        // Nobody reports demand: the first ones.
+        assert_eq!(bursts(&[0, 0, 0], 7), vec![1, 0, 0]);
+        for turn in 0..6 {
+            let shares = by_demand_turn(one, &[3, 0, 4], turn);
+            let b: u32 = shares.iter().map(|s| s.max_tokens).sum();
+            let n: u32 = shares.iter().map(|s| s.tokens_per_fill).sum();
+            assert_eq!((b, n), (1, 1), "{turn}");
+            // The rate goes with the unit: a holder without one could not use it.
+            assert!(shares
+                .iter()
+                .all(|s| s.max_tokens > 0 || s.tokens_per_fill == 0));
+            assert!(starving(&shares, &[3, 0, 4]));
+            assert!(!starving(&shares, &[0, 0, 4]) || shares[2].max_tokens == 0);
+        }
+        // Two units, four holders all with demand: every holder within two turns.
+        let two = Shape {
+            max_tokens: 2,
+            ..one
+        };
+        let mut seen = [false; 4];
+        for turn in [0, 2] {
+            for (i, s) in by_demand_turn(two, &[1, 1, 1, 1], turn).iter().enumerate() {
+                seen[i] |= s.max_tokens > 0;
+            }
+        }
+        assert_eq!(seen, [true; 4]);
+        // As many holders as units or fewer: as by_demand.
+        assert_eq!(
+            by_demand_turn(TOTAL, &[30, 10], 3),
+            by_demand(TOTAL, &[30, 10])
+        );
     }
 
     #[test]

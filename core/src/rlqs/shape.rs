@@ -91,6 +91,35 @@ fn window(w: WindowParams) -> Shape {
     }
 }
 
+/// The token bucket of a rule's parameters for all Envoys together when `holders` Envoy buckets
+/// hold the key. An Envoy bucket with `max_tokens` 0 admits nothing whatever its rate, so a
+/// window algorithm's burst (max(1, C / 10): one unit for "10 per minute") grows to one unit per
+/// holder, up to C, and its refill shrinks to keep `b + (n / F) W ≤ C`, on the same fill
+/// interval F as [`shape`] (Envoy does not replace a bucket whose fill interval alone changed).
+/// Meters keep their shape (their burst is C already); with more holders than burst units
+/// [`crate::rlqs::rebalance::by_demand`] rotates the units among them.
+pub fn shape_for(params: &Params, holders: usize) -> Shape {
+    let base = shape(params);
+    let (Params::FixedWindow(w) | Params::SlidingWindow(w) | Params::SlidingLog(w)) = params else {
+        return base;
+    };
+    let holders = u64::try_from(holders).unwrap_or(u64::MAX);
+    let b = window_burst(w.capacity).max(holders.min(w.capacity));
+    if b <= u64::from(base.max_tokens) {
+        return base;
+    }
+    // (C − b) per W on the fixed F: n ≤ (C − b) × F × 1000 / W_ms.
+    let n = u128::from(w.capacity - b) * u128::from(base.fill_interval_s) * 1_000
+        / u128::from(w.window_ms.max(1));
+    Shape {
+        max_tokens: clamp_u32(b),
+        tokens_per_fill: u32::try_from(n)
+            .unwrap_or(u32::MAX)
+            .min(base.tokens_per_fill),
+        fill_interval_s: base.fill_interval_s,
+    }
+}
+
 /// The largest n / F ≤ num / den (tokens per second) with F in 1..=[`MAX_FILL_INTERVAL_S`],
 /// the smallest such F on a tie; (0, 1) when even F at its longest earns no whole token.
 fn best_rate(num: u128, den: u128) -> (u32, u32) {
@@ -230,6 +259,35 @@ mod tests {
             assert!(shares.iter().all(|s| s.fill_interval_s == 1));
         }
         assert_eq!(split(total, 3), vec![tb(7, 4, 1), tb(7, 3, 1), tb(6, 3, 1)]);
+    }
+
+    #[test]
+    fn a_window_gives_each_holder_a_burst_unit_within_its_capacity() {
+        let rule = |json: &str| Rule::from_json_str(json).unwrap().params();
+        // "10 per minute": b = 1 alone, so a second Envoy's equal split was 0 (every request
+        // it saw denied). With two holders b = 2 on the same F, the refill shrinks.
+        let ten = rule(r#"{"action":"a","algorithm":"fixed_window","capacity":10,"window":"60s"}"#);
+        assert_eq!(shape_for(&ten, 1), tb(1, 3, 20));
+        assert_eq!(shape_for(&ten, 2), tb(2, 2, 20));
+        assert!(split(shape_for(&ten, 2), 2)
+            .iter()
+            .all(|s| s.max_tokens >= 1));
+        for k in 0..=12 {
+            let s = shape_for(&ten, k);
+            assert!(s.admits_within(60 * NANOS_PER_SEC) <= 10, "{k}: {s:?}");
+            assert_eq!(s.fill_interval_s, 20, "{k}");
+            assert_eq!(u64::from(s.max_tokens), (k as u64).clamp(1, 10), "{k}");
+        }
+        // Past C holders the burst stays C (rebalance rotates it).
+        assert_eq!(shape_for(&ten, 50), tb(10, 0, 20));
+        // A window already wide enough, and meters, are unchanged.
+        let wide =
+            rule(r#"{"action":"a","algorithm":"sliding_log","capacity":100,"window":"60s"}"#);
+        assert_eq!(shape_for(&wide, 4), shape(&wide));
+        let meter = rule(
+            r#"{"action":"a","algorithm":"gcra","capacity":1,"rate":{"count":1,"period":"60s"}}"#,
+        );
+        assert_eq!(shape_for(&meter, 5), shape(&meter));
     }
 
     #[test]

@@ -138,7 +138,15 @@ impl Ledger {
                 store_failed("the shares index could not be written", &e);
             }
         }
-        let whole = shape(&rule.params());
+        // The rule's bucket for every holder on every replica (the others as of the last sync):
+        // a window rule's burst grows with the holders (`shape_for`).
+        let whole = match self.keys.get_mut(id) {
+            Some(entry) => {
+                entry.rule = rule.clone();
+                entry.whole()
+            }
+            None => shape(&rule.params()),
+        };
         let fill_s = whole.fill_interval_s;
         let (mut mine, mut expires_in) = held(self.keys.get(id), fill_s, now);
         let view = self.registry.views.entry(sk.clone()).or_default();
@@ -179,6 +187,9 @@ impl Ledger {
                 let paid = view.pay_adopted(app, rule, &id.key, got.now_ms).await;
                 self.metrics.taken_over_units(paid);
                 let (b, n, _) = view.adopted_total(fill_s);
+                if let Some(entry) = self.keys.get_mut(id) {
+                    entry.others_holders = got.others.holders;
+                }
                 if view.adopted.is_empty() && !self.keys.contains_key(id) {
                     // Nothing held here any more (the sync deleted this replica's record).
                     self.registry.views.remove(&sk);
@@ -217,17 +228,19 @@ impl Ledger {
         };
         if let Some(entry) = self.keys.get_mut(id) {
             entry.ceiling = Some(ceiling);
+            entry.synced_whole = Some(whole);
         }
     }
 
-    /// Before a key's first grant on this replica: its ceiling from the store. False while it
-    /// is unknown (the store failed): no grant then, so Envoy keeps its no-assignment behaviour
-    /// (as when a burst cannot be paid) and the tick retries.
+    /// Before a key's first grant on this replica, or when a holder joining changed its whole
+    /// bucket (a window rule's burst grows with the holders): its ceiling from the store. False
+    /// while it is unknown (the store failed): no grant then, so Envoy keeps its no-assignment
+    /// behaviour (as when a burst cannot be paid) and the tick retries.
     pub(super) async fn sync_if_unknown(&mut self, app: &App, id: &KeyId, now: Instant) -> bool {
         let Some(rule) = self
             .keys
             .get(id)
-            .filter(|e| e.ceiling.is_none())
+            .filter(|e| e.ceiling.is_none() || e.synced_whole != Some(e.whole()))
             .map(|e| e.rule.clone())
         else {
             return true;

@@ -15,6 +15,7 @@ impl Ledger {
     /// paid (owing more than a tick halves its rates), shares are raised back within the rule
     /// and `DENY_ALL` buckets get a burst when the key has one.
     pub async fn tick(&mut self, app: &App, now: Instant) {
+        let started = Instant::now();
         let elapsed = self
             .last_tick
             .map(|t| now.saturating_duration_since(t))
@@ -35,16 +36,21 @@ impl Ledger {
                 entry.rule = rule.clone();
             }
             self.sync_shares(app, &id, &rule, now).await;
+            self.rotate(&id);
             self.lower_to_targets(&id, now);
             let starved = self.pay_refill(app, &id, elapsed_ns, now).await;
             if !starved {
                 self.raise(&id, now);
+                // A holder whose target has no burst unit (another's turn) stays DENY_ALL.
                 let denied: Vec<ShareId> = self
                     .keys
                     .get(&id)
                     .map(|e| {
                         e.shares
                             .iter()
+                            .zip(e.targets())
+                            .filter(|(_, target)| target.max_tokens > 0)
+                            .map(|(share, _)| share)
                             .filter(|(_, s)| s.held.is_none() && s.expires > now)
                             .filter(|((stream, _), _)| {
                                 self.streams.get(stream).is_some_and(|s| s.open)
@@ -60,6 +66,27 @@ impl Ledger {
             }
         }
         self.flush();
+        self.metrics.tick_took(started.elapsed());
+        self.metrics
+            .set_assignment_age(self.oldest_assignment(now), self.ttl);
+        self.metrics.set_arrivals(self.arrivals.len());
+    }
+
+    /// The age of the least recently renewed assignment an open stream's Envoy holds (each
+    /// share's expiry is its last assignment plus the TTL).
+    fn oldest_assignment(&self, now: Instant) -> Duration {
+        self.keys
+            .values()
+            .flat_map(|e| e.shares.iter())
+            .filter(|((stream, _), s)| {
+                s.held.is_some() && self.streams.get(stream).is_some_and(|st| st.open)
+            })
+            .map(|(_, s)| {
+                self.ttl
+                    .saturating_sub(s.expires.saturating_duration_since(now))
+            })
+            .max()
+            .unwrap_or_default()
     }
 
     /// Drops the shares of `id` whose TTL ended (and closed streams left with no bucket).

@@ -163,10 +163,8 @@ mod tests {
                 key: key.into(),
             };
             let entry = KeyEntry {
-                rule: rule(),
                 shares,
-                owed_nano: 0,
-                ceiling: None,
+                ..KeyEntry::new(rule())
             };
             ledger.keys.insert(id, entry);
         }
@@ -244,10 +242,8 @@ mod tests {
             key: "crowd".into(),
         };
         let entry = KeyEntry {
-            rule: rule(),
             shares,
-            owed_nano: 0,
-            ceiling: None,
+            ..KeyEntry::new(rule())
         };
         ledger.keys.insert(id, entry);
         for i in 0..RLQS_SHARES_MAX_KEYS {
@@ -256,10 +252,8 @@ mod tests {
                 key: format!("k{i}"),
             };
             let entry = KeyEntry {
-                rule: rule(),
                 shares: BTreeMap::new(),
-                owed_nano: 0,
-                ceiling: None,
+                ..KeyEntry::new(rule())
             };
             ledger.keys.insert(id, entry);
         }

@@ -19,6 +19,7 @@ use super::budget::now_arg;
 use super::errors::parse_u64;
 use super::scripts::with_now_ms;
 use super::RedisStore;
+use crate::store::rlqs::REMAINDER_ROTATE_MS;
 use crate::store::rlqs::{
     IndexTouch, Orphan, ShareKey, ShareRecord, ShareStore, ShareSync, ShareView, StaleKeys,
 };
@@ -62,7 +63,8 @@ impl ShareStore for RedisStore {
             .arg(sync.mine.burst)
             .arg(sync.mine.tokens_per_fill)
             .arg(sync.mine.fill_interval_s.max(1))
-            .arg(sync.expires_in_ms);
+            .arg(sync.expires_in_ms)
+            .arg(REMAINDER_ROTATE_MS);
         let reply: Vec<String> = self.script(&hash, "rlqs_shares", &invocation).await?;
         let (head, rest) = reply.split_at_checked(7).ok_or_else(|| {
             StoreError::Corrupt(format!(

@@ -6,12 +6,28 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use sluice_core::commit::COMMIT_ID_TTL_MS;
+use sluice_core::commit::{Committed, COMMIT_ID_TTL_MS};
 use sluice_core::limits::MAX_RECEIPTS_PER_KEY;
 use sluice_core::time::NANOS_PER_MILLI;
 use sluice_core::Nanos;
 
-use super::state::{receipt_key, Receipt};
+/// What the receipts map remembers under a state name and an id (or, for [`Receipt::ResetAt`], the
+/// state name alone: an id is never empty).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Receipt {
+    /// The id's first commit did this: a retry answers it and changes nothing.
+    Committed(Committed),
+    /// The id was in flight when the key was reset: its commit changes nothing.
+    Reset,
+    /// The key was reset at this store millisecond: a commit of a reservation decided at or
+    /// before it changes nothing (`before_reset`, in state.rs).
+    ResetAt(u64),
+}
+
+/// The receipts map's key of `id` under the state `name` (`id` empty: the key's reset time).
+pub(crate) fn receipt_key(name: &str, id: &str) -> String {
+    format!("{name}\u{0}{id}")
+}
 
 /// Most request ids remembered at once.
 pub(crate) const MAX_RECEIPTS: usize = 100_000;
@@ -94,7 +110,6 @@ impl Receipts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::commit::Committed;
 
     #[test]
     fn a_keys_commit_receipts_are_bounded_and_the_oldest_are_shed() {

@@ -14,21 +14,8 @@ use sluice_core::{Action, Algorithm, Nanos, Params, Rule};
 
 use super::super::shards::ShardedStates;
 use super::super::slot::rule_slot;
-use super::receipts::{Receipts, MAX_RECEIPTS};
+use super::receipts::{receipt_key, Receipt, Receipts, MAX_RECEIPTS};
 use crate::store::CommitOutcome;
-
-/// What the receipts map remembers under a state name and an id (or, for [`Receipt::ResetAt`], the
-/// state name alone: an id is never empty).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Receipt {
-    /// The id's first commit did this: a retry answers it and changes nothing.
-    Committed(Committed),
-    /// The id was in flight when the key was reset: its commit changes nothing.
-    Reset,
-    /// The key was reset at this store millisecond: a commit of a reservation decided at or
-    /// before it changes nothing ([`before_reset`]).
-    ResetAt(u64),
-}
 
 /// Request ids already committed or dropped by a reset, and key resets: state name + id →
 /// (expiry, [`Receipt`]); and per state name the cost-budget record ([`BudgetRecord`]: reservations
@@ -39,11 +26,6 @@ pub(crate) enum Receipt {
 pub(crate) struct CommitReceipts {
     pub(crate) receipts: Mutex<Receipts>,
     pub(crate) budgets: Mutex<HashMap<String, BudgetRecord>>,
-}
-
-/// The receipts map's key of `id` under the state `name` (`id` empty: the key's reset time).
-pub(crate) fn receipt_key(name: &str, id: &str) -> String {
-    format!("{name}\u{0}{id}")
 }
 
 impl CommitReceipts {
