@@ -377,6 +377,10 @@ impl Cli {
         };
         let admin_identities = match &self.admin_tokens_file {
             Some(path) => {
+                crate::secret_file::warn_if_readable_by_others(
+                    "--admin-tokens-file (SLUICE_ADMIN_TOKENS_FILE)",
+                    path,
+                );
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| anyhow::anyhow!("--admin-tokens-file {}: {e}", path.display()))?;
                 crate::auth::parse_tokens_file(&text)
@@ -385,12 +389,19 @@ impl Cli {
             None => Vec::new(),
         };
         let admin_token = match &self.admin_token_file {
-            Some(path) => Some(crate::auth::read_token_file(path).map_err(|e| {
-                anyhow::anyhow!(
-                    "--admin-token-file (SLUICE_ADMIN_TOKEN_FILE) {}: {e}",
-                    path.display()
-                )
-            })?),
+            Some(path) => {
+                let token = crate::auth::read_token_file(path).map_err(|e| {
+                    anyhow::anyhow!(
+                        "--admin-token-file (SLUICE_ADMIN_TOKEN_FILE) {}: {e}",
+                        path.display()
+                    )
+                })?;
+                crate::secret_file::warn_if_readable_by_others(
+                    "--admin-token-file (SLUICE_ADMIN_TOKEN_FILE)",
+                    path,
+                );
+                Some(token)
+            }
             None => self.admin_token,
         };
         let listener_tls = self.tls.resolve()?;
