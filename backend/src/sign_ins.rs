@@ -35,6 +35,8 @@ enum Slot {
     Overflow,
 }
 
+type Buckets = HashMap<Slot, TokenState>;
+
 /// Failed sign-ins per client address.
 #[derive(Debug)]
 pub struct SignIns {
@@ -42,7 +44,7 @@ pub struct SignIns {
     max_addresses: usize,
     /// The origin of the buckets' nanosecond clock.
     epoch: Instant,
-    buckets: Mutex<HashMap<Slot, TokenState>>,
+    buckets: Mutex<Buckets>,
     /// The WARN lines about failed and refused sign-ins: one per kind per [`LOG_EVERY`].
     lines: LogLimit,
 }
@@ -80,11 +82,29 @@ impl SignIns {
         u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Whether `peer` may try a token at `now`: `Err(wait)` when its failures are spent, with
-    /// how long until it may try again.
-    pub fn check(&self, peer: IpAddr, now: Instant) -> Result<(), Duration> {
+    /// One sign-in of `peer` at `now`: `Err(wait)`, with how long until it may try again, when
+    /// its failures are spent (and `check` is not run); otherwise what `check` (the credential's
+    /// check) says, a `None` counted as a failure. All under one lock: parallel guesses from one
+    /// address are counted one after the other, so none gets past the bound by arriving together
+    /// (a check is a few HMACs: microseconds).
+    pub fn attempt<T>(
+        &self,
+        peer: IpAddr,
+        now: Instant,
+        check: impl FnOnce() -> Option<T>,
+    ) -> Result<Option<T>, Duration> {
         let now = self.nanos(now);
-        let buckets = self.lock();
+        let mut buckets = self.lock();
+        self.may_try(&buckets, peer, now)?;
+        let accepted = check();
+        if accepted.is_none() {
+            self.spend(&mut buckets, peer, now);
+        }
+        Ok(accepted)
+    }
+
+    /// Whether `peer` may try a token at `now` (nanoseconds since `epoch`).
+    fn may_try(&self, buckets: &Buckets, peer: IpAddr, now: u64) -> Result<(), Duration> {
         let state = match buckets.get(&Slot::Address(slot_address(peer))) {
             Some(state) => *state,
             None if buckets.len() >= self.max_addresses => buckets
@@ -102,10 +122,8 @@ impl SignIns {
         }
     }
 
-    /// Records a failed sign-in of `peer` at `now`.
-    pub fn failed(&self, peer: IpAddr, now: Instant) {
-        let now = self.nanos(now);
-        let mut buckets = self.lock();
+    /// Spends one failure of `peer` at `now`.
+    fn spend(&self, buckets: &mut Buckets, peer: IpAddr, now: u64) {
         let own = Slot::Address(slot_address(peer));
         if !buckets.contains_key(&own) && buckets.len() >= self.max_addresses {
             // Idle buckets (refilled in full) carry nothing worth keeping.
@@ -130,7 +148,7 @@ impl SignIns {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Slot, TokenState>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Buckets> {
         // A poisoned lock only means another thread panicked while counting; the buckets are
         // still usable.
         self.buckets.lock().unwrap_or_else(|e| e.into_inner())
@@ -161,34 +179,44 @@ mod tests {
         text.parse().unwrap()
     }
 
+    /// A right token: `Ok(())`, or how long to wait.
+    fn right(limit: &SignIns, peer: IpAddr, now: Instant) -> Result<(), Duration> {
+        limit.attempt(peer, now, || Some(())).map(|_| ())
+    }
+
+    /// A wrong token: counted (and refused unchecked past the bound).
+    fn wrong(limit: &SignIns, peer: IpAddr, now: Instant) {
+        let _ = limit.attempt(peer, now, || None::<()>);
+    }
+
     #[test]
     fn an_address_gets_its_burst_then_one_per_refill() {
         let limit = SignIns::new(3, Duration::from_secs(6), 100);
         let t0 = Instant::now();
         let a = ip("10.0.0.1");
         for _ in 0..3 {
-            assert_eq!(limit.check(a, t0), Ok(()));
-            limit.failed(a, t0);
+            assert_eq!(right(&limit, a, t0), Ok(()));
+            wrong(&limit, a, t0);
         }
-        let wait = limit.check(a, t0).unwrap_err();
+        let wait = right(&limit, a, t0).unwrap_err();
         assert_eq!(wait, Duration::from_secs(6));
         // Another address is not held back.
-        assert_eq!(limit.check(ip("10.0.0.2"), t0), Ok(()));
+        assert_eq!(right(&limit, ip("10.0.0.2"), t0), Ok(()));
         assert_eq!(
-            limit.check(a, t0 + Duration::from_secs(3)),
+            right(&limit, a, t0 + Duration::from_secs(3)),
             Err(Duration::from_secs(3))
         );
-        assert_eq!(limit.check(a, t0 + Duration::from_secs(6)), Ok(()));
+        assert_eq!(right(&limit, a, t0 + Duration::from_secs(6)), Ok(()));
     }
 
     #[test]
     fn ipv6_addresses_of_one_64_share_a_bucket() {
         let limit = SignIns::new(2, Duration::from_secs(60), 100);
         let t0 = Instant::now();
-        limit.failed(ip("2001:db8::1"), t0);
-        limit.failed(ip("2001:db8::ffff:2"), t0);
-        assert!(limit.check(ip("2001:db8::3"), t0).is_err());
-        assert_eq!(limit.check(ip("2001:db8:0:1::1"), t0), Ok(()));
+        wrong(&limit, ip("2001:db8::1"), t0);
+        wrong(&limit, ip("2001:db8::ffff:2"), t0);
+        assert!(right(&limit, ip("2001:db8::3"), t0).is_err());
+        assert_eq!(right(&limit, ip("2001:db8:0:1::1"), t0), Ok(()));
     }
 
     #[test]
@@ -196,18 +224,37 @@ mod tests {
         let limit = SignIns::new(2, Duration::from_secs(60), 3);
         let t0 = Instant::now();
         for i in 1..=3 {
-            limit.failed(ip(&format!("10.0.0.{i}")), t0);
+            wrong(&limit, ip(&format!("10.0.0.{i}")), t0);
         }
         assert_eq!(limit.remembered(), 3);
         // Sprayed addresses: none grows the map; together they get one address's tries.
-        limit.failed(ip("10.0.1.1"), t0);
-        limit.failed(ip("10.0.1.2"), t0);
+        wrong(&limit, ip("10.0.1.1"), t0);
+        wrong(&limit, ip("10.0.1.2"), t0);
         assert!(limit.remembered() <= 4, "{}", limit.remembered());
-        assert!(limit.check(ip("10.0.1.3"), t0).is_err());
+        assert!(right(&limit, ip("10.0.1.3"), t0).is_err());
         // Once the first addresses are idle again, they make room.
         let later = t0 + Duration::from_secs(600);
-        limit.failed(ip("10.0.2.1"), later);
-        assert_eq!(limit.check(ip("10.0.2.1"), later), Ok(()));
+        wrong(&limit, ip("10.0.2.1"), later);
+        assert_eq!(right(&limit, ip("10.0.2.1"), later), Ok(()));
         assert!(limit.remembered() <= 3, "{}", limit.remembered());
+    }
+
+    #[test]
+    fn a_refused_sign_in_is_not_checked_and_a_right_token_spends_nothing() {
+        let limit = SignIns::new(2, Duration::from_secs(60), 100);
+        let t0 = Instant::now();
+        let a = ip("192.0.2.1");
+        for _ in 0..5 {
+            assert_eq!(right(&limit, a, t0), Ok(()));
+        }
+        wrong(&limit, a, t0);
+        wrong(&limit, a, t0);
+        let mut checked = false;
+        let refused = limit.attempt(a, t0, || {
+            checked = true;
+            Some(())
+        });
+        assert!(refused.is_err());
+        assert!(!checked, "past the bound the credential is not checked");
     }
 }

@@ -33,20 +33,18 @@ use crate::touched_view::{self, TouchedSince};
 /// guessed), so a dashboard already signed in keeps working from that address.
 pub async fn require_admin(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let peer = sign_in::peer(request.extensions());
-    let headers = request.headers();
-    let bearer = headers.get(header::AUTHORIZATION);
-    if bearer.is_some() {
-        if let Some(refused) = sign_in::refusal(&app, peer) {
-            return refused;
+    let bearer_ok = match request.headers().get(header::AUTHORIZATION) {
+        None => false,
+        Some(value) => {
+            match sign_in::attempt(&app, peer, "Bearer token", || {
+                sign_in::bearer_name(&app, value)
+            }) {
+                Ok(found) => found.is_some(),
+                Err(refused) => return refused.into_response(),
+            }
         }
-    }
-    let bearer_ok = bearer
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| app.auth.bearer_matches(v));
-    if bearer.is_some() && !bearer_ok {
-        sign_in::failed(&app, peer, "Bearer token");
-    }
-    if bearer_ok || has_session(&app, headers) {
+    };
+    if bearer_ok || has_session(&app, request.headers()) {
         next.run(request).await
     } else {
         ApiFailure::unauthorized(
@@ -294,10 +292,6 @@ pub async fn login(
     extensions: axum::http::Extensions,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let peer = sign_in::peer(&extensions);
-    if let Some(refused) = sign_in::refusal(&app, peer) {
-        return refused;
-    }
     let request: SessionRequest = match body
         .map_err(input::body_failure)
         .and_then(|body| input::json(&body))
@@ -305,11 +299,15 @@ pub async fn login(
         Ok(request) => request,
         Err(failure) => return failure.into_response(),
     };
-    let Some(name) = app.auth.identify(&request.token) else {
-        sign_in::failed(&app, peer, "dashboard login");
-        return ApiFailure::unauthorized("wrong admin token").into_response();
+    let peer = sign_in::peer(&extensions);
+    let name = match sign_in::attempt(&app, peer, "dashboard login", || {
+        app.auth.identify(&request.token).map(str::to_owned)
+    }) {
+        Ok(Some(name)) => name,
+        Ok(None) => return ApiFailure::unauthorized("wrong admin token").into_response(),
+        Err(refused) => return refused.into_response(),
     };
-    let cookie = auth::set_cookie(&app.auth.new_session_for(name), app.secure_cookie);
+    let cookie = auth::set_cookie(&app.auth.new_session_for(&name), app.secure_cookie);
     session_response(&cookie)
 }
 

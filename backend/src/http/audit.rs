@@ -73,16 +73,12 @@ pub async fn whoami(
 ) -> Response {
     // A Bearer token here is a sign-in as on every admin route (`require_admin`).
     let peer = super::sign_in::peer(&extensions);
-    let bearer = headers.get(header::AUTHORIZATION);
-    if bearer.is_some() {
-        if let Some(refused) = super::sign_in::refusal(&app, peer) {
-            return refused;
-        }
-        let matches = bearer
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| app.auth.bearer_matches(v));
-        if !matches {
-            super::sign_in::failed(&app, peer, "Bearer token");
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let checked = super::sign_in::attempt(&app, peer, "Bearer token", || {
+            super::sign_in::bearer_name(&app, value)
+        });
+        if let Err(refused) = checked {
+            return refused.into_response();
         }
     }
     match identity(&app, &headers) {

@@ -115,6 +115,28 @@ async fn wrong_bearer_tokens_are_bounded_on_every_admin_route() {
     s.stop().await;
 }
 
+/// On several worker threads, so the guesses are checked in parallel: the bound is checked and
+/// spent under one lock (`SignIns::attempt`), not read by each before any has counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn guesses_sent_together_get_no_more_tries_than_guesses_in_a_row() {
+    let s = Sluice::start(StoreChoice::Memory).await;
+    let guesses = (0..3 * BURST).map(|i| {
+        s.http
+            .post(format!("{}/v1/session", s.admin))
+            .json(&json!({"token": format!("parallel-guess-{i:012}")}))
+            .send()
+    });
+    let answers = futures::future::join_all(guesses).await;
+    let statuses: Vec<u16> = answers
+        .iter()
+        .map(|r| r.as_ref().unwrap().status().as_u16())
+        .collect();
+    let checked = statuses.iter().filter(|&&s| s == 401).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((checked, refused), (BURST, 2 * BURST), "{statuses:?}");
+    s.stop().await;
+}
+
 /// `POST /v1/session` with the token over TLS: the answer's head.
 async fn login_over_tls(rig: &TlsRig, ca: &Ca) -> String {
     let mut tls = eventually(
