@@ -282,7 +282,7 @@ pub async fn get_levels(
 #[utoipa::path(post, path = "/v1/session", tag = "admin",
     request_body = SessionRequest,
     responses(
-        (status = 204, description = "Logged in; `Set-Cookie: sluice_session=...; HttpOnly; SameSite=Strict; Path=/`"),
+        (status = 204, description = "Logged in; `Set-Cookie: sluice_session=...; HttpOnly; SameSite=Strict; Path=/` (and `Secure` when the admin listener serves TLS)"),
         (status = 400, body = ApiError),
         (status = 401, description = "Wrong token", body = ApiError),
         (status = 429, description = "Too many failed sign-ins from this address; `Retry-After` says when to try again", body = ApiError),
