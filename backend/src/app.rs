@@ -203,6 +203,12 @@ pub async fn run(
         activity: Arc::new(ActivityBook::new()),
         metrics: metrics.clone(),
         auth,
+        sign_ins: crate::sign_ins::SignIns::new(
+            config.admin_sign_in_burst,
+            crate::sign_ins::REFILL_EVERY,
+            crate::sign_ins::MAX_ADDRESSES,
+        ),
+        secure_cookie: config.listener_tls.admin.is_some(),
         levels: Arc::new(LevelsHub::new()),
         store_deadline: config.store_deadline,
         latency: Arc::new(crate::deadline::latency::LatencyEstimate::new(

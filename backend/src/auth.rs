@@ -362,17 +362,32 @@ pub fn session_from_cookie_header(header: &str) -> Option<&str> {
     })
 }
 
-/// `Set-Cookie` value for a new session.
-pub fn set_cookie(value: &str) -> String {
+/// `Set-Cookie` value for a new session; `secure` (the admin listener serves TLS) adds
+/// `Secure`, so the browser never sends it over plaintext (to the same host on another port, or
+/// after a downgrade).
+pub fn set_cookie(value: &str, secure: bool) -> String {
     format!(
-        "{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        SESSION_TTL.as_secs()
+        "{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
+        SESSION_TTL.as_secs(),
+        secure_attribute(secure)
     )
 }
 
-/// `Set-Cookie` value that clears the session cookie.
-pub fn clear_cookie() -> String {
-    format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+/// `Set-Cookie` value that clears the session cookie (`Secure` as [`set_cookie`]'s, or a
+/// browser may refuse to overwrite the secure cookie).
+pub fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}",
+        secure_attribute(secure)
+    )
+}
+
+fn secure_attribute(secure: bool) -> &'static str {
+    if secure {
+        "; Secure"
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]

@@ -233,6 +233,18 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_ADMIN_TOKENS_FILE", value_name = "FILE")]
     pub admin_tokens_file: Option<PathBuf>,
 
+    /// Failed admin sign-ins (wrong tokens) one client address may make back to back before it
+    /// is refused with 429; one more is allowed every 6 s. Raise it when many admins share an
+    /// address (a reverse proxy in front of the admin listener).
+    #[arg(
+        long,
+        env = "SLUICE_ADMIN_SIGN_IN_BURST",
+        value_name = "N",
+        default_value_t = crate::sign_ins::BURST,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub admin_sign_in_burst: u64,
+
     /// Directory of the built dashboard (trunk build output). Default: dashboard/dist if it exists.
     #[arg(long, env = "SLUICE_DASHBOARD_DIR", value_name = "DIR")]
     pub dashboard_dir: Option<PathBuf>,
@@ -377,6 +389,10 @@ impl Cli {
         };
         let admin_identities = match &self.admin_tokens_file {
             Some(path) => {
+                crate::secret_file::warn_if_readable_by_others(
+                    "--admin-tokens-file (SLUICE_ADMIN_TOKENS_FILE)",
+                    path,
+                );
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| anyhow::anyhow!("--admin-tokens-file {}: {e}", path.display()))?;
                 crate::auth::parse_tokens_file(&text)
@@ -385,12 +401,19 @@ impl Cli {
             None => Vec::new(),
         };
         let admin_token = match &self.admin_token_file {
-            Some(path) => Some(crate::auth::read_token_file(path).map_err(|e| {
-                anyhow::anyhow!(
-                    "--admin-token-file (SLUICE_ADMIN_TOKEN_FILE) {}: {e}",
-                    path.display()
-                )
-            })?),
+            Some(path) => {
+                let token = crate::auth::read_token_file(path).map_err(|e| {
+                    anyhow::anyhow!(
+                        "--admin-token-file (SLUICE_ADMIN_TOKEN_FILE) {}: {e}",
+                        path.display()
+                    )
+                })?;
+                crate::secret_file::warn_if_readable_by_others(
+                    "--admin-token-file (SLUICE_ADMIN_TOKEN_FILE)",
+                    path,
+                );
+                Some(token)
+            }
             None => self.admin_token,
         };
         let listener_tls = self.tls.resolve()?;
@@ -425,6 +448,7 @@ impl Cli {
         }
         let mut config = Config::new(store, admin_token);
         config.admin_identities = admin_identities;
+        config.admin_sign_in_burst = self.admin_sign_in_burst;
         config.max_keys = max_keys;
         config.store_deadline = store_deadline;
         config.import_rules = import_rules;

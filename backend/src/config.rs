@@ -64,6 +64,9 @@ pub struct Config {
     pub admin_token: String,
     /// Named admin identities `(name, token)` (`--admin-tokens-file`): the audit trail says who.
     pub admin_identities: Vec<(String, String)>,
+    /// Failed admin sign-ins one client address may make back to back before it is refused
+    /// with 429 (refilled at one per [`crate::sign_ins::REFILL_EVERY`]).
+    pub admin_sign_in_burst: u64,
     /// Rules imported into the store at start (from `--rules FILE`, see [`crate::rules_file`]),
     /// replacing same-named ones.
     pub import_rules: Vec<Rule>,
@@ -102,6 +105,7 @@ impl Config {
             store_deadline: Duration::from_secs(1),
             admin_token: admin_token.into(),
             admin_identities: Vec::new(),
+            admin_sign_in_burst: crate::sign_ins::BURST,
             import_rules: Vec::new(),
             dashboard_dir: None,
             intervals: Intervals::default(),

@@ -31,6 +31,8 @@ pub mod resets;
 pub mod rlqs;
 pub mod rules;
 pub mod rules_file;
+pub mod secret_file;
+pub mod sign_ins;
 pub mod state;
 pub mod store;
 pub mod tls;

@@ -18,6 +18,7 @@ use crate::levels::LevelsHub;
 use crate::metrics::Metrics;
 use crate::ratelimit::Live;
 use crate::rules::RuleCache;
+use crate::sign_ins::SignIns;
 use crate::store::{Store, StoreError};
 
 /// Everything the handlers share.
@@ -32,6 +33,12 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Admin token and sessions.
     pub auth: Auth,
+    /// Failed admin sign-ins per client address (a wrong Bearer token or a wrong token posted
+    /// to `POST /v1/session`), bounded.
+    pub sign_ins: SignIns,
+    /// Whether the session cookie is marked `Secure`: when the admin listener serves TLS, so a
+    /// browser never sends the cookie over a plaintext connection to the same host.
+    pub secure_cookie: bool,
     /// Level snapshots for SSE.
     pub levels: Arc<LevelsHub>,
     /// Backstop bound on one store call from a handler.

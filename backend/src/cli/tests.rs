@@ -193,6 +193,7 @@ fn out_of_range_numbers_never_get_past_the_parser() {
         ["sluice", "--max-in-flight", "1000001"],
         ["sluice", "--redis-timeout-ms", "0"],
         ["sluice", "--redis-timeout-ms", "60001"],
+        ["sluice", "--admin-sign-in-burst", "0"],
     ] {
         assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
     }
@@ -284,4 +285,22 @@ fn the_peers_http_surface_is_on_with_a_ratelimit_config_on_the_decision_listener
     let bad = Cli::try_parse_from(["sluice", "--ratelimit-http-listen", "8080"])
         .expect_err("a port alone is no address");
     assert!(bad.to_string().contains("--ratelimit-http-listen"), "{bad}");
+}
+
+#[test]
+fn the_sign_in_bound_reaches_the_config() {
+    let token = "x".repeat(32);
+    let config = |extra: &[&str]| {
+        let mut args = vec!["sluice", "--admin-token", token.as_str()];
+        args.extend_from_slice(extra);
+        Cli::try_parse_from(args)
+            .expect("parses")
+            .into_config()
+            .expect("valid")
+    };
+    assert_eq!(config(&[]).admin_sign_in_burst, crate::sign_ins::BURST);
+    assert_eq!(
+        config(&["--admin-sign-in-burst", "50"]).admin_sign_in_burst,
+        50
+    );
 }

@@ -20,15 +20,31 @@ use sluice_core::{Action, FieldError, Rule};
 use super::audit;
 use super::error::ApiFailure;
 use super::input;
+use super::sign_in;
 use crate::auth;
 use crate::levels;
 use crate::state::App;
 use crate::store::{ChangeOutcome, RuleChange};
 use crate::touched_view::{self, TouchedSince};
 
-/// Lets a request through only with the admin token (Bearer) or a valid session cookie.
+/// Lets a request through only with the admin token (Bearer) or a valid session cookie. A
+/// Bearer token is a sign-in: from an address past its failed sign-ins it is refused (429)
+/// unchecked, and a wrong one is counted ([`sign_in`]). A session cookie is not (it cannot be
+/// guessed), so a dashboard already signed in keeps working from that address.
 pub async fn require_admin(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    if is_admin(&app, request.headers()) {
+    let peer = sign_in::peer(request.extensions());
+    let bearer_ok = match request.headers().get(header::AUTHORIZATION) {
+        None => false,
+        Some(value) => {
+            match sign_in::attempt(&app, peer, "Bearer token", || {
+                sign_in::bearer_name(&app, value)
+            }) {
+                Ok(found) => found.is_some(),
+                Err(refused) => return refused.into_response(),
+            }
+        }
+    };
+    if bearer_ok || has_session(&app, request.headers()) {
         next.run(request).await
     } else {
         ApiFailure::unauthorized(
@@ -38,18 +54,13 @@ pub async fn require_admin(State(app): State<Arc<App>>, request: Request, next: 
     }
 }
 
-fn is_admin(app: &App, headers: &HeaderMap) -> bool {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| app.auth.bearer_matches(v));
-    bearer
-        || headers.get_all(header::COOKIE).iter().any(|v| {
-            v.to_str()
-                .ok()
-                .and_then(auth::session_from_cookie_header)
-                .is_some_and(|s| app.auth.session_valid(s))
-        })
+fn has_session(app: &App, headers: &HeaderMap) -> bool {
+    headers.get_all(header::COOKIE).iter().any(|v| {
+        v.to_str()
+            .ok()
+            .and_then(auth::session_from_cookie_header)
+            .is_some_and(|s| app.auth.session_valid(s))
+    })
 }
 
 /// Bound on a whole levels snapshot (many store calls).
@@ -271,22 +282,33 @@ pub async fn get_levels(
 #[utoipa::path(post, path = "/v1/session", tag = "admin",
     request_body = SessionRequest,
     responses(
-        (status = 204, description = "Logged in; `Set-Cookie: sluice_session=...; HttpOnly; SameSite=Strict; Path=/`"),
+        (status = 204, description = "Logged in; `Set-Cookie: sluice_session=...; HttpOnly; SameSite=Strict; Path=/` (and `Secure` when the admin listener serves TLS)"),
         (status = 400, body = ApiError),
         (status = 401, description = "Wrong token", body = ApiError),
+        (status = 429, description = "Too many failed sign-ins from this address; `Retry-After` says when to try again", body = ApiError),
     ))]
 pub async fn login(
     State(app): State<Arc<App>>,
+    extensions: axum::http::Extensions,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiFailure> {
-    let body = body.map_err(input::body_failure)?;
-    let request: SessionRequest = input::json(&body)?;
-    let Some(name) = app.auth.identify(&request.token) else {
-        tracing::warn!("dashboard login with a wrong token");
-        return Err(ApiFailure::unauthorized("wrong admin token"));
+) -> Response {
+    let request: SessionRequest = match body
+        .map_err(input::body_failure)
+        .and_then(|body| input::json(&body))
+    {
+        Ok(request) => request,
+        Err(failure) => return failure.into_response(),
     };
-    let cookie = auth::set_cookie(&app.auth.new_session_for(name));
-    Ok(session_response(&cookie))
+    let peer = sign_in::peer(&extensions);
+    let name = match sign_in::attempt(&app, peer, "dashboard login", || {
+        app.auth.identify(&request.token).map(str::to_owned)
+    }) {
+        Ok(Some(name)) => name,
+        Ok(None) => return ApiFailure::unauthorized("wrong admin token").into_response(),
+        Err(refused) => return refused.into_response(),
+    };
+    let cookie = auth::set_cookie(&app.auth.new_session_for(&name), app.secure_cookie);
+    session_response(&cookie)
 }
 
 /// Logs out: clears the session cookie (and revokes it on this replica).
@@ -302,7 +324,7 @@ pub async fn logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response
             app.auth.revoke(session);
         }
     }
-    session_response(&auth::clear_cookie())
+    session_response(&auth::clear_cookie(app.secure_cookie))
 }
 
 fn session_response(cookie: &str) -> Response {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sluice_core::limits::AUDIT_KEEP;
 use sluice_core::wire::{ApiError, AuditBody, AuditEntry, AuditKind, ErrorCode, SessionBody};
@@ -62,18 +63,31 @@ pub fn who(app: &App, headers: &HeaderMap) -> String {
     responses(
         (status = 200, body = SessionBody),
         (status = 401, description = "No valid session or token", body = ApiError),
+        (status = 429, description = "Too many failed sign-ins from this address (a Bearer token sent)", body = ApiError),
     ),
     security(("bearer" = []), ("session" = [])))]
 pub async fn whoami(
     State(app): State<Arc<App>>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
-) -> Result<Json<SessionBody>, ApiFailure> {
-    let (name, _) = identity(&app, &headers).ok_or_else(|| {
-        ApiFailure::unauthorized(
+) -> Response {
+    // A Bearer token here is a sign-in as on every admin route (`require_admin`).
+    let peer = super::sign_in::peer(&extensions);
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let checked = super::sign_in::attempt(&app, peer, "Bearer token", || {
+            super::sign_in::bearer_name(&app, value)
+        });
+        if let Err(refused) = checked {
+            return refused.into_response();
+        }
+    }
+    match identity(&app, &headers) {
+        Some((name, _)) => Json(SessionBody { name }).into_response(),
+        None => ApiFailure::unauthorized(
             "send Authorization: Bearer <admin token>, or log in with POST /v1/session",
         )
-    })?;
-    Ok(Json(SessionBody { name }))
+        .into_response(),
+    }
 }
 
 /// The stamp of a change made now by the caller of `headers`.

@@ -23,6 +23,7 @@ pub mod report;
 pub mod reset;
 pub mod rlqs;
 pub mod serve;
+pub mod sign_in;
 
 use std::sync::Arc;
 

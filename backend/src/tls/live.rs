@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use super::files::{ListenerName, TlsFiles};
+use super::files::{ListenerName, TlsFiles, TlsSetting};
 use super::load::{self, FileBytes, LoadError};
 use super::refusal::{Refusal, RefusedCounter};
 use crate::log_limit::{LogLimit, LOG_EVERY};
@@ -37,6 +37,11 @@ impl TlsListener {
         let bytes = load::read(&files)?;
         let config = load::build(&files, &bytes)?;
         refused.show(files.listener);
+        crate::secret_file::warn_if_readable_by_others(
+            files.listener.flag(TlsSetting::Key),
+            &files.key,
+        );
+        super::validity::warn_if_due(&files, bytes.cert_pem());
         Ok(Arc::new(TlsListener {
             files,
             current: RwLock::new(config),
@@ -153,6 +158,7 @@ impl TlsListener {
             return Ok(Reloaded::Same);
         }
         let config = load::build(&self.files, &bytes)?;
+        super::validity::warn_if_due(&self.files, bytes.cert_pem());
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = config;
         *self.loaded.write().unwrap_or_else(|e| e.into_inner()) = bytes;
         Ok(Reloaded::New)

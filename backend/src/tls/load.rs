@@ -73,6 +73,13 @@ pub struct FileBytes {
     client_ca: Option<Vec<u8>>,
 }
 
+impl FileBytes {
+    /// The certificate file's bytes (PEM, the leaf first).
+    pub fn cert_pem(&self) -> &[u8] {
+        &self.cert
+    }
+}
+
 /// The crypto provider of every listener: ring, named here rather than left to whichever
 /// provider the build happens to enable by default.
 pub fn provider() -> Arc<CryptoProvider> {

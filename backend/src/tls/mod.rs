@@ -14,6 +14,8 @@
 //!   expired certificate, ...) and the `sluice_tls_refused` metric.
 //! - [`served`]: every listener's TLS, started together; the warning for a listener beyond
 //!   loopback without TLS.
+//! - [`validity`]: the serving certificate's dates, warned about at start (and on rotation)
+//!   when it is expired, not valid yet, or expires within 14 days.
 //! - [`plain`]: a plaintext listener's refusal of TLS clients (their first byte tells).
 //! - [`conn`]: a connection that is TLS or not, one type for the servers.
 //! - [`flags`]: the `--<listener>-tls-*` flags and envoyproxy/ratelimit's `GRPC_SERVER_*` /
@@ -29,6 +31,7 @@ pub mod load;
 pub mod plain;
 pub mod refusal;
 pub mod served;
+pub mod validity;
 
 pub use files::{ListenerName, ListenersTls, TlsFiles, TlsSetting};
 pub use live::TlsListener;

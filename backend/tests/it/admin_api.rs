@@ -27,7 +27,11 @@ fn post_rule() -> Value {
 
 #[tokio::test]
 async fn every_protected_route_needs_the_token() {
-    let s = Sluice::start(StoreChoice::Memory).await;
+    // 28 wrong credentials from one address: past the default bound on failed sign-ins (429,
+    // admin_hardening.rs), so this instance allows more; each must still be a 401.
+    let mut config = Config::new(StoreChoice::Memory, TOKEN);
+    config.admin_sign_in_burst = 1_000;
+    let s = Sluice::start_with(config).await;
     assert_eq!(s.put_rule(post_rule()).await.0, 200);
     let wrong: [Option<(&str, String)>; 6] = [
         None,

@@ -19,6 +19,7 @@ mod tls_rig;
 mod tls_support;
 
 mod admin_api;
+mod admin_hardening;
 mod admin_replicas;
 mod all;
 mod calendar;

@@ -17,6 +17,9 @@ pub enum ErrorCode {
     UnknownAction,
     /// 401: no admin token or session, or a wrong one.
     Unauthorized,
+    /// 429: too many failed admin sign-ins from the caller's address; `Retry-After` says when
+    /// it may try a token again (a session cookie it already holds still works).
+    TooManySignIns,
     /// 404: no such route on this listener.
     NotFound,
     /// 405: the route exists, the method does not.
@@ -62,6 +65,7 @@ impl ErrorCode {
             ErrorCode::InvalidRule => "invalid_rule",
             ErrorCode::UnknownAction => "unknown_action",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::TooManySignIns => "too_many_sign_ins",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",

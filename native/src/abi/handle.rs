@@ -567,12 +567,28 @@ impl FilterHandle {
     }
 }
 
-/// Runs `body` as the hook of `filter_envoy` (see `ACTIVE`), restoring the previous one after.
+/// Runs `body` as the hook of `filter_envoy` (see `ACTIVE`), restoring the previous one after,
+/// on every exit: a panic caught above (`hooks.rs`) must not leave the marker set, or a later
+/// filter Envoy allocates at the same address would have its callout answers parked in `EARLY`
+/// as if its own hook were running, and never delivered (its request waits for the route
+/// timeout).
 pub fn as_active<T>(filter_envoy: *mut c_void, body: impl FnOnce() -> T) -> T {
-    let previous = ACTIVE.with(|a| a.replace(filter_envoy));
-    let out = body();
-    ACTIVE.with(|a| a.set(previous));
-    out
+    let _restore = Restore(ACTIVE.with(|a| a.replace(filter_envoy)));
+    body()
+}
+
+/// Puts the previous active filter back when dropped (a normal return or an unwind).
+struct Restore(*mut c_void);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| a.set(self.0));
+        if std::thread::panicking() {
+            // The hook that would have taken them over died: answers it parked are its own,
+            // stale, and must not be handed to the next filter's `take_early`.
+            EARLY.with(|e| e.borrow_mut().clear());
+        }
+    }
 }
 
 /// Whether a hook of `filter_envoy` is running on this thread.
@@ -583,4 +599,50 @@ pub fn is_active(filter_envoy: *mut c_void) -> bool {
 /// Keeps an answer that came inside its filter's own hook, for [`FilterHandle::take_early`].
 pub fn keep_early(callout_id: u64, answer: CalloutAnswer) {
     EARLY.with(|e| e.borrow_mut().push((callout_id, answer)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    fn ptr(n: usize) -> *mut c_void {
+        n as *mut c_void
+    }
+
+    #[test]
+    fn the_marker_is_restored_after_a_normal_return() {
+        let inside = as_active(ptr(0x10), || is_active(ptr(0x10)));
+        assert!(inside);
+        assert!(!is_active(ptr(0x10)));
+        assert!(is_active(std::ptr::null_mut()));
+    }
+
+    #[test]
+    fn the_marker_is_restored_after_a_panic_and_parked_answers_are_dropped() {
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            as_active(ptr(0x20), || {
+                keep_early(7, CalloutAnswer::default());
+                panic!("a hook's bug");
+            })
+        }));
+        assert!(caught.is_err());
+        // A later filter at the same address is not taken for the running hook ...
+        assert!(!is_active(ptr(0x20)));
+        assert!(is_active(std::ptr::null_mut()));
+        // ... and gets none of the dead hook's answers.
+        let later = as_active(ptr(0x20), || EARLY.with(|e| e.borrow().len()));
+        assert_eq!(later, 0);
+    }
+
+    #[test]
+    fn a_nested_hook_restores_the_outer_one() {
+        as_active(ptr(0x30), || {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                as_active(ptr(0x40), || panic!("inner"));
+            }));
+            assert!(is_active(ptr(0x30)));
+        });
+        assert!(is_active(std::ptr::null_mut()));
+    }
 }
