@@ -16,6 +16,8 @@
 //! smoothed over reports ([`smooth`]) and a share within [`slack`] of its target is left as it
 //! is, so noise in the reports does not push a new bucket to every Envoy on every tick.
 
+use std::collections::BTreeMap;
+
 use super::shape::{split, Shape};
 use super::ENVOY_REPORT_INTERVAL_S;
 
@@ -166,17 +168,16 @@ pub fn fair_demands(total: Shape, demands: &[u64], peers: &[u64]) -> Vec<u64> {
 }
 
 /// The holders of each peer, by position, peers in order of first appearance.
+/// (A map, not a scan: a key may have thousands of holders, and this runs per grant and tick.)
 fn groups(peers: &[u64]) -> Vec<Vec<usize>> {
-    let mut order: Vec<u64> = Vec::new();
+    let mut index: BTreeMap<u64, usize> = BTreeMap::new();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, p) in peers.iter().enumerate() {
-        match order.iter().position(|q| q == p) {
-            Some(g) => groups[g].push(i),
-            None => {
-                order.push(*p);
-                groups.push(vec![i]);
-            }
-        }
+        let g = *index.entry(*p).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
     }
     groups
 }
