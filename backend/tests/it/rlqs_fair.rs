@@ -58,11 +58,13 @@ async fn a_stream_reporting_absurd_demand_gets_no_more_than_its_fair_share() {
 
 #[tokio::test]
 async fn a_client_holding_a_key_through_many_streams_counts_as_one_peer() {
-    // A client that reconnects leaves a holder on every stream until its TTL; here its streams
-    // stay open (a closed stream's share cannot be lowered, so the honest one would wait for
-    // their TTL to be raised): four streams of one address and domain, against one honest one.
-    // Every stream reports demand only (denials): claimed admissions would be post-debited and
-    // starve the key, which is not what this test is about.
+    // Four open streams of one address and domain, against one honest one: what a client that
+    // reconnects holds until its old streams' TTLs end, but open, so that their shares can be
+    // lowered at once (a closed stream's stays counted until its TTL, and each reconnect's
+    // burst is paid from the key: that churn is not what this test is about; the core test
+    // `a_peers_many_holders_count_as_one` covers closed holders, which weigh the same). Every
+    // stream reports demand only (denials): claimed admissions would be post-debited and starve
+    // the key.
     let rig = rig_with_rule().await;
     let alice = bucket(&[("name", "user"), ("user", "alice")]);
     let mut honest = Quota::open(&rig).await;
