@@ -21,16 +21,17 @@ use std::collections::BTreeMap;
 use super::shape::{split, Shape};
 use super::ENVOY_REPORT_INTERVAL_S;
 
-/// An idle holder's weight is an equal share's over this: 1/4 of its fair rate stays with it.
+/// An idle peer's weight is an equal share's over this: 1/4 of its fair rate stays with it.
 pub const IDLE_WEIGHT_DIVISOR: u64 = 4;
 
 /// A share is lowered towards its target only when it is above it by more than the rule's rate
 /// over this (unless the shares sum above the rule: then every share above its target is).
 pub const SLACK_DIVISOR: u32 = 10;
 
-/// Each holder's target: bursts split equally, rates in proportion to `demands` (requests per
-/// report, smoothed), with the idle floor; equal when nobody reports demand. The rates sum to
-/// the rule's exactly (largest remainders, ties to the first holders).
+/// Each holder's target, every holder its own peer: bursts split equally, rates by `demands`
+/// (requests per report, smoothed) weighed fairly ([`fair_demands`]: in proportion while they
+/// fit what the rates serve), with the idle floor; equal when nobody reports demand. The rates
+/// sum to the rule's exactly (largest remainders, ties to the first holders).
 pub fn by_demand(total: Shape, demands: &[u64]) -> Vec<Shape> {
     by_demand_turn(total, demands, 0)
 }
