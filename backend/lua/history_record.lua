@@ -16,10 +16,12 @@
 -- (REPORT_MARK_SETTLE_MS). Nothing is added unless ARGV[11] is above the member's live seq (one
 -- applied within the TTL), and the mark is raised in this same step, so every copy of a report
 -- after the first, on any replica, adds nothing. A new member of a full set first makes room:
--- members not applied within the TTL go, then the least recently applied one if it was applied
--- at least ARGV[16] ago (dropped: counted); if it is younger, nothing is done (full).
--- Returns {1, dropped} when applied, {0, 0} for a copy, {2, 0} when full; without KEYS[3], 1.
+-- members not applied within the TTL go, then the least recently applied one: dropped if it was
+-- applied at least ARGV[16] ago, else shed (each counted apart). A new member is never refused:
+-- minted ids kept young must not hold the bound against a real new reporter.
+-- Returns {1, dropped, shed} when applied, {0, 0, 0} for a copy; without KEYS[3], 1.
 local dropped = 0
+local shed = 0
 if KEYS[3] then
   local member = ARGV[13]
   local seq = tonumber(ARGV[11])
@@ -29,7 +31,7 @@ if KEYS[3] then
   local held = redis.call('HGET', KEYS[3], member)
   local at = redis.call('ZSCORE', KEYS[4], member)
   if held and at and tonumber(at) + ttl > now and seq <= tonumber(held) then
-    return { 0, 0 }
+    return { 0, 0, 0 }
   end
   if not at and redis.call('ZCARD', KEYS[4]) >= most then
     local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
@@ -43,12 +45,13 @@ if KEYS[3] then
     end
     if redis.call('ZCARD', KEYS[4]) >= most then
       local oldest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-      if tonumber(oldest[2]) + tonumber(ARGV[16]) > now then
-        return { 2, 0 }
-      end
       redis.call('ZREM', KEYS[4], oldest[1])
       redis.call('HDEL', KEYS[3], oldest[1])
-      dropped = 1
+      if tonumber(oldest[2]) + tonumber(ARGV[16]) > now then
+        shed = 1
+      else
+        dropped = 1
+      end
     end
   end
   redis.call('HSET', KEYS[3], member, ARGV[11])
@@ -91,6 +94,6 @@ if seen > 0 then
   end
 end
 if KEYS[3] then
-  return { 1, dropped }
+  return { 1, dropped, shed }
 end
 return 1

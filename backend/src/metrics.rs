@@ -138,7 +138,7 @@ pub struct Metrics {
     receipts_shed: Family<LeaseLabels, Counter>,
     reservations_unheld: Family<LeaseLabels, Counter>,
     report_marks_dropped: Family<LeaseLabels, Counter>,
-    reports_deferred: Family<LeaseLabels, Counter>,
+    report_marks_shed: Family<LeaseLabels, Counter>,
 }
 
 /// The store's own figures ([`HealthStore::health`]), read at each scrape so they are never stale and
@@ -280,11 +280,11 @@ impl Metrics {
             "Filter report sequence records dropped at the per-action bound (MAX_REPORTERS_PER_ACTION) to make room for a new reporter: the least recently applied, settled for 10 minutes; by action ((unknown): the set actions without a rule share)",
             report_marks_dropped.clone(),
         );
-        let reports_deferred = Family::<LeaseLabels, Counter>::default();
+        let report_marks_shed = Family::<LeaseLabels, Counter>::default();
         registry.register(
-            "sluice_reports_deferred",
-            "Filter reports of a new reporter not applied because the action's report records were full of records applied within 10 minutes (answered 503: the filter sends them again), by action",
-            reports_deferred.clone(),
+            "sluice_report_marks_shed",
+            "Filter report sequence records shed at the per-action bound to make room for a new reporter although applied within 10 minutes (a bound held full by young records, as minted ids re-reported keep it): the least recently applied; a copy of its reporter's last report would count twice; by action",
+            report_marks_shed.clone(),
         );
         let receipts_shed = Family::<LeaseLabels, Counter>::default();
         registry.register(
@@ -412,7 +412,7 @@ impl Metrics {
             receipts_shed,
             reservations_unheld,
             report_marks_dropped,
-            reports_deferred,
+            report_marks_shed,
         }
     }
 
@@ -428,13 +428,16 @@ impl Metrics {
             .inc_by(n);
     }
 
-    /// Counts one report of `action` not applied: its set of records was full of young ones.
-    pub fn report_deferred(&self, action: &str) {
-        self.reports_deferred
+    /// Counts `n` young report sequence records of `action` shed at the bound.
+    pub fn report_marks_shed(&self, action: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.report_marks_shed
             .get_or_create(&LeaseLabels {
                 action: action.to_owned(),
             })
-            .inc();
+            .inc_by(n);
     }
 
     /// Counts one allowed reservation of `action` that is not shown as in flight.

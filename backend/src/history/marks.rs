@@ -5,13 +5,18 @@
 //! without a rule share one such set (keyed by action and reporter), so minted action names do not
 //! escape the bound either.
 //!
-//! At the bound a new reporter's record replaces the least recently applied one, unless that one
-//! was applied within [`REPORT_MARK_SETTLE_MS`]: then the new reporter's report is not applied
-//! ([`ReportApplied::Full`]: answered 503, the filter sends it again at its next tick). Why:
-//! a record that young may still see a copy of its reporter's last report (the filter resends one
-//! whose answer it did not get), and dropping it would count that copy twice. A reporter whose
-//! record was dropped (silent for at least that long) is a new reporter for its next report,
-//! whose `seq` the backend has never applied: it is applied, once.
+//! At the bound a new reporter's record always gets in: records not applied within a day go
+//! first, then the least recently applied one, **dropped** if it was applied at least
+//! [`REPORT_MARK_SETTLE_MS`] ago, else **shed** (counted apart). A new reporter is never refused:
+//! a client re-reporting minted ids to keep them young would otherwise hold the bound full, and
+//! every real new reporter (the workers of a restarted Envoy) would be turned away, its counts
+//! never reaching the history. What shedding a young record risks: a copy of its reporter's last
+//! report (the filter resends one whose answer it did not get, a tick later) meeting no record is
+//! counted twice. A shed record is the least recently applied of the bound's, so that takes more
+//! than [`MAX_REPORTERS_PER_ACTION`] reports of other reporters between a report and its copy; a
+//! spray re-reporting its ids sheds its own oldest ones first, and a filter reporting every
+//! period stays younger than them. A reporter whose record went is a new reporter for its next
+//! report, whose `seq` the backend has never applied: it is applied, once.
 //!
 //! This is the memory store's set ([`ReporterMarks`]); `history_record.lua` is its twin in Redis
 //! (a hash of seqs and a zset of times per action, in the action's hash tag), held to the same
@@ -26,16 +31,16 @@ use super::REPORT_MARK_TTL_MS;
 /// What applying one action's report did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReportApplied {
-    /// Applied; `dropped` records (0 or 1) of other reporters made room for a new one.
+    /// Applied; a record of another reporter (at most one, dropped or shed) made room for a new
+    /// one.
     Applied {
-        /// Records dropped at the bound to make room.
+        /// Settled records dropped at the bound to make room.
         dropped: u64,
+        /// Young records (applied within [`REPORT_MARK_SETTLE_MS`]) shed to make room.
+        shed: u64,
     },
     /// A copy of a report already applied (its `seq` is not above the reporter's): nothing done.
     Copy,
-    /// A new reporter, and the action's set is full of records applied within
-    /// [`REPORT_MARK_SETTLE_MS`]: nothing done; the report is to be sent again.
-    Full,
 }
 
 /// The member a mark is kept under in its set: the reporter, or for an action without a rule
@@ -75,9 +80,10 @@ impl ReporterMarks {
 
     /// Applies a report of `member` with `seq` at `now_ms` (see the module docs): a copy when a
     /// live record holds this seq or a higher one; else the record is raised, a new member
-    /// making room at the bound (expired records first, then the oldest if it is settled).
+    /// making room at the bound (expired records first, then the oldest: dropped when settled,
+    /// shed when young).
     pub fn apply(&mut self, member: &str, seq: u64, now_ms: u64) -> ReportApplied {
-        let mut dropped = 0;
+        let (mut dropped, mut shed) = (0, 0);
         match self.by_member.get(member) {
             Some(&(held, at)) if at.saturating_add(REPORT_MARK_TTL_MS) > now_ms && seq <= held => {
                 return ReportApplied::Copy;
@@ -90,21 +96,20 @@ impl ReporterMarks {
                     self.drop_expired(now_ms);
                 }
                 if self.by_member.len() >= MAX_REPORTERS_PER_ACTION {
-                    let Some((at, oldest)) = self.by_age.first().cloned() else {
-                        return ReportApplied::Full;
-                    };
-                    if at.saturating_add(REPORT_MARK_SETTLE_MS) > now_ms {
-                        return ReportApplied::Full;
+                    if let Some((at, oldest)) = self.by_age.pop_first() {
+                        self.by_member.remove(&oldest);
+                        if at.saturating_add(REPORT_MARK_SETTLE_MS) > now_ms {
+                            shed = 1;
+                        } else {
+                            dropped = 1;
+                        }
                     }
-                    self.by_age.remove(&(at, oldest.clone()));
-                    self.by_member.remove(&oldest);
-                    dropped = 1;
                 }
             }
         }
         self.by_member.insert(member.to_owned(), (seq, now_ms));
         self.by_age.insert((now_ms, member.to_owned()));
-        ReportApplied::Applied { dropped }
+        ReportApplied::Applied { dropped, shed }
     }
 
     /// Forgets the records not applied within [`REPORT_MARK_TTL_MS`] of `now_ms` (a day: as if
@@ -129,55 +134,109 @@ mod tests {
     #[test]
     fn a_copy_applies_once_and_a_higher_seq_again() {
         let mut m = ReporterMarks::default();
-        assert_eq!(m.apply("r1", 1, T0), ReportApplied::Applied { dropped: 0 });
+        assert_eq!(
+            m.apply("r1", 1, T0),
+            ReportApplied::Applied {
+                dropped: 0,
+                shed: 0
+            }
+        );
         assert_eq!(m.apply("r1", 1, T0 + 1), ReportApplied::Copy);
         assert_eq!(
             m.apply("r1", 2, T0 + 2),
-            ReportApplied::Applied { dropped: 0 }
+            ReportApplied::Applied {
+                dropped: 0,
+                shed: 0
+            }
         );
         assert_eq!(m.apply("r1", 1, T0 + 3), ReportApplied::Copy, "a late copy");
         // A day after its last apply the record is gone: the reporter starts again.
         assert_eq!(
             m.apply("r1", 1, T0 + 2 + REPORT_MARK_TTL_MS),
-            ReportApplied::Applied { dropped: 0 }
+            ReportApplied::Applied {
+                dropped: 0,
+                shed: 0
+            }
         );
     }
 
     #[test]
-    fn at_the_bound_the_oldest_settled_record_goes_and_a_young_set_refuses() {
+    fn at_the_bound_the_oldest_record_goes_settled_or_young() {
         let mut m = ReporterMarks::default();
         let cap = MAX_REPORTERS_PER_ACTION as u64;
         for i in 0..cap {
             assert_eq!(
                 m.apply(&format!("r{i:05}"), 1, T0 + i),
-                ReportApplied::Applied { dropped: 0 }
+                ReportApplied::Applied {
+                    dropped: 0,
+                    shed: 0
+                }
             );
         }
-        // Everyone applied within the settle span: a new reporter waits, the others go on.
+        // Everyone applied within the settle span: a new reporter still gets in, shedding the
+        // least recently applied record (r00000); the others go on.
         let young = T0 + REPORT_MARK_SETTLE_MS - 1;
-        assert_eq!(m.apply("new", 1, young), ReportApplied::Full);
         assert_eq!(
-            m.apply("r00000", 2, young),
-            ReportApplied::Applied { dropped: 0 }
+            m.apply("new", 1, young),
+            ReportApplied::Applied {
+                dropped: 0,
+                shed: 1
+            }
         );
+        assert!(m.holds("new") && !m.holds("r00000"));
+        assert_eq!(m.len(), MAX_REPORTERS_PER_ACTION);
         assert_eq!(m.apply("r00001", 1, young), ReportApplied::Copy);
+        assert_eq!(m.apply("new", 1, young), ReportApplied::Copy);
         // r00001 is now the least recently applied (at T0 + 1), settled 10 minutes later: the
-        // next new reporter replaces it (r00000 was applied again since).
+        // next new reporter drops it.
         let settled = T0 + 1 + REPORT_MARK_SETTLE_MS;
         assert_eq!(
-            m.apply("new", 1, settled),
-            ReportApplied::Applied { dropped: 1 }
+            m.apply("new2", 1, settled),
+            ReportApplied::Applied {
+                dropped: 1,
+                shed: 0
+            }
         );
         assert_eq!(m.len(), MAX_REPORTERS_PER_ACTION);
-        assert!(!m.holds("r00001") && m.holds("r00000") && m.holds("new"));
+        assert!(!m.holds("r00001") && m.holds("new") && m.holds("new2"));
         // The dropped reporter's next report is a new reporter's: applied (replacing the next
         // oldest, r00002), once.
         assert_eq!(
             m.apply("r00001", 2, settled + 1),
-            ReportApplied::Applied { dropped: 1 }
+            ReportApplied::Applied {
+                dropped: 1,
+                shed: 0
+            }
         );
         assert_eq!(m.apply("r00001", 2, settled + 2), ReportApplied::Copy);
         assert!(!m.holds("r00002"));
+    }
+
+    #[test]
+    fn a_spray_of_minted_ids_kept_young_never_keeps_a_new_reporter_out() {
+        let mut m = ReporterMarks::default();
+        let cap = MAX_REPORTERS_PER_ACTION as u64;
+        // A client mints the bound's ids and more, re-reporting them to keep them young.
+        for round in 0..3u64 {
+            for i in 0..cap + 100 {
+                let at = T0 + round * 1_000 + i / 100;
+                assert!(matches!(
+                    m.apply(&format!("minted{i}"), round + 1, at),
+                    ReportApplied::Applied { .. }
+                ));
+            }
+        }
+        // A restarted Envoy's worker, a second later: applied, then recognised.
+        let now = T0 + 3_000 + cap / 100 + 1;
+        assert_eq!(
+            m.apply("worker", 1, now),
+            ReportApplied::Applied {
+                dropped: 0,
+                shed: 1
+            }
+        );
+        assert_eq!(m.apply("worker", 1, now + 1), ReportApplied::Copy);
+        assert_eq!(m.len(), MAX_REPORTERS_PER_ACTION);
     }
 
     #[test]
@@ -189,7 +248,10 @@ mod tests {
         let later = T0 + REPORT_MARK_TTL_MS;
         assert_eq!(
             m.apply("new", 1, later),
-            ReportApplied::Applied { dropped: 0 }
+            ReportApplied::Applied {
+                dropped: 0,
+                shed: 0
+            }
         );
         assert_eq!(m.len(), 1);
     }

@@ -169,18 +169,6 @@ pub enum IngestError {
     /// before the failure is recognised then.
     #[error("{0}")]
     Store(StoreError),
-    /// The action's report records are at their bound, every one applied within the settle
-    /// span (`REPORT_MARK_SETTLE_MS`), and this reporter has none: not applied, to be sent again
-    /// (the records before it in the report were applied, and their copies are recognised).
-    #[error(
-        "too many filter reporters for action {action}: its {most} report records were all applied within the last {settle_s} s; send the report again",
-        most = sluice_core::limits::MAX_REPORTERS_PER_ACTION,
-        settle_s = sluice_core::limits::REPORT_MARK_SETTLE_MS / 1000
-    )]
-    Full {
-        /// The action's label (its name, or `(unknown)`).
-        action: String,
-    },
 }
 
 /// Validates `report` (the refusal names the field) and counts it at `now_ms`: a report with an
@@ -240,19 +228,12 @@ pub async fn ingest(
                     }
                 };
                 let count = match applied {
-                    ReportApplied::Applied { dropped } => {
+                    ReportApplied::Applied { dropped, shed } => {
                         sinks.metrics.report_marks_dropped(label, dropped);
+                        sinks.metrics.report_marks_shed(label, shed);
                         attempt.end(Ended::Applied)
                     }
                     ReportApplied::Copy => attempt.end(Ended::Copy),
-                    ReportApplied::Full => {
-                        // Not applied: the filter sends it again (its next copy is applied).
-                        attempt.end(Ended::Unknown);
-                        sinks.metrics.report_deferred(label);
-                        return Err(IngestError::Full {
-                            action: label.to_owned(),
-                        });
-                    }
                 };
                 if !count {
                     ingested.copies += 1;

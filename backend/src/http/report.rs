@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
-use sluice_core::wire::{ApiError, ErrorCode, FilterReport};
+use sluice_core::wire::{ApiError, FilterReport};
 
 use super::error::ApiFailure;
 use super::input;
@@ -26,7 +26,7 @@ use crate::store::StoreError;
     request_body = FilterReport,
     responses(
         (status = 204, description = "Counted, or a copy of a report already counted (same `reporter` and `seq`): counted nowhere. With an identity, in the history and the metrics at once; without, in the history within a flush (≤ 250 ms)"),
-        (status = 503, description = "The store did not answer (`store_*`), or (`overloaded`) the action already keeps its most reporters' records (16384), all applied within the last 10 minutes, and this reporter has none: send the same report again", body = ApiError),
+        (status = 503, description = "The store did not answer (`store_*`): send the same report again", body = ApiError),
         (status = 400, description = "Bad input; `field` names the field at fault (`actions[3].action`)", body = ApiError),
         (status = 413, description = "Body larger than 64 KiB", body = ApiError),
         (status = 415, description = "`unsupported_media_type`: the body is not declared `Content-Type: application/json`", body = ApiError),
@@ -56,13 +56,6 @@ pub async fn report(
         let e = match tokio::time::timeout(app.store_deadline, counted).await {
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(IngestError::Invalid(e))) => return Err(ApiFailure::from_request_error(e)),
-            Ok(Err(e @ IngestError::Full { .. })) => {
-                return Err(ApiFailure::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::Overloaded,
-                    e.to_string(),
-                ))
-            }
             Ok(Err(IngestError::Store(e))) => e,
             Err(_) => StoreError::Timeout(
                 u64::try_from(app.store_deadline.as_millis()).unwrap_or(u64::MAX),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use sluice_core::rlqs::mapping_rules::{Mapped, Mapping};
-use sluice_core::rlqs::rebalance::{by_demand_turn, slack, smooth, starving, ROTATE_EVERY_TICKS};
+use sluice_core::rlqs::rebalance::{by_demand_of, slack, smooth, starving, ROTATE_EVERY_TICKS};
 use sluice_core::rlqs::shape::{shape_for, Shape};
 use sluice_core::rlqs::{ABANDON_AFTER_IDLE_REPORTS, TICK_MS};
 use sluice_core::time::NANOS_PER_SEC;
@@ -35,6 +35,7 @@ use tokio::sync::mpsc;
 mod arrivals;
 mod claims;
 mod fresh;
+mod peer;
 mod registry;
 mod tick;
 mod view;
@@ -142,6 +143,8 @@ struct Share {
     idle_reports: u32,
     /// Requests per report (allowed and denied), smoothed: what its rate is weighed by.
     demand: Option<u64>,
+    /// Its stream's peer (`ledger/peer.rs`): one peer's holders share one part of the split.
+    peer: u64,
 }
 
 type ShareId = (StreamId, String);
@@ -180,7 +183,7 @@ struct KeyEntry {
     /// The whole bucket the ceiling was last synced for: a holder joining a window rule grows
     /// it, and a ceiling synced for fewer holders would hold the burst back ([`shape_for`]).
     synced_whole: Option<Shape>,
-    /// With more holders than burst units, whose turn it is ([`by_demand_turn`]), and the
+    /// With more holders than burst units, whose turn it is ([`by_demand_of`]), and the
     /// ticks since it last moved.
     turn: usize,
     since_turn: u32,
@@ -223,9 +226,10 @@ impl KeyEntry {
     }
 
     /// Each holder's target share, by position in `shares`: bursts equal (rotated when the
-    /// holders outnumber the units), rates by demand.
+    /// holders outnumber the units), rates by demand, weighed fairly among peers.
     fn targets(&self) -> Vec<Shape> {
-        by_demand_turn(self.total(), &self.demands(), self.turn)
+        let peers: Vec<u64> = self.shares.values().map(|s| s.peer).collect();
+        by_demand_of(self.total(), &self.demands(), &peers, self.turn)
     }
 
     /// Each holder's demand, by position in `shares`.
@@ -473,6 +477,7 @@ impl Ledger {
             return;
         };
         let ttl = self.ttl;
+        let peer = self.peer_of(sid.0);
         let entry = self
             .keys
             .entry(id.clone())
@@ -490,6 +495,7 @@ impl Ledger {
             post_debited: 0,
             idle_reports: 0,
             demand: None,
+            peer,
         });
         share.expires = now + ttl;
         // `seen` was capped when the report was read (`ledger/claims.rs`).

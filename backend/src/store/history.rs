@@ -19,9 +19,10 @@ pub trait HistoryStore: Send + Sync + 'static {
     /// Applies one action's filter-report counts once per (action, reporter, seq): when `mark.seq`
     /// is above the highest applied for (action, reporter), adds `record` (as `record_history`
     /// does) and raises the mark, in one atomic step; otherwise changes nothing. The marks are
-    /// bounded per action ([`crate::history::marks`]): a new reporter may drop the least recently
-    /// applied settled record (`Applied { dropped: 1 }`) or find the set full of young ones
-    /// (`Full`: nothing done). A record with zero counts and last seen 0 only raises the mark.
+    /// bounded per action ([`crate::history::marks`]): a new reporter makes room by dropping the
+    /// least recently applied record (`Applied { dropped: 1 }` when it was settled, `shed: 1`
+    /// when young); it is never refused. A record with zero counts and last seen 0 only raises
+    /// the mark.
     async fn apply_report(
         &self,
         mark: &ReportMark,

@@ -309,7 +309,10 @@ pub async fn reports_apply_once(store: &dyn Store) {
     let apply = |m: ReportMark, r: HistoryRecord| async move {
         store.apply_report(&m, &r).await.expect("apply")
     };
-    let applied = ReportApplied::Applied { dropped: 0 };
+    let applied = ReportApplied::Applied {
+        dropped: 0,
+        shed: 0,
+    };
     let copy = ReportApplied::Copy;
     assert_eq!(apply(mark("w1", 1), passed(3)).await, applied);
     assert_eq!(apply(mark("w1", 1), passed(3)).await, copy, "a copy");

@@ -54,6 +54,7 @@ mod redis_tls;
 mod report_bound;
 mod report_log;
 mod rlqs;
+mod rlqs_fair;
 mod rlqs_memory;
 mod rlqs_shares;
 mod rlqs_view;

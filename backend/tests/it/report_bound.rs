@@ -2,10 +2,11 @@
 //! accepts any reporter id, so a client minting ids must not grow the store without bound. At
 //! fixed times, through the report path itself (`history::report::ingest`, whose metrics the
 //! test reads), on the memory store, a redis-server and a Redis Cluster: the cap's reporters fill
-//! an action's set; a new reporter while all are young is refused (503 `overloaded`, nothing
-//! applied, counted); once they are settled, N more reporters drop exactly the N oldest (counted),
-//! the cap's records remain; a dropped reporter's next report is applied once, and a copy of it is
-//! recognised. Actions without a rule share one set.
+//! an action's set; a new reporter while all are young (a spray of minted ids keeping them so) is
+//! applied, its counts in the history, the oldest record shed (counted); once they are settled, N
+//! more reporters drop exactly the N oldest (counted), the cap's records remain; a dropped
+//! reporter's next report is applied once, and a copy of it is recognised. Actions without a
+//! rule share one set.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +15,8 @@ use std::time::Instant;
 use sluice_backend::history::attempts::Attempts;
 use sluice_backend::history::edge::Edge;
 use sluice_backend::history::pending::HistoryPending;
-use sluice_backend::history::report::{ingest, IngestError, Ingested, Sinks, UncheckedWarnings};
+use sluice_backend::history::report::{ingest, Ingested, Sinks, UncheckedWarnings};
+use sluice_backend::history::step_start;
 use sluice_backend::metrics::Metrics;
 use sluice_backend::rules::RuleSet;
 use sluice_backend::store::memory::MemoryStore;
@@ -22,6 +24,7 @@ use sluice_backend::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use sluice_backend::store::Store;
 use sluice_core::limits::{MAX_REPORTERS_PER_ACTION, REPORT_MARK_SETTLE_MS};
 use sluice_core::wire::FilterReport;
+use sluice_core::Action;
 
 use crate::store_suite::rule;
 use crate::support::{RedisCluster, RedisServer};
@@ -104,19 +107,38 @@ pub async fn report_records_are_bounded(store: &dyn Store) {
         let got = send(report(&reporter(i), 1, &["rb"]), T0 + i).await;
         assert_eq!(got.expect("applied"), applied(1, 0), "{i} ({kind})");
     }
-    // All applied within the settle span: a new reporter is refused, nothing applied; the
-    // reporters already held go on (a copy is a copy, a next seq is applied).
+    // All applied within the settle span (minted ids kept young): a new reporter (a restarted
+    // Envoy's worker) is applied all the same, its counts in the history; the least recently
+    // applied record (reporter 0) is shed, counted. The reporters held go on.
     let young = T0 + cap;
-    let refused = send(report("new0", 1, &["rb"]), young).await;
-    assert!(
-        matches!(refused, Err(IngestError::Full { ref action }) if action == "rb"),
-        "{refused:?} ({kind})"
+    let leased_at = |at: u64| async move {
+        let action = Action::parse("rb").expect("an action");
+        let stored = store
+            .read_history(&action, step_start(at), 1, at)
+            .await
+            .expect("history");
+        stored.steps.iter().map(|(_, t)| t.leased).sum::<u64>()
+    };
+    let before = leased_at(young).await;
+    let got = send(report("restarted", 1, &["rb"]), young).await;
+    assert_eq!(got.expect("applied"), applied(1, 0), "({kind})");
+    assert_eq!(
+        leased_at(young).await,
+        before + 1,
+        "in the history ({kind})"
     );
-    assert_eq!(counter(&metrics, "sluice_reports_deferred_total", "rb"), 1);
+    assert_eq!(counter(&metrics, "sluice_report_marks_shed_total", "rb"), 1);
+    assert_eq!(
+        counter(&metrics, "sluice_report_marks_dropped_total", "rb"),
+        0
+    );
+    let again = send(report("restarted", 1, &["rb"]), young).await;
+    assert_eq!(again.expect("a copy"), copy, "({kind})");
     let again = send(report(&reporter(cap - 1), 1, &["rb"]), young).await;
     assert_eq!(again.expect("a copy"), copy, "({kind})");
-    // N new reporters once the oldest are settled: exactly the N oldest go, one each.
-    let settled = T0 + REPORT_MARK_SETTLE_MS + N - 1;
+    // N new reporters once the oldest are settled: exactly the N oldest (reporters 1..=N) go,
+    // one each.
+    let settled = T0 + REPORT_MARK_SETTLE_MS + N;
     for j in 0..N {
         let got = send(report(&format!("new{j}"), 1, &["rb"]), settled).await;
         assert_eq!(got.expect("applied"), applied(1, 0), "new{j} ({kind})");
@@ -128,7 +150,7 @@ pub async fn report_records_are_bounded(store: &dyn Store) {
     );
     // Exactly the cap's records remain: every later reporter's copy is recognised (a copy
     // changes nothing), and so is every new one's.
-    for i in N..cap {
+    for i in N + 1..cap {
         let got = send(report(&reporter(i), 1, &["rb"]), settled).await;
         assert_eq!(got.expect("a copy"), copy, "{i} kept ({kind})");
     }
@@ -136,8 +158,8 @@ pub async fn report_records_are_bounded(store: &dyn Store) {
         let got = send(report(&format!("new{j}"), 1, &["rb"]), settled).await;
         assert_eq!(got.expect("a copy"), copy, "new{j} kept ({kind})");
     }
-    // A dropped reporter: its next report (seq 2) is a new reporter's, applied once (making room
-    // by dropping the next oldest, reporter N), and its copy is recognised.
+    // A shed reporter: its next report (seq 2) is a new reporter's, applied once (making room
+    // by dropping the next oldest, reporter N + 1), and its copy is recognised.
     let back = T0 + REPORT_MARK_SETTLE_MS + N + 1;
     let got = send(report(&reporter(0), 2, &["rb"]), back).await;
     assert_eq!(got.expect("applied"), applied(1, 0), "({kind})");
@@ -175,12 +197,12 @@ async fn redis_report_records_are_bounded_in_the_actions_slot() {
     let cap = MAX_REPORTERS_PER_ACTION.to_string();
     assert_eq!(cli(&["HLEN", seqs]), cap);
     assert_eq!(cli(&["ZCARD", times]), cap);
-    // The oldest went (reporter 0 came back; 1..=N did not), the newest stayed.
+    // The oldest went (reporter 0 came back; 1..=N + 1 did not), the newest stayed.
     assert_eq!(cli(&["HGET", seqs, &reporter(0)]), "2");
-    for i in 1..=N {
+    for i in 1..=N + 1 {
         assert_eq!(cli(&["HEXISTS", seqs, &reporter(i)]), "0", "{i}");
     }
-    assert_eq!(cli(&["HEXISTS", seqs, &reporter(N + 1)]), "1");
+    assert_eq!(cli(&["HEXISTS", seqs, &reporter(N + 2)]), "1");
     // Actions without a rule live in the shared set, not under their own names; every key has
     // a TTL of a day.
     assert_eq!(cli(&["HLEN", "{sluice:history:(unknown)}:reporters"]), "2");

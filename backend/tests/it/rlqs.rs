@@ -577,7 +577,8 @@ async fn rates_follow_demand_a_busy_holder_gets_more_and_an_idle_one_gives_it_ba
         }
     }
     let (busy_rate, idle_rate) = (last.0.unwrap(), last.1.unwrap());
-    // Demands 60 and 1: weights 60·8 + 61 and 8 + 61 of the rule's 10 per second.
+    // Demands 60 and 1, water-filled to 49 and 1 (the rule's rates serve 50 a report): weights
+    // 49·8 + 50 and 8 + 50 of the rule's 10 per second.
     assert!(busy_rate >= 8 && idle_rate >= 1, "{busy_rate} {idle_rate}");
     assert!(busy_rate + idle_rate <= 10, "{busy_rate} + {idle_rate}");
     rig.stop().await;

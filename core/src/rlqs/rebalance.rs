@@ -1,28 +1,45 @@
-//! Shares from demand: each Envoy holding a key gets a rate in proportion to the requests it
-//! reports, so a busy Envoy gets more and an idle one gives its share back, while the rates
-//! still sum to the rule's. Bursts stay equal ([`split`]): a burst moved from one Envoy to
-//! another would have to be paid again (Envoy keeps a replaced bucket's fill fraction), rates
-//! move for free on the next tick.
+//! Shares from demand: each Envoy holding a key gets a rate by the requests it reports, so a
+//! busy Envoy gets more and an idle one gives its share back, while the rates still sum to the
+//! rule's. Bursts stay equal ([`split`]): a burst moved from one Envoy to another would have to
+//! be paid again (Envoy keeps a replaced bucket's fill fraction), rates move for free on the
+//! next tick.
 //!
-//! An idle holder keeps a floor (an equal share's weight over [`IDLE_WEIGHT_DIVISOR`]) so its
+//! Demand is a client's word, so it is weighed fairly, not as sent ([`fair_demands`]): what the
+//! rates serve over one report interval is water-filled among the holders' peers (an Envoy's
+//! address and domain), then within each peer among its holders. So a holder reporting absurd
+//! demand gets at most an equal share unless the others report less than theirs, and a client
+//! that reconnects often (each closed stream's holder lives until its TTL) counts once, however
+//! many holders it leaves behind.
+//!
+//! An idle peer keeps a floor (an equal share's weight over [`IDLE_WEIGHT_DIVISOR`]) so its
 //! first requests after a pause are not all denied until its next report (5 s). Demand is
 //! smoothed over reports ([`smooth`]) and a share within [`slack`] of its target is left as it
 //! is, so noise in the reports does not push a new bucket to every Envoy on every tick.
 
-use super::shape::{split, Shape};
+use std::collections::BTreeMap;
 
-/// An idle holder's weight is an equal share's over this: 1/4 of its fair rate stays with it.
+use super::shape::{split, Shape};
+use super::ENVOY_REPORT_INTERVAL_S;
+
+/// An idle peer's weight is an equal share's over this: 1/4 of its fair rate stays with it.
 pub const IDLE_WEIGHT_DIVISOR: u64 = 4;
 
 /// A share is lowered towards its target only when it is above it by more than the rule's rate
 /// over this (unless the shares sum above the rule: then every share above its target is).
 pub const SLACK_DIVISOR: u32 = 10;
 
-/// Each holder's target: bursts split equally, rates in proportion to `demands` (requests per
-/// report, smoothed), with the idle floor; equal when nobody reports demand. The rates sum to
-/// the rule's exactly (largest remainders, ties to the first holders).
+/// Each holder's target, every holder its own peer: bursts split equally, rates by `demands`
+/// (requests per report, smoothed) weighed fairly ([`fair_demands`]: in proportion while they
+/// fit what the rates serve), with the idle floor; equal when nobody reports demand. The rates
+/// sum to the rule's exactly (largest remainders, ties to the first holders).
 pub fn by_demand(total: Shape, demands: &[u64]) -> Vec<Shape> {
     by_demand_turn(total, demands, 0)
+}
+
+/// [`by_demand_of`] with every holder its own peer.
+pub fn by_demand_turn(total: Shape, demands: &[u64], turn: usize) -> Vec<Shape> {
+    let peers: Vec<u64> = (0..demands.len() as u64).collect();
+    by_demand_of(total, demands, &peers, turn)
 }
 
 /// [`by_demand`] when there may be more holders than burst units (`max_tokens`). An Envoy
@@ -33,10 +50,13 @@ pub fn by_demand(total: Shape, demands: &[u64]) -> Vec<Shape> {
 /// the rule's rate is split by demand among the holders with a unit, the others get nothing
 /// (their target is `DENY_ALL` until their turn). So with d holders reporting demand and b
 /// units, each gets a unit at least once every ⌈d / b⌉ rotations.
-pub fn by_demand_turn(total: Shape, demands: &[u64], turn: usize) -> Vec<Shape> {
+///
+/// `peers[i]` names holder i's peer: holders of one peer share one peer's part of the rate
+/// ([`fair_demands`]).
+pub fn by_demand_of(total: Shape, demands: &[u64], peers: &[u64], turn: usize) -> Vec<Shape> {
     let units = usize::try_from(total.max_tokens).unwrap_or(usize::MAX);
     if demands.len() <= units {
-        return weigh(split(total, demands.len()), total, demands);
+        return weigh(split(total, demands.len()), total, demands, peers);
     }
     let mut order: Vec<usize> = (0..demands.len()).filter(|i| demands[*i] > 0).collect();
     if !order.is_empty() {
@@ -47,7 +67,11 @@ pub fn by_demand_turn(total: Shape, demands: &[u64], turn: usize) -> Vec<Shape> 
     order.truncate(units);
     order.sort_unstable();
     let chosen: Vec<u64> = order.iter().map(|i| demands[*i]).collect();
-    let given = weigh(split(total, order.len()), total, &chosen);
+    let chosen_peers: Vec<u64> = order
+        .iter()
+        .map(|i| peers.get(*i).copied().unwrap_or(u64::MAX - *i as u64))
+        .collect();
+    let given = weigh(split(total, order.len()), total, &chosen, &chosen_peers);
     let mut shares = vec![
         Shape {
             max_tokens: 0,
@@ -74,16 +98,120 @@ pub fn starving(targets: &[Shape], demands: &[u64]) -> bool {
         .any(|(t, d)| t.max_tokens == 0 && *d > 0)
 }
 
-/// Rates of `shares` (bursts already set) in proportion to `demands`, with the idle floor.
-fn weigh(mut shares: Vec<Shape>, total: Shape, demands: &[u64]) -> Vec<Shape> {
-    let sum: u128 = demands.iter().map(|d| u128::from(*d)).sum();
-    if sum == 0 || shares.is_empty() {
+/// What the rates of `total` serve over one report interval of Envoy's (rounded up): the most
+/// demand any split can serve, the supply [`fair_demands`] water-fills.
+pub fn serves_per_report(total: Shape) -> u64 {
+    let rate = u128::from(total.tokens_per_fill) * u128::from(ENVOY_REPORT_INTERVAL_S);
+    let per = u128::from(total.fill_interval_s.max(1));
+    u64::try_from(rate.div_ceil(per)).unwrap_or(u64::MAX)
+}
+
+/// The level that water-fills `supply` among `needs`: each need up to it is met in full and the
+/// rest get the level; `None` when the needs fit (nobody is capped).
+fn water_level(needs: &[u64], supply: u64) -> Option<u64> {
+    let sum: u128 = needs.iter().map(|d| u128::from(*d)).sum();
+    if sum <= u128::from(supply) {
+        return None;
+    }
+    let mut sorted = needs.to_vec();
+    sorted.sort_unstable();
+    let mut left = u128::from(supply);
+    let mut rest = sorted.len() as u128;
+    for d in sorted {
+        if u128::from(d) * rest <= left {
+            left -= u128::from(d);
+            rest -= 1;
+        } else {
+            return Some(u64::try_from(left / rest).unwrap_or(u64::MAX));
+        }
+    }
+    None
+}
+
+fn capped(needs: &[u64], supply: u64) -> Vec<u64> {
+    match water_level(needs, supply) {
+        Some(level) => needs.iter().map(|d| (*d).min(level)).collect(),
+        None => needs.to_vec(),
+    }
+}
+
+/// Each holder's demand as the split weighs it. A report's counts are a client's word, so what
+/// the rates serve over one report interval ([`serves_per_report`]) is water-filled: first
+/// among the peers (`peers[i]` is holder i's: the demands of one peer's holders add up), then
+/// each peer's part among its own holders. No peer is weighed above an equal part of that
+/// supply unless others need less than theirs, and when all demand fits, it is weighed as
+/// sent. Absurd demand weighs no more than the supply, and a peer's many holders (a client
+/// reconnecting: every closed stream's holder stays until its TTL) weigh as one.
+pub fn fair_demands(total: Shape, demands: &[u64], peers: &[u64]) -> Vec<u64> {
+    let supply = serves_per_report(total);
+    let groups = groups(peers);
+    let per_peer: Vec<u64> = groups
+        .iter()
+        .map(|members| {
+            members
+                .iter()
+                .map(|i| demands.get(*i).copied().unwrap_or(0))
+                .fold(0u64, u64::saturating_add)
+        })
+        .collect();
+    let parts = capped(&per_peer, supply);
+    let mut out = vec![0; demands.len()];
+    for (members, part) in groups.iter().zip(parts) {
+        let own: Vec<u64> = members
+            .iter()
+            .map(|i| demands.get(*i).copied().unwrap_or(0))
+            .collect();
+        for (i, c) in members.iter().zip(capped(&own, part)) {
+            out[*i] = c;
+        }
+    }
+    out
+}
+
+/// The holders of each peer, by position, peers in order of first appearance.
+/// (A map, not a scan: a key may have thousands of holders, and this runs per grant and tick.)
+fn groups(peers: &[u64]) -> Vec<Vec<usize>> {
+    let mut index: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, p) in peers.iter().enumerate() {
+        let g = *index.entry(*p).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    groups
+}
+
+/// Scale of the weights, so that a peer's floor divides among its holders with no visible loss.
+const WEIGHT_SCALE: u128 = 1 << 32;
+
+/// Rates of `shares` (bursts already set) by the fair demands ([`fair_demands`]), with the idle
+/// floor given per peer (split among its holders).
+fn weigh(mut shares: Vec<Shape>, total: Shape, demands: &[u64], peers: &[u64]) -> Vec<Shape> {
+    if shares.is_empty() {
         return shares;
     }
-    let n = demands.len() as u128;
-    let weights: Vec<u128> = demands
+    let groups = groups(peers);
+    let fair = fair_demands(total, demands, peers);
+    let sum: u128 = fair.iter().map(|d| u128::from(*d)).sum();
+    if sum == 0 && groups.len() == shares.len() {
+        return shares;
+    }
+    let mut of_peer = vec![1u128; shares.len()];
+    for members in &groups {
+        for i in members {
+            of_peer[*i] = members.len() as u128;
+        }
+    }
+    let p = groups.len() as u128;
+    let floor = sum.max(1) * WEIGHT_SCALE;
+    let weights: Vec<u128> = fair
         .iter()
-        .map(|d| u128::from(*d) * n * u128::from(IDLE_WEIGHT_DIVISOR) + sum)
+        .zip(&of_peer)
+        .map(|(d, k)| {
+            u128::from(*d) * p * u128::from(IDLE_WEIGHT_DIVISOR) * WEIGHT_SCALE + floor / k
+        })
         .collect();
     let weight_sum: u128 = weights.iter().sum();
     let rate = u128::from(total.tokens_per_fill);
@@ -232,6 +360,59 @@ mod tests {
             by_demand_turn(TOTAL, &[30, 10], 3),
             by_demand(TOTAL, &[30, 10])
         );
+    }
+
+    #[test]
+    fn absurd_demand_gets_no_more_than_an_equal_share_while_the_others_use_theirs() {
+        // The rule serves 50 requests per report interval (10/s over 5 s).
+        assert_eq!(serves_per_report(TOTAL), 50);
+        assert_eq!(rates(&[u64::MAX, 30]), vec![5, 5]);
+        assert_eq!(rates(&[1_000_000_000, 25]), vec![5, 5]);
+        assert_eq!(rates(&[u64::MAX, 40, 40, 40]), rates(&[40, 40, 40, 40]));
+        for others in [13u64, 25, 100, 10_000] {
+            for n in 2..=6usize {
+                let mut demands = vec![others; n];
+                demands[0] = u64::MAX;
+                let shares = rates(&demands);
+                let fair = TOTAL.tokens_per_fill.div_ceil(n as u32);
+                // Each other holder needs at least an equal part of the 50: no more than fair.
+                if others * n as u64 >= 50 {
+                    assert!(shares[0] <= fair, "{demands:?}: {shares:?}");
+                }
+                assert_eq!(shares.iter().sum::<u32>(), TOTAL.tokens_per_fill);
+            }
+        }
+        // What the others leave unused goes to it: they need 2/s (10 per report) each.
+        assert_eq!(rates(&[u64::MAX, 10]), vec![7, 3]);
+        assert_eq!(rates(&[u64::MAX, 0]), vec![9, 1]);
+        // Demand that fits is weighed as sent.
+        assert_eq!(fair_demands(TOTAL, &[30, 10], &[0, 1]), vec![30, 10]);
+        assert_eq!(fair_demands(TOTAL, &[u64::MAX, 30], &[0, 1]), vec![25, 25]);
+        assert_eq!(fair_demands(TOTAL, &[u64::MAX, 10], &[0, 1]), vec![40, 10]);
+    }
+
+    #[test]
+    fn a_peers_many_holders_count_as_one() {
+        let of = |demands: &[u64], peers: &[u64]| -> Vec<u32> {
+            by_demand_of(TOTAL, demands, peers, 0)
+                .iter()
+                .map(|s| s.tokens_per_fill)
+                .collect()
+        };
+        // Peer 7 reconnected three times (its old streams' holders live until their TTL), all
+        // reporting demand: together they get what peer 1's one holder gets.
+        let shares = of(&[40, 40, 40, 40], &[1, 7, 7, 7]);
+        assert_eq!(shares[0], 5, "{shares:?}");
+        assert_eq!(shares[1..].iter().sum::<u32>(), 5);
+        // Absurd demand on every one of its holders changes nothing.
+        let shares = of(&[40, u64::MAX, u64::MAX, u64::MAX], &[1, 7, 7, 7]);
+        assert_eq!(shares[0], 5, "{shares:?}");
+        // Nobody reports demand: still half each, not one quarter.
+        assert_eq!(of(&[0, 0, 0, 0], &[1, 7, 7, 7])[0], 5);
+        // One peer alone splits as distinct holders would.
+        assert_eq!(of(&[100, 0], &[3, 3]), rates(&[100, 0]));
+        assert_eq!(of(&[30, 10], &[3, 3]), rates(&[30, 10]));
+        assert_eq!(of(&[0, 0, 0], &[3, 3, 3]), rates(&[0, 0, 0]));
     }
 
     #[test]

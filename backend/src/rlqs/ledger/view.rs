@@ -125,6 +125,7 @@ mod tests {
             post_debited: 0,
             idle_reports: 0,
             demand: None,
+            peer: 0,
         }
     }
 

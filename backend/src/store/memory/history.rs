@@ -126,7 +126,10 @@ mod tests {
             now_ms: T0,
             shared: false,
         };
-        let applied = ReportApplied::Applied { dropped: 0 };
+        let applied = ReportApplied::Applied {
+            dropped: 0,
+            shed: 0,
+        };
         assert_eq!(log.apply_report(&mark("r1", 1), &rec(T0, 3)), applied);
         assert_eq!(
             log.apply_report(&mark("r1", 1), &rec(T0, 3)),

@@ -130,11 +130,11 @@ impl HistoryStore for RedisStore {
             .arg(mark.now_ms)
             .arg(MAX_REPORTERS_PER_ACTION)
             .arg(REPORT_MARK_SETTLE_MS);
-        let (code, dropped): (i64, u64) = self.script(&seqs, "history_record", &invocation).await?;
+        let (code, dropped, shed): (i64, u64, u64) =
+            self.script(&seqs, "history_record", &invocation).await?;
         match code {
-            1 => Ok(ReportApplied::Applied { dropped }),
+            1 => Ok(ReportApplied::Applied { dropped, shed }),
             0 => Ok(ReportApplied::Copy),
-            2 => Ok(ReportApplied::Full),
             other => Err(StoreError::Script {
                 script: "history_record",
                 message: format!("unexpected reply code {other}"),

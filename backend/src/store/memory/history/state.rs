@@ -139,7 +139,7 @@ impl HistoryLog {
     /// Applies `record` unless a report of `mark.reporter` with this or a higher seq was applied
     /// for the action; the marks' lock is held across the check, the raise and the record, so
     /// two copies arriving together apply once. Bounded per action ([`ReporterMarks`]): a new
-    /// reporter's record may drop the oldest settled one, or find the set full (not applied).
+    /// reporter's record makes room by dropping (settled) or shedding (young) the oldest one.
     pub(crate) fn apply_report(&self, mark: &ReportMark, record: &HistoryRecord) -> ReportApplied {
         let mut marks = self
             .marks
@@ -151,7 +151,7 @@ impl HistoryLog {
             .entry(scope)
             .or_default()
             .apply(&member, mark.seq, mark.now_ms);
-        if applied == ReportApplied::Copy || applied == ReportApplied::Full {
+        if applied == ReportApplied::Copy {
             return applied;
         }
         if !record.tally.is_zero() || !record.withdrawn.is_zero() || record.last_seen_ms > 0 {
