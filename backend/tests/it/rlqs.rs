@@ -748,7 +748,17 @@ async fn a_burst_unit_rotates_to_a_holder_without_one() {
     let first = next_for(&mut q1, &alice).await;
     assert_eq!(shape(&token_bucket(first.last().unwrap())), (1, 1, 2));
     // q1 reports demand; q2 joins with demand: one unit, q1's turn first (holders in order).
-    q1.report("edge", vec![usage(alice.clone(), 2)]).await;
+    // q1's demand as one allowed (its paid token) and one denied: reporting 2 allowed of a
+    // capacity of 1 put the key in debt (post-debited), its rate was halved, and whether the
+    // rotated unit could be paid within the deadline became the machine's (issue 38).
+    q1.report(
+        "edge",
+        vec![BucketQuotaUsage {
+            num_requests_denied: 1,
+            ..usage(alice.clone(), 1)
+        }],
+    )
+    .await;
     let _ = next_for(&mut q1, &alice).await;
     let mut q2 = Quota::open(&rig).await;
     q2.report(
@@ -761,11 +771,28 @@ async fn a_burst_unit_rotates_to_a_holder_without_one() {
     .await;
     assert_eq!(next_for(&mut q2, &alice).await, vec![DENY_ALL]);
     let started = std::time::Instant::now();
-    // Within a rotation (5 ticks) and the refill of the moved unit (2 s): a token bucket.
+    // Within a rotation (5 ticks) and the refill of the moved unit (2 s): a token bucket. Both
+    // keep reporting their demand every second, as Envoys do every report interval: a holder
+    // that reported once and then went quiet has its demand forgotten, and whether the rotation
+    // came before that was the machine's (issue 38).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let demand = |allowed, denied| BucketQuotaUsage {
+        num_requests_denied: denied,
+        ..usage(alice.clone(), allowed)
+    };
     let got = loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let r = q2.next_within(left).await.unwrap();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "q2 got no share within 20 s"
+        );
+        let r = match tokio::time::timeout(Duration::from_secs(1), q2.rx.message()).await {
+            Err(_) => {
+                q1.report("edge", vec![demand(0, 1)]).await;
+                q2.report("edge", vec![demand(0, 3)]).await;
+                continue;
+            }
+            Ok(r) => r.unwrap().unwrap(),
+        };
         let mine: Vec<Strategy> = actions(&r)
             .into_iter()
             .filter(|(b, _, _)| *b == alice)
