@@ -55,11 +55,15 @@ class FileOrder:
     def __init__(self, spec):
         self.kind, self.seed = parse(spec)
 
-    def pytest_report_header(self, config):
-        if self.kind == "forward":
-            return None
+    def line(self):
         seed = f" (SLUICE_TEST_ORDER=random:{self.seed} runs it again)" if self.kind == "random" else ""
         return f"sluice: test files in {self.kind} order{seed}"
+
+    def pytest_collection_finish(self, session):
+        # Written even under -q (which hides report headers): a failing order must be repeatable.
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if self.kind != "forward" and reporter is not None:
+            reporter.write_line(self.line())
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
